@@ -1,0 +1,22 @@
+"""Convolution through the vendor libraries via PyTorch: cuDNN / MIOpen on a GPU, oneDNN on a CPU, on
+channels-last (NHWC) tensors, forward, backward-data and backward-weight."""
+from __future__ import annotations
+
+import torch
+
+from microbench.cases import conv_reference
+from microbench.evidence import vendor_evidence
+from microbench.registry import Unsupported, provider
+
+from .tf32 import tf32_allowed
+
+
+@provider("conv2d", "torch", baseline=True, library="torch conv2d: cuDNN/MIOpen (GPU), oneDNN (CPU), NHWC",
+          evidence=vendor_evidence)
+def conv2d_torch(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allow_tf32: bool = False) -> torch.Tensor:
+    if allow_tf32 and a.device.type != "cuda":
+        raise Unsupported("TF32 is a GPU Tensor Core format; this device has none")
+    if a.dtype == getattr(torch, "float8_e4m3fn", None):
+        raise Unsupported("no fp8 convolution in PyTorch")
+    with tf32_allowed(allow_tf32):
+        return conv_reference(direction, a, b, shape)

@@ -1,0 +1,85 @@
+"""Kernel and operator classification by rules kept as data (microbench/data/kernel_rules.toml)."""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+RULES_PATH = Path(__file__).resolve().parent / "data" / "kernel_rules.toml"
+TENSOR_CORE_VALUES = ("yes", "no", "unknown")
+
+
+@dataclass(frozen=True)
+class Rule:
+    section: str  # kernel, cpu_impl or operator
+    index: int
+    pattern: re.Pattern
+    cls: str
+    tensor_cores: str
+    note: str
+
+    @property
+    def rule_id(self) -> str:
+        return f"{self.section}[{self.index}]"
+
+
+@dataclass(frozen=True)
+class Classification:
+    cls: str
+    tensor_cores: str
+    rule: str  # the rule that matched (`kernel[4] /xmma|.../`) or "unknown"
+    note: str
+
+    @property
+    def label(self) -> str:
+        return class_labels().get(self.cls, self.cls)
+
+
+@lru_cache(maxsize=None)
+def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[Rule, ...]]]:
+    data = tomllib.loads(Path(path).read_text())
+    classes = dict(data["classes"])
+    sections: dict[str, tuple[Rule, ...]] = {}
+    for section in ("kernel", "cpu_impl", "operator"):
+        rules = []
+        for i, r in enumerate(data.get(section, [])):
+            cls = r.get("class", "other")
+            tc = r.get("tensor_cores", "no" if cls not in ("gemm", "tc_gemm", "other") else "unknown")
+            if cls not in classes or tc not in TENSOR_CORE_VALUES:
+                raise ValueError(f"{path}: {section}[{i}]: bad class {cls!r} or tensor_cores {tc!r}")
+            rules.append(Rule(section, i, re.compile(r["pattern"], re.IGNORECASE), cls, tc, r.get("note", "")))
+        sections[section] = tuple(rules)
+    return classes, sections
+
+
+def class_labels() -> dict[str, str]:
+    return _load()[0]
+
+
+def _first(section: str, name: str) -> Classification:
+    for rule in _load()[1][section]:
+        if rule.pattern.search(name):
+            return Classification(rule.cls, rule.tensor_cores, f"{rule.rule_id} /{rule.pattern.pattern}/", rule.note)
+    return Classification("other", "unknown", "unknown", "no rule matched")
+
+
+@lru_cache(maxsize=65536)
+def classify_kernel(name: str) -> Classification:
+    """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use."""
+    return _first("kernel", name)
+
+
+@lru_cache(maxsize=4096)
+def classify_operator(name: str) -> Classification:
+    """A PyTorch operator name (CPU profiles, where there are no kernels) -> class; Tensor Core use is
+    unknown at that level unless oneDNN says which implementation ran (`classify_cpu_impl`)."""
+    c = _first("operator", name)
+    return Classification(c.cls, "no" if c.cls not in ("gemm", "other") else "unknown", c.rule, c.note)
+
+
+@lru_cache(maxsize=4096)
+def classify_cpu_impl(impl: str) -> Classification:
+    """A oneDNN implementation name (`brg_matmul:avx512_core_bf16`) -> whether a CPU matrix unit ran it."""
+    return _first("cpu_impl", impl)

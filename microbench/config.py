@@ -1,0 +1,353 @@
+"""bench.toml -> typed, validated objects.
+
+Every problem is a ConfigError naming the file, the key (a dotted path) and the value; the command line
+turns it into one line and exit code 2. Nothing here imports torch, so a bad config fails fast.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+from .shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape, GemmShape
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO_ROOT / "bench.toml"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3")
+DEVICE_KINDS = ("cpu", "cuda", "rocm")
+DATASHEET_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    min_reps: int = 5
+    max_reps: int = 200
+    input_sets: int = 3
+    flush_l2: bool = True
+    max_case_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
+class CeilingSettings:
+    gemm_sizes: dict[str, tuple[int, ...]]
+    copy_mb: int
+
+
+@dataclass(frozen=True)
+class DatasheetDevice:
+    key: str
+    name: str
+    match: tuple[str, ...]
+    exclude: tuple[str, ...]
+    peaks_tflops: dict[str, float]  # precision -> TFLOP/s (int8: TOPS)
+    memory_tbs: float | None
+
+
+@dataclass(frozen=True)
+class CpuTier:
+    requires: tuple[str, ...]
+    flops_per_cycle: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    providers: tuple[str, ...]
+    cases: tuple[Case, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    timing: TimingSettings
+    tolerance: dict[str, float]
+    ceilings: dict[str, CeilingSettings]
+    profiles: dict[str, Profile]
+    devices: tuple[DatasheetDevice, ...]
+    cpu_tiers: tuple[CpuTier, ...]
+    raw: dict = field(repr=False, default_factory=dict)
+
+    def profile(self, name: str) -> Profile:
+        if name not in self.profiles:
+            raise ConfigError(self.path, f"no such profile (have: {', '.join(sorted(self.profiles))})",
+                              key="profiles", value=name)
+        return self.profiles[name]
+
+
+class _Reader:
+    """Typed access to a TOML table that remembers the dotted path, for error messages."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, value, problem: str):
+        raise ConfigError(self.path, problem, key=key, value=value)
+
+    def keys(self, table: dict, where: str, allowed: set[str], required: set[str] = frozenset()):
+        if not isinstance(table, dict):
+            self.fail(where, table, "expected a table")
+        for k in table:
+            if k not in allowed:
+                self.fail(f"{where}.{k}" if where else k, table[k],
+                          f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        for k in required:
+            if k not in table:
+                self.fail(f"{where}.{k}" if where else k, None, "missing required key")
+
+    def num(self, table: dict, key: str, where: str, default=None, positive=True, integer=False):
+        if key not in table:
+            if default is None:
+                self.fail(f"{where}.{key}", None, "missing required key")
+            return default
+        v = table[key]
+        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok:
+            self.fail(f"{where}.{key}", v, "expected an integer" if integer else "expected a number")
+        if positive and v <= 0:
+            self.fail(f"{where}.{key}", v, "must be positive")
+        return v
+
+    def flag(self, table: dict, key: str, where: str, default: bool) -> bool:
+        v = table.get(key, default)
+        if not isinstance(v, bool):
+            self.fail(f"{where}.{key}", v, "expected true or false")
+        return v
+
+    def strings(self, table: dict, key: str, where: str, default=None) -> tuple[str, ...]:
+        if key not in table:
+            if default is None:
+                self.fail(f"{where}.{key}", None, "missing required key")
+            return tuple(default)
+        v = table[key]
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            self.fail(f"{where}.{key}", v, "expected a list of strings")
+        return tuple(v)
+
+    def dtypes(self, table: dict, where: str) -> tuple[str, ...]:
+        names = self.strings(table, "dtypes", where)
+        for d in names:
+            if d not in DTYPES:
+                self.fail(f"{where}.dtypes", d, f"unknown dtype (known: {', '.join(DTYPES)})")
+        if not names:
+            self.fail(f"{where}.dtypes", names, "empty list")
+        return names
+
+    def dim_pair(self, table: dict, key: str, where: str, default: int, minimum: int):
+        v = table.get(key, default)
+        vals = v if isinstance(v, list) else [v]
+        if len(vals) not in (1, 2) or not all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
+            self.fail(f"{where}.{key}", v, "expected an integer or [h, w]")
+        if any(x < minimum for x in vals):
+            self.fail(f"{where}.{key}", v, "must be positive" if minimum > 0 else "must not be negative")
+        return (vals[0], vals[-1])
+
+
+GEMM_KEYS = {"m", "n", "k", "batch", "trans_a", "trans_b"}
+CONV_KEYS = {"n", "c", "h", "w", "k", "r", "s", "stride", "pad", "dilation", "groups"}
+
+
+def _gemm_shape(rd: _Reader, t: dict, where: str) -> GemmShape:
+    rd.keys(t, where, GEMM_KEYS, {"m", "n", "k"})
+    return GemmShape(
+        m=rd.num(t, "m", where, integer=True), n=rd.num(t, "n", where, integer=True),
+        k=rd.num(t, "k", where, integer=True), batch=rd.num(t, "batch", where, default=1, integer=True),
+        trans_a=rd.flag(t, "trans_a", where, False), trans_b=rd.flag(t, "trans_b", where, False))
+
+
+def _conv_shape(rd: _Reader, t: dict, where: str) -> ConvShape:
+    rd.keys(t, where, CONV_KEYS, {"n", "c", "h", "w", "k", "r", "s"})
+    dims = {d: rd.num(t, d, where, integer=True) for d in ("n", "c", "h", "w", "k", "r", "s")}
+    shape = ConvShape(**dims, stride=rd.dim_pair(t, "stride", where, 1, 1), pad=rd.dim_pair(t, "pad", where, 0, 0),
+                      dilation=rd.dim_pair(t, "dilation", where, 1, 1),
+                      groups=rd.num(t, "groups", where, default=1, integer=True))
+    if shape.c % shape.groups or shape.k % shape.groups:
+        rd.fail(f"{where}.groups", shape.groups, f"must divide c={shape.c} and k={shape.k}")
+    if shape.p <= 0 or shape.q <= 0:
+        rd.fail(where, t, f"filter larger than the padded input: output would be {shape.p}x{shape.q}")
+    return shape
+
+
+def _from_data(rd: _Reader, spec: str, where: str, family: str) -> list[dict]:
+    """`deepbench.toml:gemm.training` -> a list of shape tables, converted from DeepBench's row layouts."""
+    fname, _, table_path = spec.partition(":")
+    data_path = DATA_DIR / fname
+    if not table_path or not data_path.is_file():
+        rd.fail(f"{where}.from", spec, f"expected FILE:TABLE with FILE in {DATA_DIR}")
+    try:
+        data = tomllib.loads(data_path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(data_path, f"TOML syntax error: {e}") from None
+    node = data
+    for part in table_path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            rd.fail(f"{where}.from", spec, f"{data_path.name} has no table {table_path!r}")
+        node = node[part]
+    rows = []
+    for i, row in enumerate(node):
+        if not isinstance(row, list):
+            rd.fail(f"{where}.from", spec, f"row {i} is not a list")
+        if family == "gemm":  # DeepBench: [m, n, k, a_transposed, b_transposed]
+            if len(row) != 5:
+                rd.fail(f"{where}.from", spec, f"row {i} has {len(row)} fields, expected 5 (m n k ta tb)")
+            rows.append({"m": row[0], "n": row[1], "k": row[2], "trans_a": row[3], "trans_b": row[4]})
+        else:  # DeepBench: [w, h, c, n, k, filter_w, filter_h, pad_w, pad_h, stride_w, stride_h]
+            if len(row) != 11:
+                rd.fail(f"{where}.from", spec, f"row {i} has {len(row)} fields, expected 11 (DeepBench conv)")
+            w, h, c, n, k, fw, fh, pw, ph, sw, sh = row
+            rows.append({"n": n, "c": c, "h": h, "w": w, "k": k, "r": fh, "s": fw,
+                         "pad": [ph, pw], "stride": [sh, sw]})
+    return rows
+
+
+def _group_cases(rd: _Reader, group: dict, where: str, family: str) -> list[Case]:
+    allowed = {"dtypes", "shapes", "from"} | ({"directions"} if family == "conv2d" else set())
+    rd.keys(group, where, allowed, {"dtypes"})
+    dtypes = rd.dtypes(group, where)
+    if ("shapes" in group) == ("from" in group):
+        rd.fail(where, None, "give exactly one of `shapes` or `from`")
+    if "from" in group:
+        if not isinstance(group["from"], str):
+            rd.fail(f"{where}.from", group["from"], "expected a string FILE:TABLE")
+        tables = _from_data(rd, group["from"], where, family)
+        shape_where = f"{where}.from[{{}}]"
+    else:
+        tables = group["shapes"]
+        if not isinstance(tables, list) or not tables:
+            rd.fail(f"{where}.shapes", tables, "expected a non-empty list of tables")
+        shape_where = f"{where}.shapes[{{}}]"
+    shapes = [(_gemm_shape if family == "gemm" else _conv_shape)(rd, t, shape_where.format(i))
+              for i, t in enumerate(tables)]
+    if family == "gemm":
+        ops = ["gemm"]
+    else:
+        directions = rd.strings(group, "directions", where, default=["fwd"])
+        for d in directions:
+            if d not in CONV_DIRECTIONS:
+                rd.fail(f"{where}.directions", d, f"unknown direction (known: {', '.join(CONV_DIRECTIONS)})")
+        ops = [CONV_OPS[d] for d in directions]
+    return [Case(op, shape, dt) for shape in shapes for op in ops for dt in dtypes]
+
+
+def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
+    out: dict[str, Profile] = {}
+    extends: dict[str, str] = {}
+    own: dict[str, list[Case]] = {}
+    for name, t in raw.items():
+        where = f"profiles.{name}"
+        rd.keys(t, where, {"description", "providers", "extends", "gemm", "conv2d"}, {"providers"})
+        providers = rd.strings(t, "providers", where)
+        if not providers:
+            rd.fail(f"{where}.providers", providers, "empty list")
+        cases: list[Case] = []
+        for family in ("gemm", "conv2d"):
+            groups = t.get(family, [])
+            if not isinstance(groups, list):
+                rd.fail(f"{where}.{family}", groups, f"expected an array of tables ([[{where}.{family}]])")
+            for i, g in enumerate(groups):
+                cases += _group_cases(rd, g, f"{where}.{family}[{i}]", family)
+        if "extends" in t:
+            if t["extends"] not in raw:
+                rd.fail(f"{where}.extends", t["extends"], "no such profile")
+            extends[name] = t["extends"]
+        own[name] = cases
+        out[name] = Profile(name, str(t.get("description", "")), providers, ())
+
+    def all_cases(name: str, seen: tuple[str, ...] = ()) -> list[Case]:
+        if name in seen:
+            rd.fail(f"profiles.{name}.extends", extends[name], "circular `extends`")
+        base = all_cases(extends[name], seen + (name,)) if name in extends else []
+        merged = list(dict.fromkeys(base + own[name]))  # keep order, drop duplicates
+        return merged
+
+    for name, p in out.items():
+        cases = all_cases(name)
+        if not cases:
+            rd.fail(f"profiles.{name}", None, "profile has no cases")
+        out[name] = Profile(p.name, p.description, p.providers, tuple(cases))
+    return out
+
+
+def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
+    devs = []
+    for key, t in raw.items():
+        where = f"devices.{key}"
+        rd.keys(t, where, {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS}, {"name", "match"})
+        match = rd.strings(t, "match", where)
+        if not match:
+            rd.fail(f"{where}.match", match, "empty list: the entry would match every device")
+        peaks = {p: float(rd.num(t, p, where)) for p in DATASHEET_PRECISIONS if p in t}
+        mem = float(rd.num(t, "memory_tbs", where)) if "memory_tbs" in t else None
+        devs.append(DatasheetDevice(key, str(t["name"]), tuple(s.upper() for s in match),
+                                    tuple(s.upper() for s in rd.strings(t, "exclude", where, default=[])),
+                                    peaks, mem))
+    return tuple(devs)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    rd = _Reader(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"TOML syntax error: {e}") from None
+
+    rd.keys(raw, "", {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate"},
+            {"profiles"})
+
+    t = raw.get("timing", {})
+    rd.keys(t, "timing", {f for f in TimingSettings.__dataclass_fields__})
+    d = TimingSettings()
+    timing = TimingSettings(
+        warmup_ms=float(rd.num(t, "warmup_ms", "timing", d.warmup_ms)),
+        rep_ms=float(rd.num(t, "rep_ms", "timing", d.rep_ms)),
+        min_reps=rd.num(t, "min_reps", "timing", d.min_reps, integer=True),
+        max_reps=rd.num(t, "max_reps", "timing", d.max_reps, integer=True),
+        input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True),
+        flush_l2=rd.flag(t, "flush_l2", "timing", d.flush_l2),
+        max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds)))
+    if timing.min_reps > timing.max_reps:
+        rd.fail("timing.min_reps", timing.min_reps, f"larger than timing.max_reps = {timing.max_reps}")
+
+    tol_raw = raw.get("tolerance", {})
+    rd.keys(tol_raw, "tolerance", set(DTYPES), set(DTYPES))
+    tolerance = {dt: float(rd.num(tol_raw, dt, "tolerance")) for dt in DTYPES}
+
+    ceilings = {}
+    for kind, c in raw.get("ceilings", {}).items():
+        where = f"ceilings.{kind}"
+        if kind not in DEVICE_KINDS:
+            rd.fail(where, kind, f"unknown device kind (known: {', '.join(DEVICE_KINDS)})")
+        rd.keys(c, where, {"gemm_sizes", "copy_mb"}, {"gemm_sizes", "copy_mb"})
+        sizes = c["gemm_sizes"]
+        rd.keys(sizes, f"{where}.gemm_sizes", set(DTYPES))
+        gemm_sizes = {}
+        for dt, lst in sizes.items():
+            if not isinstance(lst, list) or not lst:
+                rd.fail(f"{where}.gemm_sizes.{dt}", lst, "expected a non-empty list of sizes")
+            gemm_sizes[dt] = tuple(rd.num({"n": v}, "n", f"{where}.gemm_sizes.{dt}", integer=True) for v in lst)
+        ceilings[kind] = CeilingSettings(gemm_sizes, rd.num(c, "copy_mb", where, integer=True))
+
+    if not isinstance(raw["profiles"], dict) or not raw["profiles"]:
+        rd.fail("profiles", raw["profiles"], "expected at least one profile table")
+    profiles = _profiles(rd, raw["profiles"])
+    devices = _devices(rd, raw.get("devices", {}))
+
+    tiers = []
+    est = raw.get("cpu_estimate", {})
+    rd.keys(est, "cpu_estimate", {"tier"})
+    for i, tier in enumerate(est.get("tier", [])):
+        where = f"cpu_estimate.tier[{i}]"
+        rd.keys(tier, where, {"requires", "fp32", "bf16", "fp16"}, {"requires", "fp32"})
+        tiers.append(CpuTier(rd.strings(tier, "requires", where),
+                             {p: float(rd.num(tier, p, where)) for p in ("fp32", "bf16", "fp16") if p in tier}))
+    return Config(path, timing, tolerance, ceilings, profiles, devices, tuple(tiers), raw)

@@ -1,0 +1,194 @@
+"""Which device we run on, and its fingerprint: hardware and software provenance for every result."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+# CPU flags that decide which vector / matrix units oneDNN and MKL can use.
+CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16",
+                 "amx_int8", "amx_fp16")
+
+
+@dataclass
+class Device:
+    """The device a run measures. `kind` is cpu, cuda (NVIDIA) or rocm (AMD through PyTorch's HIP build)."""
+
+    kind: str
+    torch_device: str  # "cpu" or "cuda:0" (ROCm devices are also "cuda" in PyTorch)
+    name: str
+    arch: str  # sm_90, gfx942, or the CPU architecture
+    units: int  # SMs, CUs, or CPU cores available to this process
+    memory_bytes: int
+    clock_mhz: float | None
+    isa_flags: tuple[str, ...] = ()
+    l2_bytes: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("cuda", "rocm")
+
+    def synchronize(self) -> None:
+        if self.is_gpu:
+            torch.cuda.synchronize()
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    if info:
+                        break  # first processor block is enough
+                    continue
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        pass
+    return info
+
+
+def _cpu_clock_mhz(info: dict[str, str]) -> float | None:
+    # cpufreq's maximum is the clock the estimate should use; virtual machines often lack it and
+    # report only the nominal "cpu MHz".
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            return int(f.read()) / 1000.0
+    except (OSError, ValueError):
+        pass
+    try:
+        return float(info.get("cpu MHz", ""))
+    except ValueError:
+        return None
+
+
+def _meminfo_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_device() -> Device:
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return Device(kind="cpu", torch_device="cpu", name=info.get("model name", platform.processor() or "cpu"),
+                  arch=platform.machine(), units=cores, memory_bytes=_meminfo_bytes(),
+                  clock_mhz=_cpu_clock_mhz(info), isa_flags=tuple(f for f in CPU_ISA_FLAGS if f in flags),
+                  extra={"torch_threads": torch.get_num_threads(), "vendor": info.get("vendor_id", "")})
+
+
+def _smi_query(fields: str) -> list[str] | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [s.strip() for s in out.stdout.strip().split(",")]
+
+
+def gpu_device(index: int = 0) -> Device:
+    props = torch.cuda.get_device_properties(index)
+    rocm = torch.version.hip is not None
+    extra: dict = {}
+    clock = None
+    if rocm:
+        arch = getattr(props, "gcnArchName", "gfx?").split(":")[0]
+        extra["hip_version"] = torch.version.hip
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+        extra["cuda_runtime"] = torch.version.cuda
+        q = _smi_query("driver_version,clocks.max.sm,clocks.max.mem,power.limit")
+        if q and len(q) == 4:
+            extra["driver"] = q[0]
+            extra["max_mem_clock_mhz"] = q[2]
+            extra["power_limit_w"] = q[3]
+            try:
+                clock = float(q[1])
+            except ValueError:
+                pass
+    try:
+        extra["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001 - optional library; absence is recorded, not fatal
+        extra["cudnn"] = None
+    return Device(kind="rocm" if rocm else "cuda", torch_device=f"cuda:{index}", name=props.name, arch=arch,
+                  units=props.multi_processor_count, memory_bytes=props.total_memory, clock_mhz=clock,
+                  l2_bytes=getattr(props, "L2_cache_size", None), extra=extra)
+
+
+def detect(requested: str = "auto") -> Device:
+    """`auto` picks the GPU when PyTorch sees one; `cuda` without one is a clear error."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"unknown device {requested!r} (use auto, cpu or cuda)")
+    if requested == "cpu":
+        return cpu_device()
+    if torch.cuda.is_available():
+        return gpu_device()
+    if requested == "cuda":
+        raise RuntimeError("--device cuda: PyTorch sees no CUDA or ROCm device here "
+                           f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}, HIP {torch.version.hip})")
+    return cpu_device()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def software() -> dict:
+    cupy = next((v for d in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy") if (v := _version(d))), None)
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_hip": torch.version.hip,
+        "triton": _version("triton") or _version("pytorch-triton-rocm"),
+        "cupy": cupy,
+        "numpy": _version("numpy"),
+        "onednn": torch.backends.mkldnn.is_available(),
+        "os": platform.platform(),
+    }
+
+
+def fingerprint(device: Device) -> dict:
+    """The `hardware` block of results.json."""
+    d = asdict(device)
+    d["isa_flags"] = list(device.isa_flags)
+    d["memory_gib"] = round(device.memory_bytes / 2**30, 1)
+    d["host_cpu"] = _cpuinfo().get("model name")
+    return d
+
+
+def fingerprint_line(hardware: dict, software_: dict) -> str:
+    """One line for docs and table captions."""
+    clock = f", {hardware['clock_mhz']:.0f} MHz" if hardware.get("clock_mhz") else ""
+    units = "cores" if hardware["kind"] == "cpu" else ("SMs" if hardware["kind"] == "cuda" else "CUs")
+    isa = f", {' '.join(hardware['isa_flags'])}" if hardware.get("isa_flags") else ""
+    return (f"{hardware['name']} ({hardware['arch']}, {hardware['units']} {units}{clock}, "
+            f"{hardware['memory_gib']} GiB{isa}); torch {software_['torch']}, triton {software_['triton']}, "
+            f"python {software_['python']}")
+
+
+def norm_tokens(name: str) -> set[str]:
+    """Device name -> upper-case tokens split at non-alphanumerics (the datasheet matching rule)."""
+    return {t for t in re.split(r"[^A-Z0-9]+", name.upper()) if t}

@@ -1,0 +1,105 @@
+"""How we know whether a vendor-library call used Tensor Cores (GPU) or matrix units (CPU).
+
+GPU: run the call once under torch.profiler, read the names of the kernels it launched and classify them
+with the shared kernel rules (evidence 3 of DESIGN.md: the kernel name). CPU: run it once with oneDNN's
+verbose mode on and classify the implementation oneDNN reports (`brg_matmul:avx512_core_bf16`). Our own
+kernels bring stronger evidence (their SASS) through their provider's `evidence` hook instead.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from .classify import classify_cpu_impl, classify_kernel
+from .device import Device
+from .registry import Evidence
+
+
+def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:
+    """Kernel name -> total device time (us) of one call of `call`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    times: dict[str, float] = defaultdict(float)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            times[ev.name] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+    return dict(times)
+
+
+def from_kernel_names(times_us: dict[str, float]) -> Evidence:
+    """Decide from the kernels of one call: the GEMM/conv kernels carry the verdict, weighted by time."""
+    if not times_us:
+        return Evidence("unknown", "the profiler saw no kernel")
+    matrix = {n: t for n, t in times_us.items() if classify_kernel(n).cls in ("tc_gemm", "gemm")}
+    if not matrix:
+        top = max(times_us, key=times_us.get)
+        return Evidence("no", f"no GEMM/conv kernel; top kernel {top!r} ({classify_kernel(top).rule})")
+    top = max(matrix, key=matrix.get)
+    share = matrix[top] / sum(times_us.values())
+    c = classify_kernel(top)
+    return Evidence(c.tensor_cores, f"kernel name {top!r} ({share:.0%} of the call's kernel time) matched {c.rule}")
+
+
+class _CaptureStdout:
+    """Capture what C code writes to file descriptor 1 (oneDNN prints its verbose lines there)."""
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self._libc = ctypes.CDLL(None)
+        self._tmp = tempfile.TemporaryFile(mode="w+b")
+        self._saved = os.dup(1)
+        self._libc.fflush(None)
+        os.dup2(self._tmp.fileno(), 1)
+        return self
+
+    def __exit__(self, *exc):
+        self._libc.fflush(None)
+        os.dup2(self._saved, 1)
+        os.close(self._saved)
+        self._tmp.seek(0)
+        self.text = self._tmp.read().decode(errors="replace")
+        self._tmp.close()
+        return False
+
+
+def onednn_implementations(call: Callable[[], object]) -> list[tuple[str, str]]:
+    """(primitive kind, implementation) of every oneDNN primitive one call of `call` executed."""
+    with _CaptureStdout() as cap:
+        with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            call()
+    out = []
+    for line in cap.text.splitlines():
+        f = line.split(",")
+        # onednn_verbose,v1,primitive,exec,cpu,<kind>,<implementation>,...
+        if len(f) > 6 and f[0] == "onednn_verbose" and f[2] == "primitive" and f[3] == "exec":
+            out.append((f[5], f[6]))
+    return out
+
+
+def from_onednn(impls: list[tuple[str, str]]) -> Evidence:
+    compute = [(k, i) for k, i in impls if k in ("matmul", "convolution", "inner_product", "deconvolution")]
+    if not compute:
+        return Evidence("unknown", "no oneDNN primitive ran (MKL or an ATen kernel): its instructions are not visible")
+    kind, impl = compute[0]
+    c = classify_cpu_impl(impl)
+    return Evidence(c.tensor_cores, f"oneDNN {kind} implementation {impl!r} matched {c.rule}")
+
+
+def vendor_evidence(case, device: Device, call: Callable[[], object]) -> Evidence:
+    """The `evidence` hook of the vendor-library providers."""
+    try:
+        if device.is_gpu:
+            return from_kernel_names(gpu_kernels(call))
+        return from_onednn(onednn_implementations(call))
+    except Exception as e:  # noqa: BLE001 - evidence is best effort; the measurement stands without it
+        return Evidence("unknown", f"could not profile the call: {type(e).__name__}: {e}")

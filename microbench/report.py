@@ -1,0 +1,146 @@
+"""Reports from result rows: the terminal table (rich) and the roofline plot (matplotlib)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+DTYPE_COLORS = {"fp32": "tab:blue", "tf32": "tab:cyan", "fp16": "tab:orange", "bf16": "tab:red",
+                "fp8_e4m3": "tab:purple"}
+PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def _fmt(v, spec: str = ".3g", none: str = "-") -> str:
+    return none if v is None else format(v, spec)
+
+
+def baseline_ratios(rows: list[dict]) -> dict[int, float]:
+    """Row index -> its speed relative to the baseline provider's row of the same case (time ratio)."""
+    base = {}
+    for r in rows:
+        if r.get("baseline") and r.get("time_ms"):
+            base[(r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase"))] = r["time_ms"]["median"]
+    out = {}
+    for i, r in enumerate(rows):
+        t = base.get((r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase")))
+        if t and r.get("time_ms"):
+            out[i] = t / r["time_ms"]["median"]
+    return out
+
+
+def results_table(doc: dict, title: str | None = None) -> Table:
+    rows = doc["results"]
+    ratios = baseline_ratios(rows)
+    ds_label = "% est." if doc.get("hardware", {}).get("kind") == "cpu" else "% datasheet"
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col, just in [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
+                      ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"),
+                      ("% measured", "right"), (ds_label, "right"), ("% roof", "right"), ("bound", "left"),
+                      ("TC", "left"), ("vs base", "right")]:
+        t.add_column(col, justify=just, no_wrap=col not in ("shape",))
+    for i, r in enumerate(rows):
+        tm = r.get("time_ms") or {}
+        status = r["status"]
+        style = {"wrong": "red", "failed": "red", "skipped": "dim"}.get(status)
+        if status == "ok" and not tm:
+            status = "ok (untimed)"
+        if r.get("flags"):
+            status += " !"
+        timing = f"{tm['median']:.4g} ({tm['cov']:.0%})" if tm else "-"
+        t.add_row(r["op"].replace("conv2d_", "conv "), r["shape"], r["dtype"], r["provider"], status, timing,
+                  _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
+                  _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"), r.get("bound") or "-",
+                  r.get("tensor_cores", "unknown"), _fmt(ratios.get(i), ".2f") + ("x" if i in ratios else ""),
+                  style=style)
+    return t
+
+
+def wide_console() -> Console:
+    """A terminal keeps its width; a pipe or file gets room for the whole table."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def print_report(doc: dict, console: Console | None = None) -> None:
+    console = console or wide_console()
+    from .device import fingerprint_line
+
+    console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}"))
+    ceil = Table(title="ceilings", header_style="bold")
+    for col in ("name", "kind", "dtype", "value", "unit", "source", "note"):
+        ceil.add_column(col)
+    for c in doc.get("ceilings", []):
+        ceil.add_row(c["name"], c["kind"], c.get("dtype") or "-", f"{c['value']:.4g}", c["unit"], c["source"],
+                     c.get("note", ""))
+    console.print(ceil)
+    for note in doc.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    reasons = {}
+    for r in doc["results"]:
+        if r["status"] != "ok" or r.get("flags"):
+            msg = r["reason"] or "; ".join(r.get("flags", []))
+            reasons.setdefault(f"{r['provider']} {r['status']}: {msg}", 0)
+            reasons[f"{r['provider']} {r['status']}: {msg}"] += 1
+        elif not r.get("time_ms") and r.get("reason"):
+            reasons.setdefault(f"{r['provider']} untimed: {r['reason']}", 0)
+            reasons[f"{r['provider']} untimed: {r['reason']}"] += 1
+    for msg, n in reasons.items():
+        console.print(f"[dim]{n} row(s): {msg}[/]")
+
+
+def plot_roofline(doc: dict, out_stem: Path) -> list[Path]:
+    """roofline.png and roofline.svg: log-log, the memory roof and one compute roof per precision
+    (measured solid, datasheet or estimate dashed), one point per timed row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ceilings = doc.get("ceilings", [])
+    rows = [r for r in doc["results"] if r.get("tflops") and r.get("intensity")]
+    xs = [r["intensity"] for r in rows] or [1.0]
+    x_lo, x_hi = min(xs + [0.1]) / 2, max(xs + [1000.0]) * 2
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    mems = {c["source"]: c for c in ceilings if c["kind"] == "memory"}
+    comps = [c for c in ceilings if c["kind"] == "compute"]
+    grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+    top = max([c["value"] for c in comps] + [r["tflops"] for r in rows] + [1e-3])
+    for src, c in mems.items():
+        ls = "-" if src == "measured" else "--"
+        ys = [c["value"] * 1e9 * x / 1e12 for x in grid]
+        ax.plot(grid, ys, color="black", ls=ls, lw=1.5, label=f"memory {c['value']:.4g} GB/s ({src})")
+        # Compute roofs meet the memory roof at their ridge points.
+    for c in comps:
+        ls = "-" if c["source"] == "measured" else "--"
+        color = DTYPE_COLORS.get(c["dtype"], "gray")
+        mem = mems.get("measured" if c["source"] == "measured" else "datasheet") or mems.get("measured")
+        x0 = c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo
+        ax.plot([max(x0, x_lo), x_hi], [c["value"]] * 2, color=color, ls=ls, lw=1.2,
+                label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})")
+    providers = sorted({r["provider"] for r in rows})
+    for r in rows:
+        m = PROVIDER_MARKERS[providers.index(r["provider"]) % len(PROVIDER_MARKERS)]
+        ax.scatter(r["intensity"], r["tflops"], marker=m, s=28, color=DTYPE_COLORS.get(r["dtype"], "gray"),
+                   edgecolors="black", linewidths=0.4, zorder=3)
+    for p in providers:
+        m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
+        ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")
+    ax.set_xlim(x_lo, x_hi)
+    bottom = min([r["tflops"] for r in rows] + [top]) / 10
+    ax.set_ylim(bottom, top * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
+    ax.set_ylabel("TFLOP/s")
+    hw = doc.get("hardware", {})
+    ax.set_title(f"roofline: {hw.get('name', '?')} ({hw.get('arch', '?')}), profile {doc.get('config', {}).get('profile', '?')}")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    paths = [out_stem.with_suffix(".png"), out_stem.with_suffix(".svg")]
+    for p in paths:
+        fig.savefig(p, dpi=130)
+    plt.close(fig)
+    return paths

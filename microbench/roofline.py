@@ -1,0 +1,124 @@
+"""python -m microbench.roofline: measure GEMM and convolution through every available provider on this
+machine's device, judge each result against measured and datasheet ceilings, draw the roofline.
+
+Writes results.json, results.csv, roofline.png and roofline.svg into --out; rows are written as they are
+measured, so an interrupted run (Ctrl-C) keeps what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from .config import DEFAULT_CONFIG, load_config
+from .errors import InputError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.roofline",
+        description="Measure GEMM and conv2d through the vendor libraries (and our Triton / CuPy kernels where "
+                    "they can run) on this machine, check every result against a float64 reference, time it, "
+                    "and place it on the roofline of measured and datasheet ceilings.",
+        epilog="Exit codes: 0 done, 2 bad input (config, profile, device), 130 interrupted (results kept).")
+    ap.add_argument("--profile", default="default",
+                    help="profile of bench.toml to run: quick (under a minute on a 2-core CPU), default, or full "
+                         "(adds the DeepBench training sizes); default: %(default)s")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
+    ap.add_argument("--out", default="results", type=Path,
+                    help="directory for results.json, results.csv, roofline.png, roofline.svg; default: %(default)s")
+    ap.add_argument("--config", default=None, type=Path,
+                    help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
+    ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
+    return ap
+
+
+def _config_block(cfg, profile) -> dict:
+    return {"profile": profile.name, "description": profile.description, "file": str(cfg.path),
+            "sha256": hashlib.sha256(cfg.path.read_bytes()).hexdigest(), "providers": list(profile.providers),
+            "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(profile.cases)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        profile = cfg.profile(args.profile)
+    except InputError as e:
+        print(f"error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+
+    # Heavy imports only after the config is known to be good.
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import device as devmod
+    from .ceilings import build_ceilings
+    from .report import plot_roofline, print_report
+    from .results import ResultsWriter
+    from .runner import resolve_providers, run_profile
+
+    console = Console(stderr=True)
+    try:
+        resolve_providers(profile, cfg)
+        dev = devmod.detect(args.device)
+    except InputError as e:
+        print(f"error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
+              "config": _config_block(cfg, profile), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+              "ceilings": [], "notes": []}
+    writer = ResultsWriter(args.out, header)
+    interrupted = False
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("measuring ceilings", total=len(profile.cases))
+        try:
+            ceilings = build_ceilings(dev, cfg, on_step=lambda s: progress.update(task, description=s))
+            writer.set("ceilings", ceilings.as_list())
+            writer.set("notes", ceilings.notes)
+
+            def on_case(case):
+                progress.update(task, description=case.label())
+
+            def on_row(row):
+                writer.add(row)
+
+            done_ops = set()
+
+            def on_row_advance(row):
+                on_row(row)
+                key = (row.op, row.shape, row.dtype)
+                if key not in done_ops:
+                    done_ops.add(key)
+                    progress.advance(task)
+
+            run_profile(profile, dev, cfg, ceilings, on_row=on_row_advance, on_case=on_case)
+        except KeyboardInterrupt:
+            interrupted = True
+    writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
+    if interrupted:
+        writer.set("interrupted", True)
+    writer.close()
+
+    print_report(writer.doc)
+    outputs = [writer.json_path, writer.csv_path]
+    if not args.no_plot:
+        outputs += plot_roofline(writer.doc, args.out / "roofline")
+    console.print("wrote " + ", ".join(str(p) for p in outputs))
+    if interrupted:
+        console.print(f"[yellow]interrupted: kept {len(writer.doc['results'])} measured rows[/]")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The flow for each case: providers -> correctness -> timing -> work counting -> ceilings -> result row."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from . import registry
+from .cases import bind, make_inputs, reference, rel_err
+from .ceilings import Ceilings
+from .config import Config, Profile
+from .device import Device
+from .errors import ConfigError
+from .registry import Evidence, Provider, Unsupported
+from .results import ResultRow
+from .shapes import Case
+from .timing import Timing, measure
+from .work import Work, case_work
+
+# A row above its measured roof by more than this (or twice its own spread) is flagged, never celebrated.
+ABOVE_CEILING_SLACK = 0.05
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> ResultRow:
+    """Fill a timed row's throughput and its standing against the ceilings (the harness derives
+    throughput from the work the case states; no provider computes its own)."""
+    seconds = timing.median_ms * 1e-3
+    row.time_ms = timing.as_dict()
+    row.tflops = work.flops / seconds / 1e12
+    row.gbps = work.bytes_moved / seconds / 1e9
+    row.intensity = work.intensity
+    dt = row.dtype
+    roof, bound = ceilings.roof(dt, work.intensity, sources=("measured",))
+    roof_src = "measured"
+    if roof is None:
+        roof, bound = ceilings.roof(dt, work.intensity, sources=("datasheet", "estimate"))
+        roof_src = "datasheet/estimate"
+    if roof is not None:
+        row.ceiling = f"{roof_src} {dt} roofline ({bound})"
+        row.ceiling_tflops = roof
+        row.pct_of_ceiling = 100.0 * row.tflops / roof
+        row.bound = bound
+        if roof_src == "measured" and row.pct_of_ceiling > 100.0 * (1 + max(ABOVE_CEILING_SLACK, 2 * timing.cov)):
+            row.flags.append(f"above the measured {bound} roof ({row.pct_of_ceiling:.0f} %): the ceiling's GEMM "
+                             "is not the library's fastest path here, the data stayed in cache, or a bug")
+    if (m := ceilings.compute(dt, ("measured",))) is not None:
+        row.pct_of_measured = 100.0 * row.tflops / m.value
+    if (d := ceilings.compute(dt, ("datasheet", "estimate"))) is not None:
+        row.pct_of_datasheet = 100.0 * row.tflops / d.value
+        row.datasheet_source = d.source
+    return row
+
+
+@dataclass
+class CaseRunner:
+    device: Device
+    cfg: Config
+    ceilings: Ceilings
+
+    def _row(self, case: Case, p: Provider, **kw) -> ResultRow:
+        return ResultRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=p.name,
+                         device=self.device.name, baseline=p.baseline, params=case.shape.as_dict(),
+                         tf32_allowed=(case.dtype == "tf32") if case.dtype in ("fp32", "tf32") else None,
+                         tolerance=self.cfg.tolerance[case.dtype], **kw)
+
+    def _too_slow(self, case: Case, work: Work) -> str | None:
+        peak = self.ceilings.compute(case.dtype, ("measured",))
+        if peak is None or peak.value <= 0:
+            return None
+        est_s = work.flops / (peak.value * 1e12)
+        limit = self.cfg.timing.max_case_seconds
+        if est_s > limit:
+            return (f"estimated {est_s:.0f} s per call at the measured {case.dtype} ceiling "
+                    f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit:g}")
+        return None
+
+    def run(self, case: Case, providers: list[Provider]) -> Iterator[ResultRow]:
+        work = case_work(case)
+        dev = self.device.torch_device
+        inputs = ref = None
+        slow = self._too_slow(case, work)
+        for p in providers:
+            row = self._row(case, p, flops=work.flops, bytes=work.bytes_moved, intensity=work.intensity)
+            why = p.unavailable_reason(self.device)
+            timed_why = p.timed(self.device)
+            if why:
+                row.status, row.reason = "skipped", why
+                yield row
+                continue
+            if slow and not timed_why:
+                row.status, row.reason = "skipped", slow
+                yield row
+                continue
+            try:
+                if inputs is None:
+                    inputs = make_inputs(case, dev, seed=0)
+                    ref = reference(case, *inputs)
+                call = bind(p, case, *inputs)
+                out = call()
+                self.device.synchronize()
+            except Unsupported as e:
+                row.status, row.reason = "skipped", f"unsupported: {e}"
+                yield row
+                continue
+            except Exception as e:  # noqa: BLE001 - one failing provider must not end the run
+                row.status, row.reason = "failed", _first_line(e)
+                yield row
+                continue
+            row.rel_err = rel_err(out, ref)
+            del out
+            ev = p.evidence(case, self.device, call) if p.evidence else Evidence("unknown", "no evidence hook")
+            row.tensor_cores, row.tensor_core_evidence = ev.tensor_cores, ev.evidence
+            if not row.rel_err <= row.tolerance:  # also catches inf/nan
+                row.status, row.reason = "wrong", f"relative error {row.rel_err:.3g} > tolerance {row.tolerance:g}"
+                yield row
+                continue
+            if timed_why:
+                row.reason = timed_why
+                yield row
+                continue
+            try:
+                calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
+                                  for i in range(1, self._input_sets(inputs))]
+                judge(row, work, measure(calls, self.device, self.cfg.timing), self.ceilings)
+            except Exception as e:  # noqa: BLE001
+                row.status, row.reason = "failed", f"while timing: {_first_line(e)}"
+            yield row
+
+    def _input_sets(self, inputs) -> int:
+        """Rotate among several input sets unless they would crowd the device's memory."""
+        nbytes = sum(t.numel() * t.element_size() for t in inputs)
+        n = self.cfg.timing.input_sets
+        if self.device.memory_bytes and n * nbytes > self.device.memory_bytes // 4:
+            return 1
+        return n
+
+
+def resolve_providers(profile: Profile, cfg: Config) -> dict[str, list[Provider]]:
+    """Profile provider names -> registered providers per op family; a name no op knows is a config error."""
+    known = registry.names()
+    for name in profile.providers:
+        if name not in known:
+            raise ConfigError(cfg.path, f"unknown provider (registered: {', '.join(known)})",
+                              key=f"profiles.{profile.name}.providers", value=name)
+    out = {}
+    for op in registry.OPS:
+        by_name = {p.name: p for p in registry.for_op(op)}
+        out[op] = [by_name[n] for n in profile.providers if n in by_name]
+    return out
+
+
+def run_profile(profile: Profile, device: Device, cfg: Config, ceilings: Ceilings,
+                on_row: Callable[[ResultRow], None], on_case: Callable[[Case], None] | None = None) -> None:
+    providers = resolve_providers(profile, cfg)
+    runner = CaseRunner(device, cfg, ceilings)
+    for case in profile.cases:
+        if on_case:
+            on_case(case)
+        for row in runner.run(case, providers[case.family]):
+            on_row(row)
+        if device.is_gpu:
+            torch.cuda.empty_cache()

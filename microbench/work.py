@@ -1,0 +1,83 @@
+"""Work counting: FLOPs and the minimum bytes each op must move between memory and the chip.
+
+Conventions (one multiply-add = 2 FLOPs; "minimum bytes" = every operand read once and every result
+written once, as if caches were perfect, so achieved GB/s is a lower bound on real traffic):
+- GEMM, batched or not, transposed or not: 2*B*M*N*K FLOPs; A, B read and C written once.
+- conv2d: forward, backward-data and backward-weight all do 2*N*K*P*Q*(C/groups)*R*S FLOPs (the same
+  multiply-adds, regrouped); each reads two tensors and writes the third.
+- Normalization (batch/layer/group norm), per element: forward 7 FLOPs (sum, square, sum for the
+  statistics; subtract, scale by 1/std, multiply by gamma, add beta), backward 8; bytes: forward reads x and
+  writes y, backward reads x and dy and writes dx (per-channel parameters are noise and are counted too).
+- Element-wise: `flops_per_element` times the element count; each input read once, each output written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .shapes import Case, ConvShape, GemmShape
+
+# Bytes per element as stored in memory. tf32 is fp32 storage with TF32 Tensor Core math.
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "int8": 1}
+
+NORM_FLOPS_PER_ELEMENT = {"fwd": 7, "bwd": 8}
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: int
+    bytes_moved: int
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte of minimum traffic."""
+        return self.flops / self.bytes_moved if self.bytes_moved else float("inf")
+
+
+def _elt(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})") from None
+
+
+def gemm_work(shape: GemmShape, dtype: str, out_dtype: str | None = None) -> Work:
+    b, m, n, k = shape.batch, shape.m, shape.n, shape.k
+    e_in, e_out = _elt(dtype), _elt(out_dtype or dtype)
+    return Work(2 * b * m * n * k, e_in * b * (m * k + k * n) + e_out * b * m * n)
+
+
+def conv2d_work(shape: ConvShape, dtype: str, direction: str = "fwd") -> Work:
+    x = shape.n * shape.c * shape.h * shape.w
+    w = shape.k * (shape.c // shape.groups) * shape.r * shape.s
+    y = shape.n * shape.k * shape.p * shape.q
+    macs = shape.n * shape.k * shape.p * shape.q * (shape.c // shape.groups) * shape.r * shape.s
+    e = _elt(dtype)
+    if direction == "fwd":
+        moved = x + w + y  # read x, w; write y
+    elif direction == "bwd_data":
+        moved = y + w + x  # read dy, w; write dx
+    elif direction == "bwd_weight":
+        moved = x + y + w  # read x, dy; write dw
+    else:
+        raise ValueError(f"unknown conv direction {direction!r} (fwd, bwd_data, bwd_weight)")
+    return Work(2 * macs, e * moved)
+
+
+def norm_work(numel: int, channels: int, dtype: str, direction: str = "fwd") -> Work:
+    """Batch/layer/group normalization over `numel` elements with `channels` affine parameters."""
+    if direction not in NORM_FLOPS_PER_ELEMENT:
+        raise ValueError(f"unknown norm direction {direction!r} (fwd, bwd)")
+    e = _elt(dtype)
+    tensors = 2 if direction == "fwd" else 3
+    params = 2 * channels * (1 if direction == "fwd" else 2)  # gamma, beta (+ their gradients)
+    return Work(NORM_FLOPS_PER_ELEMENT[direction] * numel, e * (tensors * numel + params))
+
+
+def elementwise_work(numel: int, dtype: str, inputs: int = 1, outputs: int = 1, flops_per_element: int = 1) -> Work:
+    return Work(flops_per_element * numel, _elt(dtype) * numel * (inputs + outputs))
+
+
+def case_work(case: Case) -> Work:
+    if case.op == "gemm":
+        return gemm_work(case.shape, case.dtype)
+    return conv2d_work(case.shape, case.dtype, case.direction)
