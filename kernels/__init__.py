@@ -13,3 +13,8 @@ PROVIDER_MODULES = (
 def load_all() -> None:
     for name in PROVIDER_MODULES:
         importlib.import_module(name)
+
+
+# Modules that define `aot_builds(target)` (see microbench/sass.py): compiled ahead of time for sm_80 and
+# sm_90 and inspected by `python -m microbench.inspect` without a GPU.
+STATIC_MODULES: tuple[str, ...] = ()

@@ -1,0 +1,168 @@
+"""Static evidence from machine code, without a GPU: assemble PTX with the ptxas that ships inside Triton's
+package, disassemble cubins with its cuobjdump, and count what matters (Tensor Core instructions, FFMA,
+registers, shared memory, spills / local memory).
+
+The contract for kernels that can be inspected: a module in `kernels/` defines
+
+    def aot_builds(target: str) -> list[AotBuild]     # target: "sm_80" or "sm_90"
+
+which compiles each of its configurations ahead of time for `target` (Triton: `triton.compile` with a
+`GPUTarget`; CUDA C++: NVRTC to PTX, then `assemble`). `python -m microbench.inspect` walks those modules.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+# SASS opcodes we count. Tensor Core ones: HMMA (fp16/bf16/tf32 mma.sync), HGMMA (Hopper wgmma, fp16/bf16/
+# tf32), QGMMA (Hopper wgmma fp8), IMMA (int8 mma.sync), IGMMA (Hopper int8 wgmma), DMMA (fp64).
+TENSOR_OPCODES = ("HMMA", "HGMMA", "QGMMA", "IMMA", "IGMMA", "DMMA")
+COUNTED_OPCODES = TENSOR_OPCODES + ("FFMA", "LDL", "STL", "LDSM", "LDGSTS", "UTMALDG")
+TARGETS = ("sm_80", "sm_90")
+
+_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
+_RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+@lru_cache(maxsize=1)
+def toolchain() -> dict[str, Path]:
+    """ptxas, cuobjdump and nvdisasm from Triton's package (no CUDA toolkit needed)."""
+    try:
+        import triton
+    except ImportError as e:
+        raise ToolchainError(f"triton is not installed: {e}") from None
+    base = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    tools = {}
+    for name in ("ptxas", "cuobjdump", "nvdisasm"):
+        p = base / name
+        if not p.is_file():
+            found = shutil.which(name)
+            if not found:
+                raise ToolchainError(f"{name} not found in {base} or on PATH")
+            p = Path(found)
+        tools[name] = p
+    return tools
+
+
+def cuda_include_dir() -> Path:
+    """CUDA headers shipped inside Triton's package (NVRTC lacks mma.h / cuda_fp16.h's friends)."""
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "include"
+
+
+def ptxas_arch(target: str) -> str:
+    """sm_90 kernels that use wgmma need the architecture-specific sm_90a."""
+    return "sm_90a" if target == "sm_90" else target
+
+
+def assemble(ptx: str, target: str) -> tuple[bytes, str]:
+    """PTX -> cubin with Triton's ptxas. Returns (cubin, ptxas -v log)."""
+    with tempfile.TemporaryDirectory() as d:
+        src, out = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx)
+        proc = subprocess.run([str(toolchain()["ptxas"]), f"-arch={ptxas_arch(target)}", "-v", "-o", str(out), str(src)],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise ToolchainError(f"ptxas -arch={ptxas_arch(target)} failed:\n{proc.stderr.strip()}")
+        return out.read_bytes(), proc.stderr
+
+
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        proc = subprocess.run([str(toolchain()["cuobjdump"]), flag, path], capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(path)
+    if proc.returncode != 0:
+        raise ToolchainError(f"cuobjdump {flag} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def disassemble(cubin: bytes) -> str:
+    return _cuobjdump(cubin, "-sass")
+
+
+def opcode_counts(sass: str) -> Counter:
+    return Counter(m.group(1) for m in _INSN.finditer(sass))
+
+
+@dataclass
+class AotBuild:
+    """One kernel configuration compiled ahead of time for one target."""
+
+    kernel: str  # e.g. "triton_gemm"
+    config: str  # e.g. "fp16 BM128 BN128 BK64 w4 s3"
+    target: str  # sm_80 or sm_90
+    cubin: bytes = field(repr=False)
+    default: bool = False  # a configuration the kernel uses by default (tests: no spills)
+    wants_wgmma: bool = False  # meant for Hopper wgmma (tests: HGMMA on sm_90)
+    dtype: str = ""  # fp16, bf16, fp32 (TF32 forbidden), tf32, fp8_e4m3
+    ptxas_log: str = ""
+
+
+@dataclass
+class StaticRecord:
+    """What `python -m microbench.inspect --json` writes, one per (kernel, config, target)."""
+
+    kernel: str
+    config: str
+    target: str
+    dtype: str
+    default: bool
+    wants_wgmma: bool
+    hmma: int
+    hgmma: int
+    qgmma: int
+    imma: int
+    ffma: int
+    registers: int
+    shared_bytes: int  # static shared memory in the cubin (Triton allocates most of it dynamically: see note)
+    dynamic_shared_bytes: int | None
+    stack_bytes: int
+    local_bytes: int
+    spill_stores: int  # STL instructions
+    spill_loads: int  # LDL instructions
+    tensor_core_instructions: int
+    note: str = ""
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_stores or self.spill_loads or self.local_bytes or self.stack_bytes)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["spills"] = self.spills
+        return d
+
+    def evidence(self) -> str:
+        tc = ", ".join(f"{k.upper()} {getattr(self, k)}" for k in ("hmma", "hgmma", "qgmma", "imma") if getattr(self, k))
+        return (f"SASS {self.target} {self.kernel} [{self.config}]: {tc or 'no Tensor Core instructions'}, "
+                f"FFMA {self.ffma}, {self.registers} registers, {'spills' if self.spills else 'no spills'}")
+
+
+def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> StaticRecord:
+    sass = disassemble(b.cubin)
+    ops = opcode_counts(sass)
+    res = _RES.search(_cuobjdump(b.cubin, "-res-usage"))
+    reg, stack, shared, local = (int(x) for x in res.groups()) if res else (0, 0, 0, 0)
+    tc = sum(ops[o] for o in TENSOR_OPCODES)
+    return StaticRecord(kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default,
+                        wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
+                        imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,
+                        dynamic_shared_bytes=dynamic_shared_bytes, stack_bytes=stack, local_bytes=local,
+                        spill_stores=ops["STL"], spill_loads=ops["LDL"], tensor_core_instructions=tc)
