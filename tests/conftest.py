@@ -1,0 +1,87 @@
+"""Shared test set-up.
+
+- Plain `pytest` runs every benchmark test once, as a correctness smoke test (pytest-benchmark's
+  --benchmark-disable); `pytest --benchmark-only` (or --benchmark-enable) times them for real.
+- Tests marked `gpu` are skipped, visibly, where PyTorch sees no CUDA or ROCm device.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def pytest_configure(config):
+    # Runs before pytest-benchmark's own (trylast) pytest_configure reads the options.
+    opt = config.option
+    if hasattr(opt, "benchmark_disable") and not (opt.benchmark_only or opt.benchmark_enable):
+        opt.benchmark_disable = True
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU: PyTorch sees no CUDA or ROCm device here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cfg():
+    from microbench.config import load_config
+
+    return load_config()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is not here (the project runs without it; these tests read real inputs from it)")
+    return SHARED
+
+
+TINY_PROFILE = """
+[timing]
+warmup_ms = 2.0
+rep_ms = 5.0
+min_reps = 3
+max_reps = 20
+input_sets = 2
+
+[ceilings.cpu]
+gemm_sizes = { fp32 = [256], bf16 = [256] }
+copy_mb = 16
+
+[[cpu_estimate.tier]]
+requires = []
+fp32 = 8
+bf16 = 8
+
+[profiles.tiny]
+description = "tests"
+providers = ["torch", "cupy_blas"]
+
+[[profiles.tiny.gemm]]
+dtypes = ["fp32", "bf16"]
+shapes = [{ m = 64, n = 48, k = 32 }, { m = 7, n = 5, k = 3, batch = 2, trans_a = true }]
+
+[[profiles.tiny.conv2d]]
+dtypes = ["fp32"]
+directions = ["fwd", "bwd_data", "bwd_weight"]
+shapes = [{ n = 2, c = 8, h = 9, w = 9, k = 16, r = 3, s = 3, stride = 2, pad = 1 }]
+"""
+
+
+@pytest.fixture
+def tiny_config(tmp_path, cfg) -> Path:
+    """A small, fast configuration (the real tolerances, short timing budgets, one tiny profile)."""
+    tol = "\n".join(f"{k} = {v!r}" for k, v in cfg.tolerance.items())
+    p = tmp_path / "bench.toml"
+    p.write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
+    return p

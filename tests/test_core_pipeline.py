@@ -1,0 +1,166 @@
+"""Registry, correctness before timing, and result rows, through the real runner."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from microbench import registry
+from microbench.cases import make_inputs, reference, rel_err
+from microbench.ceilings import Ceiling, Ceilings
+from microbench.config import load_config
+from microbench.device import cpu_device
+from microbench.registry import Unsupported, provider
+from microbench.results import ResultRow, ResultsWriter
+from microbench.runner import CaseRunner, judge
+from microbench.shapes import Case, ConvShape, GemmShape
+from microbench.timing import summarize
+from microbench.work import gemm_work
+
+
+@pytest.fixture
+def scratch_providers():
+    """Register providers for one test and remove them afterwards (the registry is process-wide)."""
+    before = dict(registry._loaded())
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
+def test_decorator_returns_function_unchanged(scratch_providers):
+    def f(a, b, *, allow_tf32=False):
+        return a @ b
+
+    assert provider("gemm", "t_identity")(f) is f
+    assert registry.get("gemm", "t_identity").fn is f
+    with pytest.raises(ValueError, match="registered twice"):
+        provider("gemm", "t_identity")(lambda a, b, allow_tf32=False: a)
+    with pytest.raises(ValueError, match="unknown op"):
+        provider("softmax", "x")
+
+
+def test_vendor_providers_registered_and_cupy_unavailable_on_cpu():
+    assert registry.baseline("gemm").name == "torch" and registry.baseline("conv2d").name == "torch"
+    cupy_blas = registry.get("gemm", "cupy_blas")
+    reason = cupy_blas.unavailable_reason(cpu_device())
+    assert reason is not None and reason.startswith("unavailable: ")  # no GPU here (or no CuPy)
+
+
+@pytest.mark.parametrize("case", [
+    Case("gemm", GemmShape(33, 7, 127), "fp32"),
+    Case("gemm", GemmShape(5, 9, 3, batch=3, trans_a=True, trans_b=True), "bf16"),
+    Case("conv2d_fwd", ConvShape(2, 3, 7, 7, 4, 7, 7, stride=(2, 2), pad=(3, 3)), "fp32"),
+    Case("conv2d_bwd_data", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "fp32"),
+    Case("conv2d_bwd_weight", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "bf16"),
+])
+def test_vendor_matches_float64_reference(case, cfg):
+    a, b = make_inputs(case, "cpu", seed=3)
+    if case.family == "conv2d":
+        assert a.is_contiguous(memory_format=torch.channels_last)
+    if case.op == "gemm" and case.shape.trans_a:
+        assert not a.is_contiguous()  # a column-major view, as the case says
+    p = registry.baseline(case.family)
+    from microbench.cases import bind
+    out = bind(p, case, a, b)()
+    assert rel_err(out, reference(case, a, b)) <= cfg.tolerance[case.dtype]
+
+
+def test_inputs_are_random_and_fresh_per_seed():
+    case = Case("gemm", GemmShape(16, 16, 16), "fp16")
+    a0, _ = make_inputs(case, seed=0)
+    a1, _ = make_inputs(case, seed=1)
+    assert (a0 != 0).float().mean() > 0.99 and not torch.equal(a0, a1)
+
+
+def test_rel_err_rejects_zero_nan_and_wrong_shape():
+    ref = torch.randn(8, 8, dtype=torch.float64)
+    assert rel_err(torch.zeros(8, 8), ref) == pytest.approx(1.0)
+    bad = ref.clone()
+    bad[0, 0] = float("nan")
+    assert rel_err(bad, ref) == float("inf")
+    assert rel_err(torch.zeros(8, 7), ref) == float("inf")
+
+
+def _runner(cfg, measured_gflops=100.0):
+    c = Ceilings([Ceiling("measured fp32", "compute", "fp32", measured_gflops / 1e3, "TFLOP/s", "measured"),
+                  Ceiling("measured memory", "memory", None, 10.0, "GB/s", "measured")])
+    return CaseRunner(cpu_device(), cfg, c)
+
+
+def test_wrong_provider_is_reported_wrong_without_throughput(scratch_providers, tiny_config):
+    cfg = load_config(tiny_config)
+
+    @provider("gemm", "t_zeros")
+    def zeros(a, b, *, allow_tf32=False):
+        return torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)
+
+    @provider("gemm", "t_unsupported")
+    def unsupported(a, b, *, allow_tf32=False):
+        raise Unsupported("only square")
+
+    @provider("gemm", "t_broken")
+    def broken(a, b, *, allow_tf32=False):
+        raise RuntimeError("kernel launch failed\nmore detail")
+
+    @provider("gemm", "t_away", enabled=lambda d: "unavailable: not here")
+    def away(a, b, *, allow_tf32=False):
+        raise AssertionError("never called")
+
+    case = Case("gemm", GemmShape(32, 16, 8), "fp32")
+    ps = [registry.get("gemm", n) for n in ("torch", "t_zeros", "t_unsupported", "t_broken", "t_away")]
+    rows = {r.provider: r for r in _runner(cfg).run(case, ps)}
+    ok, wrong = rows["torch"], rows["t_zeros"]
+    assert ok.status == "ok" and ok.time_ms and ok.tflops > 0 and ok.rel_err < 1e-5 and ok.tf32_allowed is False
+    assert wrong.status == "wrong" and wrong.rel_err == pytest.approx(1.0)
+    assert wrong.time_ms is None and wrong.tflops is None and "tolerance" in wrong.reason
+    assert rows["t_unsupported"].status == "skipped" and "only square" in rows["t_unsupported"].reason
+    assert rows["t_broken"].status == "failed" and rows["t_broken"].reason == "RuntimeError: kernel launch failed"
+    assert rows["t_away"].status == "skipped" and rows["t_away"].reason == "unavailable: not here"
+
+
+def test_untimed_provider_gets_correctness_only(scratch_providers, tiny_config):
+    cfg = load_config(tiny_config)
+    provider("gemm", "t_interp", timed=lambda d: "interpreted: correctness only")(
+        lambda a, b, *, allow_tf32=False: torch.matmul(a, b))
+    row = next(_runner(cfg).run(Case("gemm", GemmShape(8, 8, 8), "fp32"), [registry.get("gemm", "t_interp")]))
+    assert row.status == "ok" and row.time_ms is None and row.tflops is None and row.reason.startswith("interpreted")
+
+
+def test_too_slow_case_skipped_by_estimate(tiny_config):
+    cfg = load_config(tiny_config)
+    # at a (pretend) measured 1,000 FLOP/s, a 64^3 GEMM (524,288 FLOPs) would take 524 s per call
+    row = next(_runner(cfg, measured_gflops=1e-6).run(Case("gemm", GemmShape(64, 64, 64), "fp32"),
+                                                          [registry.baseline("gemm")]))
+    assert row.status == "skipped" and "max_case_seconds" in row.reason
+
+
+def test_judge_roofline_and_flags():
+    work = gemm_work(GemmShape(100, 100, 100), "fp32")  # 2e6 FLOPs, 120 kB, intensity 16.7
+    c = Ceilings([Ceiling("m", "compute", "fp32", 1.0, "TFLOP/s", "measured"),
+                  Ceiling("mem", "memory", None, 30.0, "GB/s", "measured"),
+                  Ceiling("d", "compute", "fp32", 4.0, "TFLOP/s", "datasheet")])
+    row = ResultRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
+    judge(row, work, summarize([0.01] * 5), c)  # 2e6 FLOPs in 10 us = 0.2 TFLOP/s
+    assert row.tflops == pytest.approx(0.2)
+    # memory roof at this intensity: 30e9 * 16.67 = 0.5 TFLOP/s < 1.0 compute roof -> memory-bound
+    assert row.bound == "memory" and row.ceiling_tflops == pytest.approx(0.5)
+    assert row.pct_of_ceiling == pytest.approx(40.0) and row.pct_of_measured == pytest.approx(20.0)
+    assert row.pct_of_datasheet == pytest.approx(5.0) and row.flags == []
+    fast = ResultRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
+    judge(fast, work, summarize([0.001] * 5), c)  # 2 TFLOP/s: four times the memory roof
+    assert fast.flags and "above the measured memory roof" in fast.flags[0]
+
+
+def test_writer_keeps_every_row_as_it_goes(tmp_path):
+    w = ResultsWriter(tmp_path, {"hardware": {"name": "x"}, "software": {}, "config": {}})
+    for i in range(3):
+        w.add(ResultRow(op="gemm", shape=f"{i}", dtype="fp32", provider="p", device="d", rel_err=float("inf")))
+        doc = json.loads((tmp_path / "results.json").read_text())  # readable after every row
+        assert len(doc["results"]) == i + 1 and doc["results"][-1]["rel_err"] is None
+        lines = (tmp_path / "results.csv").read_text().splitlines()
+        assert len(lines) == i + 2  # header + rows, flushed
+    w.close()
+    assert {"hardware", "software", "config", "ceilings", "results"} <= set(doc)
+    with pytest.raises(ValueError):
+        ResultRow(op="gemm", shape="1", dtype="fp32", provider="p", device="d", status="great")
