@@ -85,3 +85,11 @@ def tiny_config(tmp_path, cfg) -> Path:
     p = tmp_path / "bench.toml"
     p.write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
     return p
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Every pytest-benchmark JSON carries the dawnscope fingerprint of the device it measured."""
+    from microbench import device
+
+    dev = device.detect(os.environ.get("DAWNSCOPE_DEVICE", "auto"))
+    machine_info["dawnscope"] = {"hardware": device.fingerprint(dev), "software": device.software()}

@@ -1,0 +1,118 @@
+"""pytest-benchmark tests generated from a bench.toml profile: cases x providers.
+
+    pytest --benchmark-only                                   # time the `quick` profile on the default device
+    DAWNSCOPE_PROFILE=default pytest --benchmark-only --benchmark-json=out.json
+    pytest --benchmark-only --benchmark-compare               # against the last saved run (--benchmark-autosave)
+
+Each benchmark checks its provider's result against the float64 reference first, synchronizes the device inside
+the timed call, rotates among input sets, and puts flops, bytes, tflops and the percentage of the ceiling into
+`extra_info`, derived from the same work counts and ceilings as `python -m microbench.roofline`. A plain
+`pytest` runs each benchmark once, as a correctness check (see conftest.py).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+import pytest
+
+from microbench import registry
+from microbench.cases import bind, make_inputs, reference, rel_err
+from microbench.ceilings import Ceilings, build_ceilings
+from microbench.config import Config, load_config
+from microbench.device import Device, detect
+from microbench.errors import InputError
+from microbench.registry import Unsupported
+from microbench.results import ResultRow
+from microbench.runner import CaseRunner, judge
+from microbench.timing import summarize
+from microbench.work import case_work
+
+PROFILE = os.environ.get("DAWNSCOPE_PROFILE", "quick")
+
+
+def _load() -> Config:
+    try:
+        return load_config(os.environ.get("DAWNSCOPE_CONFIG"))
+    except InputError as e:
+        raise pytest.UsageError(f"error: {e.line()}") from None
+
+
+def pytest_generate_tests(metafunc):
+    if "bench_case" not in metafunc.fixturenames:
+        return
+    cfg = _load()
+    try:
+        profile = cfg.profile(PROFILE)
+    except InputError as e:
+        raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
+    params, ids = [], []
+    for case in profile.cases:
+        names = {p.name for p in registry.for_op(case.family)}
+        for name in profile.providers:
+            if name in names:
+                params.append((case, name))
+                ids.append(f"{case.op}-{case.shape.label().replace(' ', '_')}-{case.dtype}-{name}")
+    metafunc.parametrize("bench_case", params, ids=ids)
+
+
+@dataclass
+class BenchEnv:
+    cfg: Config
+    device: Device
+    ceilings: Ceilings
+    timing_enabled: bool
+
+
+@pytest.fixture(scope="session")
+def bench_env(request) -> BenchEnv:
+    cfg = _load()
+    device = detect(os.environ.get("DAWNSCOPE_DEVICE", "auto"))
+    timing_enabled = not request.config.getoption("benchmark_disable")
+    # Measured ceilings cost a few seconds: only when the benchmarks are really timed.
+    return BenchEnv(cfg, device, build_ceilings(device, cfg, measure_now=timing_enabled), timing_enabled)
+
+
+def test_benchmark(benchmark, bench_case, bench_env):
+    case, name = bench_case
+    p = registry.get(case.family, name)
+    dev = bench_env.device
+    if why := p.unavailable_reason(dev):
+        pytest.skip(why)
+    untimed = p.timed(dev)
+    if untimed and bench_env.timing_enabled:
+        pytest.skip(untimed)
+    work = case_work(case)
+    if bench_env.timing_enabled and (slow := CaseRunner(dev, bench_env.cfg, bench_env.ceilings)._too_slow(case, work)):
+        pytest.skip(slow)
+
+    inputs = [make_inputs(case, dev.torch_device, seed=i) for i in range(bench_env.cfg.timing.input_sets)]
+    calls = [bind(p, case, *x) for x in inputs]
+    try:
+        out = calls[0]()
+    except Unsupported as e:
+        pytest.skip(f"unsupported: {e}")
+    err = rel_err(out, reference(case, *inputs[0]))
+    tol = bench_env.cfg.tolerance[case.dtype]
+    assert err <= tol, f"wrong: relative error {err:.3g} > tolerance {tol:g}"
+
+    rotation = itertools.cycle(calls)
+
+    def timed_call():
+        next(rotation)()
+        dev.synchronize()  # GPU work is asynchronous: time its completion, not its launch
+
+    benchmark.extra_info.update(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name,
+                                device=dev.name, flops=work.flops, bytes=work.bytes_moved, rel_err=err,
+                                tf32_allowed=case.dtype == "tf32", profile=PROFILE)
+    benchmark(timed_call)
+
+    if benchmark.stats is not None:  # timed (not --benchmark-disable)
+        samples_ms = [s * 1e3 for s in benchmark.stats.stats.data]
+        row = ResultRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name, device=dev.name)
+        judge(row, work, summarize(samples_ms), bench_env.ceilings)
+        benchmark.extra_info.update(tflops=row.tflops, gbps=row.gbps, intensity=row.intensity,
+                                    ceiling=row.ceiling, ceiling_tflops=row.ceiling_tflops,
+                                    pct_of_ceiling=row.pct_of_ceiling, pct_of_measured=row.pct_of_measured,
+                                    pct_of_datasheet=row.pct_of_datasheet, bound=row.bound, flags=row.flags)
