@@ -1,0 +1,1 @@
+"""The DAWNBench / MLPerf benchmark models and their training steps."""
