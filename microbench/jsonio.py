@@ -44,8 +44,8 @@ def read_chunks(path: str | Path, chunk_chars: int) -> Iterator[str]:
                 raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
             except (gzip.BadGzipFile, zlib.error) as e:
                 raise InputError(path, f"corrupt gzip data: {e}") from None
-            except UnicodeDecodeError as e:
-                raise InputError(path, f"not UTF-8 text (byte {e.start} of a read): not a JSON file") from None
+            except UnicodeDecodeError:
+                raise InputError(path, "not UTF-8 text: not a JSON file") from None
             except OSError as e:
                 raise InputError(path, f"cannot read: {e.strerror or e}") from None
             if not chunk:

@@ -158,7 +158,7 @@ class _EventStream:
     def _events(self, on_event) -> int:
         if self.peek() != "[":
             v = self.value("the value of 'traceEvents'")
-            raise InputError(self.path, f"traceEvents is a {type(v).__name__}, expected an array of events")
+            raise InputError(self.path, f"traceEvents is not an array of events (found {json_type(v)})")
         self.pos += 1
         i = 0
         if self.peek() == "]":
@@ -178,6 +178,11 @@ class _KernelAgg:
     device: int
     cls: Classification
     durations_us: array = field(default_factory=lambda: array("d"))
+
+
+def json_type(v) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), "a number")
 
 
 def _num(v) -> bool:
@@ -216,7 +221,7 @@ class _Collector:
 
     def __call__(self, ev, i: int) -> None:
         if not isinstance(ev, dict):
-            raise InputError(self.path, f"traceEvents[{i}] is a {type(ev).__name__}, expected an event object")
+            raise InputError(self.path, f"traceEvents[{i}] is not an event object (found {json_type(ev)})")
         if ev.get("ph") != "X":
             return
         cat = ev.get("cat")
@@ -497,7 +502,7 @@ def analyze(path: str | Path, cfg=None) -> dict:
         "comm_share": share(comm_time),
         "exposed_comm_us": exposed,
         "exposed_comm_share": exposed / (span * n_dev) if span > 0 else None,
-        "wall_span_us": span,
+        "wall_span_us": float(span),
         "kernel_span_us": kernel_span,
         "gpu_busy_us": busy,
         "gpu_busy_share": busy / (span * n_dev) if span > 0 else None,
