@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
+from .html import fingerprint_text
 from .jsonio import load_json
 from .results import SCHEMA as RESULTS_SCHEMA
 
@@ -45,17 +46,6 @@ def _num(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _fingerprint_line(hw: dict, sw: dict) -> str:
-    from .device import fingerprint_line
-
-    try:
-        return fingerprint_line(hw, sw)
-    except (KeyError, TypeError, ValueError):  # another version's or a hand-made file: say what there is
-        bits = [str(hw.get(k)) for k in ("name", "arch", "kind") if hw.get(k)]
-        bits += [f"{k} {sw[k]}" for k in ("torch", "triton", "python") if sw.get(k)]
-        return ", ".join(bits) or "no fingerprint"
-
-
 def _case_key(d: dict) -> tuple:
     return (str(d.get("op") or ""), str(d.get("shape") or ""), str(d.get("dtype") or ""),
             str(d.get("provider") or ""), d.get("layer") or None, d.get("phase") or None)
@@ -71,7 +61,7 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
     if not isinstance(rows, list):
         raise InputError(path, "expected a list of result rows", key="results")
     cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    m = Machine(path, "dawnscope", str(hw.get("name") or "?"), _fingerprint_line(hw, sw), hw.get("kind"),
+    m = Machine(path, "dawnscope", str(hw.get("name") or "?"), fingerprint_text(hw, sw), hw.get("kind"),
                 cfg.get("profile"), cfg.get("sha256"), {k: sw.get(k) for k in SOFTWARE_KEYS if k in sw})
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
@@ -105,7 +95,7 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
     sw = dict(mi.get("software")) if isinstance(mi.get("software"), dict) else {}
     sw.setdefault("python", mi.get("python_version"))
     if hw:
-        fp = _fingerprint_line(hw, sw)
+        fp = fingerprint_text(hw, sw)
         name = str(hw.get("name") or device or "?")
     else:
         cpu_name = cpu.get("brand_raw") or mi.get("processor") or "?"

@@ -58,18 +58,29 @@ def figure_img(fig, alt: str) -> str:
     return f'<img class="plot" alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 
 
+def fingerprint_text(hw: dict, sw: dict) -> str:
+    """device.fingerprint_line, or what there is of it for another version's or a hand-made file."""
+    from .device import fingerprint_line
+
+    try:
+        return fingerprint_line(hw, sw)
+    except (KeyError, TypeError, ValueError):
+        bits = [str(hw.get(k)) for k in ("name", "arch", "kind") if hw.get(k)]
+        bits += [f"{k} {sw[k]}" for k in ("torch", "triton", "python") if sw.get(k)]
+        return ", ".join(bits) or "no fingerprint"
+
+
 def notes_html(notes: list[str], cls: str = "note") -> str:
     return "".join(f'<p class="{cls}">{esc(n)}</p>' for n in notes)
 
 
 def results_html(doc: dict, plot: bool = True) -> str:
     """The roofline report of one results.json document: fingerprint, results, ceilings, notes, plot."""
-    from .device import fingerprint_line
     from .report import results_cells, roofline_figure
 
     hw, sw = doc.get("hardware", {}), doc.get("software", {})
     cfgb = doc.get("config", {})
-    parts = [f'<p class="fp">{esc(fingerprint_line(hw, sw))}</p>',
+    parts = [f'<p class="fp">{esc(fingerprint_text(hw, sw))}</p>',
              f"<p>profile {esc(cfgb.get('profile', '?'))}, {len(doc.get('results', []))} rows; started "
              f"{esc(doc.get('started', '?'))}, finished {esc(doc.get('finished', '?'))}"
              f"{' (interrupted)' if doc.get('interrupted') else ''}</p>"]
