@@ -112,7 +112,6 @@ def screenshot(html: Path, tmp: Path) -> Path:
 
 def assert_not_blank(png: Path) -> None:
     import matplotlib.image as mpimg
-    import numpy as np
 
     img = mpimg.imread(png)[..., :3]
     assert img.shape[:2] == (1000, 1400)
