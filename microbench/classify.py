@@ -65,10 +65,32 @@ def _first(section: str, name: str) -> Classification:
     return Classification("other", "unknown", "unknown", "no rule matched")
 
 
+def kernel_signature_name(name: str) -> str:
+    """A demangled kernel name without its trailing parameter list: `void f<T, 4>(float*, X::reduced_divisor)`
+    -> `void f<T, 4>`. Profilers report full signatures; the parameter types say nothing about what the
+    kernel does and mislead the rules (`reduced_divisor` is not a reduction, `fbgemm_gpu::` not a GEMM).
+    Template arguments stay: `cutlass::Kernel<cutlass_80_tensorop_s1688gemm_...>` is named only there."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        ch = name[i]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            depth -= 1
+            if depth == 0:
+                head = name[:i].rstrip()
+                # `(anonymous namespace)` or a bare parenthesised name is not a parameter list
+                return head if head and not head.endswith("::") else name
+    return name  # unbalanced: keep the whole name
+
+
 @lru_cache(maxsize=65536)
 def classify_kernel(name: str) -> Classification:
-    """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use."""
-    return _first("kernel", name)
+    """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use. The rules
+    see the name without its parameter list (`kernel_signature_name`)."""
+    return _first("kernel", kernel_signature_name(name))
 
 
 @lru_cache(maxsize=4096)

@@ -29,16 +29,17 @@ def baseline_ratios(rows: list[dict]) -> dict[int, float]:
     return out
 
 
-def results_table(doc: dict, title: str | None = None) -> Table:
+def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """The results table as text: columns (name, justification) and rows (cells, style). The terminal
+    table and the HTML report both draw it."""
     rows = doc["results"]
     ratios = baseline_ratios(rows)
     ds_label = "% est." if doc.get("hardware", {}).get("kind") == "cpu" else "% datasheet"
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for col, just in [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
-                      ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"),
-                      ("% measured", "right"), (ds_label, "right"), ("% roof", "right"), ("bound", "left"),
-                      ("TC", "left"), ("vs base", "right")]:
-        t.add_column(col, justify=just, no_wrap=col not in ("shape",))
+    columns = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
+               ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"),
+               ("% measured", "right"), (ds_label, "right"), ("% roof", "right"), ("bound", "left"),
+               ("TC", "left"), ("vs base", "right")]
+    out = []
     for i, r in enumerate(rows):
         tm = r.get("time_ms") or {}
         status = r["status"]
@@ -48,11 +49,21 @@ def results_table(doc: dict, title: str | None = None) -> Table:
         if r.get("flags"):
             status += " !"
         timing = f"{tm['median']:.4g} ({tm['cov']:.0%})" if tm else "-"
-        t.add_row(r["op"].replace("conv2d_", "conv "), r["shape"], r["dtype"], r["provider"], status, timing,
-                  _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
-                  _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"), r.get("bound") or "-",
-                  r.get("tensor_cores", "unknown"), _fmt(ratios.get(i), ".2f") + ("x" if i in ratios else ""),
-                  style=style)
+        out.append(([r["op"].replace("conv2d_", "conv "), r["shape"], r["dtype"], r["provider"], status, timing,
+                     _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
+                     _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"),
+                     r.get("bound") or "-", r.get("tensor_cores", "unknown"),
+                     _fmt(ratios.get(i), ".2f") + ("x" if i in ratios else "")], style))
+    return columns, out
+
+
+def results_table(doc: dict, title: str | None = None) -> Table:
+    columns, rows = results_cells(doc)
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col, just in columns:
+        t.add_column(col, justify=just, no_wrap=col not in ("shape",))
+    for cells, style in rows:
+        t.add_row(*cells, style=style)
     return t
 
 
@@ -90,9 +101,9 @@ def print_report(doc: dict, console: Console | None = None) -> None:
         console.print(f"[dim]{n} row(s): {msg}[/]")
 
 
-def plot_roofline(doc: dict, out_stem: Path) -> list[Path]:
-    """roofline.png and roofline.svg: log-log, the memory roof and one compute roof per precision
-    (measured solid, datasheet or estimate dashed), one point per timed row."""
+def roofline_figure(doc: dict):
+    """The roofline as a matplotlib figure: log-log, the memory roof and one compute roof per precision
+    (measured solid, datasheet or estimate dashed), one point per timed row. The caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -139,6 +150,14 @@ def plot_roofline(doc: dict, out_stem: Path) -> list[Path]:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
+    return fig
+
+
+def plot_roofline(doc: dict, out_stem: Path) -> list[Path]:
+    """roofline.png and roofline.svg (roofline_figure)."""
+    import matplotlib.pyplot as plt
+
+    fig = roofline_figure(doc)
     paths = [out_stem.with_suffix(".png"), out_stem.with_suffix(".svg")]
     for p in paths:
         fig.savefig(p, dpi=130)

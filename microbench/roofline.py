@@ -1,8 +1,9 @@
 """python -m microbench.roofline: measure GEMM and convolution through every available provider on this
 machine's device, judge each result against measured and datasheet ceilings, draw the roofline.
 
-Writes results.json, results.csv, roofline.png and roofline.svg into --out; rows are written as they are
-measured, so an interrupted run (Ctrl-C) keeps what it measured.
+Writes results.json, results.csv, roofline.png, roofline.svg and report.html (self-contained: tables and
+plot in one file) into --out; rows are written as they are measured, so an interrupted run (Ctrl-C) keeps
+what it measured.
 """
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
     ap.add_argument("--out", default="results", type=Path,
-                    help="directory for results.json, results.csv, roofline.png, roofline.svg; default: %(default)s")
+                    help="directory for results.json, results.csv, roofline.png, roofline.svg, report.html; "
+                         "default: %(default)s")
     ap.add_argument("--config", default=None, type=Path,
                     help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
-    ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
+    ap.add_argument("--no-plot", action="store_true",
+                    help="skip roofline.png / roofline.svg (and the plot in report.html)")
     return ap
 
 
@@ -113,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [writer.json_path, writer.csv_path]
     if not args.no_plot:
         outputs += plot_roofline(writer.doc, args.out / "roofline")
+    from .html import results_html, write as write_html
+
+    outputs.append(write_html(args.out / "report.html", results_html(writer.doc, plot=not args.no_plot)))
     console.print("wrote " + ", ".join(str(p) for p in outputs))
     if interrupted:
         console.print(f"[yellow]interrupted: kept {len(writer.doc['results'])} measured rows[/]")

@@ -1,0 +1,82 @@
+"""Reading JSON inputs we did not write (profiler traces, other machines' results): plain or gzip, decided by
+the file's first bytes, never by its name. Every way such a file can be broken (missing, empty, not gzip
+after all, a truncated gzip stream, not UTF-8, not JSON, cut short) becomes one InputError naming the file.
+Nothing is evaluated or unpickled: the only parser is the standard library's JSON decoder."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import zlib
+from pathlib import Path
+from typing import Iterator, TextIO
+
+from .errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: str | Path) -> TextIO:
+    """A text stream over the (decompressed) file. Errors while reading later surface as the exceptions
+    `read_errors` translates."""
+    path = Path(path)
+    try:
+        raw = path.open("rb")
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    head = raw.read(2)
+    raw.seek(0)
+    if not head:
+        raw.close()
+        raise InputError(path, "empty file")
+    stream = gzip.GzipFile(fileobj=raw, mode="rb") if head == GZIP_MAGIC else raw
+    return io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
+
+
+def read_chunks(path: str | Path, chunk_chars: int) -> Iterator[str]:
+    """The decompressed text in chunks; every decompression or decoding failure is an InputError."""
+    f = open_text(path)
+    try:
+        while True:
+            try:
+                chunk = f.read(chunk_chars)
+            except EOFError:
+                raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
+            except (gzip.BadGzipFile, zlib.error) as e:
+                raise InputError(path, f"corrupt gzip data: {e}") from None
+            except UnicodeDecodeError:
+                raise InputError(path, "not UTF-8 text: not a JSON file") from None
+            except OSError as e:
+                raise InputError(path, f"cannot read: {e.strerror or e}") from None
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        f.close()
+
+
+def json_error(path, text: str, e: json.JSONDecodeError, at_eof: bool = True) -> InputError:
+    """Tell a file that was cut short from one that is not JSON."""
+    rest = text[e.pos:].strip()
+    if at_eof and (not rest or e.msg.startswith("Unterminated string")):
+        return InputError(path, f"truncated JSON: the file ends early (line {e.lineno}, column {e.colno}: {e.msg})")
+    return InputError(path, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}")
+
+
+def load_json(path: str | Path, max_chars: int = 256 * 2**20):
+    """A whole (small) JSON document: results files, not traces (those are streamed, microbench.trace)."""
+    parts, n = [], 0
+    for chunk in read_chunks(path, 1 << 20):
+        parts.append(chunk)
+        n += len(chunk)
+        if n > max_chars:
+            raise InputError(path, f"larger than {max_chars >> 20} Mi characters: not a results file")
+    text = "".join(parts)
+    if not text.strip():
+        raise InputError(path, "empty file (only whitespace)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise json_error(path, text, e) from None
+    except RecursionError:
+        raise InputError(path, "JSON nested too deeply") from None

@@ -1,0 +1,351 @@
+"""microbench.trace on the four real GPU traces of ../shared/traces (counts checked against SOURCES.md and
+against independent computations from the whole file), on a hand-written AMD trace, and on broken files."""
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from microbench import trace
+from microbench.classify import classify_kernel, kernel_signature_name
+from microbench.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+AMD = DATA / "amd_mi300x_synthetic.json"
+
+
+def _find_traces() -> Path | None:
+    # ../shared/traces beside the repository (CI, the main checkout); a git worktree sits one level deeper.
+    for parent in REPO.parents:
+        if (parent / "shared" / "traces" / "SOURCES.md").is_file():
+            return parent / "shared" / "traces"
+    return None
+
+
+TRACES = _find_traces()
+needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    # Import what analyze() imports lazily (torch among it) now, not under tracemalloc, which slows imports.
+    import microbench.ceilings  # noqa: F401
+    import microbench.timing  # noqa: F401
+
+    return load_config()
+
+
+_cache: dict[str, tuple[dict, int]] = {}
+
+
+def analyzed(name: str, cfg) -> tuple[dict, int]:
+    """Each real trace is read once per session, under tracemalloc so the memory test needs no second read."""
+    if name not in _cache:
+        tracemalloc.start()
+        try:
+            doc = trace.analyze(TRACES / name, cfg)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        _cache[name] = (doc, peak)
+    return _cache[name]
+
+
+def raw_events(path: Path) -> list[dict]:
+    """The test's own independent reading of a whole trace (fine for a test, not for the tool)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+# --- the real traces --------------------------------------------------------------------------------------
+
+SOURCES_COUNTS = [  # SOURCES.md: sum of cat == "kernel" durations, counted independently
+    ("a100_alexnet_forward.json.gz", 79, 10_692),
+    ("v100_resnet_ddp_rank0.json.gz", 4_350, 468_154),
+    ("a100_torchrec_rank0.json.gz", 1_154, 606_519),
+]
+
+
+@needs_traces
+@pytest.mark.parametrize("name,count,time_us", SOURCES_COUNTS)
+def test_kernel_counts_and_time_match_sources(cfg, name, count, time_us):
+    s = analyzed(name, cfg)[0]["summary"]
+    assert s["kernel_count"] == count
+    assert s["kernel_time_us"] == pytest.approx(time_us, abs=0.5)
+    assert sum(s["share_by_class"].values()) == pytest.approx(1.0)
+    assert sum(s["time_by_class_us"].values()) == pytest.approx(s["kernel_time_us"])
+
+
+@needs_traces
+def test_torchrec_nccl_share_and_exposed_communication(cfg):
+    doc = analyzed("a100_torchrec_rank0.json.gz", cfg)[0]
+    s = doc["summary"]
+    assert s["comm_share"] == pytest.approx(0.653, abs=0.0005)  # SOURCES.md: NCCL 65.3 %
+    comm = [k for k in doc["kernels"] if k["op"] == "comm"]
+    assert comm and all("nccl" in k["shape"].lower() for k in comm)
+
+    # Independent exposed-communication figure: walk every microsecond boundary of the whole file's kernels.
+    events = [e for e in raw_events(TRACES / "a100_torchrec_rank0.json.gz") if e.get("ph") == "X"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    points = sorted({p for e in kernels for p in (e["ts"], e["ts"] + e["dur"])})
+    exposed = 0.0
+    for lo, hi in zip(points, points[1:]):
+        mid = (lo + hi) / 2
+        active = [e for e in kernels if e["ts"] <= mid < e["ts"] + e["dur"]]
+        if any("nccl" in e["name"] for e in active) and not any("nccl" not in e["name"] for e in active):
+            exposed += hi - lo
+    span = (max(e["ts"] + e["dur"] for e in events if e["cat"] != "Trace")
+            - min(e["ts"] for e in events if e["cat"] != "Trace"))
+    assert s["exposed_comm_us"] == pytest.approx(exposed, abs=1e-6)
+    assert s["wall_span_us"] == pytest.approx(span)
+    assert s["exposed_comm_share"] == pytest.approx(exposed / span)
+    assert 0 < s["exposed_comm_us"] < s["comm_time_us"]  # some of the SendRecv time hides behind compute
+
+
+@needs_traces
+def test_tensor_core_attribution_on_real_traces(cfg):
+    alex = analyzed("a100_alexnet_forward.json.gz", cfg)[0]
+    tc = [k for k in alex["kernels"] if k["tensor_cores"] == "yes"]
+    # SOURCES.md: one TF32 tensor-core implicit-GEMM conv kernel
+    assert [k["shape"] for k in tc] == [k["shape"] for k in tc if "xmma" in k["shape"] and "tf32" in k["shape"]]
+    assert len(tc) == 1
+    assert alex["summary"]["tensor_core_share"] == pytest.approx(tc[0]["params"]["kernel_time_us"] / 10_692, abs=1e-4)
+    assert all(k["tensor_core_evidence"].startswith("kernel name matched kernel[") for k in tc)
+
+    v100 = analyzed("v100_resnet_ddp_rank0.json.gz", cfg)[0]
+    assert v100["summary"]["tensor_core_share"] == 0.0  # fp32 on V100: no tensor-core kernels
+    # cuDNN's fp32 scudnn convolutions are convolutions on CUDA cores, not element-wise work
+    scudnn = [k for k in v100["kernels"] if "scudnn" in k["shape"]]
+    assert scudnn and all(k["op"] == "gemm" and k["tensor_cores"] == "no" for k in scudnn)
+
+    rec = analyzed("a100_torchrec_rank0.json.gz", cfg)[0]
+    tc = [k for k in rec["kernels"] if k["tensor_cores"] == "yes"]
+    assert tc and all("tensorop" in k["shape"] for k in tc)
+    assert 0 < rec["summary"]["tensor_core_share"] < 0.2
+    # `gemm` inside `fbgemm_gpu::` is a library name: those kernels are not GEMMs
+    assert not [k for k in rec["kernels"] if "fbgemm_gpu" in k["shape"] and k["op"] in ("gemm", "tc_gemm")]
+
+
+@needs_traces
+def test_devices_and_datasheet_from_trace_properties(cfg):
+    v100 = analyzed("v100_resnet_ddp_rank0.json.gz", cfg)[0]["devices"]
+    assert [d["name"] for d in v100] == ["Tesla V100-SXM2-32GB"]
+    assert v100[0]["datasheet"]["entry"] == "v100_sxm2"
+    assert v100[0]["datasheet"]["peaks_tflops"]["fp32"] == 15.7
+    # The A100 traces' board name says neither SXM4 nor 80GB: no datasheet entry claims it, a note says so.
+    alex = analyzed("a100_alexnet_forward.json.gz", cfg)[0]["devices"]
+    assert alex[0]["name"] == "NVIDIA A100-PG509-200" and alex[0]["datasheet"]["entry"] is None
+    assert "unknown device" in alex[0]["datasheet"]["note"]
+    # The TorchRec trace has no deviceProperties at all.
+    rec = analyzed("a100_torchrec_rank0.json.gz", cfg)[0]["devices"]
+    assert rec[0]["name"] is None and "no deviceProperties" in rec[0]["datasheet"]["note"]
+
+
+@needs_traces
+def test_steps_and_annotations_partition_kernel_time(cfg):
+    v100 = analyzed("v100_resnet_ddp_rank0.json.gz", cfg)[0]
+    steps = v100["steps"]
+    assert [st["name"] for st in steps] == [f"ProfilerStep#{i}" for i in range(101, 106)]
+    assert all(st["kernel_count"] == 870 for st in steps)
+    assert sum(st["kernel_time_us"] for st in steps) == pytest.approx(v100["summary"]["kernel_time_us"])
+    ann = {a["name"]: a for a in v100["annotations"]}
+    phases = [ann[n] for n in ("## forward ##", "## backward ##", "## optimizer ##")]
+    # forward, backward and optimizer cover every kernel once; backward kernels are launched from the
+    # autograd thread, not the one that opened `## backward ##`
+    assert sum(a["kernel_time_us"] for a in phases) == pytest.approx(v100["summary"]["kernel_time_us"])
+    assert ann["## backward ##"]["kernel_time_us"] > ann["## forward ##"]["kernel_time_us"]
+
+    rec = analyzed("a100_torchrec_rank0.json.gz", cfg)[0]
+    assert [st["kernel_count"] for st in rec["steps"]] == [577, 577]
+    assert rec["summary"]["unattributed_kernels"] == 0
+
+
+@needs_traces
+def test_every_real_trace_reads_and_triton_kernel_is_elementwise(cfg):
+    for path in sorted(TRACES.glob("*.json.gz")):
+        doc = analyzed(path.name, cfg)[0]
+        assert doc["schema"] == trace.SCHEMA
+        s = doc["summary"]
+        for key in ("kernel_count", "kernel_time_us", "share_by_class", "tensor_core_share", "comm_share",
+                    "exposed_comm_share"):
+            assert key in s
+        assert len({k["params"]["kernel"] for k in doc["kernels"]}) == len(doc["kernels"])
+    tri = analyzed("a100_triton_example.json.gz", cfg)[0]
+    assert [(k["shape"], k["op"]) for k in tri["kernels"]] == [("triton_poi_fused_add_cos_sin_0", "elementwise")]
+
+
+@needs_traces
+def test_streaming_memory_stays_far_below_the_document(cfg):
+    name = "v100_resnet_ddp_rank0.json.gz"
+    with gzip.open(TRACES / name, "rb") as f:
+        text_bytes = len(f.read())
+    peak = analyzed(name, cfg)[1]
+    # json.load of this 15 MB text peaks near 80 MB of Python objects; the stream keeps a chunk and numbers.
+    assert peak < text_bytes / 2, f"peak {peak / 1e6:.1f} MB for {text_bytes / 1e6:.1f} MB of JSON"
+
+
+@needs_traces
+def test_chunk_boundaries_do_not_change_the_result(cfg, monkeypatch):
+    name = "a100_alexnet_forward.json.gz"
+    whole = analyzed(name, cfg)[0]
+    monkeypatch.setattr(trace, "CHUNK_CHARS", 4099)  # cuts numbers, strings and events everywhere
+    monkeypatch.setattr(json, "loads", lambda *a, **k: pytest.fail("trace reading must not json.loads"))
+    small = trace.analyze(TRACES / name, cfg)
+    assert small["summary"] == whole["summary"]
+    assert small["kernels"] == whole["kernels"]
+
+
+# --- the synthetic AMD trace -------------------------------------------------------------------------------
+
+def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
+    doc = trace.analyze(AMD, cfg)
+    s = doc["summary"]
+    assert s["kernel_count"] == 6 and s["kernel_time_us"] == 900
+    assert s["tensor_core_share"] == pytest.approx(300 / 900)
+    tc = {k["shape"][:31] for k in doc["kernels"] if k["tensor_cores"] == "yes"}
+    assert tc == {"Cijk_Ailk_Bljk_BBS_BH_MT256x256", "Cijk_Alik_Bljk_HHS_BH_MT128x128"}
+    # rocBLAS without an MI tile does not say whether MFMA ran: unknown, not a guess
+    sb = next(k for k in doc["kernels"] if k["shape"].startswith("Cijk_Ailk_Bljk_SB"))
+    assert (sb["op"], sb["tensor_cores"]) == ("gemm", "unknown")
+    assert s["comm_share"] == pytest.approx(400 / 900)
+    assert s["exposed_comm_us"] == pytest.approx(50)
+    assert s["wall_span_us"] == 1000 and s["exposed_comm_share"] == pytest.approx(0.05)
+    assert s["memcpy_time_us"] == 20
+    assert doc["devices"][0]["datasheet"]["entry"] == "mi300x"
+    assert doc["trace"]["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 8}
+    assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
+                             "gpu_span_us": 550}]
+    fwd = next(a for a in doc["annotations"] if a["name"] == "## forward ##")
+    assert (fwd["kernel_count"], fwd["kernel_time_us"]) == (3, 400)
+
+
+def test_gzip_and_plain_and_tiny_chunks_agree(cfg, tmp_path, monkeypatch):
+    gz = tmp_path / "amd.json.gz"  # the format is read from the bytes, not the name
+    gz.write_bytes(gzip.compress(AMD.read_bytes()))
+    plain = trace.analyze(AMD, cfg)
+    assert trace.analyze(gz, cfg)["summary"] == plain["summary"]
+    monkeypatch.setattr(trace, "CHUNK_CHARS", 7)
+    assert trace.analyze(gz, cfg)["kernels"] == plain["kernels"]
+
+
+def _mini_trace(kernels: list[tuple[str, float, float, int]], extra=()) -> dict:
+    return {"traceEvents": [{"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": dur,
+                             "args": {"device": 0, "stream": st}} for n, ts, dur, st in kernels] + list(extra)}
+
+
+@pytest.mark.parametrize("kernels,exposed", [
+    ([("ncclKernel_AllReduce", 0, 100, 2), ("volta_sgemm_64x64_nt", 0, 100, 1)], 0.0),  # fully hidden
+    ([("ncclKernel_AllReduce", 0, 100, 2)], 100.0),  # nothing to hide behind
+    ([("ncclKernel_AllReduce", 0, 100, 2), ("ncclKernel_AllGather", 50, 100, 3),  # comm overlapping comm
+      ("volta_sgemm_64x64_nt", 20, 10, 1), ("volta_sgemm_64x64_nt", 140, 100, 1)], 150 - 10 - 10),
+])
+def test_exposed_comm_is_the_union_minus_compute(cfg, tmp_path, kernels, exposed):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_mini_trace(kernels)))
+    s = trace.analyze(p, cfg)["summary"]
+    assert s["exposed_comm_us"] == pytest.approx(exposed)
+    assert s["exposed_comm_share"] == pytest.approx(exposed / s["wall_span_us"])
+
+
+def test_trace_without_kernels_is_reported_not_an_error(cfg, tmp_path):
+    p = tmp_path / "cpu_only.json"
+    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}]}))
+    doc = trace.analyze(p, cfg)
+    assert doc["summary"]["kernel_count"] == 0 and doc["summary"]["tensor_core_share"] is None
+    assert any("no GPU kernel events" in n for n in doc["notes"])
+
+
+def test_cli_prints_report_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "sub" / "amd.json"
+    assert trace.main([str(AMD), "--json", str(out), "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "AMD Instinct MI300X" in text and "33.3%" in text and "ProfilerStep#7" in text
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["kernel_count"] == 6 and len(doc["kernels"]) == 6
+
+
+# --- bad input: exit 2 and one line naming the file ----------------------------------------------------------
+
+def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
+    good = AMD.read_text()
+    cases = {
+        "empty": (b"", "empty file"),
+        "whitespace": (b"  \n\t ", "empty file"),
+        "not json": (b"hello, this is not a trace\n", "not JSON"),
+        "html": (b"<html><body>404</body></html>", "not JSON"),
+        "not utf-8": (bytes(range(128, 256)) * 4, "not UTF-8"),
+        "truncated json": (good[: len(good) // 2].encode(), "truncated JSON"),
+        "truncated gzip": (gzip.compress(good.encode())[:400], "truncated gzip"),
+        "corrupt gzip": (b"\x1f\x8b" + b"\x08\x00" + b"garbage" * 20, "gzip"),
+        "results file": (json.dumps({"schema": "dawnscope.results/1", "results": []}).encode(), "no traceEvents"),
+        "top-level array": (b"[1, 2, 3]", "JSON array at the top level"),
+        "events not array": (b'{"traceEvents": {"a": 1}}', "traceEvents is not an array of events (found an object)"),
+        "event not object": (b'{"traceEvents": [1]}', "traceEvents[0] is not an event object (found a number)"),
+        "kernel ts string": (json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "0",
+                                                           "dur": 1}]}).encode(), "expected numbers"),
+        "bad json inside": (b'{"traceEvents": [{"ph": "X",, }]}', "not valid JSON"),
+        "trailing garbage": (b'{"traceEvents": []} {"x": 1}', "extra data"),
+    }
+    out = {}
+    for i, (label, (data, expect)) in enumerate(cases.items()):
+        p = tmp / f"bad{i}.json"
+        p.write_bytes(data)
+        out[label] = (p, expect)
+    out["missing"] = (tmp / "does_not_exist.json", "cannot read")
+    return out
+
+
+def test_bad_traces_exit_2_with_one_line(tmp_path, capsys):
+    for label, (path, expect) in _bad_inputs(tmp_path).items():
+        rc = trace.main([str(path)])
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert rc == 2, label
+        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), (label, captured.err)
+        assert expect in lines[0], (label, lines[0])
+        assert captured.out == "", label
+
+
+# --- the shared kernel rules on names from real traces --------------------------------------------------------
+
+@pytest.mark.parametrize("name,cls,tc", [
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1"
+     "_g1_tensor16x8x8_alignc4_execute_kernel_cudnn", "tc_gemm", "yes"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1>(cutlass_80_tensorop_s1688gemm_128x64"
+     "_32x6_nt_align1::Params)", "tc_gemm", "yes"),
+    ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "gemm", "no"),
+    ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "gemm", "no"),
+    ("volta_sgemm_64x64_nt", "gemm", "no"),
+    ("ampere_gcgemm_64x64_nt", "gemm", "unknown"),
+    ("void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*, int, int, int, int, int, int, "
+     "int, int, int, float, float, cudnn::reduced_divisor, bool, float*, float*, int2, int, int)", "gemm", "unknown"),
+    ("void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*, "
+     "int, int, unsigned char*, bool)", "elementwise", "no"),
+    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>("
+     "at::GenericPackedTensorAccessor<c10::Half, 1ul, at::RestrictPtrTraits, long>)", "embedding", "no"),
+    ("void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t)",
+     "elementwise", "no"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "comm", "no"),
+    ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "comm", "no"),
+    ("Cijk_Ailk_Bljk_BBS_BH_MT256x256x64_MI32x32x8x1_SN_1LDSB1", "tc_gemm", "yes"),
+    ("void compute_cuda_kernel<long>(long const*, long const*, long*, long, long)", "other", "unknown"),
+])
+def test_kernel_rules_on_trace_names(name, cls, tc):
+    c = classify_kernel(name)
+    assert (c.cls, c.tensor_cores) == (cls, tc), c.rule
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("void f<int>(float*, cudnn::reduced_divisor)", "void f<int>"),
+    ("void at::native::(anonymous namespace)::k<float>(int)", "void at::native::(anonymous namespace)::k<float>"),
+    ("void g<4, X::h(at::Tensor const&)::{lambda(float)#1}, Y>(int, Z)", "void g<4, X::h(at::Tensor const&)::{lambda(float)#1}, Y>"),
+    ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+    ("unbalanced)", "unbalanced)"),
+])
+def test_kernel_signature_name(name, expected):
+    assert kernel_signature_name(name) == expected
