@@ -102,13 +102,19 @@ def disassemble(cubin: bytes) -> str:
 _FUNCTION = re.compile(r"^\s*Function\s*:?\s*([^\s:]+):?\s*$", re.MULTILINE)
 
 
+@lru_cache(maxsize=32)
+def _sections(listing: str) -> dict[str, str]:
+    marks = list(_FUNCTION.finditer(listing))
+    return {m.group(1): listing[m.start(): marks[i + 1].start() if i + 1 < len(marks) else len(listing)]
+            for i, m in enumerate(marks)}
+
+
 def function_section(listing: str, function: str) -> str:
     """The part of a cuobjdump listing that belongs to `function` (a cubin holding several kernels)."""
-    marks = list(_FUNCTION.finditer(listing))
-    for i, m in enumerate(marks):
-        if m.group(1) == function:
-            return listing[m.start(): marks[i + 1].start() if i + 1 < len(marks) else len(listing)]
-    raise ToolchainError(f"no function {function} in the cubin (has: {', '.join(m.group(1) for m in marks)})")
+    sections = _sections(listing)
+    if function not in sections:
+        raise ToolchainError(f"no function {function} in the cubin (has: {', '.join(sections)})")
+    return sections[function]
 
 
 def opcode_counts(sass: str) -> Counter:
