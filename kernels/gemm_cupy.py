@@ -1,29 +1,37 @@
-"""Provider `cupy` for gemm: our CUDA C++ Tensor Core GEMM (gemm_mma.cu: mma.sync.m16n8k16 + ldmatrix +
-multi-stage cp.async, fp16 / bf16 in, fp32 accumulate), compiled with NVRTC and Triton's ptxas and
-launched through CuPy. `cupy_blas` (gemm_vendor.py) stays cuBLAS through cupy.matmul.
+"""GEMM providers of our CUDA C++ kernels, compiled with NVRTC and Triton's ptxas and launched through
+CuPy (`cupy_blas`, in gemm_vendor.py, stays cuBLAS through cupy.matmul):
 
-Layouts: each operand may be row- or column-major (a transposed view), batched or broadcast; the kernel
-reads either directly. Explicit copies, inside the timed call: an operand whose strides or alignment
-the kernel cannot read (no unit stride, a leading dimension or batch stride that is not a multiple of
-8 elements, a base not 16-byte aligned) is first copied into an aligned row-major buffer; and when N is
-not a multiple of 8 the kernel writes a buffer of N rounded up to 8 columns, copied out to a contiguous
-result.
+- `cupy`: gemm_mma.cu, Tensor Cores through mma.sync.m16n8k16 + ldmatrix + a multi-stage cp.async
+  pipeline (sm_80 and newer), fp16 / bf16 in, fp32 accumulate. The default.
+- `cupy_wgmma`: gemm_wgmma.cu, Hopper's wgmma.mma_async.m64n128k16 (sm_90 only). UNVERIFIED ON HARDWARE
+  (see the .cu); named in no bench.toml profile, so it runs only where a profile asks for it.
+
+Layouts (`cupy`): each operand may be row- or column-major (a transposed view), batched or broadcast;
+the kernel reads either directly. `cupy_wgmma` reads K-major operands only (A row-major, B column-
+major, i.e. B given as a transposed view of an N x K tensor) and copies the others. Explicit copies,
+inside the timed call, in both: an operand whose strides or alignment the kernel cannot read (no unit
+stride, a leading dimension or batch stride that is not a multiple of 8 elements, a base not 16-byte
+aligned) is first copied into an aligned buffer; and when N is not a multiple of 8 the kernel writes a
+buffer of N rounded up to 8 columns, copied out to a contiguous result.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from microbench.registry import Unsupported, provider
-from microbench.sass import AotBuild
+from microbench.sass import AotBuild, ptxas_arch
 
 from . import cuda_kernels as ck
 from .cuda_kernels import Tile
 
 SOURCE = "gemm_mma.cu"
 KERNEL = "cuda_gemm_mma"
+WGMMA_SOURCE = "gemm_wgmma.cu"
+WGMMA_KERNEL = "cuda_gemm_wgmma"
 # Triton's matmul tutorial's GROUP_M: tile rows walked together for L2 reuse.
 GROUP_M = 8
 MAX_GRID_Z = 65535  # blockIdx.z carries the batch
@@ -31,10 +39,38 @@ INT32_MAX = 2**31 - 1
 
 
 def gemm_tiles() -> tuple[Tile, ...]:
-    """Tile configurations, largest first (the selection takes the first that fills the device). 128x256
-    with eight 64x64 warps and 128x128 with four follow CUTLASS's sm_80 fp16 defaults; 64x64 keeps
-    small problems from leaving most SMs idle. Four stages keep 3 k-tiles of loads in flight."""
+    """mma.sync tile configurations, largest first (the selection takes the first that fills the
+    device). 128x256 with eight 64x64 warps and 128x128 with four follow CUTLASS's sm_80 fp16 defaults;
+    64x64 keeps small problems from leaving most SMs idle. Four stages keep 3 k-tiles of loads in flight."""
     return (Tile(128, 256, 32, 64, 64, 4), Tile(128, 128, 32, 64, 64, 4), Tile(64, 64, 32, 32, 32, 4))
+
+
+@dataclass(frozen=True)
+class WgmmaTile:
+    """gemm_wgmma.cu's configuration: BM = 64 per warpgroup, BN = 128 per wgmma, BK = 64."""
+
+    bm: int
+    bn: int
+    stages: int
+    bk: int = 64
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.bm // 64)
+
+    @property
+    def smem_bytes(self) -> int:
+        """wg::Config::SMEM_BYTES: the stages, plus 1024 bytes to align the base to the swizzle pattern."""
+        return self.stages * (self.bm + self.bn) * self.bk * 2 + 1024
+
+    @property
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk} wg{self.bm // 64} s{self.stages}"
+
+
+def wgmma_tiles() -> tuple[WgmmaTile, ...]:
+    """Two m64 warpgroups by two n128 wgmma blocks: 128 fp32 accumulators a thread, 192 KiB of stages."""
+    return (WgmmaTile(128, 256, 4),)
 
 
 LAYOUTS = ((True, False), (True, True), (False, False), (False, True))  # (A K-major, B K-major)
@@ -54,6 +90,14 @@ def config_label(dtype: str, tile: Tile, a_kmajor: bool, b_kmajor: bool) -> str:
     return f"{dtype} {tile.label} {_layout_label(a_kmajor, b_kmajor)}"
 
 
+def wgmma_expr(dtype: str, tile: WgmmaTile) -> str:
+    return f"gemm_wgmma<{ck.CPP_TYPES[dtype]}, {tile.bm}, {tile.bn}, {tile.stages}>"
+
+
+def wgmma_label(dtype: str, tile: WgmmaTile) -> str:
+    return f"{dtype} {tile.label} NT (unverified on hardware)"
+
+
 def select_tile(m: int, n: int, batch: int, sms: int, smem_max: int) -> Tile:
     return ck.pick(gemm_tiles(), lambda t: math.ceil(m / t.bm) * math.ceil(n / t.bn) * batch, sms, smem_max)
 
@@ -68,16 +112,37 @@ def _all_configs():
                 yield dtype, tile, a_k, b_k
 
 
+def _wgmma_configs():
+    for dtype in ck.CPP_TYPES:
+        for tile in wgmma_tiles():
+            yield dtype, tile
+
+
 def all_exprs() -> tuple[str, ...]:
-    """Every instantiation the provider can launch: one module per target holds them all."""
+    """Every mma.sync instantiation the provider can launch: one module per target holds them all."""
     return tuple(kernel_expr(*c) for c in _all_configs())
 
 
+def wgmma_exprs() -> tuple[str, ...]:
+    return tuple(wgmma_expr(*c) for c in _wgmma_configs())
+
+
+def wgmma_target(target: str) -> bool:
+    """wgmma exists only in the architecture-specific sm_90a."""
+    return ptxas_arch(target) == "sm_90a"
+
+
 def aot_builds(target: str) -> list[AotBuild]:
-    """Every configuration compiled for `target` (sm_80, sm_90, ...), as the inspection's records."""
+    """Every configuration compiled for `target` (sm_80, sm_90, ...), as the inspection's records; the
+    wgmma kernels for sm_90 only."""
     mod = ck.build(SOURCE, all_exprs(), target)
-    return [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes)
-            for c in _all_configs()]
+    out = [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes)
+           for c in _all_configs()]
+    if wgmma_target(target):
+        wmod = ck.build(WGMMA_SOURCE, wgmma_exprs(), target)
+        out += [ck.aot_build(wmod, wgmma_expr(*c), WGMMA_KERNEL, wgmma_label(*c), c[0], c[1].smem_bytes,
+                             wants_wgmma=True) for c in _wgmma_configs()]
+    return out
 
 
 def _evidence(case, device, call):
@@ -86,7 +151,7 @@ def _evidence(case, device, call):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The provider
+# The providers
 # ---------------------------------------------------------------------------------------------------
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _launches = ck.LaunchLog()
@@ -105,29 +170,52 @@ def _copy_row_major(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def _batch_stride(t: torch.Tensor) -> int:
+    return t.stride(0) if t.shape[0] != 1 else 0
+
+
 def _operand(t: torch.Tensor, inner_is_k: bool) -> tuple[torch.Tensor, bool, int, int]:
     """(tensor, K-major?, leading dimension, batch stride) for a [batch, rows, cols] operand, read as it
     is stored where the kernel can (a unit stride, 16-byte aligned base, leading dimension and batch
     stride multiples of 8 elements), else copied. `inner_is_k`: cols is K (A), not N (B). Strides of
     size-1 dimensions mean nothing and are ignored."""
     rows, cols = t.shape[-2:]
-    batch_stride = t.stride(0) if t.shape[0] != 1 else 0
-    if t.data_ptr() % 16 == 0 and batch_stride % 8 == 0:
+    if t.data_ptr() % 16 == 0 and _batch_stride(t) % 8 == 0:
         if cols == 1 or t.stride(-1) == 1:  # rows of contiguous cols
             ld = t.stride(-2) if rows != 1 else _round8(cols)
             if ld % 8 == 0:
-                return t, inner_is_k, ld, batch_stride
+                return t, inner_is_k, ld, _batch_stride(t)
         if rows == 1 or t.stride(-2) == 1:  # a transposed view: columns of contiguous rows
             ld = t.stride(-1) if cols != 1 else _round8(rows)
             if ld % 8 == 0:
-                return t, not inner_is_k, ld, batch_stride
+                return t, not inner_is_k, ld, _batch_stride(t)
     t = _copy_row_major(t)
-    return t, inner_is_k, t.stride(-2), t.stride(0) if t.shape[0] != 1 else 0
+    return t, inner_is_k, t.stride(-2), _batch_stride(t)
 
 
-@provider("gemm", "cupy", library="CUDA C++ mma.sync m16n8k16 + ldmatrix + cp.async (NVRTC, CuPy RawModule)",
-          enabled=ck.cupy_kernel_reason, evidence=_evidence)
-def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
+def _k_major(t: torch.Tensor, inner_is_k: bool) -> tuple[torch.Tensor, int, int]:
+    """The operand K-major (what gemm_wgmma.cu reads): as stored if it is, else an explicit copy of
+    [batch, D, K] with K contiguous, returned as the transposed view the operand's shape asks for."""
+    t2, kmajor, ld, bs = _operand(t, inner_is_k)
+    if kmajor:
+        return t2, ld, bs
+    dk = _copy_row_major(t if inner_is_k else t.transpose(-1, -2))  # [batch, D, K], K contiguous
+    return (dk if inner_is_k else dk.transpose(-1, -2)), dk.stride(-2), _batch_stride(dk)
+
+
+@dataclass
+class _Problem:
+    a3: torch.Tensor
+    b3: torch.Tensor
+    m: int
+    n: int
+    k: int
+    batch: int
+    out_shape: tuple
+
+
+def _problem(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> _Problem:
+    """Checks common to both providers; operands as [batch, rows, cols] (views, no copy)."""
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
     if a.dtype not in _DTYPES:
@@ -145,31 +233,67 @@ def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> 
     if batch_a != batch_b and 1 not in (batch_a, batch_b):
         raise ValueError(f"batch dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}")
     batch = max(batch_a, batch_b)
-    out_shape = ((batch,) if max(a.dim(), b.dim()) == 3 else ()) + (m, n)
     if max(m, n, k) > INT32_MAX or batch > MAX_GRID_Z:
         raise Unsupported(f"sizes beyond the kernel's 32-bit indices or grid: {tuple(a.shape)} @ {tuple(b.shape)}")
-    if m == 0 or n == 0 or k == 0:
-        return torch.zeros(out_shape, dtype=a.dtype, device=a.device)
+    out_shape = ((batch,) if max(a.dim(), b.dim()) == 3 else ()) + (m, n)
+    return _Problem(a if a.dim() == 3 else a.unsqueeze(0), b if b.dim() == 3 else b.unsqueeze(0), m, n, k, batch,
+                    out_shape)
 
-    a3 = a if a.dim() == 3 else a.unsqueeze(0)
-    b3 = b if b.dim() == 3 else b.unsqueeze(0)
-    a3, a_kmajor, lda, sa = _operand(a3, inner_is_k=True)
-    b3, b_kmajor, ldb, sb = _operand(b3, inner_is_k=False)
-    ldc = _round8(n)  # the kernel stores pairs up to a multiple of 8 columns (store_tile)
-    c = torch.empty((batch, m, ldc), dtype=a.dtype, device=a.device)
 
-    dev = a.device.index
-    dtype = _DTYPES[a.dtype]
-    tile = select_tile(m, n, batch, ck.sm_count(dev), ck.smem_limit(dev))
-    target = ck.target_of(a)
-    expr = kernel_expr(dtype, tile, a_kmajor, b_kmajor)
-    kernel = ck.load(SOURCE, all_exprs(), expr, dev, target, tile.smem_bytes)
-    _launches.record(SOURCE, all_exprs(), expr, KERNEL, config_label(dtype, tile, a_kmajor, b_kmajor), dtype, tile.smem_bytes)
-    grid = (math.ceil(m / tile.bm) * math.ceil(n / tile.bn), 1, batch)
+def _run(p: _Problem, source: str, exprs: tuple[str, ...], expr: str, kernel_name: str, label: str, dtype: str,
+         tile, a3, lda, sa, b3, ldb, sb, wants_wgmma: bool = False) -> torch.Tensor:
+    ldc = _round8(p.n)  # the kernels store pairs up to a multiple of 8 columns
+    c = torch.empty((p.batch, p.m, ldc), dtype=a3.dtype, device=a3.device)
+    dev = a3.device.index
+    kernel = ck.load(source, exprs, expr, dev, ck.target_of(a3), tile.smem_bytes)
+    _launches.record(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma)
+    grid = (math.ceil(p.m / tile.bm) * math.ceil(p.n / tile.bn), 1, p.batch)
     i32, i64 = np.int32, np.int64
-    args = (ck.as_cupy(a3), ck.as_cupy(b3), ck.as_cupy(c), i32(m), i32(n), i32(k), i64(lda), i64(ldb), i32(ldc),
-            i64(sa), i64(sb), i32(GROUP_M))
-    ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a)
-    if ldc != n:
-        c = c[..., :n].contiguous()  # explicit copy out of the padded buffer (N not a multiple of 8)
-    return c.view(out_shape)
+    args = (ck.as_cupy(a3), ck.as_cupy(b3), ck.as_cupy(c), i32(p.m), i32(p.n), i32(p.k), i64(lda), i64(ldb),
+            i32(ldc), i64(sa), i64(sb), i32(GROUP_M))
+    ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a3)
+    if ldc != p.n:
+        c = c[..., : p.n].contiguous()  # explicit copy out of the padded buffer (N not a multiple of 8)
+    return c.view(p.out_shape)
+
+
+@provider("gemm", "cupy", library="CUDA C++ mma.sync m16n8k16 + ldmatrix + cp.async (NVRTC, CuPy RawModule)",
+          enabled=ck.cupy_kernel_reason, evidence=_evidence)
+def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
+    p = _problem(a, b, allow_tf32)
+    if 0 in (p.m, p.n, p.k):
+        return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
+    a3, a_kmajor, lda, sa = _operand(p.a3, inner_is_k=True)
+    b3, b_kmajor, ldb, sb = _operand(p.b3, inner_is_k=False)
+    dtype = _DTYPES[a.dtype]
+    dev = a.device.index
+    tile = select_tile(p.m, p.n, p.batch, ck.sm_count(dev), ck.smem_limit(dev))
+    return _run(p, SOURCE, all_exprs(), kernel_expr(dtype, tile, a_kmajor, b_kmajor), KERNEL,
+                config_label(dtype, tile, a_kmajor, b_kmajor), dtype, tile, a3, lda, sa, b3, ldb, sb)
+
+
+def _wgmma_reason(device) -> str | None:
+    why = ck.cupy_kernel_reason(device)
+    if why:
+        return why
+    if ck.sm_number(device.arch) != 90:
+        return f"unavailable: wgmma exists only on sm_90 (Hopper), not {device.arch}"
+    return None
+
+
+@provider("gemm", "cupy_wgmma", library="CUDA C++ wgmma.mma_async m64n128k16, sm_90a (UNVERIFIED on hardware)",
+          enabled=_wgmma_reason, evidence=_evidence)
+def gemm_cupy_wgmma(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
+    p = _problem(a, b, allow_tf32)
+    if 0 in (p.m, p.n, p.k):
+        return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
+    if ck.target_of(a) != "sm_90":
+        raise Unsupported("wgmma exists only on sm_90 (Hopper)")
+    a3, lda, sa = _k_major(p.a3, inner_is_k=True)
+    b3, ldb, sb = _k_major(p.b3, inner_is_k=False)
+    dtype = _DTYPES[a.dtype]
+    tile = wgmma_tiles()[0]
+    if tile.smem_bytes > ck.smem_limit(a.device.index):
+        raise Unsupported(f"{tile.smem_bytes} bytes of shared memory do not fit this device")
+    return _run(p, WGMMA_SOURCE, wgmma_exprs(), wgmma_expr(dtype, tile), WGMMA_KERNEL, wgmma_label(dtype, tile), dtype,
+                tile, a3, lda, sa, b3, ldb, sb, wants_wgmma=True)

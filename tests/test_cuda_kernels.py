@@ -90,7 +90,7 @@ def test_ptx_targets_the_requested_architecture():
 @pytest.mark.parametrize("target", sass.TARGETS)
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_every_kernel_uses_tensor_cores_without_spills(static_records, module, target):
-    recs = static_records[(module.__name__, target)]
+    recs = [r for r in static_records[(module.__name__, target)] if not r.wants_wgmma]
     configs = list(module._all_configs())
     assert len(recs) == len(configs) == len(set(module.all_exprs()))
     for rec, cfg in zip(recs, configs):
@@ -103,6 +103,26 @@ def test_every_kernel_uses_tensor_cores_without_spills(static_records, module, t
         assert 0 < rec.registers <= 255, where
         assert rec.dynamic_shared_bytes == tile.smem_bytes, where
         assert rec.dtype == cfg[0]
+
+
+@pytest.mark.parametrize("target", sass.TARGETS)
+def test_wgmma_variant_is_hgmma_on_sm90_only(static_records, target):
+    recs = [r for r in static_records[("kernels.gemm_cupy", target)] if r.wants_wgmma]
+    if target != "sm_90":
+        assert recs == []  # wgmma is sm_90a-only: nothing to build for other targets
+        return
+    configs = list(gemm_cupy._wgmma_configs())
+    assert [r.config for r in recs] == [gemm_cupy.wgmma_label(*c) for c in configs] and recs
+    for rec, (dtype, tile) in zip(recs, configs):
+        where = f"{rec.kernel} [{rec.config}]"
+        per_k_tile = (tile.bn // 128) * (tile.bk // 16)  # one m64n128k16 per n128 block per k16
+        assert rec.hgmma >= per_k_tile and rec.hgmma % per_k_tile == 0, where
+        assert rec.hmma == 0 and rec.ffma == 0, where
+        assert not rec.spills, where
+        assert rec.dynamic_shared_bytes == tile.smem_bytes <= 227 * 1024, where  # H100/H200 opt-in limit
+    mod = ck.build(gemm_cupy.WGMMA_SOURCE, gemm_cupy.wgmma_exprs(), target)
+    assert "wgmma.fence.sync.aligned" in mod.ptx and "fence.proxy.async.shared::cta" in mod.ptx
+    assert "serialized" not in mod.ptxas_log  # ptxas did not fall back to serialising the wgmma
 
 
 @pytest.mark.parametrize("target", sass.TARGETS)
@@ -140,7 +160,7 @@ def test_inspect_cli_lists_every_cuda_kernel(static_records, tmp_path, monkeypat
     listed = {(r["kernel"], r["config"], r["target"]) for r in rows}
     expected = {(r.kernel, r.config, r.target) for recs in static_records.values() for r in recs}
     assert listed == expected and len(rows) == len(expected)
-    assert all(r["hmma"] > 0 and not r["spills"] for r in rows)
+    assert all((r["hgmma"] if r["wants_wgmma"] else r["hmma"]) > 0 and not r["spills"] for r in rows)
     assert "cuda_gemm_mma" in capsys.readouterr().out
 
 
@@ -179,8 +199,8 @@ def test_providers_are_registered_and_say_why_they_cannot_run():
     from microbench.device import cpu_device
 
     dev = cpu_device()
-    for op in ("gemm", "conv2d"):
-        p = registry.get(op, "cupy")
+    for op, name in (("gemm", "cupy"), ("conv2d", "cupy"), ("gemm", "cupy_wgmma")):
+        p = registry.get(op, name)
         assert p is not None and not p.baseline
         why = p.unavailable_reason(dev)
         try:
@@ -190,6 +210,31 @@ def test_providers_are_registered_and_say_why_they_cannot_run():
         except Exception:  # noqa: BLE001 - CuPy missing or unusable: the reason says so
             assert why.startswith("unavailable: cupy not importable")
     assert registry.get("gemm", "cupy_blas").library.startswith("cupy.matmul")  # cuBLAS through CuPy stays
+    assert "UNVERIFIED" in registry.get("gemm", "cupy_wgmma").library
+
+
+def test_wgmma_provider_wants_hopper():
+    """Past CuPy and the GPU check, the wgmma provider still refuses anything but sm_90."""
+
+    @dataclass
+    class FakeDevice:
+        arch: str
+        kind: str = "cuda"
+        is_gpu: bool = True
+
+    from kernels import gemm_vendor
+
+    real = gemm_vendor._cupy_reason
+    gemm_vendor._cupy_reason = lambda device: None  # pretend CuPy sees a GPU
+    try:
+        p = registry.get("gemm", "cupy_wgmma")
+        assert p.unavailable_reason(FakeDevice("sm_80")) == "unavailable: wgmma exists only on sm_90 (Hopper), not sm_80"
+        assert p.unavailable_reason(FakeDevice("sm_100")).endswith("not sm_100")
+        assert p.unavailable_reason(FakeDevice("sm_90")) is None
+        assert registry.get("gemm", "cupy").unavailable_reason(FakeDevice("sm_75")).startswith("unavailable: sm_75")
+        assert registry.get("gemm", "cupy").unavailable_reason(FakeDevice("sm_100")) is None
+    finally:
+        gemm_vendor._cupy_reason = real
 
 
 def test_runner_rows_read_unavailable_without_a_gpu():
@@ -274,6 +319,23 @@ def test_gpu_gemm_matches_float64_and_cublas(shape, dtype):
     cublas = torch.matmul(a, b)
     # ours and cuBLAS are each within rounding of the exact result, so of each other
     assert rel_err(out, cublas.double()) <= 2 * _tol(dtype)
+
+
+IS_SM90 = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not IS_SM90, reason="needs an sm_90 (Hopper) GPU: wgmma")
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: s.label())
+def test_gpu_wgmma_gemm_matches_float64_and_cublas(shape, dtype):
+    """The unverified wgmma variant, on a Hopper GPU: the same bar as the mma.sync kernel."""
+    case = Case("gemm", shape, dtype)
+    a, b = make_inputs(case, "cuda", seed=4)
+    out = gemm_cupy.gemm_cupy_wgmma(a, b)
+    ref = reference(case, a, b)
+    assert out.shape == ref.shape and rel_err(out, ref) <= _tol(dtype)
+    assert rel_err(out, torch.matmul(a, b).double()) <= 2 * _tol(dtype)
 
 
 @pytest.mark.gpu

@@ -89,6 +89,23 @@ class Probe:
         self.lib.probe_config(q, 5, warp, 0, ctypes.byref(a), ctypes.byref(b), None)
         return a.value, b.value
 
+    def wgmma_info(self, q) -> dict:
+        out = (ctypes.c_int * 16)()
+        assert self.lib.probe_wgmma(q, 0, out, None, None) == 0
+        return dict(zip(("threads", "nb", "stage_bytes", "smem_bytes", "a_elems", "b_elems", "a_iters", "b_iters"), out))
+
+    def wgmma_copy_plan(self, q, operand, threads, iters):
+        n = threads * iters
+        rows, cols, offs = (ctypes.c_int * n)(), (ctypes.c_int * n)(), (ctypes.c_int * n)()
+        self.lib.probe_wgmma(q, 1 if operand == "a" else 2, rows, cols, offs)
+        return tuple(np.array(v).reshape(threads, iters).tolist() for v in (rows, cols, offs))
+
+    def wgmma_desc(self, addr):
+        return self.lib.probe_wgmma_desc(addr)
+
+    def wgmma_acc(self, t, i):
+        return self._ints("probe_wgmma_acc", t, i)
+
     def pixel_origin(self, g, m):
         image, h0, w0 = ctypes.c_longlong(), ctypes.c_int(), ctypes.c_int()
         self.lib.probe_pixel_origin(g, m, ctypes.byref(image), ctypes.byref(h0), ctypes.byref(w0))
@@ -110,12 +127,16 @@ def probe(tmp_path_factory) -> Probe:
     lines = [f"PROBE_CONFIG({q}, {t.bm}, {t.bn}, {t.bk}, {t.wm}, {t.wn}, {t.stages}, {str(a).lower()}, "
              f"{str(b).lower()})" for q, (t, a, b, _) in enumerate(CONFIGS)]
     (d / "probe_configs.inc").write_text("\n".join(lines) + "\n")
+    (d / "probe_wgmma.inc").write_text("".join(f"PROBE_WGMMA({q}, {t.bm}, {t.bn}, {t.stages})\n"
+                                               for q, t in enumerate(gemm_cupy.wgmma_tiles())))
     so = d / "probe.so"
     proc = subprocess.run([gxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{KERNELS}", f"-I{d}",
                            str(REPO / "tests" / "mma_probe.cpp"), "-o", str(so)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     lib = ctypes.CDLL(str(so))
     lib.probe_input_offset.restype = ctypes.c_longlong
+    lib.probe_wgmma_desc.restype = ctypes.c_ulonglong
+    lib.probe_wgmma_desc.argtypes = [ctypes.c_uint]
     return Probe(lib)
 
 
@@ -387,3 +408,101 @@ def test_conv_schedule_reproduces_conv2d(probe, q):
     out = replay(probe, q, tile, True, True, n * p * qq, kk, kdim, a_chunk,
                  lambda d0, k0, rr, cc: _matrix_chunk(probe, w_mat, True, d0, k0, rr, cc))
     np.testing.assert_array_equal(out[:, :kk], ref.permute(0, 2, 3, 1).reshape(-1, kk).numpy())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The wgmma variant (gemm_wgmma.cu): UNVERIFIED ON HARDWARE; this is the strongest check it has
+# ---------------------------------------------------------------------------------------------------
+def wgmma_read(smem: np.ndarray, desc: int, rows: int) -> np.ndarray:
+    """rows x k16 of a K-major operand as wgmma reads it through a matrix descriptor (PTX ISA
+    9.7.15.5.1.2): fields decoded per the descriptor table; canonical K-major 128-byte-swizzle layout,
+    element (r, k) at start + (r // 8) * SBO + (r % 8) * 128 + 2 k before the swizzle, which XORs address
+    bits [4:6] with bits [7:9] (the 16-byte chunk with the row within the 1024-byte pattern)."""
+    start = (desc & 0x3FFF) << 4
+    sbo = ((desc >> 32) & 0x3FFF) << 4
+    assert (desc >> 62) == 1, "expected the 128-byte swizzle mode"
+    assert (desc >> 49) & 7 == 0, "base offset"
+    r = np.arange(rows)[:, None]
+    kk = np.arange(16)[None, :]
+    logical = start + (r // 8) * sbo + (r % 8) * 128 + 2 * kk
+    physical = logical ^ (((logical >> 7) & 7) << 4)
+    return smem[physical // 2]
+
+
+def wgmma_d_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(thread, register) -> (m, n) of the m64nNk16 f32 accumulator, written as CUTLASS/CuTe's layout
+    algebra states it, ((4,8,4),(2,2,N/8)) : ((128,1,16),(64,8,512)) over the column-major (M64, N) index:
+    a second, independent statement of the ISA's accumulator figure."""
+    t = np.arange(128)[:, None]
+    v = np.arange(n // 2)[None, :]
+    idx = (t % 4) * 128 + ((t // 4) % 8) * 1 + (t // 32) * 16 + (v % 2) * 64 + ((v // 2) % 2) * 8 + (v // 4) * 512
+    return idx % 64, idx // 64
+
+
+def test_wgmma_descriptor_fields(probe):
+    for addr in (0, 1024, 0x1400 + 32, 0x3FFF0):
+        d = probe.wgmma_desc(addr)
+        assert d & 0x3FFF == (addr & 0x3FFFF) >> 4
+        assert (d >> 16) & 0x3FFF == 1  # leading byte offset: unused by swizzled K-major, "assumed 1"
+        assert (d >> 32) & 0x3FFF == 1024 >> 4  # 8 rows of 128 bytes to the next 8 rows
+        assert (d >> 49) & 7 == 0 and d >> 62 == 1
+        assert d & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (3 << 62)) == 0  # nothing else set
+
+
+def test_wgmma_acc_coords_match_the_layout_algebra(probe):
+    m_, n_ = wgmma_d_layout(128)
+    for t in range(128):
+        for i in range(64):
+            assert probe.wgmma_acc(t, i) == (m_[t, i], n_[t, i])
+    seen = np.zeros((64, 128), int)
+    np.add.at(seen, (m_, n_), 1)
+    assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("q", range(len(gemm_cupy.wgmma_tiles())))
+def test_wgmma_schedule_reproduces_matmul(probe, q):
+    """cp.async fills (the loaders and tiles of the mma.sync kernels) read back through descriptors as
+    the wgmma kernel builds them, multiplied, scattered into the accumulator layout and stored by the
+    kernel's epilogue: A @ B exactly, edges included."""
+    tile = gemm_cupy.wgmma_tiles()[q]
+    info = probe.wgmma_info(q)
+    assert info["smem_bytes"] == tile.smem_bytes and info["threads"] == tile.threads
+    m, n, k = tile.bm + 19, tile.bn + 9, 2 * tile.bk + 10
+    rng = np.random.default_rng(7)
+    a, b = _ints((m, k), rng), _ints((k, n), rng)
+    bt = b.T.copy()
+    raw_base = 0x1230  # an unaligned dynamic shared memory base: the kernel aligns it up to 1024 bytes
+    base = (raw_base + 1023) & ~1023
+    smem = np.zeros((raw_base + tile.smem_bytes) // 2)
+    tiles_m, tiles_n = math.ceil(m / tile.bm), math.ceil(n / tile.bn)
+    ldc = -(-n // 8) * 8
+    c = np.full((m, ldc), np.nan)
+    plans = {op: probe.wgmma_copy_plan(q, op, info["threads"], info[f"{op}_iters"]) for op in ("a", "b")}
+    m_map, n_map = wgmma_d_layout(128)
+    for pid in range(tiles_m * tiles_n):
+        tm, tn = probe.tile_of_block(pid, tiles_m, tiles_n, GROUP_M)
+        acc = np.zeros((tile.bm // 64, info["nb"], 128, 64))  # [warpgroup, n128 block, thread, register]
+        for kt, k0 in enumerate(range(0, k, tile.bk)):
+            stage = base + (kt % tile.stages) * info["stage_bytes"]
+            tiles = {"a": (stage, a, tm * tile.bm), "b": (stage + 2 * info["a_elems"], bt, tn * tile.bn)}
+            for op, (tile_addr, mat, d0) in tiles.items():
+                rows, cols, offs = plans[op]
+                for tid in range(info["threads"]):
+                    for it in range(len(rows[tid])):
+                        e = tile_addr // 2 + offs[tid][it]
+                        smem[e:e + 8] = _matrix_chunk(probe, mat, True, d0, k0, rows[tid][it], cols[tid][it])
+            for w in range(tile.bm // 64):
+                for kk in range(0, tile.bk, 16):
+                    a_blk = wgmma_read(smem, probe.wgmma_desc(stage + w * 64 * 128 + 2 * kk), 64)
+                    for h in range(info["nb"]):
+                        b_blk = wgmma_read(smem, probe.wgmma_desc(stage + 2 * info["a_elems"] + h * 128 * 128 + 2 * kk), 128)
+                        acc[w, h] += (a_blk @ b_blk.T)[m_map, n_map]
+        for w in range(tile.bm // 64):
+            for h in range(info["nb"]):
+                for t in range(128):
+                    for qq in range(32):
+                        r, cc = probe.wgmma_acc(t, 2 * qq)
+                        row, col = tm * tile.bm + w * 64 + r, tn * tile.bn + h * 128 + cc
+                        if row < m and col < ldc:
+                            c[row, col:col + 2] = acc[w, h, t, 2 * qq:2 * qq + 2]
+    np.testing.assert_array_equal(c[:, :n], a @ b)
