@@ -12,6 +12,7 @@ multiple of 8 the kernel writes a buffer of K rounded up to 8 channels, copied o
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -54,6 +55,7 @@ def _all_configs():
             yield dtype, tile
 
 
+@lru_cache(maxsize=None)
 def all_exprs() -> tuple[str, ...]:
     return tuple(kernel_expr(*c) for c in _all_configs())
 
@@ -126,7 +128,7 @@ def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allo
     geometry = (n, h, w, c8, k, r, s, p, q, *shape.stride, *shape.pad, *shape.dilation)
     ldy = -(-k // 8) * 8  # the kernel stores pairs up to a multiple of 8 channels (store_tile)
     y_nhwc = y.permute(0, 2, 3, 1) if ldy == k else torch.empty((n, p, q, ldy), dtype=a.dtype, device=a.device)
-    args = (ck.as_cupy(x_nhwc), ck.as_cupy(w_krsc), ck.as_cupy(y_nhwc), *(i32(v) for v in geometry), i32(ldy),
+    args = (x_nhwc, w_krsc, y_nhwc, *(i32(v) for v in geometry), i32(ldy),
             i32(GROUP_M))
     ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a)
     if ldy != k:

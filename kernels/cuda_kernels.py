@@ -4,10 +4,11 @@
          |                                                 |
          +--> static inspection (aot_builds, evidence)     +--> cupy.RawModule(path=cubin) on a GPU
 
-Every kernel configuration is compiled as its own NVRTC program (one template instantiation, one name
-expression), so the cubin that `python -m microbench.inspect` disassembles for an architecture is,
-byte for byte, the cubin a GPU of that architecture runs, and the providers' Tensor Core evidence is
-that cubin's SASS. Builds are cached in-process.
+All configurations of one .cu file (one name expression per template instantiation) are compiled as
+one NVRTC program into one cubin per architecture, so the cubin that `python -m microbench.inspect`
+disassembles for an architecture is, byte for byte, the cubin a GPU of that architecture loads, and the
+providers' Tensor Core evidence is the SASS of the kernel they launched in it. Builds are cached
+in-process (a GPU process compiles its architecture's cubin at the first call, in a few seconds).
 """
 from __future__ import annotations
 
@@ -227,65 +228,58 @@ def load(source_file: str, exprs: tuple[str, ...], expr: str, device_index: int,
     """A cupy.RawKernel for one configuration on one device, from the file's cubin built by Triton's ptxas
     for this device's architecture (the cubin the static inspection reads), or from its PTX, for the
     driver to JIT-compile, when ptxas cannot build for this architecture."""
+    import cupy
+
     raw, symbols = _module(source_file, exprs, device_index, target)
-    with cupy_device(device_index):
+    with cupy.cuda.Device(device_index):
         kernel = raw.get_function(symbols[expr])
         # Above 48 KiB of dynamic shared memory a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize).
         kernel.max_dynamic_shared_size_bytes = smem_bytes
     return kernel
 
 
-def cupy_device(index: int):
+@lru_cache(maxsize=None)
+def _properties(device_index: int) -> dict:
     import cupy
 
-    return cupy.cuda.Device(index)
+    return cupy.cuda.runtime.getDeviceProperties(device_index)
 
 
 def smem_limit(device_index: int) -> int:
-    import cupy
-
-    return int(cupy.cuda.runtime.getDeviceProperties(device_index)["sharedMemPerBlockOptin"])
-
-
-def smem_limit_or_none(device_index: int) -> int:
-    """The limit where CuPy can read it, else no limit (static evidence on a machine without the GPU)."""
-    try:
-        return smem_limit(device_index)
-    except Exception:  # noqa: BLE001 - no CuPy, no driver, no such device
-        return 2**31
+    """The most dynamic shared memory one CTA may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin)."""
+    return int(_properties(device_index)["sharedMemPerBlockOptin"])
 
 
 def sm_count(device_index: int) -> int:
-    import cupy
+    return int(_properties(device_index)["multiProcessorCount"])
 
-    return int(cupy.cuda.runtime.getDeviceProperties(device_index)["multiProcessorCount"])
+
+@lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(device_index)
+
+
+def target_of(t) -> str:
+    """The cubin target of a CUDA tensor's device: sm_XY."""
+    major, minor = _capability(t.device.index)
+    return f"sm_{major}{minor}"
 
 
 def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int, args: tuple,
            like) -> None:
     """Launch on the torch tensor `like`'s device and on torch's current stream there, so that timing with
-    torch.cuda events and later torch work order correctly after the kernel."""
+    torch.cuda events and later torch work order correctly after the kernel. Torch tensors among `args`
+    cross into CuPy with DLPack (zero copy) under that same stream, so the exchange needs no extra
+    synchronisation; the kernel receives each view's data pointer (RawKernel ignores strides)."""
     import cupy
     import torch
 
     stream = torch.cuda.current_stream(like.device)
     with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, like.device.index):
-        kernel(grid, block, args, shared_mem=smem_bytes)
-
-
-def as_cupy(t):
-    """A torch CUDA tensor as a CuPy array over the same memory (DLPack, zero copy); a kernel argument
-    that passes the view's data pointer."""
-    import cupy
-
-    return cupy.from_dlpack(t)
-
-
-def target_of(t) -> str:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(t.device)
-    return f"sm_{major}{minor}"
+        kernel(grid, block, tuple(cupy.from_dlpack(a) if isinstance(a, torch.Tensor) else a for a in args),
+               shared_mem=smem_bytes)
 
 
 def pick(tiles: Sequence[Tile], ctas: Callable[[Tile], int], sms: int, smem_max: int) -> Tile:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -118,11 +119,13 @@ def _wgmma_configs():
             yield dtype, tile
 
 
+@lru_cache(maxsize=None)
 def all_exprs() -> tuple[str, ...]:
     """Every mma.sync instantiation the provider can launch: one module per target holds them all."""
     return tuple(kernel_expr(*c) for c in _all_configs())
 
 
+@lru_cache(maxsize=None)
 def wgmma_exprs() -> tuple[str, ...]:
     return tuple(wgmma_expr(*c) for c in _wgmma_configs())
 
@@ -249,7 +252,7 @@ def _run(p: _Problem, source: str, exprs: tuple[str, ...], expr: str, kernel_nam
     _launches.record(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma)
     grid = (math.ceil(p.m / tile.bm) * math.ceil(p.n / tile.bn), 1, p.batch)
     i32, i64 = np.int32, np.int64
-    args = (ck.as_cupy(a3), ck.as_cupy(b3), ck.as_cupy(c), i32(p.m), i32(p.n), i32(p.k), i64(lda), i64(ldb),
+    args = (a3, b3, c, i32(p.m), i32(p.n), i32(p.k), i64(lda), i64(ldb),
             i32(ldc), i64(sa), i64(sb), i32(GROUP_M))
     ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a3)
     if ldc != p.n:

@@ -126,12 +126,13 @@ def test_wgmma_variant_is_hgmma_on_sm90_only(static_records, target):
 
 
 @pytest.mark.parametrize("target", sass.TARGETS)
-def test_sass_holds_the_pipeline_instructions(static_records, target):
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_sass_holds_the_pipeline_instructions(static_records, module, target):
     """The building blocks reached the machine code: LDGSTS (cp.async), LDSM (ldmatrix), the
     cp.async group wait, and HMMA.16816 with an F32 accumulator."""
-    mod = ck.build(gemm_cupy.SOURCE, gemm_cupy.all_exprs(), target)
+    mod = ck.build(module.SOURCE, module.all_exprs(), target)
     listing = sass.disassemble(mod.cubin)
-    for expr in gemm_cupy.all_exprs():
+    for expr in module.all_exprs():
         fn = sass.function_section(listing, mod.symbols[expr])
         ops = sass.opcode_counts(fn)
         assert ops["LDGSTS"] > 0 and ops["LDSM"] > 0 and ops["LDGDEPBAR"] > 0, expr
