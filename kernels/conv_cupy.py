@@ -12,6 +12,7 @@ multiple of 8 the kernel writes a buffer of K rounded up to 8 channels, copied o
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -87,9 +88,28 @@ def _nhwc(t: torch.Tensor, channels: int) -> torch.Tensor:
     return out
 
 
-@provider("conv2d", "cupy", library="CUDA C++ implicit GEMM, NHWC, mma.sync m16n8k16 (NVRTC, CuPy RawModule)",
-          enabled=ck.cupy_kernel_reason, evidence=_evidence)
-def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allow_tf32: bool = False) -> torch.Tensor:
+@dataclass
+class ConvPlan:
+    """What the kernel is given (conv_implicit.cu's contract): x as contiguous N H W C8, w as contiguous
+    K R S C8 (C8 = C rounded up to 8, zero-padded), y written as [N * P * Q, ldy] row-major, ldy a
+    multiple of 8 >= K; geometry = (n, h, w, c8, k, r, s, p, q, stride_h, stride_w, pad_h, pad_w,
+    dilation_h, dilation_w)."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    geometry: tuple
+    m: int  # GEMM rows: output pixels
+    k: int  # GEMM columns: output channels
+    ldy: int
+    out_shape: tuple  # (n, k, p, q), channels-last
+
+    @property
+    def empty(self) -> bool:
+        """No output, or nothing to sum (C = 0): the result is zeros of out_shape."""
+        return 0 in (self.m, self.k, self.geometry[3])
+
+
+def _check(a: torch.Tensor, b: torch.Tensor, shape, direction: str) -> None:
     if direction != "fwd":
         raise Unsupported(f"conv2d {direction}: only the forward convolution is implemented")
     if shape.groups != 1:
@@ -100,6 +120,10 @@ def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allo
         raise Unsupported(f"{a.dtype}: the kernel takes fp16 / bf16 operands (fp32 accumulation)")
     if a.device.type != "cuda" or b.device != a.device:
         raise Unsupported("needs both operands on the same CUDA device")
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, shape) -> ConvPlan:
+    """Layouts and the explicit copies for the forward convolution of a (N C H W) with b (K C R S)."""
     n, c, h, w = a.shape
     k, c_w, r, s = b.shape
     if c_w != c:
@@ -109,28 +133,43 @@ def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allo
     c8 = -(-c // 8) * 8
     if max(m, k, r * s * c8) > INT32_MAX:
         raise Unsupported("sizes beyond the kernel's 32-bit GEMM indices")
-    y = torch.empty((n, k, p, q), dtype=a.dtype, device=a.device, memory_format=torch.channels_last)
-    if m == 0 or k == 0:
-        return y
-    if c == 0:
-        return y.zero_()
+    geometry = (n, h, w, c8, k, r, s, p, q, *shape.stride, *shape.pad, *shape.dilation)
+    empty = 0 in (m, k, c)
+    return ConvPlan(a if empty else _nhwc(a, c8), b if empty else _nhwc(b, c8), geometry, m, k, -(-k // 8) * 8,
+                    (n, k, p, q))
 
-    x_nhwc = _nhwc(a, c8)
-    w_krsc = _nhwc(b, c8)
+
+def output(p: ConvPlan, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, the buffer the kernel writes as N P Q ldy): the same memory when ldy == K."""
+    y = torch.empty(p.out_shape, dtype=like.dtype, device=like.device, memory_format=torch.channels_last)
+    if p.ldy == p.k:
+        return y, y.permute(0, 2, 3, 1)
+    n, _, pp, q = p.out_shape
+    return y, torch.empty((n, pp, q, p.ldy), dtype=like.dtype, device=like.device)
+
+
+def finish(p: ConvPlan, y: torch.Tensor, y_nhwc: torch.Tensor) -> torch.Tensor:
+    if p.ldy != p.k:
+        y.copy_(y_nhwc[..., : p.k].permute(0, 3, 1, 2))  # explicit copy out of the padded buffer
+    return y
+
+
+@provider("conv2d", "cupy", library="CUDA C++ implicit GEMM, NHWC, mma.sync m16n8k16 (NVRTC, CuPy RawModule)",
+          enabled=ck.cupy_kernel_reason, evidence=_evidence)
+def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allow_tf32: bool = False) -> torch.Tensor:
+    _check(a, b, shape, direction)
+    p = plan(a, b, shape)
+    y, y_nhwc = output(p, a)
+    if p.empty:
+        return y.zero_()
     dev = a.device.index
     dtype = _DTYPES[a.dtype]
-    tile = select_tile(m, k, ck.sm_count(dev), ck.smem_limit(dev))
+    tile = select_tile(p.m, p.k, ck.sm_count(dev), ck.smem_limit(dev))
     expr = kernel_expr(dtype, tile)
     kernel = ck.load(SOURCE, all_exprs(), expr, dev, ck.target_of(a), tile.smem_bytes)
     _launches.record(SOURCE, all_exprs(), expr, KERNEL, config_label(dtype, tile), dtype, tile.smem_bytes)
-    grid = (math.ceil(m / tile.bm) * math.ceil(k / tile.bn), 1, 1)
+    grid = (math.ceil(p.m / tile.bm) * math.ceil(p.k / tile.bn), 1, 1)
     i32 = np.int32
-    geometry = (n, h, w, c8, k, r, s, p, q, *shape.stride, *shape.pad, *shape.dilation)
-    ldy = -(-k // 8) * 8  # the kernel stores pairs up to a multiple of 8 channels (store_tile)
-    y_nhwc = y.permute(0, 2, 3, 1) if ldy == k else torch.empty((n, p, q, ldy), dtype=a.dtype, device=a.device)
-    args = (x_nhwc, w_krsc, y_nhwc, *(i32(v) for v in geometry), i32(ldy),
-            i32(GROUP_M))
+    args = (p.x, p.w, y_nhwc, *(i32(v) for v in p.geometry), i32(p.ldy), i32(GROUP_M))
     ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a)
-    if ldy != k:
-        y.copy_(y_nhwc[..., :k].permute(0, 3, 1, 2))  # explicit copy out of the padded buffer
-    return y
+    return finish(p, y, y_nhwc)

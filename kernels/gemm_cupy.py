@@ -207,24 +207,44 @@ def _k_major(t: torch.Tensor, inner_is_k: bool) -> tuple[torch.Tensor, int, int]
 
 
 @dataclass
-class _Problem:
-    a3: torch.Tensor
-    b3: torch.Tensor
+class GemmPlan:
+    """What a GEMM kernel is given (the kernels' contract, gemm_mma.cu / gemm_wgmma.cu): operand element
+    (d, k) at a[z * sa + d * lda + k] when K-major, a[z * sa + k * lda + d] when not (d = m for A, n for
+    B); C as [batch, m, ldc] row-major with ldc a multiple of 8 >= n."""
+
+    a: torch.Tensor  # [batch or 1, m, k] view: the kernel receives its data pointer
+    b: torch.Tensor  # [batch or 1, k, n] view
+    a_kmajor: bool
+    b_kmajor: bool
+    lda: int
+    ldb: int
+    sa: int  # batch strides (0: broadcast)
+    sb: int
     m: int
     n: int
     k: int
     batch: int
+    ldc: int
     out_shape: tuple
 
+    @property
+    def empty(self) -> bool:
+        """m, n or k is 0: nothing to launch (the result is zeros of out_shape)."""
+        return 0 in (self.m, self.n, self.k)
 
-def _problem(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> _Problem:
-    """Checks common to both providers; operands as [batch, rows, cols] (views, no copy)."""
+
+def _check(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
     if a.dtype not in _DTYPES:
         raise Unsupported(f"{a.dtype}: the kernel takes fp16 / bf16 operands (fp32 accumulation)")
     if a.device.type != "cuda" or b.device != a.device:
         raise Unsupported("needs both operands on the same CUDA device")
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, *, k_major_only: bool = False) -> GemmPlan:
+    """Shapes, layouts and the explicit copies for a @ b (any device; no copy for an empty problem).
+    `k_major_only`: the wgmma kernel, which reads K-major operands only."""
     if a.dim() not in (2, 3) or b.dim() not in (2, 3):
         raise Unsupported(f"operands of {a.dim()} and {b.dim()} dimensions (2 or 3 supported)")
     m, k = a.shape[-2:]
@@ -239,40 +259,51 @@ def _problem(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool) -> _Problem:
     if max(m, n, k) > INT32_MAX or batch > MAX_GRID_Z:
         raise Unsupported(f"sizes beyond the kernel's 32-bit indices or grid: {tuple(a.shape)} @ {tuple(b.shape)}")
     out_shape = ((batch,) if max(a.dim(), b.dim()) == 3 else ()) + (m, n)
-    return _Problem(a if a.dim() == 3 else a.unsqueeze(0), b if b.dim() == 3 else b.unsqueeze(0), m, n, k, batch,
-                    out_shape)
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    if 0 in (m, n, k):
+        return GemmPlan(a3, b3, True, False, 0, 0, 0, 0, m, n, k, batch, _round8(n), out_shape)
+    if k_major_only:
+        (a3, lda, sa), (b3, ldb, sb) = _k_major(a3, inner_is_k=True), _k_major(b3, inner_is_k=False)
+        a_kmajor = b_kmajor = True
+    else:
+        a3, a_kmajor, lda, sa = _operand(a3, inner_is_k=True)
+        b3, b_kmajor, ldb, sb = _operand(b3, inner_is_k=False)
+    return GemmPlan(a3, b3, a_kmajor, b_kmajor, lda, ldb, sa, sb, m, n, k, batch, _round8(n), out_shape)
 
 
-def _run(p: _Problem, source: str, exprs: tuple[str, ...], expr: str, kernel_name: str, label: str, dtype: str,
-         tile, a3, lda, sa, b3, ldb, sb, wants_wgmma: bool = False) -> torch.Tensor:
-    ldc = _round8(p.n)  # the kernels store pairs up to a multiple of 8 columns
-    c = torch.empty((p.batch, p.m, ldc), dtype=a3.dtype, device=a3.device)
-    dev = a3.device.index
-    kernel = ck.load(source, exprs, expr, dev, ck.target_of(a3), tile.smem_bytes)
+def finish(p: GemmPlan, c: torch.Tensor) -> torch.Tensor:
+    """The result from the kernel's [batch, m, ldc] buffer."""
+    if p.ldc != p.n:
+        c = c[..., : p.n].contiguous()  # explicit copy out of the padded buffer (N not a multiple of 8)
+    return c.view(p.out_shape)
+
+
+def _run(p: GemmPlan, source: str, exprs: tuple[str, ...], expr: str, kernel_name: str, label: str, dtype: str,
+         tile, wants_wgmma: bool = False) -> torch.Tensor:
+    c = torch.empty((p.batch, p.m, p.ldc), dtype=p.a.dtype, device=p.a.device)
+    kernel = ck.load(source, exprs, expr, p.a.device.index, ck.target_of(p.a), tile.smem_bytes)
     _launches.record(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma)
     grid = (math.ceil(p.m / tile.bm) * math.ceil(p.n / tile.bn), 1, p.batch)
     i32, i64 = np.int32, np.int64
-    args = (a3, b3, c, i32(p.m), i32(p.n), i32(p.k), i64(lda), i64(ldb),
-            i32(ldc), i64(sa), i64(sb), i32(GROUP_M))
-    ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, a3)
-    if ldc != p.n:
-        c = c[..., : p.n].contiguous()  # explicit copy out of the padded buffer (N not a multiple of 8)
-    return c.view(p.out_shape)
+    args = (p.a, p.b, c, i32(p.m), i32(p.n), i32(p.k), i64(p.lda), i64(p.ldb), i32(p.ldc), i64(p.sa), i64(p.sb),
+            i32(GROUP_M))
+    ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, p.a)
+    return finish(p, c)
 
 
 @provider("gemm", "cupy", library="CUDA C++ mma.sync m16n8k16 + ldmatrix + cp.async (NVRTC, CuPy RawModule)",
           enabled=ck.cupy_kernel_reason, evidence=_evidence)
 def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
-    p = _problem(a, b, allow_tf32)
-    if 0 in (p.m, p.n, p.k):
+    _check(a, b)
+    p = plan(a, b)
+    if p.empty:
         return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
-    a3, a_kmajor, lda, sa = _operand(p.a3, inner_is_k=True)
-    b3, b_kmajor, ldb, sb = _operand(p.b3, inner_is_k=False)
     dtype = _DTYPES[a.dtype]
     dev = a.device.index
     tile = select_tile(p.m, p.n, p.batch, ck.sm_count(dev), ck.smem_limit(dev))
-    return _run(p, SOURCE, all_exprs(), kernel_expr(dtype, tile, a_kmajor, b_kmajor), KERNEL,
-                config_label(dtype, tile, a_kmajor, b_kmajor), dtype, tile, a3, lda, sa, b3, ldb, sb)
+    return _run(p, SOURCE, all_exprs(), kernel_expr(dtype, tile, p.a_kmajor, p.b_kmajor), KERNEL,
+                config_label(dtype, tile, p.a_kmajor, p.b_kmajor), dtype, tile)
 
 
 def _wgmma_reason(device) -> str | None:
@@ -287,16 +318,15 @@ def _wgmma_reason(device) -> str | None:
 @provider("gemm", "cupy_wgmma", library="CUDA C++ wgmma.mma_async m64n128k16, sm_90a (UNVERIFIED on hardware)",
           enabled=_wgmma_reason, evidence=_evidence)
 def gemm_cupy_wgmma(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
-    p = _problem(a, b, allow_tf32)
-    if 0 in (p.m, p.n, p.k):
-        return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
+    _check(a, b)
     if ck.target_of(a) != "sm_90":
         raise Unsupported("wgmma exists only on sm_90 (Hopper)")
-    a3, lda, sa = _k_major(p.a3, inner_is_k=True)
-    b3, ldb, sb = _k_major(p.b3, inner_is_k=False)
+    p = plan(a, b, k_major_only=True)
+    if p.empty:
+        return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
     dtype = _DTYPES[a.dtype]
     tile = wgmma_tiles()[0]
     if tile.smem_bytes > ck.smem_limit(a.device.index):
         raise Unsupported(f"{tile.smem_bytes} bytes of shared memory do not fit this device")
     return _run(p, WGMMA_SOURCE, wgmma_exprs(), wgmma_expr(dtype, tile), WGMMA_KERNEL, wgmma_label(dtype, tile), dtype,
-                tile, a3, lda, sa, b3, ldb, sb, wants_wgmma=True)
+                tile, wants_wgmma=True)
