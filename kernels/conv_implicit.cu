@@ -42,47 +42,63 @@ MMA_HD mma::i64 input_offset(const Geometry& g, mma::i64 image, int ih, int iw, 
   return image + ((mma::i64)ih * g.w + iw) * g.c + c;
 }
 
-}  // namespace conv
-
-#if defined(__CUDACC__)
-namespace conv {
-
 // Copies A tiles (BM output pixels x BK of (r, s, c)) of the implicit GEMM into a K-major OperandTile.
 // Each thread keeps one chunk column (8 channels of one tap) and Plan::ITERS output pixels; the pixels'
-// coordinates are decoded once, the column's (r, s, c) once per k-tile.
+// coordinates are decoded once, the column's (r, s, c) once per k-tile. Host-compilable except issue(),
+// so the tests run source() itself.
 template <class Tile, int THREADS>
 struct Im2colLoader {
   using Plan = mma::CopyPlan<Tile, THREADS>;
   static_assert(Tile::K_MAJOR, "the gathered operand is K-major: channels are contiguous in NHWC");
   const mma::u16* x;
   Geometry g;
-  int kdim;
+  int tid, kdim;
   mma::i64 image[Plan::ITERS];  // element offset of the pixel's image, or -1 past M
   int h0[Plan::ITERS], w0[Plan::ITERS];  // input coordinates of tap (0, 0)
 
-  __device__ __forceinline__ Im2colLoader(const mma::u16* x_, const Geometry& g_, int m0) : x(x_), g(g_) {
+  MMA_HD Im2colLoader(const mma::u16* x_, const Geometry& g_, int m0, int tid_) : x(x_), g(g_), tid(tid_) {
     kdim = g.r * g.s * g.c;
 #pragma unroll
-    for (int it = 0; it < Plan::ITERS; ++it) pixel_origin(g, m0 + Plan::row(threadIdx.x, it), image[it], h0[it], w0[it]);
+    for (int it = 0; it < Plan::ITERS; ++it) pixel_origin(g, m0 + Plan::row(tid, it), image[it], h0[it], w0[it]);
   }
 
-  __device__ __forceinline__ void issue(mma::u32 tile_smem, int k0) const {
-    const int col = Plan::col(threadIdx.x);
-    const int kd = k0 + col;
+  // The thread's tap for the k-tile at k0: decoded once for all of its pixels.
+  struct Tap {
     int dh, dw, c;
-    tap_offsets(g, kd, dh, dw, c);
+    bool ok;  // inside Kdim
+  };
+  MMA_HD Tap tap(int k0) const {
+    Tap t;
+    const int kd = k0 + Plan::col(tid);
+    tap_offsets(g, kd, t.dh, t.dw, t.c);
+    t.ok = kd < kdim;
+    return t;
+  }
+
+  // Source and byte count of this thread's chunk `it`: 16, or 0 where the tap falls into the padding
+  // or past Kdim (zero-fill, read from a valid address).
+  MMA_HD const mma::u16* source(int it, const Tap& t, int& bytes) const {
+    const mma::i64 off = t.ok ? input_offset(g, image[it], h0[it] + t.dh, w0[it] + t.dw, t.c) : -1;
+    bytes = off >= 0 ? 16 : 0;
+    return off >= 0 ? x + off : x;
+  }
+
+#if defined(__CUDACC__)
+  __device__ __forceinline__ void issue(mma::u32 tile_smem, int k0) const {
+    const Tap t = tap(k0);
 #pragma unroll
     for (int it = 0; it < Plan::ITERS; ++it) {
-      const mma::i64 off = kd < kdim ? input_offset(g, image[it], h0[it] + dh, w0[it] + dw, c) : -1;
-      // A tap in the padding, or past Kdim, reads nothing (zero-fill) from a valid address.
-      mma::cp_async_16(tile_smem + 2 * Tile::offset(Plan::row(threadIdx.x, it), col), off >= 0 ? x + off : x,
-                       off >= 0 ? 16 : 0);
+      int bytes;
+      const mma::u16* src = source(it, t, bytes);
+      mma::cp_async_16(tile_smem + 2 * Tile::offset(Plan::row(tid, it), Plan::col(tid)), src, bytes);
     }
   }
+#endif
 };
 
 }  // namespace conv
 
+#if defined(__CUDACC__)
 // minBlocksPerSM = 1 lets ptxas use up to 255 registers: left to itself it capped the 128x64 tile at
 // 128 registers and spilled (sm_80).
 template <class T, int BM, int BN, int BK, int WM, int WN, int STAGES>
@@ -97,8 +113,8 @@ conv2d_fwd_nhwc(const mma::u16* __restrict__ x, const mma::u16* __restrict__ w, 
   int tm, tn;
   mma::tile_of_block(blockIdx.x, (m_extent + BM - 1) / BM, (k + BN - 1) / BN, group_m, tm, tn);
 
-  const conv::Im2colLoader<typename Cfg::ATile, Cfg::THREADS> la(x, g, tm * BM);
-  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(w, kdim, tn * BN, k, kdim);
+  const conv::Im2colLoader<typename Cfg::ATile, Cfg::THREADS> la(x, g, tm * BM, threadIdx.x);
+  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(w, kdim, tn * BN, k, kdim, threadIdx.x);
   float acc[Cfg::MI][Cfg::NI][4];
 #pragma unroll
   for (int i = 0; i < Cfg::MI; ++i)

@@ -25,8 +25,8 @@ gemm_mma(const mma::u16* __restrict__ a, const mma::u16* __restrict__ b, mma::u1
   c += (mma::i64)blockIdx.z * m * ldc;
 
   // A is the D = M operand, B the D = N operand (mma's "col" B: k runs along each n).
-  const mma::MatrixLoader<typename Cfg::ATile, Cfg::THREADS> la(a, lda, tm * BM, m, k);
-  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(b, ldb, tn * BN, n, k);
+  const mma::MatrixLoader<typename Cfg::ATile, Cfg::THREADS> la(a, lda, tm * BM, m, k, threadIdx.x);
+  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(b, ldb, tn * BN, n, k, threadIdx.x);
   float acc[Cfg::MI][Cfg::NI][4];
 #pragma unroll
   for (int i = 0; i < Cfg::MI; ++i)

@@ -127,8 +127,8 @@ gemm_wgmma(const mma::u16* __restrict__ a, const mma::u16* __restrict__ b, mma::
   b += blockIdx.z * batch_stride_b;
   c += (mma::i64)blockIdx.z * m * ldc;
 
-  const mma::MatrixLoader<ATile, Cfg::THREADS> la(a, lda, tm * BM, m, k);
-  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(b, ldb, tn * BN, n, k);
+  const mma::MatrixLoader<ATile, Cfg::THREADS> la(a, lda, tm * BM, m, k, threadIdx.x);
+  const mma::MatrixLoader<typename Cfg::BTile, Cfg::THREADS> lb(b, ldb, tn * BN, n, k, threadIdx.x);
   const mma::u32 smem = (mma::smem_addr(mma::dynamic_smem()) + wg::ATOM_BYTES - 1) & ~(mma::u32)(wg::ATOM_BYTES - 1);
   const int warpgroup = threadIdx.x >> 7;
   const int k_tiles = (k + wg::BK - 1) / wg::BK;

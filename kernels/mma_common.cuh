@@ -171,6 +171,66 @@ struct TileConfig {
   }
 };
 
+#if defined(__CUDACC__)
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, int src_bytes);
+#endif
+
+// Copies tiles of a strided operand (GEMM A or B, the convolution's weights) into its OperandTile.
+// Element (d, k) of the operand is base[d * ld + k] when K-major, base[k * ld + d] when D-major; d runs
+// over [0, d_extent), k over [0, k_extent). Requirements (checked by the Python wrappers): base 16-byte
+// aligned and ld a multiple of 8 elements, so every chunk start is 16-byte aligned. The per-thread
+// source pointers are computed once; a k-tile only advances them. Host-compilable except issue(), so
+// the tests run source() itself.
+template <class Tile, int THREADS>
+struct MatrixLoader {
+  using Plan = CopyPlan<Tile, THREADS>;
+  const u16* base;
+  const u16* src0[Plan::ITERS];  // this thread's chunks at k = 0
+  i64 k_stride;                  // elements between k and k + 1: 1 (K-major) or ld (D-major)
+  int tid, k_extent;
+  int fixed_bytes;  // D-major: bytes of the thread's (fixed) d chunk inside d_extent
+  unsigned row_ok;  // K-major: bit it set when the thread's row d of iteration it is inside d_extent
+
+  MMA_HD MatrixLoader(const u16* base_, i64 ld, int d0, int d_extent, int k_extent_, int tid_)
+      : base(base_), k_stride(Tile::K_MAJOR ? 1 : ld), tid(tid_), k_extent(k_extent_), fixed_bytes(0), row_ok(0) {
+    const int col = Plan::col(tid);
+#pragma unroll
+    for (int it = 0; it < Plan::ITERS; ++it) {
+      const int row = Plan::row(tid, it);
+      if constexpr (Tile::K_MAJOR) {  // row = d, col = k
+        const int d = d0 + row;
+        row_ok |= (d < d_extent ? 1u : 0u) << it;
+        src0[it] = base + (i64)(d < d_extent ? d : 0) * ld + col;
+      } else {  // row = k, col = d
+        src0[it] = base + (i64)row * ld + d0 + col;
+      }
+    }
+    if constexpr (!Tile::K_MAJOR) fixed_bytes = chunk_bytes(d0 + col, d_extent);
+  }
+
+  // Source and byte count (0..16; the rest zero-filled) of this thread's chunk `it` of the k-tile at k0.
+  // A chunk outside the operand reads nothing, from a valid address (the base).
+  MMA_HD const u16* source(int it, int k0, int& bytes) const {
+    if constexpr (Tile::K_MAJOR) {
+      bytes = (row_ok >> it) & 1u ? chunk_bytes(k0 + Plan::col(tid), k_extent) : 0;
+    } else {
+      bytes = k0 + Plan::row(tid, it) < k_extent ? fixed_bytes : 0;
+    }
+    return bytes ? src0[it] + k0 * k_stride : base;
+  }
+
+#if defined(__CUDACC__)
+  __device__ __forceinline__ void issue(u32 tile_smem, int k0) const {
+#pragma unroll
+    for (int it = 0; it < Plan::ITERS; ++it) {
+      int bytes;
+      const u16* src = source(it, k0, bytes);
+      cp_async_16(tile_smem + 2 * Tile::offset(Plan::row(tid, it), Plan::col(tid)), src, bytes);
+    }
+  }
+#endif
+};
+
 }  // namespace mma
 
 // =====================================================================================================
@@ -242,56 +302,6 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
   }
   return r;
 }
-
-// Copies tiles of a strided operand (GEMM A or B, the convolution's weights) into its OperandTile.
-// Element (d, k) of the operand is base[d * ld + k] when K-major, base[k * ld + d] when D-major; d runs
-// over [0, d_extent), k over [0, k_extent). Requirements (checked by the Python wrappers): base 16-byte
-// aligned and ld a multiple of 8 elements, so every chunk start is 16-byte aligned. The per-thread
-// source pointers are computed once; a k-tile only advances them.
-template <class Tile, int THREADS>
-struct MatrixLoader {
-  using Plan = CopyPlan<Tile, THREADS>;
-  const u16* base;
-  const u16* src0[Plan::ITERS];  // this thread's chunks at k = 0
-  i64 k_stride;                  // elements between k and k + 1: 1 (K-major) or ld (D-major)
-  int k_extent;
-  int fixed_bytes;  // D-major: bytes of the thread's (fixed) d chunk inside d_extent
-  unsigned row_ok;  // K-major: bit it set when the thread's row d of iteration it is inside d_extent
-
-  __device__ __forceinline__ MatrixLoader(const u16* base_, i64 ld, int d0, int d_extent, int k_extent_)
-      : base(base_), k_stride(Tile::K_MAJOR ? 1 : ld), k_extent(k_extent_), fixed_bytes(0), row_ok(0) {
-    const int col = Plan::col(threadIdx.x);
-#pragma unroll
-    for (int it = 0; it < Plan::ITERS; ++it) {
-      const int row = Plan::row(threadIdx.x, it);
-      if constexpr (Tile::K_MAJOR) {  // row = d, col = k
-        const int d = d0 + row;
-        row_ok |= (d < d_extent ? 1u : 0u) << it;
-        src0[it] = base + (i64)(d < d_extent ? d : 0) * ld + col;
-      } else {  // row = k, col = d
-        src0[it] = base + (i64)row * ld + d0 + col;
-      }
-    }
-    if constexpr (!Tile::K_MAJOR) fixed_bytes = chunk_bytes(d0 + col, d_extent);
-  }
-
-  __device__ __forceinline__ void issue(u32 tile_smem, int k0) const {
-    const int col = Plan::col(threadIdx.x);
-    const i64 advance = k0 * k_stride;
-#pragma unroll
-    for (int it = 0; it < Plan::ITERS; ++it) {
-      const int row = Plan::row(threadIdx.x, it);
-      int bytes;
-      if constexpr (Tile::K_MAJOR) {
-        bytes = (row_ok >> it) & 1u ? chunk_bytes(k0 + col, k_extent) : 0;
-      } else {
-        bytes = k0 + row < k_extent ? fixed_bytes : 0;
-      }
-      // A chunk outside the operand reads nothing (zero-fill) from a valid address.
-      cp_async_16(tile_smem + 2 * Tile::offset(row, col), bytes ? src0[it] + advance : base, bytes);
-    }
-  }
-};
 
 // The CTA main loop: STAGES - 1 k-tiles are in flight while the warps multiply the oldest one.
 // Loaders provide issue(tile_smem_address, k0), which starts the cp.async copies of one k-tile.

@@ -70,8 +70,28 @@ void wgmma_dispatch(int what, int* o0, int* o1, int* o2) {
   }
 }
 
+// Loaders run on the host against a fake operand at `fake_base`: only the returned element offset is
+// used, never dereferenced.
+const u16* const fake_base = reinterpret_cast<const u16*>(static_cast<unsigned long long>(1) << 40);
+
+template <class Tile, int THREADS>
+long long matrix_source(int tid, int it, long long ld, int d0, int d_extent, int k0, int k_extent, int* bytes) {
+  const MatrixLoader<Tile, THREADS> loader(fake_base, ld, d0, d_extent, k_extent, tid);
+  return loader.source(it, k0, *bytes) - fake_base;
+}
+
 conv::Geometry geometry(const int* g) {
   return conv::Geometry{g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14]};
+}
+
+template <class Cfg>
+long long im2col_source(const int* g, int m0, int tid, int it, int k0, int* bytes) {
+  if constexpr (Cfg::ATile::K_MAJOR) {  // the convolution's configurations (both operands K-major)
+    const conv::Im2colLoader<typename Cfg::ATile, Cfg::THREADS> loader(fake_base, geometry(g), m0, tid);
+    return loader.source(it, loader.tap(k0), *bytes) - fake_base;
+  } else {
+    return -1;
+  }
 }
 
 }  // namespace
@@ -135,6 +155,44 @@ int probe_wgmma(int index, int what, int* o0, int* o1, int* o2) {
   }
 #include "probe_wgmma.inc"
 #undef PROBE_WGMMA
+  return -1;
+}
+
+// MatrixLoader::source of config `index`'s operand (0 = A, 1 = B): element offset from the base and bytes.
+long long probe_matrix_source(int index, int operand, int tid, int it, long long ld, int d0, int d_extent, int k0,
+                              int k_extent, int* bytes) {
+#define PROBE_CONFIG(I, BM, BN, BK, WM, WN, ST, AK, BKM)                                                    \
+  if (index == I) {                                                                                        \
+    using Cfg = TileConfig<F16, BM, BN, BK, WM, WN, ST, AK, BKM>;                                          \
+    return operand == 0                                                                                    \
+               ? matrix_source<Cfg::ATile, Cfg::THREADS>(tid, it, ld, d0, d_extent, k0, k_extent, bytes)   \
+               : matrix_source<Cfg::BTile, Cfg::THREADS>(tid, it, ld, d0, d_extent, k0, k_extent, bytes);  \
+  }
+#include "probe_configs.inc"
+#undef PROBE_CONFIG
+  return -1;
+}
+
+long long probe_wgmma_matrix_source(int index, int operand, int tid, int it, long long ld, int d0, int d_extent,
+                                    int k0, int k_extent, int* bytes) {
+#define PROBE_WGMMA(I, BM, BN, ST)                                                                         \
+  if (index == I) {                                                                                        \
+    using Cfg = wg::Config<BM, BN, ST>;                                                                    \
+    return operand == 0                                                                                    \
+               ? matrix_source<Cfg::ATile, Cfg::THREADS>(tid, it, ld, d0, d_extent, k0, k_extent, bytes)   \
+               : matrix_source<Cfg::BTile, Cfg::THREADS>(tid, it, ld, d0, d_extent, k0, k_extent, bytes);  \
+  }
+#include "probe_wgmma.inc"
+#undef PROBE_WGMMA
+  return -1;
+}
+
+// conv::Im2colLoader::source of config `index` (its A tile): element offset into x and bytes.
+long long probe_im2col_source(int index, const int* g, int m0, int tid, int it, int k0, int* bytes) {
+#define PROBE_CONFIG(I, BM, BN, BK, WM, WN, ST, AK, BKM) \
+  if (index == I) return im2col_source<TileConfig<F16, BM, BN, BK, WM, WN, ST, AK, BKM>>(g, m0, tid, it, k0, bytes);
+#include "probe_configs.inc"
+#undef PROBE_CONFIG
   return -1;
 }
 

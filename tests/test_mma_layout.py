@@ -89,6 +89,19 @@ class Probe:
         self.lib.probe_config(q, 5, warp, 0, ctypes.byref(a), ctypes.byref(b), None)
         return a.value, b.value
 
+    def matrix_source(self, q, operand, tid, it, ld, d0, d_extent, k0, k_extent, wgmma=False):
+        """(element offset from the operand's base, bytes) that MatrixLoader::source gives the copy."""
+        b = ctypes.c_int()
+        fn = self.lib.probe_wgmma_matrix_source if wgmma else self.lib.probe_matrix_source
+        off = fn(q, 0 if operand == "a" else 1, tid, it, ctypes.c_longlong(ld), d0, d_extent, k0, k_extent,
+                 ctypes.byref(b))
+        return off, b.value
+
+    def im2col_source(self, q, g, m0, tid, it, k0):
+        b = ctypes.c_int()
+        off = self.lib.probe_im2col_source(q, g, m0, tid, it, k0, ctypes.byref(b))
+        return off, b.value
+
     def wgmma_info(self, q) -> dict:
         out = (ctypes.c_int * 16)()
         assert self.lib.probe_wgmma(q, 0, out, None, None) == 0
@@ -136,6 +149,8 @@ def probe(tmp_path_factory) -> Probe:
     lib = ctypes.CDLL(str(so))
     lib.probe_input_offset.restype = ctypes.c_longlong
     lib.probe_wgmma_desc.restype = ctypes.c_ulonglong
+    for fn in (lib.probe_matrix_source, lib.probe_wgmma_matrix_source, lib.probe_im2col_source):
+        fn.restype = ctypes.c_longlong
     lib.probe_wgmma_desc.argtypes = [ctypes.c_uint]
     return Probe(lib)
 
@@ -205,7 +220,7 @@ def mma_m16n8k16(a_regs: np.ndarray, b_regs: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 def _fill(probe, q, operand, info, chunk_source) -> np.ndarray:
     """One k-tile of an operand in shared memory, copied chunk by chunk as the copy plan says;
-    chunk_source(row, col) gives the 8 elements (zero-filled) the kernel's loader copies there."""
+    chunk_source(tid, it) gives the 8 elements (zero-filled) the kernel's loader copies there."""
     iters = info[f"{operand}_iters"]
     rows, cols, offs = probe.copy_plan(q, operand, info["threads"], iters)
     smem = np.full(info[f"{operand}_elems"], np.nan)
@@ -213,30 +228,43 @@ def _fill(probe, q, operand, info, chunk_source) -> np.ndarray:
         for it in range(iters):
             o = offs[tid][it]
             assert o % 8 == 0 and np.isnan(smem[o:o + 8]).all(), "a chunk written twice (or misaligned)"
-            smem[o:o + 8] = chunk_source(rows[tid][it], cols[tid][it])
+            smem[o:o + 8] = chunk_source(tid, it)
     assert not np.isnan(smem).any(), "the copy plan left part of the tile unwritten"
     return smem
 
 
-def _matrix_chunk(probe, op: np.ndarray, kmajor: bool, d0: int, k0: int, row: int, col: int) -> np.ndarray:
-    """MatrixLoader: op is the operand as a (d, k) matrix; K-major tiles are d rows of k, D-major k rows of d."""
-    d_ext, k_ext = op.shape
+def _copy(memory: np.ndarray, source: tuple[int, int]) -> np.ndarray:
+    """cp.async with a source size: `bytes` from memory at the element offset, the rest of 16 zero."""
+    off, nbytes = source
+    assert nbytes in (0, 2, 4, 6, 8, 10, 12, 14, 16)
     out = np.zeros(8)
-    if kmajor:
-        d, k = d0 + row, k0 + col
-        n = probe.chunk_bytes(k, k_ext) // 2 if d < d_ext else 0
-        if n:
-            out[:n] = op[d, k:k + n]
-    else:
-        d, k = d0 + col, k0 + row
-        n = probe.chunk_bytes(d, d_ext) // 2 if k < k_ext else 0
-        if n:
-            out[:n] = op[d:d + n, k]
+    if nbytes:
+        assert off % 8 == 0, "a 16-byte aligned source"
+        out[: nbytes // 2] = memory[off: off + nbytes // 2]
+    assert not np.isnan(out).any(), "the loader read past the operand (into the NaN padding)"
     return out
 
 
+def _stored(op: np.ndarray, kmajor: bool) -> tuple[np.ndarray, int]:
+    """A (d, k) operand laid out in memory as the kernel is told: rows of k (K-major) or of d, with a
+    leading dimension padded past the extent (a multiple of 8) and NaN in the padding."""
+    rows = op if kmajor else op.T
+    ld = -(-rows.shape[1] // 8) * 8 + 8
+    mem = np.full((rows.shape[0], ld), np.nan)
+    mem[:, : rows.shape[1]] = rows
+    return mem.reshape(-1), ld
+
+
+def _matrix_loader(probe, q, operand, op: np.ndarray, kmajor: bool, wgmma=False):
+    """chunk(d0, k0, tid, it): what the kernel's MatrixLoader copies, through its own source()."""
+    mem, ld = _stored(op, kmajor)
+    d_ext, k_ext = op.shape
+    return lambda d0, k0, tid, it: _copy(mem, probe.matrix_source(q, operand, tid, it, ld, d0, d_ext, k0, k_ext,
+                                                                   wgmma))
+
+
 def replay(probe, q, tile, a_kmajor, b_kmajor, m, n, k, a_chunk, b_chunk) -> np.ndarray:
-    """C (m x ldc) as the kernel computes it; a_chunk(m0, k0, row, col) / b_chunk(n0, k0, row, col) are
+    """C (m x ldc) as the kernel computes it; a_chunk(m0, k0, tid, it) / b_chunk(n0, k0, tid, it) are
     the loaders."""
     info = probe.info(q)
     assert info["smem_bytes"] == tile.smem_bytes and info["threads"] == tile.threads
@@ -248,8 +276,8 @@ def replay(probe, q, tile, a_kmajor, b_kmajor, m, n, k, a_chunk, b_chunk) -> np.
         tm, tn = probe.tile_of_block(pid, tiles_m, tiles_n, GROUP_M)
         acc = np.zeros((warps, 32, info["mi"], info["ni"], 4))
         for k0 in range(0, k, tile.bk):
-            sa = _fill(probe, q, "a", info, lambda r, cc: a_chunk(tm * tile.bm, k0, r, cc))
-            sb = _fill(probe, q, "b", info, lambda r, cc: b_chunk(tn * tile.bn, k0, r, cc))
+            sa = _fill(probe, q, "a", info, lambda tid, it: a_chunk(tm * tile.bm, k0, tid, it))
+            sb = _fill(probe, q, "b", info, lambda tid, it: b_chunk(tn * tile.bn, k0, tid, it))
             for warp in range(warps):
                 wm, wn = probe.warp_origin(q, warp)
                 for kk in range(0, tile.bk, 16):
@@ -375,9 +403,8 @@ def test_gemm_schedule_reproduces_matmul(probe, q):
     rng = np.random.default_rng(q)
     a, b = _ints((m, k), rng), _ints((k, n), rng)
     bt = b.T.copy()  # B as a (d = n, k) matrix
-    c = replay(probe, q, tile, a_k, b_k, m, n, k,
-               lambda d0, k0, r, cc: _matrix_chunk(probe, a, a_k, d0, k0, r, cc),
-               lambda d0, k0, r, cc: _matrix_chunk(probe, bt, b_k, d0, k0, r, cc))
+    c = replay(probe, q, tile, a_k, b_k, m, n, k, _matrix_loader(probe, q, "a", a, a_k),
+               _matrix_loader(probe, q, "b", bt, b_k))
     np.testing.assert_array_equal(c[:, :n], a @ b)
 
 
@@ -394,19 +421,14 @@ def test_conv_schedule_reproduces_conv2d(probe, q):
     ref = F.conv2d(x, wt, stride=stride, padding=pad, dilation=dil)  # float64, exact on small integers
     p, qq = ref.shape[2:]
     geom = (ctypes.c_int * 15)(n, h, w, c, kk, r, s, p, qq, *stride, *pad, *dil)
-    x_flat = x.permute(0, 2, 3, 1).reshape(-1).numpy()  # NHWC
+    x_flat = x.permute(0, 2, 3, 1).reshape(-1).numpy()  # NHWC, contiguous as the wrapper passes it
     w_mat = wt.permute(0, 2, 3, 1).reshape(kk, -1).numpy()  # KRSC: (d = k, kd)
     kdim = r * s * c
 
-    def a_chunk(m0, k0, row, col):  # Im2colLoader
-        image, h0, w0 = probe.pixel_origin(geom, m0 + row)
-        kd = k0 + col
-        dh, dw, ch = probe.tap_offsets(geom, kd)
-        off = probe.input_offset(geom, image, h0 + dh, w0 + dw, ch) if kd < kdim else -1
-        return x_flat[off:off + 8] if off >= 0 else np.zeros(8)
+    def a_chunk(m0, k0, tid, it):  # the kernel's Im2colLoader::source
+        return _copy(x_flat, probe.im2col_source(q, geom, m0, tid, it, k0))
 
-    out = replay(probe, q, tile, True, True, n * p * qq, kk, kdim, a_chunk,
-                 lambda d0, k0, rr, cc: _matrix_chunk(probe, w_mat, True, d0, k0, rr, cc))
+    out = replay(probe, q, tile, True, True, n * p * qq, kk, kdim, a_chunk, _matrix_loader(probe, q, "b", w_mat, True))
     np.testing.assert_array_equal(out[:, :kk], ref.permute(0, 2, 3, 1).reshape(-1, kk).numpy())
 
 
@@ -478,19 +500,20 @@ def test_wgmma_schedule_reproduces_matmul(probe, q):
     ldc = -(-n // 8) * 8
     c = np.full((m, ldc), np.nan)
     plans = {op: probe.wgmma_copy_plan(q, op, info["threads"], info[f"{op}_iters"]) for op in ("a", "b")}
+    loaders = {"a": _matrix_loader(probe, q, "a", a, True, wgmma=True), "b": _matrix_loader(probe, q, "b", bt, True, wgmma=True)}
     m_map, n_map = wgmma_d_layout(128)
     for pid in range(tiles_m * tiles_n):
         tm, tn = probe.tile_of_block(pid, tiles_m, tiles_n, GROUP_M)
         acc = np.zeros((tile.bm // 64, info["nb"], 128, 64))  # [warpgroup, n128 block, thread, register]
         for kt, k0 in enumerate(range(0, k, tile.bk)):
             stage = base + (kt % tile.stages) * info["stage_bytes"]
-            tiles = {"a": (stage, a, tm * tile.bm), "b": (stage + 2 * info["a_elems"], bt, tn * tile.bn)}
-            for op, (tile_addr, mat, d0) in tiles.items():
+            tiles = {"a": (stage, tm * tile.bm), "b": (stage + 2 * info["a_elems"], tn * tile.bn)}
+            for op, (tile_addr, d0) in tiles.items():
                 rows, cols, offs = plans[op]
                 for tid in range(info["threads"]):
                     for it in range(len(rows[tid])):
                         e = tile_addr // 2 + offs[tid][it]
-                        smem[e:e + 8] = _matrix_chunk(probe, mat, True, d0, k0, rows[tid][it], cols[tid][it])
+                        smem[e:e + 8] = loaders[op](d0, k0, tid, it)
             for w in range(tile.bm // 64):
                 for kk in range(0, tile.bk, 16):
                     a_blk = wgmma_read(smem, probe.wgmma_desc(stage + w * 64 * 128 + 2 * kk), 64)
