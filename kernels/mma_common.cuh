@@ -5,9 +5,10 @@
 // Everything is inline PTX, so NVRTC needs no header at all (mma.h and cuda_fp16.h are not used):
 // operands travel as raw 16-bit patterns (u16) and only the epilogue converts, with cvt.rn.
 //
-// The index math (first section) is plain C++ that also compiles on the host: tests/test_mma_layout.py
-// builds it with g++ and checks it against a numpy model of the PTX ISA's fragment layouts, so the
-// functions the kernels call are the functions the CPU tests run. Section numbers cite the PTX ISA 8.x:
+// The index math and the loaders' address computation (first section) are plain C++ that also compile
+// on the host: tests/test_mma_layout.py builds them with g++ and replays each kernel's CTA schedule
+// against a numpy model of the PTX ISA (ldmatrix, mma fragments, cp.async zero-fill), so the functions
+// the kernels call are the functions the CPU tests run. Section numbers cite the PTX ISA 8.x:
 //   9.7.9.25    cp.async (and 9.7.9.25.3.x commit_group / wait_group)
 //   9.7.14.5.15 ldmatrix
 //   9.7.14.5.8  "Matrix Fragments for mma.m16n8k16 with floating point type"
