@@ -80,6 +80,7 @@ def assemble(ptx: str, target: str) -> tuple[bytes, str]:
         return out.read_bytes(), proc.stderr
 
 
+@lru_cache(maxsize=32)  # several AotBuilds may share one cubin (one kernel each): disassemble it once
 def _cuobjdump(cubin: bytes, flag: str) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
@@ -95,6 +96,25 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
 
 def disassemble(cubin: bytes) -> str:
     return _cuobjdump(cubin, "-sass")
+
+
+# A kernel's section in cuobjdump's listings: "Function : NAME" (-sass) or "Function NAME:" (-res-usage).
+_FUNCTION = re.compile(r"^\s*Function\s*:?\s*([^\s:]+):?\s*$", re.MULTILINE)
+
+
+@lru_cache(maxsize=32)
+def _sections(listing: str) -> dict[str, str]:
+    marks = list(_FUNCTION.finditer(listing))
+    return {m.group(1): listing[m.start(): marks[i + 1].start() if i + 1 < len(marks) else len(listing)]
+            for i, m in enumerate(marks)}
+
+
+def function_section(listing: str, function: str) -> str:
+    """The part of a cuobjdump listing that belongs to `function` (a cubin holding several kernels)."""
+    sections = _sections(listing)
+    if function not in sections:
+        raise ToolchainError(f"no function {function} in the cubin (has: {', '.join(sections)})")
+    return sections[function]
 
 
 def opcode_counts(sass: str) -> Counter:
@@ -113,6 +133,8 @@ class AotBuild:
     wants_wgmma: bool = False  # meant for Hopper wgmma (tests: HGMMA on sm_90)
     dtype: str = ""  # fp16, bf16, fp32 (TF32 forbidden), tf32, fp8_e4m3
     ptxas_log: str = ""
+    dynamic_shared_bytes: int | None = None  # shared memory requested at launch (Triton: metadata.shared)
+    function: str | None = None  # the kernel's symbol when the cubin holds several kernels
 
 
 @dataclass
@@ -157,10 +179,15 @@ class StaticRecord:
 
 def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> StaticRecord:
     sass = disassemble(b.cubin)
+    usage = _cuobjdump(b.cubin, "-res-usage")
+    if b.function:
+        sass, usage = function_section(sass, b.function), function_section(usage, b.function)
     ops = opcode_counts(sass)
-    res = _RES.search(_cuobjdump(b.cubin, "-res-usage"))
+    res = _RES.search(usage)
     reg, stack, shared, local = (int(x) for x in res.groups()) if res else (0, 0, 0, 0)
     tc = sum(ops[o] for o in TENSOR_OPCODES)
+    if dynamic_shared_bytes is None:
+        dynamic_shared_bytes = b.dynamic_shared_bytes
     return StaticRecord(kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default,
                         wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
                         imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,

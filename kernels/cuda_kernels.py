@@ -1,0 +1,294 @@
+"""Our CUDA C++ kernels from source to launch, shared by the CuPy wrappers (gemm_cupy.py, conv_cupy.py):
+
+    .cu + mma_common.cuh --NVRTC (nvrtc.py)--> PTX --Triton's ptxas--> cubin for one sm_XY
+         |                                                 |
+         +--> static inspection (aot_builds, evidence)     +--> cupy.RawModule(path=cubin) on a GPU
+
+All configurations of one .cu file (one name expression per template instantiation) are compiled as
+one NVRTC program into one cubin per architecture, so the cubin that `python -m microbench.inspect`
+disassembles for an architecture is, byte for byte, the cubin a GPU of that architecture loads, and the
+providers' Tensor Core evidence is the SASS of the kernel they launched in it. Builds are cached
+in-process (a GPU process compiles its architecture's cubin at the first call, in a few seconds).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Sequence
+
+from microbench.registry import Evidence
+from microbench.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
+
+from . import nvrtc
+
+# mma.sync.m16n8k16 with bf16 operands and cp.async both need sm_80 (PTX ISA 9.7.14.5, 9.7.9.25).
+MIN_SM = 80
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A CTA configuration: BM x BN output tile, BK-deep k-tiles, WM x WN per warp, STAGES in flight."""
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: STAGES x (A tile + B tile) of 16-bit elements (TileConfig::SMEM_BYTES)."""
+        return self.stages * (self.bm + self.bn) * self.bk * 2
+
+    @property
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk} w{self.wm}x{self.wn} s{self.stages}"
+
+    def template_args(self) -> str:
+        return f"{self.bm}, {self.bn}, {self.bk}, {self.wm}, {self.wn}, {self.stages}"
+
+
+CPP_TYPES = {"fp16": "mma::F16", "bf16": "mma::BF16"}
+
+
+def sm_number(arch: str) -> int | None:
+    """"sm_90" / "sm_90a" -> 90; None for anything else (gfx942, x86_64)."""
+    if not arch.startswith("sm_"):
+        return None
+    digits = "".join(ch for ch in arch[3:] if ch.isdigit())
+    return int(digits) if digits else None
+
+
+def virtual_arch(target: str) -> str:
+    """The NVRTC architecture for a cubin target: sm_90 -> compute_90a (as ptxas builds sm_90a)."""
+    return "compute_" + ptxas_arch(target).removeprefix("sm_")
+
+
+@dataclass(frozen=True)
+class Module:
+    """Every configuration of one .cu file compiled for one target: one NVRTC program (one name
+    expression per template instantiation), one PTX, one cubin."""
+
+    source: str  # .cu file name in kernels/
+    target: str
+    ptx: str
+    symbols: dict[str, str]  # name expression -> mangled kernel name in the PTX and the cubin
+    cubin: bytes | None  # None when Triton's ptxas is unavailable (the driver then JIT-compiles the PTX)
+    ptxas_log: str
+    toolchain_error: str = ""
+
+
+@lru_cache(maxsize=None)
+def build(source_file: str, exprs: tuple[str, ...], target: str) -> Module:
+    """NVRTC -> PTX -> cubin for `target` (any sm_XY that ptxas knows). One program for all of a file's
+    configurations: NVRTC and ptxas pay their start-up once, and cuobjdump disassembles once. Raises
+    NvrtcError (with NVRTC's log) on a compile error; without ptxas, cubin is None and the error says why."""
+    src, headers = nvrtc.kernel_source(source_file)
+    prog = nvrtc.compile_ptx(src, name=source_file, arch=virtual_arch(target), name_expressions=exprs,
+                             headers=headers)
+    try:
+        cubin, log = assemble(prog.ptx, target)
+        err = ""
+    except ToolchainError as e:
+        cubin, log, err = None, "", str(e)
+    return Module(source_file, target, prog.ptx, dict(prog.lowered), cubin, log, err)
+
+
+def build_many(jobs: Sequence[tuple[str, tuple[str, ...], str]]) -> list[Module]:
+    """Builds in parallel: NVRTC runs in a foreign call without the GIL, ptxas in a subprocess."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda j: build(*j), jobs))
+
+
+def aot_build(mod: Module, expr: str, kernel: str, config: str, dtype: str, smem_bytes: int,
+              wants_wgmma: bool = False) -> AotBuild:
+    if mod.cubin is None:
+        raise ToolchainError(mod.toolchain_error)
+    return AotBuild(kernel=kernel, config=config, target=mod.target, cubin=mod.cubin, default=True,
+                    wants_wgmma=wants_wgmma, dtype=dtype, ptxas_log=mod.ptxas_log,
+                    dynamic_shared_bytes=smem_bytes, function=mod.symbols[expr])
+
+
+@lru_cache(maxsize=None)
+def _record(source_file: str, exprs: tuple[str, ...], expr: str, target: str, kernel: str, config: str,
+            dtype: str, smem: int, wants_wgmma: bool) -> StaticRecord:
+    return inspect_build(aot_build(build(source_file, exprs, target), expr, kernel, config, dtype, smem, wants_wgmma))
+
+
+def static_evidence(source_file: str, exprs: tuple[str, ...], expr: str, target: str, kernel: str, config: str,
+                    dtype: str, smem: int, wants_wgmma: bool = False) -> Evidence:
+    """The SASS of exactly the cubin this architecture runs: Tensor Core instructions present or not."""
+    try:
+        rec = _record(source_file, exprs, expr, target, kernel, config, dtype, smem, wants_wgmma)
+    except Exception as e:  # noqa: BLE001 - evidence is best effort; the measurement stands without it
+        return Evidence("unknown", f"static SASS inspection failed: {type(e).__name__}: {e}")
+    return Evidence("yes" if rec.tensor_core_instructions else "no", rec.evidence())
+
+
+@dataclass(frozen=True)
+class Launch:
+    source: str
+    exprs: tuple[str, ...]  # the module's configurations (the build it came from)
+    expr: str
+    kernel: str
+    config: str
+    dtype: str
+    smem_bytes: int
+    wants_wgmma: bool = False
+
+
+class LaunchLog:
+    """What a wrapper launched last, so that the evidence hook names the kernel that really ran (the
+    tile and layout depend on the operands' strides and the device), not a guess from the case."""
+
+    def __init__(self):
+        self.last: Launch | None = None
+
+    def record(self, *args, **kw) -> None:
+        self.last = Launch(*args, **kw)
+
+
+def evidence_of_launch(log: LaunchLog, device, call: Callable[[], object]) -> Evidence:
+    target = device_target(device)
+    if target is None:
+        return Evidence("unknown", f"no SASS for {device.kind} {device.arch}")
+    log.last = None
+    call()
+    device.synchronize()
+    launch = log.last
+    if launch is None:
+        return Evidence("unknown", "the call launched no kernel (an empty problem)")
+    return static_evidence(launch.source, launch.exprs, launch.expr, target, launch.kernel, launch.config,
+                           launch.dtype, launch.smem_bytes, launch.wants_wgmma)
+
+
+def device_target(device) -> str | None:
+    """The cubin target of a measured device (`Device.arch` is sm_XY on NVIDIA GPUs)."""
+    return device.arch if device.kind == "cuda" and sm_number(device.arch) else None
+
+
+def cupy_kernel_reason(device) -> str | None:
+    """`enabled` hook of the `cupy` providers: CuPy and an NVIDIA GPU of sm_80 or newer, and NVRTC."""
+    from .gemm_vendor import _cupy_reason
+
+    why = _cupy_reason(device)
+    if why:
+        return why
+    sm = sm_number(device.arch)
+    if sm is None or sm < MIN_SM:
+        return f"unavailable: {device.arch} is older than sm_{MIN_SM} (mma.sync m16n8k16 bf16, cp.async)"
+    try:
+        nvrtc.version()
+    except nvrtc.NvrtcError as e:
+        return f"unavailable: {str(e).splitlines()[0]}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running on a GPU through CuPy
+# ---------------------------------------------------------------------------------------------------
+_tmpdir: Path | None = None
+
+
+def _scratch() -> Path:
+    global _tmpdir
+    if _tmpdir is None:
+        _tmpdir = Path(tempfile.mkdtemp(prefix="dawnscope-cubin-"))
+    return _tmpdir
+
+
+@lru_cache(maxsize=None)
+def _module(source_file: str, exprs: tuple[str, ...], device_index: int, target: str):
+    import cupy
+
+    mod = build(source_file, exprs, target)
+    stem = f"{Path(source_file).stem}-{hashlib.sha1(f'{exprs} {target}'.encode()).hexdigest()[:16]}"
+    if mod.cubin is not None:
+        path = _scratch() / f"{stem}.cubin"
+        path.write_bytes(mod.cubin)
+    else:
+        path = _scratch() / f"{stem}.ptx"
+        path.write_text(mod.ptx)
+    with cupy.cuda.Device(device_index):
+        return cupy.RawModule(path=str(path)), mod.symbols
+
+
+@lru_cache(maxsize=None)
+def load(source_file: str, exprs: tuple[str, ...], expr: str, device_index: int, target: str, smem_bytes: int):
+    """A cupy.RawKernel for one configuration on one device, from the file's cubin built by Triton's ptxas
+    for this device's architecture (the cubin the static inspection reads), or from its PTX, for the
+    driver to JIT-compile, when ptxas cannot build for this architecture."""
+    import cupy
+
+    raw, symbols = _module(source_file, exprs, device_index, target)
+    with cupy.cuda.Device(device_index):
+        kernel = raw.get_function(symbols[expr])
+        # Above 48 KiB of dynamic shared memory a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize).
+        kernel.max_dynamic_shared_size_bytes = smem_bytes
+    return kernel
+
+
+@lru_cache(maxsize=None)
+def _properties(device_index: int) -> dict:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(device_index)
+
+
+def smem_limit(device_index: int) -> int:
+    """The most dynamic shared memory one CTA may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin)."""
+    return int(_properties(device_index)["sharedMemPerBlockOptin"])
+
+
+def sm_count(device_index: int) -> int:
+    return int(_properties(device_index)["multiProcessorCount"])
+
+
+@lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(device_index)
+
+
+def target_of(t) -> str:
+    """The cubin target of a CUDA tensor's device: sm_XY."""
+    major, minor = _capability(t.device.index)
+    return f"sm_{major}{minor}"
+
+
+def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int, args: tuple,
+           like) -> None:
+    """Launch on the torch tensor `like`'s device and on torch's current stream there, so that timing with
+    torch.cuda events and later torch work order correctly after the kernel. Torch tensors among `args`
+    cross into CuPy with DLPack (zero copy) under that same stream, so the exchange needs no extra
+    synchronisation; the kernel receives each view's data pointer (RawKernel ignores strides)."""
+    import cupy
+    import torch
+
+    stream = torch.cuda.current_stream(like.device)
+    with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, like.device.index):
+        kernel(grid, block, tuple(cupy.from_dlpack(a) if isinstance(a, torch.Tensor) else a for a in args),
+               shared_mem=smem_bytes)
+
+
+def pick(tiles: Sequence[Tile], ctas: Callable[[Tile], int], sms: int, smem_max: int) -> Tile:
+    """The first (largest) tile that both fits in shared memory and yields at least one CTA per SM; else
+    the smallest that fits (a small problem gets more, smaller CTAs)."""
+    fitting = [t for t in tiles if t.smem_bytes <= smem_max]
+    if not fitting:
+        raise ValueError(f"no tile configuration fits in {smem_max} bytes of shared memory")
+    for t in fitting:
+        if ctas(t) >= sms:
+            return t
+    return fitting[-1]
