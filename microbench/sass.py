@@ -113,6 +113,7 @@ class AotBuild:
     wants_wgmma: bool = False  # meant for Hopper wgmma (tests: HGMMA on sm_90)
     dtype: str = ""  # fp16, bf16, fp32 (TF32 forbidden), tf32, fp8_e4m3
     ptxas_log: str = ""
+    dynamic_shared_bytes: int | None = None  # shared memory requested at launch (Triton: metadata.shared)
 
 
 @dataclass
@@ -161,6 +162,8 @@ def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> Stati
     res = _RES.search(_cuobjdump(b.cubin, "-res-usage"))
     reg, stack, shared, local = (int(x) for x in res.groups()) if res else (0, 0, 0, 0)
     tc = sum(ops[o] for o in TENSOR_OPCODES)
+    if dynamic_shared_bytes is None:
+        dynamic_shared_bytes = b.dynamic_shared_bytes
     return StaticRecord(kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default,
                         wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
                         imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,
