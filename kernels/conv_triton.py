@@ -32,7 +32,7 @@ from microbench.shapes import ConvShape
 
 from . import triton_configs as cfgs
 from .gemm_triton import DTYPE_NAMES, FP8, _device_family, precision_key
-from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, grouped_tile, interpreted, interpreter_refusal,
+from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
                              ran_evidence, report_launch, static_evidence, tl_dtype_name)
 
 
@@ -376,7 +376,7 @@ _TUNE_KEYS = {
 @functools.lru_cache(maxsize=None)
 def _tuner(direction: str, family: str, key: str):
     configs = [c.triton_config(persistent_param=False) for c in cfgs.CONV_CONFIGS[family](key)]
-    return triton.autotune(configs=configs, key=_TUNE_KEYS[direction])(KERNELS[direction])
+    return autotune(KERNELS[direction], configs, _TUNE_KEYS[direction])
 
 
 # --------------------------------------------------------------------------------------------------

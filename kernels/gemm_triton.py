@@ -20,7 +20,7 @@ import triton.language as tl
 from microbench.registry import Evidence, Unsupported, provider
 
 from . import triton_configs as cfgs
-from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, grouped_tile, interpreted, interpreter_refusal, ran_evidence,
+from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal, ran_evidence,
                              report_launch, static_evidence, tl_dtype_name)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
@@ -318,7 +318,7 @@ def _tuner(name: str, family: str, key: str):
     else:
         configs = [c.triton_config() for c in cfgs.GEMM_CONFIGS[family](key)]
         kernel, tune_key = _gemm_kernel, ["M", "N", "K", "BATCH", "stride_am", "stride_bk"]
-    return triton.autotune(configs=configs, key=tune_key, prune_configs_by={"early_config_prune": _prune})(kernel)
+    return autotune(kernel, configs, tune_key, prune=_prune)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -135,6 +135,17 @@ def tl_dtype_name(dtype: torch.dtype) -> str:
     return names[dtype]
 
 
+def autotune(kernel, configs: list, key: list[str], prune=None):
+    """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
+    100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
+    configuration; the reported time is measured afterwards by microbench.timing."""
+    def bench(fn, quantiles):
+        return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
+
+    return triton.autotune(configs=configs, key=key, do_bench=bench,
+                           prune_configs_by={"early_config_prune": prune} if prune else None)(kernel)
+
+
 # --------------------------------------------------------------------------------------------------
 # What ran: the wrappers report each GPU launch, so that an evidence hook can read the machine code of
 # the kernel that actually ran (the autotuner's choice), not of a configuration we think it chose.
@@ -163,15 +174,17 @@ def report_launch(kernel_name: str, compiled, config_label: str) -> None:
 # --------------------------------------------------------------------------------------------------
 # Ahead-of-time compilation for a target we do not have.
 
-def cuda_target(target: str):
-    """`sm_80` / `sm_90` -> Triton's GPUTarget (sm_90 compiles for sm_90a, which has wgmma)."""
+def gpu_target(target: str):
+    """`sm_80` / `sm_90` / `gfx942` -> Triton's GPUTarget (sm_90 compiles for sm_90a, which has wgmma)."""
     from triton.backends.compiler import GPUTarget
 
+    if target.startswith("gfx"):
+        return GPUTarget("hip", target, 64)
     return GPUTarget("cuda", int(target.removeprefix("sm_")), 32)
 
 
 def aot_compile(kernel, args: dict, target: str, options: dict):
-    """Compile `kernel` for `target` with the argument types and specializations the JIT would give
+    """Compile `kernel` for `target` (sm_80, sm_90, or an AMD gfx arch) with the argument types and specializations the JIT would give
     these representative arguments: ints equal to 1 become constants, ints and pointers divisible by 16
     carry that hint (so the code is what a real aligned launch gets). Values of `args`: an int, a
     constexpr value for constexpr parameters, a string type for pointers (`*fp16`, assumed 16-byte
@@ -205,7 +218,7 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
         else:
             raise TypeError(f"aot_compile: unsupported value {v!r} for {p.name}")
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=cuda_target(target), options=options)
+    return triton.compile(src, target=gpu_target(target), options=options)
 
 
 def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False):
@@ -229,8 +242,13 @@ def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: st
     return Evidence("yes" if rec.tensor_core_instructions else "no", f"{how}: {rec.evidence()}")
 
 
+def mfma_count(amdgcn: str) -> int:
+    """AMD matrix-core instructions in an amdgcn listing."""
+    return sum(1 for line in amdgcn.splitlines() if line.lstrip().startswith("v_mfma"))
+
+
 def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str) -> Evidence:
-    mfma = sum(1 for line in asm.splitlines() if line.lstrip().startswith("v_mfma"))
+    mfma = mfma_count(asm)
     return Evidence("yes" if mfma else "no",
                     f"amdgcn of the kernel that ran, {arch} {kernel} [{config}]: v_mfma {mfma}")
 
