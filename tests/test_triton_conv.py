@@ -72,9 +72,13 @@ def test_tiles_smaller_than_the_problem(direction, dtype, request):
 
 
 @pytest.mark.parametrize("split_k", [2, 3, 50])
-def test_bwd_weight_split_reduction(split_k, request):
+def test_bwd_weight_split_reduction(split_k, request, monkeypatch):
     shape = ConvShape(3, 6, 11, 9, 5, 3, 3, stride=(2, 1), pad=(1, 1))
+    splits = []
+    real = ct._split_count
+    monkeypatch.setattr(ct, "_split_count", lambda *a, **k: splits.append(real(*a, **k)) or splits[-1])
     _check(Case("conv2d_bwd_weight", shape, "fp16"), _seed(request), split_k=split_k)
+    assert splits and splits[0] > 1  # the partial-sum path ran
 
 
 def test_split_count():
