@@ -7,6 +7,8 @@ import importlib
 PROVIDER_MODULES = (
     "kernels.gemm_vendor",
     "kernels.conv_vendor",
+    "kernels.gemm_triton",
+    "kernels.conv_triton",
     "kernels.gemm_cupy",
     "kernels.conv_cupy",
 )
@@ -20,6 +22,8 @@ def load_all() -> None:
 # Modules that define `aot_builds(target)` (see microbench/sass.py): compiled ahead of time for sm_80 and
 # sm_90 and inspected by `python -m microbench.inspect` without a GPU.
 STATIC_MODULES: tuple[str, ...] = (
+    "kernels.gemm_triton",
+    "kernels.conv_triton",
     "kernels.gemm_cupy",
     "kernels.conv_cupy",
 )

@@ -1,0 +1,279 @@
+"""What our Triton kernels share besides their tile configurations: running on a CPU under Triton's
+interpreter, compiling ahead of time for a GPU target we do not have, and the Tensor Core evidence that
+both give.
+
+Interpretation. Triton 3.9 decides it when a function is decorated: `@triton.jit` reads
+`triton.knobs.runtime.interpret` (the environment variable TRITON_INTERPRET) and returns either a
+`JITFunction` (compiled for the GPU) or an `InterpretedFunction`. Setting the knob later changes nothing
+for kernels already decorated, and setting it early would take the GPU away from the whole process. So
+our kernels are decorated normally, and `interpreted(kernel)` builds the interpreter's version of the same
+Python function on demand: a wrapper launches that one for CPU tensors and the compiled one for GPU
+tensors, in the same process, with nothing to export.
+
+Inside the interpreter a compiled `@triton.jit` function cannot be called (`JITFunction.__call__` refuses
+outside a kernel). Our kernels' own helpers are therefore swapped for interpreted versions in the
+interpreted copy (its globals), but Triton's standard library written as `@triton.jit` functions and
+decorated when triton was imported (`tl.cdiv`, `tl.zeros`, `tl.sum`, `tl.max`, ...) cannot be: our kernels
+use only builtins there (`tl.full`, `(x + b - 1) // b`). (Swapping the library module's attributes during
+a launch was tried: Triton's lazily imported Gluon package asserts that they are compiled functions.)
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import types
+from typing import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from microbench.registry import Evidence
+
+# CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
+# million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
+# than stall a run (the quick profile's 512^3 GEMM is 1.3e8; its ResNet-50 3x3 conv is 9.2e8).
+INTERPRETER_MAX_MACS = 2.0e8
+
+INTERPRETED_REASON = "interpreted: correctness only, the interpreter's time is not the kernel's"
+
+
+def interpreted(kernel):
+    """The interpreter's version of a `@triton.jit` kernel: `interpreted(k)[grid](*args, **meta)`."""
+    return _Interpreted(_interpreted(getattr(kernel, "fn", kernel)))
+
+
+_INTERPRETED: dict = {}  # python function -> its InterpretedFunction
+_NAMESPACES: dict[int, dict] = {}  # id(module globals) -> the interpreted copy of those globals
+
+
+def _interpreted(fn):
+    """An InterpretedFunction of a copy of `fn` whose globals see interpreted versions of the
+    `@triton.jit` functions of its module (and of theirs), so that nothing compiled is called inside."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if fn in _INTERPRETED:
+        return _INTERPRETED[fn]
+    ns = _namespace(fn.__globals__)  # may already have made ours, through a function calling fn
+    if fn not in _INTERPRETED:
+        clone = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
+        functools.update_wrapper(clone, fn)
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        _INTERPRETED[fn] = InterpretedFunction(clone)
+    return _INTERPRETED[fn]
+
+
+def _namespace(module_globals: dict) -> dict:
+    from triton.runtime.jit import JITFunction
+
+    key = id(module_globals)
+    if key not in _NAMESPACES:
+        # Registered before it is filled: functions that call each other find it instead of recursing.
+        # The interpreter also adds its own names to the globals it runs in: to this copy, not the module.
+        ns = _NAMESPACES[key] = dict(module_globals)
+        for name, v in module_globals.items():
+            if isinstance(v, JITFunction):
+                ns[name] = _interpreted(v.fn)
+    return _NAMESPACES[key]
+
+
+class _Interpreted:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return self.fn[grid]
+
+
+def jit_function(kernel):
+    """The compiled (JITFunction) version, even when TRITON_INTERPRET=1 made `kernel` an interpreted one."""
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(kernel, JITFunction):
+        return kernel
+    return _jit(getattr(kernel, "fn", kernel))
+
+
+@functools.lru_cache(maxsize=None)
+def _jit(fn):
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction(fn)
+
+
+@triton.jit
+def grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile number -> (matrix, first row, first column) of an [M, N] output (or of a batch of them).
+    Grouped order: GROUP_M consecutive tiles walk down M before moving along N, so that the programs
+    running at the same time share their operand panels in L2."""
+    tiles_m = (M + BLOCK_M - 1) // BLOCK_M
+    tiles_n = (N + BLOCK_N - 1) // BLOCK_N
+    bz = tile // (tiles_m * tiles_n)
+    t = tile % (tiles_m * tiles_n)
+    tiles_in_group = GROUP_M * tiles_n
+    first_m = (t // tiles_in_group) * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (t % tiles_in_group) % group_rows
+    pid_n = (t % tiles_in_group) // group_rows
+    return bz, pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+def interpreter_refusal(macs: int) -> str | None:
+    if macs > INTERPRETER_MAX_MACS:
+        return (f"{macs:.3g} multiply-adds is too large for the Triton interpreter on a CPU "
+                f"(limit {INTERPRETER_MAX_MACS:.3g}); the GPU runs it")
+    return None
+
+
+def tl_dtype_name(dtype: torch.dtype) -> str:
+    """torch dtype -> Triton's type name in signatures (`fp16`, `bf16`, `fp32`, `fp8e4nv`)."""
+    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is not None:
+        names[f8] = "fp8e4nv"
+    return names[dtype]
+
+
+def autotune(kernel, configs: list, key: list[str], prune=None):
+    """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
+    100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
+    configuration; the reported time is measured afterwards by microbench.timing."""
+    def bench(fn, quantiles):
+        return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
+
+    return triton.autotune(configs=configs, key=key, do_bench=bench,
+                           prune_configs_by={"early_config_prune": prune} if prune else None)(kernel)
+
+
+# --------------------------------------------------------------------------------------------------
+# What ran: the wrappers report each GPU launch, so that an evidence hook can read the machine code of
+# the kernel that actually ran (the autotuner's choice), not of a configuration we think it chose.
+
+_recorders = threading.local()
+
+
+@contextlib.contextmanager
+def record_launches():
+    stack = getattr(_recorders, "stack", None)
+    if stack is None:
+        stack = _recorders.stack = []
+    launches: list[dict] = []
+    stack.append(launches)
+    try:
+        yield launches
+    finally:
+        stack.pop()
+
+
+def report_launch(kernel_name: str, compiled, config_label: str) -> None:
+    for launches in getattr(_recorders, "stack", None) or ():
+        launches.append({"kernel": kernel_name, "compiled": compiled, "config": config_label})
+
+
+# --------------------------------------------------------------------------------------------------
+# Ahead-of-time compilation for a target we do not have.
+
+def gpu_target(target: str):
+    """`sm_80` / `sm_90` / `gfx942` -> Triton's GPUTarget (sm_90 compiles for sm_90a, which has wgmma)."""
+    from triton.backends.compiler import GPUTarget
+
+    if target.startswith("gfx"):
+        return GPUTarget("hip", target, 64)
+    return GPUTarget("cuda", int(target.removeprefix("sm_")), 32)
+
+
+def aot_compile(kernel, args: dict, target: str, options: dict):
+    """Compile `kernel` for `target` (sm_80, sm_90, or an AMD gfx arch) with the argument types and specializations the JIT would give
+    these representative arguments: ints equal to 1 become constants, ints and pointers divisible by 16
+    carry that hint (so the code is what a real aligned launch gets). Values of `args`: an int, a
+    constexpr value for constexpr parameters, a string type for pointers (`*fp16`, assumed 16-byte
+    aligned) or for tensor descriptors (`tensordesc<fp16[1, 128, 64]>`). Returns the CompiledKernel."""
+    import triton
+    from triton.compiler import ASTSource
+
+    fn = jit_function(kernel)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, p in enumerate(fn.params):
+        if p.name not in args:
+            raise KeyError(f"aot_compile({fn.__name__}): no value for argument {p.name!r}")
+        v = args[p.name]
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+            constexprs[p.name] = v
+        elif isinstance(v, bool):
+            signature[p.name] = "i1"
+        elif isinstance(v, int):
+            if v == 1:
+                signature[p.name] = "constexpr"
+                constexprs[p.name] = 1
+            else:
+                signature[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+                if v % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, str):
+            signature[p.name] = v
+            if v.startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            raise TypeError(f"aot_compile: unsupported value {v!r} for {p.name}")
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=gpu_target(target), options=options)
+
+
+def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False):
+    """A compiled kernel as the static-inspection record it becomes (`microbench.sass.AotBuild`)."""
+    from microbench.sass import AotBuild
+
+    from .triton_configs import wants_wgmma
+
+    return AotBuild(kernel=kernel_name, config=f"{dtype} {cfg.label()}", target=target, cubin=compiled.asm["cubin"],
+                    default=default, wants_wgmma=wants_wgmma(target, dtype, cfg), dtype=dtype,
+                    dynamic_shared_bytes=compiled.metadata.shared)
+
+
+# --------------------------------------------------------------------------------------------------
+# Evidence
+
+def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: str, how: str) -> Evidence:
+    from microbench.sass import AotBuild, inspect_build
+
+    rec = inspect_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=target, cubin=cubin, dtype=dtype))
+    return Evidence("yes" if rec.tensor_core_instructions else "no", f"{how}: {rec.evidence()}")
+
+
+def mfma_count(amdgcn: str) -> int:
+    """AMD matrix-core instructions in an amdgcn listing."""
+    return sum(1 for line in amdgcn.splitlines() if line.lstrip().startswith("v_mfma"))
+
+
+def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str) -> Evidence:
+    mfma = mfma_count(asm)
+    return Evidence("yes" if mfma else "no",
+                    f"amdgcn of the kernel that ran, {arch} {kernel} [{config}]: v_mfma {mfma}")
+
+
+def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
+    """GPU: run the call once and read the machine code of the kernel(s) it launched."""
+    with record_launches() as launches:
+        call()
+        device.synchronize()
+    if not launches:
+        return Evidence("unknown", "the call launched no Triton kernel")
+    last = launches[-1]
+    asm = last["compiled"].asm
+    if "cubin" in asm:
+        return sass_evidence(asm["cubin"], last["kernel"], last["config"], device.arch, dtype,
+                             "SASS of the kernel that ran")
+    if "amdgcn" in asm:
+        return amdgcn_evidence(asm["amdgcn"], last["kernel"], last["config"], device.arch)
+    return Evidence("unknown", f"no cubin or amdgcn in the compiled kernel ({', '.join(asm)})")
+
+
+def static_evidence(records: list, dtype: str) -> Evidence:
+    """CPU: the ahead-of-time SASS of the configuration(s) a GPU would run by default."""
+    if not records:
+        return Evidence("unknown", f"no ahead-of-time build for {dtype}")
+    tc = [r.tensor_core_instructions > 0 for r in records]
+    verdict = "yes" if all(tc) else "no" if not any(tc) else "unknown"
+    return Evidence(verdict, "static (compiled ahead of time, not run): " + "; ".join(r.evidence() for r in records))
