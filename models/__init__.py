@@ -21,7 +21,12 @@ FACTS_PATH = Path(__file__).resolve().parent / "benchmarks.toml"
 
 
 class ModelError(InputError):
-    """A model name, factory path or factory result that cannot be used (one line, exit code 2)."""
+    """A model, factory, option value or training step that cannot be used (one line, exit code 2)."""
+
+    def line(self) -> str:
+        if self.path is None and self.key is not None:  # a command-line option, not a file
+            return f"{self.key} = {self.value!r}: {self.problem}"
+        return super().line()
 
 
 @lru_cache(maxsize=1)
@@ -53,10 +58,6 @@ def names() -> list[str]:
 
 def load(spec: str):
     """A table name or `package.module:factory` -> a Workload."""
-    from torch import nn
-
-    from .step import Workload
-
     if ":" not in spec:
         f = facts(spec)
         return importlib.import_module(f.module).build(f)
@@ -74,13 +75,31 @@ def load(spec: str):
         result = factory()
     except Exception as e:  # noqa: BLE001 - the user's factory failed: say so in one line
         raise ModelError(None, f"the factory raised {type(e).__name__}: {e}", key="--model", value=spec) from None
-    if isinstance(result, Workload):
-        return result
-    if isinstance(result, tuple) and len(result) in (2, 3) and isinstance(result[0], nn.Module) and callable(result[1]):
-        if len(result) == 3 and not callable(result[2]):
-            raise ModelError(None, "the third element (loss_fn) is not callable", key="--model", value=spec)
-        return Workload(name=spec, model=result[0], make_inputs=result[1],
-                        loss_fn=result[2] if len(result) == 3 else None)
-    got = type(result).__name__ + (f" of {len(result)}" if isinstance(result, tuple) else "")
+    return as_workload(result, spec, call_factory=False)
+
+
+def as_workload(obj, origin: str = "model", call_factory: bool = True):
+    """A Workload, a factory result `(model, make_inputs[, loss_fn])`, a zero-argument factory, or a
+    name / `package.module:factory` string -> a Workload; anything else is a ModelError."""
+    from torch import nn
+
+    from .step import Workload
+
+    if isinstance(obj, str):
+        return load(obj)
+    if isinstance(obj, Workload):
+        return obj
+    if isinstance(obj, tuple) and len(obj) in (2, 3) and isinstance(obj[0], nn.Module) and callable(obj[1]):
+        if len(obj) == 3 and not callable(obj[2]):
+            raise ModelError(None, "the third element (loss_fn) is not callable", key="--model", value=origin)
+        return Workload(name=origin, model=obj[0], make_inputs=obj[1], loss_fn=obj[2] if len(obj) == 3 else None)
+    if call_factory and callable(obj) and not isinstance(obj, nn.Module):
+        try:
+            result = obj()
+        except Exception as e:  # noqa: BLE001
+            raise ModelError(None, f"the factory raised {type(e).__name__}: {e}", key="--model",
+                             value=getattr(obj, "__qualname__", origin)) from None
+        return as_workload(result, getattr(obj, "__qualname__", origin))
+    got = type(obj).__name__ + (f" of {len(obj)}" if isinstance(obj, tuple) else "")
     raise ModelError(None, f"the factory returned {got}; expected a Workload or (nn.Module, make_inputs[, loss_fn])",
-                     key="--model", value=spec)
+                     key="--model", value=origin)

@@ -79,6 +79,7 @@ class StepRanges:
         self.types = {name: type(m).__name__ for m, name in self.names.items()}
         self.layer_names = set(self.names.values()) | {LOSS_LAYER}
         self.current_phase: str | None = None
+        self.backward_ranges = backward_ranges
         self.interleaved_closes = 0
         self.unmatched_closes = 0
         self._nvtx = None
