@@ -191,7 +191,8 @@ class StepRanges:
     def _bw_post(self, module, grad_input, grad_output):
         if self._param_close.get(module):
             return  # called before the module's backward ran; closed by _param_done instead
-        self._close(module)
+        if not self._close(module):
+            self.unmatched_closes += 1
 
     def _param_done(self, param) -> None:
         done = []
@@ -203,18 +204,20 @@ class StepRanges:
                     if not pending:
                         del self._waiting[m]
                         done.append(m)
-        # Innermost first, so that the NVTX stack unwinds in order.
+        # Innermost first, so that the NVTX stack unwinds in order. A module called more than once (a shared
+        # embedding) has one range open per call; its parameters' gradients are complete for all of them.
         for m in sorted(done, key=lambda m: -self._depth[m]):
-            self._close(m)
+            while self._close(m):
+                pass
 
-    def _close(self, module) -> None:
+    def _close(self, module) -> bool:
+        """Close the latest open backward range of `module` on this thread; False when there is none."""
         stack = self._tls.backward
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].module is module:
                 break
         else:
-            self.unmatched_closes += 1
-            return
+            return False
         above = stack[i + 1:]
         if above:
             # Autograd finished this module while ranges opened after it are still open: NVTX can only pop
@@ -229,6 +232,7 @@ class StepRanges:
             self._nvtx.pop_range()
             for o in above:
                 self._nvtx.push_range(o.name, color="yellow")
+        return True
 
     def current_backward_layer(self) -> str | None:
         stack = self._tls.backward

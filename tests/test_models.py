@@ -136,6 +136,32 @@ def test_ranges_nest_and_nvtx_matches_profiler(monkeypatch, tmp_path):
     conv_bwd_range = next(e for e in ann if e["name"] == "0" and within(e, bwd))
     conv_bwd_op = next(e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::convolution_backward")
     assert within(conv_bwd_op, conv_bwd_range)
+    # backward ranges nest too: every leaf's inside the root's (whose input, the image, needs no gradient)
+    root_b = next(e for e in ann if e["name"] == "Tiny" and within(e, bwd))
+    for leaf in ("0", "1", "2", "5"):
+        assert within(next(e for e in ann if e["name"] == leaf and within(e, bwd)), root_b), leaf
+    assert ranges.interleaved_closes == 0 and ranges.unmatched_closes == 0
+
+
+class _SharedEmbedding(torch.nn.Module):
+    """One embedding called twice (like the Transformer's source and target embedding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.mix = torch.nn.Linear(4, 4)
+
+    def forward(self, a, b):
+        return self.mix(self.embed(a)).sum() + self.embed(b).sum()
+
+
+def test_shared_module_backward_ranges_all_close():
+    m = _SharedEmbedding()
+    ranges = StepRanges(m, nvtx_ranges=False)
+    w = Workload("shared", m, lambda batch, device: ((torch.arange(batch) % 10, torch.arange(batch) % 7), None))
+    TrainingStep(w, 4, "cpu", "fp32", ranges)()
+    assert ranges._tls.backward == [] and ranges._tls.forward == []
+    assert ranges.interleaved_closes == 0 and ranges.unmatched_closes == 0
 
 
 def test_backward_attributed_by_sequence_number():
