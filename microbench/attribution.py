@@ -82,6 +82,8 @@ class Bucket:
     by_class: Counter = field(default_factory=Counter)  # class -> us
     tensor_cores: Counter = field(default_factory=Counter)  # yes / no / unknown -> us
     items: Counter = field(default_factory=Counter)  # kernel or operator name -> us
+    gemm_tensor_cores: Counter = field(default_factory=Counter)  # the same, GEMM/conv classes only
+    gemm_items: Counter = field(default_factory=Counter)
 
     @property
     def time_us(self) -> float:
@@ -237,6 +239,9 @@ def attribute(events: list[dict], *, layer_names: set[str] = frozenset(), seq_ma
         b.by_class[cls] += us
         b.tensor_cores[tc] += us
         b.items[name] += us
+        if cls in ("gemm", "tc_gemm"):
+            b.gemm_tensor_cores[tc] += us
+            b.gemm_items[name] += us
         if phase == "backward" and seq_layer is not None:
             att.backward_seq_us += us
             if hook_layer is not None:

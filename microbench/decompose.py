@@ -370,12 +370,13 @@ def _layer_tensor_cores(b, key, cpu_ev, dev, gemm_ms: float, n: int):
         return "no", "no GEMM/convolution work in this layer: element-wise, normalization or data movement", {}
     if dev.is_gpu:
         split = {k: v / n / 1e3 for k, v in b.tensor_cores.items() if v > 0}
-        yes = b.tensor_cores["yes"] / n / 1e3
-        share = yes / gemm_ms
-        verdict = "yes" if share >= 0.999 else ("no" if yes == 0 and b.tensor_cores["unknown"] == 0 else "unknown")
-        top = next((k for k, _ in b.items.most_common() if k), "")
+        g = b.gemm_tensor_cores
+        share = g["yes"] / n / 1e3 / gemm_ms
+        no_share = g["no"] / n / 1e3 / gemm_ms
+        verdict = "yes" if share >= 0.999 else ("no" if no_share >= 0.999 else "unknown")
+        top = b.gemm_items.most_common(1)[0][0] if b.gemm_items else ""
         return verdict, f"{share:.0%} of the layer's GEMM/conv kernel time in Tensor Core kernels by name " \
-                        f"(kernel_rules.toml); top kernel {top[:80]!r}", split
+                        f"(kernel_rules.toml); top GEMM/conv kernel {top[:80]!r}", split
     ev = cpu_ev.get(key)
     if not ev or not sum(ev["flops"].values()):
         return "unknown", "no oneDNN record for this layer's GEMM/conv operators (MKL or a reference path)", \

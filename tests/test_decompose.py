@@ -209,3 +209,29 @@ def test_inplace_model_falls_back_to_forward_ranges(tmp_path):
     assert any("in place" in n for n in doc["notes"])
     names = {(l["name"], l["phase"]) for l in doc["layers"] if l["matrix_flops"]}
     assert {("fc1", "forward"), ("fc1", "backward"), ("fc2", "backward")} <= names
+
+
+def test_gpu_summary_from_a_real_v100_trace():
+    """The GPU branch of the per-layer verdicts and the summary, fed by the V100 trace (fp32: no Tensor Core
+    kernels), without a GPU: a Tensor Core share of 0 measured from kernel names, and totals that add up."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from microbench.ceilings import Ceilings
+    from microbench.decompose import _layers, _summary
+    from microbench.device import Device
+    from microbench.timing import summarize
+
+    a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
+                                                       "## optimizer ##": "optimizer"})
+    v100 = Device(kind="cuda", torch_device="cuda:0", name="Tesla V100-SXM2-32GB", arch="sm_70", units=80,
+                  memory_bytes=32 << 30, clock_mhz=1530.0)
+    ranges = SimpleNamespace(types={}, interleaved_closes=0)
+    w = SimpleNamespace(name="v100-resnet")
+    layers, rows = _layers(w, ranges, a, {}, {}, v100, Ceilings(), "fp32")
+    s = _summary(a, {}, [], SimpleNamespace(get_total_flops=lambda: 0), summarize([100.0]), layers, Ceilings(),
+                 v100, ranges, "fp32")
+    assert s["profiled_unit"] == "kernel" and s["tensor_core_time_share"] == 0.0
+    assert sum(l["time_ms"] for l in layers) == pytest.approx(s["profiled_time_ms"], rel=1e-9)
+    assert s["gemm_time_ms"] > 0 and all(l["tensor_cores"] != "yes" for l in layers)
+    assert {r.source for r in rows} == {"model"} and Counter(r.phase for r in rows)["backward"] >= 1
