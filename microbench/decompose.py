@@ -464,6 +464,10 @@ def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, de
         "time_if_gemm_at_ceiling_ms": max(0.0, step_ms - saving_gemm),
         "time_if_elementwise_free_ms": max(0.0, step_ms - elementwise),
         "time_if_elementwise_and_norm_free_ms": max(0.0, step_ms - elementwise - norm),
+        # The full backward hooks behind the NVTX backward ranges add autograd nodes of their own (identity
+        # functions, no kernels): on a CPU their operators are in the profiled time. Reported, not removed.
+        "backward_hook_time_ms": sum(us for b in att.buckets.values() for name, us in b.items.items()
+                                     if "BackwardHookFunction" in name) / n / 1e3,
         "backward_by_sequence_share": seq / backward_us if backward_us else None,
         "backward_range_agreement": att.backward_agree_us / att.backward_hook_us if att.backward_hook_us else None,
         "interleaved_backward_ranges": ranges.interleaved_closes,

@@ -6,8 +6,9 @@ A TorchDispatchMode sees each ATen operator below autograd, forward and backward
 torch.utils.flop_counter (the table FlopCounterMode uses: mm, addmm, bmm, baddbmm, convolution and its
 backward, attention); the operators FlopCounterMode does not count (normalization, element-wise,
 reductions) get our formulas (microbench.work) in `other_flops`. Bytes are ours: the minimum traffic of
-microbench.work (GEMM and convolution per direction, normalization), every other operator reading each
-tensor operand once and writing each result once, views moving nothing.
+microbench.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
+the rows they return, every other operator reading each tensor operand once and writing each result
+once, views moving nothing.
 
 Layer and phase: forward operators belong to the innermost module whose forward is running; backward
 operators to the module whose forward created the autograd node being evaluated (its sequence number,
@@ -32,6 +33,8 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp
 _NO_TRAFFIC = {"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like", "aten::empty_strided",
                "aten::detach"}
 GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+# Gathers read only the rows they return, not the whole table they index (an embedding lookup).
+GATHER_OPS = {"aten::embedding", "aten::index_select", "aten::gather", "aten::index"}
 
 
 @dataclass
@@ -133,6 +136,10 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
     elif cls == "norm" and dtype in DTYPE_NAMES.values() and inputs:
         w = _norm_work(op, inputs, dtype)
         nbytes, other_flops = w.bytes_moved, w.flops
+    elif op in GATHER_OPS:
+        out_bytes = sum(t.numel() * t.element_size() for t in outputs)
+        index_bytes = sum(t.numel() * t.element_size() for t in inputs if not t.is_floating_point())
+        nbytes = 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
     elif op in _NO_TRAFFIC or any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns):
         nbytes = 0  # a view or an allocation moves no data
     else:

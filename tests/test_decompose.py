@@ -109,6 +109,10 @@ def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     rows = json.loads((tmp_path / "results.json").read_text())["results"]
     model_rows = [r for r in rows if r["source"] == "model"]
     assert {(r["layer"], r["phase"]) for r in model_rows} == {(l["name"], l["phase"]) for l in doc["layers"]}
+    # ReLU's backward (aten::threshold_backward) is element-wise work, not a memory copy
+    relu_bwd = [l for l in doc["layers"] if l["module"] == "ReLU" and l["phase"] == "backward"]
+    assert relu_bwd and all(l["time_by_class_ms"]["elementwise"] > l["time_by_class_ms"].get("memcpy", 0.0)
+                            for l in relu_bwd)
     conv_rows = [r for r in model_rows if r["op"] == "Conv2d"]
     assert conv_rows and all(r["dtype"] == "bf16" for r in conv_rows)
     # bf16 convolutions run through oneDNN, whose verbose log names the implementation of each one
