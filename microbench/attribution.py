@@ -75,19 +75,44 @@ class Ev:
 
 
 @dataclass
+class StepPart:
+    """One bucket's time in one profiled step, by class and by Tensor Core verdict."""
+
+    us: float = 0.0
+    by_class: Counter = field(default_factory=Counter)  # class -> us
+    tensor_cores: Counter = field(default_factory=Counter)  # yes / no / unknown -> us
+    gemm_tensor_cores: Counter = field(default_factory=Counter)  # the same, GEMM/conv classes only
+
+
+@dataclass
 class Bucket:
     layer: str
     phase: str
-    per_step_us: list[float]
-    by_class: Counter = field(default_factory=Counter)  # class -> us
-    tensor_cores: Counter = field(default_factory=Counter)  # yes / no / unknown -> us
-    items: Counter = field(default_factory=Counter)  # kernel or operator name -> us
-    gemm_tensor_cores: Counter = field(default_factory=Counter)  # the same, GEMM/conv classes only
+    steps: list[StepPart]
+    items: Counter = field(default_factory=Counter)  # kernel or operator name -> us, all steps
     gemm_items: Counter = field(default_factory=Counter)
+
+    @property
+    def per_step_us(self) -> list[float]:
+        return [p.us for p in self.steps]
 
     @property
     def time_us(self) -> float:
         return sum(self.per_step_us)
+
+    def _sum(self, attr: str) -> Counter:
+        out: Counter = Counter()
+        for p in self.steps:
+            out.update(getattr(p, attr))
+        return out
+
+    @property
+    def by_class(self) -> Counter:
+        return self._sum("by_class")
+
+    @property
+    def tensor_cores(self) -> Counter:
+        return self._sum("tensor_cores")
 
 
 @dataclass
@@ -95,7 +120,7 @@ class Attribution:
     unit: str  # "kernel" (GPU) or "operator" (CPU)
     steps: int
     buckets: dict[tuple[str, str], Bucket]
-    total_us: float  # the profiled total, counted independently of the buckets
+    total_per_step_us: list[float]  # the profiled total of each step, counted independently of the buckets
     outside_steps_us: float  # activity in the trace outside every step window (not in the total)
     backward_seq_us: float = 0.0  # backward time attributed by sequence number
     backward_hook_us: float = 0.0  # ... of which a backward layer range was also open
@@ -103,8 +128,21 @@ class Attribution:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def total_us(self) -> float:
+        return sum(self.total_per_step_us)
+
+    @property
     def attributed_us(self) -> float:
         return sum(b.time_us for b in self.buckets.values())
+
+    def attributed_step_us(self, step: int) -> float:
+        return sum(b.steps[step].us for b in self.buckets.values())
+
+    def median_step(self) -> int:
+        """The step whose profiled total is the median (the lower one of an even count): one disturbed step
+        (another process, a page fault storm) does not move it."""
+        order = sorted(range(self.steps), key=lambda i: self.total_per_step_us[i])
+        return order[(self.steps - 1) // 2]
 
 
 class _Innermost:
@@ -229,18 +267,19 @@ def attribute(events: list[dict], *, layer_names: set[str] = frozenset(), seq_ma
             where[id(e)] = (step, layer if layer is not None else f"({phase})", phase, seq_layer, hook_layer)
 
     buckets: dict[tuple[str, str], Bucket] = {}
-    att = Attribution("kernel" if gpu else "operator", len(step_w), buckets, 0.0, 0.0, notes=notes)
+    att = Attribution("kernel" if gpu else "operator", len(step_w), buckets, [], 0.0, notes=notes)
 
     def add(step, layer, phase, seq_layer, hook_layer, us, name, cls, tc):
         b = buckets.get((layer, phase))
         if b is None:
-            b = buckets[(layer, phase)] = Bucket(layer, phase, [0.0] * len(step_w))
-        b.per_step_us[step] += us
-        b.by_class[cls] += us
-        b.tensor_cores[tc] += us
+            b = buckets[(layer, phase)] = Bucket(layer, phase, [StepPart() for _ in step_w])
+        part = b.steps[step]
+        part.us += us
+        part.by_class[cls] += us
+        part.tensor_cores[tc] += us
         b.items[name] += us
         if cls in ("gemm", "tc_gemm"):
-            b.gemm_tensor_cores[tc] += us
+            part.gemm_tensor_cores[tc] += us
             b.gemm_items[name] += us
         if phase == "backward" and seq_layer is not None:
             att.backward_seq_us += us
@@ -268,7 +307,7 @@ def attribute(events: list[dict], *, layer_names: set[str] = frozenset(), seq_ma
                 continue
             c = classify_kernel(k.name)
             add(step, layer, phase, seq_layer, hook_layer, k.dur, k.name, c.cls, c.tensor_cores)
-        att.total_us = gpu_total_us(gpu, launches, step_w)
+        att.total_per_step_us = gpu_total_us(gpu, launches, step_w)
     else:
         for evs in ops_by_tid.values():
             for e in evs:
@@ -281,22 +320,25 @@ def attribute(events: list[dict], *, layer_names: set[str] = frozenset(), seq_ma
                     continue
                 c = classify_operator(e.name)
                 add(step, layer, phase, seq_layer, hook_layer, self_us, e.name, c.cls, c.tensor_cores)
-        att.total_us = cpu_total_us(ops_by_tid, step_w)
+        att.total_per_step_us = cpu_total_us(ops_by_tid, step_w)
     return att
 
 
-def cpu_total_us(ops_by_tid: dict, step_w) -> float:
-    """Summed duration of the outermost operators inside the steps (equal to the sum of self times)."""
-    return sum(e.dur for evs in ops_by_tid.values() for e in evs
-               if e.cat == "cpu_op" and e.parent < 0 and _window_index(step_w, e.mid) >= 0)
+def cpu_total_us(ops_by_tid: dict, step_w) -> list[float]:
+    """Per step: the summed duration of the outermost operators (equal to the sum of self times)."""
+    out = [0.0] * len(step_w)
+    for evs in ops_by_tid.values():
+        for e in evs:
+            if e.cat == "cpu_op" and e.parent < 0 and (i := _window_index(step_w, e.mid)) >= 0:
+                out[i] += e.dur
+    return out
 
 
-def gpu_total_us(gpu: list[Ev], launches: dict, step_w) -> float:
-    """Summed duration of the kernels, memcpys and memsets launched inside the steps."""
-    total = 0.0
+def gpu_total_us(gpu: list[Ev], launches: dict, step_w) -> list[float]:
+    """Per step: the summed duration of the kernels, memcpys and memsets launched inside it."""
+    out = [0.0] * len(step_w)
     for k in gpu:
         launch = launches.get(k.args.get("correlation"))
-        t = launch.ts if launch is not None else k.ts
-        if _window_index(step_w, t) >= 0:
-            total += k.dur
-    return total
+        if (i := _window_index(step_w, launch.ts if launch is not None else k.ts)) >= 0:
+            out[i] += k.dur
+    return out

@@ -319,26 +319,28 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
     from .work import Work
 
     n = att.steps
+    rep = att.median_step()
     keys = list(dict.fromkeys(list(work) + list(att.buckets)))
-    total_ms = att.total_us / n / 1e3 if n else 0.0
+    total_ms = att.total_per_step_us[rep] / 1e3
     layers, rows = [], []
     for key in keys:
         name, phase = key
         b = att.buckets.get(key)
+        part = b.steps[rep] if b else None
         w = work.get(key, LayerWork())
-        time_ms = b.time_us / n / 1e3 if b else 0.0
+        time_ms = part.us / 1e3 if b else 0.0
         flops = w.flops + w.other_flops
         if time_ms <= 0 and flops <= 0:
             continue
         layer_dtype = w.gemm_dtype or (w.dtypes.most_common(1)[0][0] if w.dtypes else dtype)
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
-        gemm_ms = sum(b.by_class[c] for c in GEMM_CLASSES) / n / 1e3 if b else 0.0
-        tc, tc_ev, tc_split = _layer_tensor_cores(b, key, cpu_ev, dev, gemm_ms, n)
+        gemm_ms = sum(part.by_class[c] for c in GEMM_CLASSES) / 1e3 if b else 0.0
+        tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
         row = ResultRow(op=kind, shape=w.cases[0].shape.label() if w.cases else "-", dtype=layer_dtype,
                         provider=f"{workload.name} step", device=dev.name, source="model", layer=name, phase=phase,
                         flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
                         params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
-                                "time_by_class_ms": {c: v / n / 1e3 for c, v in (b.by_class.items() if b else ())}})
+                                "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())}})
         if b and time_ms > 0 and flops > 0 and w.bytes > 0:
             judge(row, Work(flops, w.bytes), summarize([us / 1e3 for us in b.per_step_us]), ceilings)
         elif b and time_ms > 0:  # time but no arithmetic (copies, views, allocation): no roofline point
@@ -356,23 +358,24 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
             "tflops": row.tflops, "pct_of_ceiling": row.pct_of_ceiling, "ceiling": row.ceiling, "bound": row.bound,
             "tensor_cores": tc, "tensor_core_evidence": tc_ev, "tensor_core_time_ms": tc_split,
             "gemm_time_ms": gemm_ms,
-            "time_by_class_ms": {c: v / n / 1e3 for c, v in sorted(b.by_class.items(), key=lambda kv: -kv[1])} if b else {},
-            "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],
+            "time_by_class_ms": {c: v / 1e3 for c, v in part.by_class.most_common()} if b else {},
+            "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],  # mean over the steps
             "cases": [c.label() for c in w.cases],
             "flags": row.flags,
         })
     return layers, rows
 
 
-def _layer_tensor_cores(b, key, cpu_ev, dev, gemm_ms: float, n: int):
-    """Verdict (yes/no/unknown), evidence, and the layer's GEMM/conv time split {yes, no, unknown} in ms."""
+def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
+    """Verdict (yes/no/unknown), evidence, and the layer's time split {yes, no, unknown} in ms (GPU: all its
+    kernels; CPU: its GEMM/conv operators), in the step `part` belongs to."""
     if b is None or gemm_ms <= 0:
         return "no", "no GEMM/convolution work in this layer: element-wise, normalization or data movement", {}
     if dev.is_gpu:
-        split = {k: v / n / 1e3 for k, v in b.tensor_cores.items() if v > 0}
-        g = b.gemm_tensor_cores
-        share = g["yes"] / n / 1e3 / gemm_ms
-        no_share = g["no"] / n / 1e3 / gemm_ms
+        split = {k: v / 1e3 for k, v in part.tensor_cores.items() if v > 0}
+        g = part.gemm_tensor_cores
+        share = g["yes"] / 1e3 / gemm_ms
+        no_share = g["no"] / 1e3 / gemm_ms
         verdict = "yes" if share >= 0.999 else ("no" if no_share >= 0.999 else "unknown")
         top = b.gemm_items.most_common(1)[0][0] if b.gemm_items else ""
         return verdict, f"{share:.0%} of the layer's GEMM/conv kernel time in Tensor Core kernels by name " \
@@ -392,14 +395,15 @@ def _layer_tensor_cores(b, key, cpu_ev, dev, gemm_ms: float, n: int):
 
 def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, dev, ranges, dtype) -> dict:
     n = att.steps
+    rep = att.median_step()
     step_ms = step_timing.median_ms
-    total_ms = att.total_us / n / 1e3
+    total_ms = att.total_per_step_us[rep] / 1e3
     by_class: Counter = Counter()
     by_phase: Counter = Counter()
     for b in att.buckets.values():
-        for c, us in b.by_class.items():
-            by_class[c] += us / n / 1e3
-        by_phase[b.phase] += b.time_us / n / 1e3
+        for c, us in b.steps[rep].by_class.items():
+            by_class[c] += us / 1e3
+        by_phase[b.phase] += b.steps[rep].us / 1e3
     flops = flop_counter.get_total_flops()
     fwd = sum(r.flops for r in records if r.phase == "forward")
     bwd = sum(r.flops for r in records if r.phase == "backward")
@@ -437,8 +441,12 @@ def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, de
         "step_time_ms": step_ms,
         "step_time_spread": step_timing.as_dict(),
         "profiled_time_ms": total_ms,
-        "attributed_time_ms": att.attributed_us / n / 1e3,
-        "attribution_coverage": att.attributed_us / att.total_us if att.total_us else None,
+        "attributed_time_ms": att.attributed_step_us(rep) / 1e3,
+        "attribution_coverage": att.attributed_step_us(rep) / att.total_per_step_us[rep] if total_ms else None,
+        "profiled_time_ms_per_step": [us / 1e3 for us in att.total_per_step_us],
+        "median_step": rep,
+        "per_step_note": "layer times, classes and the profiled time are those of the median profiled step "
+                         "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
         "profiled_unit": att.unit,
         "profiled_time_definition": (
             "sum of GPU kernel, memcpy and memset durations launched inside the step" if att.unit == "kernel" else

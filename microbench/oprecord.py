@@ -105,7 +105,9 @@ def _case_work(c: Case) -> Work:
 
 def _norm_work(op: str, tensors, dtype: str) -> Work:
     x = tensors[0]
-    channels = x.shape[1] if op.startswith("aten::native_batch_norm") and x.dim() > 1 else x.shape[-1]
+    # Layer norm normalizes (and scales) the last dimension; batch, group, instance norm the channels (dim 1),
+    # whichever library runs them (native_batch_norm, cudnn_batch_norm, miopen_batch_norm, ...).
+    channels = x.shape[-1] if "layer_norm" in op or x.dim() < 2 else x.shape[1]
     return norm_work(x.numel(), channels, dtype, "bwd" if "backward" in op else "fwd")
 
 

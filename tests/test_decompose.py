@@ -33,21 +33,21 @@ def _small(name):
     """The benchmark models at sizes a 2-core CPU profiles in seconds: the same layers (the same module
     tree), smaller inputs and, for the Transformer and NCF, smaller vocabulary / user and item tables."""
     from models import ncf, transformer
+    from models.step import Workload
 
-    w = models.load(name)
-    if name == "resnet50":
-        w.make_inputs = image_inputs((3, 64, 64), 1000)  # fully convolutional up to the global pooling
-    elif name == "transformer":
-        w.model = transformer.Transformer(vocab=512)
-        w.make_inputs = make_inputs_for(8, 8, vocab=512)
-    elif name == "ncf":
-        w.model = ncf.NeuMF(users=1000, items=500)
-
+    facts = models.facts(name)
+    if name == "transformer":  # built small directly: the full vocabulary's embedding takes seconds to initialise
+        return Workload(name, transformer.Transformer(vocab=512), make_inputs_for(8, 8, vocab=512),
+                        transformer.loss_fn, facts=facts), 1
+    if name == "ncf":
         def small_ids(batch, device):
             (user, item), label = ncf.make_inputs(batch, device)
             return (user % 1000, item % 500), label
 
-        w.make_inputs = small_ids
+        return Workload(name, ncf.NeuMF(users=1000, items=500), small_ids, ncf.loss_fn, facts=facts), 64
+    w = models.load(name)
+    if name == "resnet50":
+        w.make_inputs = image_inputs((3, 64, 64), 1000)  # fully convolutional up to the global pooling
     return w, {"resnet50": 1, "transformer": 1, "ncf": 64}.get(name, 2)
 
 
@@ -174,6 +174,10 @@ def test_attribution_on_a_real_v100_trace():
     assert a.unit == "kernel" and a.steps == 5
     assert a.attributed_us == pytest.approx(gpu_total, rel=0.01)
     assert a.total_us == pytest.approx(gpu_total, rel=0.01)
+    for i in range(a.steps):  # and step by step
+        assert a.attributed_step_us(i) == pytest.approx(a.total_per_step_us[i], rel=0.01)
+    rep = a.median_step()
+    assert sorted(a.total_per_step_us)[2] == a.total_per_step_us[rep]
     by_phase = {}
     for b in a.buckets.values():
         by_phase[b.phase] = by_phase.get(b.phase, 0.0) + b.time_us
