@@ -6,7 +6,7 @@ Also reachable as `python -m microbench.roofline --model NAME`, and as a Python 
 
     from microbench.decompose import decompose
     doc = decompose("resnet9", batch=64, dtype="bf16", out="results/resnet9")
-    doc = decompose(("my_model", make_inputs))          # or a Workload, or "package.module:factory"
+    doc = decompose((my_model, make_inputs))            # or a Workload, or "package.module:factory"
 
 Writes into --out: decomposition.json (summary + layers), results.json / results.csv (the layer rows and
 the replay rows, one row type), roofline.png / .svg, and trace.json.gz (the profiler trace: open it in
@@ -436,7 +436,7 @@ def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, de
     elementwise = by_class.get("elementwise", 0.0)
     norm = by_class.get("norm", 0.0)
     seq = att.backward_seq_us
-    backward_us = by_phase.get("backward", 0.0) * n * 1e3
+    backward_us = sum(b.time_us for b in att.buckets.values() if b.phase == "backward")  # all profiled steps
     return {
         "step_time_ms": step_ms,
         "step_time_spread": step_timing.as_dict(),
