@@ -89,7 +89,9 @@ def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     # per-layer FLOPs add up to FlopCounterMode's total for the step, forward + backward
     assert sum(l["matrix_flops"] for l in doc["layers"]) == s["flops_per_step"]
     assert s["forward_flops"] + s["backward_flops"] == s["flops_per_step"]
-    assert 0.9 < s["backward_by_sequence_share"] <= 1.0
+    # every GEMM / convolution landed in a layer, none in a phase's own bucket
+    assert all(l["matrix_flops"] == 0 for l in doc["layers"] if l["name"].startswith("("))
+    assert 0.5 < s["backward_by_sequence_share"] <= 1.0  # the rest: gradient accumulation, engine start
     assert s["time_by_phase_ms"]["optimizer"] > 0
 
 
@@ -243,3 +245,20 @@ def test_gpu_summary_from_a_real_v100_trace():
     assert sum(l["time_ms"] for l in layers) == pytest.approx(s["profiled_time_ms"], rel=1e-9)
     assert s["gemm_time_ms"] > 0 and all(l["tensor_cores"] != "yes" for l in layers)
     assert {r.source for r in rows} == {"model"} and Counter(r.phase for r in rows)["backward"] >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_gpu_decomposition_attributes_kernels_and_sees_tensor_cores():
+    """On a GPU: kernel-level attribution adds up, every conv and linear layer is there, and fp16
+    convolutions run (at least partly) in Tensor Core kernels."""
+    w, _ = _small("resnet9")
+    doc = decompose(w, batch=64, dtype="fp16", device="cuda", **FAST)
+    s = doc["summary"]
+    assert s["profiled_unit"] == "kernel"
+    assert s["attribution_coverage"] == pytest.approx(1.0, abs=0.01)
+    found = {(l["name"], l["phase"]) for l in doc["layers"] if l["matrix_flops"]}
+    for name, m in w.model.named_modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            assert (name, "forward") in found and (name, "backward") in found, name
+    assert s["tensor_core_time_share"] > 0
