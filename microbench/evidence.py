@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -72,18 +73,39 @@ class _CaptureStdout:
         return False
 
 
-def onednn_implementations(call: Callable[[], object]) -> list[tuple[str, str]]:
-    """(primitive kind, implementation) of every oneDNN primitive one call of `call` executed."""
+@dataclass(frozen=True)
+class OneDnnExec:
+    """One executed oneDNN primitive, from its verbose line."""
+
+    kind: str  # convolution, matmul, inner_product, reorder, ...
+    impl: str  # brg_conv_fwd:avx512_core_bf16
+    prop: str  # forward_training, backward_data, backward_weights, undef
+    problem: str  # mb2_ic3oc8_ih32oh30kh3sh1dh0ph0_iw32ow30kw3sw1dw0pw0, 2x7200:7200x10
+    time_ms: float | None
+
+
+def onednn_records(call: Callable[[], object]) -> list[OneDnnExec]:
+    """Every oneDNN primitive one call of `call` executed, with its problem and oneDNN's own time."""
     with _CaptureStdout() as cap:
         with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
             call()
     out = []
     for line in cap.text.splitlines():
         f = line.split(",")
-        # onednn_verbose,v1,primitive,exec,cpu,<kind>,<implementation>,...
+        # onednn_verbose,v1,primitive,exec,cpu,<kind>,<implementation>,<prop_kind>,<memory descriptors>,
+        # <attributes>,<auxiliary>,<problem>,<exec time ms>
         if len(f) > 6 and f[0] == "onednn_verbose" and f[2] == "primitive" and f[3] == "exec":
-            out.append((f[5], f[6]))
+            try:
+                t = float(f[-1])
+            except ValueError:
+                t = None
+            out.append(OneDnnExec(f[5], f[6], f[7] if len(f) > 7 else "", f[-2] if len(f) > 9 else "", t))
     return out
+
+
+def onednn_implementations(call: Callable[[], object]) -> list[tuple[str, str]]:
+    """(primitive kind, implementation) of every oneDNN primitive one call of `call` executed."""
+    return [(r.kind, r.impl) for r in onednn_records(call)]
 
 
 def from_onednn(impls: list[tuple[str, str]]) -> Evidence:

@@ -117,6 +117,14 @@ class ResultsWriter:
         self._csv.flush()
         self._dump()
 
+    def add_many(self, rows) -> None:
+        """Several rows, one rewrite of results.json (a model decomposition adds hundreds at once)."""
+        for row in rows:
+            self.doc["results"].append(row.as_dict())
+            self._writer.writerow(csv_record(row))
+        self._csv.flush()
+        self._dump()
+
     def _dump(self) -> None:
         tmp = self.json_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(_clean(self.doc), indent=1))

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
     ap.add_argument("--no-plot", action="store_true",
                     help="skip roofline.png / roofline.svg (and the plot in report.html)")
+    ap.add_argument("--model", default=None,
+                    help="decompose this model's training step instead (python -m microbench.decompose: --batch, "
+                         "--dtype and its other options apply)")
     return ap
 
 
@@ -47,6 +50,11 @@ def _config_block(cfg, profile) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--model" or a.startswith("--model=") for a in argv):
+        from .decompose import main as decompose_main
+
+        return decompose_main(argv, prog="python -m microbench.roofline --model")
     args = build_parser().parse_args(argv)
     try:
         cfg = load_config(args.config)

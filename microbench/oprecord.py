@@ -1,0 +1,227 @@
+"""Every operator of a training step with its layer, phase, FLOPs, bytes and, for GEMMs and convolutions,
+the exact problem as a `microbench.shapes.Case`.
+
+A TorchDispatchMode sees each ATen operator below autograd, forward and backward, with its real operands
+(dtype after autocast, strides, shapes). FLOPs of matrix operators come from the formulas of
+torch.utils.flop_counter (the table FlopCounterMode uses: mm, addmm, bmm, baddbmm, convolution and its
+backward, attention); the operators FlopCounterMode does not count (normalization, element-wise,
+reductions) get our formulas (microbench.work) in `other_flops`. Bytes are ours: the minimum traffic of
+microbench.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
+the rows they return, every other operator reading each tensor operand once and writing each result
+once, views moving nothing.
+
+Layer and phase: forward operators belong to the innermost module whose forward is running; backward
+operators to the module whose forward created the autograd node being evaluated (its sequence number,
+models.ranges.StepRanges.seq_map); operators outside any layer to the phase itself.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from .classify import classify_operator
+from .shapes import CONV_OPS, Case, ConvShape, GemmShape
+from .work import Work, conv2d_work, gemm_work, norm_work
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+# Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
+_NO_TRAFFIC = {"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like", "aten::empty_strided",
+               "aten::detach"}
+GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+# Gathers read only the rows they return, not the whole table they index (an embedding lookup).
+GATHER_OPS = {"aten::embedding", "aten::index_select", "aten::gather", "aten::index"}
+
+
+@dataclass
+class OpRecord:
+    op: str  # aten::convolution
+    layer: str | None
+    phase: str | None
+    dtype: str | None
+    flops: int  # FlopCounterMode's formula; 0 for operators it does not count
+    other_flops: int  # our formulas for normalization, element-wise and reduction operators
+    bytes: int
+    cls: str  # operator class of microbench/data/kernel_rules.toml
+    cases: tuple[Case, ...] = ()
+    skipped: str = ""  # why a GEMM/conv operator gave no replayable case
+
+
+def _dtype(tensors) -> str | None:
+    for t in tensors:
+        if t.is_floating_point():
+            return DTYPE_NAMES.get(t.dtype)
+    return None
+
+
+def _layout_transposed(t: torch.Tensor) -> bool:
+    """True when the matrix in the last two dimensions is stored column-major (as its transpose)."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    s_row, s_col = t.stride(-2), t.stride(-1)
+    row_major = (s_col == 1 or cols == 1) and (s_row >= cols or rows == 1)
+    col_major = (s_row == 1 or rows == 1) and (s_col >= rows or cols == 1)
+    return col_major and not row_major
+
+
+def gemm_case(op: str, args, dtype: str) -> Case:
+    ia, ib = GEMM_OPS[op]
+    a, b = args[ia], args[ib]
+    batch = a.shape[0] if a.dim() == 3 else 1
+    shape = GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch,
+                      trans_a=_layout_transposed(a), trans_b=_layout_transposed(b))
+    return Case("gemm", shape, dtype)
+
+
+def _conv_shape(x_shape, w_shape, stride, padding, dilation, groups) -> ConvShape:
+    n, c, h, w = x_shape
+    k, _, r, s = w_shape
+    return ConvShape(n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=tuple(stride), pad=tuple(padding),
+                     dilation=tuple(dilation), groups=groups)
+
+
+def conv_cases(op: str, args, dtype: str) -> tuple[list[Case], str]:
+    """The convolution directions an operator computes, with their shapes (2-D, not transposed)."""
+    if op == "aten::convolution":
+        x, w, _bias, stride, padding, dilation, transposed, _op, groups = args[:9]
+        directions = ["fwd"]
+    else:  # aten::convolution_backward
+        _gy, x, w, _bias_sizes, stride, padding, dilation, transposed, _op, groups, mask = args[:11]
+        directions = [d for d, on in zip(("bwd_data", "bwd_weight"), mask[:2]) if on]
+    if transposed:
+        return [], "transposed convolution: no replayable case"
+    if x.dim() != 4:
+        return [], f"{x.dim() - 2}-D convolution: only conv2d is replayed"
+    shape = _conv_shape(tuple(x.shape), tuple(w.shape), stride, padding, dilation, groups)
+    return [Case(CONV_OPS[d], shape, dtype) for d in directions], ""
+
+
+def _case_work(c: Case) -> Work:
+    return gemm_work(c.shape, c.dtype) if c.op == "gemm" else conv2d_work(c.shape, c.dtype, c.direction)
+
+
+def _norm_work(op: str, tensors, dtype: str) -> Work:
+    x = tensors[0]
+    # Layer norm normalizes (and scales) the last dimension; batch, group, instance norm the channels (dim 1),
+    # whichever library runs them (native_batch_norm, cudnn_batch_norm, miopen_batch_norm, ...).
+    channels = x.shape[-1] if "layer_norm" in op or x.dim() < 2 else x.shape[1]
+    return norm_work(x.numel(), channels, dtype, "bwd" if "backward" in op else "fwd")
+
+
+def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> OpRecord:
+    op = func._schema.name
+    inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    dtype = _dtype(inputs + outputs)
+    packet = func._overloadpacket
+    flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0
+    cls = classify_operator(op).cls
+    cases: list[Case] = []
+    skipped = ""
+    replayable = dtype in ("fp32", "bf16", "fp16")
+    if op in GEMM_OPS:
+        if replayable:
+            cases = [gemm_case(op, args, dtype)]
+        else:
+            skipped = f"{dtype} GEMM: not a replayed dtype"
+    elif op in ("aten::convolution", "aten::convolution_backward"):
+        if replayable:
+            cases, skipped = conv_cases(op, args, dtype)
+        else:
+            skipped = f"{dtype} convolution: not a replayed dtype"
+    other_flops = 0
+    if cases:
+        nbytes = sum(_case_work(c).bytes_moved for c in cases)
+    elif cls == "norm" and dtype in DTYPE_NAMES.values() and inputs:
+        w = _norm_work(op, inputs, dtype)
+        nbytes, other_flops = w.bytes_moved, w.flops
+    elif op in GATHER_OPS:
+        out_bytes = sum(t.numel() * t.element_size() for t in outputs)
+        index_bytes = sum(t.numel() * t.element_size() for t in inputs if not t.is_floating_point())
+        nbytes = 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
+    elif op in _NO_TRAFFIC or any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns):
+        nbytes = 0  # a view or an allocation moves no data
+    else:
+        nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
+        if not flops and dtype is not None:
+            if cls == "elementwise":
+                other_flops = sum(t.numel() for t in outputs)
+            elif cls == "reduction":
+                other_flops = sum(t.numel() for t in inputs)
+    return OpRecord(op, layer, phase, dtype, flops, other_flops, nbytes, cls, tuple(cases), skipped)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Record every operator of the step(s) run inside it. `ranges` (models.ranges.StepRanges) tells the
+    phase and the forward layer; backward layers come from autograd sequence numbers."""
+
+    def __init__(self, ranges):
+        super().__init__()
+        self.ranges = ranges
+        self.records: list[OpRecord] = []
+        self._seq_map: dict[int, str] = {}
+        self._seq_map_size = -1
+
+    def _backward_layer(self) -> str | None:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            n = len(self.ranges._intervals)
+            if n != self._seq_map_size:  # the forward recorded new intervals since the map was built
+                self._seq_map, self._seq_map_size = self.ranges.seq_map(), n
+            layer = self._seq_map.get(node._sequence_nr())
+            if layer is not None:
+                return layer
+        return self.ranges.current_backward_layer()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func._schema.name.startswith("profiler::"):
+            return out  # our own record_function ranges: bookkeeping, not work
+        phase = self.ranges.current_phase
+        if torch._C._current_graph_task_id() != -1:
+            layer = self._backward_layer()
+        elif phase == "forward":
+            layer = self.ranges.current_forward_layer()
+        else:
+            layer = None
+        self.records.append(analyse(func, args, kwargs, out, layer, phase))
+        return out
+
+
+@dataclass
+class LayerWork:
+    """The recorded work of one (layer, phase)."""
+
+    flops: int = 0
+    other_flops: int = 0
+    bytes: int = 0
+    dtypes: Counter = field(default_factory=Counter)  # dtype -> bytes
+    ops: Counter = field(default_factory=Counter)  # operator -> count
+    cases: list[Case] = field(default_factory=list)
+    gemm_dtype: str | None = None
+
+
+def bucket_name(layer: str | None, phase: str | None) -> str:
+    """Work outside every layer goes to its phase: `(forward)`, `(backward)`, `(optimizer)`, `(step)`."""
+    return layer if layer is not None else f"({phase or 'step'})"
+
+
+def by_layer(records: list[OpRecord]) -> dict[tuple[str, str], LayerWork]:
+    out: dict[tuple[str, str], LayerWork] = {}
+    for r in records:
+        key = (bucket_name(r.layer, r.phase), r.phase or "step")
+        lw = out.setdefault(key, LayerWork())
+        lw.flops += r.flops
+        lw.other_flops += r.other_flops
+        lw.bytes += r.bytes
+        if r.dtype:
+            lw.dtypes[r.dtype] += r.bytes
+        lw.ops[r.op] += 1
+        lw.cases.extend(r.cases)
+        if r.cases and lw.gemm_dtype is None:
+            lw.gemm_dtype = r.cases[0].dtype
+    return out

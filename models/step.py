@@ -1,0 +1,166 @@
+"""A training step per model: forward, loss, backward, optimizer step, as the benchmark trained (SGD with
+momentum for the CNNs, Adam for the Transformer and NCF), with optional mixed precision (bf16 or fp16
+autocast; a gradient scaler for fp16) and channels-last memory format for the CNNs.
+
+A `Workload` is what a model factory returns: the model, an input maker, the loss and the optimizer.
+`TrainingStep` binds it to a device, a batch size and a precision; calling it runs one step inside the
+step and phase ranges of `models.ranges.StepRanges` (when given).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from .ranges import LOSS_LAYER, STEP_RANGE, StepRanges
+
+STEP_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Without benchmark facts (a model from outside the project): plain SGD with momentum.
+DEFAULT_OPTIMIZER = {"name": "SGD", "lr": 0.01, "momentum": 0.9}
+
+
+@dataclass(frozen=True)
+class BenchmarkFacts:
+    """One model's entry of models/benchmarks.toml."""
+
+    name: str
+    title: str
+    module: str
+    dataset: str
+    task: str
+    input_shape: tuple[int, ...]
+    target_metric: str
+    reference_batch: int
+    cpu_batch: int
+    channels_last: bool
+    optimizer: dict
+    source: str
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Workload:
+    """What a model factory provides.
+
+    make_inputs(batch, device) -> (inputs, target): `inputs` is a tuple of positional arguments of the
+    model (or one tensor); `target` is what `loss_fn(output, target)` compares against. With `loss_fn`
+    None the model's output itself must be the (scalar) loss and `target` is ignored.
+    """
+
+    name: str
+    model: nn.Module
+    make_inputs: Callable[[int, torch.device], tuple[Any, Any]]
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None
+    facts: BenchmarkFacts | None = None
+    channels_last: bool | None = None  # None: from the facts (False without facts)
+
+    def build_optimizer(self, params) -> torch.optim.Optimizer:
+        if self.optimizer is not None:
+            return self.optimizer(params)
+        spec = dict(self.facts.optimizer if self.facts else DEFAULT_OPTIMIZER)
+        cls = getattr(torch.optim, spec.pop("name"))
+        if "betas" in spec:
+            spec["betas"] = tuple(spec["betas"])
+        return cls(params, **spec)
+
+    @property
+    def uses_channels_last(self) -> bool:
+        if self.channels_last is not None:
+            return self.channels_last
+        return bool(self.facts and self.facts.channels_last)
+
+
+def image_inputs(input_shape, num_classes: int):
+    """Input maker for image classifiers: standard-normal images and random class labels."""
+
+    def make_inputs(batch: int, device) -> tuple[tuple, torch.Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn((batch, *input_shape), generator=gen)
+        y = torch.randint(0, num_classes, (batch,), generator=gen)
+        return (x.to(device),), y.to(device)
+
+    return make_inputs
+
+
+def default_loss(output, target) -> torch.Tensor:
+    """The loss for a factory that gives none: the model's output when there is no target (it must be a
+    scalar), cross-entropy against integer targets (class indices), mean squared error otherwise."""
+    if target is None:
+        if not (isinstance(output, torch.Tensor) and output.dim() == 0):
+            raise TypeError("no target and no loss_fn: the model's output must be a scalar loss, "
+                            f"got {type(output).__name__} {tuple(getattr(output, 'shape', ()))}")
+        return output
+    if isinstance(target, torch.Tensor) and not target.is_floating_point():
+        return nn.functional.cross_entropy(output, target)
+    return nn.functional.mse_loss(output, target.to(output.dtype) if isinstance(target, torch.Tensor) else target)
+
+
+def _as_tuple(inputs) -> tuple:
+    return inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+class TrainingStep:
+    """One training step of a workload on a device, batch size and precision (`fp32`, `bf16`, `fp16`).
+
+    fp32 means IEEE fp32: TF32 is switched off for the step (a GPU would otherwise run convolutions on
+    TF32 Tensor Cores by default, and "fp32" would not say what ran). The inputs are made once, so every
+    step trains on the same synthetic batch: the work per step is what matters here, not convergence.
+    """
+
+    def __init__(self, workload: Workload, batch: int, device: torch.device | str, dtype: str = "fp32",
+                 ranges: StepRanges | None = None):
+        if dtype not in STEP_DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r} (use {', '.join(STEP_DTYPES)})")
+        self.workload = workload
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.batch = batch
+        self.ranges = ranges
+        model = workload.model.to(self.device)
+        if workload.uses_channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model.train()
+        inputs, target = workload.make_inputs(batch, self.device)
+        self.inputs = tuple(self._layout(t) for t in _as_tuple(inputs))
+        self.target = target
+        self.loss_fn = workload.loss_fn or default_loss
+        self.optimizer = workload.build_optimizer(self.model.parameters())
+        self.scaler = torch.amp.GradScaler(self.device.type) if dtype == "fp16" else None
+        self.last_loss: torch.Tensor | None = None
+
+    def _layout(self, t):
+        if self.workload.uses_channels_last and isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point():
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+
+    def _range(self, name: str):
+        return self.ranges.phase(name) if self.ranges is not None else contextlib.nullcontext()
+
+    def __call__(self) -> None:
+        from kernels.tf32 import tf32_allowed
+
+        autocast = torch.autocast(self.device.type, dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
+                                  enabled=self.dtype != "fp32")
+        loss_range = self.ranges.layer(LOSS_LAYER) if self.ranges is not None else contextlib.nullcontext()
+        with tf32_allowed(False), self._range(STEP_RANGE):
+            with self._range("forward"):
+                with autocast:
+                    output = self.model(*self.inputs)
+                    with loss_range:
+                        loss = self.loss_fn(output, self.target)
+            with self._range("backward"):
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            with self._range("optimizer"):
+                if self.scaler is not None:
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        self.last_loss = loss.detach()
