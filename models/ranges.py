@@ -43,6 +43,32 @@ def _seq_nr() -> int:
 
 
 @dataclass
+
+class _TorchNvtx:
+    """torch.cuda.nvtx behind the `nvtx` package's push_range / pop_range (the same NVTX library)."""
+
+    @staticmethod
+    def push_range(name: str, color: str | None = None) -> None:
+        torch.cuda.nvtx.range_push(name)
+
+    @staticmethod
+    def pop_range() -> None:
+        torch.cuda.nvtx.range_pop()
+
+
+def _nvtx_api():
+    """The `nvtx` package; where it is missing (a bare GPU image), PyTorch's own NVTX binding on a CUDA build;
+    else none: the profiler ranges still carry the same names."""
+    try:
+        import nvtx
+
+        return nvtx
+    except ImportError:
+        if torch.cuda.is_available() and torch.version.cuda:
+            return _TorchNvtx
+        warnings.warn("the nvtx package is not installed: no NVTX ranges (profiler ranges only)", stacklevel=3)
+        return None
+
 class _Open:
     name: str
     record: object  # torch.autograd.profiler.record_function, entered
@@ -82,11 +108,7 @@ class StepRanges:
         self.backward_ranges = backward_ranges
         self.interleaved_closes = 0
         self.unmatched_closes = 0
-        self._nvtx = None
-        if nvtx_ranges:
-            import nvtx
-
-            self._nvtx = nvtx
+        self._nvtx = _nvtx_api() if nvtx_ranges else None
         self._tls = _Thread()
         self._lock = threading.Lock()
         self._intervals: list[tuple[int, int, int, str]] = []  # (seq_start, seq_end, depth, layer)

@@ -13,7 +13,18 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+
+
+def _find_shared() -> Path:
+    """../shared beside the repository (CI, the main checkout); a git worktree may sit deeper."""
+    for parent in REPO.parents:
+        if (parent / "shared" / "traces").is_dir():
+            return parent / "shared"
+    return REPO.parent / "shared"
+
+
+SHARED = _find_shared()
+TRACES = SHARED / "traces" if (SHARED / "traces" / "SOURCES.md").is_file() else None
 
 
 def pytest_configure(config):

@@ -13,20 +13,13 @@ from microbench import trace
 from microbench.classify import classify_kernel, kernel_signature_name
 from microbench.config import load_config
 
+from .conftest import TRACES
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
 
 
-def _find_traces() -> Path | None:
-    # ../shared/traces beside the repository (CI, the main checkout); a git worktree sits one level deeper.
-    for parent in REPO.parents:
-        if (parent / "shared" / "traces" / "SOURCES.md").is_file():
-            return parent / "shared" / "traces"
-    return None
-
-
-TRACES = _find_traces()
 needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 
 
