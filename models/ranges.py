@@ -42,8 +42,6 @@ def _seq_nr() -> int:
     return torch._C._autograd._get_sequence_nr()
 
 
-@dataclass
-
 class _TorchNvtx:
     """torch.cuda.nvtx behind the `nvtx` package's push_range / pop_range (the same NVTX library)."""
 
@@ -69,6 +67,8 @@ def _nvtx_api():
         warnings.warn("the nvtx package is not installed: no NVTX ranges (profiler ranges only)", stacklevel=3)
         return None
 
+
+@dataclass
 class _Open:
     name: str
     record: object  # torch.autograd.profiler.record_function, entered
