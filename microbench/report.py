@@ -88,17 +88,26 @@ def print_report(doc: dict, console: Console | None = None) -> None:
     console.print(ceil)
     for note in doc.get("notes", []):
         console.print(f"[yellow]note:[/] {note}")
-    reasons = {}
-    for r in doc["results"]:
-        if r["status"] != "ok" or r.get("flags"):
-            msg = r["reason"] or "; ".join(r.get("flags", []))
-            reasons.setdefault(f"{r['provider']} {r['status']}: {msg}", 0)
-            reasons[f"{r['provider']} {r['status']}: {msg}"] += 1
-        elif not r.get("time_ms") and r.get("reason"):
-            reasons.setdefault(f"{r['provider']} untimed: {r['reason']}", 0)
-            reasons[f"{r['provider']} untimed: {r['reason']}"] += 1
-    for msg, n in reasons.items():
+    for msg, n in reason_counts(doc["results"]).items():
         console.print(f"[dim]{n} row(s): {msg}[/]")
+
+
+def reason_counts(rows: list[dict]) -> dict[str, int]:
+    """Why rows were not timed, or were flagged, counted by reason. Numbers in a reason (sizes, percentages,
+    estimates) differ from row to row; they are folded so that one cause is one line."""
+    import re
+
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != "ok" or r.get("flags"):
+            msg = f"{r['provider']} {r['status']}: {r['reason'] or '; '.join(r.get('flags', []))}"
+        elif not r.get("time_ms") and r.get("reason"):
+            msg = f"{r['provider']} untimed: {r['reason']}"
+        else:
+            continue
+        msg = re.sub(r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])", "N", msg)  # not the 32 of fp32
+        counts[msg] = counts.get(msg, 0) + 1
+    return counts
 
 
 def roofline_figure(doc: dict):

@@ -54,3 +54,18 @@ def test_onednn_verbose_is_captured_for_a_real_convolution():
     w = torch.randn(16, 16, 3, 3).contiguous(memory_format=torch.channels_last)
     impls = onednn_implementations(lambda: torch.nn.functional.conv2d(x, w, padding=1))
     assert any(kind == "convolution" and impl for kind, impl in impls)
+
+
+@pytest.mark.parametrize("op, cls", [
+    ("aten::max_pool2d_with_indices", "elementwise"),   # pooling: element-wise, as in the kernel rules
+    ("aten::max_pool2d_with_indices_backward", "elementwise"),
+    ("aten::max", "reduction"),
+    ("aten::_log_softmax_backward_data", "reduction"),
+    ("aten::threshold_backward", "elementwise"),          # not a copy (aten::t / aten::to)
+    ("aten::mkldnn_convolution", "gemm"),
+    ("aten::native_batch_norm_backward", "norm"),
+])
+def test_operator_rules(op, cls):
+    from microbench.classify import classify_operator
+
+    assert classify_operator(op).cls == cls
