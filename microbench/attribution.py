@@ -24,8 +24,6 @@ Where each piece goes:
 """
 from __future__ import annotations
 
-import gzip
-import json
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -41,17 +39,10 @@ _EPS_US = 1e-3  # Kineto timestamps carry nanoseconds as fractions of a microsec
 
 
 def load_trace(path: str | Path) -> list[dict]:
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rt") as f:
-            doc = json.load(f)
-    except (OSError, json.JSONDecodeError, EOFError) as e:
-        raise InputError(path, f"not a readable Chrome trace: {type(e).__name__}: {e}") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        raise InputError(path, "no traceEvents list")
-    return events
+    """The events of a Kineto trace (plain or gzip), through the trace reader's decoder and its errors."""
+    from .trace import trace_events
+
+    return trace_events(path)[0]
 
 
 @dataclass

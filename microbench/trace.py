@@ -172,6 +172,14 @@ class _EventStream:
                 return i
 
 
+def trace_events(path: str | Path, keep=lambda ev: True) -> tuple[list[dict], dict]:
+    """The events of a Kineto trace that `keep` accepts, and its kept metadata, read with the same streaming
+    decoder and one-line errors as `analyze` (for callers that need the events themselves, e.g. attribution)."""
+    events: list[dict] = []
+    meta = _EventStream(Path(path)).read(lambda ev, i: events.append(ev) if keep(ev) else None)
+    return events, meta
+
+
 @dataclass
 class _KernelAgg:
     name: str
