@@ -27,13 +27,13 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.registry import Evidence, Unsupported, provider
+from microbench.registry import Unsupported, provider
 from microbench.shapes import ConvShape
 
 from . import triton_configs as cfgs
 from .gemm_triton import DTYPE_NAMES, FP8, _device_family, precision_key
-from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
-                             ran_evidence, report_launch, static_evidence, tl_dtype_name)
+from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
+                             provider_enabled, provider_evidence, provider_timed, report_launch, tl_dtype_name)
 
 
 @triton.jit
@@ -444,27 +444,9 @@ def static_records(direction: str, dtype: str) -> list:
     return [_static_record(direction, dtype, t) for t in ("sm_90", "sm_80")] if dtype in AOT_DTYPES else []
 
 
-def _enabled(device) -> str | None:
-    from .gemm_triton import _enabled as gemm_enabled
-
-    return gemm_enabled(device)
-
-
-def _timed(device) -> str | None:
-    return None if device.is_gpu else INTERPRETED_REASON
-
-
-def _evidence(case, device, call) -> Evidence:
-    try:
-        if device.is_gpu:
-            return ran_evidence(call, device, case.dtype)
-        return static_evidence(static_records(case.direction, case.dtype), case.dtype)
-    except Exception as e:  # noqa: BLE001 - evidence is best effort; the correctness result stands without it
-        return Evidence("unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-
-
 @provider("conv2d", "triton", library="Triton (ours): kernels/conv_triton.py, implicit GEMM over NHWC; "
-          "interpreted on a CPU", enabled=_enabled, timed=_timed, evidence=_evidence)
+          "interpreted on a CPU", enabled=provider_enabled, timed=provider_timed,
+          evidence=provider_evidence(lambda case: static_records(case.direction, case.dtype)))
 def conv2d_triton(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str,
                   allow_tf32: bool = False) -> torch.Tensor:
     return conv2d(a, b, shape=shape, direction=direction, allow_tf32=allow_tf32)

@@ -17,11 +17,11 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.registry import Evidence, Unsupported, provider
+from microbench.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
-from .triton_runtime import (INTERPRETED_REASON, aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal, ran_evidence,
-                             report_launch, static_evidence, tl_dtype_name)
+from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
+                             provider_enabled, provider_evidence, provider_timed, report_launch, tl_dtype_name)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -388,30 +388,8 @@ def static_records(dtype: str) -> list:
     return [_static_record(dtype, t) for t in ("sm_90", "sm_80") if dtype in AOT_DTYPES[t]]
 
 
-def _enabled(device) -> str | None:
-    if device.is_gpu:
-        return None
-    try:
-        import triton.runtime.interpreter  # noqa: F401
-    except Exception as e:  # noqa: BLE001
-        return f"unavailable: the Triton interpreter does not import ({type(e).__name__}: {e})"
-    return None
-
-
-def _timed(device) -> str | None:
-    return None if device.is_gpu else INTERPRETED_REASON
-
-
-def _evidence(case, device, call) -> Evidence:
-    try:
-        if device.is_gpu:
-            return ran_evidence(call, device, case.dtype)
-        return static_evidence(static_records(case.dtype), case.dtype)
-    except Exception as e:  # noqa: BLE001 - evidence is best effort; the correctness result stands without it
-        return Evidence("unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-
-
 @provider("gemm", "triton", library="Triton (ours): kernels/gemm_triton.py; interpreted on a CPU",
-          enabled=_enabled, timed=_timed, evidence=_evidence)
+          enabled=provider_enabled, timed=provider_timed,
+          evidence=provider_evidence(lambda case: static_records(case.dtype)))
 def gemm_triton(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     return gemm(a, b, allow_tf32=allow_tf32)

@@ -277,3 +277,34 @@ def static_evidence(records: list, dtype: str) -> Evidence:
     tc = [r.tensor_core_instructions > 0 for r in records]
     verdict = "yes" if all(tc) else "no" if not any(tc) else "unknown"
     return Evidence(verdict, "static (compiled ahead of time, not run): " + "; ".join(r.evidence() for r in records))
+
+
+# ---- the provider hooks shared by the Triton GEMM and convolution -----------------------------------------
+def provider_enabled(device) -> str | None:
+    """On a GPU the compiled kernels run; on a CPU they need Triton's interpreter."""
+    if device.is_gpu:
+        return None
+    try:
+        import triton.runtime.interpreter  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable: the Triton interpreter does not import ({type(e).__name__}: {e})"
+    return None
+
+
+def provider_timed(device) -> str | None:
+    return None if device.is_gpu else INTERPRETED_REASON
+
+
+def provider_evidence(static_records_of: Callable[[object], list]):
+    """The `evidence` hook: on a GPU the SASS (or amdgcn) of the kernel that ran; on a CPU the ahead-of-time
+    SASS of the records `static_records_of(case)` returns."""
+
+    def evidence(case, device, call) -> Evidence:
+        try:
+            if device.is_gpu:
+                return ran_evidence(call, device, case.dtype)
+            return static_evidence(static_records_of(case), case.dtype)
+        except Exception as e:  # noqa: BLE001 - evidence is best effort; the correctness result stands without it
+            return Evidence("unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    return evidence

@@ -8,7 +8,6 @@ import argparse
 import importlib
 import json
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 from .sass import TARGETS, StaticRecord, ToolchainError, inspect_build
@@ -26,12 +25,6 @@ def records(modules=None, targets=TARGETS, kernel_filter: str | None = None) -> 
                     continue
                 out.append(inspect_build(b))
     return out
-
-
-@lru_cache(maxsize=None)
-def records_for(module: str, target: str) -> tuple[StaticRecord, ...]:
-    """Cached per process: the evidence hooks of our providers call this for every row."""
-    return tuple(records([module], (target,)))
 
 
 def main(argv: list[str] | None = None) -> int:
