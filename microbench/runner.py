@@ -57,6 +57,19 @@ def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> Res
     return row
 
 
+def too_slow(case: Case, work: Work, ceilings: Ceilings, limit_s: float) -> str | None:
+    """Why a case should not be timed here: its estimated time per call at the measured ceiling of its dtype
+    exceeds `limit_s` (timing.max_case_seconds). None when it fits or no measured ceiling says otherwise."""
+    peak = ceilings.compute(case.dtype, ("measured",))
+    if peak is None or peak.value <= 0:
+        return None
+    est_s = work.flops / (peak.value * 1e12)
+    if est_s > limit_s:
+        return (f"estimated {est_s:.0f} s per call at the measured {case.dtype} ceiling "
+                f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit_s:g}")
+    return None
+
+
 @dataclass
 class CaseRunner:
     device: Device
@@ -69,22 +82,11 @@ class CaseRunner:
                          tf32_allowed=(case.dtype == "tf32") if case.dtype in ("fp32", "tf32") else None,
                          tolerance=self.cfg.tolerance[case.dtype], **kw)
 
-    def _too_slow(self, case: Case, work: Work) -> str | None:
-        peak = self.ceilings.compute(case.dtype, ("measured",))
-        if peak is None or peak.value <= 0:
-            return None
-        est_s = work.flops / (peak.value * 1e12)
-        limit = self.cfg.timing.max_case_seconds
-        if est_s > limit:
-            return (f"estimated {est_s:.0f} s per call at the measured {case.dtype} ceiling "
-                    f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit:g}")
-        return None
-
     def run(self, case: Case, providers: list[Provider]) -> Iterator[ResultRow]:
         work = case_work(case)
         dev = self.device.torch_device
         inputs = ref = None
-        slow = self._too_slow(case, work)
+        slow = too_slow(case, work, self.ceilings, self.cfg.timing.max_case_seconds)
         for p in providers:
             row = self._row(case, p, flops=work.flops, bytes=work.bytes_moved, intensity=work.intensity)
             why = p.unavailable_reason(self.device)

@@ -25,7 +25,7 @@ from microbench.device import Device, detect
 from microbench.errors import InputError
 from microbench.registry import Unsupported
 from microbench.results import ResultRow
-from microbench.runner import CaseRunner, judge
+from microbench.runner import judge, too_slow
 from microbench.timing import summarize
 from microbench.work import case_work
 
@@ -34,7 +34,7 @@ PROFILE = os.environ.get("DAWNSCOPE_PROFILE", "quick")
 
 def _load() -> Config:
     try:
-        return load_config(os.environ.get("DAWNSCOPE_CONFIG"))
+        return load_config(os.environ.get("DAWNSCOPE_CONFIG") or None)  # empty = unset
     except InputError as e:
         raise pytest.UsageError(f"error: {e.line()}") from None
 
@@ -84,7 +84,8 @@ def test_benchmark(benchmark, bench_case, bench_env):
     if untimed and bench_env.timing_enabled:
         pytest.skip(untimed)
     work = case_work(case)
-    if bench_env.timing_enabled and (slow := CaseRunner(dev, bench_env.cfg, bench_env.ceilings)._too_slow(case, work)):
+    if bench_env.timing_enabled and (slow := too_slow(case, work, bench_env.ceilings,
+                                                       bench_env.cfg.timing.max_case_seconds)):
         pytest.skip(slow)
 
     inputs = [make_inputs(case, dev.torch_device, seed=i) for i in range(bench_env.cfg.timing.input_sets)]
