@@ -18,8 +18,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from microbench.registry import Unsupported, provider
-from microbench.sass import AotBuild
+from microbench.measure.registry import Unsupported, provider
+from microbench.measure.sass import AotBuild
 
 from . import cuda_kernels as ck
 from .cuda_kernels import Tile

@@ -27,8 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.registry import Unsupported, provider
-from microbench.shapes import ConvShape
+from microbench.measure.registry import Unsupported, provider
+from microbench.core.shapes import ConvShape
 
 from . import triton_configs as cfgs
 from .gemm_triton import DTYPE_NAMES, FP8, _device_family, precision_key
@@ -432,7 +432,7 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(direction: str, dtype: str, target: str):
-    from microbench.sass import inspect_build
+    from microbench.measure.sass import inspect_build
 
     cfg = cfgs.conv_default(target, dtype)
     return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from microbench.cases import conv_reference
-from microbench.evidence import vendor_evidence
-from microbench.registry import Unsupported, provider
+from microbench.core.cases import conv_reference
+from microbench.measure.evidence import vendor_evidence
+from microbench.measure.registry import Unsupported, provider
 
-from .tf32 import tf32_allowed
+from microbench.core.tf32 import tf32_allowed
 
 
 @provider("conv2d", "torch", baseline=True, library="torch conv2d: cuDNN/MIOpen (GPU), oneDNN (CPU), NHWC",

@@ -21,8 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
-from microbench.registry import Evidence
-from microbench.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
+from microbench.measure.registry import Evidence
+from microbench.measure.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
 
 from . import nvrtc
 

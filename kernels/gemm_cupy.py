@@ -23,8 +23,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from microbench.registry import Unsupported, provider
-from microbench.sass import AotBuild, ptxas_arch
+from microbench.measure.registry import Unsupported, provider
+from microbench.measure.sass import AotBuild, ptxas_arch
 
 from . import cuda_kernels as ck
 from .cuda_kernels import Tile

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.registry import Unsupported, provider
+from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
@@ -376,7 +376,7 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(dtype: str, target: str):
-    from microbench.sass import inspect_build
+    from microbench.measure.sass import inspect_build
 
     cfg = cfgs.gemm_default(target, dtype)
     return inspect_build(aot_build("triton_gemm", dtype, cfg, target, _build("triton_gemm", dtype, cfg, target),

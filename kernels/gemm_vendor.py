@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from microbench.evidence import vendor_evidence
-from microbench.registry import Unsupported, provider
+from microbench.measure.evidence import vendor_evidence
+from microbench.measure.registry import Unsupported, provider
 
-from .tf32 import tf32_allowed
+from microbench.core.tf32 import tf32_allowed
 
 
 

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.registry import Evidence
+from microbench.measure.registry import Evidence
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
 # million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
@@ -138,7 +138,7 @@ def tl_dtype_name(dtype: torch.dtype) -> str:
 def autotune(kernel, configs: list, key: list[str], prune=None):
     """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
     100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
-    configuration; the reported time is measured afterwards by microbench.timing."""
+    configuration; the reported time is measured afterwards by microbench.measure.timing."""
     def bench(fn, quantiles):
         return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
 
@@ -222,8 +222,8 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
 
 
 def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False):
-    """A compiled kernel as the static-inspection record it becomes (`microbench.sass.AotBuild`)."""
-    from microbench.sass import AotBuild
+    """A compiled kernel as the static-inspection record it becomes (`microbench.measure.sass.AotBuild`)."""
+    from microbench.measure.sass import AotBuild
 
     from .triton_configs import wants_wgmma
 
@@ -236,7 +236,7 @@ def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, defau
 # Evidence
 
 def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: str, how: str) -> Evidence:
-    from microbench.sass import AotBuild, inspect_build
+    from microbench.measure.sass import AotBuild, inspect_build
 
     rec = inspect_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=target, cubin=cubin, dtype=dtype))
     return Evidence("yes" if rec.tensor_core_instructions else "no", f"{how}: {rec.evidence()}")

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .sass import TARGETS, StaticRecord, ToolchainError, inspect_build
+from microbench.measure.sass import TARGETS, StaticRecord, ToolchainError, inspect_build
 
 
 def records(modules=None, targets=TARGETS, kernel_filter: str | None = None) -> list[StaticRecord]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rich.table import Table
 
-    from .report import wide_console
+    from microbench.reports.report import wide_console
 
     t = Table(title="static inspection (SASS from ahead-of-time compilation; no GPU ran these)", header_style="bold")
     for col in ("kernel", "config", "target", "HMMA", "HGMMA", "QGMMA", "IMMA", "FFMA", "regs", "smem B",

@@ -14,8 +14,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .config import DEFAULT_CONFIG, load_config
-from .errors import InputError
+from microbench.core.config import DEFAULT_CONFIG, load_config
+from microbench.core.errors import InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +52,7 @@ def _config_block(cfg, profile) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--model" or a.startswith("--model=") for a in argv):
-        from .decompose import main as decompose_main
+        from microbench.decompose import main as decompose_main
 
         return decompose_main(argv, prog="python -m microbench.roofline --model")
     args = build_parser().parse_args(argv)
@@ -67,12 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import device as devmod
-    from .ceilings import build_ceilings
-    from .report import plot_roofline, print_report
-    from .results import ResultsWriter
-    from .runner import resolve_providers, run_profile
+    import kernels
+    from microbench.core import device as devmod
+    from microbench.core.results import ResultsWriter
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.measure.runner import resolve_providers, run_profile
+    from microbench.reports.report import plot_roofline, print_report
 
+    kernels.load_all()
     console = Console(stderr=True)
     try:
         resolve_providers(profile, cfg)
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     outputs = [writer.json_path, writer.csv_path]
     if not args.no_plot:
         outputs += plot_roofline(writer.doc, args.out / "roofline")
-    from .html import results_html, write as write_html
+    from microbench.reports.html import results_html, write as write_html
 
     outputs.append(write_html(args.out / "report.html", results_html(writer.doc, plot=not args.no_plot)))
     console.print("wrote " + ", ".join(str(p) for p in outputs))

@@ -15,7 +15,7 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from microbench.errors import InputError
+from microbench.core.errors import InputError
 
 FACTS_PATH = Path(__file__).resolve().parent / "benchmarks.toml"
 

@@ -143,7 +143,7 @@ class TrainingStep:
         return self.ranges.phase(name) if self.ranges is not None else contextlib.nullcontext()
 
     def __call__(self) -> None:
-        from kernels.tf32 import tf32_allowed
+        from microbench.core.tf32 import tf32_allowed
 
         autocast = torch.autocast(self.device.type, dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
                                   enabled=self.dtype != "fp32")

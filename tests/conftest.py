@@ -28,6 +28,9 @@ TRACES = SHARED / "traces" if (SHARED / "traces" / "SOURCES.md").is_file() else 
 
 
 def pytest_configure(config):
+    import kernels
+
+    kernels.load_all()  # the providers register on import; commands do the same (the core never imports kernels/)
     # Runs before pytest-benchmark's own (trylast) pytest_configure reads the options.
     opt = config.option
     if hasattr(opt, "benchmark_disable") and not (opt.benchmark_only or opt.benchmark_enable):
@@ -45,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def cfg():
-    from microbench.config import load_config
+    from microbench.core.config import load_config
 
     return load_config()
 
@@ -100,7 +103,7 @@ def tiny_config(tmp_path, cfg) -> Path:
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     """Every pytest-benchmark JSON carries the dawnscope fingerprint of the device it measured."""
-    from microbench import device
+    from microbench.core import device
 
     dev = device.detect(os.environ.get("DAWNSCOPE_DEVICE", "auto"))
     machine_info["dawnscope"] = {"hardware": device.fingerprint(dev), "software": device.software()}

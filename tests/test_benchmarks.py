@@ -17,17 +17,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from microbench import registry
-from microbench.cases import bind, make_inputs, reference, rel_err
-from microbench.ceilings import Ceilings, build_ceilings
-from microbench.config import Config, load_config
-from microbench.device import Device, detect
-from microbench.errors import InputError
-from microbench.registry import Unsupported
-from microbench.results import ResultRow
-from microbench.runner import judge, too_slow
-from microbench.timing import summarize
-from microbench.work import case_work
+from microbench.measure import registry
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.measure.registry import bind
+from microbench.measure.ceilings import Ceilings, build_ceilings
+from microbench.core.config import Config, load_config
+from microbench.core.device import Device, detect
+from microbench.core.errors import InputError
+from microbench.measure.registry import Unsupported
+from microbench.core.results import ResultRow
+from microbench.measure.runner import judge, too_slow
+from microbench.core.stats import summarize
+from microbench.core.work import case_work
 
 PROFILE = os.environ.get("DAWNSCOPE_PROFILE", "quick")
 

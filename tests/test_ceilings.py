@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from microbench.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
-from microbench.config import load_config
-from microbench.device import cpu_device
+from microbench.measure.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
+from microbench.core.config import load_config
+from microbench.core.device import cpu_device
 
 
 @pytest.mark.parametrize("name, key", [

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench import compare
-from microbench.device import cpu_device, fingerprint, software
-from microbench.results import ResultRow, ResultsWriter
+from microbench import compare as compare_cli
+from microbench.reports import compare
+from microbench.core.device import cpu_device, fingerprint, software
+from microbench.core.results import ResultRow, ResultsWriter
 
 CASES = [  # (op, shape, dtype, median ms, flops)
     ("gemm", "512x512x512", "fp32", 4.0, 2 * 512**3),
@@ -99,7 +100,7 @@ def test_missing_case_is_shown_not_dropped(tmp_path, capsys):
     assert set(by) == {("gemm", "fp32"), ("gemm", "bf16"), ("conv2d_fwd", "fp32")}  # the union
     assert by[("gemm", "bf16")]["missing_in"] == [lb] and by[("gemm", "bf16")]["cells"][lb] is None
     assert by[("conv2d_fwd", "fp32")]["missing_in"] == [la]
-    assert compare.main([str(a), str(b)]) == 0
+    assert compare_cli.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert out.count("missing") >= 2
 
@@ -138,7 +139,7 @@ def test_cli_writes_html_and_json(tmp_path, capsys):
     a = make_doc(tmp_path, "a")
     b = make_doc(tmp_path, "b", device_name="AMD Instinct MI300X", kind="rocm", speedup=2.0)
     html_out, json_out = tmp_path / "out" / "cmp.html", tmp_path / "out" / "cmp.json"
-    assert compare.main([str(a), str(b), "--baseline", "MI300X", "--html", str(html_out), "--json", str(json_out)]) == 0
+    assert compare_cli.main([str(a), str(b), "--baseline", "MI300X", "--html", str(html_out), "--json", str(json_out)]) == 0
     text = html_out.read_text()
     assert "AMD Instinct MI300X" in text and "(baseline)" in text and "0.50x" in text
     assert json.loads(json_out.read_text())["baseline"] == "AMD Instinct MI300X"
@@ -179,7 +180,7 @@ def _bad_results(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
 def test_bad_results_files_exit_2_with_one_line(tmp_path, capsys):
     good = make_doc(tmp_path, "good")
     for label, (path, expect) in _bad_results(tmp_path, good).items():
-        rc = compare.main([str(good), str(path)])
+        rc = compare_cli.main([str(good), str(path)])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2, label
         assert len(err) == 1 and err[0].startswith(f"error: {path}: "), (label, err)
@@ -188,6 +189,6 @@ def test_bad_results_files_exit_2_with_one_line(tmp_path, capsys):
 
 def test_unknown_baseline_is_bad_input(tmp_path, capsys):
     a = make_doc(tmp_path, "a")
-    assert compare.main([str(a), "--baseline", "TPU v5"]) == 2
+    assert compare_cli.main([str(a), "--baseline", "TPU v5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --baseline = 'TPU v5': matches no input")

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from microbench.config import DTYPES, load_config
-from microbench.errors import ConfigError
-from microbench.shapes import ConvShape, GemmShape
+from microbench.core.config import DTYPES, load_config
+from microbench.core.errors import ConfigError
+from microbench.core.shapes import ConvShape, GemmShape
 
 from .conftest import REPO, TINY_PROFILE
 

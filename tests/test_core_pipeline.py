@@ -6,26 +6,24 @@ import json
 import pytest
 import torch
 
-from microbench import registry
-from microbench.cases import make_inputs, reference, rel_err
-from microbench.ceilings import Ceiling, Ceilings
-from microbench.config import load_config
-from microbench.device import cpu_device
-from microbench.registry import Unsupported, provider
-from microbench.results import ResultRow, ResultsWriter
-from microbench.runner import CaseRunner, judge
-from microbench.shapes import Case, ConvShape, GemmShape
-from microbench.timing import summarize
-from microbench.work import gemm_work
+from microbench.measure import registry
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.measure.ceilings import Ceiling, Ceilings
+from microbench.core.config import load_config
+from microbench.core.device import cpu_device
+from microbench.measure.registry import Unsupported, provider
+from microbench.core.results import ResultRow, ResultsWriter
+from microbench.measure.runner import CaseRunner, judge
+from microbench.core.shapes import Case, ConvShape, GemmShape
+from microbench.core.stats import summarize
+from microbench.core.work import gemm_work
 
 
 @pytest.fixture
 def scratch_providers():
     """Register providers for one test and remove them afterwards (the registry is process-wide)."""
-    before = dict(registry._loaded())
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
+    with registry.scoped():
+        yield
 
 
 def test_decorator_returns_function_unchanged(scratch_providers):
@@ -61,7 +59,7 @@ def test_vendor_matches_float64_reference(case, cfg):
     if case.op == "gemm" and case.shape.trans_a:
         assert not a.is_contiguous()  # a column-major view, as the case says
     p = registry.baseline(case.family)
-    from microbench.cases import bind
+    from microbench.measure.registry import bind
     out = bind(p, case, a, b)()
     assert rel_err(out, reference(case, a, b)) <= cfg.tolerance[case.dtype]
 

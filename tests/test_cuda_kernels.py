@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
-from microbench import registry, sass
-from microbench.cases import conv_tensor_shapes, make_inputs, reference, rel_err
-from microbench.registry import Unsupported
-from microbench.shapes import Case, ConvShape, GemmShape
+from microbench.measure import registry
+from microbench.measure import sass
+from microbench.core.cases import conv_tensor_shapes, make_inputs, reference, rel_err
+from microbench.measure.registry import Unsupported
+from microbench.core.shapes import Case, ConvShape, GemmShape
 
 MODULES = (gemm_cupy, conv_cupy)
 HAS_GPU = torch.cuda.is_available()
@@ -197,7 +198,7 @@ def test_evidence_hook_names_the_launched_kernel(static_records):
 # The providers where they cannot run
 # ---------------------------------------------------------------------------------------------------
 def test_providers_are_registered_and_say_why_they_cannot_run():
-    from microbench.device import cpu_device
+    from microbench.core.device import cpu_device
 
     dev = cpu_device()
     for op, name in (("gemm", "cupy"), ("conv2d", "cupy"), ("gemm", "cupy_wgmma")):
@@ -240,10 +241,10 @@ def test_wgmma_provider_wants_hopper():
 
 def test_runner_rows_read_unavailable_without_a_gpu():
     """The roofline's rows for the `cupy` providers on this machine: skipped, with the reason."""
-    from microbench.ceilings import build_ceilings
-    from microbench.config import load_config
-    from microbench.device import cpu_device
-    from microbench.runner import CaseRunner
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.core.config import load_config
+    from microbench.core.device import cpu_device
+    from microbench.measure.runner import CaseRunner
 
     cfg = load_config()
     dev = cpu_device()
@@ -292,7 +293,7 @@ def test_tile_selection_fills_the_device():
 # On a GPU (not run here: no GPU on this machine)
 # ---------------------------------------------------------------------------------------------------
 def _tol(dtype: str) -> float:
-    from microbench.config import load_config
+    from microbench.core.config import load_config
 
     return load_config().tolerance[dtype]
 
@@ -384,10 +385,10 @@ def test_gpu_conv_matches_float64_and_cudnn(shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU: PyTorch sees no CUDA device here")
 def test_gpu_rows_are_correct_with_sass_evidence():
-    from microbench.ceilings import build_ceilings
-    from microbench.config import load_config
-    from microbench.device import detect
-    from microbench.runner import CaseRunner
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.core.config import load_config
+    from microbench.core.device import detect
+    from microbench.measure.runner import CaseRunner
 
     cfg = load_config()
     dev = detect("cuda")

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels import conv_cupy, gemm_cupy
-from microbench.cases import make_inputs
-from microbench.shapes import Case, ConvShape, GemmShape
+from microbench.core.cases import make_inputs
+from microbench.core.shapes import Case, ConvShape, GemmShape
 
 
 def _memory(t: torch.Tensor, length: int) -> torch.Tensor:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.ceilings import match_datasheet
-from microbench.config import load_config
+from microbench.core.datasheet import match_datasheet
+from microbench.core.config import load_config
 
 
 @pytest.fixture(scope="module")

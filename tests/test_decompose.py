@@ -13,10 +13,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import models
-from microbench.attribution import attribute, load_trace
-from microbench.decompose import _case_key, _onednn_key, cpu_matrix_evidence, decompose, main
-from microbench.evidence import OneDnnExec
-from microbench.oprecord import OpRecorder
+from microbench.step.attribution import attribute, load_trace
+from microbench.decompose import main
+from microbench.step.decompose import _case_key, _onednn_key, cpu_matrix_evidence, decompose
+from microbench.measure.evidence import OneDnnExec
+from microbench.step.oprecord import OpRecorder
 from models.ranges import StepRanges
 from models.step import TrainingStep, image_inputs
 from models.transformer import make_inputs_for
@@ -53,7 +54,7 @@ def _small(name):
 
 
 def _trace_total_us(path: Path) -> float:
-    """The profiled total, counted here independently of microbench.attribution: the summed duration of
+    """The profiled total, counted here independently of microbench.step.attribution: the summed duration of
     the outermost operators (no enclosing operator on their thread) that start inside a `step` range."""
     ev = [e for e in json.loads(gzip.open(path, "rt").read())["traceEvents"] if e.get("ph") == "X"]
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation" and e["name"] == "step"]
@@ -233,10 +234,10 @@ def test_gpu_summary_from_a_real_v100_trace():
     from collections import Counter
     from types import SimpleNamespace
 
-    from microbench.ceilings import Ceilings
-    from microbench.decompose import _layers, _summary
-    from microbench.device import Device
-    from microbench.timing import summarize
+    from microbench.measure.ceilings import Ceilings
+    from microbench.step.decompose import _layers, _summary
+    from microbench.core.device import Device
+    from microbench.core.stats import summarize
 
     a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
                                                        "## optimizer ##": "optimizer"})

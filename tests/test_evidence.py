@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microbench.classify import classify_kernel
-from microbench.evidence import from_kernel_names, from_onednn, onednn_implementations
+from microbench.timeline.classify import classify_kernel
+from microbench.measure.evidence import from_kernel_names, from_onednn, onednn_implementations
 
 
 @pytest.mark.parametrize("name, cls, tc", [
@@ -66,6 +66,6 @@ def test_onednn_verbose_is_captured_for_a_real_convolution():
     ("aten::native_batch_norm_backward", "norm"),
 ])
 def test_operator_rules(op, cls):
-    from microbench.classify import classify_operator
+    from microbench.timeline.classify import classify_operator
 
     assert classify_operator(op).cls == cls

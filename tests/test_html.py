@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench import compare, roofline
+from microbench import compare as compare_cli
+from microbench.reports import compare
+
+from microbench import roofline
 
 TINY_CONFIG = """
 [timing]
@@ -88,7 +91,7 @@ def test_roofline_writes_a_self_contained_report(roofline_out):
 
 
 def test_strings_from_files_are_escaped(tmp_path):
-    from microbench.html import results_html
+    from microbench.reports.html import results_html
 
     doc = {"hardware": {"name": "<script>alert(1)</script>", "kind": "cpu"}, "software": {}, "config": {},
            "results": [{"op": "gemm", "shape": "<b>x</b>", "dtype": "fp32", "provider": "p", "status": "ok",
@@ -134,7 +137,7 @@ def test_reports_render_in_headless_chromium(roofline_out, tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps(doc))
     page = tmp_path / "compare.html"
-    assert compare.main([str(roofline_out / "results.json"), str(other), "--html", str(page)]) == 0
+    assert compare_cli.main([str(roofline_out / "results.json"), str(other), "--html", str(page)]) == 0
     assert_self_contained(page.read_text())
     assert "torch versions differ" in page.read_text()
     assert_not_blank(screenshot(page, tmp_path))

@@ -15,10 +15,12 @@ import pytest
 
 from kernels import conv_triton, gemm_triton
 from microbench import inspect as inspect_cli
-from microbench import registry, sass
-from microbench.cases import bind, make_inputs
-from microbench.device import cpu_device
-from microbench.shapes import Case, ConvShape, GemmShape
+from microbench.measure import registry
+from microbench.measure import sass
+from microbench.core.cases import make_inputs
+from microbench.measure.registry import bind
+from microbench.core.device import cpu_device
+from microbench.core.shapes import Case, ConvShape, GemmShape
 
 MODULES = (gemm_triton, conv_triton)
 

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from microbench import registry, roofline
-from microbench.registry import provider
+from microbench.measure import registry
+
+from microbench import roofline
+from microbench.measure.registry import provider
 
 REQUIRED_ROW_KEYS = {"op", "shape", "dtype", "provider", "device", "time_ms", "flops", "bytes", "tflops", "gbps",
                      "intensity", "ceiling", "pct_of_ceiling", "bound", "tensor_cores", "tensor_core_evidence",
@@ -43,21 +45,17 @@ def test_main_job_writes_everything(tiny_config, tmp_path, capsys):
 
 
 def test_interrupted_run_keeps_measured_rows(tiny_config, tmp_path):
-    before = dict(registry._loaded())
-    @provider("gemm", "t_ctrl_c")
-    def ctrl_c(a, b, *, allow_tf32=False):
-        if a.shape[-2] == 7:  # the profile's second GEMM shape: Ctrl-C arrives while it is being measured
-            raise KeyboardInterrupt
-        return a @ b
-
     text = tiny_config.read_text().replace('providers = ["torch", "cupy_blas"]', 'providers = ["torch", "t_ctrl_c"]')
     tiny_config.write_text(text)
     out = tmp_path / "out"
-    try:
+    with registry.scoped():
+        @provider("gemm", "t_ctrl_c")
+        def ctrl_c(a, b, *, allow_tf32=False):
+            if a.shape[-2] == 7:  # the profile's second GEMM shape: Ctrl-C arrives while it is being measured
+                raise KeyboardInterrupt
+            return a @ b
+
         code = roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--no-plot"])
-    finally:
-        registry._REGISTRY.clear()
-        registry._REGISTRY.update(before)
     assert code == 130
     doc = json.loads((out / "results.json").read_text())
     assert doc["interrupted"] is True

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from microbench.config import TimingSettings
-from microbench.device import cpu_device
-from microbench.timing import measure, summarize
+from microbench.core.config import TimingSettings
+from microbench.core.device import cpu_device
+from microbench.core.stats import summarize
+from microbench.measure.timing import measure
 
 
 def test_summarize_quantiles_and_cov():

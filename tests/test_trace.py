@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench import trace
-from microbench.classify import classify_kernel, kernel_signature_name
-from microbench.config import load_config
+from microbench import trace as trace_cli
+from microbench.timeline import kineto as trace
+from microbench.timeline.classify import classify_kernel, kernel_signature_name
+from microbench.core.config import load_config
 
 from .conftest import TRACES
 
@@ -26,8 +27,8 @@ needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real
 @pytest.fixture(scope="module")
 def cfg():
     # Import what analyze() imports lazily (torch among it) now, not under tracemalloc, which slows imports.
-    import microbench.ceilings  # noqa: F401
-    import microbench.timing  # noqa: F401
+    import microbench.measure.ceilings  # noqa: F401
+    import microbench.measure.timing  # noqa: F401
 
     return load_config()
 
@@ -255,7 +256,7 @@ def test_trace_without_kernels_is_reported_not_an_error(cfg, tmp_path):
 
 def test_cli_prints_report_and_writes_json(tmp_path, capsys):
     out = tmp_path / "sub" / "amd.json"
-    assert trace.main([str(AMD), "--json", str(out), "--top", "3"]) == 0
+    assert trace_cli.main([str(AMD), "--json", str(out), "--top", "3"]) == 0
     text = capsys.readouterr().out
     assert "AMD Instinct MI300X" in text and "33.3%" in text and "ProfilerStep#7" in text
     doc = json.loads(out.read_text())
@@ -295,7 +296,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
 
 def test_bad_traces_exit_2_with_one_line(tmp_path, capsys):
     for label, (path, expect) in _bad_inputs(tmp_path).items():
-        rc = trace.main([str(path)])
+        rc = trace_cli.main([str(path)])
         captured = capsys.readouterr()
         lines = captured.err.strip().splitlines()
         assert rc == 2, label

@@ -17,11 +17,11 @@ import torch
 
 from kernels import conv_triton as ct
 from kernels import triton_configs as cfgs
-from microbench import registry
-from microbench.cases import conv_tensor_shapes, make_inputs, reference, rel_err
-from microbench.config import load_config
-from microbench.registry import Unsupported
-from microbench.shapes import CONV_DIRECTIONS, Case, ConvShape
+from microbench.measure import registry
+from microbench.core.cases import conv_tensor_shapes, make_inputs, reference, rel_err
+from microbench.core.config import load_config
+from microbench.measure.registry import Unsupported
+from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()
@@ -124,7 +124,7 @@ def test_refusals():
 
 
 def test_registered_provider_answers_groups_unsupported():
-    from microbench.cases import bind
+    from microbench.measure.registry import bind
 
     p = registry.get("conv2d", "triton")
     case = Case("conv2d_bwd_data", ConvShape(1, 4, 6, 6, 4, 3, 3, groups=4), "fp16")

@@ -18,12 +18,12 @@ import torch
 from kernels import gemm_triton as gt
 from kernels import triton_configs as cfgs
 from kernels import triton_runtime
-from microbench import registry
-from microbench.cases import make_inputs, reference, rel_err
-from microbench.config import load_config
-from microbench.device import cpu_device
-from microbench.registry import Unsupported
-from microbench.shapes import Case, GemmShape
+from microbench.measure import registry
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.core.config import load_config
+from microbench.core.device import cpu_device
+from microbench.measure.registry import Unsupported
+from microbench.core.shapes import Case, GemmShape
 
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()
@@ -217,8 +217,8 @@ def test_gpu_fp8(request):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_evidence_reads_the_kernel_that_ran():
-    from microbench.cases import bind
-    from microbench.device import gpu_device
+    from microbench.measure.registry import bind
+    from microbench.core.device import gpu_device
 
     dev = gpu_device()
     p = registry.get("gemm", "triton")
@@ -232,8 +232,8 @@ def test_gpu_evidence_reads_the_kernel_that_ran():
 
 def test_runner_rows_on_cpu_are_interpreted_with_static_evidence():
     """Through the runner, as `python -m microbench.roofline` runs it: correct, untimed, with evidence."""
-    from microbench.ceilings import build_ceilings
-    from microbench.runner import CaseRunner
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.measure.runner import CaseRunner
 
     cfg = load_config()
     dev = cpu_device()

@@ -76,7 +76,7 @@ def wide_console() -> Console:
 
 def print_report(doc: dict, console: Console | None = None) -> None:
     console = console or wide_console()
-    from .device import fingerprint_line
+    from microbench.core.device import fingerprint_line
 
     console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}"))
     ceil = Table(title="ceilings", header_style="bold")

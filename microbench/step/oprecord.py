@@ -1,12 +1,12 @@
 """Every operator of a training step with its layer, phase, FLOPs, bytes and, for GEMMs and convolutions,
-the exact problem as a `microbench.shapes.Case`.
+the exact problem as a `microbench.core.shapes.Case`.
 
 A TorchDispatchMode sees each ATen operator below autograd, forward and backward, with its real operands
 (dtype after autocast, strides, shapes). FLOPs of matrix operators come from the formulas of
 torch.utils.flop_counter (the table FlopCounterMode uses: mm, addmm, bmm, baddbmm, convolution and its
 backward, attention); the operators FlopCounterMode does not count (normalization, element-wise,
-reductions) get our formulas (microbench.work) in `other_flops`. Bytes are ours: the minimum traffic of
-microbench.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
+reductions) get our formulas (microbench.core.work) in `other_flops`. Bytes are ours: the minimum traffic of
+microbench.core.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
 the rows they return, every other operator reading each tensor operand once and writing each result
 once, views moving nothing.
 
@@ -24,9 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from .classify import classify_operator
-from .shapes import CONV_OPS, Case, ConvShape, GemmShape
-from .work import Work, conv2d_work, gemm_work, norm_work
+from microbench.timeline.classify import classify_operator
+from microbench.core.shapes import CONV_OPS, Case, ConvShape, GemmShape
+from microbench.core.work import Work, conv2d_work, gemm_work, norm_work
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.

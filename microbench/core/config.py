@@ -9,12 +9,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
-from .shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape, GemmShape
+from microbench.core.errors import ConfigError
+from microbench.core.shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape, GemmShape
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "bench.toml"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3")
 DEVICE_KINDS = ("cpu", "cuda", "rocm")

@@ -6,17 +6,19 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import registry
-from .cases import bind, make_inputs, reference, rel_err
-from .ceilings import Ceilings
-from .config import Config, Profile
-from .device import Device
-from .errors import ConfigError
-from .registry import Evidence, Provider, Unsupported
-from .results import ResultRow
-from .shapes import Case
-from .timing import Timing, measure
-from .work import Work, case_work
+from microbench.measure import registry
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.measure.registry import bind
+from microbench.measure.ceilings import Ceilings
+from microbench.core.config import Config, Profile
+from microbench.core.device import Device
+from microbench.core.errors import ConfigError
+from microbench.measure.registry import Evidence, Provider, Unsupported
+from microbench.core.results import ResultRow
+from microbench.core.shapes import Case
+from microbench.core.stats import Timing
+from microbench.measure.timing import measure
+from microbench.core.work import Work, case_work
 
 # A row above its measured roof by more than this (or twice its own spread) is flagged, never celebrated.
 ABOVE_CEILING_SLACK = 0.05

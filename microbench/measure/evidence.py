@@ -17,9 +17,9 @@ from typing import Callable
 
 import torch
 
-from .classify import classify_cpu_impl, classify_kernel
-from .device import Device
-from .registry import Evidence
+from microbench.timeline.classify import classify_cpu_impl, classify_kernel
+from microbench.core.device import Device
+from microbench.measure.registry import Evidence
 
 
 def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:

@@ -2,13 +2,10 @@
 benchmark tests and the kernel tests alike."""
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 
-from .registry import Provider
-from .shapes import Case, ConvShape, GemmShape
+from microbench.core.shapes import Case, ConvShape, GemmShape
 
 TORCH_DTYPES = {
     "fp32": torch.float32,
@@ -94,11 +91,3 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     if denom == 0:
         return float(torch.linalg.vector_norm(o))
     return float(torch.linalg.vector_norm(o - ref) / denom)
-
-
-def bind(p: Provider, case: Case, a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor]:
-    """A no-argument call of provider `p` on these operands: what correctness checks and timing run."""
-    allow_tf32 = case.dtype == "tf32"
-    if case.family == "gemm":
-        return lambda: p.fn(a, b, allow_tf32=allow_tf32)
-    return lambda: p.fn(a, b, shape=case.shape, direction=case.direction, allow_tf32=allow_tf32)

@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator, TextIO
 
-from .errors import InputError
+from microbench.core.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 

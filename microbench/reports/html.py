@@ -60,7 +60,7 @@ def figure_img(fig, alt: str) -> str:
 
 def fingerprint_text(hw: dict, sw: dict) -> str:
     """device.fingerprint_line, or what there is of it for another version's or a hand-made file."""
-    from .device import fingerprint_line
+    from microbench.core.device import fingerprint_line
 
     try:
         return fingerprint_line(hw, sw)
@@ -76,7 +76,7 @@ def notes_html(notes: list[str], cls: str = "note") -> str:
 
 def results_html(doc: dict, plot: bool = True) -> str:
     """The roofline report of one results.json document: fingerprint, results, ceilings, notes, plot."""
-    from .report import results_cells, roofline_figure
+    from microbench.reports.report import results_cells, roofline_figure
 
     hw, sw = doc.get("hardware", {}), doc.get("software", {})
     cfgb = doc.get("config", {})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-RULES_PATH = Path(__file__).resolve().parent / "data" / "kernel_rules.toml"
+RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "kernel_rules.toml"
 TENSOR_CORE_VALUES = ("yes", "no", "unknown")
 
 

@@ -29,8 +29,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .classify import classify_kernel, classify_operator
-from .errors import InputError
+from microbench.timeline.classify import classify_kernel, classify_operator
+from microbench.core.errors import InputError
 
 GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH = ("cuda_runtime", "cuda_driver")
@@ -40,7 +40,7 @@ _EPS_US = 1e-3  # Kineto timestamps carry nanoseconds as fractions of a microsec
 
 def load_trace(path: str | Path) -> list[dict]:
     """The events of a Kineto trace (plain or gzip), through the trace reader's decoder and its errors."""
-    from .trace import trace_events
+    from microbench.timeline.kineto import trace_events
 
     return trace_events(path)[0]
 

@@ -18,12 +18,13 @@ matrix units and how we know (`call` runs the provider once on the case's operan
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from .device import Device
-    from .shapes import Case
+    from microbench.core.device import Device
+    from microbench.core.shapes import Case
 
 OPS = ("gemm", "conv2d")
 
@@ -81,10 +82,20 @@ def provider(op: str, name: str, *, baseline: bool = False, library: str = "",
 
 
 def _loaded() -> dict[tuple[str, str], Provider]:
-    import kernels  # registers on import; deferred so that config errors never pay for torch/triton imports
-
-    kernels.load_all()
+    # Providers register when their modules are imported; the commands import them (kernels.load_all()),
+    # so this layer never imports kernels/ itself.
     return _REGISTRY
+
+
+@contextmanager
+def scoped():
+    """Registrations made inside the block are forgotten at its end (tests register throwaway providers)."""
+    before = dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(before)
 
 
 def get(op: str, name: str) -> Provider | None:
@@ -101,3 +112,11 @@ def for_op(op: str) -> list[Provider]:
 
 def baseline(op: str) -> Provider | None:
     return next((p for p in for_op(op) if p.baseline), None)
+
+
+def bind(p: Provider, case: Case, a, b) -> Callable[[], object]:
+    """A no-argument call of provider `p` on these operands: what correctness checks and timing run."""
+    allow_tf32 = case.dtype == "tf32"
+    if case.family == "gemm":
+        return lambda: p.fn(a, b, allow_tf32=allow_tf32)
+    return lambda: p.fn(a, b, shape=case.shape, direction=case.direction, allow_tf32=allow_tf32)

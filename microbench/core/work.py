@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .shapes import Case, ConvShape, GemmShape
+from microbench.core.shapes import Case, ConvShape, GemmShape
 
 # Bytes per element as stored in memory. tf32 is fp32 storage with TF32 Tensor Core math.
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "int8": 1}

@@ -7,11 +7,12 @@ from typing import Callable
 
 import torch
 
-from .config import Config, DatasheetDevice
-from .device import Device, norm_tokens
-from .shapes import Case, GemmShape
-from .timing import measure
-from .work import gemm_work
+from microbench.core.config import Config, DatasheetDevice
+from microbench.core.datasheet import match_datasheet
+from microbench.core.device import Device
+from microbench.core.shapes import Case, GemmShape
+from microbench.measure.timing import measure
+from microbench.core.work import gemm_work
 
 COMPUTE, MEMORY = "compute", "memory"
 # Our dtype names -> the datasheet's precision columns.
@@ -64,18 +65,6 @@ class Ceilings:
         return [c.as_dict() for c in self.items]
 
 
-def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[DatasheetDevice | None, str]:
-    """The documented rule (bench.toml, [devices]): all `match` tokens present, no `exclude` token."""
-    tokens = norm_tokens(name)
-    hits = [d for d in devices if set(d.match) <= tokens and not (set(d.exclude) & tokens)]
-    if len(hits) == 1:
-        return hits[0], f"datasheet entry {hits[0].key!r} ({hits[0].name}) matched {name!r}"
-    if not hits:
-        return None, f"unknown device {name!r}: no datasheet entry matches; measured ceilings only"
-    keys = ", ".join(d.key for d in hits)
-    return None, f"ambiguous device {name!r}: datasheet entries {keys} all match; measured ceilings only"
-
-
 def datasheet_ceilings(device: Device, cfg: Config) -> tuple[list[Ceiling], str | None, str]:
     entry, note = match_datasheet(device.name, cfg.devices)
     if entry is None:
@@ -106,8 +95,9 @@ def cpu_estimate(device: Device, cfg: Config) -> tuple[list[Ceiling], str]:
 
 def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None] | None = None) -> tuple[list[Ceiling], list[str]]:
     """Best vendor GEMM throughput per dtype over a few large sizes, and a large copy's bandwidth."""
-    from . import registry
-    from .cases import bind, make_inputs
+    from microbench.measure import registry
+    from microbench.core.cases import make_inputs
+    from microbench.measure.registry import bind
 
     settings = cfg.ceilings.get(device.kind)
     if settings is None:

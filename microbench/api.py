@@ -1,0 +1,52 @@
+"""The public functions behind `microbench.measure`, `microbench.decompose` and `microbench.analyze_trace`.
+
+This is the top of the stack beside the commands: it loads the providers (kernels/) that the layers below
+only know through the registry, then calls one library per job.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from microbench.core.config import load_config
+from microbench.core.results import ResultRow
+from microbench.core.shapes import Case
+
+
+def _load_providers() -> None:
+    import kernels
+
+    kernels.load_all()
+
+
+def measure(case: Case, providers: list[str] | None = None, *, device: str = "auto", config=None,
+            measure_ceilings: bool = False) -> list[ResultRow]:
+    """One case through the named providers (default: every registered provider of its op family): checked
+    against float64, timed, counted and judged; one row per provider."""
+    from microbench.core import device as devmod
+    from microbench.measure import registry
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.measure.runner import CaseRunner
+
+    _load_providers()
+    cfg = load_config(config)
+    dev = devmod.detect(device)
+    chosen = registry.for_op(case.family)
+    if providers is not None:
+        chosen = [p for p in chosen if p.name in providers]
+    runner = CaseRunner(dev, cfg, build_ceilings(dev, cfg, measure_now=measure_ceilings))
+    return list(runner.run(case, chosen))
+
+
+def decompose(model, **options) -> dict:
+    """A model's training step decomposed into kernels or operators (see microbench.step.decompose)."""
+    from microbench.step.decompose import decompose as _decompose
+
+    _load_providers()
+    return _decompose(model, **options)
+
+
+def analyze_trace(path: str | Path, config=None) -> dict:
+    """What a profiler trace says about the GPU (see microbench.timeline)."""
+    from microbench.timeline.kineto import analyze
+
+    return analyze(path, load_config(config))

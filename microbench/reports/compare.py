@@ -1,0 +1,332 @@
+"""python -m microbench.compare RESULTS... [--baseline NAME] [--html OUT] [--json OUT]: results from different
+machines side by side, per case.
+
+Reads our results.json (schema dawnscope.results/1) and pytest-benchmark's --benchmark-json output. A case
+is (op, shape, dtype, provider[, layer, phase]); pytest-benchmark entries take these from `extra_info`
+(op, shape, dtype, provider, flops, tflops, pct_of_ceiling, ...) and, without them, are matched by test
+name only. Per case and machine: median time, TFLOP/s, % of that machine's ceilings (measured / datasheet,
+on a CPU the estimate) and the ratio to the baseline machine (baseline time / this time: 2.00x is twice as
+fast). A case missing from some files is shown as missing there, never dropped. Files from different
+profiles, configurations or software versions are flagged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from microbench.core.errors import InputError
+from microbench.reports.html import fingerprint_text
+from microbench.core.jsonio import load_json
+from microbench.core.results import SCHEMA as RESULTS_SCHEMA
+
+SCHEMA = "dawnscope.compare/1"
+# Software whose version changes what a case measures.
+SOFTWARE_KEYS = ("torch", "torch_cuda", "torch_hip", "triton", "cupy", "python")
+
+
+@dataclass
+class Machine:
+    path: Path
+    kind: str  # "dawnscope" or "pytest-benchmark"
+    name: str
+    fingerprint: str
+    hardware_kind: str | None
+    profile: str | None
+    config_sha256: str | None
+    software: dict
+    cells: dict = field(default_factory=dict)  # case key -> cell dict
+    notes: list = field(default_factory=list)
+    label: str = ""
+
+
+def _num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _case_key(d: dict) -> tuple:
+    return (str(d.get("op") or ""), str(d.get("shape") or ""), str(d.get("dtype") or ""),
+            str(d.get("provider") or ""), d.get("layer") or None, d.get("phase") or None)
+
+
+def _from_dawnscope(path: Path, doc: dict) -> Machine:
+    hw, sw = doc.get("hardware"), doc.get("software", {})
+    if not isinstance(hw, dict):
+        raise InputError(path, "missing or malformed `hardware` block (the machine's fingerprint)", key="hardware")
+    if not isinstance(sw, dict):
+        raise InputError(path, "expected an object", key="software")
+    rows = doc.get("results")
+    if not isinstance(rows, list):
+        raise InputError(path, "expected a list of result rows", key="results")
+    cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    m = Machine(path, "dawnscope", str(hw.get("name") or "?"), fingerprint_text(hw, sw), hw.get("kind"),
+                cfg.get("profile"), cfg.get("sha256"), {k: sw.get(k) for k in SOFTWARE_KEYS if k in sw})
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise InputError(path, "expected a result object", key=f"results[{i}]")
+        for k in ("op", "shape", "dtype", "provider"):
+            if not isinstance(r.get(k), str):
+                raise InputError(path, "missing or not a string", key=f"results[{i}].{k}", value=r.get(k))
+        tm = r.get("time_ms") if isinstance(r.get("time_ms"), dict) else {}
+        cell = {"status": str(r.get("status", "ok")), "time_ms": _num(tm.get("median")), "cov": _num(tm.get("cov")),
+                "tflops": _num(r.get("tflops")), "pct_of_measured": _num(r.get("pct_of_measured")),
+                "pct_of_datasheet": _num(r.get("pct_of_datasheet")), "pct_of_ceiling": _num(r.get("pct_of_ceiling")),
+                "tensor_cores": r.get("tensor_cores"), "flags": [str(f) for f in r.get("flags") or []],
+                "reason": str(r.get("reason") or "")}
+        m.cells.setdefault(_case_key(r), cell)
+    return m
+
+
+def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
+    mi = doc.get("machine_info")
+    if not isinstance(mi, dict):
+        raise InputError(path, "missing or malformed `machine_info`", key="machine_info")
+    benches = doc.get("benchmarks")
+    if not isinstance(benches, list):
+        raise InputError(path, "expected a list of benchmarks", key="benchmarks")
+    extras = [b.get("extra_info") if isinstance(b, dict) and isinstance(b.get("extra_info"), dict) else {}
+              for b in benches]
+    device = next((e["device"] for e in extras if isinstance(e.get("device"), str)), None)
+    cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
+    # A dawnscope conftest may put our fingerprint into machine_info (hardware / software blocks).
+    hw = mi.get("hardware") if isinstance(mi.get("hardware"), dict) else None
+    sw = dict(mi.get("software")) if isinstance(mi.get("software"), dict) else {}
+    sw.setdefault("python", mi.get("python_version"))
+    if hw:
+        fp = fingerprint_text(hw, sw)
+        name = str(hw.get("name") or device or "?")
+    else:
+        cpu_name = cpu.get("brand_raw") or mi.get("processor") or "?"
+        fp = (f"{cpu_name} ({mi.get('machine', '?')}, {cpu.get('count', '?')} logical CPUs), "
+              f"{mi.get('system', '')} {mi.get('release', '')}; python {mi.get('python_version', '?')}; "
+              f"node {mi.get('node', '?')}" + (f"; device {device}" if device else ""))
+        name = device or str(cpu_name)
+    kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
+    m = Machine(path, "pytest-benchmark", name, fp, kind, mi.get("profile"), None,
+                {k: sw.get(k) for k in SOFTWARE_KEYS if sw.get(k) is not None})
+    by_name = 0
+    for i, (b, e) in enumerate(zip(benches, extras)):
+        if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
+            raise InputError(path, "expected a benchmark object with `stats`", key=f"benchmarks[{i}]")
+        median_s = _num(b["stats"].get("median"))
+        if median_s is None:
+            raise InputError(path, "missing or not a number", key=f"benchmarks[{i}].stats.median",
+                             value=b["stats"].get("median"))
+        if all(isinstance(e.get(k), str) for k in ("op", "shape", "dtype", "provider")):
+            key = _case_key(e)
+        else:  # no dawnscope extra_info: the test's own name is all that identifies the case
+            by_name += 1
+            key = ("benchmark", str(b.get("fullname") or b.get("name") or f"#{i}"), "", "", None, None)
+        time_ms = median_s * 1e3
+        flops = _num(e.get("flops"))
+        tflops = _num(e.get("tflops"))
+        if tflops is None and flops and time_ms > 0:
+            tflops = flops / (time_ms * 1e-3) / 1e12
+        mean_s, sd_s = _num(b["stats"].get("mean")), _num(b["stats"].get("stddev"))
+        cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
+                "tflops": tflops, "pct_of_measured": _num(e.get("pct_of_measured")),
+                "pct_of_datasheet": _num(e.get("pct_of_datasheet")), "pct_of_ceiling": _num(e.get("pct_of_ceiling")),
+                "tensor_cores": e.get("tensor_cores"), "flags": [], "reason": ""}
+        m.cells.setdefault(key, cell)
+    if by_name:
+        m.notes.append(f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched "
+                       "by test name only")
+    return m
+
+
+def load_machine(path: str | Path) -> Machine:
+    path = Path(path)
+    doc = load_json(path)
+    if not isinstance(doc, dict):
+        raise InputError(path, f"top level is a JSON {type(doc).__name__}, expected a results object")
+    schema = doc.get("schema")
+    if isinstance(schema, str) and schema.startswith("dawnscope.results/"):
+        if schema != RESULTS_SCHEMA:
+            raise InputError(path, f"unsupported schema (this version reads {RESULTS_SCHEMA})", key="schema",
+                             value=schema)
+        return _from_dawnscope(path, doc)
+    if "benchmarks" in doc and "machine_info" in doc:
+        return _from_pytest_benchmark(path, doc)
+    if isinstance(schema, str) and schema.startswith("dawnscope.trace/"):
+        raise InputError(path, "a trace report (microbench.trace --json), not a results file")
+    if "traceEvents" in doc:
+        raise InputError(path, "a profiler trace, not a results file (read it with python -m microbench.trace)")
+    raise InputError(path, f"not a results file: neither {RESULTS_SCHEMA} (key `schema`) nor pytest-benchmark "
+                           "JSON (keys `machine_info`, `benchmarks`)")
+
+
+def _label(machines: list[Machine]) -> None:
+    seen: dict[str, int] = {}
+    for m in machines:
+        seen[m.name] = seen.get(m.name, 0) + 1
+    count: dict[str, int] = {}
+    for m in machines:
+        if seen[m.name] > 1:
+            count[m.name] = count.get(m.name, 0) + 1
+            m.label = f"{m.name} #{count[m.name]}"
+        else:
+            m.label = m.name
+
+
+def _pick_baseline(machines: list[Machine], want: str | None) -> Machine:
+    if want is None:
+        return machines[0]
+    exact = [m for m in machines if want in (m.label, str(m.path), m.path.name)]
+    if len(exact) == 1:
+        return exact[0]
+    low = want.lower()
+    part = [m for m in machines if low in m.label.lower() or low in str(m.path).lower()]
+    if len(part) == 1:
+        return part[0]
+    labels = "; ".join(f"{m.label} ({m.path})" for m in machines)
+    what = "matches several inputs" if part else "matches no input"
+    raise InputError(None, f"{what} (inputs: {labels})", key="--baseline", value=want)
+
+
+def _flags(machines: list[Machine]) -> list[str]:
+    flags = []
+    profiles = {m.label: m.profile for m in machines}
+    known = {p for p in profiles.values() if p}
+    if len(known) > 1:
+        flags.append("different profiles: " + ", ".join(f"{k}: {v or 'unknown'}" for k, v in profiles.items()))
+    elif len(known) == 1:
+        shas = {m.config_sha256 for m in machines if m.profile and m.config_sha256}
+        if len(shas) > 1:
+            flags.append(f"profile {known.pop()} comes from different configuration files (bench.toml sha256 "
+                         "differs): the cases may not be the same")
+    for key in SOFTWARE_KEYS:
+        vals = {m.label: m.software.get(key) for m in machines if m.software.get(key) is not None}
+        if len(set(vals.values())) > 1:
+            flags.append(f"{key} versions differ: " + ", ".join(f"{k}: {v}" for k, v in vals.items()))
+    return flags
+
+
+def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
+    if not paths:
+        raise InputError(None, "give at least one results file")
+    machines = [load_machine(p) for p in paths]
+    _label(machines)
+    base = _pick_baseline(machines, baseline)
+    keys: list[tuple] = []
+    seen = set()
+    for m in machines:  # first file's order, then cases only later files have
+        for k in m.cells:
+            if k not in seen:
+                seen.add(k)
+                keys.append(k)
+    cases = []
+    for k in keys:
+        b = base.cells.get(k)
+        cells = {}
+        for m in machines:
+            c = m.cells.get(k)
+            if c is not None:
+                c = dict(c)
+                ok = b and b["time_ms"] and c["time_ms"] and b["status"] == "ok" and c["status"] == "ok"
+                c["ratio_to_baseline"] = b["time_ms"] / c["time_ms"] if ok else None
+            cells[m.label] = c
+        cases.append({"op": k[0], "shape": k[1], "dtype": k[2], "provider": k[3], "layer": k[4], "phase": k[5],
+                      "missing_in": [m.label for m in machines if cells[m.label] is None], "cells": cells})
+    return {
+        "schema": SCHEMA,
+        "baseline": base.label,
+        "machines": [{"label": m.label, "file": str(m.path), "format": m.kind, "fingerprint": m.fingerprint,
+                      "device_kind": m.hardware_kind, "profile": m.profile, "software": m.software,
+                      "cases": len(m.cells)} for m in machines],
+        "flags": _flags(machines),
+        "notes": [n for m in machines for n in m.notes],
+        "cases": cases,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rendering: one set of cells for the terminal and the HTML page.
+
+def _f(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]], list[list[str]]]:
+    """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case)."""
+    labels = [m["label"] for m in cmp["machines"]]
+    columns = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left")]
+    for i, lab in enumerate(labels):
+        tag = f"[{i + 1}]"
+        columns += [(f"{tag} time ms", "right"), (f"{tag} TFLOP/s", "right"),
+                    (f"{tag} % meas/ds", "right"), (f"{tag} vs base", "right")]
+    rows, classes = [], []
+    for c in cmp["cases"]:
+        shape = c["shape"] + (f" [{c['layer']}]" if c["layer"] else "") + (f" {c['phase']}" if c["phase"] else "")
+        cells = [c["op"].replace("conv2d_", "conv "), shape, c["dtype"], c["provider"]]
+        cls = ["", "", "", ""]
+        for lab in labels:
+            x = c["cells"][lab]
+            if x is None:
+                cells += ["missing", "", "", ""]
+                cls += ["missing", "", "", ""]
+                continue
+            if x["status"] != "ok":
+                cells += [x["status"], "", "", ""]
+                cls += ["dim", "", "", ""]
+                continue
+            if x["pct_of_measured"] is not None or x["pct_of_datasheet"] is not None:
+                pct = f"{_f(x['pct_of_measured'], '.0f')} / {_f(x['pct_of_datasheet'], '.0f')}"
+            else:
+                pct = _f(x["pct_of_ceiling"], ".0f") + (" roof" if x["pct_of_ceiling"] is not None else "")
+            t = _f(x["time_ms"], ".4g") + (" !" if x["flags"] else "")
+            r = x["ratio_to_baseline"]
+            cells += [t, _f(x["tflops"], ".3g"), pct, "-" if r is None else f"{r:.2f}x"]
+            cls += ["", "", "", ""]
+        rows.append((cells, None))
+        classes.append(cls)
+    return columns, rows, classes
+
+
+def print_compare(cmp: dict, console=None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from microbench.reports.report import wide_console
+
+    if console is None:
+        console = wide_console()
+        if not console.is_terminal:  # a pipe or file: room for every machine's columns
+            console.width = max(console.width, 70 + 44 * len(cmp["machines"]))
+    for i, m in enumerate(cmp["machines"]):
+        base = " (baseline)" if m["label"] == cmp["baseline"] else ""
+        console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: {escape(m['fingerprint'])}  "
+                      f"[dim]{escape(m['file'])}, {m['format']}, profile {escape(m['profile'] or 'unknown')}[/]")
+    for f in cmp["flags"]:
+        console.print(f"[bold red]flag:[/] {escape(f)}")
+    columns, rows, classes = table_cells(cmp)
+    t = Table(title="% meas/ds: % of the machine's measured / datasheet (CPU: estimated) compute ceiling; "
+                    "vs base: baseline time / this time", header_style="bold")
+    for name, just in columns:
+        t.add_column(escape(name), justify=just, no_wrap=True)
+    for (cells, _), cls in zip(rows, classes):
+        t.add_row(*[f"[red]{escape(v)}[/]" if k == "missing" else escape(v) for v, k in zip(cells, cls)])
+    console.print(t)
+    for n in cmp["notes"]:
+        console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def compare_html(cmp: dict) -> str:
+    from microbench.reports import html as H
+
+    items = "".join(f'<li><b>[{i + 1}] {H.esc(m["label"])}</b>{" (baseline)" if m["label"] == cmp["baseline"] else ""}'
+                    f': <span class="fp">{H.esc(m["fingerprint"])}</span><br>{H.esc(m["file"])}, {H.esc(m["format"])}, '
+                    f'profile {H.esc(m["profile"] or "unknown")}, {m["cases"]} cases</li>'
+                    for i, m in enumerate(cmp["machines"]))
+    parts = [f"<h2>machines</h2><ul>{items}</ul>"]
+    if cmp["flags"]:
+        parts.append("<h2>flags</h2>" + H.notes_html(cmp["flags"], "flag"))
+    columns, rows, classes = table_cells(cmp)
+    parts.append("<h2>cases</h2><p>% meas/ds: % of each machine's measured / datasheet (CPU: estimated) compute "
+                 "ceiling; vs base: baseline time / this time (2.00x = twice as fast as the baseline).</p>"
+                 + H.table(columns, rows, classes))
+    if cmp["notes"]:
+        parts.append("<h2>notes</h2>" + H.notes_html(cmp["notes"]))
+    return H.page(f"dawnscope comparison: {len(cmp['machines'])} result files, baseline {cmp['baseline']}",
+                  "\n".join(parts))

@@ -1,0 +1,73 @@
+"""The terminal report of a training-step decomposition (microbench.step.decompose)."""
+from __future__ import annotations
+
+
+def _fmt(v, spec=".3g", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
+    """The per-layer table (largest first), the step summary and the replay table."""
+    from rich.table import Table
+
+    from microbench.core.device import fingerprint_line
+    from microbench.reports.report import results_table, wide_console
+
+    console = console or wide_console()
+    s = doc["summary"]
+    run = doc["run"]
+    unit = "kernel" if s["profiled_unit"] == "kernel" else "op"
+    t = Table(title=f"{doc['model']['name']}: batch {run['batch']} {run['dtype']} on "
+                    f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
+    for col, just in [("layer", "left"), ("module", "left"), ("phase", "left"), (f"{unit} ms", "right"),
+                      ("%", "right"), ("GFLOP", "right"), ("FLOP/B", "right"), ("TFLOP/s", "right"),
+                      ("% roof", "right"), ("bound", "left"), ("TC", "left"), ("top class", "left"),
+                      ("replay ms", "right")]:
+        t.add_column(col, justify=just, no_wrap=col != "layer")
+    layers = sorted(doc["layers"], key=lambda l: -l["time_ms"])
+    for l in layers[:top]:
+        cls = next(iter(l["time_by_class_ms"]), "-")
+        replay = l.get("replay_ms") or {}
+        rp = " ".join(f"{p}:{v:.3g}" for p, v in replay.items()) or "-"
+        t.add_row(l["name"], l["module"], l["phase"], f"{l['time_ms']:.3g}", _fmt(l["pct_of_profiled"], ".1f"),
+                  _fmt(l["flops"] / 1e9 if l["flops"] else None), _fmt(l["intensity"], ".3g"), _fmt(l["tflops"]),
+                  _fmt(l["pct_of_ceiling"], ".0f"), l["bound"] or "-", l["tensor_cores"], cls, rp)
+    if len(layers) > top:
+        t.caption = f"{len(layers) - top} more (layer, phase) rows in decomposition.json"
+    console.print(t)
+    summary = Table(title="step summary", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    summary.add_column("note")
+    sp = s["step_time_spread"]
+    ceiling_text = ", ".join(f"{k} {v['tflops']:.3g} TFLOP/s ({v['source']})" for k, v in s["gemm_ceilings"].items())
+    rows = [
+        ("step time", f"{s['step_time_ms']:.4g} ms", f"median of {sp['reps']} unprofiled steps, p20-p80 "
+                                                     f"{sp['p20']:.4g}-{sp['p80']:.4g} ms, cov {sp['cov']:.0%}"),
+        ("profiled time", f"{s['profiled_time_ms']:.4g} ms", s["profiled_time_definition"]),
+        ("attributed", f"{s['attributed_time_ms']:.4g} ms", f"{_fmt(s['attribution_coverage'], '.2%')} of the profiled time"),
+        ("FLOPs per step", f"{s['flops_per_step'] / 1e9:.4g} GFLOP",
+         f"forward {s['forward_flops'] / 1e9:.4g}, backward {s['backward_flops'] / 1e9:.4g} GFLOP"),
+        ("achieved", f"{_fmt(s['achieved_tflops'], '.4g')} TFLOP/s", "FLOPs per step / step time"),
+        ("Tensor Core time share", _fmt(s["tensor_core_time_share"], ".1%"), s["tensor_core_note"]),
+        ("GEMM/conv time", f"{s['gemm_time_ms']:.4g} ms",
+         f"{s['gemm_time_at_ceiling_ms']:.4g} ms at the ceilings {ceiling_text}"),
+        ("time if GEMM/conv at ceiling", f"{s['time_if_gemm_at_ceiling_ms']:.4g} ms", "step time minus what GEMM/conv would save"),
+        ("time if element-wise free", f"{s['time_if_elementwise_free_ms']:.4g} ms", "normalization kept"),
+        ("time if element-wise + norm free", f"{s['time_if_elementwise_and_norm_free_ms']:.4g} ms",
+         "the paper's 'without BatchNorm and ReLU'"),
+        ("backward by sequence number", _fmt(s["backward_by_sequence_share"], ".1%"),
+         f"backward ranges agree on {_fmt(s['backward_range_agreement'], '.1%')} of it"),
+    ]
+    for r in rows:
+        summary.add_row(*r)
+    console.print(summary)
+    console.print("time by class: " + ", ".join(f"{c} {v:.3g} ms ({s['share_by_class'].get(c, 0):.0%})"
+                                                 for c, v in s["time_by_class_ms"].items()))
+    rep = doc.get("replay") or {}
+    if rep.get("enabled") and rep["rows"]:
+        console.print(results_table({"results": rep["rows"], "hardware": doc["hardware"]},
+                                    title=f"replay: {rep['cases']} GEMM/conv cases of the step "
+                                          f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}"))
+    for note in doc["notes"]:
+        console.print(f"[yellow]note:[/] {note}")

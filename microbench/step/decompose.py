@@ -1,0 +1,586 @@
+"""python -m microbench.decompose --model NAME: a model's training step, decomposed into its kernels (GPU)
+or operators (CPU), attributed to layers and phases, counted (FLOPs, bytes), classified, judged against
+the ceilings, and replayed GEMM by GEMM through every available provider.
+
+Also reachable as `python -m microbench.roofline --model NAME`, and as a Python API:
+
+    from microbench.step.decompose import decompose
+    doc = decompose("resnet9", batch=64, dtype="bf16", out="results/resnet9")
+    doc = decompose((my_model, make_inputs))            # or a Workload, or "package.module:factory"
+
+Writes into --out: decomposition.json (summary + layers), results.json / results.csv (the layer rows and
+the replay rows, one row type), roofline.png / .svg, and trace.json.gz (the profiler trace: open it in
+Perfetto or chrome://tracing). See docs/models.md for the definitions.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from microbench.core.config import DEFAULT_CONFIG, Profile, TimingSettings, load_config
+from microbench.core.errors import InputError
+
+SCHEMA = "dawnscope.decomposition/1"
+GEMM_CLASSES = ("gemm", "tc_gemm")
+CPU_MATRIX_NOTE = (
+    "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
+    "matmul (AMX tiles; the AVX-512 BF16/FP16/VNNI dot-product instructions, which kernel_rules.toml counts as "
+    "this CPU's matrix units) is read from oneDNN's verbose log, matched to the operators by problem shape. "
+    "GEMMs that MKL runs (fp32 matmul and linear layers) leave no such record: their matrix-unit use is "
+    "unknown, and fp32 AVX-512 FMA is a vector unit, not a matrix unit.")
+
+
+def _progress(cb: Callable[[str], None] | None, msg: str) -> None:
+    if cb:
+        cb(msg)
+
+
+# ---- oneDNN evidence on a CPU ----------------------------------------------------------------------------
+_CONV_PROBLEM = re.compile(r"(?:g(\d+))?mb(\d+)_ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)dh(\d+)ph(\d+)"
+                           r"_iw(\d+)ow\d+kw(\d+)sw(\d+)dw(\d+)pw(\d+)")
+_ONEDNN_DIRECTION = {"forward_training": "fwd", "forward_inference": "fwd", "backward_data": "bwd_data",
+                     "backward_weights": "bwd_weight"}
+
+
+def _case_key(case) -> tuple:
+    s = case.shape
+    if case.op == "gemm":
+        return ("gemm", s.batch, s.m, s.k, s.n)
+    return ("conv", case.direction, s.groups, s.n, s.c, s.k, s.h, s.w, s.r, s.s, *s.stride, *s.pad, *s.dilation)
+
+
+def _onednn_key(rec) -> tuple | None:
+    if rec.kind == "convolution":
+        m = _CONV_PROBLEM.search(rec.problem)
+        direction = _ONEDNN_DIRECTION.get(rec.prop)
+        if not m or not direction:
+            return None
+        g, mb, ic, oc, ih, kh, sh, dh, ph, iw, kw, sw, dw, pw = m.groups()
+        # oneDNN counts dilation from 0 (dh0 = dense); PyTorch from 1.
+        return ("conv", direction, int(g or 1), int(mb), int(ic), int(oc), int(ih), int(iw), int(kh), int(kw),
+                int(sh), int(sw), int(ph), int(pw), int(dh) + 1, int(dw) + 1)
+    if rec.kind == "matmul":
+        try:
+            a, b = rec.problem.split(":")[:2]
+            da, db = [int(x) for x in a.split("x")], [int(x) for x in b.split("x")]
+        except ValueError:
+            return None
+        batch = 1
+        for d in da[:-2]:
+            batch *= d
+        return ("gemm", batch, da[-2], da[-1], db[-1])
+    return None
+
+
+def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
+    """(layer, phase) -> FLOPs of its GEMM/conv cases by matrix-unit verdict, and the implementations seen."""
+    from microbench.timeline.classify import classify_cpu_impl
+    from microbench.step.oprecord import _case_work, bucket_name
+
+    impls: dict[tuple, Counter] = defaultdict(Counter)
+    for r in onednn:
+        key = _onednn_key(r)
+        if key is not None:
+            impls[key][r.impl] += 1
+    out: dict[tuple[str, str], dict] = {}
+    for rec in records:
+        for case in rec.cases:
+            e = out.setdefault((bucket_name(rec.layer, rec.phase), rec.phase or "step"),
+                               {"flops": Counter(), "impls": Counter()})
+            seen = impls.get(_case_key(case))
+            flops = _case_work(case).flops
+            if not seen:
+                e["flops"]["unknown"] += flops
+                continue
+            impl = seen.most_common(1)[0][0]
+            e["flops"][classify_cpu_impl(impl).tensor_cores] += flops
+            e["impls"][impl] += 1
+    return out
+
+
+# ---- the decomposition -----------------------------------------------------------------------------------
+def _timing_settings(cfg, steps: int) -> TimingSettings:
+    # Exactly `steps` timed steps after measure()'s own untimed first call and probe; no L2 flush between
+    # steps (a training step's own working set is far larger than L2, and steps follow each other directly).
+    return replace(cfg.timing, warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def _run_first_step(step, ranges_factory, notes: list[str]):
+    """The first step; a model that modifies a module's output in place cannot have full backward hooks:
+    retry without backward ranges (attribution does not need them)."""
+    from models import ModelError
+
+    try:
+        step()
+        return
+    except Exception as e:  # noqa: BLE001 - any failure of the user's model is one line, not a traceback
+        if not (isinstance(e, RuntimeError) and "BackwardHookFunction" in str(e)):
+            raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
+                             value=step.workload.name) from None
+    step.ranges.remove()
+    step.ranges = ranges_factory(backward_ranges=False)
+    step.optimizer.zero_grad(set_to_none=True)
+    notes.append("the model modifies a module's output in place, which full backward hooks forbid: no backward "
+                 "layer ranges (NVTX); backward time is still attributed by autograd sequence numbers")
+    try:
+        step()
+    except Exception as e:  # noqa: BLE001
+        raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
+                         value=step.workload.name) from None
+
+
+def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_gpu else [])
+    # One cycle (repeat=1), written when it completes: a second cycle would clear the first one's events.
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=n_warmup, active=n_active, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:
+        for _ in range(n_warmup + n_active):
+            step()
+            if device.is_gpu:
+                torch.cuda.synchronize()  # keeps each step's kernels inside the profiler's step
+            prof.step()
+    if not trace_path.is_file():
+        raise RuntimeError(f"the profiler wrote no trace to {trace_path}")
+
+
+def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: str = "auto",
+              out: str | Path | None = None, config: str | Path | None = None, replay: bool = True,
+              providers: list[str] | None = None, profile: str | None = None, measure_ceilings: bool = True,
+              timed_steps: int | None = None, profiled_steps: int | None = None,
+              profiler_warmup_steps: int | None = None, plot: bool = True,
+              on_progress: Callable[[str], None] | None = None) -> dict:
+    """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
+    a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple). Returns the decomposition document
+    (what decomposition.json holds); with `out`, writes the files too. Bad input raises InputError."""
+    import models
+    import torch
+    from models import ModelError
+    from models.ranges import STEP_RANGE, StepRanges
+    from models.step import STEP_DTYPES, TrainingStep
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from microbench.core import device as devmod
+    from microbench.step.attribution import attribute, load_trace
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.measure.evidence import onednn_records
+    from microbench.step.oprecord import OpRecorder, by_layer
+    from microbench.core.stats import summarize
+    from microbench.measure.timing import measure
+
+    cfg = load_config(config)
+    if dtype not in STEP_DTYPES:
+        raise ModelError(None, f"unknown dtype (use {', '.join(STEP_DTYPES)})", key="--dtype", value=dtype)
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
+        raise ModelError(None, "must be a positive integer", key="--batch", value=batch)
+    defaults = models.decompose_defaults()
+    steps = {"timed_steps": timed_steps, "profiled_steps": profiled_steps,
+             "profiler_warmup_steps": profiler_warmup_steps}
+    for k, v in steps.items():
+        if v is None:
+            steps[k] = defaults[k]
+        elif not isinstance(v, int) or isinstance(v, bool) or v < (1 if k == "profiled_steps" else 0):
+            raise ModelError(None, "must be a positive integer", key=k, value=v)
+    workload = models.as_workload(model)
+    try:
+        dev = devmod.detect(device)
+    except (RuntimeError, ValueError) as e:
+        raise ModelError(None, str(e), key="--device", value=device) from None
+    if batch is None:
+        facts = workload.facts
+        batch = (facts.reference_batch if dev.is_gpu else facts.cpu_batch) if facts else defaults["external_batch"]
+    replay_providers = _replay_providers(cfg, providers, profile) if replay else ()
+    saved_benchmark = torch.backends.cudnn.benchmark
+    tmp = step = None
+    try:
+        notes: list[str] = []
+        if dev.is_gpu:
+            # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
+            # Tensor Core use, so pick them the same way.
+            torch.backends.cudnn.benchmark = True
+            notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
+        if dtype == "fp32":
+            notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
+
+        def make_ranges(backward_ranges: bool = True):
+            return StepRanges(workload.model, root_name=type(workload.model).__name__, backward_ranges=backward_ranges)
+
+        _progress(on_progress, "building the step")
+        try:
+            ranges = make_ranges()
+            step = TrainingStep(workload, batch, dev.torch_device, dtype, ranges)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
+            raise ModelError(None, f"cannot set up the training step: {_first_line(e)}", key="--model",
+                             value=workload.name) from None
+        _progress(on_progress, "first step")
+        _run_first_step(step, make_ranges, notes)
+        ranges = step.ranges
+
+        step_timing = None
+        if steps["timed_steps"]:
+            _progress(on_progress, f"timing {steps['timed_steps']} steps")
+            step_timing = measure(step, dev, _timing_settings(cfg, steps["timed_steps"]))
+
+        _progress(on_progress, "counting FLOPs and bytes, operator by operator")
+        ranges.reset()
+        onednn = []
+        with FlopCounterMode(display=False) as flop_counter, OpRecorder(ranges) as recorder:
+            if dev.is_gpu:
+                step()
+            else:  # the same step tells which oneDNN implementation ran each convolution / matmul
+                onednn = onednn_records(step)
+        records = recorder.records
+        work = by_layer(records)
+
+        if out is not None:
+            out_dir = Path(out)
+            out_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
+            out_dir = Path(tmp.name)
+        trace_path = out_dir / "trace.json.gz"
+        _progress(on_progress, f"profiling {steps['profiled_steps']} steps")
+        ranges.reset()
+        _profile(step, dev, steps["profiler_warmup_steps"], steps["profiled_steps"], trace_path)
+        events = load_trace(trace_path)
+        att = attribute(events, layer_names=ranges.layer_names, seq_map=ranges.seq_map())
+        notes += att.notes
+        if step_timing is None:
+            step_timing = summarize([e["dur"] / 1e3 for e in events if e.get("ph") == "X"
+                                     and e.get("cat") == "user_annotation" and e.get("name") == STEP_RANGE])
+            notes.append("step time from the profiled steps' `step` ranges (--timed-steps 0): profiler overhead included")
+
+        _progress(on_progress, "ceilings")
+        ceilings = build_ceilings(dev, cfg, measure_now=measure_ceilings, on_step=on_progress)
+        notes += ceilings.notes
+
+        cpu_ev = cpu_matrix_evidence(records, onednn) if not dev.is_gpu else {}
+        layers, rows = _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype)
+        summary = _summary(att, work, records, flop_counter, step_timing, layers, ceilings, dev, ranges, dtype)
+        if not dev.is_gpu:
+            notes.insert(0, CPU_MATRIX_NOTE)
+
+        replay_doc, replay_rows = {"enabled": False}, []
+        if replay:
+            replay_doc, replay_rows = _replay(workload.name, records, dev, cfg, ceilings, replay_providers,
+                                              on_progress)
+            _attach_replay(layers, replay_doc)
+
+        facts = workload.facts
+        doc = {
+            "schema": SCHEMA,
+            "model": {"name": workload.name, "class": type(workload.model).__name__,
+                      "parameters": sum(p.numel() for p in workload.model.parameters()),
+                      "facts": facts.as_dict() if facts else None},
+            "run": {"batch": batch, "dtype": dtype, "device": dev.torch_device, "channels_last": workload.uses_channels_last,
+                    "optimizer": type(step.optimizer).__name__, "grad_scaler": step.scaler is not None, **steps,
+                    "backward_ranges": ranges.backward_ranges},
+            "hardware": devmod.fingerprint(dev),
+            "software": devmod.software(),
+            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "summary": summary,
+            "layers": layers,
+            "replay": replay_doc,
+            "ceilings": ceilings.as_list(),
+            "notes": notes,
+        }
+        if out is not None:
+            doc["files"] = _write(doc, rows + replay_rows, out_dir, cfg, plot)
+        return doc
+    finally:
+        torch.backends.cudnn.benchmark = saved_benchmark
+        if step is not None:
+            step.ranges.remove()  # the caller's model keeps no hooks of ours
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
+    """One entry (and one ResultRow) per (layer, phase) that took time or did work."""
+    from microbench.step.oprecord import LayerWork
+    from microbench.core.results import ResultRow
+    from microbench.measure.runner import judge
+    from microbench.core.stats import summarize
+    from microbench.core.work import Work
+
+    n = att.steps
+    rep = att.median_step()
+    keys = list(dict.fromkeys(list(work) + list(att.buckets)))
+    total_ms = att.total_per_step_us[rep] / 1e3
+    layers, rows = [], []
+    for key in keys:
+        name, phase = key
+        b = att.buckets.get(key)
+        part = b.steps[rep] if b else None
+        w = work.get(key, LayerWork())
+        time_ms = part.us / 1e3 if b else 0.0
+        flops = w.flops + w.other_flops
+        if time_ms <= 0 and flops <= 0:
+            continue
+        layer_dtype = w.gemm_dtype or (w.dtypes.most_common(1)[0][0] if w.dtypes else dtype)
+        kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
+        gemm_ms = sum(part.by_class[c] for c in GEMM_CLASSES) / 1e3 if b else 0.0
+        tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
+        row = ResultRow(op=kind, shape=w.cases[0].shape.label() if w.cases else "-", dtype=layer_dtype,
+                        provider=f"{workload.name} step", device=dev.name, source="model", layer=name, phase=phase,
+                        flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
+                        params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
+                                "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())}})
+        if b and time_ms > 0 and flops > 0 and w.bytes > 0:
+            judge(row, Work(flops, w.bytes), summarize([us / 1e3 for us in b.per_step_us]), ceilings)
+        elif b and time_ms > 0:  # time but no arithmetic (copies, views, allocation): no roofline point
+            row.time_ms = summarize([us / 1e3 for us in b.per_step_us]).as_dict()
+            row.gbps = w.bytes / (time_ms * 1e-3) / 1e9 if w.bytes else None
+        else:
+            row.reason = "no profiled time" if not b else "no work counted"
+        rows.append(row)
+        layers.append({
+            "name": name, "module": kind, "phase": phase, "dtype": layer_dtype,
+            "time_ms": time_ms, "time_ms_per_step": [us / 1e3 for us in b.per_step_us] if b else [],
+            "pct_of_profiled": 100.0 * time_ms / total_ms if total_ms else None,
+            "flops": flops, "matrix_flops": w.flops, "other_flops": w.other_flops, "bytes": w.bytes,
+            "intensity": row.intensity if row.intensity is not None else (flops / w.bytes if w.bytes else None),
+            "tflops": row.tflops, "pct_of_ceiling": row.pct_of_ceiling, "ceiling": row.ceiling, "bound": row.bound,
+            "tensor_cores": tc, "tensor_core_evidence": tc_ev, "tensor_core_time_ms": tc_split,
+            "gemm_time_ms": gemm_ms,
+            "time_by_class_ms": {c: v / 1e3 for c, v in part.by_class.most_common()} if b else {},
+            "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],  # mean over the steps
+            "cases": [c.label() for c in w.cases],
+            "flags": row.flags,
+        })
+    return layers, rows
+
+
+def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
+    """Verdict (yes/no/unknown), evidence, and the layer's time split {yes, no, unknown} in ms (GPU: all its
+    kernels; CPU: its GEMM/conv operators), in the step `part` belongs to."""
+    if b is None or gemm_ms <= 0:
+        return "no", "no GEMM/convolution work in this layer: element-wise, normalization or data movement", {}
+    if dev.is_gpu:
+        split = {k: v / 1e3 for k, v in part.tensor_cores.items() if v > 0}
+        g = part.gemm_tensor_cores
+        share = g["yes"] / 1e3 / gemm_ms
+        no_share = g["no"] / 1e3 / gemm_ms
+        verdict = "yes" if share >= 0.999 else ("no" if no_share >= 0.999 else "unknown")
+        top = b.gemm_items.most_common(1)[0][0] if b.gemm_items else ""
+        return verdict, f"{share:.0%} of the layer's GEMM/conv kernel time in Tensor Core kernels by name " \
+                        f"(kernel_rules.toml); top GEMM/conv kernel {top[:80]!r}", split
+    ev = cpu_ev.get(key)
+    if not ev or not sum(ev["flops"].values()):
+        return "unknown", "no oneDNN record for this layer's GEMM/conv operators (MKL or a reference path)", \
+            {"unknown": gemm_ms}
+    flops = ev["flops"]
+    total = sum(flops.values())
+    split = {k: gemm_ms * v / total for k, v in flops.items() if v > 0}
+    verdict = max(flops, key=flops.get) if max(flops.values()) == total else "unknown"
+    impls = ", ".join(f"{k}" for k in ev["impls"]) or "none"
+    return verdict, (f"oneDNN implementations {impls}; {flops['yes'] / total:.0%} of GEMM/conv FLOPs on matrix-unit "
+                     f"implementations, {flops['unknown'] / total:.0%} without a oneDNN record"), split
+
+
+def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, dev, ranges, dtype) -> dict:
+    n = att.steps
+    rep = att.median_step()
+    step_ms = step_timing.median_ms
+    total_ms = att.total_per_step_us[rep] / 1e3
+    by_class: Counter = Counter()
+    by_phase: Counter = Counter()
+    for b in att.buckets.values():
+        for c, us in b.steps[rep].by_class.items():
+            by_class[c] += us / 1e3
+        by_phase[b.phase] += b.steps[rep].us / 1e3
+    flops = flop_counter.get_total_flops()
+    fwd = sum(r.flops for r in records if r.phase == "forward")
+    bwd = sum(r.flops for r in records if r.phase == "backward")
+    # Tensor Core / matrix-unit share of the profiled time.
+    tc_yes = sum(sum(v for k, v in (l["tensor_core_time_ms"] or {}).items() if k == "yes") for l in layers)
+    tc_unknown = sum(sum(v for k, v in (l["tensor_core_time_ms"] or {}).items() if k == "unknown") for l in layers)
+    gemm_total = sum(by_class[c] for c in GEMM_CLASSES)
+    if dev.is_gpu:
+        share = tc_yes / total_ms if total_ms else None
+        tc_note = "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
+    elif gemm_total and tc_yes == 0 and tc_unknown >= gemm_total * 0.999:
+        share = None
+        tc_note = "unknown: no oneDNN record says which unit ran this step's GEMMs/convolutions (see notes)"
+    else:
+        share = tc_yes / total_ms if total_ms else None
+        tc_note = ("operator time of GEMM/conv operators whose oneDNN implementation uses a matrix unit "
+                   "(AMX or AVX-512 dot products), split by FLOPs within each layer, over all operator time")
+    # What-if times: the step time minus what each change would save, measured in profiled time.
+    saving_gemm, ideal_total, used = 0.0, 0.0, {}
+    for l in layers:
+        if l["gemm_time_ms"] <= 0 or not l["matrix_flops"]:
+            continue
+        c = ceilings.compute(l["dtype"], ("measured",)) or ceilings.compute(l["dtype"], ("datasheet", "estimate"))
+        if c is None:
+            continue
+        used[l["dtype"]] = {"tflops": c.value, "source": c.source}
+        ideal = l["matrix_flops"] / (c.value * 1e12) * 1e3
+        ideal_total += ideal
+        saving_gemm += max(0.0, l["gemm_time_ms"] - ideal)
+    elementwise = by_class.get("elementwise", 0.0)
+    norm = by_class.get("norm", 0.0)
+    seq = att.backward_seq_us
+    backward_us = sum(b.time_us for b in att.buckets.values() if b.phase == "backward")  # all profiled steps
+    return {
+        "step_time_ms": step_ms,
+        "step_time_spread": step_timing.as_dict(),
+        "profiled_time_ms": total_ms,
+        "attributed_time_ms": att.attributed_step_us(rep) / 1e3,
+        "attribution_coverage": att.attributed_step_us(rep) / att.total_per_step_us[rep] if total_ms else None,
+        "profiled_time_ms_per_step": [us / 1e3 for us in att.total_per_step_us],
+        "median_step": rep,
+        "per_step_note": "layer times, classes and the profiled time are those of the median profiled step "
+                         "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
+        "profiled_unit": att.unit,
+        "profiled_time_definition": (
+            "sum of GPU kernel, memcpy and memset durations launched inside the step" if att.unit == "kernel" else
+            "sum of operator self CPU time inside the step (= summed duration of the outermost operators)"),
+        "profiled_steps": n,
+        "flops_per_step": flops,
+        "forward_flops": fwd,
+        "backward_flops": bwd,
+        "flop_convention": "torch.utils.flop_counter.FlopCounterMode: GEMM, convolution and attention FLOPs "
+                           "(2 per multiply-add); normalization and element-wise work are in other_flops_per_step",
+        "other_flops_per_step": sum(r.other_flops for r in records),
+        "bytes_per_step": sum(r.bytes for r in records),
+        "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
+        "tensor_core_time_share": share,
+        "tensor_core_unknown_share": (tc_unknown / total_ms) if total_ms and not dev.is_gpu else None,
+        "tensor_core_note": tc_note,
+        "time_by_class_ms": dict(by_class.most_common()),
+        "share_by_class": {c: v / total_ms for c, v in by_class.most_common()} if total_ms else {},
+        "time_by_phase_ms": dict(by_phase),
+        "gemm_time_ms": gemm_total,
+        "gemm_time_at_ceiling_ms": ideal_total,
+        "gemm_ceilings": used,
+        "time_if_gemm_at_ceiling_ms": max(0.0, step_ms - saving_gemm),
+        "time_if_elementwise_free_ms": max(0.0, step_ms - elementwise),
+        "time_if_elementwise_and_norm_free_ms": max(0.0, step_ms - elementwise - norm),
+        # The full backward hooks behind the NVTX backward ranges add autograd nodes of their own (identity
+        # functions, no kernels): on a CPU their operators are in the profiled time. Reported, not removed.
+        "backward_hook_time_ms": sum(us for b in att.buckets.values() for name, us in b.items.items()
+                                     if "BackwardHookFunction" in name) / n / 1e3,
+        "backward_by_sequence_share": seq / backward_us if backward_us else None,
+        "backward_range_agreement": att.backward_agree_us / att.backward_hook_us if att.backward_hook_us else None,
+        "interleaved_backward_ranges": ranges.interleaved_closes,
+    }
+
+
+# ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
+def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
+    """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
+    from models import ModelError
+
+    from microbench.measure import registry
+
+    known = registry.names()
+    if providers:
+        bad = [p for p in providers if p not in known]
+        if bad:
+            raise ModelError(None, f"unknown provider (registered: {', '.join(known)})", key="--providers",
+                             value=bad[0])
+        return tuple(providers)
+    if profile_name:
+        names = cfg.profile(profile_name).providers
+        bad = [p for p in names if p not in known]
+        if bad:
+            raise ModelError(None, f"profile {profile_name!r} names provider {bad[0]!r}, which is not registered "
+                                   f"(registered: {', '.join(known)})", key="--profile", value=profile_name)
+        return tuple(names)
+    return tuple(known)
+
+
+def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
+    from microbench.step.oprecord import bucket_name
+    from microbench.measure.runner import run_profile
+
+    occurrences: dict = defaultdict(list)
+    skipped = Counter()
+    for r in records:
+        for c in r.cases:
+            occurrences[c].append((bucket_name(r.layer, r.phase), r.phase or "step"))
+        if r.skipped:
+            skipped[r.skipped] += 1
+    cases = tuple(occurrences)
+    prof = Profile(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
+    unique_rows = []
+    done = [0]
+
+    def on_case(case):
+        done[0] += 1
+        _progress(on_progress, f"replay {done[0]}/{len(cases)}: {case.label()}")
+
+    if cases:
+        run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+    by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
+    tagged = []
+    for row in unique_rows:
+        case = by_case_key[(row.op, row.shape, row.dtype)]
+        for layer, phase in occurrences[case]:
+            tagged.append(replace(row, layer=layer, phase=phase, flags=list(row.flags), params=dict(row.params)))
+    doc = {"enabled": True, "providers": list(names), "cases": len(cases),
+           "occurrences": sum(len(v) for v in occurrences.values()),
+           "not_replayed": dict(skipped),
+           "rows": [r.as_dict() for r in unique_rows],
+           "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()}}
+    return doc, tagged
+
+
+def _attach_replay(layers: list[dict], replay_doc: dict) -> None:
+    """Per layer: the summed replay time of its GEMM/conv cases, per provider (only where all were timed)."""
+    times = defaultdict(dict)
+    for r in replay_doc["rows"]:
+        if r.get("time_ms"):
+            times[f"{r['op']} {r['shape']} {r['dtype']}"][r["provider"]] = r["time_ms"]["median"]
+    for l in layers:
+        if not l["cases"]:
+            continue
+        per: dict[str, float] = {}
+        for provider in replay_doc["providers"]:
+            ts = [times.get(label, {}).get(provider) for label in l["cases"]]
+            if ts and all(t is not None for t in ts):
+                per[provider] = sum(ts)
+        l["replay_ms"] = per
+
+
+# ---- output ----------------------------------------------------------------------------------------------
+def _write(doc: dict, rows: list, out_dir: Path, cfg, plot: bool) -> dict:
+    import hashlib
+    import json
+
+    from microbench.reports.report import plot_roofline
+    from microbench.core.results import ResultsWriter, _clean
+
+    header = {"hardware": doc["hardware"], "software": doc["software"],
+              "config": {"model": doc["model"]["name"], "file": str(cfg.path),
+                         "sha256": hashlib.sha256(cfg.path.read_bytes()).hexdigest(), "run": doc["run"],
+                         "profile": f"model:{doc['model']['name']}"},
+              "started": doc["started"], "ceilings": doc["ceilings"], "notes": doc["notes"]}
+    with ResultsWriter(out_dir, header) as writer:
+        writer.add_many(rows)
+        writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
+    files = {"decomposition": str(out_dir / "decomposition.json"), "results": str(writer.json_path),
+             "results_csv": str(writer.csv_path), "trace": str(out_dir / "trace.json.gz")}
+    if plot:
+        paths = plot_roofline(writer.doc, out_dir / "roofline")
+        files["roofline"] = [str(p) for p in paths]
+    doc["files"] = files
+    (out_dir / "decomposition.json").write_text(json.dumps(_clean(doc), indent=1))
+    return files
