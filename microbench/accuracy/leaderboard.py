@@ -1,0 +1,79 @@
+"""The time-to-accuracy leaderboard over folders of DAWNBench submissions and MLPerf result logs."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from . import dawnbench, mlperf
+from .entry import Entry, Unreadable
+
+MLLOG_TOKEN = b":::MLLOG"
+
+
+@dataclass
+class Leaderboard:
+    entries: list[Entry] = field(default_factory=list)
+    unreadable: list[dict] = field(default_factory=list)  # {file, reason}
+    skipped: int = 0  # files that are neither (inference entries, notes, ...)
+
+    def by_task(self) -> dict[tuple[str, str], list[Entry]]:
+        """(source, task) -> entries, fastest first; entries that never reached the target last."""
+        out: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+        for e in self.entries:
+            out[(e.source, e.task)].append(e)
+        for v in out.values():
+            v.sort(key=lambda e: (e.tta_seconds is None, e.tta_seconds or 0.0, e.file))
+        return dict(sorted(out.items()))
+
+    def as_list(self) -> list[dict]:
+        """The --json document: every entry, then every unreadable file (task null, with its `error`)."""
+        rows = [e.as_dict() for es in self.by_task().values() for e in es]
+        rows += [{"source": None, "task": None, "file": u["file"], "tta_seconds": None, "epoch": None,
+                  "cost_usd": None, "error": u["reason"]} for u in self.unreadable]
+        return rows
+
+
+def _is_mllog(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return MLLOG_TOKEN in f.read(1 << 16)
+    except OSError:
+        return True  # let the reader say why it cannot be opened
+
+
+def _files(roots: list[str | Path]) -> list[Path]:
+    out = []
+    for root in roots:
+        p = Path(root)
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.is_file())
+        else:
+            raise InputError(p, "no such file or folder")
+    return out
+
+
+def build(roots: list[str | Path], check: bool = True) -> Leaderboard:
+    """Every DAWNBench training TSV and every MLPerf result log under `roots`. A file that cannot be read is
+    listed in `unreadable` with its reason; the others go on."""
+    board = Leaderboard()
+    mllogs: dict[Path, list[Path]] = defaultdict(list)
+    for f in _files(roots):
+        parts = {p.lower() for p in f.parent.parts}
+        if f.suffix.lower() == ".tsv" and "inference" not in parts:
+            try:
+                board.entries.append(dawnbench.read_submission(f))
+            except Unreadable as e:
+                board.unreadable.append({"file": str(f), "reason": str(e)})
+        elif f.suffix.lower() in (".txt", ".log") and _is_mllog(f):
+            mllogs[f.parent].append(f)
+        else:
+            board.skipped += 1
+    for folder, files in sorted(mllogs.items()):
+        e = mlperf.read_submission(folder, files, board.unreadable, check)
+        if e is not None:
+            board.entries.append(e)
+    return board

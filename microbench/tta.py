@@ -1,0 +1,107 @@
+"""python -m microbench.tta: time-to-accuracy, the DAWNBench metric.
+
+    python -m microbench.tta leaderboard DIR... [--json OUT] [--no-check]
+        DAWNBench submissions (TSV + JSON) and MLPerf Training result logs under DIR, ranked per task.
+    python -m microbench.tta run --model NAME [--target ACC] [--seeds N] [--profile] [--out DIR] ...
+        train to a target accuracy over seeds: mean time-to-accuracy, its coefficient of variation, the
+        fraction of runs that reached the target, a one-sided t-test of the mean accuracy; results.json rows
+        (op "tta") that `python -m microbench.compare` puts side by side across machines.
+
+Rules, thresholds and models: microbench/data/tta.toml. See docs/tta.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit code 2, no usage block
+        self.exit(2, f"error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m microbench.tta", description="Time-to-accuracy: leaderboards and our own runs.",
+                 epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. See docs/tta.md.")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    lb = sub.add_parser("leaderboard", help="rank DAWNBench submissions and MLPerf result logs")
+    lb.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files")
+    lb.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the entries as a JSON list")
+    lb.add_argument("--no-check", action="store_true", help="skip mlperf-logging's compliance check of each run")
+    r = sub.add_parser("run", help="train to a target accuracy over seeds")
+    r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
+    r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument("--seeds", type=int, default=3, help="runs, seeds 0..N-1; default: %(default)s")
+    r.add_argument("--epochs", type=int, default=None, help="training budget of each run; default: the model's")
+    r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
+    r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
+    r.add_argument("--threads", type=int, default=None, help="torch CPU threads during the runs; default: torch's")
+    r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
+    r.add_argument("--profile", action="store_true", help="decompose one epoch: where its seconds went")
+    r.add_argument("--out", type=Path, default=None, help="output folder; default: results/tta-MODEL")
+    return ap
+
+
+def _leaderboard(args) -> int:
+    from .accuracy.leaderboard import build
+    from .accuracy.report import print_leaderboard
+
+    board = build(args.dirs, check=not args.no_check)
+    print_leaderboard(board)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(board.as_list(), indent=1))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def _run(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .accuracy.report import plot_accuracy, print_run
+    from .accuracy.run import check_options, run_tta
+
+    spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
+    epochs = args.epochs or spec.epochs
+    out = args.out or Path("results") / f"tta-{args.model}"
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task("training", total=args.seeds * epochs)
+
+        def on_epoch(run, rec):
+            progress.update(bar, advance=1, description=(
+                f"seed {run.seed} epoch {rec.epoch}/{epochs}: acc {rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
+                + (f", reached at epoch {run.epochs_to_target}" if run.epochs_to_target else "")))
+            progress.console.log(f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
+                                 f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
+
+        doc = run_tta(args.model, args.target, args.seeds, epochs=args.epochs, data=args.data, device=args.device,
+                      out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
+                      on_epoch=on_epoch, on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
+    (out / "tta.json").write_text(json.dumps(doc, indent=1, default=str))
+    plot = plot_accuracy(doc, out / "tta_accuracy.png")
+    print_run(doc)
+    console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'tta.json'}, {plot}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _leaderboard(args) if args.cmd == "leaderboard" else _run(args)
+    except InputError as e:
+        print(f"error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted (rows of finished seeds are in results.json)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
