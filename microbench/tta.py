@@ -63,11 +63,13 @@ def _run(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
     from .accuracy.run import check_options, run_tta
 
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
     epochs = args.epochs or spec.epochs
+    ds = load(spec.dataset, args.data)  # before the progress bar: a bad --data is one line
     out = args.out or Path("results") / f"tta-{args.model}"
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -81,7 +83,7 @@ def _run(args) -> int:
             progress.console.log(f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
                                  f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
 
-        doc = run_tta(args.model, args.target, args.seeds, epochs=args.epochs, data=args.data, device=args.device,
+        doc = run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
                       out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
                       on_epoch=on_epoch, on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
     (out / "tta.json").write_text(json.dumps(doc, indent=1, default=str))

@@ -97,8 +97,7 @@ def load(name: str, folder: str | Path | None = None) -> Dataset:
         return digits()
     if name == "cifar10":
         if folder is None:
-            raise InputError(None, "this model trains on CIFAR-10: give --data FOLDER (cifar-10-batches-bin)",
-                             key="--data")
+            raise InputError("--data", "this model trains on CIFAR-10: give --data FOLDER (cifar-10-batches-bin)")
         return cifar10(folder)
     raise InputError(None, f"unknown data set (known: {', '.join(DATASETS)})", key="dataset", value=name)
 

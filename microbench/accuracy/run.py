@@ -66,18 +66,18 @@ def summary_row(summary, shape: str, device: str, target: float, runs: list[Seed
 
 
 def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: int | None = None,
-            data: str | Path | None = None, device: str = "auto", out: str | Path | None = None,
+            data: str | Path | None = None, dataset: datasets.Dataset | None = None, device: str = "auto", out: str | Path | None = None,
             include_eval: bool = False, threads: int | None = None, profile: bool = False,
             on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
             on_progress: Callable[[str], None] | None = None) -> dict:
     """Train `model` (a name of tta.toml) `seeds` times; returns the run document (and writes the files
-    into `out`). Bad options raise InputError subclasses (one line)."""
+    into `out`). `dataset`: already loaded (else from `data`). Bad options raise InputError subclasses."""
     from .. import device as devmod
 
     spec = check_options(model, target, seeds, epochs, threads)
     target = spec.target if target is None else float(target)
     epochs = epochs or spec.epochs
-    ds = datasets.load(spec.dataset, data)
+    ds = dataset if dataset is not None else datasets.load(spec.dataset, data)
     try:
         dev = devmod.detect(device)
     except (RuntimeError, ValueError) as e:
