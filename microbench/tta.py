@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from microbench.core.errors import InputError
 
 
 class _Parser(argparse.ArgumentParser):

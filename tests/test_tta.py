@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
 
 import numpy as np
@@ -14,7 +13,7 @@ import torch
 
 from microbench import tta
 from microbench.accuracy import datasets, leaderboard, mlperf, stats
-from microbench.errors import InputError
+from microbench.core.errors import InputError
 
 # Thresholds as ../shared/dawnbench/SOURCES.md states them (not read from tta.toml).
 THRESHOLD = {"CIFAR10": ("top1accuracy", 94.0), "ImageNet": ("top5accuracy", 93.0), "SQuAD": ("f1score", 0.73)}
@@ -256,7 +255,7 @@ def test_digits_run_reaches_target(digits_run):
 
 
 def test_compare_puts_two_tta_files_side_by_side(digits_run, tmp_path):
-    from microbench.compare import compare
+    from microbench.reports.compare import compare
 
     out, _ = digits_run
     other = json.loads((out / "results.json").read_text())
@@ -282,3 +281,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     assert tta.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_profile_decomposes_one_epoch(tmp_path):
+    from microbench.accuracy.run import run_tta
+
+    doc = run_tta("digits", 0.5, seeds=1, epochs=1, device="cpu", threads=1, profile=True)
+    p = doc["profile"]
+    epoch = doc["runs"][0]["epochs"][0]
+    assert p["steps_per_epoch"] == epoch["steps"] == 1437 // 64  # digits: 1437 training images, batch 64
+    assert p["epoch_s"] == pytest.approx(epoch["train_s"]) and p["data_loading_s"] == pytest.approx(epoch["data_s"])
+    assert p["by_class_s"]["gemm"] > 0 and p["by_class_s"].get("norm", 0) > 0  # convolutions, BatchNorm
+    assert p["busy_s"] == pytest.approx(sum(p["by_class_s"].values()))
+    assert p["idle_or_overhead_s"] == pytest.approx(max(0.0, p["epoch_s"] - p["data_loading_s"] - p["busy_s"]))
+    assert p["unit"] == "operator"

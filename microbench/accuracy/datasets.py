@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import InputError
+from microbench.core.errors import InputError
 
 CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
 CIFAR_TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))

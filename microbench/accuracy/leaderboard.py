@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from microbench.core.errors import InputError
 from . import dawnbench, mlperf
 from .entry import Entry, Unreadable
 

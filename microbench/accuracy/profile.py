@@ -18,7 +18,7 @@ def decompose_epoch(spec: TtaModel, ds: Dataset, device: str, on_progress: Calla
     """The decomposition document of `decompose` for one epoch's worth of steps of this model on a real batch."""
     from models.step import Workload
 
-    from ..decompose import decompose
+    from microbench.step.decompose import decompose
 
     steps = max(1, len(ds.y_train) // spec.batch)
     first = next(batches(ds, spec.batch, torch.Generator().manual_seed(0), torch.device("cpu")))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import ConfigError
+from microbench.core.errors import ConfigError
 
 RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "tta.toml"
 

@@ -9,9 +9,8 @@ from typing import Callable
 
 import torch
 
-from ..errors import InputError
-from ..results import ResultRow, ResultsWriter
-from ..timing import summarize
+from microbench.core.results import ResultRow, ResultsWriter
+from microbench.core.stats import summarize
 from . import datasets
 from .rules import tta_models
 from .stats import summarize_runs
@@ -72,7 +71,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             on_progress: Callable[[str], None] | None = None) -> dict:
     """Train `model` (a name of tta.toml) `seeds` times; returns the run document (and writes the files
     into `out`). `dataset`: already loaded (else from `data`). Bad options raise InputError subclasses."""
-    from .. import device as devmod
+    from microbench.core import device as devmod
 
     spec = check_options(model, target, seeds, epochs, threads)
     target = spec.target if target is None else float(target)
