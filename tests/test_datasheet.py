@@ -27,6 +27,9 @@ def devices():
     ("NVIDIA B200", "b200"),
     ("AMD Instinct MI250X", "mi250x"),
     ("AMD Instinct MI300X", "mi300x"),
+    ("AMD Instinct MI300X VF", "mi300x_vf"),  # the MI300X bert trace's deviceProperties (Azure SR-IOV)
+    ("AMD Instinct MI325X", "mi325x"),
+    ("AMD Instinct MI355X", "mi355x"),
 ])
 def test_known_names_match_one_entry(devices, name, key):
     entry, note = match_datasheet(name, devices)
@@ -63,6 +66,19 @@ def test_mi250x_mi250_name_is_ambiguous(devices):
 def test_table_covers_the_issue_list(devices):
     keys = {d.key for d in devices}
     assert {"v100_sxm2", "t4", "a10", "a100_sxm4_80gb", "l4", "l40s", "h100_sxm5", "h100_pcie", "h200_sxm", "b200",
-            "mi250x", "mi300x"} <= keys
+            "mi250x", "mi300x", "mi300x_vf", "mi325x", "mi355x"} <= keys
     tiers = load_config().cpu_tiers
     assert tiers and tiers[-1].requires == ()  # the CPU estimate always has a last-resort tier
+
+
+def test_amd_peaks_follow_cus_clock_and_flops_per_clock(devices):
+    """The AMD entries' dense peaks agree with CUs x peak clock x FLOPs per CU per clock (AMD's own derivation)
+    to the datasheets' rounding; the VF entry is the whole MI300X."""
+    by_key = {d.key: d for d in devices}
+    for key, cus, ghz, per_clock in (("mi300x", 304, 2.1, {"fp64": 128, "fp32": 256, "bf16": 2048, "fp8": 4096}),
+                                     ("mi325x", 304, 2.1, {"fp64": 128, "fp32": 256, "bf16": 2048, "fp8": 4096}),
+                                     ("mi355x", 256, 2.4, {"fp64": 128, "fp32": 256, "bf16": 4096, "fp8": 8192})):
+        for prec, flops in per_clock.items():
+            assert by_key[key].peaks_tflops[prec] == pytest.approx(cus * ghz * flops / 1000, rel=1e-3), (key, prec)
+    assert by_key["mi300x_vf"].peaks_tflops == by_key["mi300x"].peaks_tflops
+    assert "tf32" not in by_key["mi355x"].peaks_tflops  # CDNA 4 has no XF32
