@@ -1,0 +1,208 @@
+"""Nsight Compute CSV (`ncu --csv ...`) -> per-kernel hardware counters.
+
+Two layouts, told apart by the header:
+- long (the default and `--page details`): one row per kernel x section x metric, columns `ID`, `Kernel Name`,
+  ..., `Section Name`, `Metric Name`, `Metric Unit`, `Metric Value`. Section sets use display names
+  (`Duration`, `Memory Throughput`); `--metrics a,b` puts raw metric names in a section named
+  "Command line profiler metrics".
+- raw (`--page raw`): one row per kernel, one column per metric, the second row holding the units.
+Values carry thousands separators ("1,215,000,000.00"); "n/a" is no value; ncu's own `==PROF==` / `==WARNING==`
+lines may precede the header. Units are scaled with SI prefixes as ncu prints them (Kbyte = 1e3 byte, usecond).
+
+What is derived per kernel (names differ between architectures; see `ncu --query-metrics`):
+- `duration_ns`: gpu__time_duration.sum, or the Speed Of Light section's `Duration`;
+- `tensor_pipe_pct`: the largest sm__pipe_tensor*...pct_of_peak_sustained_* (share of the tensor pipe's peak);
+- `tensor_ops_by_precision`: sm__ops_path_tensor_src_<p>_dst_<q>.sum, summed per source precision <p> (operation
+  counts as ncu defines them; not converted to FLOPs here);
+- `tensor_inst`: the largest sm__inst_executed_pipe_tensor*.sum (overlapping metrics are not added);
+- `sass_flops`: add + mul + 2 x fma over fp64/fp32/fp16 thread instructions (smsp__sass_thread_inst_executed_op_*,
+  the ncu roofline's own count of non-tensor FLOPs);
+- `dram_bytes`: dram__bytes.sum, or read + write, or the Memory Workload Analysis throughput x duration.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from microbench.core.errors import InputError
+from microbench.timeline.counters import sass_flops
+
+IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
+                    "Stream", "Block Size", "Grid Size", "Device", "CC")
+LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+            "second": 1e9}
+_TENSOR_OPS = re.compile(r"^sm__ops_path_tensor_src_([a-z0-9]+?)(?:_dst_[a-z0-9]+)?\.sum$")
+
+
+@dataclass
+class NcuKernel:
+    id: int
+    name: str
+    device: int | None
+    cc: str | None
+    stream: str | None
+    block: str | None
+    grid: str | None
+    metrics: dict[str, tuple[float | None, str]] = field(default_factory=dict)  # metric -> (value, unit)
+
+    def value(self, *names: str) -> float | None:
+        for n in names:
+            v = self.metrics.get(n)
+            if v is not None and v[0] is not None:
+                return v[0]
+        return None
+
+    @property
+    def duration_ns(self) -> float | None:
+        v = self.metrics.get("gpu__time_duration.sum") or self.metrics.get("Duration")
+        return None if v is None or v[0] is None else _scaled(v[0], v[1], _TIME_NS, "time")
+
+    @property
+    def tensor_pipe_pct(self) -> float | None:
+        vals = [v for k, (v, _) in self.metrics.items()
+                if k.startswith("sm__pipe_tensor") and ".pct_of_peak_sustained" in k and v is not None]
+        return max(vals) if vals else None
+
+    @property
+    def tensor_inst(self) -> float | None:
+        vals = [v for k, (v, _) in self.metrics.items()
+                if k.startswith("sm__inst_executed_pipe_tensor") and k.endswith(".sum") and v is not None]
+        return max(vals) if vals else None
+
+    @property
+    def tensor_ops_by_precision(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for k, (v, _) in self.metrics.items():
+            m = _TENSOR_OPS.match(k)
+            if m and v is not None:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + v
+        return out
+
+    @property
+    def sass_flops(self) -> float | None:
+        return sass_flops(self.values())
+
+    def values(self) -> dict[str, float | None]:
+        return {k: v for k, (v, _) in self.metrics.items()}
+
+    @property
+    def dram_bytes(self) -> float | None:
+        if (b := self.value("dram__bytes.sum")) is not None:
+            return _scaled(b, self.metrics["dram__bytes.sum"][1], {}, "bytes")
+        parts = [(k, self.metrics[k]) for k in ("dram__bytes_read.sum", "dram__bytes_write.sum")
+                 if k in self.metrics and self.metrics[k][0] is not None]
+        if parts:
+            return sum(_scaled(v, u, {}, "bytes") for _, (v, u) in parts)
+        thr = self.metrics.get("Memory Workload Analysis/Memory Throughput")
+        if thr and thr[0] is not None and thr[1].endswith("/s") and self.duration_ns is not None:
+            return _scaled(thr[0], thr[1][:-2], {}, "bytes") * self.duration_ns * 1e-9
+        return None
+
+    def summary(self) -> dict:
+        """The numbers a timeline row carries (JSON-ready)."""
+        dur = self.duration_ns
+        flops, nbytes = self.sass_flops, self.dram_bytes
+        return {"id": self.id, "kernel": self.name, "device": self.device, "cc": self.cc, "duration_ns": dur,
+                "tensor_pipe_pct": self.tensor_pipe_pct, "tensor_inst": self.tensor_inst,
+                "tensor_ops_by_precision": self.tensor_ops_by_precision, "sass_flops": flops,
+                "achieved_sass_tflops": flops / dur * 1e-3 if flops is not None and dur else None,
+                "dram_bytes": nbytes, "achieved_dram_tbs": nbytes / dur * 1e-3 if nbytes is not None and dur else None}
+
+
+def _scaled(value: float, unit: str, table: dict[str, float], kind: str) -> float:
+    """value in `unit` -> base unit (ns for time, byte for bytes)."""
+    unit = (unit or "").strip()
+    if kind == "time":
+        if unit not in table:
+            raise ValueError(f"unknown time unit {unit!r}")
+        return value * table[unit]
+    m = re.fullmatch(r"([KMGTP]?)i?byte", unit) if unit else None
+    if unit == "":
+        return value
+    if not m:
+        raise ValueError(f"unknown byte unit {unit!r}")
+    return value * _SI[m.group(1)]
+
+
+def parse_number(text: str) -> float | None:
+    """ncu's printed value -> float; '1,215,000.5' -> 1215000.5; 'n/a' and '' -> None."""
+    t = text.strip().replace(",", "")
+    if t in ("", "n/a", "N/A", "nan"):
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def looks_like_ncu_csv(head: str) -> bool:
+    """True when the text (the start of a file) is an `ncu --csv` export."""
+    for line in head.splitlines():
+        if line.startswith("=="):
+            continue
+        return line.startswith('"ID",') and '"Kernel Name"' in line
+    return False
+
+
+def _rows(path: Path) -> list[list[str]]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
+    if start is None:
+        raise InputError(path, 'not an Nsight Compute CSV: no header line starting with "ID" (ncu --csv)')
+    return [r for r in csv.reader(io.StringIO("\n".join(lines[start:]))) if r and not r[0].startswith("==")]
+
+
+def _kernel(cols: dict[str, int], row: list[str], path: Path, line: int) -> NcuKernel:
+    def get(c):
+        i = cols.get(c)
+        return row[i] if i is not None and i < len(row) and row[i] != "" else None
+
+    try:
+        kid = int(get("ID"))
+    except (TypeError, ValueError):
+        raise InputError(path, f"row {line}: ID {get('ID')!r} is not a kernel number") from None
+    dev = get("Device")
+    return NcuKernel(kid, get("Kernel Name") or "", int(dev) if dev and dev.isdigit() else None, get("CC"),
+                     get("Stream"), get("Block Size"), get("Grid Size"))
+
+
+def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
+    """The kernels of an `ncu --csv` export (long or `--page raw` layout), in ID order."""
+    path = Path(path)
+    rows = _rows(path)
+    header = rows[0]
+    cols = {c: i for i, c in enumerate(header)}
+    if "Kernel Name" not in cols:
+        raise InputError(path, "Nsight Compute CSV without a 'Kernel Name' column")
+    kernels: dict[int, NcuKernel] = {}
+    if all(c in cols for c in LONG_COLUMNS):
+        for n, row in enumerate(rows[1:], start=2):
+            if len(row) < len(header) - 5:  # rule columns may be missing at the end
+                raise InputError(path, f"row {n}: {len(row)} fields, the header has {len(header)}")
+            k = _kernel(cols, row, path, n)
+            k = kernels.setdefault(k.id, k)
+            name, section = row[cols["Metric Name"]], row[cols["Section Name"]]
+            if not name:
+                continue  # rule-only rows (a section's advice) carry no metric
+            unit, value = row[cols["Metric Unit"]], parse_number(row[cols["Metric Value"]])
+            k.metrics.setdefault(name, (value, unit))
+            k.metrics[f"{section}/{name}"] = (value, unit)  # display names repeat across sections
+        return [kernels[i] for i in sorted(kernels)]
+    units = rows[1] if len(rows) > 1 and rows[1][cols["ID"]] == "" else None
+    metric_cols = [(i, c) for i, c in enumerate(header) if c not in IDENTITY_COLUMNS]
+    for n, row in enumerate(rows[2 if units else 1:], start=3 if units else 2):
+        k = _kernel(cols, row, path, n)
+        for i, c in metric_cols:
+            if i < len(row):
+                k.metrics[c] = (parse_number(row[i]), units[i] if units and i < len(units) else "")
+        kernels[k.id] = k
+    return [kernels[i] for i in sorted(kernels)]

@@ -1,0 +1,146 @@
+"""Nsight Systems SQLite export (`nsys export --type sqlite`) -> kernels, runtime launches, memory copies, NVTX
+ranges and GPUs, read with SQL over its tables (the file is opened read-only and never modified).
+
+Tables used (Nsight Systems export schema 3.x; missing tables read as empty):
+- CUPTI_ACTIVITY_KIND_KERNEL: start/end (ns), deviceId, streamId, correlationId, demangledName/shortName (ids into
+  StringIds), grid and block sizes;
+- CUPTI_ACTIVITY_KIND_RUNTIME: CUDA runtime/driver calls with the correlationId that ties a launch to its kernel,
+  the calling thread (globalTid) and the function name (nameId);
+- CUPTI_ACTIVITY_KIND_MEMCPY / _MEMSET: copies (bytes, copyKind labelled by ENUM_CUDA_MEMCPY_OPER) and memsets;
+- NVTX_EVENTS: push/pop and start/end ranges (text, or textId into StringIds), on a thread (globalTid);
+- TARGET_INFO_GPU: device id, name, SM count, memory, clock, compute capability;
+- META_DATA_EXPORT: the exporter's version and schema.
+A globalTid packs the process id in bits 24-47 (Nsight Systems' serialized GlobalId); ranges and launches of one
+process are matched by it. Times are converted to microseconds, the unit of Kineto traces.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from microbench.core.errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NVTX_RANGE_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
+US_PER_NS = 1e-3
+
+
+def is_sqlite(head: bytes) -> bool:
+    return head.startswith(SQLITE_MAGIC)
+
+
+def process_of(global_tid: int | None) -> int | None:
+    """Nsight Systems' serialized GlobalId -> the process id it carries."""
+    return None if global_tid is None else (int(global_tid) >> 24) & 0xFFFFFF
+
+
+@dataclass
+class NsysExport:
+    path: Path
+    gpus: list[dict] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)   # ts_us, dur_us, device, stream, correlation, name, short_name, grid, block
+    launches: list[dict] = field(default_factory=list)  # ts_us, dur_us, correlation, name, tid, pid
+    copies: list[dict] = field(default_factory=list)    # ts_us, dur_us, device, stream, correlation, kind, bytes
+    ranges: list[dict] = field(default_factory=list)    # name, ts_us, dur_us, tid, pid, domain
+    meta: dict = field(default_factory=dict)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    if not is_sqlite(head):
+        raise InputError(path, "not an SQLite database (an Nsight Systems export is `nsys export --type sqlite`)")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+def _tables(con) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _columns(con, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+
+
+def _kernels(con, tables) -> list[dict]:
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        return []
+    cols = _columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+    name_col = "demangledName" if "demangledName" in cols else "shortName"
+    sql = (f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, n.value, s.value, "
+           f"k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ "
+           f"FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds n ON n.id = k.{name_col} "
+           f"LEFT JOIN StringIds s ON s.id = k.shortName ORDER BY k.start")
+    return [{"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "device": dev, "stream": stream,
+             "correlation": corr, "name": name or short or "?", "short_name": short,
+             "grid": [gx, gy, gz], "block": [bx, by, bz]}
+            for a, b, dev, stream, corr, name, short, gx, gy, gz, bx, by, bz in con.execute(sql)]
+
+
+def _launches(con, tables) -> list[dict]:
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return []
+    sql = ("SELECT r.start, r.end, r.correlationId, s.value, r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+           "LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start")
+    return [{"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "correlation": corr, "name": name,
+             "tid": tid, "pid": process_of(tid)} for a, b, corr, name, tid in con.execute(sql)]
+
+
+def _copies(con, tables) -> list[dict]:
+    out = []
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+        labels = ({i: lab for i, lab in con.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER")}
+                  if "ENUM_CUDA_MEMCPY_OPER" in tables else {})
+        for a, b, dev, stream, corr, nbytes, kind in con.execute(
+                "SELECT start, end, deviceId, streamId, correlationId, bytes, copyKind "
+                "FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY start"):
+            out.append({"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "device": dev, "stream": stream,
+                        "correlation": corr, "kind": f"Memcpy {labels.get(kind, kind)}", "bytes": nbytes})
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        for a, b, dev, stream, corr, nbytes in con.execute(
+                "SELECT start, end, deviceId, streamId, correlationId, bytes FROM CUPTI_ACTIVITY_KIND_MEMSET"):
+            out.append({"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "device": dev, "stream": stream,
+                        "correlation": corr, "kind": "Memset", "bytes": nbytes})
+    return sorted(out, key=lambda c: c["ts_us"])
+
+
+def _ranges(con, tables) -> list[dict]:
+    if "NVTX_EVENTS" not in tables:
+        return []
+    types = ([i for (i,) in con.execute("SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN (?, ?)", NVTX_RANGE_TYPES)]
+             if "ENUM_NSYS_EVENT_TYPE" in tables else [59, 60])  # the ids of schema 3.x, when the enum is absent
+    marks = ",".join("?" * len(types))
+    sql = (f"SELECT COALESCE(e.text, s.value), e.start, e.end, e.globalTid, e.domainId FROM NVTX_EVENTS e "
+           f"LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN ({marks}) AND e.end IS NOT NULL "
+           f"ORDER BY e.start")
+    return [{"name": name or "?", "ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "tid": tid,
+             "pid": process_of(tid), "domain": dom} for name, a, b, tid, dom in con.execute(sql, types)]
+
+
+def _gpus(con, tables) -> list[dict]:
+    if "TARGET_INFO_GPU" not in tables:
+        return []
+    cols = _columns(con, "TARGET_INFO_GPU")
+    want = [c for c in ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor",
+                        "computeMinor", "chipName", "busLocation") if c in cols]
+    return [dict(zip(want, row)) for row in con.execute(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU ORDER BY id")]
+
+
+def read_nsys_sqlite(path: str | Path) -> NsysExport:
+    path = Path(path)
+    con = _connect(path)
+    try:
+        tables = _tables(con)
+        if "StringIds" not in tables:
+            raise InputError(path, "an SQLite file without the StringIds table: not an Nsight Systems export")
+        meta = (dict(con.execute("SELECT name, value FROM META_DATA_EXPORT")) if "META_DATA_EXPORT" in tables else {})
+        return NsysExport(path, _gpus(con, tables), _kernels(con, tables), _launches(con, tables),
+                          _copies(con, tables), _ranges(con, tables),
+                          {k: meta[k] for k in ("EXPORT_PRODUCT_VERSION", "EXPORT_SCHEMA_VERSION") if k in meta})
+    except sqlite3.DatabaseError as e:
+        raise InputError(path, f"SQLite error: {e}") from None
+    finally:
+        con.close()
