@@ -3,11 +3,10 @@ machines side by side (the library: microbench.reports.compare)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from microbench.core.errors import InputError
+from microbench.core.errors import run_command
 from microbench.reports.compare import compare, compare_html, print_compare
 
 
@@ -19,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "to the baseline machine; missing cases shown as missing; different profiles or software "
                     "versions flagged.",
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a results file; unknown "
-               "--baseline).")
+               "--baseline; an unusable --html/--json path), 130 interrupted.")
     ap.add_argument("results", nargs="+", type=Path, help="results.json or pytest-benchmark JSON files (.gz too)")
     ap.add_argument("--baseline", default=None, metavar="NAME",
                     help="the machine the ratios are relative to: its label (device name), file name or a unique "
@@ -31,21 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        cmp = compare(args.results, args.baseline)
-    except InputError as e:
-        line = e.line() if e.path else e.line().replace("<input>: ", "", 1)
-        print(f"error: {line}", file=sys.stderr)
-        return e.exit_code
+    return run_command(lambda: _run(args))
+
+
+def _run(args) -> int:
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import check_file, write_file
+
+    for opt, path in (("--html", args.html), ("--json", args.json)):
+        if path:
+            check_file(path, opt)
+    cmp = compare(args.results, args.baseline)
     print_compare(cmp)
-    from microbench.reports.html import write
-
     if args.html:
-        print(f"wrote {write(args.html, compare_html(cmp))}", file=sys.stderr)
+        print(f"wrote {write_file(args.html, compare_html(cmp), '--html')}", file=sys.stderr)
     if args.json:
-        from microbench.core.results import _clean
-
-        print(f"wrote {write(args.json, json.dumps(_clean(cmp), indent=1))}", file=sys.stderr)
+        print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
     return 0
 
 

@@ -38,7 +38,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
         "Profile a few training steps of a model, attribute every GPU kernel (CPU: operator) to its layer and phase, "
         "count FLOPs and bytes, classify the work, judge it against the ceilings, and replay every GEMM and "
         "convolution of the step through the available providers."),
-        epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. Models: see docs/models.md.")
+        epilog="Exit codes: 0 done, 2 bad input (also: --out unusable, or another run writing into it), 130 "
+               "interrupted (143 by SIGTERM; --out left as it was). Models: see docs/models.md.")
     ap.add_argument("--model", required=True,
                     help="a model name (resnet50, resnet9, resnet18_cifar, transformer, ncf) or package.module:factory")
     ap.add_argument("--batch", type=_positive_int, default=None,
@@ -65,6 +66,24 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
 
 def main(argv: list[str] | None = None, prog: str = "python -m microbench.decompose") -> int:
     args = build_parser(prog).parse_args(argv)
+    from microbench.core.outdir import OutputDir
+    from microbench.step.decompose import DECOMPOSE_FILES
+
+    out = args.out or Path("results") / f"decompose-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.model)}"
+    out_dir = None
+    try:
+        out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
+        with out_dir:
+            return _run(args, out_dir)
+    except InputError as e:
+        print(f"error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: nothing is written until the end, the earlier run stays
+        print(f"interrupted: {out} left as it was", file=sys.stderr)
+        return out_dir.exit_code() if out_dir else 130
+
+
+def _run(args, out_dir) -> int:
     from rich.console import Console
 
     import kernels
@@ -72,21 +91,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m microbench.decomp
     kernels.load_all()  # the replay's providers
 
     console = Console(stderr=True)
-    out = args.out or Path("results") / f"decompose-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.model)}"
     providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
-    try:
-        with console.status("decomposing") as status:
-            doc = decompose(args.model, batch=args.batch, dtype=args.dtype, device=args.device, out=out,
-                            config=args.config, replay=not args.no_replay, providers=providers, profile=args.profile,
-                            measure_ceilings=not args.no_measure_ceilings, profiled_steps=args.steps,
-                            timed_steps=args.timed_steps, plot=not args.no_plot,
-                            on_progress=lambda msg: status.update(msg))
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    with console.status("decomposing") as status:
+        doc = decompose(args.model, batch=args.batch, dtype=args.dtype, device=args.device, out=out_dir,
+                        config=args.config, replay=not args.no_replay, providers=providers, profile=args.profile,
+                        measure_ceilings=not args.no_measure_ceilings, profiled_steps=args.steps,
+                        timed_steps=args.timed_steps, plot=not args.no_plot,
+                        on_progress=lambda msg: status.update(msg))
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))

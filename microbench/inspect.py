@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from pathlib import Path
 
+from microbench.core.errors import InputError, run_command
 from microbench.measure.sass import TARGETS, StaticRecord, ToolchainError, inspect_build
 
 
@@ -33,11 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
     args = ap.parse_args(argv)
+    return run_command(lambda: _run(args))
+
+
+def _run(args) -> int:
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import check_file, write_file
+
+    if args.json:
+        check_file(args.json, "--json")  # before minutes of compiling
     try:
         recs = records(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel)
     except ToolchainError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not recs:
+        raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
     from rich.table import Table
 
     from microbench.reports.report import wide_console
@@ -53,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"[red]{r.spill_stores}st/{r.spill_loads}ld, stack {r.stack_bytes}[/]" if r.spills else "none")
     wide_console().print(t)
     if args.json:
-        args.json.write_text(json.dumps([r.as_dict() for r in recs], indent=1))
+        write_file(args.json, dumps([r.as_dict() for r in recs]), "--json")
         print(f"wrote {len(recs)} records to {args.json}")
     return 0
 

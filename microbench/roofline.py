@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure GEMM and conv2d through the vendor libraries (and our Triton / CuPy kernels where "
                     "they can run) on this machine, check every result against a float64 reference, time it, "
                     "and place it on the roofline of measured and datasheet ceilings.",
-        epilog="Exit codes: 0 done, 2 bad input (config, profile, device), 130 interrupted (results kept).")
+        epilog="Exit codes: 0 done, 2 bad input (config, profile, device, --out; another run writing into --out), "
+               "130 interrupted by Ctrl-C, 143 by SIGTERM (measured rows kept, marked interrupted).")
     ap.add_argument("--profile", default="default",
                     help="profile of bench.toml to run: quick (under a minute on a 2-core CPU), default, or full "
                          "(adds the DeepBench training sizes); default: %(default)s")
@@ -49,6 +50,9 @@ def _config_block(cfg, profile) -> dict:
             "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(profile.cases)}
 
 
+OWNS = ("results.json", "results.csv", "roofline.png", "roofline.svg", "report.html")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--model" or a.startswith("--model=") for a in argv):
@@ -56,32 +60,34 @@ def main(argv: list[str] | None = None) -> int:
 
         return decompose_main(argv, prog="python -m microbench.roofline --model")
     args = build_parser().parse_args(argv)
+    from microbench.core.outdir import OutputDir
+
     try:
+        out = OutputDir(args.out, OWNS)  # checks --out before any work
         cfg = load_config(args.config)
         profile = cfg.profile(args.profile)
+        with out:
+            return _run(args, cfg, profile, out)
     except InputError as e:
         print(f"error: {e.line()}", file=sys.stderr)
         return e.exit_code
 
+
+def _run(args, cfg, profile, out) -> int:
     # Heavy imports only after the config is known to be good.
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import kernels
     from microbench.core import device as devmod
     from microbench.core.results import ResultsWriter
-    from microbench.measure.ceilings import build_ceilings
-    from microbench.measure.runner import resolve_providers, run_profile
-    from microbench.reports.report import plot_roofline, print_report
 
     kernels.load_all()
     console = Console(stderr=True)
     try:
+        from microbench.measure.runner import resolve_providers
+
         resolve_providers(profile, cfg)
         dev = devmod.detect(args.device)
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -89,51 +95,69 @@ def main(argv: list[str] | None = None) -> int:
     header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
               "config": _config_block(cfg, profile), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
               "ceilings": [], "notes": []}
-    writer = ResultsWriter(args.out, header)
-    interrupted = False
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task("measuring ceilings", total=len(profile.cases))
-        try:
-            ceilings = build_ceilings(dev, cfg, on_step=lambda s: progress.update(task, description=s))
-            writer.set("ceilings", ceilings.as_list())
-            writer.set("notes", ceilings.notes)
-
-            def on_case(case):
-                progress.update(task, description=case.label())
-
-            def on_row(row):
-                writer.add(row)
-
-            done_ops = set()
-
-            def on_row_advance(row):
-                on_row(row)
-                key = (row.op, row.shape, row.dtype)
-                if key not in done_ops:
-                    done_ops.add(key)
-                    progress.advance(task)
-
-            run_profile(profile, dev, cfg, ceilings, on_row=on_row_advance, on_case=on_case)
-        except KeyboardInterrupt:
-            interrupted = True
+    writer = ResultsWriter(out.staging, header)
+    try:
+        _measure(writer, dev, cfg, profile, console)
+        interrupted = False
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
+        interrupted = True
     writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
     if interrupted:
         writer.set("interrupted", True)
     writer.close()
+    n_rows = len(writer.doc["results"])
+    if interrupted and not n_rows:
+        console.print(f"[yellow]interrupted before any row was measured: {out.path} left as it was[/]")
+        return out.exit_code()
 
-    print_report(writer.doc)
-    outputs = [writer.json_path, writer.csv_path]
-    if not args.no_plot:
-        outputs += plot_roofline(writer.doc, args.out / "roofline")
-    from microbench.reports.html import results_html, write as write_html
-
-    outputs.append(write_html(args.out / "report.html", results_html(writer.doc, plot=not args.no_plot)))
+    _reports(writer.doc, out, args.no_plot)
+    outputs = out.commit(keep_previous=interrupted)
     console.print("wrote " + ", ".join(str(p) for p in outputs))
     if interrupted:
-        console.print(f"[yellow]interrupted: kept {len(writer.doc['results'])} measured rows[/]")
-        return 130
+        console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
+                      + (f"; the earlier run's files are in {out.final('previous')}[/]"
+                         if (out.final("previous")).is_dir() else "[/]"))
+        return out.exit_code()
     return 0
+
+
+def _measure(writer, dev, cfg, profile, console) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from microbench.measure.ceilings import build_ceilings
+    from microbench.measure.runner import run_profile
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("measuring ceilings", total=len(profile.cases))
+        ceilings = build_ceilings(dev, cfg, on_step=lambda s: progress.update(task, description=s))
+        writer.set("ceilings", ceilings.as_list())
+        writer.set("notes", ceilings.notes)
+
+        def on_case(case):
+            progress.update(task, description=case.label())
+
+        done_ops = set()
+
+        def on_row(row):
+            writer.add(row)
+            key = (row.op, row.shape, row.dtype)
+            if key not in done_ops:
+                done_ops.add(key)
+                progress.advance(task)
+
+        run_profile(profile, dev, cfg, ceilings, on_row=on_row, on_case=on_case)
+
+
+def _reports(doc: dict, out, no_plot: bool) -> None:
+    """The terminal table, the plot and report.html, all into the staging folder."""
+    from microbench.reports.html import results_html, write as write_html
+    from microbench.reports.report import plot_roofline, print_report
+
+    print_report(doc)
+    if not no_plot:
+        plot_roofline(doc, out.file("roofline"))
+    write_html(out.file("report.html"), results_html(doc, plot=not no_plot))
 
 
 if __name__ == "__main__":

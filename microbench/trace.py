@@ -3,11 +3,10 @@ microbench.timeline and docs/traces.md)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from microbench.core.errors import InputError
+from microbench.core.errors import run_command
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.kineto import analyze
 
@@ -19,7 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "time by class, the Tensor Core / matrix-core share with the rule that recognised each kernel, "
                     "communication and exposed communication, the top kernels, and time per annotation and "
                     "ProfilerStep.",
-        epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a Kineto trace). "
+        epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a Kineto trace; an unusable "
+               "--json path), 130 interrupted. "
                "Definitions: docs/traces.md.")
     ap.add_argument("file", type=Path, help="trace file written by torch.profiler (export_chrome_trace / "
                                             "tensorboard_trace_handler), .json or .json.gz")
@@ -33,20 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from microbench.core.config import load_config
-    from microbench.core.results import _clean
+    return run_command(lambda: _run(args))
 
-    try:
-        cfg = load_config(args.config)
-        doc = analyze(args.file, cfg)
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
+
+def _run(args) -> int:
+    from microbench.core.config import load_config
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import check_file, write_file
+
+    if args.json:
+        check_file(args.json, "--json")
+    doc = analyze(args.file, load_config(args.config))
     print_trace_report(doc, top=args.top)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_clean(doc), indent=1))
-        print(f"wrote {args.json}", file=sys.stderr)
+        print(f"wrote {write_file(args.json, dumps(doc), '--json')}", file=sys.stderr)
     return 0
 
 

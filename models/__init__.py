@@ -68,14 +68,27 @@ def load(spec: str):
         mod = importlib.import_module(mod_name)
     except ImportError as e:
         raise ModelError(None, f"cannot import {mod_name!r}: {e}", key="--model", value=spec) from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's module failed while importing
+        raise ModelError(None, f"importing {mod_name!r} {_what_happened(e)}", key="--model", value=spec) from None
     factory = getattr(mod, attr, None)
     if not callable(factory):
         raise ModelError(None, f"{mod_name} has no callable {attr!r}", key="--model", value=spec)
     try:
         result = factory()
-    except Exception as e:  # noqa: BLE001 - the user's factory failed: say so in one line
-        raise ModelError(None, f"the factory raised {type(e).__name__}: {e}", key="--model", value=spec) from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's factory failed: say so in one line
+        raise ModelError(None, f"the factory {_what_happened(e)}", key="--model", value=spec) from None
     return as_workload(result, spec, call_factory=False)
+
+
+def _what_happened(e: BaseException) -> str:
+    """One line for an exception or exit out of a user's module or factory (SystemExit is caught too: a
+    model that calls sys.exit() or `exit` must not end the command silently with its code)."""
+    if isinstance(e, SystemExit):
+        return f"exited (SystemExit with code {e.code!r}) instead of returning"
+    if isinstance(e, SyntaxError):
+        return f"failed: SyntaxError: {e.msg} ({e.filename}, line {e.lineno})"
+    text = str(e).strip().splitlines()
+    return f"raised {type(e).__name__}" + (f": {text[0]}" if text else "")
 
 
 def as_workload(obj, origin: str = "model", call_factory: bool = True):
@@ -96,8 +109,8 @@ def as_workload(obj, origin: str = "model", call_factory: bool = True):
     if call_factory and callable(obj) and not isinstance(obj, nn.Module):
         try:
             result = obj()
-        except Exception as e:  # noqa: BLE001
-            raise ModelError(None, f"the factory raised {type(e).__name__}: {e}", key="--model",
+        except (Exception, SystemExit) as e:  # noqa: BLE001
+            raise ModelError(None, f"the factory {_what_happened(e)}", key="--model",
                              value=getattr(obj, "__qualname__", origin)) from None
         return as_workload(result, getattr(obj, "__qualname__", origin))
     got = type(obj).__name__ + (f" of {len(obj)}" if isinstance(obj, tuple) else "")

@@ -5,6 +5,7 @@ turns it into one line and exit code 2. Nothing here imports torch, so a bad con
 """
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,17 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3")
 DEVICE_KINDS = ("cpu", "cuda", "rocm")
 DATASHEET_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+# Upper bounds of numbers read from a config: beyond them a value is a typo, not a wish, and would hang a
+# run (warmup_ms = 1e12) or overflow later arithmetic. README ("What happens when") lists them.
+MAX_TIMING_MS = 60_000.0  # timing.warmup_ms, timing.rep_ms: one minute per case
+MAX_CASE_SECONDS = 3600.0  # timing.max_case_seconds
+MAX_REPS = 1_000_000  # timing.min_reps, timing.max_reps
+MAX_INPUT_SETS = 64  # timing.input_sets
+MAX_TOLERANCE = 1.0  # a relative error of 1 passes an all-zero output: any larger turns the check off
+MAX_DIM = 2**31 - 1  # any shape dimension, batch, group count, size in the ceilings' GEMM sweep
+MAX_COPY_MB = 1 << 20  # ceilings.*.copy_mb: 1 TiB
+MAX_PEAK = 1e6  # datasheet TFLOP/s (int8: TOPS), TB/s and CPU FLOPs per cycle
 
 
 @dataclass(frozen=True)
@@ -100,7 +112,9 @@ class _Reader:
             if k not in table:
                 self.fail(f"{where}.{k}" if where else k, None, "missing required key")
 
-    def num(self, table: dict, key: str, where: str, default=None, positive=True, integer=False):
+    def num(self, table: dict, key: str, where: str, default=None, positive=True, integer=False, maximum=None):
+        """A number in its domain: the right type, finite (TOML has nan and inf), positive, at most
+        `maximum` (integers: MAX_DIM unless given)."""
         if key not in table:
             if default is None:
                 self.fail(f"{where}.{key}", None, "missing required key")
@@ -109,8 +123,13 @@ class _Reader:
         ok = isinstance(v, int) if integer else isinstance(v, (int, float))
         if isinstance(v, bool) or not ok:
             self.fail(f"{where}.{key}", v, "expected an integer" if integer else "expected a number")
+        if not math.isfinite(v):
+            self.fail(f"{where}.{key}", v, "expected a finite number")
         if positive and v <= 0:
             self.fail(f"{where}.{key}", v, "must be positive")
+        maximum = MAX_DIM if maximum is None and integer else maximum
+        if maximum is not None and v > maximum:
+            self.fail(f"{where}.{key}", v, f"larger than the largest accepted value, {maximum:g}")
         return v
 
     def flag(self, table: dict, key: str, where: str, default: bool) -> bool:
@@ -145,6 +164,8 @@ class _Reader:
             self.fail(f"{where}.{key}", v, "expected an integer or [h, w]")
         if any(x < minimum for x in vals):
             self.fail(f"{where}.{key}", v, "must be positive" if minimum > 0 else "must not be negative")
+        if any(x > MAX_DIM for x in vals):
+            self.fail(f"{where}.{key}", v, f"larger than the largest accepted value, {MAX_DIM}")
         return (vals[0], vals[-1])
 
 
@@ -176,18 +197,17 @@ def _conv_shape(rd: _Reader, t: dict, where: str) -> ConvShape:
 def _from_data(rd: _Reader, spec: str, where: str, family: str) -> list[dict]:
     """`deepbench.toml:gemm.training` -> a list of shape tables, converted from DeepBench's row layouts."""
     fname, _, table_path = spec.partition(":")
-    data_path = DATA_DIR / fname
-    if not table_path or not data_path.is_file():
-        rd.fail(f"{where}.from", spec, f"expected FILE:TABLE with FILE in {DATA_DIR}")
-    try:
-        data = tomllib.loads(data_path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(data_path, f"TOML syntax error: {e}") from None
+    if not fname or not table_path:
+        rd.fail(f"{where}.from", spec, "expected FILE:TABLE")
+    data_path = _data_file(rd, fname, f"{where}.from", spec)
+    data = _read_toml(data_path)
     node = data
     for part in table_path.split("."):
         if not isinstance(node, dict) or part not in node:
             rd.fail(f"{where}.from", spec, f"{data_path.name} has no table {table_path!r}")
         node = node[part]
+    if not isinstance(node, list):
+        rd.fail(f"{where}.from", spec, f"{table_path} in {data_path.name} is not a list of rows")
     rows = []
     for i, row in enumerate(node):
         if not isinstance(row, list):
@@ -203,6 +223,40 @@ def _from_data(rd: _Reader, spec: str, where: str, family: str) -> list[dict]:
             rows.append({"n": n, "c": c, "h": h, "w": w, "k": k, "r": fh, "s": fw,
                          "pad": [ph, pw], "stride": [sh, sw]})
     return rows
+
+
+def _data_file(rd: _Reader, fname: str, key: str, spec: str) -> Path:
+    """A data file named in a config: relative to the config's own folder (then the project's data files,
+    microbench/data), never outside it: `../../etc/passwd` and absolute paths are refused, whichever folder
+    the command runs in."""
+    rel = Path(fname)
+    if rel.is_absolute():
+        rd.fail(key, spec, "expected a path relative to the config's folder, not an absolute one")
+    roots = (rd.path.resolve().parent, DATA_DIR.resolve())
+    for root in roots:
+        candidate = (root / rel).resolve()  # resolves `..` and symbolic links
+        if not candidate.is_relative_to(root):
+            rd.fail(key, spec, f"the path climbs out of the config's folder ({root})")
+        if candidate.is_file():
+            return candidate
+    rd.fail(key, spec, f"no such file in {roots[0]} or {roots[1]}")
+
+
+def _read_toml(path: Path) -> dict:
+    """A TOML file, with every way it can be unreadable as one ConfigError."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(path, f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(path, f"not UTF-8 text (TOML files are UTF-8): byte {e.start} is "
+                                f"{e.object[e.start]:#04x}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, f"TOML syntax error: {e}") from None
+    except RecursionError:
+        raise ConfigError(path, "TOML nested too deeply") from None
 
 
 def _group_cases(rd: _Reader, group: dict, where: str, family: str) -> list[Case]:
@@ -252,7 +306,7 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
             for i, g in enumerate(groups):
                 cases += _group_cases(rd, g, f"{where}.{family}[{i}]", family)
         if "extends" in t:
-            if t["extends"] not in raw:
+            if not isinstance(t["extends"], str) or t["extends"] not in raw:
                 rd.fail(f"{where}.extends", t["extends"], "no such profile")
             extends[name] = t["extends"]
         own[name] = cases
@@ -281,8 +335,8 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
         match = rd.strings(t, "match", where)
         if not match:
             rd.fail(f"{where}.match", match, "empty list: the entry would match every device")
-        peaks = {p: float(rd.num(t, p, where)) for p in DATASHEET_PRECISIONS if p in t}
-        mem = float(rd.num(t, "memory_tbs", where)) if "memory_tbs" in t else None
+        peaks = {p: float(rd.num(t, p, where, maximum=MAX_PEAK)) for p in DATASHEET_PRECISIONS if p in t}
+        mem = float(rd.num(t, "memory_tbs", where, maximum=MAX_PEAK)) if "memory_tbs" in t else None
         devs.append(DatasheetDevice(key, str(t["name"]), tuple(s.upper() for s in match),
                                     tuple(s.upper() for s in rd.strings(t, "exclude", where, default=[])),
                                     peaks, mem))
@@ -292,14 +346,7 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
 def load_config(path: str | Path | None = None) -> Config:
     path = Path(path) if path is not None else DEFAULT_CONFIG
     rd = _Reader(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror or e}") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(path, f"TOML syntax error: {e}") from None
+    raw = _read_toml(path)
 
     rd.keys(raw, "", {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate"},
             {"profiles"})
@@ -308,21 +355,23 @@ def load_config(path: str | Path | None = None) -> Config:
     rd.keys(t, "timing", {f for f in TimingSettings.__dataclass_fields__})
     d = TimingSettings()
     timing = TimingSettings(
-        warmup_ms=float(rd.num(t, "warmup_ms", "timing", d.warmup_ms)),
-        rep_ms=float(rd.num(t, "rep_ms", "timing", d.rep_ms)),
-        min_reps=rd.num(t, "min_reps", "timing", d.min_reps, integer=True),
-        max_reps=rd.num(t, "max_reps", "timing", d.max_reps, integer=True),
-        input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True),
+        warmup_ms=float(rd.num(t, "warmup_ms", "timing", d.warmup_ms, maximum=MAX_TIMING_MS)),
+        rep_ms=float(rd.num(t, "rep_ms", "timing", d.rep_ms, maximum=MAX_TIMING_MS)),
+        min_reps=rd.num(t, "min_reps", "timing", d.min_reps, integer=True, maximum=MAX_REPS),
+        max_reps=rd.num(t, "max_reps", "timing", d.max_reps, integer=True, maximum=MAX_REPS),
+        input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True, maximum=MAX_INPUT_SETS),
         flush_l2=rd.flag(t, "flush_l2", "timing", d.flush_l2),
-        max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds)))
+        max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds,
+                                      maximum=MAX_CASE_SECONDS)))
     if timing.min_reps > timing.max_reps:
         rd.fail("timing.min_reps", timing.min_reps, f"larger than timing.max_reps = {timing.max_reps}")
 
     tol_raw = raw.get("tolerance", {})
     rd.keys(tol_raw, "tolerance", set(DTYPES), set(DTYPES))
-    tolerance = {dt: float(rd.num(tol_raw, dt, "tolerance")) for dt in DTYPES}
+    tolerance = {dt: float(rd.num(tol_raw, dt, "tolerance", maximum=MAX_TOLERANCE)) for dt in DTYPES}
 
     ceilings = {}
+    rd.keys(raw.get("ceilings", {}), "ceilings", set(DEVICE_KINDS))
     for kind, c in raw.get("ceilings", {}).items():
         where = f"ceilings.{kind}"
         if kind not in DEVICE_KINDS:
@@ -335,19 +384,24 @@ def load_config(path: str | Path | None = None) -> Config:
             if not isinstance(lst, list) or not lst:
                 rd.fail(f"{where}.gemm_sizes.{dt}", lst, "expected a non-empty list of sizes")
             gemm_sizes[dt] = tuple(rd.num({"n": v}, "n", f"{where}.gemm_sizes.{dt}", integer=True) for v in lst)
-        ceilings[kind] = CeilingSettings(gemm_sizes, rd.num(c, "copy_mb", where, integer=True))
+        ceilings[kind] = CeilingSettings(gemm_sizes, rd.num(c, "copy_mb", where, integer=True, maximum=MAX_COPY_MB))
 
     if not isinstance(raw["profiles"], dict) or not raw["profiles"]:
         rd.fail("profiles", raw["profiles"], "expected at least one profile table")
     profiles = _profiles(rd, raw["profiles"])
+    if not isinstance(raw.get("devices", {}), dict):
+        rd.fail("devices", raw["devices"], "expected a table")
     devices = _devices(rd, raw.get("devices", {}))
 
     tiers = []
     est = raw.get("cpu_estimate", {})
     rd.keys(est, "cpu_estimate", {"tier"})
+    if not isinstance(est.get("tier", []), list):
+        rd.fail("cpu_estimate.tier", est["tier"], "expected an array of tables ([[cpu_estimate.tier]])")
     for i, tier in enumerate(est.get("tier", [])):
         where = f"cpu_estimate.tier[{i}]"
         rd.keys(tier, where, {"requires", "fp32", "bf16", "fp16"}, {"requires", "fp32"})
         tiers.append(CpuTier(rd.strings(tier, "requires", where),
-                             {p: float(rd.num(tier, p, where)) for p in ("fp32", "bf16", "fp16") if p in tier}))
+                             {p: float(rd.num(tier, p, where, maximum=MAX_PEAK))
+                              for p in ("fp32", "bf16", "fp16") if p in tier}))
     return Config(path, timing, tolerance, ceilings, profiles, devices, tuple(tiers), raw)

@@ -1,7 +1,9 @@
 """Errors that end a command with exit code 2 and one line naming the file, key and value."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Callable
 
 
 class InputError(Exception):
@@ -27,3 +29,17 @@ class InputError(Exception):
 
 class ConfigError(InputError):
     pass
+
+
+def run_command(body: Callable[[], int]) -> int:
+    """A command's body with its one-line endings: bad input -> `error: LINE`, exit 2; Ctrl-C ->
+    `interrupted`, exit 130 (never a traceback)."""
+    try:
+        return body()
+    except InputError as e:
+        line = e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
+        print(f"error: {line}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import zlib
 from pathlib import Path
 from typing import Iterator, TextIO
@@ -80,3 +81,22 @@ def load_json(path: str | Path, max_chars: int = 256 * 2**20):
         raise json_error(path, text, e) from None
     except RecursionError:
         raise InputError(path, "JSON nested too deeply") from None
+
+
+def clean(v):
+    """JSON has no nan or inf: every non-finite float becomes null (numpy scalars become Python numbers)."""
+    if hasattr(v, "item") and type(v).__module__ == "numpy":
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    return v
+
+
+def dumps(doc, indent: int | None = 1) -> str:
+    """The one JSON writer of our outputs: cleaned, and refusing (ValueError) anything that is still nan or
+    inf, so no output file ever holds a value other JSON readers reject."""
+    return json.dumps(clean(doc), indent=indent, allow_nan=False)

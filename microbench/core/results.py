@@ -3,11 +3,11 @@ that an interrupted run keeps everything it measured."""
 from __future__ import annotations
 
 import csv
-import json
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from microbench.core.jsonio import clean, dumps
 
 STATUSES = ("ok", "wrong", "skipped", "failed")
 SCHEMA = "dawnscope.results/1"
@@ -65,15 +65,7 @@ class ResultRow:
         return _clean(asdict(self))
 
 
-def _clean(v):
-    """JSON has no inf/nan: write them as null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clean(x) for x in v]
-    return v
+_clean = clean  # older name, still imported by callers
 
 
 CSV_FIELDS = [f.name for f in fields(ResultRow) if f.name not in ("time_ms", "params", "flags")]
@@ -92,7 +84,9 @@ def csv_record(row: ResultRow) -> dict:
 
 
 class ResultsWriter:
-    """results.json (rewritten atomically after every row) and results.csv (appended and flushed)."""
+    """results.json (rewritten atomically after every row) and results.csv (appended and flushed), in
+    `out_dir`: for a command, the staging folder of a microbench.core.outdir.OutputDir, so an earlier run's
+    files in --out stay untouched until the run commits."""
 
     def __init__(self, out_dir: str | Path, header: dict):
         self.dir = Path(out_dir)
@@ -126,8 +120,10 @@ class ResultsWriter:
         self._dump()
 
     def _dump(self) -> None:
-        tmp = self.json_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(_clean(self.doc), indent=1))
+        # A name no other writer uses (two writers in one folder never share a temporary file), replaced
+        # atomically: results.json is always a whole document.
+        tmp = self.json_path.with_name(f".results.json.{os.getpid()}-{id(self):x}.tmp")
+        tmp.write_text(dumps(self.doc))
         os.replace(tmp, self.json_path)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,12 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from microbench.reports.html import fingerprint_text
 from microbench.core.jsonio import load_json
-from microbench.core.results import SCHEMA as RESULTS_SCHEMA
+from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
 
 SCHEMA = "dawnscope.compare/1"
 # Software whose version changes what a case measures.
 SOFTWARE_KEYS = ("torch", "torch_cuda", "torch_hip", "triton", "cupy", "python")
+MAX_VALUE = 1e15  # any time (ms), rate or percentage we read: beyond it a value is corrupt, and ratios overflow
 
 
 @dataclass
@@ -42,8 +44,34 @@ class Machine:
     label: str = ""
 
 
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _num(v, path: Path | None = None, key: str = ""):
+    """A number read from a results file: null/absent -> None; with `path`, anything but a finite,
+    non-negative number is an InputError naming the file, the key and the value."""
+    if v is None or path is None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(path, "expected a number or null", key=key, value=v)
+    if not math.isfinite(v) or v < 0 or v > MAX_VALUE:
+        raise InputError(path, f"expected a finite number from 0 to {MAX_VALUE:g}", key=key, value=v)
+    return v
+
+
+def _text(v, path: Path, key: str, optional: bool = True):
+    """A string read from a results file (null allowed where optional)."""
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise InputError(path, "expected a string" + (" or null" if optional else ""), key=key, value=v)
+    return v
+
+
+def _version(v, path: Path, key: str):
+    """A software version: a string (a number is accepted and written as one); lists, tables: refused."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return str(v)
+    raise InputError(path, "expected a version string", key=key, value=v)
 
 
 def _case_key(d: dict) -> tuple:
@@ -60,23 +88,44 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
     rows = doc.get("results")
     if not isinstance(rows, list):
         raise InputError(path, "expected a list of result rows", key="results")
-    cfg = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    cfg = doc.get("config", {})
+    if not isinstance(cfg, dict):
+        raise InputError(path, "expected an object", key="config", value=cfg)
+    for k in ("name", "kind"):
+        _text(hw.get(k), path, f"hardware.{k}")
     m = Machine(path, "dawnscope", str(hw.get("name") or "?"), fingerprint_text(hw, sw), hw.get("kind"),
-                cfg.get("profile"), cfg.get("sha256"), {k: sw.get(k) for k in SOFTWARE_KEYS if k in sw})
+                _text(cfg.get("profile"), path, "config.profile"), _text(cfg.get("sha256"), path, "config.sha256"),
+                {k: _version(sw.get(k), path, f"software.{k}") for k in SOFTWARE_KEYS if k in sw})
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise InputError(path, "expected a result object", key=f"results[{i}]")
-        for k in ("op", "shape", "dtype", "provider"):
-            if not isinstance(r.get(k), str):
-                raise InputError(path, "missing or not a string", key=f"results[{i}].{k}", value=r.get(k))
-        tm = r.get("time_ms") if isinstance(r.get("time_ms"), dict) else {}
-        cell = {"status": str(r.get("status", "ok")), "time_ms": _num(tm.get("median")), "cov": _num(tm.get("cov")),
-                "tflops": _num(r.get("tflops")), "pct_of_measured": _num(r.get("pct_of_measured")),
-                "pct_of_datasheet": _num(r.get("pct_of_datasheet")), "pct_of_ceiling": _num(r.get("pct_of_ceiling")),
-                "tensor_cores": r.get("tensor_cores"), "flags": [str(f) for f in r.get("flags") or []],
-                "reason": str(r.get("reason") or "")}
-        m.cells.setdefault(_case_key(r), cell)
+        m.cells.setdefault(_case_key(r), _dawnscope_cell(path, r, f"results[{i}]"))
     return m
+
+
+def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
+    """One row of our results.json, every field checked for its type and domain."""
+    for k in ("op", "shape", "dtype", "provider"):
+        if not isinstance(r.get(k), str):
+            raise InputError(path, "missing or not a string", key=f"{where}.{k}", value=r.get(k))
+    for k in ("layer", "phase"):
+        _text(r.get(k), path, f"{where}.{k}")
+    tm = r.get("time_ms") or {}
+    if not isinstance(tm, dict):
+        raise InputError(path, "expected an object {median, p20, p80, cov, reps} or null", key=f"{where}.time_ms",
+                         value=tm)
+    flags = r.get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise InputError(path, "expected a list of strings", key=f"{where}.flags", value=flags)
+    status = r.get("status", "ok")
+    if status not in RESULT_STATUSES:
+        raise InputError(path, f"expected one of {', '.join(RESULT_STATUSES)}", key=f"{where}.status", value=status)
+    time_ms = _num(tm.get("median"), path, f"{where}.time_ms.median")
+    return {"status": status, "time_ms": time_ms or None, "cov": _num(tm.get("cov"), path, f"{where}.time_ms.cov"),
+            **{k: _num(r.get(k), path, f"{where}.{k}")
+               for k in ("tflops", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
+            "tensor_cores": _text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
+            "reason": _text(r.get("reason"), path, f"{where}.reason") or ""}
 
 
 def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
@@ -104,15 +153,17 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
               f"node {mi.get('node', '?')}" + (f"; device {device}" if device else ""))
         name = device or str(cpu_name)
     kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
-    m = Machine(path, "pytest-benchmark", name, fp, kind, mi.get("profile"), None,
-                {k: sw.get(k) for k in SOFTWARE_KEYS if sw.get(k) is not None})
+    m = Machine(path, "pytest-benchmark", name, fp, kind, _text(mi.get("profile"), path, "machine_info.profile"), None,
+                {k: _version(sw.get(k), path, f"machine_info.software.{k}") for k in SOFTWARE_KEYS
+                 if sw.get(k) is not None})
     by_name = 0
     for i, (b, e) in enumerate(zip(benches, extras)):
         if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
             raise InputError(path, "expected a benchmark object with `stats`", key=f"benchmarks[{i}]")
-        median_s = _num(b["stats"].get("median"))
-        if median_s is None:
-            raise InputError(path, "missing or not a number", key=f"benchmarks[{i}].stats.median",
+        where = f"benchmarks[{i}]"
+        median_s = _num(b["stats"].get("median"), path, f"{where}.stats.median")
+        if not median_s:
+            raise InputError(path, "missing, zero or not a number", key=f"{where}.stats.median",
                              value=b["stats"].get("median"))
         if all(isinstance(e.get(k), str) for k in ("op", "shape", "dtype", "provider")):
             key = _case_key(e)
@@ -120,15 +171,17 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
             by_name += 1
             key = ("benchmark", str(b.get("fullname") or b.get("name") or f"#{i}"), "", "", None, None)
         time_ms = median_s * 1e3
-        flops = _num(e.get("flops"))
-        tflops = _num(e.get("tflops"))
+        flops = _num(e.get("flops"), path, f"{where}.extra_info.flops")
+        tflops = _num(e.get("tflops"), path, f"{where}.extra_info.tflops")
         if tflops is None and flops and time_ms > 0:
             tflops = flops / (time_ms * 1e-3) / 1e12
-        mean_s, sd_s = _num(b["stats"].get("mean")), _num(b["stats"].get("stddev"))
+        mean_s = _num(b["stats"].get("mean"), path, f"{where}.stats.mean")
+        sd_s = _num(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
         cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
-                "tflops": tflops, "pct_of_measured": _num(e.get("pct_of_measured")),
-                "pct_of_datasheet": _num(e.get("pct_of_datasheet")), "pct_of_ceiling": _num(e.get("pct_of_ceiling")),
-                "tensor_cores": e.get("tensor_cores"), "flags": [], "reason": ""}
+                "tflops": tflops, **{k: _num(e.get(k), path, f"{where}.extra_info.{k}")
+                                     for k in ("pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
+                "tensor_cores": _text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
+                "flags": [], "reason": ""}
         m.cells.setdefault(key, cell)
     if by_name:
         m.notes.append(f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched "
@@ -225,7 +278,8 @@ def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
             if c is not None:
                 c = dict(c)
                 ok = b and b["time_ms"] and c["time_ms"] and b["status"] == "ok" and c["status"] == "ok"
-                c["ratio_to_baseline"] = b["time_ms"] / c["time_ms"] if ok else None
+                ratio = b["time_ms"] / c["time_ms"] if ok else None
+                c["ratio_to_baseline"] = ratio if ratio is not None and math.isfinite(ratio) else None
             cells[m.label] = c
         cases.append({"op": k[0], "shape": k[1], "dtype": k[2], "provider": k[3], "layer": k[4], "phase": k[5],
                       "missing_in": [m.label for m in machines if cells[m.label] is None], "cells": cells})

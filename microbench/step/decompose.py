@@ -28,6 +28,8 @@ from microbench.core.config import DEFAULT_CONFIG, Profile, TimingSettings, load
 from microbench.core.errors import InputError
 
 SCHEMA = "dawnscope.decomposition/1"
+DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
+                   "trace.json.gz")
 GEMM_CLASSES = ("gemm", "tc_gemm")
 CPU_MATRIX_NOTE = (
     "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
@@ -125,7 +127,7 @@ def _run_first_step(step, ranges_factory, notes: list[str]):
     try:
         step()
         return
-    except Exception as e:  # noqa: BLE001 - any failure of the user's model is one line, not a traceback
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's model is one line, not a traceback
         if not (isinstance(e, RuntimeError) and "BackwardHookFunction" in str(e)):
             raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
                              value=step.workload.name) from None
@@ -136,7 +138,7 @@ def _run_first_step(step, ranges_factory, notes: list[str]):
                  "layer ranges (NVTX); backward time is still attributed by autograd sequence numbers")
     try:
         step()
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001
         raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
                          value=step.workload.name) from None
 
@@ -166,7 +168,15 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
               on_progress: Callable[[str], None] | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
     a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple). Returns the decomposition document
-    (what decomposition.json holds); with `out`, writes the files too. Bad input raises InputError."""
+    (what decomposition.json holds); with `out` (a folder, or an entered microbench.core.outdir.OutputDir),
+    writes the files too, replacing an earlier run's only when this one completes. Bad input raises
+    InputError."""
+    from microbench.core.outdir import OutputDir
+
+    if out is not None and not isinstance(out, OutputDir):
+        options = {k: v for k, v in locals().items() if k not in ("model", "out", "OutputDir")}
+        with OutputDir(out, DECOMPOSE_FILES) as out_dir:
+            return decompose(model, out=out_dir, **options)
     import models
     import torch
     from models import ModelError
@@ -225,7 +235,7 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
             step = TrainingStep(workload, batch, dev.torch_device, dtype, ranges)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
             raise ModelError(None, f"cannot set up the training step: {_first_line(e)}", key="--model",
                              value=workload.name) from None
         _progress(on_progress, "first step")
@@ -249,8 +259,7 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
         work = by_layer(records)
 
         if out is not None:
-            out_dir = Path(out)
-            out_dir.mkdir(parents=True, exist_ok=True)
+            out_dir = out.staging
         else:
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
             out_dir = Path(tmp.name)
@@ -301,7 +310,7 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
             "notes": notes,
         }
         if out is not None:
-            doc["files"] = _write(doc, rows + replay_rows, out_dir, cfg, plot)
+            doc["files"] = _write(doc, rows + replay_rows, out, cfg, plot)
         return doc
     finally:
         torch.backends.cudnn.benchmark = saved_benchmark
@@ -561,26 +570,28 @@ def _attach_replay(layers: list[dict], replay_doc: dict) -> None:
 
 
 # ---- output ----------------------------------------------------------------------------------------------
-def _write(doc: dict, rows: list, out_dir: Path, cfg, plot: bool) -> dict:
+def _write(doc: dict, rows: list, out, cfg, plot: bool) -> dict:
+    """The files, into the OutputDir's staging folder (which already holds trace.json.gz), then committed."""
     import hashlib
-    import json
 
+    from microbench.core.jsonio import dumps
+    from microbench.core.results import ResultsWriter
     from microbench.reports.report import plot_roofline
-    from microbench.core.results import ResultsWriter, _clean
 
     header = {"hardware": doc["hardware"], "software": doc["software"],
               "config": {"model": doc["model"]["name"], "file": str(cfg.path),
                          "sha256": hashlib.sha256(cfg.path.read_bytes()).hexdigest(), "run": doc["run"],
                          "profile": f"model:{doc['model']['name']}"},
               "started": doc["started"], "ceilings": doc["ceilings"], "notes": doc["notes"]}
-    with ResultsWriter(out_dir, header) as writer:
+    with ResultsWriter(out.staging, header) as writer:
         writer.add_many(rows)
         writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
-    files = {"decomposition": str(out_dir / "decomposition.json"), "results": str(writer.json_path),
-             "results_csv": str(writer.csv_path), "trace": str(out_dir / "trace.json.gz")}
+    files = {"decomposition": str(out.final("decomposition.json")), "results": str(out.final("results.json")),
+             "results_csv": str(out.final("results.csv")), "trace": str(out.final("trace.json.gz"))}
     if plot:
-        paths = plot_roofline(writer.doc, out_dir / "roofline")
-        files["roofline"] = [str(p) for p in paths]
+        plot_roofline(writer.doc, out.file("roofline"))
+        files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
     doc["files"] = files
-    (out_dir / "decomposition.json").write_text(json.dumps(_clean(doc), indent=1))
+    out.file("decomposition.json").write_text(dumps(doc))
+    out.commit()
     return files

@@ -1,0 +1,159 @@
+"""Fuzzing every reader of user input (Hypothesis): the config loader, the trace reader and the results
+reader (compare's), fed random bytes and mutated real files (bench.toml; a slice of a real H100 trace,
+tests/data/h100_bert_small_slice.json; a real results.json from docs/), end in a result or in one
+InputError / ConfigError line, never in another exception, and never in a hang (a deadline per example).
+A result they return holds no NaN or infinity.
+
+Bounded for CI: a fixed number of examples per test and a deadline each (about 20 s for the whole file on a
+2-core machine). HYPOTHESIS_PROFILE=long runs 20x more examples, for a fuzzing session by hand.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from microbench.core.config import DEFAULT_CONFIG, load_config
+from microbench.core.errors import InputError
+from microbench.reports.compare import load_machine
+from tests.conftest import REPO
+
+settings.register_profile("ci", max_examples=60, deadline=4000, database=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("long", parent=settings.get_profile("ci"), max_examples=1200)
+FUZZ = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+BENCH_TOML = DEFAULT_CONFIG.read_bytes()
+_RESULTS = json.loads((REPO / "docs" / "cpu-roofline" / "results.json").read_text())
+RESULTS = {**_RESULTS, "results": _RESULTS["results"][:24]}  # a real file, cut to keep each example fast
+
+# What users and broken tools put where a number belongs.
+ODD_VALUES = ["nan", "NaN", "inf", "-inf", "Infinity", "-Infinity", "1e308", "1e999", "-1", "0", "-0.0", "1e20",
+              "9223372036854775808", "100000000000000000000", "true", "null", '"x"', "[]", "{}", "[1, [2]]", '"\\u0000"']
+NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+@st.composite
+def mutated(draw, original: bytes, odd=ODD_VALUES):
+    """A real file with a few edits: numbers swapped for odd values, byte ranges deleted, duplicated,
+    overwritten with random bytes, or the file cut short."""
+    data = bytearray(original)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["number", "number", "delete", "dup", "bytes", "cut"]))
+        if kind == "number":
+            spans = [m.span() for m in NUMBER.finditer(data)]
+            if spans:
+                a, b = draw(st.sampled_from(spans))
+                data[a:b] = draw(st.sampled_from(odd)).encode()
+            continue
+        a = draw(st.integers(0, max(len(data) - 1, 0)))
+        b = draw(st.integers(a, min(len(data), a + 64)))
+        if kind == "delete":
+            del data[a:b]
+        elif kind == "dup":
+            data[a:a] = data[a:b]
+        elif kind == "bytes":
+            data[a:b] = draw(st.binary(max_size=16))
+        else:
+            del data[a:]
+    return bytes(data)
+
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=8),
+                      st.floats(allow_nan=True, allow_infinity=True))
+JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+
+
+@st.composite
+def restructured(draw, doc):
+    """A real JSON document with a few values, anywhere in it, replaced by any JSON value (of any type)."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(draw(st.integers(1, 3))):
+        node, key = None, None
+        cur = doc
+        for _ in range(draw(st.integers(1, 5))):
+            if isinstance(cur, dict) and cur:
+                node, key = cur, draw(st.sampled_from(sorted(cur)))
+            elif isinstance(cur, list) and cur:
+                node, key = cur, draw(st.integers(0, len(cur) - 1))
+            else:
+                break
+            cur = node[key]
+        if node is not None:
+            node[key] = draw(JSON_VALUE)
+    return json.dumps(doc).encode()  # Python writes NaN / Infinity, which Python's reader accepts
+
+
+def assert_finite(v, where="doc"):
+    if isinstance(v, float):
+        assert math.isfinite(v), f"{where} = {v}"
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            assert_finite(x, f"{where}.{k}")
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            assert_finite(x, f"{where}[{i}]")
+
+
+def one_line_or_result(read, path, data: bytes):
+    path.write_bytes(data)
+    try:
+        result = read(path)
+    except InputError as e:  # ConfigError is one
+        line = e.line()
+        assert line and "\n" not in line
+        return None
+    return result
+
+
+@pytest.fixture
+def cfg_path(tmp_path):
+    return tmp_path / "bench.toml"
+
+
+@FUZZ
+@given(data=mutated(BENCH_TOML))
+def test_config_loader_on_mutated_bench_toml(cfg_path, data):
+    cfg = one_line_or_result(load_config, cfg_path, data)
+    if cfg is not None:
+        assert_finite(cfg.tolerance)
+        assert_finite([cfg.timing.warmup_ms, cfg.timing.rep_ms, cfg.timing.max_case_seconds])
+
+
+@FUZZ
+@given(data=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_config_loader_on_random_bytes(cfg_path, data):
+    one_line_or_result(load_config, cfg_path, data)
+
+
+@FUZZ
+@given(data=mutated(json.dumps(RESULTS, indent=1).encode()))
+def test_results_reader_on_a_mutated_real_results_file(tmp_path, data):
+    m = one_line_or_result(load_machine, tmp_path / "results.json", data)
+    if m is not None:
+        assert_finite(list(m.cells.values()))
+
+
+@FUZZ
+@given(data=restructured(RESULTS))
+def test_results_reader_on_a_restructured_real_results_file(tmp_path, data):
+    """Through the whole comparison (with the unmutated file as the baseline), not only the reader."""
+    from microbench.reports.compare import compare, compare_html
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(RESULTS))
+    path = tmp_path / "results.json"
+    path.write_bytes(data)
+    try:
+        cmp = compare([base, path])
+        compare_html(cmp)
+    except InputError as e:
+        assert "\n" not in e.line()
+        return
+    assert_finite(cmp)

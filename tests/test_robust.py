@@ -1,0 +1,341 @@
+"""Issue 11, case by case: a run never loses or corrupts results; every bad input is one line and exit 2.
+
+Each case the issue lists has a test here (the fuzz suite, tests/test_fuzz.py, covers the rest at random).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from microbench.core.config import MAX_TIMING_MS, load_config
+from microbench.core.errors import ConfigError, InputError
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import LOCK_NAME, OutputDir, check_dir, check_file
+from microbench.measure import registry
+from microbench.measure.registry import provider
+from tests.conftest import REPO
+
+# The command modules (the package exports functions of the same names).
+compare_cmd = importlib.import_module("microbench.compare")
+decompose_cmd = importlib.import_module("microbench.decompose")
+inspect_cmd = importlib.import_module("microbench.inspect")
+roofline = importlib.import_module("microbench.roofline")
+trace_cmd = importlib.import_module("microbench.trace")
+
+SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
+DOC_RESULTS = REPO / "docs" / "cpu-roofline" / "results.json"
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def roofline_args(config, out, *extra):
+    return ["--profile", "tiny", "--config", str(config), "--out", str(out), "--device", "cpu", "--no-plot", *extra]
+
+
+def earlier_run(out):
+    """The files an earlier run left in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text('{"earlier": true}')
+    (out / "results.csv").write_text("earlier\n")
+    (out / "roofline.png").write_bytes(b"earlier plot")
+
+
+# ---- 1. re-runs, races, interrupts ------------------------------------------------------------------------
+def test_commit_replaces_the_earlier_run_and_drops_its_stale_files(tmp_path):
+    out = tmp_path / "out"
+    earlier_run(out)
+    with OutputDir(out, owns=("results.json", "results.csv", "roofline.png")) as od:
+        od.file("results.json").write_text("{}")
+        od.file("results.csv").write_text("new\n")
+        assert (out / "results.json").read_text() == '{"earlier": true}'  # untouched until commit
+        od.commit()
+    assert (out / "results.json").read_text() == "{}"
+    assert not (out / "roofline.png").exists()  # the earlier run's plot does not sit beside new results
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME, "results.csv", "results.json"]
+
+
+def test_a_failed_run_leaves_the_earlier_run_and_keeps_its_own_rows(tmp_path, capsys):
+    out = tmp_path / "out"
+    earlier_run(out)
+    with pytest.raises(RuntimeError):
+        with OutputDir(out, owns=("results.json",)) as od:
+            od.file("results.json").write_text('{"rows": 1}')
+            raise RuntimeError("crash")
+    assert (out / "results.json").read_text() == '{"earlier": true}'
+    kept = [p for p in out.iterdir() if p.name.startswith("incomplete-")]
+    assert len(kept) == 1 and (kept[0] / "results.json").read_text() == '{"rows": 1}'
+    assert str(kept[0]) in capsys.readouterr().err
+
+
+def test_a_second_run_into_the_same_out_is_refused(tiny_config, tmp_path, capsys):
+    out = tmp_path / "out"
+    earlier_run(out)
+    with OutputDir(out, owns=roofline.OWNS):
+        assert roofline.main(roofline_args(tiny_config, out)) == 2
+    line = one_error_line(capsys)
+    assert "another run" in line and f"pid {os.getpid()}" in line and str(out) in line
+    assert (out / "results.json").read_text() == '{"earlier": true}'
+
+
+def _interrupting_provider(sig):
+    @provider("gemm", "t_interrupt")
+    def interrupt(a, b, *, allow_tf32=False):
+        if a.shape[-2] == 7:  # the tiny profile's second GEMM: the interrupt comes after rows were measured
+            if sig is None:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), sig)
+        return a @ b
+
+
+@pytest.mark.parametrize("sig,code", [(None, 130), (signal.SIGTERM, 143)])
+def test_interrupt_keeps_rows_writes_the_report_and_keeps_the_earlier_run(tiny_config, tmp_path, sig, code):
+    tiny_config.write_text(tiny_config.read_text().replace('"cupy_blas"', '"t_interrupt"'))
+    out = tmp_path / "out"
+    earlier_run(out)
+    with registry.scoped():
+        _interrupting_provider(sig)
+        assert roofline.main(roofline_args(tiny_config, out)) == code
+    doc = json.loads((out / "results.json").read_text())
+    # shape 1 in fp32 and bf16 through both providers, then shape 2 in fp32 through torch: 5 rows
+    assert doc["interrupted"] is True and len(doc["results"]) == 5
+    assert "(interrupted)" in (out / "report.html").read_text()
+    assert (out / "previous" / "results.json").read_text() == '{"earlier": true}'
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is ours only while writing
+
+
+def test_interrupt_before_the_first_row_leaves_out_as_it_was(tiny_config, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    earlier_run(out)
+
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("microbench.measure.ceilings.build_ceilings", ctrl_c)
+    assert roofline.main(roofline_args(tiny_config, out)) == 130
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME, "results.csv", "results.json", "roofline.png"]
+    assert (out / "results.json").read_text() == '{"earlier": true}'
+
+
+@pytest.mark.parametrize("command", ["trace", "compare"])
+def test_ctrl_c_in_trace_and_compare(command, monkeypatch, capsys):
+    def ctrl_c(*a, **k):
+        raise KeyboardInterrupt
+
+    if command == "trace":
+        monkeypatch.setattr(trace_cmd, "analyze", ctrl_c)
+        code = trace_cmd.main([str(SLICE)])
+    else:
+        monkeypatch.setattr(compare_cmd, "compare", ctrl_c)
+        code = compare_cmd.main([str(DOC_RESULTS)])
+    assert code == 130
+    assert one_error_line(capsys) == "interrupted"
+
+
+# ---- 2. output paths, checked before any work ------------------------------------------------------------
+def _bad_paths(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    a_dir = tmp_path / "a_dir"
+    a_dir.mkdir()
+    return a_file, a_dir
+
+
+@pytest.mark.parametrize("case", ["roofline --out FILE", "roofline --out FILE/sub", "decompose --out FILE",
+                                  "trace --json DIR", "compare --json DIR", "compare --html DIR",
+                                  "inspect --json DIR", "inspect --json FILE/x.json"])
+def test_bad_output_paths(case, tmp_path, tiny_config, monkeypatch, capsys):
+    a_file, a_dir = _bad_paths(tmp_path)
+    target = {"FILE": a_file, "FILE/sub": a_file / "sub", "DIR": a_dir, "FILE/x.json": a_file / "x.json"}[
+        case.split()[-1]]
+
+    def no_work(*a, **k):
+        raise AssertionError("the output path must be checked before any work")
+
+    command, opt = case.split()[:2]
+    if command == "roofline":
+        monkeypatch.setattr(roofline, "load_config", no_work)
+        code = roofline.main(roofline_args(tiny_config, target))
+    elif command == "decompose":
+        monkeypatch.setattr(decompose_cmd, "decompose", no_work)
+        code = decompose_cmd.main(["--model", "resnet9", "--out", str(target)])
+    elif command == "trace":
+        monkeypatch.setattr(trace_cmd, "analyze", no_work)
+        code = trace_cmd.main([str(SLICE), opt, str(target)])
+    elif command == "compare":
+        monkeypatch.setattr(compare_cmd, "compare", no_work)
+        code = compare_cmd.main([str(DOC_RESULTS), opt, str(target)])
+    else:
+        monkeypatch.setattr(inspect_cmd, "records", no_work)
+        code = inspect_cmd.main([opt, str(target)])
+    assert code == 2
+    line = one_error_line(capsys)
+    assert line.startswith("error: ") and str(target) in line and opt in line
+
+
+def test_read_only_folder(tmp_path, monkeypatch):
+    # Tests may run as root, for whom every folder is writable: ask os.access the way a normal user would.
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(ro) else real(p, mode))
+    for check, path in ((check_dir, ro), (check_dir, ro / "new"), (check_file, ro / "x.json")):
+        with pytest.raises(InputError) as e:
+            check(path)
+        assert "not writable" in e.value.line() and str(ro) in e.value.line()
+
+
+def test_inspect_kernel_matching_nothing(monkeypatch, capsys):
+    seen = {}
+
+    def records(targets, kernel_filter):  # the real one compiles every kernel for a minute before filtering
+        seen["filter"] = kernel_filter
+        return []
+
+    monkeypatch.setattr(inspect_cmd, "records", records)
+    assert inspect_cmd.main(["--kernel", "no_such_kernel_name"]) == 2
+    assert seen["filter"] == "no_such_kernel_name"
+    assert one_error_line(capsys) == "error: --kernel = 'no_such_kernel_name': no kernel of ours has this in its name"
+
+
+# ---- 3. numbers in their domain ---------------------------------------------------------------------------
+@pytest.mark.parametrize("section,key,value,problem", [
+    ("tolerance", "fp32", "nan", "expected a finite number"),
+    ("tolerance", "fp32", "inf", "expected a finite number"),
+    ("tolerance", "bf16", "2.0", "larger than the largest accepted value, 1"),
+    ("timing", "warmup_ms", "nan", "expected a finite number"),
+    ("timing", "rep_ms", "inf", "expected a finite number"),
+    ("timing", "warmup_ms", "1e12", "larger than the largest accepted value, 60000"),
+    ("timing", "max_reps", "9223372036854775807", "larger than the largest accepted value, 1e+06"),
+])
+def test_config_numbers_out_of_their_domain(tiny_config, section, key, value, problem):
+    lines = [line for line in tiny_config.read_text().splitlines() if not line.startswith(f"{key} =")]
+    lines.insert(lines.index(f"[{section}]") + 1, f"{key} = {value}")
+    tiny_config.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tiny_config)
+    shown = {"nan": "nan", "inf": "inf"}.get(value, value if value.isdigit() else repr(float(value)))
+    assert e.value.line() == f"{tiny_config}: {section}.{key} = {shown}: {problem}"
+
+
+def test_timing_maximum_is_documented():
+    assert f"at most {MAX_TIMING_MS:g}" in (REPO / "README.md").read_text()
+
+
+def test_non_utf8_config(tmp_path, capsys):
+    p = tmp_path / "bench.toml"
+    p.write_bytes(b'[profiles.x]\ndescription = "caf\xe9"\n')
+    assert roofline.main(["--config", str(p), "--out", str(tmp_path / "out")]) == 2
+    assert one_error_line(capsys) == f"error: {p}: not UTF-8 text (TOML files are UTF-8): byte 31 is 0xe9"
+
+
+def _results_doc():
+    return json.loads(DOC_RESULTS.read_text())
+
+
+@pytest.mark.parametrize("mutate,key,value", [
+    (lambda d: d["results"][0].update(flags=5), "results[0].flags", "5"),
+    (lambda d: d["config"].update(profile=5), "config.profile", "5"),
+    (lambda d: d["software"].update(torch=[2, 13]), "software.torch", "[2, 13]"),
+    (lambda d: d["results"][8]["time_ms"].update(median=float("nan")), "results[8].time_ms.median", "nan"),
+    (lambda d: d["results"][8].update(tflops=float("inf")), "results[8].tflops", "inf"),
+    (lambda d: d["results"][8]["time_ms"].update(median=-1.0), "results[8].time_ms.median", "-1.0"),
+    (lambda d: d["results"][0].update(status=["ok"]), "results[0].status", "['ok']"),
+])
+def test_results_fields_of_the_wrong_type(tmp_path, capsys, mutate, key, value):
+    doc = _results_doc()
+    mutate(doc)
+    p = tmp_path / "results.json"
+    p.write_text(json.dumps(doc))  # Python writes nan/inf as NaN/Infinity, which json.loads reads back
+    assert compare_cmd.main([str(DOC_RESULTS), str(p)]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {p}: {key} = {value}")
+
+
+def test_json_writer_never_writes_nan_or_inf():
+    doc = {"a": float("nan"), "b": [float("inf"), -float("inf")], "c": (np.float32("nan"), np.float64(1.5)),
+           "d": {"e": np.int64(3)}}
+    assert json.loads(dumps(doc)) == {"a": None, "b": [None, None], "c": [None, 1.5], "d": {"e": 3}}
+
+    class Sneaky(float):  # a float subclass that claims to be finite still cannot reach the file as NaN
+        pass
+
+    assert "NaN" not in dumps({"x": Sneaky("nan")})
+    with pytest.raises((TypeError, ValueError)):  # what clean() cannot see, the writer refuses
+        dumps({"x": _Opaque()})
+
+
+class _Opaque:
+    pass
+
+
+# ---- 4. --model: anything the user's module does is one line ---------------------------------------------
+@pytest.mark.parametrize("module,source,expected", [
+    ("fm_syntax", "def make(:\n", "importing 'fm_syntax' failed: SyntaxError: invalid syntax"),
+    ("fm_raise", "raise RuntimeError('no GPU here')\n", "importing 'fm_raise' raised RuntimeError: no GPU here"),
+    ("fm_exit", "import sys\nsys.exit(3)\n", "importing 'fm_exit' exited (SystemExit with code 3)"),
+    ("fm_factory_exit", "import sys\ndef make():\n    sys.exit(3)\n", "the factory exited (SystemExit with code 3)"),
+    ("builtins", None, "the factory exited (SystemExit with code None)"),
+])
+def test_model_modules_that_fail(tmp_path, monkeypatch, capsys, module, source, expected):
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{module}:make" if source is not None else "builtins:exit"
+    code = decompose_cmd.main(["--model", spec, "--out", str(tmp_path / "out"), "--no-replay",
+                               "--no-measure-ceilings", "--device", "cpu"])
+    assert code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: --model = {spec!r}: ") and expected in line
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+# ---- 5. paths inside a config ------------------------------------------------------------------------------
+GEMM_FROM = """
+[tolerance]
+fp32 = 1e-5
+tf32 = 5e-3
+fp16 = 5e-3
+bf16 = 3e-2
+fp8_e4m3 = 0.15
+[profiles.p]
+providers = ["torch"]
+[[profiles.p.gemm]]
+dtypes = ["fp32"]
+from = "{spec}"
+"""
+
+
+@pytest.mark.parametrize("spec,problem", [
+    ("../../../../etc/passwd:x", "climbs out of the config's folder"),
+    ("/etc/passwd:x", "not an absolute one"),
+    ("nowhere.toml:x", "no such file"),
+])
+def test_config_paths_stay_in_the_config_folder(tmp_path, spec, problem):
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(GEMM_FROM.format(spec=spec))
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    assert e.value.line().startswith(f"{cfg}: profiles.p.gemm[0].from = {spec!r}: ") and problem in e.value.line()
+
+
+def test_config_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.toml").write_text("[gemm]\nsizes = [[3, 5, 7, false, true]]\n")
+    cfg = tmp_path / "bench.toml"
+    cfg.write_text(GEMM_FROM.format(spec="sub/mine.toml:gemm.sizes"))
+    monkeypatch.chdir(REPO)  # not the config's folder
+    (case,) = load_config(cfg).profile("p").cases
+    assert (case.shape.m, case.shape.n, case.shape.k, case.shape.trans_a, case.shape.trans_b) == (3, 5, 7, False, True)
+    # and the project's own data files are still found by name
+    assert len(load_config().profile("full").cases) > len(load_config().profile("default").cases)
