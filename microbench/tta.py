@@ -12,11 +12,13 @@ Rules, thresholds and models: microbench/data/tta.toml. See docs/tta.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from microbench.core.errors import InputError
+
+
+TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,28 +52,53 @@ def _leaderboard(args) -> int:
     from .accuracy.leaderboard import build
     from .accuracy.report import print_leaderboard
 
+    from .core.jsonio import dumps
+    from .core.outdir import check_file, write_file
+
+    if args.json:
+        check_file(args.json, "--json")
     board = build(args.dirs, check=not args.no_check)
     print_leaderboard(board)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(board.as_list(), indent=1))
-        print(f"wrote {args.json}", file=sys.stderr)
+        print(f"wrote {write_file(args.json, dumps(board.as_list()), '--json')}", file=sys.stderr)
     return 0
 
 
 def _run(args) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
-    from .accuracy.run import check_options, run_tta
+    from .accuracy.run import check_options
+    from .core.jsonio import dumps
+    from .core.outdir import OutputDir
 
+    out = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES)  # before any work
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
     epochs = args.epochs or spec.epochs
     ds = load(spec.dataset, args.data)  # before the progress bar: a bad --data is one line
-    out = args.out or Path("results") / f"tta-{args.model}"
     console = Console(stderr=True)
+    with out:
+        try:
+            doc = _train(args, spec, epochs, ds, out.staging, console)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows of finished seeds are kept
+            kept = out.commit_partial()
+            print("interrupted" + (f": rows of finished seeds in {out.final('results.json')}" if kept else
+                                   f" before the first seed finished: {out.path} left as it was"), file=sys.stderr)
+            return out.exit_code()
+        out.file("tta.json").write_text(dumps(doc, default=str))
+        plot_accuracy(doc, out.file("tta_accuracy.png"))
+        print_run(doc)
+        written = out.commit()
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _train(args, spec, epochs, ds, out, console) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .accuracy.run import run_tta
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         bar = progress.add_task("training", total=args.seeds * epochs)
@@ -83,14 +110,9 @@ def _run(args) -> int:
             progress.console.log(f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
                                  f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
 
-        doc = run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
-                      out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                      on_epoch=on_epoch, on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
-    (out / "tta.json").write_text(json.dumps(doc, indent=1, default=str))
-    plot = plot_accuracy(doc, out / "tta_accuracy.png")
-    print_run(doc)
-    console.print(f"wrote {out / 'results.json'}, {out / 'results.csv'}, {out / 'tta.json'}, {plot}")
-    return 0
+        return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
+                       out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
+                       on_epoch=on_epoch, on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e.line()}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("interrupted (rows of finished seeds are in results.json)", file=sys.stderr)
+        print("interrupted", file=sys.stderr)
         return 130
 
 

@@ -96,7 +96,7 @@ def clean(v):
     return v
 
 
-def dumps(doc, indent: int | None = 1) -> str:
+def dumps(doc, indent: int | None = 1, default=None) -> str:
     """The one JSON writer of our outputs: cleaned, and refusing (ValueError) anything that is still nan or
-    inf, so no output file ever holds a value other JSON readers reject."""
-    return json.dumps(clean(doc), indent=indent, allow_nan=False)
+    inf, so no output file ever holds a value other JSON readers reject. `default` as in json.dumps."""
+    return json.dumps(clean(doc), indent=indent, allow_nan=False, default=default)

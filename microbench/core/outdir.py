@@ -195,6 +195,26 @@ class OutputDir:
         self.committed = True
         return [self.path / n for n in written]
 
+    def commit_partial(self) -> bool:
+        """After an interrupt, for a command that wrote results.json row by row: commit it (marked
+        `interrupted`) with whatever else the run wrote, the earlier run's files moving to previous/, if it
+        holds rows; else leave the folder as it was. True when something was committed."""
+        import json
+
+        from microbench.core.jsonio import dumps
+
+        path = self.file("results.json")
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(doc, dict) or not doc.get("results"):
+            return False
+        doc["interrupted"] = True
+        path.write_text(dumps(doc))
+        self.commit(keep_previous=True)
+        return True
+
     def exit_code(self) -> int:
         """The exit code of an interrupted run: 143 after SIGTERM, 130 after Ctrl-C."""
         return 128 + self.signal if self.signal else 130
