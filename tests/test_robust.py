@@ -8,6 +8,8 @@ import importlib
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -86,6 +88,55 @@ def test_a_second_run_into_the_same_out_is_refused(tiny_config, tmp_path, capsys
     line = one_error_line(capsys)
     assert "another run" in line and f"pid {os.getpid()}" in line and str(out) in line
     assert (out / "results.json").read_text() == '{"earlier": true}'
+
+
+def _child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_run_in_another_process_holds_the_lock(tiny_config, tmp_path, capsys):
+    out = tmp_path / "out"
+    holder = _child(f"from microbench.core.outdir import OutputDir\nimport sys\n"
+                    f"with OutputDir({str(out)!r}):\n    print('locked', flush=True)\n    sys.stdin.read()\n")
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert roofline.main(roofline_args(tiny_config, out)) == 2
+        assert f"another run (pid {holder.pid})" in one_error_line(capsys)
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+
+
+def test_sigterm_from_outside(tiny_config, tmp_path):
+    """A real SIGTERM from another process, as `timeout` or a batch scheduler sends it."""
+    tiny_config.write_text(tiny_config.read_text().replace('"cupy_blas"', '"t_wait"'))
+    out = tmp_path / "out"
+    child = _child(f"""
+import importlib, sys, time
+from microbench.measure.registry import provider
+
+@provider("gemm", "t_wait")
+def wait(a, b, *, allow_tf32=False):
+    if a.shape[-2] == 7:  # the second GEMM shape: tell the parent, then wait for its SIGTERM
+        print("measuring", file=sys.stderr, flush=True)
+        time.sleep(300)
+    return a @ b
+
+sys.exit(importlib.import_module("microbench.roofline").main({roofline_args(tiny_config, out)!r}))
+""")
+    try:
+        for line in child.stderr:
+            if line.strip() == "measuring":
+                break
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 143, err
+    assert "Traceback" not in err and "interrupted: kept 5 measured rows" in err
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["interrupted"] is True and len(doc["results"]) == 5 and (out / "report.html").is_file()
 
 
 def _interrupting_provider(sig):
