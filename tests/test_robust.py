@@ -165,6 +165,17 @@ def test_interrupt_keeps_rows_writes_the_report_and_keeps_the_earlier_run(tiny_c
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is ours only while writing
 
 
+def test_previous_keeps_the_last_complete_run(tmp_path):
+    out = tmp_path / "out"
+    earlier_run(out)  # complete: no "interrupted" key
+    for n in (1, 2):  # two interrupted runs in a row
+        with OutputDir(out, owns=("results.json",)) as od:
+            od.file("results.json").write_text(json.dumps({"interrupted": True, "n": n}))
+            od.commit(keep_previous=True)
+    assert json.loads((out / "results.json").read_text())["n"] == 2
+    assert (out / "previous" / "results.json").read_text() == '{"earlier": true}'
+
+
 def test_interrupt_before_the_first_row_leaves_out_as_it_was(tiny_config, tmp_path, monkeypatch):
     out = tmp_path / "out"
     earlier_run(out)

@@ -176,10 +176,11 @@ class OutputDir:
         return self.path / name
 
     def commit(self, keep_previous: bool = False) -> list[Path]:
-        """Move this run's files into the folder; with keep_previous, the earlier run's into previous/."""
+        """Move this run's files into the folder; with keep_previous (an interrupted run), the earlier run's
+        into previous/, unless that one was interrupted too: previous/ keeps the last complete run."""
         written = sorted(p.name for p in self.staging.iterdir() if p.is_file())
         stale = [n for n in self.owns if n not in written and (self.path / n).is_file()]
-        if keep_previous:
+        if keep_previous and not self._earlier_interrupted():
             prev = self.path / PREVIOUS
             earlier = [n for n in {*self.owns, *written} if (self.path / n).is_file()]
             if earlier:
@@ -194,6 +195,15 @@ class OutputDir:
         shutil.rmtree(self.staging, ignore_errors=True)
         self.committed = True
         return [self.path / n for n in written]
+
+    def _earlier_interrupted(self) -> bool:
+        import json
+
+        try:
+            doc = json.loads((self.path / "results.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(doc, dict) and doc.get("interrupted") is True
 
     def commit_partial(self) -> bool:
         """After an interrupt, for a command that wrote results.json row by row: commit it (marked
