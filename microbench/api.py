@@ -47,6 +47,6 @@ def decompose(model, **options) -> dict:
 
 def analyze_trace(path: str | Path, config=None) -> dict:
     """What a profiler trace says about the GPU (see microbench.timeline)."""
-    from microbench.timeline.kineto import analyze
+    from microbench.timeline.analysis import analyze
 
     return analyze(path, load_config(config))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from microbench.core.errors import run_command
 from microbench.reports.trace_report import print_trace_report
-from microbench.timeline.kineto import analyze
+from microbench.timeline.analysis import analyze
 
 
 def build_parser() -> argparse.ArgumentParser:

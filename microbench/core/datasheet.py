@@ -1,8 +1,15 @@
 """Datasheet peaks: which bench.toml [devices] entry a device name matches."""
 from __future__ import annotations
 
+import re
+
 from microbench.core.config import DatasheetDevice
-from microbench.core.device import norm_tokens
+
+
+def norm_tokens(name: str) -> set[str]:
+    """Device name -> upper-case tokens split at non-alphanumerics (the datasheet matching rule). Here, not in
+    core.device, so that matching a trace's device name does not import torch."""
+    return {t for t in re.split(r"[^A-Z0-9]+", name.upper()) if t}
 
 
 def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[DatasheetDevice | None, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -189,6 +188,3 @@ def fingerprint_line(hardware: dict, software_: dict) -> str:
             f"python {software_['python']}")
 
 
-def norm_tokens(name: str) -> set[str]:
-    """Device name -> upper-case tokens split at non-alphanumerics (the datasheet matching rule)."""
-    return {t for t in re.split(r"[^A-Z0-9]+", name.upper()) if t}

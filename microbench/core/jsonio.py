@@ -1,7 +1,8 @@
 """Reading JSON inputs we did not write (profiler traces, other machines' results): plain or gzip, decided by
 the file's first bytes, never by its name. Every way such a file can be broken (missing, empty, not gzip
 after all, a truncated gzip stream, not UTF-8, not JSON, cut short) becomes one InputError naming the file.
-Nothing is evaluated or unpickled: the only parser is the standard library's JSON decoder."""
+Nothing is evaluated or unpickled: the parsers are the standard library's JSON decoder (results files) and
+msgspec's (traces, microbench/timeline/kineto.py), which take the bytes of `read_bytes`."""
 from __future__ import annotations
 
 import gzip
@@ -100,3 +101,35 @@ def dumps(doc, indent: int | None = 1, default=None) -> str:
     """The one JSON writer of our outputs: cleaned, and refusing (ValueError) anything that is still nan or
     inf, so no output file ever holds a value other JSON readers reject. `default` as in json.dumps."""
     return json.dumps(clean(doc), indent=indent, allow_nan=False, default=default)
+
+
+def read_bytes(path: str | Path) -> bytes | bytearray:
+    """The whole decompressed file, for a parser that takes bytes (msgspec); the same one-line errors as
+    `read_chunks` for a missing, empty, truncated or corrupt file. A gzip file is decompressed into one
+    buffer sized from its trailer, so the text is held once, not once per decompression block plus a join."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    if not data:
+        raise InputError(path, "empty file")
+    if data[:2] != GZIP_MAGIC:
+        return data
+    # ISIZE, the last 4 bytes, is the length mod 2**32 of the last member: a hint, capped so that a
+    # truncated file's garbage tail cannot ask for gigabytes.
+    out = bytearray(min(int.from_bytes(data[-4:], "little"), 100 * len(data)))
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            n, view = 0, memoryview(out)
+            while n < len(out) and (k := f.readinto(view[n:n + (1 << 20)])):  # 1 MiB at a time: no
+                n += k  # temporary copy of the whole text
+            view.release()
+            del out[n:]
+            while chunk := f.read(1 << 20):  # longer than the hint: several members, or over 4 GiB
+                out += chunk
+    except EOFError:
+        raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise InputError(path, f"corrupt gzip data: {e}") from None
+    return out

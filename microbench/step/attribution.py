@@ -1,9 +1,12 @@
-"""Attribute the time of profiled training steps to layers and phases, from a torch.profiler (Kineto)
-Chrome trace.
+"""Attribute the time of profiled training steps to layers and phases, over the timeline of a profiler trace
+(microbench/timeline: the same reader, correlation, step rule and window rule as `python -m microbench.trace`).
 
-What is counted (the profiled total), per step window (the `step` range, else `ProfilerStep#N`):
+What is counted (the profiled total), per step window (the `step` range, else `ProfilerStep#N`: the
+timeline's one step rule):
 - GPU: the duration of every kernel, memcpy and memset whose launch (the CUDA/HIP runtime or driver call
-  with the same correlation id) happened inside the window. Kernels on concurrent streams both count.
+  with the same correlation id) happened inside the window (the timeline's window rule,
+  microbench.timeline.metrics.in_windows). Kernels on concurrent streams both count; activities without a
+  launch in the trace are in no step (a note says how much).
 - CPU (no kernels): the self time of every operator inside the window (its duration minus that of the
   operators nested in it on the same thread), so that nested operators are not counted twice. The sum
   equals the summed duration of the outermost operators; the gaps between operators (Python, the hooks)
@@ -25,44 +28,25 @@ Where each piece goes:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from microbench.timeline.classify import classify_kernel, classify_operator
+import numpy as np
+
 from microbench.core.errors import InputError
+from microbench.timeline.classify import classify_operator
+from microbench.timeline.metrics import in_windows
+from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, NO_ID, TC_VALUES, Timeline, Windows
 
-GPU_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset")
-LAUNCH = ("cuda_runtime", "cuda_driver")
 EVALUATE = "autograd::engine::evaluate_function: "
-_EPS_US = 1e-3  # Kineto timestamps carry nanoseconds as fractions of a microsecond
 
 
-def load_trace(path: str | Path) -> list[dict]:
-    """The events of a Kineto trace (plain or gzip), through the trace reader's decoder and its errors."""
-    from microbench.timeline.kineto import trace_events
+def load_trace(path: str | Path) -> Timeline:
+    """The timeline of a profiler trace (plain or gzip), through the trace reader and its one-line errors."""
+    from microbench.timeline.analysis import read_trace
 
-    return trace_events(path)[0]
-
-
-@dataclass
-class Ev:
-    name: str
-    cat: str
-    tid: object
-    ts: float
-    dur: float
-    args: dict
-    parent: int = -1
-    children_us: float = 0.0
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-    @property
-    def mid(self) -> float:
-        return self.ts + self.dur / 2
+    return read_trace(path)
 
 
 @dataclass
@@ -113,6 +97,7 @@ class Attribution:
     buckets: dict[tuple[str, str], Bucket]
     total_per_step_us: list[float]  # the profiled total of each step, counted independently of the buckets
     outside_steps_us: float  # activity in the trace outside every step window (not in the total)
+    unlaunched_us: float = 0.0  # GPU activity whose launch is not in the trace: in no step (not in the total)
     backward_seq_us: float = 0.0  # backward time attributed by sequence number
     backward_hook_us: float = 0.0  # ... of which a backward layer range was also open
     backward_agree_us: float = 0.0  # ... of which that range was the same layer
@@ -139,197 +124,219 @@ class Attribution:
 class _Innermost:
     """Innermost (latest-started, still open) range at increasing query times, for one thread."""
 
-    def __init__(self, ranges: list[Ev]):
-        self.ranges = sorted(ranges, key=lambda r: (r.ts, -r.dur))
+    def __init__(self, ranges: list[tuple[float, float, str]]):
+        self.ranges = sorted(ranges, key=lambda r: (r[0], -(r[1] - r[0])))  # (ts, end, name)
         self.i = 0
-        self.stack: list[Ev] = []
+        self.stack: list[tuple[float, float, str]] = []
 
-    def at(self, t: float) -> Ev | None:
-        while self.i < len(self.ranges) and self.ranges[self.i].ts <= t:
+    def at(self, t: float) -> str | None:
+        while self.i < len(self.ranges) and self.ranges[self.i][0] <= t:
             self.stack.append(self.ranges[self.i])
             self.i += 1
-        while self.stack and self.stack[-1].end <= t:
+        while self.stack and self.stack[-1][1] <= t:
             self.stack.pop()
-        return self.stack[-1] if self.stack else None
+        return self.stack[-1][2] if self.stack else None
 
 
-def _windows(evs: list[Ev]) -> list[tuple[float, float]]:
-    return sorted((e.ts, e.end) for e in evs)
+def _window_index(starts: list[float], ends: list[float], t: float) -> int:
+    """The window containing t (closed, EPS_US at the end: the timeline's window rule), -1 for none."""
+    i = bisect_right(starts, t) - 1
+    return i if i >= 0 and t <= ends[i] + EPS_US else -1
 
 
-def _window_index(windows: list[tuple[float, float]], t: float) -> int:
-    i = bisect_right([w[0] for w in windows], t) - 1
-    return i if i >= 0 and t <= windows[i][1] + _EPS_US else -1
+@dataclass
+class _Items:
+    """The CPU operators and the launches of a timeline in one list per thread, nested into trees: a launch
+    nests inside the operator that made it. Index i < n_ops is cpu_ops row i; the rest are launches."""
+
+    n_ops: int
+    ts: list[float]
+    dur: list[float]
+    thread: list[int]
+    name: list[int]
+    parent: list[int]
+    children_us: list[float]
+    by_thread: dict[int, list[int]]  # item indices, sorted by (ts, -dur)
+
+    @classmethod
+    def of(cls, tl: Timeline) -> "_Items":
+        ops, launches = tl.cpu_ops, tl.launches
+        ts = np.concatenate([ops.ts_us, launches.ts_us])
+        dur = np.concatenate([ops.dur_us, launches.dur_us])
+        thread = np.concatenate([ops.thread, launches.thread])
+        order = np.lexsort((-dur, ts, thread)).tolist()
+        it = cls(len(ops), ts.tolist(), dur.tolist(), thread.tolist(),
+                 np.concatenate([ops.name, launches.name]).tolist(), [-1] * len(ts), [0.0] * len(ts), {})
+        for i in order:
+            it.by_thread.setdefault(it.thread[i], []).append(i)
+        for items in it.by_thread.values():
+            it._nest(items)
+        return it
+
+    def _nest(self, items: list[int]) -> None:
+        """Parent links and the time of nested operators (for self time), on one thread."""
+        ts, dur = self.ts, self.dur
+        stack: list[int] = []
+        for i in items:
+            while stack and ts[stack[-1]] + dur[stack[-1]] <= ts[i] + EPS_US:
+                stack.pop()
+            if stack and ts[i] + dur[i] <= ts[stack[-1]] + dur[stack[-1]] + EPS_US:
+                self.parent[i] = stack[-1]
+                if i < self.n_ops:
+                    self.children_us[stack[-1]] += dur[i]
+            stack.append(i)
 
 
-def attribute(events: list[dict], *, layer_names: set[str] = frozenset(), seq_map: dict[int, str] | None = None,
-              step_range: str = "step", phase_ranges: dict[str, str] | None = None) -> Attribution:
-    """Buckets of time per (layer, phase) over the step windows of a Kineto trace's events.
+class _Places:
+    """Where each item goes: (step index, layer, phase, sequence-number layer, hook layer)."""
 
-    `phase_ranges` maps range names to phases (default: forward, backward, optimizer under their own
-    names); `layer_names` are the names of the layer ranges; `seq_map` maps autograd sequence numbers to
-    the layer whose forward created the node.
-    """
-    phase_ranges = phase_ranges or {p: p for p in ("forward", "backward", "optimizer")}
-    seq_map = seq_map or {}
-    ops_by_tid: dict[object, list[Ev]] = defaultdict(list)
-    layer_by_tid: dict[object, list[Ev]] = defaultdict(list)
-    steps, phases, gpu, launches = [], [], [], {}
-    for e in events:
-        if e.get("ph") != "X" or "dur" not in e:
-            continue
-        cat = e.get("cat", "")
-        ev = Ev(e.get("name", ""), cat, (e.get("pid"), e.get("tid")), float(e["ts"]), float(e["dur"]), e.get("args") or {})
-        if cat == "cpu_op":
-            ops_by_tid[ev.tid].append(ev)
-        elif cat == "user_annotation":
-            if ev.name == step_range:
-                steps.append(ev)
-            elif ev.name in phase_ranges:
-                phases.append(ev)
-            elif ev.name in layer_names:
-                layer_by_tid[ev.tid].append(ev)
-        elif cat in GPU_ACTIVITY:
-            gpu.append(ev)
-        elif cat in LAUNCH and "correlation" in ev.args:
-            launches[ev.args["correlation"]] = ev
-            ops_by_tid[ev.tid].append(ev)  # nests inside its operator: finds the launching op
-    notes = []
-    if not steps:
-        steps = [Ev(e["name"], "", None, float(e["ts"]), float(e["dur"]), {}) for e in events
-                 if e.get("ph") == "X" and e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
-        if steps:
-            notes.append(f"no {step_range!r} ranges: step windows are the profiler's ProfilerStep# ranges")
-    if not steps:
-        raise InputError(None, f"the trace has no {step_range!r} or ProfilerStep# ranges: cannot tell the steps apart")
-    step_w = _windows(steps)
-    phase_list = sorted(((p.ts, p.end, phase_ranges[p.name]) for p in phases))
-    phase_starts = [p[0] for p in phase_list]
+    def __init__(self, tl: Timeline, items: _Items, steps: Windows, phase_ranges: dict[str, str],
+                 layer_names, seq_map: dict[int, str]):
+        self.tl, self.items, self.seq_map = tl, items, seq_map
+        self.step_starts, self.step_ends = steps.ts_us.tolist(), steps.end_us.tolist()
+        r = tl.ranges
+        cpu = np.flatnonzero(r.kind == CPU_RANGE)
+        names = [tl.names[n] for n in r.name[cpu]]
+        self.phases = sorted((float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), phase_ranges[n])
+                             for i, n in zip(cpu, names) if n in phase_ranges)
+        self.phase_starts = [p[0] for p in self.phases]
+        self.layers: dict[int, list] = {}
+        for i, n in zip(cpu, names):
+            if n in layer_names:
+                self.layers.setdefault(int(r.thread[i]), []).append(
+                    (float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), n))
+        self.is_eval = [isinstance(s, str) and s.startswith(EVALUATE) for s in tl.names.strings]
+        self.where: dict[int, tuple] = {}
+        for thread, its in items.by_thread.items():
+            self._place_thread(thread, its)
 
-    def phase_at(t: float) -> str:
-        i = bisect_right(phase_starts, t) - 1
+    def phase_at(self, t: float) -> str:
+        i = bisect_right(self.phase_starts, t) - 1
         while i >= 0:  # phases do not nest; the last one started before t may have ended
-            s, end, name = phase_list[i]
-            if t <= end + _EPS_US:
+            s, end, name = self.phases[i]
+            if t <= end + EPS_US:
                 return name
             if end < t:
                 break
             i -= 1
         return "step"
 
-    # Operator trees per thread: parent links and self time.
-    for tid, evs in ops_by_tid.items():
-        evs.sort(key=lambda e: (e.ts, -e.dur))
-        stack: list[int] = []
-        for i, e in enumerate(evs):
-            while stack and evs[stack[-1]].end <= e.ts + _EPS_US:
-                stack.pop()
-            if stack and e.end <= evs[stack[-1]].end + _EPS_US:
-                e.parent = stack[-1]
-                if e.cat == "cpu_op":
-                    evs[stack[-1]].children_us += e.dur
-            stack.append(i)
+    def step_at(self, t: float) -> int:
+        return _window_index(self.step_starts, self.step_ends, t)
 
-    # Where each operator goes: (step index, layer, phase, seq layer, hook layer).
-    where: dict[int, tuple] = {}
-    for tid, evs in ops_by_tid.items():
-        ranges = _Innermost(layer_by_tid.get(tid, []))
-        order = sorted(range(len(evs)), key=lambda i: evs[i].mid)
-        for i in order:
-            e = evs[i]
-            step = _window_index(step_w, e.mid)
-            phase = phase_at(e.mid)
-            r = ranges.at(e.mid)
-            hook_layer = r.name if r is not None else None
+    def _seq_layer(self, i: int) -> str | None:
+        """The layer whose forward created the autograd node being evaluated around item i."""
+        it = self.items
+        while i >= 0 and not self.is_eval[it.name[i]]:
+            i = it.parent[i]
+        if i < 0 or i >= it.n_ops:
+            return None
+        seq = int(self.tl.cpu_ops.seq[i])
+        return self.seq_map.get(seq) if seq != NO_ID else None
+
+    def _place_thread(self, thread: int, its: list[int]) -> None:
+        it = self.items
+        ranges = _Innermost(self.layers.get(thread, []))
+        for i in sorted(its, key=lambda i: it.ts[i] + it.dur[i] / 2):
+            mid = it.ts[i] + it.dur[i] / 2
+            phase = self.phase_at(mid)
+            hook_layer = ranges.at(mid)
             seq_layer = None
             if phase == "backward":
-                j = i
-                while j >= 0 and not evs[j].name.startswith(EVALUATE):
-                    j = evs[j].parent
-                if j >= 0:
-                    seq = evs[j].args.get("Sequence number")
-                    if seq is not None:
-                        seq_layer = seq_map.get(int(seq))
+                seq_layer = self._seq_layer(i)
                 layer = seq_layer or hook_layer
-            elif phase == "forward":
-                layer = hook_layer
             else:
-                layer = None
-            where[id(e)] = (step, layer if layer is not None else f"({phase})", phase, seq_layer, hook_layer)
+                layer = hook_layer if phase == "forward" else None
+            self.where[i] = (self.step_at(mid), layer if layer is not None else f"({phase})", phase, seq_layer,
+                             hook_layer)
 
-    buckets: dict[tuple[str, str], Bucket] = {}
-    att = Attribution("kernel" if gpu else "operator", len(step_w), buckets, [], 0.0, notes=notes)
 
-    def add(step, layer, phase, seq_layer, hook_layer, us, name, cls, tc):
-        b = buckets.get((layer, phase))
-        if b is None:
-            b = buckets[(layer, phase)] = Bucket(layer, phase, [StepPart() for _ in step_w])
-        part = b.steps[step]
-        part.us += us
-        part.by_class[cls] += us
-        part.tensor_cores[tc] += us
-        b.items[name] += us
-        if cls in ("gemm", "tc_gemm"):
-            part.gemm_tensor_cores[tc] += us
-            b.gemm_items[name] += us
-        if phase == "backward" and seq_layer is not None:
-            att.backward_seq_us += us
-            if hook_layer is not None:
-                att.backward_hook_us += us
-                att.backward_agree_us += us if hook_layer == seq_layer else 0.0
+def attribute(tl: Timeline, *, layer_names: set[str] = frozenset(), seq_map: dict[int, str] | None = None,
+              step_range: str = "step", phase_ranges: dict[str, str] | None = None) -> Attribution:
+    """Buckets of time per (layer, phase) over the step windows of a trace's timeline.
 
+    `phase_ranges` maps range names to phases (default: forward, backward, optimizer under their own
+    names); `layer_names` are the names of the layer ranges; `seq_map` maps autograd sequence numbers to
+    the layer whose forward created the node.
+    """
+    phase_ranges = phase_ranges or {p: p for p in ("forward", "backward", "optimizer")}
+    steps = tl.step_windows(step_range)
+    if not len(steps):
+        raise InputError(None, f"the trace has no {step_range!r} or ProfilerStep# ranges: cannot tell the steps apart")
+    items = _Items.of(tl)
+    places = _Places(tl, items, steps, phase_ranges, layer_names, seq_map or {})
+    gpu = len(tl.kernels) > 0
+    att = Attribution("kernel" if gpu else "operator", len(steps), {}, [], 0.0,
+                      notes=[steps.note] if steps.note else [])
     if gpu:
-        by_ext = {e.args.get("External id"): e for evs in ops_by_tid.values() for e in evs if e.cat == "cpu_op"}
-        for k in gpu:
-            launch = launches.get(k.args.get("correlation"))
-            op = None
-            if launch is not None:
-                evs = ops_by_tid[launch.tid]
-                op = evs[launch.parent] if launch.parent >= 0 else launch
-            elif k.args.get("External id") in by_ext:
-                op = by_ext[k.args["External id"]]
-            if op is not None:
-                step, layer, phase, seq_layer, hook_layer = where[id(op)]
-            else:  # no launch record: place the activity by its own start time
-                step, phase = _window_index(step_w, k.ts), phase_at(k.ts)
-                layer, seq_layer, hook_layer = f"({phase})", None, None
-            if step < 0:
-                att.outside_steps_us += k.dur
-                continue
-            c = classify_kernel(k.name)
-            add(step, layer, phase, seq_layer, hook_layer, k.dur, k.name, c.cls, c.tensor_cores)
-        att.total_per_step_us = gpu_total_us(gpu, launches, step_w)
+        _attribute_gpu(tl, att, items, places, steps)
     else:
-        for evs in ops_by_tid.values():
-            for e in evs:
-                if e.cat != "cpu_op":
-                    continue
-                step, layer, phase, seq_layer, hook_layer = where[id(e)]
-                self_us = max(0.0, e.dur - e.children_us)
-                if step < 0:
-                    att.outside_steps_us += self_us
-                    continue
-                c = classify_operator(e.name)
-                add(step, layer, phase, seq_layer, hook_layer, self_us, e.name, c.cls, c.tensor_cores)
-        att.total_per_step_us = cpu_total_us(ops_by_tid, step_w)
+        _attribute_cpu(tl, att, items, places)
     return att
 
 
-def cpu_total_us(ops_by_tid: dict, step_w) -> list[float]:
-    """Per step: the summed duration of the outermost operators (equal to the sum of self times)."""
-    out = [0.0] * len(step_w)
-    for evs in ops_by_tid.values():
-        for e in evs:
-            if e.cat == "cpu_op" and e.parent < 0 and (i := _window_index(step_w, e.mid)) >= 0:
-                out[i] += e.dur
-    return out
+def _add(att: Attribution, where: tuple, us: float, name: str, cls: str, tc: str) -> None:
+    step, layer, phase, seq_layer, hook_layer = where
+    b = att.buckets.get((layer, phase))
+    if b is None:
+        b = att.buckets[(layer, phase)] = Bucket(layer, phase, [StepPart() for _ in range(att.steps)])
+    part = b.steps[step]
+    part.us += us
+    part.by_class[cls] += us
+    part.tensor_cores[tc] += us
+    b.items[name] += us
+    if cls in ("gemm", "tc_gemm"):
+        part.gemm_tensor_cores[tc] += us
+        b.gemm_items[name] += us
+    if phase == "backward" and seq_layer is not None:
+        att.backward_seq_us += us
+        if hook_layer is not None:
+            att.backward_hook_us += us
+            att.backward_agree_us += us if hook_layer == seq_layer else 0.0
 
 
-def gpu_total_us(gpu: list[Ev], launches: dict, step_w) -> list[float]:
-    """Per step: the summed duration of the kernels, memcpys and memsets launched inside it."""
-    out = [0.0] * len(step_w)
-    for k in gpu:
-        launch = launches.get(k.args.get("correlation"))
-        if (i := _window_index(step_w, launch.ts if launch is not None else k.ts)) >= 0:
-            out[i] += k.dur
-    return out
+def _attribute_gpu(tl: Timeline, att: Attribution, items: _Items, places: _Places, steps: Windows) -> None:
+    """A kernel, memcpy or memset goes to the step its launch falls in (the window rule), and to the layer
+    and phase of the operator around its launch (or of the launch itself, outside every operator)."""
+    k = tl.kernels
+    totals = in_windows(tl, steps, categories=range(len(CATEGORIES)))
+    att.total_per_step_us = totals.time_us.tolist()
+    step_of = np.full(len(k), -1, dtype=np.int64)
+    for j, rows in enumerate(totals.rows):
+        step_of[rows] = j
+    launch = tl.launch_index()
+    dur = k.dur_us.tolist()
+    for row in range(len(k)):
+        if launch[row] == NO_ID:
+            att.unlaunched_us += dur[row]
+            continue
+        if step_of[row] < 0:
+            att.outside_steps_us += dur[row]
+            continue
+        item = items.n_ops + int(launch[row])
+        op = items.parent[item] if items.parent[item] >= 0 else item
+        c = tl.classes[k.cls[row]]
+        _add(att, (int(step_of[row]),) + places.where[op][1:], dur[row], tl.names[k.name[row]], c.cls,
+             TC_VALUES[k.tensor_cores[row]])
+    if att.unlaunched_us:
+        att.notes.append(f"{att.unlaunched_us:,.1f} us of GPU activity has no launching runtime call in the trace "
+                         "(no matching correlation id): in no step")
+
+
+def _attribute_cpu(tl: Timeline, att: Attribution, items: _Items, places: _Places) -> None:
+    """No GPU activity: each operator's self time (its duration minus its nested operators'), placed by its
+    midpoint; the per-step total is the summed duration of the outermost operators."""
+    totals = [0.0] * att.steps
+    for i in range(items.n_ops):
+        where = places.where[i]
+        step = where[0]
+        if items.parent[i] < 0 and step >= 0:
+            totals[step] += items.dur[i]
+        self_us = max(0.0, items.dur[i] - items.children_us[i])
+        if step < 0:
+            att.outside_steps_us += self_us
+            continue
+        name = tl.names[items.name[i]]
+        c = classify_operator(name)
+        _add(att, where, self_us, name, c.cls, c.tensor_cores)
+    att.total_per_step_us = totals

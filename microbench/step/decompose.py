@@ -267,12 +267,11 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
         _progress(on_progress, f"profiling {steps['profiled_steps']} steps")
         ranges.reset()
         _profile(step, dev, steps["profiler_warmup_steps"], steps["profiled_steps"], trace_path)
-        events = load_trace(trace_path)
-        att = attribute(events, layer_names=ranges.layer_names, seq_map=ranges.seq_map())
+        timeline = load_trace(trace_path)
+        att = attribute(timeline, layer_names=ranges.layer_names, seq_map=ranges.seq_map(), step_range=STEP_RANGE)
         notes += att.notes
         if step_timing is None:
-            step_timing = summarize([e["dur"] / 1e3 for e in events if e.get("ph") == "X"
-                                     and e.get("cat") == "user_annotation" and e.get("name") == STEP_RANGE])
+            step_timing = summarize((timeline.step_windows(STEP_RANGE).dur_us / 1e3).tolist())
             notes.append("step time from the profiled steps' `step` ranges (--timed-steps 0): profiler overhead included")
 
         _progress(on_progress, "ceilings")

@@ -1,0 +1,155 @@
+"""`python -m microbench.trace`'s document: a trace file -> a Timeline -> the metrics -> one JSON-ready dict
+(schema dawnscope.trace/1; the terminal report is microbench/reports/trace_report.py). Definitions:
+docs/traces.md."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from microbench.timeline import metrics
+from microbench.timeline.classify import class_labels
+from microbench.timeline.model import Timeline
+
+SCHEMA = "dawnscope.trace/1"
+
+
+def read_trace(path: str | Path) -> Timeline:
+    """The timeline of a trace file. Kineto JSON is the one format so far; a reader per format fills the
+    same Timeline."""
+    from microbench.timeline import kineto
+
+    return kineto.read(path)
+
+
+def analyze(path: str | Path, cfg=None) -> dict:
+    """The whole report of one trace as a JSON-ready dict."""
+    tl = read_trace(path)
+    devices = device_entries(tl, cfg)
+    summary = summary_of(tl)
+    dist = tl.distributed
+    return {
+        "schema": SCHEMA,
+        "file": str(path),
+        "trace": {k: tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in tl.meta}
+                 | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
+                    if dist else {}),
+        "devices": devices,
+        "summary": summary,
+        "classes": class_labels(),
+        "kernels": kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices},
+                                summary["kernel_time_us"]),
+        "annotations": metrics.annotation_times(tl),
+        "steps": metrics.step_times(tl),
+        "notes": notes_of(tl, summary),
+    }
+
+
+def _share(x: float, total: float):
+    return x / total if total > 0 else None
+
+
+def summary_of(tl: Timeline) -> dict:
+    n, total = metrics.kernel_time(tl)
+    by_class = metrics.time_by_class(tl)
+    tc = metrics.tensor_core_time(tl)
+    comm = metrics.comm_time(tl)
+    ov = metrics.overlap(tl)
+    copies = metrics.copy_time(tl)
+    span = tl.wall_span_us
+    n_dev = max(len(metrics.devices_with_kernels(tl)), 1)
+    return {
+        "kernel_count": n,
+        "kernel_time_us": total,
+        "share_by_class": {c: _share(t, total) for c, (_, t) in by_class.items()},
+        "time_by_class_us": {c: t for c, (_, t) in by_class.items()},
+        "count_by_class": {c: k for c, (k, _) in by_class.items()},
+        "tensor_core_share": _share(tc["yes"], total),
+        "tensor_core_time_us": tc["yes"],
+        "non_tensor_core_share": _share(tc["no"], total),
+        "tensor_core_unknown_share": _share(tc["unknown"], total),
+        "comm_time_us": comm,
+        "comm_share": _share(comm, total),
+        "exposed_comm_us": ov.exposed_comm_us,
+        "exposed_comm_share": ov.exposed_comm_us / (span * n_dev) if span > 0 else None,
+        "wall_span_us": span,
+        "kernel_span_us": ov.kernel_span_us,
+        "gpu_busy_us": ov.gpu_busy_us,
+        "gpu_busy_share": ov.gpu_busy_us / (span * n_dev) if span > 0 else None,
+        "devices_with_kernels": len(metrics.devices_with_kernels(tl)),
+        "memcpy_count": copies["memcpy"][0],
+        "memcpy_time_us": copies["memcpy"][1],
+        "memset_count": copies["memset"][0],
+        "memset_time_us": copies["memset"][1],
+        "unattributed_kernels": metrics.unlaunched_kernels(tl),
+    }
+
+
+def _datasheet(name: str, cfg) -> dict:
+    from microbench.core.datasheet import match_datasheet
+
+    entry, note = match_datasheet(name, cfg.devices)
+    if entry is None:
+        return {"entry": None, "note": note}
+    return {"entry": entry.key, "name": entry.name, "peaks_tflops": dict(entry.peaks_tflops),
+            "memory_tbs": entry.memory_tbs, "note": note}
+
+
+def device_entries(tl: Timeline, cfg=None) -> list[dict]:
+    """The devices kernels ran on (else the first the trace describes), with the trace's properties and the
+    matching datasheet entry where `cfg` is given."""
+    used = metrics.devices_with_kernels(tl)
+    out = []
+    for dev in used or sorted(tl.device_properties)[:1]:
+        p = tl.device_properties.get(dev, {})
+        name = str(p.get("name") or "")
+        entry = {"id": dev, "name": name or None, "kernels_ran_here": dev in used}
+        if "computeMajor" in p:
+            entry["compute_capability"] = f"{p.get('computeMajor')}.{p.get('computeMinor')}"
+        if p.get("gcnArchName"):
+            entry["arch"] = str(p["gcnArchName"])
+        for src, dst in (("numSms", "sms"), ("totalGlobalMem", "memory_bytes")):
+            if src in p:
+                entry[dst] = p[src]
+        if name and cfg is not None:
+            entry["datasheet"] = _datasheet(name, cfg)
+        elif not name:
+            entry["datasheet"] = {"entry": None, "note": f"the trace names no device {dev} (no deviceProperties "
+                                                        "entry): no datasheet peaks"}
+        out.append(entry)
+    return out
+
+
+def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:
+    """One ResultRow per distinct kernel (name, device), most time first: the project's one row type."""
+    from microbench.core.results import ResultRow
+    from microbench.core.stats import summarize
+
+    rows = []
+    for g in metrics.top_kernels(tl):
+        c = tl.classes[g.cls]
+        evidence = (f"kernel name matched {c.rule}: {c.note}" if c.rule != "unknown"
+                    else "kernel name matched no rule")
+        row = ResultRow(op=c.cls, shape=g.name, dtype="", provider="trace", device=dev_names.get(g.device, ""),
+                        time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
+                        tensor_cores=c.tensor_cores, tensor_core_evidence=evidence, source="trace",
+                        params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                                "calls": len(g.durations_us), "kernel_time_us": g.total_us,
+                                "share": _share(g.total_us, kernel_time_us)})
+        rows.append(row.as_dict())
+    return rows
+
+
+def notes_of(tl: Timeline, s: dict) -> list[str]:
+    notes = []
+    if s["kernel_count"] and s["unattributed_kernels"]:
+        notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
+                     "in the trace (no matching correlation id): they count in every total but in no annotation "
+                     "or step")
+    if not s["kernel_count"]:
+        notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
+                     "torch.profiler.ProfilerActivity.CUDA on a GPU?")
+    for what, n in tl.skipped.items():
+        notes.append(f"skipped {n} {what}")
+    if s["tensor_core_unknown_share"]:
+        notes.append(f"{s['tensor_core_unknown_share']:.1%} of kernel time is in kernels whose name does not tell "
+                     "whether Tensor Cores / matrix cores ran them (tensor_cores: unknown)")
+    return notes
