@@ -206,3 +206,49 @@ def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
                 k.metrics[c] = (parse_number(row[i]), units[i] if units and i < len(units) else "")
         kernels[k.id] = k
     return [kernels[i] for i in sorted(kernels)]
+
+
+def read(path: str | Path):
+    """The export as a Timeline: one kernel row per profiled kernel, carrying its counters. Nsight Compute
+    replays each kernel alone and records no timestamps: the rows are laid end to end in ID order (a
+    serialized timeline: spans, idle time and overlap mean nothing here; kernel time and counters do)."""
+    from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
+
+    path = Path(path)
+    b = TimelineBuilder(str(path), "ncu")
+    t = 0.0
+    for k in read_ncu_csv(path):
+        try:
+            dur_ns = k.duration_ns
+        except ValueError as e:
+            raise InputError(path, f"kernel ID {k.id}: gpu__time_duration: {e}") from None
+        if dur_ns is None:
+            raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): no duration (gpu__time_duration.sum or the "
+                                   "Speed Of Light section's Duration): profile with --section SpeedOfLight or "
+                                   "--metrics gpu__time_duration.sum")
+        dev = k.device if k.device is not None else 0
+        if k.cc and dev not in b.device_properties:
+            major, _, minor = k.cc.partition(".")
+            b.device_properties[dev] = {"id": dev, "name": None, "computeMajor": int(major),
+                                        "computeMinor": int(minor or 0)}
+        b.add_kernel(k.name, t, dur_ns * 1e-3, dev, _stream(k.stream), NO_ID, NO_ID, KERNEL)
+        b.add_counters(k.values() | _derived(k))
+        b.cover(t, t + dur_ns * 1e-3)
+        t += dur_ns * 1e-3
+    b.meta["serialized"] = "Nsight Compute replays kernels one at a time: no timestamps"
+    return b.build()
+
+
+def _derived(k: NcuKernel) -> dict[str, float]:
+    """Base-unit numbers the report uses beside the raw metrics."""
+    out = {}
+    if (nbytes := k.dram_bytes) is not None:
+        out["dram_bytes"] = nbytes
+    return out
+
+
+def _stream(s: str | None) -> int:
+    try:
+        return int(s) if s is not None else 0
+    except ValueError:
+        return 0

@@ -144,3 +144,39 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
         raise InputError(path, f"SQLite error: {e}") from None
     finally:
         con.close()
+
+
+def read(path: str | Path):
+    """The export as a Timeline (microbench/timeline/model.py): kernels, copies, launches, NVTX ranges (CPU
+    side) and the GPUs' properties under the names Kineto uses (name, computeMajor/Minor, numSms,
+    totalGlobalMem), so the metrics and the report need no case for this format."""
+    from microbench.timeline.model import CPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder
+
+    ex = read_nsys_sqlite(path)
+    b = TimelineBuilder(str(path), "nsys")
+    for g in ex.gpus:
+        b.device_properties[int(g["id"])] = {
+            "id": g["id"], "name": g.get("name"), "computeMajor": g.get("computeMajor"),
+            "computeMinor": g.get("computeMinor"), "numSms": g.get("smCount"), "totalGlobalMem": g.get("totalMemory")}
+    b.meta.update(ex.meta)
+    for k in ex.kernels:
+        b.add_kernel(k["name"], k["ts_us"], k["dur_us"], k["device"], k["stream"], _id(k["correlation"]), NO_ID, KERNEL)
+        b.cover(k["ts_us"], k["ts_us"] + k["dur_us"])
+    for c in ex.copies:
+        b.add_kernel(c["kind"], c["ts_us"], c["dur_us"], c["device"], c["stream"], _id(c["correlation"]), NO_ID,
+                     MEMSET if c["kind"] == "Memset" else MEMCPY)
+        b.cover(c["ts_us"], c["ts_us"] + c["dur_us"])
+    for launch in ex.launches:
+        pid = launch["pid"] if launch["pid"] is not None else 0
+        b.add_launch(launch["name"] or "?", launch["ts_us"], launch["dur_us"], pid, b.thread(pid, launch["tid"]),
+                     _id(launch["correlation"]))
+        b.cover(launch["ts_us"], launch["ts_us"] + launch["dur_us"])
+    for r in ex.ranges:
+        pid = r["pid"] if r["pid"] is not None else 0
+        b.add_range(r["name"], r["ts_us"], r["dur_us"], pid, b.thread(pid, r["tid"]), CPU_RANGE)
+        b.cover(r["ts_us"], r["ts_us"] + r["dur_us"])
+    return b.build()
+
+
+def _id(v) -> int:
+    return int(v) if v is not None else -1

@@ -1,0 +1,156 @@
+"""One workload on several machines: trace reports (`python -m microbench.trace --json`, schema dawnscope.trace/1)
+side by side, per kernel class and per operator: time, share of kernel time, achieved TFLOP/s, the GPU's idle
+time, and the ratio to the baseline (baseline time / this time: 2.00x is twice as fast). Used by
+`python -m microbench.compare` when its inputs are trace reports."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from microbench.core.errors import InputError
+
+SCHEMA = "dawnscope.trace_compare/1"
+TRACE_SCHEMA = "dawnscope.trace/1"
+GPU_FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
+
+
+def _machine(path: Path, doc: dict) -> dict:
+    if doc.get("schema") != TRACE_SCHEMA:
+        raise InputError(path, f"unsupported trace report schema (this version reads {TRACE_SCHEMA})", key="schema",
+                         value=doc.get("schema"))
+    s = doc.get("summary")
+    if not isinstance(s, dict) or not isinstance(s.get("time_by_class_us"), dict):
+        raise InputError(path, "missing or malformed summary.time_by_class_us", key="summary")
+    devs = [d for d in doc.get("devices", []) if isinstance(d, dict) and d.get("kernels_ran_here", True)]
+    name = next((d.get("name") for d in devs if d.get("name")), None) or Path(path).name
+    flops_by_class: dict[str, float] = {}
+    for k in doc.get("kernels", []):
+        p = k.get("params", {})
+        if isinstance(p.get("model_flops"), (int, float)):
+            flops_by_class[p.get("class", k.get("op"))] = flops_by_class.get(p.get("class", k.get("op")), 0.0) + p["model_flops"]
+    ops = {}
+    for o in doc.get("ops", []):
+        ops[(o["op"], o["shape"], o.get("dtype") or "")] = o
+    return {"label": name, "file": str(path), "kernel_time_us": s.get("kernel_time_us") or 0.0,
+            "time_by_class_us": s["time_by_class_us"], "flops_by_class": flops_by_class, "ops": ops,
+            "gpu_time": s.get("gpu_time") or {}, "mfu": (doc.get("mfu") or {}).get("mfu"),
+            "tensor_core_share": s.get("tensor_core_share")}
+
+
+def _ratio(base, this):
+    return base / this if base and this else None
+
+
+def _cell(time_us, total_us, flops, base_time):
+    return {"time_us": time_us, "share": time_us / total_us if time_us is not None and total_us else None,
+            "achieved_tflops": flops / (time_us * 1e6) if flops and time_us else None,
+            "ratio_to_baseline": _ratio(base_time, time_us)}
+
+
+def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -> dict:
+    ms = [_machine(p, d) for p, d in docs]
+    seen: dict[str, int] = {}
+    for m in ms:
+        seen[m["label"]] = seen.get(m["label"], 0) + 1
+        if seen[m["label"]] > 1:
+            m["label"] = f"{m['label']} #{seen[m['label']]}"
+    base = ms[0]
+    if baseline is not None:
+        hits = [m for m in ms if baseline.lower() in m["label"].lower() or baseline in m["file"]]
+        if len(hits) != 1:
+            raise InputError(None, f"matches {'several' if hits else 'no'} trace reports", key="--baseline",
+                             value=baseline)
+        base = hits[0]
+    classes = list(dict.fromkeys(c for m in ms for c in m["time_by_class_us"]))
+    class_rows = []
+    for c in sorted(classes, key=lambda c: -base["time_by_class_us"].get(c, 0.0)):
+        bt = base["time_by_class_us"].get(c)
+        class_rows.append({"class": c, "cells": {m["label"]: _cell(m["time_by_class_us"].get(c), m["kernel_time_us"],
+                                                                   m["flops_by_class"].get(c), bt) for m in ms}})
+    op_keys = list(dict.fromkeys(k for m in ms for k in m["ops"]))
+    op_rows = []
+    for k in sorted(op_keys, key=lambda k: -(base["ops"].get(k) or {}).get("kernel_time_us", 0.0)):
+        bt = (base["ops"].get(k) or {}).get("kernel_time_us")
+        cells = {}
+        for m in ms:
+            o = m["ops"].get(k)
+            cells[m["label"]] = None if o is None else _cell(o.get("kernel_time_us"), m["kernel_time_us"], o.get("flops"), bt)
+        op_rows.append({"op": k[0], "shape": k[1], "dtype": k[2], "cells": cells})
+    gpu = {m["label"]: {f: m["gpu_time"].get(f) for f in GPU_FIELDS} for m in ms}
+    return {"schema": SCHEMA, "baseline": base["label"],
+            "machines": [{"label": m["label"], "file": m["file"], "kernel_time_us": m["kernel_time_us"],
+                          "tensor_core_share": m["tensor_core_share"], "mfu": m["mfu"]} for m in ms],
+            "classes": class_rows, "ops": op_rows, "gpu_time": gpu,
+            "gpu_time_ratio": {m["label"]: {f: _ratio(gpu[base["label"]].get(f), gpu[m["label"]].get(f))
+                                            for f in ("gpu_span_us", "busy_us", "computation_us")} for m in ms}}
+
+
+def _f(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def _cells_for(row_cells: dict, labels: list[str]) -> list[str]:
+    out = []
+    for lab in labels:
+        c = row_cells.get(lab)
+        if c is None or c["time_us"] is None:
+            out += ["missing", "", "", ""]
+            continue
+        r = c["ratio_to_baseline"]
+        out += [_f(c["time_us"], ",.1f"), _f(None if c["share"] is None else 100 * c["share"], ".1f"),
+                _f(c["achieved_tflops"], ".3g"), "-" if r is None else f"{r:.2f}x"]
+    return out
+
+
+def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]]:
+    """(title, columns, rows) for the kernel classes, the operators and the GPU time: one set of cells for
+    the terminal and the HTML page."""
+    labels = [m["label"] for m in cmp["machines"]]
+    per = []
+    for i, _ in enumerate(labels):
+        t = f"[{i + 1}]"
+        per += [(f"{t} time us", "right"), (f"{t} share %", "right"), (f"{t} TFLOP/s", "right"), (f"{t} vs base", "right")]
+    cls = [[r["class"]] + _cells_for(r["cells"], labels) for r in cmp["classes"]]
+    ops = [[r["op"], r["shape"], r["dtype"]] + _cells_for(r["cells"], labels) for r in cmp["ops"]]
+    gcols = [("GPU time", "left")] + [(f"[{i + 1}] us", "right") for i in range(len(labels))]
+    g = [[f] + [_f(cmp["gpu_time"][lab].get(f), ",.1f") for lab in labels] for f in GPU_FIELDS]
+    g.append(["MFU %"] + [_f(None if m["mfu"] is None else 100 * m["mfu"], ".2f") for m in cmp["machines"]])
+    return [("kernel time by class", [("class", "left")] + per, cls),
+            ("operators (GEMM, convolution, attention; recorded shapes)", [("op", "left"), ("shape", "left"),
+                                                                             ("dtype", "left")] + per, ops),
+            ("GPU time over the whole trace (kernel intervals merged across streams)", gcols, g)]
+
+
+def print_trace_compare(cmp: dict, console=None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from microbench.reports.report import wide_console
+
+    console = console or wide_console()
+    if not console.is_terminal:
+        console.width = max(console.width, 90 + 44 * len(cmp["machines"]))
+    for i, m in enumerate(cmp["machines"]):
+        base = " (baseline)" if m["label"] == cmp["baseline"] else ""
+        console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: kernel time "
+                      f"{m['kernel_time_us']:,.1f} us  [dim]{escape(m['file'])}[/]")
+    for title, cols, rows in tables(cmp):
+        t = Table(title=f"{title}; vs base: baseline time / this time", header_style="bold")
+        for name, just in cols:
+            t.add_column(escape(name), justify=just, no_wrap=name not in ("shape", "op"))
+        for r in rows:
+            t.add_row(*[escape(v) for v in r])
+        console.print(t)
+
+
+def trace_compare_html(cmp: dict) -> str:
+    from microbench.reports import html as H
+
+    items = "".join(f'<li><b>[{i + 1}] {H.esc(m["label"])}</b>{" (baseline)" if m["label"] == cmp["baseline"] else ""}'
+                    f': {H.esc(m["file"])}, kernel time {m["kernel_time_us"]:,.1f} us</li>'
+                    for i, m in enumerate(cmp["machines"]))
+    parts = [f"<h2>machines</h2><ul>{items}</ul><p>vs base: baseline time / this time (2.00x = twice as fast as "
+             "the baseline); TFLOP/s: model FLOPs (recorded shapes) over kernel time.</p>"]
+    for title, cols, rows in tables(cmp):
+        parts.append(f"<h2>{H.esc(title)}</h2>" + H.table(cols, [(r, None) for r in rows]))
+    return H.page(f"dawnscope: one workload on {len(cmp['machines'])} machines, baseline {cmp['baseline']}",
+                  "\n".join(parts))

@@ -1,0 +1,245 @@
+"""The per-op performance model over a Timeline recorded with shapes: each GEMM / convolution / attention
+operator's FLOPs and bytes (microbench/timeline/opmodel.py), the kernels it launched, achieved TFLOP/s against
+the datasheet peak and a measured ceiling, model FLOPs utilisation (MFU) of the trace and of each step, and
+DLProf's eligibility check (microbench/timeline/eligibility.py). Definitions: docs/traces.md.
+
+- An operator nested inside another modelled operator on the same thread (aten::addmm inside aten::linear,
+  aten::_flash_attention_forward inside aten::scaled_dot_product_attention) counts once, as the outermost.
+- A kernel belongs to the outermost modelled operator whose CPU time contains the kernel's launch (the runtime
+  call with its correlation id) on the launching thread.
+- The operator's FLOPs are spread over its GEMM-class kernels (class gemm / tc_gemm) in proportion to their
+  duration (a split-K reduction or an element-wise epilogue gets none); an operator without one spreads them
+  over all its kernels.
+- Peak of an operator: the datasheet peak of its input precision; fp32 is judged against TF32 where its
+  kernels ran on Tensor Cores, else against the fp32 (CUDA core) peak.
+- MFU of a window (a step: its CPU duration; the whole trace: the steps' summed duration, or the span from the
+  first to the last GPU activity where there are no steps) = sum over its operators of FLOPs / peak, over the
+  window: achieved model FLOP/s over peak, PaLM's definition, with mixed precisions weighted per operator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from microbench.timeline import eligibility
+from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
+from microbench.timeline.opmodel import OpWork, modelled_ops, op_work
+
+GEMM_CLASSES = ("gemm", "tc_gemm")
+PEAK_COLUMN = {"fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8",
+               "fp8_e5m2": "fp8", "int8": "int8"}
+
+
+@dataclass
+class OpCalls:
+    """One modelled operator call at the outermost level, with its kernels."""
+
+    row: int               # row in tl.cpu_ops
+    name: str
+    work: OpWork
+    kernels: np.ndarray    # kernel rows
+    kernel_time_us: float
+    precision: str | None  # the datasheet column its peak comes from
+
+
+@dataclass
+class OpModel:
+    calls: list[OpCalls]
+    kernel_flops: np.ndarray  # per kernel row: model FLOPs attributed to it (0 where none)
+    notes: list[str] = field(default_factory=list)
+
+
+def _arg(tl: Timeline, col: str, row: int):
+    ids = getattr(tl.cpu_ops, col, None)
+    if ids is None or ids[row] == NO_ID:
+        return None
+    return tl.arg_values[ids[row]]
+
+
+def _outermost(tl: Timeline, rows: np.ndarray) -> np.ndarray:
+    """Of the given cpu_op rows, those not inside another of them on the same thread."""
+    ops = tl.cpu_ops
+    order = rows[np.lexsort((-ops.dur_us[rows], ops.ts_us[rows], ops.thread[rows]))]
+    keep, cur_thread, cur_end = [], None, -np.inf
+    for r in order:
+        if ops.thread[r] == cur_thread and ops.ts_us[r] < cur_end:
+            continue
+        keep.append(r)
+        cur_thread, cur_end = ops.thread[r], ops.ts_us[r] + ops.dur_us[r]
+    return np.array(keep, dtype=np.int64)
+
+
+def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
+    """Per kernel row: the index into `tops` of the operator that launched it, -1 for none."""
+    owner = np.full(len(tl.kernels), -1, dtype=np.int64)
+    li = tl.launch_index()
+    ok = (li != NO_ID) & (tl.kernels.category == KERNEL)
+    if not len(tops) or not ok.any():
+        return owner
+    ops = tl.cpu_ops
+    l_ts, l_thread = tl.launches.ts_us[li[ok]], tl.launches.thread[li[ok]]
+    found = np.full(len(l_ts), -1, dtype=np.int64)
+    for th in np.unique(l_thread):
+        mine = tops[ops.thread[tops] == th]
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(ops.ts_us[mine], kind="stable")]
+        starts, ends = ops.ts_us[mine], ops.ts_us[mine] + ops.dur_us[mine]
+        sel = np.flatnonzero(l_thread == th)
+        pos = np.searchsorted(starts, l_ts[sel], "right") - 1
+        inside = (pos >= 0) & (l_ts[sel] <= ends[np.maximum(pos, 0)])
+        index_of = {int(r): i for i, r in enumerate(tops)}
+        found[sel[inside]] = [index_of[int(r)] for r in mine[pos[inside]]]
+    owner[np.flatnonzero(ok)] = found
+    return owner
+
+
+def _precision(work: OpWork, kernel_tc: np.ndarray, peaks: dict) -> str | None:
+    col = PEAK_COLUMN.get(work.dtype or "")
+    if col == "fp32" and "tf32" in peaks and (kernel_tc == TC_VALUES.index("yes")).any():
+        return "tf32"
+    return col
+
+
+def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
+    """The modelled operators of `tl` and the FLOPs attributed to each kernel. `peaks`: the device's datasheet
+    peaks (TFLOP/s by column), used to pick TF32 for fp32."""
+    names = modelled_ops()
+    ops = tl.cpu_ops
+    notes: list[str] = []
+    kernel_flops = np.zeros(len(tl.kernels))
+    if not len(ops):
+        return OpModel([], kernel_flops, ["no CPU operators in the trace: no per-op model"])
+    name_ids = [i for i, s in enumerate(tl.names.strings) if s in names]
+    rows = np.flatnonzero(np.isin(ops.name, name_ids) & (ops.input_dims != NO_ID))
+    if not len(rows):
+        if np.isin(ops.name, name_ids).any():
+            notes.append("GEMM / convolution / attention operators without shapes: record with "
+                         "torch.profiler.profile(record_shapes=True) for FLOPs and MFU")
+        return OpModel([], kernel_flops, notes)
+    tops = _outermost(tl, rows)
+    owner = _kernel_owner(tl, tops)
+    gemm_cls = np.isin(tl.kernels.cls, [i for i, c in enumerate(tl.classes) if c.cls in GEMM_CLASSES])
+    calls = []
+    for i, r in enumerate(tops):
+        name = tl.names[ops.name[r]]
+        work = op_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
+        mine = np.flatnonzero(owner == i)
+        t = float(tl.kernels.dur_us[mine].sum())
+        carriers = mine[gemm_cls[mine]] if gemm_cls[mine].any() else mine
+        t_carry = float(tl.kernels.dur_us[carriers].sum())
+        if work.flops and t_carry > 0:
+            kernel_flops[carriers] += work.flops * tl.kernels.dur_us[carriers] / t_carry
+        calls.append(OpCalls(int(r), name, work, mine, t, _precision(work, tl.kernels.tensor_cores[carriers], peaks or {})))
+    unknown = sum(1 for c in calls if c.work.flops is None)
+    if unknown:
+        why = next(c.work.note for c in calls if c.work.flops is None)
+        notes.append(f"{unknown} of {len(calls)} modelled operator calls have no FLOP count ({why})")
+    return OpModel(calls, kernel_flops, notes)
+
+
+def _shape_label(work: OpWork) -> str:
+    d = work.dims
+    if work.family in ("conv", "conv_bwd"):
+        return f"N={d.get('n')} C={d.get('c')} K={d.get('k')} groups={d.get('groups')}"
+    if not d:
+        return "?"
+    b = f"{d['batch']}x " if d.get("batch", 1) != 1 else ""
+    return f"{b}M={d['m']} N={d['n']} K={d['k']}" + (" causal" if d.get("causal") else "")
+
+
+def _pct(x: float | None, of: float | None):
+    return 100.0 * x / of if x is not None and of else None
+
+
+def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dict[str, float]) -> list[dict]:
+    """Per operator name, shape and dtype: calls, FLOPs, bytes, kernel time, achieved TFLOP/s and its share of
+    the datasheet peak and of the measured ceiling (TFLOP/s by datasheet column); most kernel time first."""
+    groups: dict[tuple, dict] = {}
+    for c in model.calls:
+        key = (c.name, _shape_label(c.work), c.work.dtype)
+        g = groups.setdefault(key, {"op": c.name, "family": c.work.family, "shape": key[1], "dtype": c.work.dtype,
+                                    "precision": c.precision, "calls": 0, "flops": 0, "bytes": 0,
+                                    "kernel_time_us": 0.0, "kernels": 0, "tc_kernel_time_us": 0.0,
+                                    "note": c.work.note})
+        g["calls"] += 1
+        g["flops"] = None if c.work.flops is None or g["flops"] is None else g["flops"] + c.work.flops
+        g["bytes"] = None if c.work.bytes_moved is None or g["bytes"] is None else g["bytes"] + c.work.bytes_moved
+        g["kernel_time_us"] += c.kernel_time_us
+        g["kernels"] += len(c.kernels)
+        yes = tl.kernels.tensor_cores[c.kernels] == TC_VALUES.index("yes")
+        g["tc_kernel_time_us"] += float(tl.kernels.dur_us[c.kernels][yes].sum())
+    out = []
+    for g in groups.values():
+        t = g["kernel_time_us"]
+        tflops = g["flops"] / (t * 1e6) if g["flops"] is not None and t > 0 else None
+        g["achieved_tflops"] = tflops
+        g["pct_of_datasheet"] = _pct(tflops, peaks.get(g["precision"]))
+        g["pct_of_measured"] = _pct(tflops, measured.get(g["precision"]))
+        g["achieved_gbps"] = g["bytes"] / (t * 1e3) if g["bytes"] is not None and t > 0 else None
+        out.append(g)
+    return sorted(out, key=lambda g: -g["kernel_time_us"])
+
+
+def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[float, int, list[str]]:
+    """Sum over the calls of FLOPs / peak (microseconds at the datasheet peak), the FLOPs counted, and the
+    precisions without a datasheet peak."""
+    at_peak, flops, missing = 0.0, 0, set()
+    for c in calls:
+        if not c.work.flops:
+            continue
+        peak = peaks.get(c.precision or "")
+        if not peak:
+            missing.add(str(c.precision))
+            continue
+        at_peak += c.work.flops / (peak * 1e6)
+        flops += c.work.flops
+    return at_peak, flops, sorted(missing)
+
+
+def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None) -> dict:
+    """MFU of the whole trace and of each window (steps): see the module docstring."""
+    ops = tl.cpu_ops
+    per_step = []
+    if windows is not None and len(windows):
+        for j in range(len(windows)):
+            lo, hi, pid = windows.ts_us[j], windows.end_us[j], windows.pid[j]
+            mine = [c for c in model.calls if ops.pid[c.row] == pid and lo <= ops.ts_us[c.row] <= hi]
+            at_peak, flops, _ = time_at_peak_us(mine, peaks)
+            wall = float(windows.dur_us[j])
+            per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
+                             "achieved_tflops": flops / (wall * 1e6) if wall > 0 else None,
+                             "mfu": at_peak / wall if wall > 0 and peaks else None})
+    at_peak, flops, missing = time_at_peak_us(model.calls, peaks)
+    window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
+    basis = "the steps' summed CPU duration" if per_step else "the span of GPU activity (no steps in the trace)"
+    return {"model_flops": flops, "window_us": window, "window": basis,
+            "achieved_tflops": flops / (window * 1e6) if window else None,
+            "mfu": at_peak / window if window and peaks else None,
+            "precisions_without_peak": missing, "steps": per_step}
+
+
+def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Device) -> dict:
+    """DLProf's check over every modelled operator call: findings grouped by rule and operator, with the kernel
+    time at stake, most time first; and the total time eligible for Tensor Cores but run without them."""
+    autocast_id = tl.names.find("aten::_autocast_to_reduced_precision")
+    autocast = autocast_id != NO_ID and bool((tl.cpu_ops.name == autocast_id).any())
+    gemm = {i for i, c in enumerate(tl.classes) if c.cls in GEMM_CLASSES}
+    out: dict[tuple, dict] = {}
+    for c in model.calls:
+        rows = [r for r in c.kernels if tl.kernels.cls[r] in gemm]
+        if not rows:
+            continue
+        tc = [TC_VALUES[tl.kernels.tensor_cores[r]] for r in rows]
+        names = [tl.names[tl.kernels.name[r]] for r in rows]
+        f = eligibility.check(c.work, tc, names, device, autocast, _arg(tl, "input_strides", c.row))
+        if f is None:
+            continue
+        g = out.setdefault((f.rule, c.name, f.reason), {"rule": f.rule, "op": c.name, "reason": f.reason,
+                                                        "remedy": f.remedy, "calls": 0, "time_us": 0.0})
+        g["calls"] += 1
+        g["time_us"] += c.kernel_time_us
+    findings = sorted(out.values(), key=lambda g: -g["time_us"])
+    return {"eligible_unused_us": sum(g["time_us"] for g in findings), "autocast_in_trace": autocast,
+            "findings": findings}
