@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "versions flagged.",
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a results file; unknown "
                "--baseline; an unusable --html/--json path), 130 interrupted.")
-    ap.add_argument("results", nargs="+", type=Path, help="results.json or pytest-benchmark JSON files (.gz too)")
+    ap.add_argument("results", nargs="+", type=Path,
+                    help="results.json or pytest-benchmark JSON files (.gz too); or trace reports (microbench.trace "
+                         "--json): one workload on several machines, per kernel class and per op")
     ap.add_argument("--baseline", default=None, metavar="NAME",
                     help="the machine the ratios are relative to: its label (device name), file name or a unique "
                          "part of either; default: the first file")
@@ -40,10 +42,14 @@ def _run(args) -> int:
     for opt, path in (("--html", args.html), ("--json", args.json)):
         if path:
             check_file(path, opt)
-    cmp = compare(args.results, args.baseline)
-    print_compare(cmp)
+    from microbench.reports import trace_compare as T
+
+    traces = T.load_trace_reports(args.results)
+    cmp = T.compare_traces(traces, args.baseline) if traces else compare(args.results, args.baseline)
+    (T.print_trace_compare if traces else print_compare)(cmp)
     if args.html:
-        print(f"wrote {write_file(args.html, compare_html(cmp), '--html')}", file=sys.stderr)
+        page = (T.trace_compare_html if traces else compare_html)(cmp)
+        print(f"wrote {write_file(args.html, page, '--html')}", file=sys.stderr)
     if args.json:
         print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
     return 0

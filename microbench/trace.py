@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from microbench.core.errors import run_command
+from microbench.core.errors import InputError, run_command
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
 
@@ -14,21 +14,66 @@ from microbench.timeline.analysis import analyze
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m microbench.trace",
-        description="Read a PyTorch profiler (Kineto) trace (.json or .json.gz, NVIDIA or AMD) and report kernel "
-                    "time by class, the Tensor Core / matrix-core share with the rule that recognised each kernel, "
-                    "communication and exposed communication, the top kernels, and time per annotation and "
-                    "ProfilerStep.",
-        epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a Kineto trace; an unusable "
-               "--json path), 130 interrupted. "
+        description="Read a profiler trace and report kernel time by class, the Tensor Core / matrix-core share "
+                    "with the evidence for each kernel (hardware counters, else the kernel-name rule), "
+                    "communication and exposed communication, idle and busy GPU time per step, per-op FLOPs, "
+                    "achieved TFLOP/s and MFU (traces recorded with shapes), Tensor Core eligibility, the top "
+                    "kernels, and time per annotation and step. Formats, told apart by content: PyTorch profiler "
+                    "(Kineto) JSON (.json or .json.gz, NVIDIA or AMD; also CUPTI range-profiler mode), Nsight "
+                    "Systems SQLite (nsys export --type sqlite), Nsight Compute CSV (ncu --csv, long or --page raw).",
+        epilog="Exit codes: 0 done, 2 bad input (empty, truncated, not a trace of a known format, a bad --ceiling; "
+               "an unusable --json path), 130 interrupted. "
                "Definitions: docs/traces.md.")
-    ap.add_argument("file", type=Path, help="trace file written by torch.profiler (export_chrome_trace / "
-                                            "tensorboard_trace_handler), .json or .json.gz")
+    ap.add_argument("file", type=Path, help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an "
+                                            "Nsight Systems SQLite export or an Nsight Compute CSV")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
     ap.add_argument("--top", type=int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
+    ap.add_argument("--steps", default=None, metavar="NAME",
+                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
+    ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
+                    help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
+                         + ", ".join(MEASURED_PRECISIONS) + ")")
+    ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
+                    help="take the measured compute ceilings from a results.json of microbench.roofline")
     return ap
+
+
+MEASURED_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+# results.json dtypes -> datasheet columns
+_DTYPE_COLUMN = {"fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8",
+                 "int8": "int8"}
+
+
+def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
+    """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings) then --ceiling."""
+    from microbench.core.jsonio import load_json
+
+    out: dict[str, float] = {}
+    if results is not None:
+        doc = load_json(results)
+        ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
+        if not isinstance(ceilings, list):
+            raise InputError(results, "no `ceilings` list: not a results.json of microbench.roofline", key="ceilings")
+        for c in ceilings:
+            if isinstance(c, dict) and c.get("source") == "measured" and c.get("kind") == "compute" \
+                    and c.get("dtype") in _DTYPE_COLUMN and isinstance(c.get("value"), (int, float)):
+                out[_DTYPE_COLUMN[c["dtype"]]] = float(c["value"])
+        if not out:
+            raise InputError(results, "no measured compute ceiling in its `ceilings`", key="ceilings")
+    for pair in pairs:
+        prec, _, value = pair.partition("=")
+        try:
+            tflops = float(value)
+        except ValueError:
+            tflops = -1.0
+        if prec not in MEASURED_PRECISIONS or not tflops > 0:
+            raise InputError(None, f"expected PREC=TFLOPS with PREC one of {', '.join(MEASURED_PRECISIONS)} and a "
+                                   "positive number", key="--ceiling", value=pair)
+        out[prec] = tflops
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +88,8 @@ def _run(args) -> int:
 
     if args.json:
         check_file(args.json, "--json")
-    doc = analyze(args.file, load_config(args.config))
+    measured = measured_ceilings(args.ceiling, args.ceilings)
+    doc = analyze(args.file, load_config(args.config), step_range=args.steps, measured=measured)
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {write_file(args.json, dumps(doc), '--json')}", file=sys.stderr)

@@ -13,6 +13,25 @@ TRACE_SCHEMA = "dawnscope.trace/1"
 GPU_FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
 
 
+def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
+    """The documents when every input is a trace report, None when none is; a mix is an error."""
+    from microbench.core.jsonio import load_json
+
+    docs = []
+    for p in paths:
+        doc = load_json(p)
+        is_trace = isinstance(doc, dict) and str(doc.get("schema", "")).startswith("dawnscope.trace/")
+        docs.append((Path(p), doc if is_trace else None))
+    traces = [d for d in docs if d[1] is not None]
+    if not traces:
+        return None
+    if len(traces) != len(docs):
+        other = next(p for p, d in docs if d is None)
+        raise InputError(other, "not a trace report (microbench.trace --json), and the other inputs are: compare "
+                                "trace reports with trace reports, results with results")
+    return traces
+
+
 def _machine(path: Path, doc: dict) -> dict:
     if doc.get("schema") != TRACE_SCHEMA:
         raise InputError(path, f"unsupported trace report schema (this version reads {TRACE_SCHEMA})", key="schema",

@@ -48,24 +48,19 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
         t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]))
     console.print(t)
 
-    t = Table(title=f"top {min(top, len(doc['kernels']))} kernels", header_style="bold")
-    for c, j in (("kernel", "left"), ("class", "left"), ("TC", "left"), ("rule", "left"), ("calls", "right"),
-                 ("time us", "right"), ("share", "right")):
+    t = Table(title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has them, "
+                    "else the name rule)", header_style="bold")
+    for c, j in (("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
+                 ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")):
         t.add_column(c, justify=j, no_wrap=c != "kernel")
     for k in doc["kernels"][:top]:
         p = k["params"]
-        t.add_row(escape(_short(p["kernel"])), p["class"], k["tensor_cores"], p["rule"].split(" ")[0], str(p["calls"]),
-                  f"{p['kernel_time_us']:,.1f}", _pct(p["share"]))
+        ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
+        t.add_row(escape(_short(p["kernel"])), p["class"], k["tensor_cores"], ev, str(p["calls"]),
+                  f"{p['kernel_time_us']:,.1f}", _pct(p["share"]), _num(p.get("achieved_tflops"), ".3g"))
     console.print(t)
-
-    if doc["steps"]:
-        t = Table(title="profiler steps", header_style="bold")
-        for c in ("step", "wall us", "kernels", "kernel time us", "GPU span us"):
-            t.add_column(c, justify="left" if c == "step" else "right")
-        for st in doc["steps"]:
-            t.add_row(st["name"], f"{st['wall_us']:,.1f}", str(st["kernel_count"]), f"{st['kernel_time_us']:,.1f}",
-                      f"{st['gpu_span_us']:,.1f}")
-        console.print(t)
+    _print_steps(console, doc)
+    _print_ops(console, doc, top)
     if doc["annotations"]:
         t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)",
                   header_style="bold")
@@ -76,5 +71,67 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
             t.add_row(escape(_short(a["name"], 60)), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
                       f"{a['kernel_time_us']:,.1f}", "-" if g is None else f"{g:,.1f}")
         console.print(t)
+    _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def _num(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _print_steps(console, doc: dict) -> None:
+    """Per step and over the whole trace: the GPU time breakdown (kernel intervals merged across streams) and
+    MFU."""
+    from rich.table import Table
+
+    g, m = doc["summary"].get("gpu_time") or {}, doc.get("mfu") or {}
+    t = Table(title="GPU time per step (us; busy = computation + exposed communication + exposed memcpy; "
+                    "idle = span - busy)", header_style="bold")
+    cols = ("step", "wall", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
+            "TFLOP/s", "MFU")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "step" else "right")
+    rows = [(st["name"], st["wall_us"], str(st["kernel_count"]), st) for st in doc["steps"]]
+    rows.append(("whole trace", m.get("window_us"), str(doc["summary"]["kernel_count"]), g | m))
+    for name, wall, n, st in rows:
+        t.add_row(name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
+            "gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")),
+            _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu")))
+    console.print(t)
+
+
+def _print_ops(console, doc: dict, top: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    if doc.get("ops"):
+        t = Table(title="operators with a work model (recorded shapes): FLOPs over the kernel time of each op",
+                  header_style="bold")
+        for c in ("op", "shape", "dtype", "calls", "GFLOP", "kernel time us", "TFLOP/s", "% datasheet", "% measured"):
+            t.add_column(c, justify="left" if c in ("op", "shape", "dtype") else "right")
+        for o in doc["ops"][:top]:
+            t.add_row(escape(o["op"]), escape(o["shape"]), o["dtype"] or "?", str(o["calls"]),
+                      _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), f"{o['kernel_time_us']:,.1f}",
+                      _num(o["achieved_tflops"], ".3g"), _num(o["pct_of_datasheet"], ".1f"),
+                      _num(o["pct_of_measured"], ".1f"))
+        console.print(t)
+    el = doc.get("eligibility") or {}
+    if el.get("findings"):
+        console.print(f"[bold]Tensor Core eligible but not used:[/] {el['eligible_unused_us']:,.1f} us of kernel time")
+        for f in el["findings"][:top]:
+            console.print(f"  {f['time_us']:,.1f} us, {f['calls']} x {escape(f['op'])}: {escape(f['reason'])}; "
+                          f"remedy: {escape(f['remedy'])}")
+
+
+def _print_unknown(console, doc: dict) -> None:
+    from rich.markup import escape
+
+    u = doc.get("unknown_kernels")
+    if not u:
+        return
+    console.print(f"[bold yellow]{u['share']:.1%} of kernel time is in kernels whose Tensor Core use no rule "
+                  "settles; the largest:[/]")
+    for k in u["top"]:
+        console.print(f"  {k['kernel_time_us']:,.1f} us ({_pct(k['share'])}) {k['class']}: {escape(_short(k['kernel'], 110))}")
+    console.print(f"  to recognise them: {escape(u['how_to_add_a_rule'])}")

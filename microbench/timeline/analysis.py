@@ -12,34 +12,65 @@ from microbench.timeline.model import Timeline
 SCHEMA = "dawnscope.trace/1"
 
 
+def detect_format(path: str | Path) -> str:
+    """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
+    sqlite`), "ncu" (an `ncu --csv` export), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
+    CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
+    from microbench.core.errors import InputError
+    from microbench.timeline import ncu, nsys
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise InputError(Path(path), f"cannot read: {e.strerror or e}") from None
+    if nsys.is_sqlite(head):
+        return "nsys"
+    if not head.startswith(b"\x1f\x8b") and ncu.looks_like_ncu_csv(head.decode("utf-8", errors="replace")):
+        return "ncu"
+    return "kineto"
+
+
 def read_trace(path: str | Path) -> Timeline:
-    """The timeline of a trace file. Kineto JSON is the one format so far; a reader per format fills the
-    same Timeline."""
-    from microbench.timeline import kineto
+    """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
+    Timeline (microbench/timeline/model.py)."""
+    from microbench.timeline import kineto, ncu, nsys
 
-    return kineto.read(path)
+    return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
 
 
-def analyze(path: str | Path, cfg=None) -> dict:
-    """The whole report of one trace as a JSON-ready dict."""
+def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None) -> dict:
+    """The whole report of one trace as a JSON-ready dict. `step_range`: the name of the ranges that are steps
+    (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by datasheet column."""
+    from microbench.timeline import perf
+
     tl = read_trace(path)
     devices = device_entries(tl, cfg)
     summary = summary_of(tl)
+    kernels = kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices}, summary["kernel_time_us"])
+    extra = perf.performance(tl, devices, summary, kernels, step_range, measured)
+    summary["gpu_time"] = extra["gpu_time"]
+    summary["eligible_unused_us"] = extra["eligibility"]["eligible_unused_us"]
+    summary["mfu"] = extra["mfu"]["mfu"]
     dist = tl.distributed
     return {
         "schema": SCHEMA,
         "file": str(path),
+        "format": tl.format,
         "trace": {k: tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in tl.meta}
                  | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
                     if dist else {}),
         "devices": devices,
         "summary": summary,
         "classes": class_labels(),
-        "kernels": kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices},
-                                summary["kernel_time_us"]),
+        "kernels": kernels,
+        "ops": extra["ops"],
+        "mfu": extra["mfu"],
+        "eligibility": extra["eligibility"],
+        "unknown_kernels": extra["unknown_kernels"],
         "annotations": metrics.annotation_times(tl),
-        "steps": metrics.step_times(tl),
-        "notes": notes_of(tl, summary),
+        "steps": extra["steps"],
+        "notes": notes_of(tl, summary) + extra["notes"],
     }
 
 
@@ -97,11 +128,16 @@ def device_entries(tl: Timeline, cfg=None) -> list[dict]:
     """The devices kernels ran on (else the first the trace describes), with the trace's properties and the
     matching datasheet entry where `cfg` is given."""
     used = metrics.devices_with_kernels(tl)
+    props, mapped = _properties_by_device(tl, used)
     out = []
     for dev in used or sorted(tl.device_properties)[:1]:
-        p = tl.device_properties.get(dev, {})
+        p = props.get(dev, {})
         name = str(p.get("name") or "")
         entry = {"id": dev, "name": name or None, "kernels_ran_here": dev in used}
+        if dev in mapped:
+            entry["properties_of"] = mapped[dev]
+            entry["note"] = (f"the trace's kernels name device {dev}, its deviceProperties describe device "
+                             f"{mapped[dev]}: ROCm numbers devices by HSA agent, the CPUs first; taken to be the same")
         if "computeMajor" in p:
             entry["compute_capability"] = f"{p.get('computeMajor')}.{p.get('computeMinor')}"
         if p.get("gcnArchName"):
@@ -116,6 +152,20 @@ def device_entries(tl: Timeline, cfg=None) -> list[dict]:
                                                         "entry): no datasheet peaks"}
         out.append(entry)
     return out
+
+
+def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict], dict[int, int]]:
+    """deviceProperties by the device ids the kernels carry. ROCm traces number kernels' devices by HSA agent
+    (CPU agents first: the MI300X trace's GPU 0 runs "device 2") while deviceProperties counts GPUs from 0:
+    when the kernels' unknown ids and the unused property entries are equally many, they are paired in order."""
+    props = dict(tl.device_properties)
+    missing = [d for d in used if d not in props]
+    spare = [d for d in sorted(props) if d not in used]
+    mapped: dict[int, int] = {}
+    if missing and len(missing) == len(spare):
+        for d, q in zip(missing, spare):
+            props[d], mapped[d] = props[q], q
+    return props, mapped
 
 
 def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:

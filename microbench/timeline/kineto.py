@@ -14,7 +14,9 @@ Which event goes where (docs/traces.md, "One timeline"):
 - a category ending in `_runtime` or `_driver` (cuda_runtime, cuda_driver, hip_runtime) with an integer
   `correlation` -> launches;
 - `ProfilerStep#N`, as a `user_annotation` or (older profilers) a `cpu_op` -> a CPU range, never an operator;
-- `user_annotation` -> CPU ranges; `gpu_user_annotation` -> GPU ranges; `cpu_op` -> CPU operators.
+- `user_annotation` -> CPU ranges; `gpu_user_annotation` -> GPU ranges; `cpu_op` -> CPU operators (with
+  `Input Dims`, `Input type`, `Concrete Inputs`, `Input Strides` where recorded);
+- `cuda_profiler_range` (CUPTI range-profiler mode) -> a kernel with the hardware counters of its `args`.
 Everything else (python_function, cuda_sync, flow events, counters) is left out.
 """
 from __future__ import annotations
@@ -38,6 +40,8 @@ COPY_CATEGORIES = {"gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET,
 # Events whose times the report cannot do without: a non-numeric ts/dur there is an error, elsewhere a skip.
 NEEDS_TIMES = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation")
 _NUM = (int, float)
+# CUPTI range-profiler mode (torch.profiler with experimental_config profiler_metrics): one range per kernel.
+PROFILER_RANGE = "cuda_profiler_range"
 
 
 class Args(msgspec.Struct):
@@ -50,6 +54,8 @@ class Args(msgspec.Struct):
     seq: Any = msgspec.field(default=None, name="Sequence number")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
+    input_strides: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Strides")
 
 
 class Event(msgspec.Struct):
@@ -102,7 +108,7 @@ def read(path: str | Path) -> Timeline:
             events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
         except msgspec.ValidationError as e:
             raise _event_error(path, e, base) from None
-        _add_events(path, b, events, base)
+        _add_events(path, b, events, base, batch)
         b.flush()
     return b.build(decode_arg=msgspec.json.decode)
 
@@ -177,6 +183,17 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     b.meta = {k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None}
 
 
+def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw) -> None:
+    """A CUPTI range-profiler range: one kernel, replayed alone, with hardware counters in its `args` (decoded
+    here in full: the counter names vary with what was asked for). The range's duration is the profiler's,
+    not the kernel's run time (a note in the report says so)."""
+    full = msgspec.json.decode(raw)
+    args = full.get("args") if isinstance(full.get("args"), dict) else {}
+    b.add_kernel(name, ts, dur, _int(args.get("device"), 0), _int(ev.tid, 0), NO_ID, NO_ID, KERNEL)
+    b.add_counters({k: v for k, v in args.items() if type(v) in _NUM})
+    b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
+
+
 def _int(v, default: int = NO_ID) -> int:
     return v if type(v) is int else default
 
@@ -185,7 +202,7 @@ def _arg(b: TimelineBuilder, raw: msgspec.Raw) -> int:
     return b.arg_value(bytes(raw)) if len(raw) else NO_ID
 
 
-def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int) -> None:
+def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, raws=None) -> None:
     """One batch of decoded events into the builder's columns (the rules of the module docstring)."""
     for i, ev in enumerate(events):
         if ev.ph != "X":
@@ -205,7 +222,9 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int) 
             b.cover(ts, ts + dur)
         name = ev.name if type(ev.name) is str else str(ev.name)
         args = ev.args if type(ev.args) is Args else _NO_ARGS
-        if cat == "kernel" or cat in COPY_CATEGORIES:
+        if cat == PROFILER_RANGE and raws is not None:
+            _add_counter_range(b, name, ts, dur, ev, raws[i])
+        elif cat == "kernel" or cat in COPY_CATEGORIES:
             device = _int(args.device, _int(ev.pid, 0))
             b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
                          _int(args.external_id), COPY_CATEGORIES.get(cat, KERNEL))
@@ -222,4 +241,5 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int) 
         elif cat == "cpu_op":
             pid = b.process(ev.pid)
             b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
-                         _arg(b, args.input_dims), _arg(b, args.input_types))
+                         _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
+                         _arg(b, args.input_strides))

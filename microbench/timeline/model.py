@@ -135,6 +135,8 @@ class CpuOps(Table):
     seq: np.ndarray = _col("q")  # autograd `Sequence number`, NO_ID: none
     input_dims: np.ndarray = _col("i")  # id into Timeline.arg_values, NO_ID: none
     input_types: np.ndarray = _col("i")
+    concrete_inputs: np.ndarray = _col("i")  # `Concrete Inputs` (stride, padding, is_causal, ...), NO_ID: none
+    input_strides: np.ndarray = _col("i")  # `Input Strides` (memory layout), NO_ID: none
 
 
 @dataclass
@@ -182,6 +184,7 @@ class Timeline:
     meta: dict = field(default_factory=dict)  # the trace's own header (traceName, schemaVersion, ...)
     span_us: tuple[float, float] | None = None  # earliest start, latest end of all recorded activity
     skipped: dict[str, int] = field(default_factory=dict)  # what the reader left out, and how many
+    counters: dict[int, dict] = field(default_factory=dict)  # kernel row -> hardware counters (ncu, CUPTI ranges)
 
     def name(self, i: int) -> str:
         return self.names[i]
@@ -270,6 +273,7 @@ class TimelineBuilder:
         self.meta: dict = {}
         self.span_lo, self.span_hi = float("inf"), float("-inf")
         self.skipped: dict[str, int] = {}
+        self.counters: dict[int, dict] = {}
 
     def skip(self, what: str) -> None:
         self.skipped[what] = self.skipped.get(what, 0) + 1
@@ -305,9 +309,14 @@ class TimelineBuilder:
         self._rows[Launches].append((self.names.id(name), ts, dur, pid, thread, correlation))
 
     def add_cpu_op(self, name: str, ts: float, dur: float, pid: int, thread: int, external_id: int, seq: int,
-                   input_dims: int, input_types: int) -> None:
+                   input_dims: int, input_types: int, concrete_inputs: int = NO_ID, input_strides: int = NO_ID) -> None:
         self._rows[CpuOps].append((self.names.id(name), ts, dur, pid, thread, external_id, seq, input_dims,
-                                   input_types))
+                                   input_types, concrete_inputs, input_strides))
+
+    def add_counters(self, metrics: dict) -> None:
+        """Hardware counters (metric name -> value) of the kernel row added last (Nsight Compute, CUPTI
+        range profiler): the strongest Tensor Core evidence (microbench/timeline/counters.py)."""
+        self.counters[len(self.cols[Kernels]["name"]) + len(self._rows[Kernels]) - 1] = metrics
 
     def add_range(self, name: str, ts: float, dur: float, pid: int, thread: int, kind: int) -> None:
         self._rows[Ranges].append((self.names.id(name), ts, dur, pid, thread, kind))
@@ -344,4 +353,4 @@ class TimelineBuilder:
             arg_values=[decode_arg(k) for k in self.arg_values.strings], classes=tuple(classes),
             device_properties=self.device_properties, distributed=self.distributed, meta=self.meta,
             span_us=(self.span_lo, self.span_hi) if self.span_hi >= self.span_lo else None,
-            skipped=dict(self.skipped))
+            skipped=dict(self.skipped), counters=self.counters)
