@@ -215,8 +215,12 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     assert s["memcpy_time_us"] == 20
     assert doc["devices"][0]["datasheet"]["entry"] == "mi300x"
     assert doc["trace"]["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 8}
+    # the memcpy has no launch: in no step. Compute [100, 600) and RCCL [250, 650): busy 550 = 500 computation
+    # + 50 exposed communication, no idle time inside the step's GPU span; no shapes, no model FLOPs.
     assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
-                             "gpu_span_us": 550, "gpu_time_us": 900}]  # the memcpy has no launch: in no step
+                             "gpu_span_us": 550, "gpu_time_us": 900, "busy_us": 550, "computation_us": 500,
+                             "exposed_comm_us": 50, "exposed_memcpy_us": 0, "idle_us": 0, "model_flops": 0,
+                             "achieved_tflops": None, "mfu": None}]
     fwd = next(a for a in doc["annotations"] if a["name"] == "## forward ##")
     assert (fwd["kernel_count"], fwd["kernel_time_us"]) == (3, 400)
 

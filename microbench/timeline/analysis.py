@@ -46,9 +46,11 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
 
     tl = read_trace(path)
     devices = device_entries(tl, cfg)
+    model = perf.model_of(tl, devices)
+    counted = perf.apply_counters(tl, model.kernel_flops)  # counters outrank names, in every total too
     summary = summary_of(tl)
     kernels = kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices}, summary["kernel_time_us"])
-    extra = perf.performance(tl, devices, summary, kernels, step_range, measured)
+    extra = perf.performance(tl, devices, summary, kernels, model, counted, step_range, measured)
     summary["gpu_time"] = extra["gpu_time"]
     summary["eligible_unused_us"] = extra["eligibility"]["eligible_unused_us"]
     summary["mfu"] = extra["mfu"]["mfu"]

@@ -14,23 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from microbench.timeline.metrics import union
+
 KINDS = ("compute", "comm", "memcpy")
 FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
-
-
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted disjoint intervals covering the given ones."""
-    if len(starts) == 0:
-        return np.empty(0), np.empty(0)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], run_end[last]
 
 
 def covered(starts: np.ndarray, ends: np.ndarray) -> float:

@@ -209,14 +209,14 @@ def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu
             at_peak, flops, _ = time_at_peak_us(mine, peaks)
             wall = float(windows.dur_us[j])
             per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
-                             "achieved_tflops": flops / (wall * 1e6) if wall > 0 else None,
-                             "mfu": at_peak / wall if wall > 0 and peaks else None})
+                             "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
+                             "mfu": at_peak / wall if wall > 0 and peaks and flops else None})
     at_peak, flops, missing = time_at_peak_us(model.calls, peaks)
     window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
     basis = "the steps' summed CPU duration" if per_step else "the span of GPU activity (no steps in the trace)"
     return {"model_flops": flops, "window_us": window, "window": basis,
-            "achieved_tflops": flops / (window * 1e6) if window else None,
-            "mfu": at_peak / window if window and peaks else None,
+            "achieved_tflops": flops / (window * 1e6) if window and flops else None,
+            "mfu": at_peak / window if window and peaks and flops else None,
             "precisions_without_peak": missing, "steps": per_step}
 
 

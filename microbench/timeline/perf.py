@@ -54,24 +54,23 @@ def steps_with_gpu_time(tl: Timeline, step_range: str | None = None) -> tuple[li
     return steps, w
 
 
-def kernel_evidence(tl: Timeline, kernels: list[dict], kernel_flops: np.ndarray, peaks: dict,
-                    measured: dict) -> list[str]:
-    """Per kernel row of the report (one per distinct kernel and device): the model FLOPs attributed to it and
-    its achieved TFLOP/s; where the trace has hardware counters, their verdict replaces the name's (counters
-    are the strongest evidence) and a contradiction is reported. Returns the contradictions."""
+def _by_kernel(tl: Timeline) -> dict[tuple[str, int], np.ndarray]:
+    """Kernel rows (not copies) per distinct (kernel name, device): the report's kernel rows."""
     k = tl.kernels
-    key_rows: dict[tuple[str, int], list[int]] = {}
+    groups: dict[tuple[str, int], list[int]] = {}
     for r in np.flatnonzero(k.category == KERNEL):
-        key_rows.setdefault((tl.names[k.name[r]], int(k.device[r])), []).append(int(r))
-    found = []
-    for row in kernels:
-        p = row["params"]
-        rows = key_rows.get((p["kernel"], p["device_index"]), [])
-        flops = float(kernel_flops[rows].sum()) if rows else 0.0
-        t = p["kernel_time_us"]
-        if flops:
-            p["model_flops"] = flops
-            p["achieved_tflops"] = flops / (t * 1e6) if t else None
+        groups.setdefault((tl.names[k.name[r]], int(k.device[r])), []).append(int(r))
+    return {key: np.array(rows) for key, rows in groups.items()}
+
+
+def apply_counters(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, int], dict]:
+    """Where the trace has hardware counters for a kernel: their verdict (counters.counter_verdict over the
+    counters summed across its calls, against the model FLOPs attributed to it) replaces the name rule's in
+    `tl.kernels.tensor_cores`, so every total agrees with the strongest evidence. Returns, per (name, device)
+    with counters, what the report shows: counters, counted FLOPs, verdict, and the name's verdict it
+    contradicts."""
+    out = {}
+    for key, rows in _by_kernel(tl).items():
         with_counters = [tl.counters[r] for r in rows if r in tl.counters]
         if not with_counters:
             continue
@@ -80,17 +79,39 @@ def kernel_evidence(tl: Timeline, kernels: list[dict], kernel_flops: np.ndarray,
             for name, v in m.items():
                 if isinstance(v, (int, float)):
                     summed[name] = summed.get(name, 0.0) + v
-        p["counters"] = summed
-        p["counted_flops"] = C.sass_flops(summed)
-        v = C.counter_verdict(summed, p["class"], flops or None)
+        cls = tl.classes[tl.kernels.cls[rows[0]]]
+        v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
+        out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
+                    "contradiction": C.contradiction(cls.tensor_cores, v), "name_verdict": cls.tensor_cores}
+        if v.tensor_cores is not None:
+            tl.kernels.tensor_cores[rows] = TC_VALUES.index(v.tensor_cores)
+    return out
+
+
+def kernel_evidence(kernels: list[dict], by_kernel: dict, kernel_flops: np.ndarray, counted: dict) -> list[str]:
+    """Per kernel row of the report: the model FLOPs attributed to it, its achieved TFLOP/s, and, where the
+    trace has counters, their verdict and evidence in place of the name's. Returns the contradictions."""
+    found = []
+    for row in kernels:
+        p = row["params"]
+        key = (p["kernel"], p["device_index"])
+        rows = by_kernel.get(key, np.empty(0, dtype=int))
+        flops = float(kernel_flops[rows].sum()) if len(rows) else 0.0
+        if flops:
+            p["model_flops"] = flops
+            p["achieved_tflops"] = flops / (p["kernel_time_us"] * 1e6) if p["kernel_time_us"] else None
+        c = counted.get(key)
+        if c is None:
+            continue
+        p["counters"], p["counted_flops"] = c["counters"], c["counted_flops"]
+        v = c["verdict"]
         if v.tensor_cores is None:
             p["counter_note"] = v.evidence
             continue
-        if (line := C.contradiction(row["tensor_cores"], v)) is not None:
-            found.append(f"{p['kernel'][:80]}: {line}")
-            p["name_verdict"] = row["tensor_cores"]
-        row["tensor_cores"], row["tensor_core_evidence"] = v.tensor_cores, v.evidence
-        p["evidence"] = "counters"
+        if c["contradiction"]:
+            found.append(f"{p['kernel'][:80]}: {c['contradiction']}")
+            p["name_verdict"] = c["name_verdict"]
+        row["tensor_cores"], row["tensor_core_evidence"], p["evidence"] = v.tensor_cores, v.evidence, "counters"
     return found
 
 
@@ -105,19 +126,22 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
 
 
-def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[dict], step_range: str | None = None,
-                measured: dict | None = None) -> dict:
-    """The sections this module adds to the report; `kernels` (the report's rows) gain evidence and FLOPs."""
+def model_of(tl: Timeline, devices: list[dict]) -> opmetrics.OpModel:
+    return opmetrics.op_model(tl, datasheet_peaks(devices))
+
+
+def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[dict], model: opmetrics.OpModel,
+                counted: dict, step_range: str | None = None, measured: dict | None = None) -> dict:
+    """The sections this module adds to the report; `kernels` (the report's rows) gain evidence and FLOPs.
+    `model` and `counted` come from model_of and apply_counters, run before the summary."""
     measured = measured or {}
     peaks = datasheet_peaks(devices)
-    model = opmetrics.op_model(tl, peaks)
     notes = list(model.notes)
-    contradictions = kernel_evidence(tl, kernels, model.kernel_flops, peaks, measured)
+    contradictions = kernel_evidence(kernels, _by_kernel(tl), model.kernel_flops, counted)
     steps, windows = steps_with_gpu_time(tl, step_range)
     if windows.note:
         notes.append(windows.note)
-    all_rows = np.arange(len(tl.kernels))
-    whole = breakdown_of(tl, all_rows)
+    whole = breakdown_of(tl, np.arange(len(tl.kernels)))
     mfu = opmetrics.mfu(tl, model, peaks, windows, whole["gpu_span_us"])
     for st, m in zip(steps, mfu["steps"]):
         st.update({"model_flops": m["model_flops"], "achieved_tflops": m["achieved_tflops"], "mfu": m["mfu"]})
@@ -125,17 +149,26 @@ def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[
         at_meas, _, _ = opmetrics.time_at_peak_us(model.calls, measured)
         mfu["of_measured"] = at_meas / mfu["window_us"] if mfu["window_us"] else None
         mfu["measured_ceilings_tflops"] = measured
+    dev = device_of(devices)
+    notes += _notes(tl, model, peaks, dev)
+    notes += [f"counters contradict the kernel name: {c}" for c in contradictions]
+    return {"gpu_time": whole, "steps": steps, "mfu": mfu,
+            "ops": opmetrics.op_rows(tl, model, peaks, measured),
+            "eligibility": opmetrics.eligibility_findings(tl, model, dev),
+            "unknown_kernels": unknown_kernels(kernels, summary), "notes": notes}
+
+
+def _notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:
+    notes = []
     if model.calls and not peaks:
         notes.append("no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
-                     "ceiling with --ceiling-tflops or --ceilings)")
+                     "ceiling with --ceiling or --ceilings)")
+    if model.calls and dev.vendor is None:
+        notes.append("the trace names no device: the Tensor Core eligibility check, which depends on it, is skipped")
     if tl.meta.get("counter_ranges"):
         notes.append(f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "
                      "hardware counters; their durations are the profiler's ranges, not kernel run times")
     if tl.meta.get("serialized"):
         notes.append(f"{tl.meta['serialized']}: kernel time is the sum of measured durations; spans and idle time "
                      "of this serialized timeline mean nothing")
-    notes += [f"counters contradict the kernel name: {c}" for c in contradictions]
-    return {"gpu_time": whole, "steps": steps, "mfu": mfu,
-            "ops": opmetrics.op_rows(tl, model, peaks, measured),
-            "eligibility": opmetrics.eligibility_findings(tl, model, device_of(devices)),
-            "unknown_kernels": unknown_kernels(kernels, summary), "notes": notes}
+    return notes
