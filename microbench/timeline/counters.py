@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass
 
 SASS_FLOP_METRIC = re.compile(r"^(?:smsp|sm)__sass_thread_inst_executed_op_([dfh])(add|mul|fma)_pred_on\.sum$")
+# Metrics of the tensor pipe alone. Not sm__pipe_shared_cycles_active: on Volta that pipe also runs fp16 math.
 TENSOR_PREFIXES = ("sm__pipe_tensor", "sm__inst_executed_pipe_tensor", "sm__ops_path_tensor",
-                   "smsp__inst_executed_pipe_tensor", "sm__pipe_shared_cycles_active")  # shared pipe: fp16+tensor on Volta
+                   "smsp__inst_executed_pipe_tensor")
 FMA_PIPE_SHARE_NO = 0.5
 FMA_PIPE_SHARE_YES = 0.05
 GEMM_CLASSES = ("gemm", "tc_gemm")
@@ -43,9 +44,8 @@ def sass_flops(metrics: dict[str, float | None]) -> float | None:
 
 
 def tensor_activity(metrics: dict[str, float | None]) -> dict[str, float]:
-    """The tensor-pipe metrics present, by name (excluding the Volta shared pipe, which also runs fp16 math)."""
-    return {k: float(v) for k, v in metrics.items()
-            if k.startswith(TENSOR_PREFIXES[:4]) and isinstance(v, (int, float))}
+    """The tensor-pipe metrics present, by name."""
+    return {k: float(v) for k, v in metrics.items() if k.startswith(TENSOR_PREFIXES) and isinstance(v, (int, float))}
 
 
 def counter_verdict(metrics: dict[str, float | None], cls: str, model_flops: float | None = None) -> CounterVerdict:

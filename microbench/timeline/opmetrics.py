@@ -97,7 +97,10 @@ def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
 
 def _precision(work: OpWork, kernel_tc: np.ndarray, peaks: dict) -> str | None:
     col = PEAK_COLUMN.get(work.dtype or "")
-    if col == "fp32" and "tf32" in peaks and (kernel_tc == TC_VALUES.index("yes")).any():
+    # fp32 operands on Tensor Cores run as TF32, unless the device is known and has no TF32 column (AMD's
+    # fp32 matrix rate is its fp32 column)
+    known_without_tf32 = bool(peaks) and "tf32" not in peaks
+    if col == "fp32" and not known_without_tf32 and (kernel_tc == TC_VALUES.index("yes")).any():
         return "tf32"
     return col
 
@@ -183,18 +186,18 @@ def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dic
 
 
 def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[float, int, list[str]]:
-    """Sum over the calls of FLOPs / peak (microseconds at the datasheet peak), the FLOPs counted, and the
-    precisions without a datasheet peak."""
+    """Sum over the calls of FLOPs / peak (microseconds at the datasheet peak), all the calls' FLOPs, and the
+    precisions without a peak (their FLOPs count in the total, not in the time at peak)."""
     at_peak, flops, missing = 0.0, 0, set()
     for c in calls:
         if not c.work.flops:
             continue
-        peak = peaks.get(c.precision or "")
-        if not peak:
-            missing.add(str(c.precision))
-            continue
-        at_peak += c.work.flops / (peak * 1e6)
         flops += c.work.flops
+        peak = peaks.get(c.precision or "")
+        if peak:
+            at_peak += c.work.flops / (peak * 1e6)
+        else:
+            missing.add(str(c.precision))
     return at_peak, flops, sorted(missing)
 
 
@@ -210,13 +213,13 @@ def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu
             wall = float(windows.dur_us[j])
             per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
                              "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
-                             "mfu": at_peak / wall if wall > 0 and peaks and flops else None})
+                             "mfu": at_peak / wall if wall > 0 and at_peak else None})
     at_peak, flops, missing = time_at_peak_us(model.calls, peaks)
     window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
     basis = "the steps' summed CPU duration" if per_step else "the span of GPU activity (no steps in the trace)"
     return {"model_flops": flops, "window_us": window, "window": basis,
             "achieved_tflops": flops / (window * 1e6) if window and flops else None,
-            "mfu": at_peak / window if window and peaks and flops else None,
+            "mfu": at_peak / window if window and at_peak else None,
             "precisions_without_peak": missing, "steps": per_step}
 
 
