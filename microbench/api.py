@@ -45,8 +45,10 @@ def decompose(model, **options) -> dict:
     return _decompose(model, **options)
 
 
-def analyze_trace(path: str | Path, config=None) -> dict:
-    """What a profiler trace says about the GPU (see microbench.timeline)."""
+def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:
+    """What a profiler trace says about the GPU (see microbench.timeline): a Kineto JSON, an Nsight Systems
+    SQLite export or an Nsight Compute CSV. `steps`: the name of the step ranges; `measured`: measured compute
+    ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
     from microbench.timeline.analysis import analyze
 
-    return analyze(path, load_config(config))
+    return analyze(path, load_config(config), step_range=steps, measured=measured)
