@@ -190,3 +190,22 @@ def test_nsys_bad_input_is_one_line(tmp_path):
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
     with pytest.raises(InputError, match="StringIds"):
         read_nsys_sqlite(other)
+
+
+@needs_nsight
+def test_truncated_and_ragged_exports_are_one_line(tmp_path):
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(NSYS.read_bytes()[:50_000])  # an export cut short: SQLite magic, broken pages
+    with pytest.raises(InputError, match="SQLite error|StringIds"):
+        read_nsys_sqlite(cut)
+    lines = NCU.read_text().splitlines()
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("\n".join(lines[:3] + ['"0","6153","python3.11"']) + "\n")
+    with pytest.raises(InputError, match="row 4: 3 fields"):
+        read_ncu_csv(ragged)
+    from microbench.timeline import ncu
+
+    odd = tmp_path / "odd.csv"
+    odd.write_text("\n".join(lines).replace('"ns","21,058,944"', '"fortnight","21,058,944"') + "\n")
+    with pytest.raises(InputError, match="kernel ID 0: duration: unknown time unit 'fortnight'"):
+        ncu.read(odd)

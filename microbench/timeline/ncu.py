@@ -185,9 +185,10 @@ def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
         raise InputError(path, "Nsight Compute CSV without a 'Kernel Name' column")
     kernels: dict[int, NcuKernel] = {}
     if all(c in cols for c in LONG_COLUMNS):
+        need = max(cols[c] for c in LONG_COLUMNS) + 1  # the rule columns after them may be missing
         for n, row in enumerate(rows[1:], start=2):
-            if len(row) < len(header) - 5:  # rule columns may be missing at the end
-                raise InputError(path, f"row {n}: {len(row)} fields, the header has {len(header)}")
+            if len(row) < need:
+                raise InputError(path, f"row {n}: {len(row)} fields, the metric columns need {need}")
             k = _kernel(cols, row, path, n)
             k = kernels.setdefault(k.id, k)
             name, section = row[cols["Metric Name"]], row[cols["Section Name"]]
@@ -221,7 +222,7 @@ def read(path: str | Path):
         try:
             dur_ns = k.duration_ns
         except ValueError as e:
-            raise InputError(path, f"kernel ID {k.id}: gpu__time_duration: {e}") from None
+            raise InputError(path, f"kernel ID {k.id}: duration: {e}") from None
         if dur_ns is None:
             raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): no duration (gpu__time_duration.sum or the "
                                    "Speed Of Light section's Duration): profile with --section SpeedOfLight or "
@@ -241,10 +242,11 @@ def read(path: str | Path):
 
 def _derived(k: NcuKernel) -> dict[str, float]:
     """Base-unit numbers the report uses beside the raw metrics."""
-    out = {}
-    if (nbytes := k.dram_bytes) is not None:
-        out["dram_bytes"] = nbytes
-    return out
+    try:
+        nbytes = k.dram_bytes
+    except ValueError:  # a byte unit we do not know: leave the bytes out rather than guess a scale
+        return {}
+    return {} if nbytes is None else {"dram_bytes": nbytes}
 
 
 def _stream(s: str | None) -> int:
