@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from microbench.core.errors import InputError
-from microbench.timeline.counters import contradiction, counter_verdict, sass_flops
+from microbench.timeline.counters import combine_calls, contradiction, counter_verdict, sass_flops
 from microbench.timeline.ncu import looks_like_ncu_csv, parse_number, read_ncu_csv
 from microbench.timeline.nsys import process_of, read_nsys_sqlite
 
@@ -209,3 +209,13 @@ def test_truncated_and_ragged_exports_are_one_line(tmp_path):
     odd.write_text("\n".join(lines).replace('"ns","21,058,944"', '"fortnight","21,058,944"') + "\n")
     with pytest.raises(InputError, match="kernel ID 0: duration: unknown time unit 'fortnight'"):
         ncu.read(odd)
+
+
+def test_counters_of_several_calls_sum_counts_and_average_rates():
+    calls = [{"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 40.0,
+              "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 10, "gpu__time_duration.sum": 5.0},
+             {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 60.0,
+              "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 30, "gpu__time_duration.sum": 7.0}]
+    got = combine_calls(calls)
+    assert got == {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 50.0,
+                   "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 40, "gpu__time_duration.sum": 12.0}

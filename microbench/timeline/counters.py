@@ -70,6 +70,26 @@ def counter_verdict(metrics: dict[str, float | None], cls: str, model_flops: flo
     return CounterVerdict(None, f"counters: {flops:,.0f} FLOPs on the FMA/ALU pipes (the tensor pipe is not counted)")
 
 
+def is_rate(metric: str) -> bool:
+    """Percentages, averages and rates (sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,
+    dram__bytes.sum.per_second, ncu's display "Memory Throughput"): averaged over calls, never added."""
+    m = metric.lower()
+    return any(t in m for t in (".pct", "pct_of", ".avg", "per_second", ".ratio", "throughput", "frequency",
+                                "occupancy", "%", "rate", "per "))
+
+
+def combine_calls(calls: list[dict]) -> dict[str, float]:
+    """One kernel's counters over its calls: counts summed, rates and percentages averaged."""
+    total: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for m in calls:
+        for name, v in m.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[name] = total.get(name, 0.0) + v
+                seen[name] = seen.get(name, 0) + 1
+    return {k: v / seen[k] if is_rate(k) else v for k, v in total.items()}
+
+
 def contradiction(name_verdict: str, counters: CounterVerdict) -> str | None:
     """A line when the kernel name said one thing and the counters another."""
     if counters.tensor_cores is None or name_verdict == "unknown" or name_verdict == counters.tensor_cores:

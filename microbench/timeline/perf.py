@@ -74,11 +74,7 @@ def apply_counters(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, in
         with_counters = [tl.counters[r] for r in rows if r in tl.counters]
         if not with_counters:
             continue
-        summed: dict[str, float] = {}
-        for m in with_counters:
-            for name, v in m.items():
-                if isinstance(v, (int, float)):
-                    summed[name] = summed.get(name, 0.0) + v
+        summed = C.combine_calls(with_counters)
         cls = tl.classes[tl.kernels.cls[rows[0]]]
         v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
         out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
