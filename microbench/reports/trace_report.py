@@ -50,14 +50,18 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
 
     t = Table(title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has them, "
                     "else the name rule)", header_style="bold")
-    for c, j in (("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
-                 ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")):
+    counted = any("counted_flops" in k["params"] for k in doc["kernels"])
+    cols = [("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
+            ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")]
+    for c, j in cols + ([("model GFLOP", "right"), ("counted GFLOP", "right")] if counted else []):
         t.add_column(c, justify=j, no_wrap=c != "kernel")
     for k in doc["kernels"][:top]:
         p = k["params"]
         ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
+        flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
         t.add_row(escape(_short(p["kernel"])), p["class"], k["tensor_cores"], ev, str(p["calls"]),
-                  f"{p['kernel_time_us']:,.1f}", _pct(p["share"]), _num(p.get("achieved_tflops"), ".3g"))
+                  f"{p['kernel_time_us']:,.1f}", _pct(p["share"]), _num(p.get("achieved_tflops"), ".3g"),
+                  *(flops if counted else []))
     console.print(t)
     _print_steps(console, doc)
     _print_ops(console, doc, top)
