@@ -275,6 +275,8 @@ def test_one_workload_across_vendors(tmp_path, capsys):
     m_attn = next(o for o in md["ops"] if o["op"] == "aten::scaled_dot_product_attention")
     assert attn["AMD Instinct MI300X VF"]["achieved_tflops"] == pytest.approx(m_attn["achieved_tflops"])
     assert cmp["gpu_time"]["AMD Instinct MI300X VF"]["idle_us"] == md["summary"]["gpu_time"]["idle_us"]
+    assert cmp["gpu_time_ratio"]["AMD Instinct MI300X VF"]["idle_us"] == pytest.approx(
+        hd["summary"]["gpu_time"]["idle_us"] / md["summary"]["gpu_time"]["idle_us"])
     page = html.read_text()
     assert "kernel time by class" in page and "aten::scaled_dot_product_attention" in page and "idle_us" in page
     capsys.readouterr()

@@ -100,7 +100,7 @@ def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -
                           "tensor_core_share": m["tensor_core_share"], "mfu": m["mfu"]} for m in ms],
             "classes": class_rows, "ops": op_rows, "gpu_time": gpu,
             "gpu_time_ratio": {m["label"]: {f: _ratio(gpu[base["label"]].get(f), gpu[m["label"]].get(f))
-                                            for f in ("gpu_span_us", "busy_us", "computation_us")} for m in ms}}
+                                            for f in GPU_FIELDS} for m in ms}}
 
 
 def _f(v, spec):
@@ -130,9 +130,18 @@ def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
         per += [(f"{t} time us", "right"), (f"{t} share %", "right"), (f"{t} TFLOP/s", "right"), (f"{t} vs base", "right")]
     cls = [[r["class"]] + _cells_for(r["cells"], labels) for r in cmp["classes"]]
     ops = [[r["op"], r["shape"], r["dtype"]] + _cells_for(r["cells"], labels) for r in cmp["ops"]]
-    gcols = [("GPU time", "left")] + [(f"[{i + 1}] us", "right") for i in range(len(labels))]
-    g = [[f] + [_f(cmp["gpu_time"][lab].get(f), ",.1f") for lab in labels] for f in GPU_FIELDS]
-    g.append(["MFU %"] + [_f(None if m["mfu"] is None else 100 * m["mfu"], ".2f") for m in cmp["machines"]])
+    gcols = [("GPU time", "left")] + [c for i in range(len(labels))
+                                      for c in ((f"[{i + 1}] us", "right"), (f"[{i + 1}] vs base", "right"))]
+    base = cmp["gpu_time"][cmp["baseline"]]
+    g = []
+    for f in GPU_FIELDS:
+        cells = [f]
+        for lab in labels:
+            v = cmp["gpu_time"][lab].get(f)
+            r = _ratio(base.get(f), v)
+            cells += [_f(v, ",.1f"), "-" if r is None else f"{r:.2f}x"]
+        g.append(cells)
+    g.append(["MFU %"] + [c for m in cmp["machines"] for c in (_f(None if m["mfu"] is None else 100 * m["mfu"], ".2f"), "")])
     return [("kernel time by class", [("class", "left")] + per, cls),
             ("operators (GEMM, convolution, attention; recorded shapes)", [("op", "left"), ("shape", "left"),
                                                                              ("dtype", "left")] + per, ops),
