@@ -9,6 +9,7 @@ Bounded for CI: a fixed number of examples per test and a deadline each (about 2
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import InputError
 from microbench.reports.compare import load_machine
+from microbench.timeline.analysis import analyze
 from tests.conftest import REPO
 
 settings.register_profile("ci", max_examples=60, deadline=4000, database=None,
@@ -29,6 +31,7 @@ settings.register_profile("long", parent=settings.get_profile("ci"), max_example
 FUZZ = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 BENCH_TOML = DEFAULT_CONFIG.read_bytes()
+TRACE = (REPO / "tests" / "data" / "h100_bert_small_slice.json").read_text()
 _RESULTS = json.loads((REPO / "docs" / "cpu-roofline" / "results.json").read_text())
 RESULTS = {**_RESULTS, "results": _RESULTS["results"][:24]}  # a real file, cut to keep each example fast
 
@@ -130,6 +133,37 @@ def test_config_loader_on_mutated_bench_toml(cfg_path, data):
 @given(data=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_config_loader_on_random_bytes(cfg_path, data):
     one_line_or_result(load_config, cfg_path, data)
+
+
+@functools.cache
+def _config():
+    return load_config()
+
+
+def _analyze(path):
+    return analyze(path, _config())
+
+
+@FUZZ
+@given(data=mutated(TRACE.encode()))
+def test_trace_reader_on_a_mutated_real_trace(tmp_path, data):
+    doc = one_line_or_result(_analyze, tmp_path / "trace.json", data)
+    if doc is not None:
+        assert_finite(doc)
+
+
+@FUZZ
+@given(data=restructured(json.loads(TRACE)))
+def test_trace_reader_on_a_restructured_real_trace(tmp_path, data):
+    doc = one_line_or_result(_analyze, tmp_path / "trace.json", data)
+    if doc is not None:
+        assert_finite(doc)
+
+
+@FUZZ
+@given(data=st.binary(max_size=200))
+def test_trace_reader_on_random_bytes(tmp_path, data):
+    one_line_or_result(_analyze, tmp_path / "trace.json", data)
 
 
 @FUZZ

@@ -341,6 +341,45 @@ class _Opaque:
     pass
 
 
+@pytest.mark.parametrize("field,literal,expected", [
+    ("dur", "NaN", "not valid JSON"),  # not JSON at all, though Python's own reader accepts it
+    ("ts", "Infinity", "not valid JSON"),
+    ("dur", "1e999", "].dur: Number out of range"),
+    ("dur", "1e308", "dur=1e+308: expected finite microseconds"),
+    ("ts", "-1e308", "ts=-1e+308, dur=3.136: expected finite microseconds"),
+    ("args.correlation", "100000000000000000000", "has args.correlation=100000000000000000000: too large for an id"),
+    ("args.device", str(2**40), f"has args.device={2**40}: too large for an id"),
+    ("args.External id", "-100000000000000000000", "has args.External id=-100000000000000000000: too large"),
+])
+def test_trace_events_out_of_their_domain(tmp_path, capsys, field, literal, expected):
+    doc = json.loads(SLICE.read_text())
+    i, ev = next((i, e) for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    target = ev["args"] if field.startswith("args.") else ev
+    target[field.removeprefix("args.")] = "@@"
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc).replace('"@@"', literal))
+    assert trace_cmd.main([str(path)]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {path}: ") and expected in line
+    if "JSON" not in expected:
+        assert f"traceEvents[{i}]" in line
+
+
+@pytest.mark.parametrize("value,expected", [("1e308", "has args.smsp__sass_thread_inst_executed_op_ffma_pred_on"
+                                                       ".sum=1e+308: expected a count"),
+                                             ("-5", "=-5: expected a count"), ("1e999", "Number out of range")])
+def test_trace_counters_out_of_their_domain(tmp_path, capsys, value, expected):
+    doc = json.loads(SLICE.read_text())
+    doc["traceEvents"].append({"ph": "X", "cat": "cuda_profiler_range", "name": "gemm_kernel", "pid": 0, "tid": 7,
+                               "ts": 1419247333800.0, "dur": 5.0,
+                               "args": {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": "@@"}})
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc).replace('"@@"', value))
+    assert trace_cmd.main([str(path)]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"error: {path}: traceEvents[{len(doc['traceEvents']) - 1}]") and expected in line
+
+
 # ---- 4. --model: anything the user's module does is one line ---------------------------------------------
 @pytest.mark.parametrize("module,source,expected", [
     ("fm_syntax", "def make(:\n", "importing 'fm_syntax' failed: SyntaxError: invalid syntax"),

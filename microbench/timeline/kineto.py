@@ -42,6 +42,14 @@ NEEDS_TIMES = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_use
 _NUM = (int, float)
 # CUPTI range-profiler mode (torch.profiler with experimental_config profiler_metrics): one range per kernel.
 PROFILER_RANGE = "cuda_profiler_range"
+# The domain of an event's numbers: beyond these a value is corrupt, not a long run, and would overflow later
+# arithmetic (a ts + dur of 1e308 is inf; an id of 1e20 fits no int64 column). Times are checked in
+# _add_events; ids where a column refuses one (_id_error), which costs nothing while they fit.
+MAX_TS_US = 1e17  # about 3,000 years from the clock's epoch
+MAX_DUR_US = 1e12  # 11.6 days for one event
+MAX_COUNTER = 1e18  # a hardware counter of one kernel (1e18 FLOPs: over 15 minutes at 1 PFLOP/s)
+ID_BOUNDS = {"pid": 2**63, "tid": 2**63, "args.device": 2**31, "args.stream": 2**63, "args.correlation": 2**63,
+             "args.External id": 2**63, "args.Sequence number": 2**63}
 
 
 class Args(msgspec.Struct):
@@ -89,6 +97,7 @@ _EVENTS = msgspec.json.Decoder(list[Event])
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
 _AT_BYTE = re.compile(r"^(.*) \(byte (\d+)\)$")
 _AT_PATH = re.compile(r"^Expected `(\w+)`, got `(\w+)` - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
+_AT_ANY = re.compile(r"^(.*) - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
 _JSON_TYPES = {"object": "an object", "array": "an array", "str": "a string", "int": "a number",
                "float": "a number", "bool": "a boolean", "null": "null"}
 
@@ -108,9 +117,17 @@ def read(path: str | Path) -> Timeline:
             events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
         except msgspec.ValidationError as e:
             raise _event_error(path, e, base) from None
+        except msgspec.DecodeError as e:  # the first pass did not look inside the events (invalid UTF-8)
+            raise InputError(path, f"traceEvents[{base}..{base + len(batch) - 1}]: {e}") from None
         _add_events(path, b, events, base, batch)
-        b.flush()
-    return b.build(decode_arg=msgspec.json.decode)
+        try:
+            b.flush()
+        except OverflowError:  # an id too large for its column: find the event (only now, at no cost before)
+            raise _id_error(path, events, base) from None
+    try:
+        return b.build(decode_arg=msgspec.json.decode)
+    except msgspec.DecodeError as e:  # an interned cpu_op argument, decoded only now (a number beyond 1e308)
+        raise InputError(path, f"traceEvents: a cpu_op's `Input Dims` or `Input type`: {e}") from None
 
 
 def _header(path: Path, data: bytes) -> _Header:
@@ -142,7 +159,10 @@ def _header(path: Path, data: bytes) -> _Header:
     except RecursionError:
         raise InputError(path, "JSON nested too deeply") from None
     if head.traceEvents is None:
-        keys = list(msgspec.json.decode(data, type=dict[str, msgspec.Raw]))
+        try:
+            keys = list(msgspec.json.decode(data, type=dict[str, msgspec.Raw]))
+        except msgspec.DecodeError as e:  # the header pass skipped what this one reads (invalid UTF-8)
+            raise _syntax_error(path, data, e) from None
         shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
         raise InputError(path, "not a PyTorch profiler (Kineto) trace: no traceEvents array "
                                f"(top-level keys: {shown or 'none'})")
@@ -165,6 +185,10 @@ def _syntax_error(path: Path, data: bytes, e: msgspec.DecodeError) -> InputError
 def _event_error(path: Path, e: msgspec.ValidationError, base: int) -> InputError:
     m = _AT_PATH.match(str(e))
     if not m:
+        other = _AT_ANY.match(str(e))  # e.g. a number beyond float range (1e999): the index within the file
+        if other:
+            what, i, where = other.groups()
+            return InputError(path, f"traceEvents[{base + int(i)}]{where}: {what}")
         return InputError(path, f"traceEvents: {e}")
     want, got, i, where = m.groups()
     if not where and want == "object":
@@ -183,14 +207,23 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     b.meta = {k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None}
 
 
-def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw) -> None:
+def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw,
+                       path: Path, index: int) -> None:
     """A CUPTI range-profiler range: one kernel, replayed alone, with hardware counters in its `args` (decoded
     here in full: the counter names vary with what was asked for). The range's duration is the profiler's,
     not the kernel's run time (a note in the report says so)."""
-    full = msgspec.json.decode(raw)
+    try:
+        full = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:  # what the typed pass skipped (a counter beyond float range)
+        raise InputError(path, f"traceEvents[{index}]: {e}") from None
     args = full.get("args") if isinstance(full.get("args"), dict) else {}
+    counters = {k: v for k, v in args.items() if type(v) in _NUM}
+    for k, v in counters.items():
+        if not 0 <= v <= MAX_COUNTER:  # a count, finite: sums of 1e308 would be inf
+            raise InputError(path, f"traceEvents[{index}]: {PROFILER_RANGE} {name[:60]!r} has args.{k}={v!r}: "
+                                   f"expected a count from 0 to {MAX_COUNTER:g}")
     b.add_kernel(name, ts, dur, _int(args.get("device"), 0), _int(ev.tid, 0), NO_ID, NO_ID, KERNEL)
-    b.add_counters({k: v for k, v in args.items() if type(v) in _NUM})
+    b.add_counters(counters)
     b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
 
 
@@ -200,6 +233,23 @@ def _int(v, default: int = NO_ID) -> int:
 
 def _arg(b: TimelineBuilder, raw: msgspec.Raw) -> int:
     return b.arg_value(bytes(raw)) if len(raw) else NO_ID
+
+
+def _id_error(path: Path, events: list[Event], base: int) -> InputError:
+    """The first event of a batch with an integer id too large for its column (ID_BOUNDS)."""
+    for i, ev in enumerate(events):
+        args = ev.args if type(ev.args) is Args else _NO_ARGS
+        for key, v in (("pid", ev.pid), ("tid", ev.tid), ("args.device", args.device), ("args.stream", args.stream),
+                       ("args.correlation", args.correlation), ("args.External id", args.external_id),
+                       ("args.Sequence number", args.seq)):
+            if ev.ph == "X" and type(v) is int and not -ID_BOUNDS[key] <= v < ID_BOUNDS[key]:
+                return InputError(path, f"traceEvents[{base + i}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
+                                        f"{key}={v!r}: too large for an id")
+    return InputError(path, f"traceEvents[{base}..{base + len(events) - 1}]: an id too large for an integer")
+
+
+def _cat(ev: Event) -> str:
+    return ev.cat.lower() if type(ev.cat) is str else ""
 
 
 def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, raws=None) -> None:
@@ -218,12 +268,18 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
         if dur < 0:
             b.skip("events with negative dur")
             continue
+        if not (dur <= MAX_DUR_US and -MAX_TS_US <= ts <= MAX_TS_US):  # also false for nan
+            raise InputError(path, f"traceEvents[{base + i}]: {cat or 'event'} {str(ev.name)[:60]!r} has ts={ts!r}, "
+                                   f"dur={dur!r}: expected finite microseconds, ts within +-{MAX_TS_US:g} and dur "
+                                   f"at most {MAX_DUR_US:g}")
+        if type(ev.tid) in (dict, list):  # threads are keyed by (pid, tid): an object or array becomes a name
+            ev.tid = str(ev.tid)
         if cat != "trace":
             b.cover(ts, ts + dur)
         name = ev.name if type(ev.name) is str else str(ev.name)
         args = ev.args if type(ev.args) is Args else _NO_ARGS
         if cat == PROFILER_RANGE and raws is not None:
-            _add_counter_range(b, name, ts, dur, ev, raws[i])
+            _add_counter_range(b, name, ts, dur, ev, raws[i], path, base + i)
         elif cat == "kernel" or cat in COPY_CATEGORIES:
             device = _int(args.device, _int(ev.pid, 0))
             b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
