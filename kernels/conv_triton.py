@@ -27,13 +27,14 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.measure.registry import Unsupported, provider
+from microbench.core import dtypes
 from microbench.core.shapes import ConvShape
+from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
-from .gemm_triton import DTYPE_NAMES, FP8, _device_family, precision_key
+from .gemm_triton import _device_family, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
-                             provider_enabled, provider_evidence, provider_timed, report_launch, tl_dtype_name)
+                             provider_enabled, provider_evidence, provider_timed, report_launch)
 
 
 @triton.jit
@@ -181,6 +182,7 @@ def _conv_bwd_weight_kernel(
 
 KERNELS = {"fwd": _conv_fwd_kernel, "bwd_data": _conv_bwd_data_kernel, "bwd_weight": _conv_bwd_weight_kernel}
 KERNEL_NAMES = {d: f"triton_conv_{d}" for d in KERNELS}
+OPERAND_DTYPES = ("fp16", "bf16", "fp32")  # names of microbench.core.dtypes (no fp8 convolution here)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,7 +204,7 @@ def _check(a, b, s: ConvShape, direction: str, allow_tf32: bool):
                          f"expected {ea}, {eb}")
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
-    if a.dtype not in DTYPE_NAMES or a.dtype == FP8:
+    if dtypes.name_of(a.dtype) not in OPERAND_DTYPES:
         raise Unsupported(f"dtype {a.dtype} (fp16, bf16, fp32)")
     if a.device != b.device:
         raise ValueError(f"operands on {a.device} and {b.device}")
@@ -236,7 +238,7 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
     if out.numel() == 0:
         return out
     precision = "tf32" if allow_tf32 else "ieee"
-    dtype_name = DTYPE_NAMES[a.dtype]
+    dtype_name = dtypes.name_of(a.dtype)
     gemm_m, gemm_n, gemm_k = _gemm_dims(s, direction)
     if a.device.type == "cpu":
         if why := interpreter_refusal(gemm_m * gemm_n * gemm_k):
@@ -387,7 +389,6 @@ def _tuner(direction: str, family: str, key: str):
 # pad 1), channels-last, as the JIT specializes it (stride and dilation 1 become constants).
 AOT_SHAPE = ConvShape(n=32, c=64, h=56, w=56, k=64, r=3, s=3, pad=(1, 1))
 AOT_DTYPES = ("fp16", "bf16", "fp32", "tf32")
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}
 
 
 def _nhwc_strides(n, c, h, w) -> tuple[int, int, int, int]:
@@ -397,7 +398,7 @@ def _nhwc_strides(n, c, h, w) -> tuple[int, int, int, int]:
 
 def _aot_args(direction: str, dtype: str, cfg: cfgs.TileConfig) -> dict:
     s = AOT_SHAPE
-    ty = tl_dtype_name(_TORCH[dtype])
+    ty = dtypes.get(dtype).triton
     xs, ws, ys = _nhwc_strides(s.n, s.c, s.h, s.w), _nhwc_strides(s.k, s.c, s.r, s.s), _nhwc_strides(s.n, s.k, s.p, s.q)
     meta = {**cfg.meta(persistent_param=False), "INPUT_PRECISION": "tf32" if dtype == "tf32" else "ieee",
             "UPCAST": False}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from microbench.core.cases import conv_reference
+from microbench.core.ops.conv2d import convolution
 from microbench.measure.evidence import vendor_evidence
 from microbench.measure.registry import Unsupported, provider
 
@@ -19,4 +19,4 @@ def conv2d_torch(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, all
     if a.dtype == getattr(torch, "float8_e4m3fn", None):
         raise Unsupported("no fp8 convolution in PyTorch")
     with tf32_allowed(allow_tf32):
-        return conv_reference(direction, a, b, shape)
+        return convolution(direction, a, b, shape)

@@ -17,16 +17,15 @@ import torch
 import triton
 import triton.language as tl
 
+from microbench.core import dtypes
 from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
-                             provider_enabled, provider_evidence, provider_timed, report_launch, tl_dtype_name)
+                             provider_enabled, provider_evidence, provider_timed, report_launch)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
-DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-if FP8 is not None:
-    DTYPE_NAMES[FP8] = "fp8_e4m3"
+OPERAND_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # names of microbench.core.dtypes
 
 
 @triton.jit
@@ -181,7 +180,7 @@ def _check(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool):
         raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
-    if a.dtype not in DTYPE_NAMES:
+    if dtypes.name_of(a.dtype) not in OPERAND_DTYPES:
         raise Unsupported(f"dtype {a.dtype}")
     if a.device != b.device:
         raise ValueError(f"operands on {a.device} and {b.device}")
@@ -223,7 +222,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
     if m == 0 or n == 0 or nb == 0:
         return out
     c3 = out if batched else out.unsqueeze(0)
-    dtype_name = DTYPE_NAMES[a.dtype]
+    dtype_name = dtypes.name_of(a.dtype)
     precision = "tf32" if allow_tf32 else "ieee"
 
     tma_possible = _tma_supported() and all(_tma_ok(_stored(t)[0]) for t in (a3, b3, c3))
@@ -328,12 +327,10 @@ def _tuner(name: str, family: str, key: str):
 # (unit strides become constants, the others are known multiples of 16).
 _AOT_M = _AOT_N = _AOT_K = 4096
 AOT_DTYPES = {"sm_80": ("fp16", "bf16", "fp32", "tf32"), "sm_90": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3")}
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32,
-          "fp8_e4m3": FP8}
 
 
 def _aot_args(dtype: str, cfg: cfgs.TileConfig, tma: bool) -> dict:
-    in_ty = tl_dtype_name(_TORCH[dtype])
+    in_ty = dtypes.get(dtype).triton
     out_ty = "bf16" if dtype == "fp8_e4m3" else in_ty
     m, n, k = _AOT_M, _AOT_N, _AOT_K
     common = {"M": m, "N": n, "K": k, "BATCH": 1, **cfg.meta(),

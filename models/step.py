@@ -15,9 +15,13 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from microbench.core import dtypes
+
 from .ranges import LOSS_LAYER, STEP_RANGE, StepRanges
 
-STEP_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Step dtype -> the autocast dtype, None for a step run as stored (microbench.core.dtypes decides which).
+STEP_DTYPES = {name: (dtypes.torch_dtype(name) if dtypes.get(name).step == "autocast" else None)
+               for name in dtypes.STEP_DTYPES}
 # Without benchmark facts (a model from outside the project): plain SGD with momentum.
 DEFAULT_OPTIMIZER = {"name": "SGD", "lr": 0.01, "momentum": 0.9}
 
@@ -146,7 +150,7 @@ class TrainingStep:
         from microbench.core.tf32 import tf32_allowed
 
         autocast = torch.autocast(self.device.type, dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
-                                  enabled=self.dtype != "fp32")
+                                  enabled=STEP_DTYPES[self.dtype] is not None)
         loss_range = self.ranges.layer(LOSS_LAYER) if self.ranges is not None else contextlib.nullcontext()
         with tf32_allowed(False), self._range(STEP_RANGE):
             with self._range("forward"):

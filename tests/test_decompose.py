@@ -15,7 +15,8 @@ from torch.utils.flop_counter import FlopCounterMode
 import models
 from microbench.step.attribution import attribute, load_trace
 from microbench.decompose import main
-from microbench.step.decompose import _case_key, _onednn_key, cpu_matrix_evidence, decompose
+from microbench.core import ops
+from microbench.step.decompose import cpu_matrix_evidence, decompose, onednn_key
 from microbench.measure.evidence import OneDnnExec
 from microbench.step.oprecord import OpRecorder
 from models.ranges import StepRanges
@@ -137,8 +138,8 @@ def test_onednn_problems_match_recorded_cases():
     # the line oneDNN prints for this convolution (format of onednn_verbose v1)
     line = OneDnnExec("convolution", "brg_conv_fwd:avx512_core_bf16", "forward_training",
                       "mb2_ic3oc8_ih17oh9kh3sh2dh0ph1_iw17ow9kw3sw2dw0pw1", 0.1)
-    assert _onednn_key(line) == _case_key(case)
-    assert _onednn_key(OneDnnExec("matmul", "brg_matmul:avx512_core_bf16", "undef", "4x7:7x5", 0.1)) == \
+    assert onednn_key(line) == ops.of(case).problem_key(case)
+    assert onednn_key(OneDnnExec("matmul", "brg_matmul:avx512_core_bf16", "undef", "4x7:7x5", 0.1)) == \
         ("gemm", 1, 4, 7, 5)
     ev = cpu_matrix_evidence(rec.records, [line])
     assert ev == {("Conv2d", "forward"): {"flops": {"yes": 2 * 2 * 8 * 9 * 9 * 3 * 9}, "impls": {line.impl: 1}}}

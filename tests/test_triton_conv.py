@@ -18,7 +18,8 @@ import torch
 from kernels import conv_triton as ct
 from kernels import triton_configs as cfgs
 from microbench.measure import registry
-from microbench.core.cases import conv_tensor_shapes, make_inputs, reference, rel_err
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.core.config import load_config
 from microbench.measure.registry import Unsupported
 from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape

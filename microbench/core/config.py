@@ -10,16 +10,19 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microbench.core import dtypes as dt_table
+from microbench.core import ops
 from microbench.core.errors import ConfigError
-from microbench.core.shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape, GemmShape
+from microbench.core.ops import OpSpec
+from microbench.core.shapes import Case
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "bench.toml"
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3")
+DTYPES = dt_table.CASE_DTYPES  # the dtypes of cases, each with its [tolerance] (microbench.core.dtypes)
 DEVICE_KINDS = ("cpu", "cuda", "rocm")
-DATASHEET_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+DATASHEET_PRECISIONS = dt_table.PRECISIONS
 
 # Upper bounds of numbers read from a config: beyond them a value is a typo, not a wish, and would hang a
 # run (warmup_ms = 1e12) or overflow later arithmetic. README ("What happens when") lists them.
@@ -169,59 +172,29 @@ class _Reader:
         return (vals[0], vals[-1])
 
 
-GEMM_KEYS = {"m", "n", "k", "batch", "trans_a", "trans_b"}
-CONV_KEYS = {"n", "c", "h", "w", "k", "r", "s", "stride", "pad", "dilation", "groups"}
-
-
-def _gemm_shape(rd: _Reader, t: dict, where: str) -> GemmShape:
-    rd.keys(t, where, GEMM_KEYS, {"m", "n", "k"})
-    return GemmShape(
-        m=rd.num(t, "m", where, integer=True), n=rd.num(t, "n", where, integer=True),
-        k=rd.num(t, "k", where, integer=True), batch=rd.num(t, "batch", where, default=1, integer=True),
-        trans_a=rd.flag(t, "trans_a", where, False), trans_b=rd.flag(t, "trans_b", where, False))
-
-
-def _conv_shape(rd: _Reader, t: dict, where: str) -> ConvShape:
-    rd.keys(t, where, CONV_KEYS, {"n", "c", "h", "w", "k", "r", "s"})
-    dims = {d: rd.num(t, d, where, integer=True) for d in ("n", "c", "h", "w", "k", "r", "s")}
-    shape = ConvShape(**dims, stride=rd.dim_pair(t, "stride", where, 1, 1), pad=rd.dim_pair(t, "pad", where, 0, 0),
-                      dilation=rd.dim_pair(t, "dilation", where, 1, 1),
-                      groups=rd.num(t, "groups", where, default=1, integer=True))
-    if shape.c % shape.groups or shape.k % shape.groups:
-        rd.fail(f"{where}.groups", shape.groups, f"must divide c={shape.c} and k={shape.k}")
-    if shape.p <= 0 or shape.q <= 0:
-        rd.fail(where, t, f"filter larger than the padded input: output would be {shape.p}x{shape.q}")
-    return shape
-
-
-def _from_data(rd: _Reader, spec: str, where: str, family: str) -> list[dict]:
-    """`deepbench.toml:gemm.training` -> a list of shape tables, converted from DeepBench's row layouts."""
-    fname, _, table_path = spec.partition(":")
+def _from_data(rd: _Reader, source: str, where: str, spec: OpSpec) -> list[dict]:
+    """`deepbench.toml:gemm.training` -> a list of shape tables, converted by the family's spec from the
+    data file's row layout (DeepBench's)."""
+    fname, _, table_path = source.partition(":")
     if not fname or not table_path:
-        rd.fail(f"{where}.from", spec, "expected FILE:TABLE")
-    data_path = _data_file(rd, fname, f"{where}.from", spec)
+        rd.fail(f"{where}.from", source, "expected FILE:TABLE")
+    data_path = _data_file(rd, fname, f"{where}.from", source)
     data = _read_toml(data_path)
     node = data
     for part in table_path.split("."):
         if not isinstance(node, dict) or part not in node:
-            rd.fail(f"{where}.from", spec, f"{data_path.name} has no table {table_path!r}")
+            rd.fail(f"{where}.from", source, f"{data_path.name} has no table {table_path!r}")
         node = node[part]
     if not isinstance(node, list):
-        rd.fail(f"{where}.from", spec, f"{table_path} in {data_path.name} is not a list of rows")
+        rd.fail(f"{where}.from", source, f"{table_path} in {data_path.name} is not a list of rows")
     rows = []
     for i, row in enumerate(node):
         if not isinstance(row, list):
-            rd.fail(f"{where}.from", spec, f"row {i} is not a list")
-        if family == "gemm":  # DeepBench: [m, n, k, a_transposed, b_transposed]
-            if len(row) != 5:
-                rd.fail(f"{where}.from", spec, f"row {i} has {len(row)} fields, expected 5 (m n k ta tb)")
-            rows.append({"m": row[0], "n": row[1], "k": row[2], "trans_a": row[3], "trans_b": row[4]})
-        else:  # DeepBench: [w, h, c, n, k, filter_w, filter_h, pad_w, pad_h, stride_w, stride_h]
-            if len(row) != 11:
-                rd.fail(f"{where}.from", spec, f"row {i} has {len(row)} fields, expected 11 (DeepBench conv)")
-            w, h, c, n, k, fw, fh, pw, ph, sw, sh = row
-            rows.append({"n": n, "c": c, "h": h, "w": w, "k": k, "r": fh, "s": fw,
-                         "pad": [ph, pw], "stride": [sh, sw]})
+            rd.fail(f"{where}.from", source, f"row {i} is not a list")
+        try:
+            rows.append(spec.data_row(row))
+        except ValueError as e:
+            rd.fail(f"{where}.from", source, f"row {i} {e}")
     return rows
 
 
@@ -259,33 +232,24 @@ def _read_toml(path: Path) -> dict:
         raise ConfigError(path, "TOML nested too deeply") from None
 
 
-def _group_cases(rd: _Reader, group: dict, where: str, family: str) -> list[Case]:
-    allowed = {"dtypes", "shapes", "from"} | ({"directions"} if family == "conv2d" else set())
-    rd.keys(group, where, allowed, {"dtypes"})
+def _group_cases(rd: _Reader, group: dict, where: str, spec: OpSpec) -> list[Case]:
+    rd.keys(group, where, {"dtypes", "shapes", "from"} | spec.group_keys, {"dtypes"})
     dtypes = rd.dtypes(group, where)
     if ("shapes" in group) == ("from" in group):
         rd.fail(where, None, "give exactly one of `shapes` or `from`")
     if "from" in group:
         if not isinstance(group["from"], str):
             rd.fail(f"{where}.from", group["from"], "expected a string FILE:TABLE")
-        tables = _from_data(rd, group["from"], where, family)
+        tables = _from_data(rd, group["from"], where, spec)
         shape_where = f"{where}.from[{{}}]"
     else:
         tables = group["shapes"]
         if not isinstance(tables, list) or not tables:
             rd.fail(f"{where}.shapes", tables, "expected a non-empty list of tables")
         shape_where = f"{where}.shapes[{{}}]"
-    shapes = [(_gemm_shape if family == "gemm" else _conv_shape)(rd, t, shape_where.format(i))
-              for i, t in enumerate(tables)]
-    if family == "gemm":
-        ops = ["gemm"]
-    else:
-        directions = rd.strings(group, "directions", where, default=["fwd"])
-        for d in directions:
-            if d not in CONV_DIRECTIONS:
-                rd.fail(f"{where}.directions", d, f"unknown direction (known: {', '.join(CONV_DIRECTIONS)})")
-        ops = [CONV_OPS[d] for d in directions]
-    return [Case(op, shape, dt) for shape in shapes for op in ops for dt in dtypes]
+    shapes = [spec.parse_shape(rd, t, shape_where.format(i)) for i, t in enumerate(tables)]
+    case_ops = spec.case_ops(rd, group, where)
+    return [Case(op, shape, dt) for shape in shapes for op in case_ops for dt in dtypes]
 
 
 def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
@@ -294,17 +258,17 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
     own: dict[str, list[Case]] = {}
     for name, t in raw.items():
         where = f"profiles.{name}"
-        rd.keys(t, where, {"description", "providers", "extends", "gemm", "conv2d"}, {"providers"})
+        rd.keys(t, where, {"description", "providers", "extends", *ops.FAMILIES}, {"providers"})
         providers = rd.strings(t, "providers", where)
         if not providers:
             rd.fail(f"{where}.providers", providers, "empty list")
         cases: list[Case] = []
-        for family in ("gemm", "conv2d"):
+        for family, spec in ops.FAMILIES.items():
             groups = t.get(family, [])
             if not isinstance(groups, list):
                 rd.fail(f"{where}.{family}", groups, f"expected an array of tables ([[{where}.{family}]])")
             for i, g in enumerate(groups):
-                cases += _group_cases(rd, g, f"{where}.{family}[{i}]", family)
+                cases += _group_cases(rd, g, f"{where}.{family}[{i}]", spec)
         if "extends" in t:
             if not isinstance(t["extends"], str) or t["extends"] not in raw:
                 rd.fail(f"{where}.extends", t["extends"], "no such profile")

@@ -3,6 +3,7 @@ providers and reports."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 CONV_DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 # Row `op` names: one per convolution direction, so reports and comparisons key on them directly.
@@ -20,6 +21,7 @@ class GemmShape:
     """C[batch, m, n] = op(A)[batch, m, k] @ op(B)[batch, k, n]; op() transposes when trans_* is set,
     i.e. the operand is stored column-major (as its transpose)."""
 
+    family: ClassVar[str] = "gemm"  # the op family spec (microbench.core.ops) of cases of this shape
     m: int
     n: int
     k: int
@@ -43,6 +45,7 @@ class GemmShape:
 class ConvShape:
     """2-D convolution: input N x C x H x W (stored NHWC), weight K x C/groups x R x S, output N x K x P x Q."""
 
+    family: ClassVar[str] = "conv2d"
     n: int
     c: int
     h: int
@@ -91,12 +94,13 @@ class Case:
 
     @property
     def family(self) -> str:
-        """The registry op that implements this case: `gemm` or `conv2d`."""
-        return "gemm" if self.op == "gemm" else "conv2d"
+        """The op family (its spec in microbench.core.ops, its registry op): `gemm` or `conv2d`."""
+        return self.shape.family
 
     @property
     def direction(self) -> str | None:
-        return self.op.removeprefix("conv2d_") if self.family == "conv2d" else None
+        """What follows the family in the op name (conv2d_bwd_data -> bwd_data); None for the family itself."""
+        return None if self.op == self.family else self.op.removeprefix(self.family + "_")
 
     def label(self) -> str:
         return f"{self.op} {self.shape.label()} {self.dtype}"

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from microbench.core.dtypes import bytes_per_element
 from microbench.core.shapes import Case, ConvShape, GemmShape
-
-# Bytes per element as stored in memory. tf32 is fp32 storage with TF32 Tensor Core math.
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "int8": 1}
 
 NORM_FLOPS_PER_ELEMENT = {"fwd": 7, "bwd": 8}
 
@@ -34,10 +32,7 @@ class Work:
 
 
 def _elt(dtype: str) -> int:
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})") from None
+    return bytes_per_element(dtype)  # bytes as stored: tf32 is fp32 storage with TF32 Tensor Core math
 
 
 def gemm_work(shape: GemmShape, dtype: str, out_dtype: str | None = None) -> Work:
@@ -78,6 +73,7 @@ def elementwise_work(numel: int, dtype: str, inputs: int = 1, outputs: int = 1, 
 
 
 def case_work(case: Case) -> Work:
-    if case.op == "gemm":
-        return gemm_work(case.shape, case.dtype)
-    return conv2d_work(case.shape, case.dtype, case.direction)
+    """The work of a case, counted by its op family's spec (which calls the formulas above)."""
+    from microbench.core import ops  # the specs import this module for its formulas
+
+    return ops.of(case).work(case)

@@ -10,13 +10,13 @@ import torch
 from microbench.core.config import Config, DatasheetDevice
 from microbench.core.datasheet import match_datasheet
 from microbench.core.device import Device
+from microbench.core import dtypes, ops
+from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, GemmShape
+from microbench.measure import registry
 from microbench.measure.timing import measure
-from microbench.core.work import gemm_work
 
 COMPUTE, MEMORY = "compute", "memory"
-# Our dtype names -> the datasheet's precision columns.
-DATASHEET_PRECISION = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8"}
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,9 @@ def datasheet_ceilings(device: Device, cfg: Config) -> tuple[list[Ceiling], str 
     entry, note = match_datasheet(device.name, cfg.devices)
     if entry is None:
         return [], None, note
-    out = [Ceiling(f"datasheet {dt}", COMPUTE, dt, entry.peaks_tflops[p], "TFLOP/s", "datasheet", entry.name)
-           for dt, p in DATASHEET_PRECISION.items() if p in entry.peaks_tflops]
+    # Ceilings for the dtypes cases are measured in, each from its datasheet precision column.
+    out = [Ceiling(f"datasheet {d.name}", COMPUTE, d.name, entry.peaks_tflops[d.precision], "TFLOP/s", "datasheet",
+                   entry.name) for d in dtypes.TABLE if d.case and d.precision in entry.peaks_tflops]
     if entry.memory_tbs is not None:
         out.append(Ceiling("datasheet memory", MEMORY, None, entry.memory_tbs * 1000.0, "GB/s", "datasheet", entry.name))
     return out, entry.key, note
@@ -95,14 +96,10 @@ def cpu_estimate(device: Device, cfg: Config) -> tuple[list[Ceiling], str]:
 
 def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None] | None = None) -> tuple[list[Ceiling], list[str]]:
     """Best vendor GEMM throughput per dtype over a few large sizes, and a large copy's bandwidth."""
-    from microbench.measure import registry
-    from microbench.core.cases import make_inputs
-    from microbench.measure.registry import bind
-
     settings = cfg.ceilings.get(device.kind)
     if settings is None:
         return [], [f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings"]
-    gemm = registry.baseline("gemm")
+    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (DESIGN.md)
     out: list[Ceiling] = []
     notes: list[str] = []
     for dt, sizes in settings.gemm_sizes.items():
@@ -113,14 +110,14 @@ def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None
             case = Case("gemm", GemmShape(n, n, n), dt)
             try:
                 a, b = make_inputs(case, device.torch_device, seed=n)
-                t = measure(bind(gemm, case, a, b), device, cfg.timing)
+                t = measure(registry.bind(gemm, case, a, b), device, cfg.timing)
             except registry.Unsupported as e:
                 notes.append(f"no measured {dt} ceiling: {e}")
                 break
             except (RuntimeError, MemoryError) as e:  # out of memory at the largest size: keep the best so far
                 notes.append(f"ceiling gemm {dt} {n}^3 failed: {type(e).__name__}: {str(e).splitlines()[0]}")
                 continue
-            tflops = gemm_work(case.shape, dt).flops / (t.median_ms * 1e-3) / 1e12
+            tflops = ops.of(case).work(case).flops / (t.median_ms * 1e-3) / 1e12
             if tflops > best:
                 best, best_size = tflops, n
         if best_size is not None:

@@ -1,6 +1,7 @@
 """The one registry of providers.
 
-A provider is an implementation of an op (`gemm` or `conv2d`) with the op's call signature:
+A provider is an implementation of an op family (`gemm`, `conv2d`: microbench.core.ops) with the call
+signature its spec states (`OpSpec.signature`, called through `OpSpec.call`):
 
     gemm:   fn(a, b, *, allow_tf32: bool) -> c             a: [B?, M, K], b: [B?, K, N] (any strides)
     conv2d: fn(a, b, *, shape: ConvShape, direction: str, allow_tf32: bool) -> out
@@ -22,11 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from microbench.core import ops
+
 if TYPE_CHECKING:
     from microbench.core.device import Device
     from microbench.core.shapes import Case
 
-OPS = ("gemm", "conv2d")
+OPS = tuple(ops.FAMILIES)
 
 
 class Unsupported(Exception):
@@ -116,7 +119,4 @@ def baseline(op: str) -> Provider | None:
 
 def bind(p: Provider, case: Case, a, b) -> Callable[[], object]:
     """A no-argument call of provider `p` on these operands: what correctness checks and timing run."""
-    allow_tf32 = case.dtype == "tf32"
-    if case.family == "gemm":
-        return lambda: p.fn(a, b, allow_tf32=allow_tf32)
-    return lambda: p.fn(a, b, shape=case.shape, direction=case.direction, allow_tf32=allow_tf32)
+    return ops.of(case).bind(p.fn, case, a, b)

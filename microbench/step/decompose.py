@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import re
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -24,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from microbench.core import ops
 from microbench.core.config import DEFAULT_CONFIG, Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
 
@@ -45,50 +45,20 @@ def _progress(cb: Callable[[str], None] | None, msg: str) -> None:
 
 
 # ---- oneDNN evidence on a CPU ----------------------------------------------------------------------------
-_CONV_PROBLEM = re.compile(r"(?:g(\d+))?mb(\d+)_ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)dh(\d+)ph(\d+)"
-                           r"_iw(\d+)ow\d+kw(\d+)sw(\d+)dw(\d+)pw(\d+)")
-_ONEDNN_DIRECTION = {"forward_training": "fwd", "forward_inference": "fwd", "backward_data": "bwd_data",
-                     "backward_weights": "bwd_weight"}
-
-
-def _case_key(case) -> tuple:
-    s = case.shape
-    if case.op == "gemm":
-        return ("gemm", s.batch, s.m, s.k, s.n)
-    return ("conv", case.direction, s.groups, s.n, s.c, s.k, s.h, s.w, s.r, s.s, *s.stride, *s.pad, *s.dilation)
-
-
-def _onednn_key(rec) -> tuple | None:
-    if rec.kind == "convolution":
-        m = _CONV_PROBLEM.search(rec.problem)
-        direction = _ONEDNN_DIRECTION.get(rec.prop)
-        if not m or not direction:
-            return None
-        g, mb, ic, oc, ih, kh, sh, dh, ph, iw, kw, sw, dw, pw = m.groups()
-        # oneDNN counts dilation from 0 (dh0 = dense); PyTorch from 1.
-        return ("conv", direction, int(g or 1), int(mb), int(ic), int(oc), int(ih), int(iw), int(kh), int(kw),
-                int(sh), int(sw), int(ph), int(pw), int(dh) + 1, int(dw) + 1)
-    if rec.kind == "matmul":
-        try:
-            a, b = rec.problem.split(":")[:2]
-            da, db = [int(x) for x in a.split("x")], [int(x) for x in b.split("x")]
-        except ValueError:
-            return None
-        batch = 1
-        for d in da[:-2]:
-            batch *= d
-        return ("gemm", batch, da[-2], da[-1], db[-1])
-    return None
+def onednn_key(rec) -> tuple | None:
+    """A oneDNN record -> the problem key of its op family's spec (None: no family, or unparsable)."""
+    spec = ops.for_onednn(rec.kind)
+    return spec.onednn_key(rec) if spec else None
 
 
 def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
     """(layer, phase) -> FLOPs of its GEMM/conv cases by matrix-unit verdict, and the implementations seen."""
     from microbench.timeline.classify import classify_cpu_impl
-    from microbench.step.oprecord import _case_work, bucket_name
+    from microbench.step.oprecord import bucket_name
 
     impls: dict[tuple, Counter] = defaultdict(Counter)
     for r in onednn:
-        key = _onednn_key(r)
+        key = onednn_key(r)
         if key is not None:
             impls[key][r.impl] += 1
     out: dict[tuple[str, str], dict] = {}
@@ -96,8 +66,9 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
         for case in rec.cases:
             e = out.setdefault((bucket_name(rec.layer, rec.phase), rec.phase or "step"),
                                {"flops": Counter(), "impls": Counter()})
-            seen = impls.get(_case_key(case))
-            flops = _case_work(case).flops
+            spec = ops.of(case)
+            seen = impls.get(spec.problem_key(case))
+            flops = spec.work(case).flops
             if not seen:
                 e["flops"]["unknown"] += flops
                 continue
@@ -320,9 +291,9 @@ def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: s
 
 
 def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
-    """One entry (and one ResultRow) per (layer, phase) that took time or did work."""
+    """One entry (and one LayerRow) per (layer, phase) that took time or did work."""
     from microbench.step.oprecord import LayerWork
-    from microbench.core.results import ResultRow
+    from microbench.core.results import LayerRow
     from microbench.measure.runner import judge
     from microbench.core.stats import summarize
     from microbench.core.work import Work
@@ -345,9 +316,8 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
         gemm_ms = sum(part.by_class[c] for c in GEMM_CLASSES) / 1e3 if b else 0.0
         tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
-        row = ResultRow(op=kind, shape=w.cases[0].shape.label() if w.cases else "-", dtype=layer_dtype,
-                        provider=f"{workload.name} step", device=dev.name, source="model", layer=name, phase=phase,
-                        flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
+        row = LayerRow(model=workload.name, layer=name, phase=phase, module=kind, dtype=layer_dtype,
+                       shape=w.cases[0].shape.label() if w.cases else "-", device=dev.name, flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
                         params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
                                 "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())}})
         if b and time_ms > 0 and flops > 0 and w.bytes > 0:

@@ -24,15 +24,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
+from microbench.core import dtypes, ops
+from microbench.core.shapes import Case
+from microbench.core.work import Work, case_work, norm_work
 from microbench.timeline.classify import classify_operator
-from microbench.core.shapes import CONV_OPS, Case, ConvShape, GemmShape
-from microbench.core.work import Work, conv2d_work, gemm_work, norm_work
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
 _NO_TRAFFIC = {"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like", "aten::empty_strided",
                "aten::detach"}
-GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 # Gathers read only the rows they return, not the whole table they index (an embedding lookup).
 GATHER_OPS = {"aten::embedding", "aten::index_select", "aten::gather", "aten::index"}
 
@@ -54,53 +53,8 @@ class OpRecord:
 def _dtype(tensors) -> str | None:
     for t in tensors:
         if t.is_floating_point():
-            return DTYPE_NAMES.get(t.dtype)
+            return dtypes.name_of(t.dtype)
     return None
-
-
-def _layout_transposed(t: torch.Tensor) -> bool:
-    """True when the matrix in the last two dimensions is stored column-major (as its transpose)."""
-    rows, cols = t.shape[-2], t.shape[-1]
-    s_row, s_col = t.stride(-2), t.stride(-1)
-    row_major = (s_col == 1 or cols == 1) and (s_row >= cols or rows == 1)
-    col_major = (s_row == 1 or rows == 1) and (s_col >= rows or cols == 1)
-    return col_major and not row_major
-
-
-def gemm_case(op: str, args, dtype: str) -> Case:
-    ia, ib = GEMM_OPS[op]
-    a, b = args[ia], args[ib]
-    batch = a.shape[0] if a.dim() == 3 else 1
-    shape = GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch,
-                      trans_a=_layout_transposed(a), trans_b=_layout_transposed(b))
-    return Case("gemm", shape, dtype)
-
-
-def _conv_shape(x_shape, w_shape, stride, padding, dilation, groups) -> ConvShape:
-    n, c, h, w = x_shape
-    k, _, r, s = w_shape
-    return ConvShape(n=n, c=c, h=h, w=w, k=k, r=r, s=s, stride=tuple(stride), pad=tuple(padding),
-                     dilation=tuple(dilation), groups=groups)
-
-
-def conv_cases(op: str, args, dtype: str) -> tuple[list[Case], str]:
-    """The convolution directions an operator computes, with their shapes (2-D, not transposed)."""
-    if op == "aten::convolution":
-        x, w, _bias, stride, padding, dilation, transposed, _op, groups = args[:9]
-        directions = ["fwd"]
-    else:  # aten::convolution_backward
-        _gy, x, w, _bias_sizes, stride, padding, dilation, transposed, _op, groups, mask = args[:11]
-        directions = [d for d, on in zip(("bwd_data", "bwd_weight"), mask[:2]) if on]
-    if transposed:
-        return [], "transposed convolution: no replayable case"
-    if x.dim() != 4:
-        return [], f"{x.dim() - 2}-D convolution: only conv2d is replayed"
-    shape = _conv_shape(tuple(x.shape), tuple(w.shape), stride, padding, dilation, groups)
-    return [Case(CONV_OPS[d], shape, dtype) for d in directions], ""
-
-
-def _case_work(c: Case) -> Work:
-    return gemm_work(c.shape, c.dtype) if c.op == "gemm" else conv2d_work(c.shape, c.dtype, c.direction)
 
 
 def _norm_work(op: str, tensors, dtype: str) -> Work:
@@ -121,21 +75,15 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
     cls = classify_operator(op).cls
     cases: list[Case] = []
     skipped = ""
-    replayable = dtype in ("fp32", "bf16", "fp16")
-    if op in GEMM_OPS:
-        if replayable:
-            cases = [gemm_case(op, args, dtype)]
+    if (spec := ops.for_aten(op)) is not None:
+        if dtype in dtypes.STEP_DTYPES:  # the dtypes a training step computes in are the ones replayed
+            cases, skipped = spec.aten_cases(op, args, dtype)
         else:
-            skipped = f"{dtype} GEMM: not a replayed dtype"
-    elif op in ("aten::convolution", "aten::convolution_backward"):
-        if replayable:
-            cases, skipped = conv_cases(op, args, dtype)
-        else:
-            skipped = f"{dtype} convolution: not a replayed dtype"
+            skipped = f"{dtype} {spec.family}: not a replayed dtype"
     other_flops = 0
     if cases:
-        nbytes = sum(_case_work(c).bytes_moved for c in cases)
-    elif cls == "norm" and dtype in DTYPE_NAMES.values() and inputs:
+        nbytes = sum(case_work(c).bytes_moved for c in cases)
+    elif cls == "norm" and dtype is not None and inputs:
         w = _norm_work(op, inputs, dtype)
         nbytes, other_flops = w.bytes_moved, w.flops
     elif op in GATHER_OPS:
