@@ -18,6 +18,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from microbench.core import dtypes
 from microbench.measure.registry import Unsupported, provider
 from microbench.measure.sass import AotBuild
 
@@ -68,13 +69,12 @@ def aot_builds(target: str) -> list[AotBuild]:
             for c in _all_configs()]
 
 
-_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-_launches = ck.LaunchLog()
+OPERAND_DTYPES = ("fp16", "bf16")  # names of microbench.core.dtypes; fp32 accumulation
 
 
 def _evidence(case, device, call):
     """The SASS of the very kernel the call launches, for this device's architecture."""
-    return ck.evidence_of_launch(_launches, device, call)
+    return ck.evidence_of_launch(device, call)
 
 
 def _nhwc(t: torch.Tensor, channels: int) -> torch.Tensor:
@@ -116,7 +116,7 @@ def _check(a: torch.Tensor, b: torch.Tensor, shape, direction: str) -> None:
         raise Unsupported(f"groups = {shape.groups}: only dense convolutions (groups = 1)")
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
-    if a.dtype not in _DTYPES:
+    if dtypes.name_of(a.dtype) not in OPERAND_DTYPES:
         raise Unsupported(f"{a.dtype}: the kernel takes fp16 / bf16 operands (fp32 accumulation)")
     if a.device.type != "cuda" or b.device != a.device:
         raise Unsupported("needs both operands on the same CUDA device")
@@ -163,11 +163,11 @@ def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allo
     if p.empty:
         return y.zero_()
     dev = a.device.index
-    dtype = _DTYPES[a.dtype]
+    dtype = dtypes.name_of(a.dtype)
     tile = select_tile(p.m, p.k, ck.sm_count(dev), ck.smem_limit(dev))
     expr = kernel_expr(dtype, tile)
     kernel = ck.load(SOURCE, all_exprs(), expr, dev, ck.target_of(a), tile.smem_bytes)
-    _launches.record(SOURCE, all_exprs(), expr, KERNEL, config_label(dtype, tile), dtype, tile.smem_bytes)
+    ck.report(ck.Launch(SOURCE, all_exprs(), expr, KERNEL, config_label(dtype, tile), dtype, tile.smem_bytes))
     grid = (math.ceil(p.m / tile.bm) * math.ceil(p.k / tile.bn), 1, 1)
     i32 = np.int32
     args = (p.x, p.w, y_nhwc, *(i32(v) for v in p.geometry), i32(p.ldy), i32(GROUP_M))

@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
+from microbench.measure import launches
 from microbench.measure.registry import Evidence
 from microbench.measure.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
 
@@ -147,27 +148,23 @@ class Launch:
     wants_wgmma: bool = False
 
 
-class LaunchLog:
-    """What a wrapper launched last, so that the evidence hook names the kernel that really ran (the
-    tile and layout depend on the operands' strides and the device), not a guess from the case."""
-
-    def __init__(self):
-        self.last: Launch | None = None
-
-    def record(self, *args, **kw) -> None:
-        self.last = Launch(*args, **kw)
+def report(launch: Launch) -> None:
+    """A wrapper's launch, into microbench.measure.launches' record: the evidence hook then names the kernel
+    that really ran (the tile and layout depend on the operands' strides and the device), not a guess."""
+    launches.report_launch(launch.kernel, launch.config, detail=launch)
 
 
-def evidence_of_launch(log: LaunchLog, device, call: Callable[[], object]) -> Evidence:
+def evidence_of_launch(device, call: Callable[[], object]) -> Evidence:
     target = device_target(device)
     if target is None:
         return Evidence("unknown", f"no SASS for {device.kind} {device.arch}")
-    log.last = None
-    call()
-    device.synchronize()
-    launch = log.last
-    if launch is None:
+    with launches.launch_record() as ran:
+        call()
+        device.synchronize()
+    ours = [r.detail for r in ran if isinstance(r.detail, Launch)]
+    if not ours:
         return Evidence("unknown", "the call launched no kernel (an empty problem)")
+    launch = ours[-1]
     return static_evidence(launch.source, launch.exprs, launch.expr, target, launch.kernel, launch.config,
                            launch.dtype, launch.smem_bytes, launch.wants_wgmma)
 

@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from microbench.core import dtypes
 from microbench.measure.registry import Unsupported, provider
 from microbench.measure.sass import AotBuild, ptxas_arch
 
@@ -150,14 +151,13 @@ def aot_builds(target: str) -> list[AotBuild]:
 
 def _evidence(case, device, call):
     """The SASS of the very kernel the call launches, for this device's architecture."""
-    return ck.evidence_of_launch(_launches, device, call)
+    return ck.evidence_of_launch(device, call)
 
 
 # ---------------------------------------------------------------------------------------------------
 # The providers
 # ---------------------------------------------------------------------------------------------------
-_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-_launches = ck.LaunchLog()
+OPERAND_DTYPES = ("fp16", "bf16")  # names of microbench.core.dtypes; fp32 accumulation
 
 
 def _round8(x: int) -> int:
@@ -236,7 +236,7 @@ class GemmPlan:
 def _check(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
-    if a.dtype not in _DTYPES:
+    if dtypes.name_of(a.dtype) not in OPERAND_DTYPES:
         raise Unsupported(f"{a.dtype}: the kernel takes fp16 / bf16 operands (fp32 accumulation)")
     if a.device.type != "cuda" or b.device != a.device:
         raise Unsupported("needs both operands on the same CUDA device")
@@ -283,7 +283,7 @@ def _run(p: GemmPlan, source: str, exprs: tuple[str, ...], expr: str, kernel_nam
          tile, wants_wgmma: bool = False) -> torch.Tensor:
     c = torch.empty((p.batch, p.m, p.ldc), dtype=p.a.dtype, device=p.a.device)
     kernel = ck.load(source, exprs, expr, p.a.device.index, ck.target_of(p.a), tile.smem_bytes)
-    _launches.record(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma)
+    ck.report(ck.Launch(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma))
     grid = (math.ceil(p.m / tile.bm) * math.ceil(p.n / tile.bn), 1, p.batch)
     i32, i64 = np.int32, np.int64
     args = (p.a, p.b, c, i32(p.m), i32(p.n), i32(p.k), i64(p.lda), i64(p.ldb), i32(p.ldc), i64(p.sa), i64(p.sb),
@@ -299,7 +299,7 @@ def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> 
     p = plan(a, b)
     if p.empty:
         return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
-    dtype = _DTYPES[a.dtype]
+    dtype = dtypes.name_of(a.dtype)
     dev = a.device.index
     tile = select_tile(p.m, p.n, p.batch, ck.sm_count(dev), ck.smem_limit(dev))
     return _run(p, SOURCE, all_exprs(), kernel_expr(dtype, tile, p.a_kmajor, p.b_kmajor), KERNEL,
@@ -324,7 +324,7 @@ def gemm_cupy_wgmma(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = Fals
     p = plan(a, b, k_major_only=True)
     if p.empty:
         return torch.zeros(p.out_shape, dtype=a.dtype, device=a.device)
-    dtype = _DTYPES[a.dtype]
+    dtype = dtypes.name_of(a.dtype)
     tile = wgmma_tiles()[0]
     if tile.smem_bytes > ck.smem_limit(a.device.index):
         raise Unsupported(f"{tile.smem_bytes} bytes of shared memory do not fit this device")

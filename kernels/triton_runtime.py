@@ -19,9 +19,7 @@ a launch was tried: Triton's lazily imported Gluon package asserts that they are
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 import types
 from typing import Callable
 
@@ -29,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from microbench.measure import launches
 from microbench.measure.registry import Evidence
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
@@ -126,15 +125,6 @@ def interpreter_refusal(macs: int) -> str | None:
     return None
 
 
-def tl_dtype_name(dtype: torch.dtype) -> str:
-    """torch dtype -> Triton's type name in signatures (`fp16`, `bf16`, `fp32`, `fp8e4nv`)."""
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-    f8 = getattr(torch, "float8_e4m3fn", None)
-    if f8 is not None:
-        names[f8] = "fp8e4nv"
-    return names[dtype]
-
-
 def autotune(kernel, configs: list, key: list[str], prune=None):
     """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
     100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
@@ -147,28 +137,12 @@ def autotune(kernel, configs: list, key: list[str], prune=None):
 
 
 # --------------------------------------------------------------------------------------------------
-# What ran: the wrappers report each GPU launch, so that an evidence hook can read the machine code of
-# the kernel that actually ran (the autotuner's choice), not of a configuration we think it chose.
-
-_recorders = threading.local()
-
-
-@contextlib.contextmanager
-def record_launches():
-    stack = getattr(_recorders, "stack", None)
-    if stack is None:
-        stack = _recorders.stack = []
-    launches: list[dict] = []
-    stack.append(launches)
-    try:
-        yield launches
-    finally:
-        stack.pop()
-
+# What ran: the wrappers report each GPU launch (microbench.measure.launches), so that an evidence hook can
+# read the machine code of the kernel that actually ran (the autotuner's choice).
 
 def report_launch(kernel_name: str, compiled, config_label: str) -> None:
-    for launches in getattr(_recorders, "stack", None) or ():
-        launches.append({"kernel": kernel_name, "compiled": compiled, "config": config_label})
+    """Into microbench.measure.launches' record, with Triton's CompiledKernel as the launch's detail."""
+    launches.report_launch(kernel_name, config_label, detail=compiled)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -255,18 +229,18 @@ def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str) -> Evidence:
 
 def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
     """GPU: run the call once and read the machine code of the kernel(s) it launched."""
-    with record_launches() as launches:
+    with launches.launch_record() as ran:
         call()
         device.synchronize()
-    if not launches:
+    if not ran:
         return Evidence("unknown", "the call launched no Triton kernel")
-    last = launches[-1]
-    asm = last["compiled"].asm
+    last = ran[-1]
+    asm = last.detail.asm
     if "cubin" in asm:
-        return sass_evidence(asm["cubin"], last["kernel"], last["config"], device.arch, dtype,
+        return sass_evidence(asm["cubin"], last.kernel, last.config, device.arch, dtype,
                              "SASS of the kernel that ran")
     if "amdgcn" in asm:
-        return amdgcn_evidence(asm["amdgcn"], last["kernel"], last["config"], device.arch)
+        return amdgcn_evidence(asm["amdgcn"], last.kernel, last.config, device.arch)
     return Evidence("unknown", f"no cubin or amdgcn in the compiled kernel ({', '.join(asm)})")
 
 

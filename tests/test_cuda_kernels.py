@@ -16,7 +16,8 @@ import torch
 from kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
 from microbench.measure import registry
 from microbench.measure import sass
-from microbench.core.cases import conv_tensor_shapes, make_inputs, reference, rel_err
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.measure.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
@@ -182,8 +183,8 @@ def test_evidence_hook_names_the_launched_kernel(static_records):
     expr = gemm_cupy.kernel_expr("bf16", tile, True, True)
 
     def call():
-        gemm_cupy._launches.record(gemm_cupy.SOURCE, gemm_cupy.all_exprs(), expr, gemm_cupy.KERNEL,
-                                   gemm_cupy.config_label("bf16", tile, True, True), "bf16", tile.smem_bytes)
+        ck.report(ck.Launch(gemm_cupy.SOURCE, gemm_cupy.all_exprs(), expr, gemm_cupy.KERNEL,
+                            gemm_cupy.config_label("bf16", tile, True, True), "bf16", tile.smem_bytes))
 
     case = Case("gemm", GemmShape(4096, 4096, 4096, trans_b=True), "bf16")
     ev = registry.get("gemm", "cupy").evidence(case, FakeGpu(), call)
