@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -102,8 +101,12 @@ def tiny_config(tmp_path, cfg) -> Path:
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """Every pytest-benchmark JSON carries the dawnscope fingerprint of the device it measured."""
-    from microbench.core import device
+    """Every pytest-benchmark JSON carries the dawnscope fingerprint block (the device it measured, the
+    software, the profile and configuration) that `python -m microbench.compare` reads back."""
+    from microbench.core import device, fingerprint
+    from microbench.core.config import DEFAULT_CONFIG
 
-    dev = device.detect(os.environ.get("DAWNSCOPE_DEVICE", "auto"))
-    machine_info["dawnscope"] = {"hardware": device.fingerprint(dev), "software": device.software()}
+    profile, config_path, device_request = fingerprint.benchmark_selection()
+    dev = device.detect(device_request)
+    machine_info[fingerprint.BENCHMARK_KEY] = fingerprint.benchmark_block(
+        device.fingerprint(dev), device.software(), profile, config_path or DEFAULT_CONFIG)

@@ -12,7 +12,6 @@ the timed call, rotates among input sets, and puts flops, bytes, tflops and the 
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -24,18 +23,19 @@ from microbench.measure.ceilings import Ceilings, build_ceilings
 from microbench.core.config import Config, load_config
 from microbench.core.device import Device, detect
 from microbench.core.errors import InputError
+from microbench.core.fingerprint import benchmark_selection
 from microbench.measure.registry import Unsupported
-from microbench.core.results import ResultRow
+from microbench.core.results import KernelCaseRow
 from microbench.measure.runner import judge, too_slow
 from microbench.core.stats import summarize
 from microbench.core.work import case_work
 
-PROFILE = os.environ.get("DAWNSCOPE_PROFILE", "quick")
+PROFILE, CONFIG, DEVICE = benchmark_selection()  # the environment variables above, read where conftest reads them
 
 
 def _load() -> Config:
     try:
-        return load_config(os.environ.get("DAWNSCOPE_CONFIG") or None)  # empty = unset
+        return load_config(CONFIG)
     except InputError as e:
         raise pytest.UsageError(f"error: {e.line()}") from None
 
@@ -69,7 +69,7 @@ class BenchEnv:
 @pytest.fixture(scope="session")
 def bench_env(request) -> BenchEnv:
     cfg = _load()
-    device = detect(os.environ.get("DAWNSCOPE_DEVICE", "auto"))
+    device = detect(DEVICE)
     timing_enabled = not request.config.getoption("benchmark_disable")
     # Measured ceilings cost a few seconds: only when the benchmarks are really timed.
     return BenchEnv(cfg, device, build_ceilings(device, cfg, measure_now=timing_enabled), timing_enabled)
@@ -112,7 +112,7 @@ def test_benchmark(benchmark, bench_case, bench_env):
 
     if benchmark.stats is not None:  # timed (not --benchmark-disable)
         samples_ms = [s * 1e3 for s in benchmark.stats.stats.data]
-        row = ResultRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name, device=dev.name)
+        row = KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name, device=dev.name)
         judge(row, work, summarize(samples_ms), bench_env.ceilings)
         benchmark.extra_info.update(tflops=row.tflops, gbps=row.gbps, intensity=row.intensity,
                                     ceiling=row.ceiling, ceiling_tflops=row.ceiling_tflops,

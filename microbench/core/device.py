@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
+
 # CPU flags that decide which vector / matrix units oneDNN and MKL can use.
 CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16",
                  "amx_int8", "amx_fp16")
@@ -176,15 +178,3 @@ def fingerprint(device: Device) -> dict:
     d["memory_gib"] = round(device.memory_bytes / 2**30, 1)
     d["host_cpu"] = _cpuinfo().get("model name")
     return d
-
-
-def fingerprint_line(hardware: dict, software_: dict) -> str:
-    """One line for docs and table captions."""
-    clock = f", {hardware['clock_mhz']:.0f} MHz" if hardware.get("clock_mhz") else ""
-    units = "cores" if hardware["kind"] == "cpu" else ("SMs" if hardware["kind"] == "cuda" else "CUs")
-    isa = f", {' '.join(hardware['isa_flags'])}" if hardware.get("isa_flags") else ""
-    return (f"{hardware['name']} ({hardware['arch']}, {hardware['units']} {units}{clock}, "
-            f"{hardware['memory_gib']} GiB{isa}); torch {software_['torch']}, triton {software_['triton']}, "
-            f"python {software_['python']}")
-
-

@@ -10,7 +10,7 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     """The per-layer table (largest first), the step summary and the replay table."""
     from rich.table import Table
 
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
     from microbench.reports.report import results_table, wide_console
 
     console = console or wide_console()

@@ -60,7 +60,7 @@ def figure_img(fig, alt: str) -> str:
 
 def fingerprint_text(hw: dict, sw: dict) -> str:
     """device.fingerprint_line, or what there is of it for another version's or a hand-made file."""
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
 
     try:
         return fingerprint_line(hw, sw)
