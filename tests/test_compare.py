@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import gzip
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,7 +17,7 @@ import pytest
 from microbench import compare as compare_cli
 from microbench.reports import compare
 from microbench.core.device import cpu_device, fingerprint, software
-from microbench.core.results import ResultRow, ResultsWriter
+from microbench.core.results import KernelCaseRow, ResultsWriter
 
 CASES = [  # (op, shape, dtype, median ms, flops)
     ("gemm", "512x512x512", "fp32", 4.0, 2 * 512**3),
@@ -42,7 +44,7 @@ def make_doc(tmp: Path, name: str = "a", *, device_name: str | None = None, kind
                 continue
             t = ms / speedup
             tflops = flops / (t * 1e-3) / 1e12
-            w.add(ResultRow(op=op, shape=shape, dtype=dtype, provider="torch", device=hw["name"],
+            w.add(KernelCaseRow(op=op, shape=shape, dtype=dtype, provider="torch", device=hw["name"],
                             time_ms={"median": t, "p20": t, "p80": t, "cov": 0.05, "reps": 10}, flops=flops,
                             tflops=tflops, pct_of_measured=100 * tflops / 1.0, pct_of_datasheet=10 * tflops,
                             pct_of_ceiling=100 * tflops, baseline=True))
@@ -69,6 +71,60 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def our_benchmark_json(tmp_path_factory, request) -> Path:
+    """`pytest --benchmark-only --benchmark-json` through the real tests/conftest.py and test_benchmarks.py, on
+    a tiny profile on the CPU: the file compare must read our fingerprint block from."""
+    from tests.conftest import TINY_PROFILE
+    from microbench.core.config import load_config
+
+    d = tmp_path_factory.mktemp("ours")
+    tol = "\n".join(f"{k} = {v!r}" for k, v in load_config().tolerance.items())
+    (d / "bench.toml").write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
+    out = d / "bench.json"
+    env = {**os.environ, "DAWNSCOPE_CONFIG": str(d / "bench.toml"), "DAWNSCOPE_PROFILE": "tiny",
+           "DAWNSCOPE_DEVICE": "cpu"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_benchmarks.py",
+                        "-k", "gemm-64x48x32-fp32-torch", "--benchmark-only", f"--benchmark-json={out}",
+                        "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out
+
+
+def test_our_benchmark_json_shows_device_profile_and_versions(tmp_path, our_benchmark_json):
+    doc = json.loads(our_benchmark_json.read_text())
+    assert [b["extra_info"]["provider"] for b in doc["benchmarks"]] == ["torch"]
+    hw = fingerprint(cpu_device())
+    sha = hashlib.sha256((our_benchmark_json.parent / "bench.toml").read_bytes()).hexdigest()
+    m = compare.load_machine(our_benchmark_json)
+    assert (m.name, m.hardware_kind, m.profile, m.config_sha256) == (hw["name"], "cpu", "tiny", sha)
+    assert m.software["torch"] == software()["torch"] and m.software["python"] == software()["python"]
+    assert m.fingerprint.startswith(f"{hw['name']} ({hw['arch']}, {hw['units']} cores")
+    # beside a results.json of the same machine, profile and software: nothing to flag
+    same = make_doc(tmp_path, "same", profile="tiny", sha=sha)
+    cmp = compare.compare([same, our_benchmark_json])
+    assert cmp["flags"] == []
+    gemm = next(c for c in cmp["cases"] if c["provider"] == "torch" and c["shape"] == "64x48x32")
+    assert gemm["cells"][cmp["machines"][1]["label"]]["time_ms"] == pytest.approx(
+        doc["benchmarks"][0]["stats"]["median"] * 1e3)
+
+
+def test_our_benchmark_json_mismatches_are_flagged(tmp_path, our_benchmark_json):
+    other_profile = make_doc(tmp_path, "p", profile="quick")
+    flags = compare.compare([other_profile, our_benchmark_json])["flags"]
+    assert any(f.startswith("different profiles") and "tiny" in f for f in flags)
+    other_cfg = make_doc(tmp_path, "c", profile="tiny", sha="another-bench-toml")
+    assert any("different configuration files" in f for f in compare.compare([other_cfg, our_benchmark_json])["flags"])
+    sha = hashlib.sha256((our_benchmark_json.parent / "bench.toml").read_bytes()).hexdigest()
+    old_torch = make_doc(tmp_path, "t", profile="tiny", sha=sha, torch_version="2.9.1")
+    flags = compare.compare([old_torch, our_benchmark_json])["flags"]
+    assert len(flags) == 1 and flags[0].startswith("torch versions differ") and "2.9.1" in flags[0]
 
 
 def test_two_machines_side_by_side_with_ratio_and_fingerprints(tmp_path):

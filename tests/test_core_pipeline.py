@@ -12,7 +12,7 @@ from microbench.measure.ceilings import Ceiling, Ceilings
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
 from microbench.measure.registry import Unsupported, provider
-from microbench.core.results import ResultRow, ResultsWriter
+from microbench.core.results import KernelCaseRow, ResultsWriter
 from microbench.measure.runner import CaseRunner, judge
 from microbench.core.shapes import Case, ConvShape, GemmShape
 from microbench.core.stats import summarize
@@ -138,14 +138,14 @@ def test_judge_roofline_and_flags():
     c = Ceilings([Ceiling("m", "compute", "fp32", 1.0, "TFLOP/s", "measured"),
                   Ceiling("mem", "memory", None, 30.0, "GB/s", "measured"),
                   Ceiling("d", "compute", "fp32", 4.0, "TFLOP/s", "datasheet")])
-    row = ResultRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
+    row = KernelCaseRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
     judge(row, work, summarize([0.01] * 5), c)  # 2e6 FLOPs in 10 us = 0.2 TFLOP/s
     assert row.tflops == pytest.approx(0.2)
     # memory roof at this intensity: 30e9 * 16.67 = 0.5 TFLOP/s < 1.0 compute roof -> memory-bound
     assert row.bound == "memory" and row.ceiling_tflops == pytest.approx(0.5)
     assert row.pct_of_ceiling == pytest.approx(40.0) and row.pct_of_measured == pytest.approx(20.0)
     assert row.pct_of_datasheet == pytest.approx(5.0) and row.flags == []
-    fast = ResultRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
+    fast = KernelCaseRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
     judge(fast, work, summarize([0.001] * 5), c)  # 2 TFLOP/s: four times the memory roof
     assert fast.flags and "above the measured memory roof" in fast.flags[0]
 
@@ -153,7 +153,7 @@ def test_judge_roofline_and_flags():
 def test_writer_keeps_every_row_as_it_goes(tmp_path):
     w = ResultsWriter(tmp_path, {"hardware": {"name": "x"}, "software": {}, "config": {}})
     for i in range(3):
-        w.add(ResultRow(op="gemm", shape=f"{i}", dtype="fp32", provider="p", device="d", rel_err=float("inf")))
+        w.add(KernelCaseRow(op="gemm", shape=f"{i}", dtype="fp32", provider="p", device="d", rel_err=float("inf")))
         doc = json.loads((tmp_path / "results.json").read_text())  # readable after every row
         assert len(doc["results"]) == i + 1 and doc["results"][-1]["rel_err"] is None
         lines = (tmp_path / "results.csv").read_text().splitlines()
@@ -161,4 +161,4 @@ def test_writer_keeps_every_row_as_it_goes(tmp_path):
     w.close()
     assert {"hardware", "software", "config", "ceilings", "results"} <= set(doc)
     with pytest.raises(ValueError):
-        ResultRow(op="gemm", shape="1", dtype="fp32", provider="p", device="d", status="great")
+        KernelCaseRow(op="gemm", shape="1", dtype="fp32", provider="p", device="d", status="great")

@@ -48,14 +48,13 @@ def benchmark_block(hardware: dict, software_: dict, profile: str | None, config
 
 
 def read_benchmark_block(machine_info: dict) -> dict:
-    """The block back from a pytest-benchmark `machine_info`: hardware (None when absent), software, profile,
-    config_sha256. Files written before the block had one name read from its flat predecessors."""
-    block = machine_info.get(BENCHMARK_KEY)
+    """The block back from a pytest-benchmark `machine_info`: hardware (None when absent or not an object),
+    software (an object, maybe empty), profile and config_sha256 as found (the reader checks their types), and
+    `key`, where they were (for its error messages). Files written before the block had one name carry
+    hardware / software / profile at the top of machine_info."""
+    block, key = machine_info.get(BENCHMARK_KEY), f"machine_info.{BENCHMARK_KEY}"
     if not isinstance(block, dict):
-        block = machine_info  # older files: hardware / software / profile at the top of machine_info
-    hw = block.get("hardware")
-    sw = block.get("software")
-    profile, sha = block.get("profile"), block.get("config_sha256")
+        block, key = machine_info, "machine_info"
+    hw, sw = block.get("hardware"), block.get("software")
     return {"hardware": hw if isinstance(hw, dict) else None, "software": dict(sw) if isinstance(sw, dict) else {},
-            "profile": profile if isinstance(profile, str) else None,
-            "config_sha256": sha if isinstance(sha, str) else None}
+            "profile": block.get("profile"), "config_sha256": block.get("config_sha256"), "key": key}

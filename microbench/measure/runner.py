@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 import torch
 
 from microbench.measure import registry
+from microbench.core import dtypes
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.measure.registry import bind
 from microbench.measure.ceilings import Ceilings
@@ -14,7 +15,7 @@ from microbench.core.config import Config, Profile
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
 from microbench.measure.registry import Evidence, Provider, Unsupported
-from microbench.core.results import ResultRow
+from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
 from microbench.core.stats import Timing
 from microbench.measure.timing import measure
@@ -78,13 +79,13 @@ class CaseRunner:
     cfg: Config
     ceilings: Ceilings
 
-    def _row(self, case: Case, p: Provider, **kw) -> ResultRow:
-        return ResultRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=p.name,
+    def _row(self, case: Case, p: Provider, **kw) -> KernelCaseRow:
+        return KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=p.name,
                          device=self.device.name, baseline=p.baseline, params=case.shape.as_dict(),
-                         tf32_allowed=(case.dtype == "tf32") if case.dtype in ("fp32", "tf32") else None,
+                         tf32_allowed=(case.dtype == "tf32") if dtypes.get(case.dtype).torch_name == "float32" else None,
                          tolerance=self.cfg.tolerance[case.dtype], **kw)
 
-    def run(self, case: Case, providers: list[Provider]) -> Iterator[ResultRow]:
+    def run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
         work = case_work(case)
         dev = self.device.torch_device
         inputs = ref = None

@@ -18,10 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microbench.core import ops
 from microbench.core.errors import InputError
+from microbench.core.fingerprint import read_benchmark_block
 from microbench.reports.html import fingerprint_text
 from microbench.core.jsonio import load_json
 from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
+from microbench.core.results import ResultRow, row_from_dict
 
 SCHEMA = "dawnscope.compare/1"
 # Software whose version changes what a case measures.
@@ -99,8 +102,19 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise InputError(path, "expected a result object", key=f"results[{i}]")
-        m.cells.setdefault(_case_key(r), _dawnscope_cell(path, r, f"results[{i}]"))
+        cell = _dawnscope_cell(path, r, f"results[{i}]")
+        m.cells.setdefault(_case_key(_typed_row(path, r, f"results[{i}]").flat()), cell)
     return m
+
+
+def _typed_row(path: Path, r: dict, where: str) -> ResultRow:
+    """The row as its kind (kernel case, layer, trace kernel, ...), once _dawnscope_cell has checked its fields;
+    rows of older files by their `source`, of unknown kinds as read."""
+    try:
+        return row_from_dict(r)
+    except (TypeError, ValueError) as e:
+        raise InputError(path, f"not a result row of kind {r.get('kind') or r.get('source') or '?'}: {e}",
+                         key=where) from None
 
 
 def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
@@ -139,9 +153,9 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
               for b in benches]
     device = next((e["device"] for e in extras if isinstance(e.get("device"), str)), None)
     cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
-    # A dawnscope conftest may put our fingerprint into machine_info (hardware / software blocks).
-    hw = mi.get("hardware") if isinstance(mi.get("hardware"), dict) else None
-    sw = dict(mi.get("software")) if isinstance(mi.get("software"), dict) else {}
+    # Our benchmark plugin (tests/conftest.py) writes the fingerprint block that read_benchmark_block reads.
+    block = read_benchmark_block(mi)
+    hw, sw = block["hardware"], block["software"]
     sw.setdefault("python", mi.get("python_version"))
     if hw:
         fp = fingerprint_text(hw, sw)
@@ -153,8 +167,9 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
               f"node {mi.get('node', '?')}" + (f"; device {device}" if device else ""))
         name = device or str(cpu_name)
     kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
-    m = Machine(path, "pytest-benchmark", name, fp, kind, _text(mi.get("profile"), path, "machine_info.profile"), None,
-                {k: _version(sw.get(k), path, f"machine_info.software.{k}") for k in SOFTWARE_KEYS
+    m = Machine(path, "pytest-benchmark", name, fp, kind, _text(block["profile"], path, f"{block['key']}.profile"),
+                _text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
+                {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS
                  if sw.get(k) is not None})
     by_name = 0
     for i, (b, e) in enumerate(zip(benches, extras)):
@@ -313,7 +328,7 @@ def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str],
     rows, classes = [], []
     for c in cmp["cases"]:
         shape = c["shape"] + (f" [{c['layer']}]" if c["layer"] else "") + (f" {c['phase']}" if c["phase"] else "")
-        cells = [c["op"].replace("conv2d_", "conv "), shape, c["dtype"], c["provider"]]
+        cells = [ops.short_op(c["op"]), shape, c["dtype"], c["provider"]]
         cls = ["", "", "", ""]
         for lab in labels:
             x = c["cells"][lab]

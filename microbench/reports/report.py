@@ -6,8 +6,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-DTYPE_COLORS = {"fp32": "tab:blue", "tf32": "tab:cyan", "fp16": "tab:orange", "bf16": "tab:red",
-                "fp8_e4m3": "tab:purple"}
+from microbench.core import dtypes, ops
+from microbench.core.results import ResultRow, rows_of
+
+DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
@@ -15,24 +17,28 @@ def _fmt(v, spec: str = ".3g", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def baseline_ratios(rows: list[dict]) -> dict[int, float]:
+def _case_of(r: ResultRow) -> tuple:
+    """A row's case without its provider: the rows a baseline ratio compares."""
+    op, shape, dtype, _provider, layer, phase = r.key()
+    return op, shape, dtype, layer, phase
+
+
+def baseline_ratios(rows) -> dict[int, float]:
     """Row index -> its speed relative to the baseline provider's row of the same case (time ratio)."""
-    base = {}
-    for r in rows:
-        if r.get("baseline") and r.get("time_ms"):
-            base[(r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase"))] = r["time_ms"]["median"]
+    rows = rows_of(rows)
+    base = {_case_of(r): r.time_ms["median"] for r in rows if r.is_baseline and r.time_ms}
     out = {}
     for i, r in enumerate(rows):
-        t = base.get((r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase")))
-        if t and r.get("time_ms"):
-            out[i] = t / r["time_ms"]["median"]
+        t = base.get(_case_of(r))
+        if t and r.time_ms:
+            out[i] = t / r.time_ms["median"]
     return out
 
 
 def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
     """The results table as text: columns (name, justification) and rows (cells, style). The terminal
-    table and the HTML report both draw it."""
-    rows = doc["results"]
+    table and the HTML report both draw it. Rows of every kind: their subject's flat view, their measurement."""
+    rows = rows_of(doc["results"])
     ratios = baseline_ratios(rows)
     ds_label = "% est." if doc.get("hardware", {}).get("kind") == "cpu" else "% datasheet"
     columns = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
@@ -41,18 +47,19 @@ def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str
                ("TC", "left"), ("vs base", "right")]
     out = []
     for i, r in enumerate(rows):
-        tm = r.get("time_ms") or {}
-        status = r["status"]
+        tm = r.time_ms or {}
+        status = r.status
         style = {"wrong": "red", "failed": "red", "skipped": "dim"}.get(status)
         if status == "ok" and not tm:
             status = "ok (untimed)"
-        if r.get("flags"):
+        if r.flags:
             status += " !"
         timing = f"{tm['median']:.4g} ({tm['cov']:.0%})" if tm else "-"
-        out.append(([r["op"].replace("conv2d_", "conv "), r["shape"], r["dtype"], r["provider"], status, timing,
-                     _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
-                     _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"),
-                     r.get("bound") or "-", r.get("tensor_cores", "unknown"),
+        f = r.flat()
+        out.append(([ops.short_op(f["op"]), f["shape"], f["dtype"], f["provider"], status, timing,
+                     _fmt(r.tflops, ".3g"), _fmt(r.pct_of_measured, ".0f"),
+                     _fmt(r.pct_of_datasheet, ".0f"), _fmt(r.pct_of_ceiling, ".0f"),
+                     r.bound or "-", r.tensor_cores,
                      _fmt(ratios.get(i), ".2f") + ("x" if i in ratios else "")], style))
     return columns, out
 
@@ -76,7 +83,7 @@ def wide_console() -> Console:
 
 def print_report(doc: dict, console: Console | None = None) -> None:
     console = console or wide_console()
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
 
     console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}"))
     ceil = Table(title="ceilings", header_style="bold")
@@ -92,17 +99,18 @@ def print_report(doc: dict, console: Console | None = None) -> None:
         console.print(f"[dim]{n} row(s): {msg}[/]")
 
 
-def reason_counts(rows: list[dict]) -> dict[str, int]:
+def reason_counts(rows) -> dict[str, int]:
     """Why rows were not timed, or were flagged, counted by reason. Numbers in a reason (sizes, percentages,
     estimates) differ from row to row; they are folded so that one cause is one line."""
     import re
 
     counts: dict[str, int] = {}
-    for r in rows:
-        if r["status"] != "ok" or r.get("flags"):
-            msg = f"{r['provider']} {r['status']}: {r['reason'] or '; '.join(r.get('flags', []))}"
-        elif not r.get("time_ms") and r.get("reason"):
-            msg = f"{r['provider']} untimed: {r['reason']}"
+    for r in rows_of(rows):
+        who = r.flat()["provider"]
+        if r.status != "ok" or r.flags:
+            msg = f"{who} {r.status}: {r.reason or '; '.join(r.flags)}"
+        elif not r.time_ms and r.reason:
+            msg = f"{who} untimed: {r.reason}"
         else:
             continue
         msg = re.sub(r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])", "N", msg)  # not the 32 of fp32
@@ -119,8 +127,8 @@ def roofline_figure(doc: dict):
     import matplotlib.pyplot as plt
 
     ceilings = doc.get("ceilings", [])
-    rows = [r for r in doc["results"] if r.get("tflops") and r.get("intensity")]
-    xs = [r["intensity"] for r in rows] or [1.0]
+    rows = [r for r in rows_of(doc["results"]) if r.tflops and r.intensity]
+    xs = [r.intensity for r in rows] or [1.0]
     x_lo, x_hi = min(xs + [0.1]) / 2, max(xs + [1000.0]) * 2
     fig, ax = plt.subplots(figsize=(10, 6.5))
     ax.set_xscale("log")
@@ -128,7 +136,7 @@ def roofline_figure(doc: dict):
     mems = {c["source"]: c for c in ceilings if c["kind"] == "memory"}
     comps = [c for c in ceilings if c["kind"] == "compute"]
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
-    top = max([c["value"] for c in comps] + [r["tflops"] for r in rows] + [1e-3])
+    top = max([c["value"] for c in comps] + [r.tflops for r in rows] + [1e-3])
     for src, c in mems.items():
         ls = "-" if src == "measured" else "--"
         ys = [c["value"] * 1e9 * x / 1e12 for x in grid]
@@ -141,16 +149,17 @@ def roofline_figure(doc: dict):
         x0 = c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo
         ax.plot([max(x0, x_lo), x_hi], [c["value"]] * 2, color=color, ls=ls, lw=1.2,
                 label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})")
-    providers = sorted({r["provider"] for r in rows})
+    providers = sorted({r.flat()["provider"] for r in rows})
     for r in rows:
-        m = PROVIDER_MARKERS[providers.index(r["provider"]) % len(PROVIDER_MARKERS)]
-        ax.scatter(r["intensity"], r["tflops"], marker=m, s=28, color=DTYPE_COLORS.get(r["dtype"], "gray"),
+        f = r.flat()
+        m = PROVIDER_MARKERS[providers.index(f["provider"]) % len(PROVIDER_MARKERS)]
+        ax.scatter(r.intensity, r.tflops, marker=m, s=28, color=DTYPE_COLORS.get(f["dtype"], "gray"),
                    edgecolors="black", linewidths=0.4, zorder=3)
     for p in providers:
         m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
         ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")
     ax.set_xlim(x_lo, x_hi)
-    bottom = min([r["tflops"] for r in rows] + [top]) / 10
+    bottom = min([r.tflops for r in rows] + [top]) / 10
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")

@@ -171,8 +171,9 @@ def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict
 
 
 def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:
-    """One ResultRow per distinct kernel (name, device), most time first: the project's one row type."""
-    from microbench.core.results import ResultRow
+    """One row per distinct kernel (name, device), most time first: a trace-kernel row of the project's one row
+    type."""
+    from microbench.core.results import TraceKernelRow
     from microbench.core.stats import summarize
 
     rows = []
@@ -180,12 +181,13 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
         c = tl.classes[g.cls]
         evidence = (f"kernel name matched {c.rule}: {c.note}" if c.rule != "unknown"
                     else "kernel name matched no rule")
-        row = ResultRow(op=c.cls, shape=g.name, dtype="", provider="trace", device=dev_names.get(g.device, ""),
-                        time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
-                        tensor_cores=c.tensor_cores, tensor_core_evidence=evidence, source="trace",
-                        params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
-                                "calls": len(g.durations_us), "kernel_time_us": g.total_us,
-                                "share": _share(g.total_us, kernel_time_us)})
+        row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
+                             device=dev_names.get(g.device, ""),
+                             time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
+                             tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
+                                  params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                                     "calls": len(g.durations_us), "kernel_time_us": g.total_us,
+                                     "share": _share(g.total_us, kernel_time_us)})
         rows.append(row.as_dict())
     return rows
 
