@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from microbench.core.results import ResultRow, ResultsWriter
+from microbench.core.results import ResultsWriter, TimeToAccuracyRow
 from microbench.core.stats import summarize
 from . import datasets
 from .rules import tta_models
@@ -42,26 +42,26 @@ def case_shape(model: str, dataset: str, target: float) -> str:
     return f"{model}/{dataset}/top1>={target:g}"
 
 
-def seed_row(run: SeedRun, shape: str, device: str, target: float) -> ResultRow:
+def seed_row(run: SeedRun, shape: str, device: str, target: float) -> TimeToAccuracyRow:
     ok = run.tta_s is not None
     best = max((e.accuracy for e in run.epochs), default=math.nan)
     t = summarize([run.tta_s * 1e3]).as_dict() if ok else None
-    return ResultRow(op="tta", shape=shape, dtype="fp32", provider=PROVIDER, device=device,
-                     status="ok" if ok else "failed",
-                     reason="" if ok else f"did not reach {target:g} in {len(run.epochs)} epochs (best {best:.4f})",
-                     time_ms=t, source="tta", layer=f"seed {run.seed}",
-                     params={"seed": run.seed, "epochs_to_target": run.epochs_to_target,
-                             "final_accuracy": run.final_accuracy, "target": target})
+    return TimeToAccuracyRow(task=shape, provider=PROVIDER, seed=run.seed, device=device,
+                             status="ok" if ok else "failed",
+                             reason="" if ok else f"did not reach {target:g} in {len(run.epochs)} epochs (best {best:.4f})",
+                             time_ms=t,
+                             params={"seed": run.seed, "epochs_to_target": run.epochs_to_target,
+                                     "final_accuracy": run.final_accuracy, "target": target})
 
 
-def summary_row(summary, shape: str, device: str, target: float, runs: list[SeedRun]) -> ResultRow:
+def summary_row(summary, shape: str, device: str, target: float, runs: list[SeedRun]) -> TimeToAccuracyRow:
     hit = [r.tta_s * 1e3 for r in runs if r.tta_s is not None]
     flags = [] if summary.reached == summary.runs else [f"{summary.runs - summary.reached} of {summary.runs} runs "
                                                         "did not reach the target"]
-    return ResultRow(op="tta", shape=shape, dtype="fp32", provider=PROVIDER, device=device,
-                     status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
-                     time_ms=summarize(hit).as_dict() if hit else None, source="tta", flags=flags,
-                     params={"target": target, **summary.as_dict()})
+    return TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device,
+                             status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
+                             time_ms=summarize(hit).as_dict() if hit else None, flags=flags,
+                             params={"target": target, **summary.as_dict()})
 
 
 def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: int | None = None,

@@ -33,6 +33,7 @@ TABLE: tuple[DType, ...] = (
     DType("bf16", 2, "bfloat16", "bf16", True, True, "autocast", "bf16", "tab:red"),
     DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8", True, True, None, "fp8e4nv", "tab:purple",
           "scaled by 0.5 in case inputs to stay within e4m3's range"),
+    DType("fp8_e5m2", 1, "float8_e5m2", "fp8", True, False, None, "fp8e5", "tab:pink"),
     DType("int8", 1, "int8", "int8", True, False, None, "i8", "tab:gray"),
 )
 BY_NAME = {d.name: d for d in TABLE}

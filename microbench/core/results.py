@@ -174,6 +174,28 @@ class TraceKernelRow(ResultRow):
         return {"kernel": d.get("shape") or "", "kernel_class": d.get("op") or "", "calls": params.get("calls") or 0}
 
 
+@row_kind
+@dataclass(kw_only=True)
+class TimeToAccuracyRow(ResultRow):
+    """Time to a target accuracy (microbench.accuracy): one seed's run, or (seed None) the summary over seeds."""
+
+    kind: ClassVar[str] = "tta"
+    source: ClassVar[str] = "tta"
+    task: str  # model/dataset/top1>=target
+    provider: str
+    seed: int | None = None
+    dtype: str = "fp32"
+
+    def flat(self) -> dict:
+        return {"op": "tta", "shape": self.task, "dtype": self.dtype, "provider": self.provider,
+                "layer": None if self.seed is None else f"seed {self.seed}", "phase": None}
+
+    @classmethod
+    def from_flat(cls, d: dict) -> dict:
+        layer = str(d.get("layer") or "")
+        return {"task": d.get("shape") or "", "seed": int(layer[5:]) if layer[5:].isdigit() else None}
+
+
 @dataclass(kw_only=True)
 class OtherRow(ResultRow):
     """A row of a kind this version does not know (a newer file's): kept with its flat subject."""

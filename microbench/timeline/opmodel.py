@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from microbench.core.work import DTYPE_BYTES
+from microbench.core import dtypes
 
 MODELS_PATH = Path(__file__).resolve().parent.parent / "data" / "op_models.toml"
-ELEMENT_BYTES = DTYPE_BYTES | {"fp8_e5m2": 1}
+ELEMENT_BYTES = {d.name: d.bytes for d in dtypes.TABLE}
 
 
 @dataclass(frozen=True)
