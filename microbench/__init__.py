@@ -10,6 +10,8 @@ do not need them (trace, compare).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 __all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose", "analyze_trace"]
 
@@ -37,3 +39,18 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(list(globals()) + __all__)
+
+
+class _Package(types.ModuleType):
+    """`microbench.measure` and `microbench.decompose` are the API's functions, although a subpackage and a
+    command of the same names exist (microbench/measure/, microbench/decompose.py). Importing those sets this
+    package's attribute to the submodule (Python's import system does); it is refused here, so the public
+    name stays the function. The submodules stay importable (`from microbench.measure import registry`)."""
+
+    def __setattr__(self, name, value):
+        if name in _WHERE and isinstance(value, types.ModuleType) and _WHERE[name][1] is not None:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

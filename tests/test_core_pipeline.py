@@ -6,17 +6,19 @@ import json
 import pytest
 import torch
 
-from microbench.measure import registry
+import microbench
+from microbench import Case, ResultRow, Unsupported, provider
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.measure.ceilings import Ceiling, Ceilings
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
-from microbench.measure.registry import Unsupported, provider
 from microbench.core.results import KernelCaseRow, ResultsWriter
-from microbench.measure.runner import CaseRunner, judge
-from microbench.core.shapes import Case, ConvShape, GemmShape
 from microbench.core.stats import summarize
 from microbench.core.work import gemm_work
+from microbench.measure import registry
+from microbench.measure.ceilings import Ceiling, Ceilings
+from microbench.measure.runner import CaseRunner, judge
+
+GemmShape, ConvShape = microbench.shapes.GemmShape, microbench.shapes.ConvShape
 
 
 @pytest.fixture
@@ -36,6 +38,27 @@ def test_decorator_returns_function_unchanged(scratch_providers):
         provider("gemm", "t_identity")(lambda a, b, allow_tf32=False: a)
     with pytest.raises(ValueError, match="unknown op"):
         provider("softmax", "x")
+
+
+def test_public_measure_with_a_provider_of_ones_own(tiny_config):
+    """The public API end to end: a provider declared with microbench.provider, measured beside the baseline by
+    microbench.measure, one typed row each; the scoped registry forgets it afterwards."""
+    with registry.scoped():
+        @provider("gemm", "t_public")
+        def mine(a, b, *, allow_tf32=False):
+            if a.dim() != 2:
+                raise Unsupported("2-D only")
+            return torch.matmul(a, b)
+
+        case = Case("gemm", GemmShape(16, 8, 4), "fp32")
+        rows = microbench.measure(case, ["torch", "t_public"], device="cpu", config=tiny_config)
+        batched = microbench.measure(Case("gemm", GemmShape(4, 4, 4, batch=2), "fp32"), ["t_public"],
+                                     device="cpu", config=tiny_config)
+    assert registry.get("gemm", "t_public") is None and registry.get("gemm", "torch") is not None
+    assert [r.provider for r in rows] == ["t_public", "torch"]
+    assert all(isinstance(r, ResultRow) and r.status == "ok" and r.rel_err < 1e-6 for r in rows)
+    assert all(r.flops == 2 * 16 * 8 * 4 and r.time_ms["reps"] >= 3 for r in rows)
+    assert batched[0].status == "skipped" and batched[0].reason == "unsupported: 2-D only"
 
 
 def test_vendor_providers_registered_and_cupy_unavailable_on_cpu():
@@ -162,3 +185,18 @@ def test_writer_keeps_every_row_as_it_goes(tmp_path):
     assert {"hardware", "software", "config", "ceilings", "results"} <= set(doc)
     with pytest.raises(ValueError):
         KernelCaseRow(op="gemm", shape="1", dtype="fp32", provider="p", device="d", status="great")
+
+
+def test_public_functions_are_not_shadowed_by_their_namesake_modules():
+    """microbench/measure/ (a subpackage) and microbench/decompose.py (a command) share names with the API's
+    functions; importing them must leave `microbench.measure` and `microbench.decompose` callable."""
+    import importlib
+
+    import microbench.api
+
+    importlib.import_module("microbench.measure.registry")
+    importlib.import_module("microbench.decompose")
+    assert microbench.measure is microbench.api.measure and microbench.decompose is microbench.api.decompose
+    from microbench.measure import registry as reg  # the subpackage is still importable by name
+
+    assert reg is registry
