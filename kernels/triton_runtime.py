@@ -23,7 +23,6 @@ import functools
 import types
 from typing import Callable
 
-import torch
 import triton
 import triton.language as tl
 

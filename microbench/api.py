@@ -37,12 +37,18 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     return list(runner.run(case, chosen))
 
 
-def decompose(model, **options) -> dict:
-    """A model's training step decomposed into kernels or operators (see microbench.step.decompose)."""
-    from microbench.step.decompose import decompose as _decompose
+def decompose(model, options=None, **kw) -> dict:
+    """A model's training step decomposed into kernels or operators (see microbench.step.decompose).
+    `options`: a DecomposeOptions; or its fields as keyword arguments (batch=, dtype=, device=, out=, ...),
+    which also override those of `options`. An unknown keyword is a TypeError, as for any function."""
+    from dataclasses import replace
+
+    from microbench.step.decompose import DecomposeOptions, decompose as _decompose
 
     _load_providers()
-    return _decompose(model, **options)
+    if kw.get("providers") is not None:
+        kw["providers"] = tuple(kw["providers"])
+    return _decompose(model, replace(options or DecomposeOptions(), **kw))
 
 
 def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:

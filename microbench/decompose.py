@@ -11,7 +11,8 @@ from pathlib import Path
 from microbench.core.config import DEFAULT_CONFIG
 from microbench.core.errors import InputError
 from microbench.reports.decomposition import print_decomposition
-from microbench.step.decompose import decompose
+from microbench.api import decompose  # the public function: options as an object or as keyword arguments
+from microbench.step.decompose import DecomposeOptions
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,13 +92,14 @@ def _run(args, out_dir) -> int:
     kernels.load_all()  # the replay's providers
 
     console = Console(stderr=True)
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
+    providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) if args.providers else None
     with console.status("decomposing") as status:
-        doc = decompose(args.model, batch=args.batch, dtype=args.dtype, device=args.device, out=out_dir,
-                        config=args.config, replay=not args.no_replay, providers=providers, profile=args.profile,
-                        measure_ceilings=not args.no_measure_ceilings, profiled_steps=args.steps,
-                        timed_steps=args.timed_steps, plot=not args.no_plot,
-                        on_progress=lambda msg: status.update(msg))
+        opts = DecomposeOptions(batch=args.batch, dtype=args.dtype, device=args.device, out=out_dir,
+                                config=args.config, replay=not args.no_replay, providers=providers,
+                                profile=args.profile, measure_ceilings=not args.no_measure_ceilings,
+                                profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
+                                on_progress=lambda msg: status.update(msg))
+        doc = decompose(args.model, opts)
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))

@@ -15,8 +15,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import models
 from microbench.step.attribution import attribute, load_trace
 from microbench.decompose import main
-from microbench.core import ops
-from microbench.step.decompose import cpu_matrix_evidence, decompose, onednn_key
+from microbench.core.ops import of as spec_of
+from microbench import decompose
+from microbench.step.decompose import cpu_matrix_evidence, onednn_key
 from microbench.measure.evidence import OneDnnExec
 from microbench.step.oprecord import OpRecorder
 from models.ranges import StepRanges
@@ -138,7 +139,7 @@ def test_onednn_problems_match_recorded_cases():
     # the line oneDNN prints for this convolution (format of onednn_verbose v1)
     line = OneDnnExec("convolution", "brg_conv_fwd:avx512_core_bf16", "forward_training",
                       "mb2_ic3oc8_ih17oh9kh3sh2dh0ph1_iw17ow9kw3sw2dw0pw1", 0.1)
-    assert onednn_key(line) == ops.of(case).problem_key(case)
+    assert onednn_key(line) == spec_of(case).problem_key(case)
     assert onednn_key(OneDnnExec("matmul", "brg_matmul:avx512_core_bf16", "undef", "4x7:7x5", 0.1)) == \
         ("gemm", 1, 4, 7, 5)
     ev = cpu_matrix_evidence(rec.records, [line])
@@ -235,10 +236,10 @@ def test_gpu_summary_from_a_real_v100_trace():
     from collections import Counter
     from types import SimpleNamespace
 
-    from microbench.measure.ceilings import Ceilings
-    from microbench.step.decompose import _layers, _summary
     from microbench.core.device import Device
     from microbench.core.stats import summarize
+    from microbench.measure.ceilings import Ceilings
+    from microbench.step.decompose import DecomposeOptions, Decomposition, judge_layers
 
     a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
                                                        "## optimizer ##": "optimizer"})
@@ -246,9 +247,10 @@ def test_gpu_summary_from_a_real_v100_trace():
                   memory_bytes=32 << 30, clock_mhz=1530.0)
     ranges = SimpleNamespace(types={}, interleaved_closes=0)
     w = SimpleNamespace(name="v100-resnet")
-    layers, rows = _layers(w, ranges, a, {}, {}, v100, Ceilings(), "fp32")
-    s = _summary(a, {}, [], SimpleNamespace(get_total_flops=lambda: 0), summarize([100.0]), layers, Ceilings(),
-                 v100, ranges, "fp32")
+    d = Decomposition(w, DecomposeOptions(), dev=v100, att=a, ceilings=Ceilings(),
+                      step=SimpleNamespace(ranges=ranges), workload=w, step_timing=summarize([100.0]))
+    judge_layers(d)  # the judge stage after its ceilings (none here)
+    layers, rows, s = d.layers, d.rows, d.summary
     assert s["profiled_unit"] == "kernel" and s["tensor_core_time_share"] == 0.0
     assert sum(l["time_ms"] for l in layers) == pytest.approx(s["profiled_time_ms"], rel=1e-9)
     assert s["gemm_time_ms"] > 0 and all(l["tensor_cores"] != "yes" for l in layers)

@@ -1,10 +1,12 @@
-"""python -m microbench.decompose --model NAME: a model's training step, decomposed into its kernels (GPU)
-or operators (CPU), attributed to layers and phases, counted (FLOPs, bytes), classified, judged against
-the ceilings, and replayed GEMM by GEMM through every available provider.
+"""A model's training step, decomposed into its kernels (GPU) or operators (CPU), attributed to layers and
+phases, counted (FLOPs, bytes), classified, judged against the ceilings, and replayed GEMM by GEMM through
+every available provider: `decompose(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
+record, profile, attribute, count, judge, replay, write) over one Decomposition.
 
-Also reachable as `python -m microbench.roofline --model NAME`, and as a Python API:
+The command is `python -m microbench.decompose --model NAME` (or `python -m microbench.roofline --model NAME`);
+the public API takes the options as keyword arguments:
 
-    from microbench.step.decompose import decompose
+    from microbench import decompose
     doc = decompose("resnet9", batch=64, dtype="bf16", out="results/resnet9")
     doc = decompose((my_model, make_inputs))            # or a Workload, or "package.module:factory"
 
@@ -14,17 +16,15 @@ Perfetto or chrome://tracing). See docs/models.md for the definitions.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import sys
 import tempfile
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from microbench.core import ops
-from microbench.core.config import DEFAULT_CONFIG, Profile, TimingSettings, load_config
+from microbench.core import dtypes, ops
+from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
 
 SCHEMA = "dawnscope.decomposition/1"
@@ -131,163 +131,279 @@ def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> No
         raise RuntimeError(f"the profiler wrote no trace to {trace_path}")
 
 
-def decompose(model, *, batch: int | None = None, dtype: str = "fp32", device: str = "auto",
-              out: str | Path | None = None, config: str | Path | None = None, replay: bool = True,
-              providers: list[str] | None = None, profile: str | None = None, measure_ceilings: bool = True,
-              timed_steps: int | None = None, profiled_steps: int | None = None,
-              profiler_warmup_steps: int | None = None, plot: bool = True,
-              on_progress: Callable[[str], None] | None = None) -> dict:
+@dataclass(frozen=True)
+class DecomposeOptions:
+    """How to decompose a step. `microbench.decompose(model, **kw)` builds one from keyword arguments."""
+
+    batch: int | None = None  # None: the benchmark's batch (GPU) or its CPU batch (models/benchmarks.toml)
+    dtype: str = "fp32"  # a training-step dtype of microbench.core.dtypes: fp32 (IEEE), bf16, fp16 (autocast)
+    device: str = "auto"
+    out: object = None  # a folder or an entered microbench.core.outdir.OutputDir; None: return the document only
+    config: str | Path | None = None
+    replay: bool = True  # replay the step's GEMMs and convolutions through the providers
+    providers: tuple[str, ...] | None = None  # replay through these; None: `profile`'s, else all registered
+    profile: str | None = None
+    measure_ceilings: bool = True
+    timed_steps: int | None = None  # None: models.decompose_defaults()
+    profiled_steps: int | None = None
+    profiler_warmup_steps: int | None = None
+    plot: bool = True
+    on_progress: Callable[[str], None] | None = None
+
+    def progress(self, msg: str) -> None:
+        if self.on_progress:
+            self.on_progress(msg)
+
+
+@dataclass
+class Decomposition:
+    """What the stages of `decompose` hand to each other, filled in stage by stage."""
+
+    model: object  # what `decompose` was given
+    opts: DecomposeOptions
+    cfg: object = None
+    workload: object = None
+    dev: object = None
+    batch: int = 0
+    steps: dict = field(default_factory=dict)  # timed_steps, profiled_steps, profiler_warmup_steps
+    replay_providers: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+    step: object = None  # models.step.TrainingStep
+    step_timing: object = None  # core.stats.Timing
+    records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
+    flops_per_step: int = 0
+    onednn: list = field(default_factory=list)
+    out_dir: Path | None = None
+    trace_path: Path | None = None
+    timeline: object = None  # microbench.timeline's Timeline of the profiled steps
+    att: object = None  # step.attribution's result
+    work: dict = field(default_factory=dict)  # (layer, phase) -> LayerWork
+    cpu_ev: dict = field(default_factory=dict)
+    ceilings: object = None
+    layers: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    replay_doc: dict = field(default_factory=lambda: {"enabled": False})
+    replay_rows: list = field(default_factory=list)
+    doc: dict = field(default_factory=dict)
+
+
+def decompose(model, options: DecomposeOptions | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
     a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple). Returns the decomposition document
-    (what decomposition.json holds); with `out` (a folder, or an entered microbench.core.outdir.OutputDir),
-    writes the files too, replacing an earlier run's only when this one completes. Bad input raises
-    InputError."""
+    (what decomposition.json holds); with `options.out` (a folder, or an entered microbench.core.outdir.OutputDir),
+    writes the files too, replacing an earlier run's only when this one completes. Bad input raises InputError.
+
+    Stages, in order: load, record, profile, attribute, count, judge, replay, write."""
+    import torch
+
     from microbench.core.outdir import OutputDir
 
-    if out is not None and not isinstance(out, OutputDir):
-        options = {k: v for k, v in locals().items() if k not in ("model", "out", "OutputDir")}
-        with OutputDir(out, DECOMPOSE_FILES) as out_dir:
-            return decompose(model, out=out_dir, **options)
-    import models
-    import torch
-    from models import ModelError
-    from models.ranges import STEP_RANGE, StepRanges
-    from models.step import STEP_DTYPES, TrainingStep
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from microbench.core import device as devmod
-    from microbench.step.attribution import attribute, load_trace
-    from microbench.measure.ceilings import build_ceilings
-    from microbench.measure.evidence import onednn_records
-    from microbench.step.oprecord import OpRecorder, by_layer
-    from microbench.core.stats import summarize
-    from microbench.measure.timing import measure
-
-    cfg = load_config(config)
-    if dtype not in STEP_DTYPES:
-        raise ModelError(None, f"unknown dtype (use {', '.join(STEP_DTYPES)})", key="--dtype", value=dtype)
-    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0):
-        raise ModelError(None, "must be a positive integer", key="--batch", value=batch)
-    defaults = models.decompose_defaults()
-    steps = {"timed_steps": timed_steps, "profiled_steps": profiled_steps,
-             "profiler_warmup_steps": profiler_warmup_steps}
-    for k, v in steps.items():
-        if v is None:
-            steps[k] = defaults[k]
-        elif not isinstance(v, int) or isinstance(v, bool) or v < (1 if k == "profiled_steps" else 0):
-            raise ModelError(None, "must be a positive integer", key=k, value=v)
-    workload = models.as_workload(model)
-    try:
-        dev = devmod.detect(device)
-    except (RuntimeError, ValueError) as e:
-        raise ModelError(None, str(e), key="--device", value=device) from None
-    if batch is None:
-        facts = workload.facts
-        batch = (facts.reference_batch if dev.is_gpu else facts.cpu_batch) if facts else defaults["external_batch"]
-    replay_providers = _replay_providers(cfg, providers, profile) if replay else ()
+    opts = options or DecomposeOptions()
+    if opts.out is not None and not isinstance(opts.out, OutputDir):
+        with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
+            return decompose(model, replace(opts, out=out_dir))
+    d = Decomposition(model, opts)
     saved_benchmark = torch.backends.cudnn.benchmark
-    tmp = step = None
+    tmp = None
     try:
-        notes: list[str] = []
-        if dev.is_gpu:
-            # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
-            # Tensor Core use, so pick them the same way.
-            torch.backends.cudnn.benchmark = True
-            notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
-        if dtype == "fp32":
-            notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
-
-        def make_ranges(backward_ranges: bool = True):
-            return StepRanges(workload.model, root_name=type(workload.model).__name__, backward_ranges=backward_ranges)
-
-        _progress(on_progress, "building the step")
-        try:
-            ranges = make_ranges()
-            step = TrainingStep(workload, batch, dev.torch_device, dtype, ranges)
-        except InputError:
-            raise
-        except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
-            raise ModelError(None, f"cannot set up the training step: {_first_line(e)}", key="--model",
-                             value=workload.name) from None
-        _progress(on_progress, "first step")
-        _run_first_step(step, make_ranges, notes)
-        ranges = step.ranges
-
-        step_timing = None
-        if steps["timed_steps"]:
-            _progress(on_progress, f"timing {steps['timed_steps']} steps")
-            step_timing = measure(step, dev, _timing_settings(cfg, steps["timed_steps"]))
-
-        _progress(on_progress, "counting FLOPs and bytes, operator by operator")
-        ranges.reset()
-        onednn = []
-        with FlopCounterMode(display=False) as flop_counter, OpRecorder(ranges) as recorder:
-            if dev.is_gpu:
-                step()
-            else:  # the same step tells which oneDNN implementation ran each convolution / matmul
-                onednn = onednn_records(step)
-        records = recorder.records
-        work = by_layer(records)
-
-        if out is not None:
-            out_dir = out.staging
-        else:
+        if d.opts.out is None:  # the profiler's trace needs a place even when no files are asked for
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
-            out_dir = Path(tmp.name)
-        trace_path = out_dir / "trace.json.gz"
-        _progress(on_progress, f"profiling {steps['profiled_steps']} steps")
-        ranges.reset()
-        _profile(step, dev, steps["profiler_warmup_steps"], steps["profiled_steps"], trace_path)
-        timeline = load_trace(trace_path)
-        att = attribute(timeline, layer_names=ranges.layer_names, seq_map=ranges.seq_map(), step_range=STEP_RANGE)
-        notes += att.notes
-        if step_timing is None:
-            step_timing = summarize((timeline.step_windows(STEP_RANGE).dur_us / 1e3).tolist())
-            notes.append("step time from the profiled steps' `step` ranges (--timed-steps 0): profiler overhead included")
-
-        _progress(on_progress, "ceilings")
-        ceilings = build_ceilings(dev, cfg, measure_now=measure_ceilings, on_step=on_progress)
-        notes += ceilings.notes
-
-        cpu_ev = cpu_matrix_evidence(records, onednn) if not dev.is_gpu else {}
-        layers, rows = _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype)
-        summary = _summary(att, work, records, flop_counter, step_timing, layers, ceilings, dev, ranges, dtype)
-        if not dev.is_gpu:
-            notes.insert(0, CPU_MATRIX_NOTE)
-
-        replay_doc, replay_rows = {"enabled": False}, []
-        if replay:
-            replay_doc, replay_rows = _replay(workload.name, records, dev, cfg, ceilings, replay_providers,
-                                              on_progress)
-            _attach_replay(layers, replay_doc)
-
-        facts = workload.facts
-        doc = {
-            "schema": SCHEMA,
-            "model": {"name": workload.name, "class": type(workload.model).__name__,
-                      "parameters": sum(p.numel() for p in workload.model.parameters()),
-                      "facts": facts.as_dict() if facts else None},
-            "run": {"batch": batch, "dtype": dtype, "device": dev.torch_device, "channels_last": workload.uses_channels_last,
-                    "optimizer": type(step.optimizer).__name__, "grad_scaler": step.scaler is not None, **steps,
-                    "backward_ranges": ranges.backward_ranges},
-            "hardware": devmod.fingerprint(dev),
-            "software": devmod.software(),
-            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "summary": summary,
-            "layers": layers,
-            "replay": replay_doc,
-            "ceilings": ceilings.as_list(),
-            "notes": notes,
-        }
-        if out is not None:
-            doc["files"] = _write(doc, rows + replay_rows, out, cfg, plot)
-        return doc
+        d.out_dir = d.opts.out.staging if d.opts.out is not None else Path(tmp.name)
+        for stage in STAGES:
+            stage(d)
+        return d.doc
     finally:
         torch.backends.cudnn.benchmark = saved_benchmark
-        if step is not None:
-            step.ranges.remove()  # the caller's model keeps no hooks of ours
+        if d.step is not None:
+            d.step.ranges.remove()  # the caller's model keeps no hooks of ours
         if tmp is not None:
             tmp.cleanup()
+
+
+def _positive(key: str, v, minimum: int) -> None:
+    from models import ModelError
+
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ModelError(None, "must be a positive integer", key=key, value=v)
+
+
+def stage_load(d: Decomposition) -> None:
+    """Stage load: the options checked, the configuration, the model's workload, the device, the batch."""
+    import models
+    from models import ModelError
+
+    from microbench.core import device as devmod
+
+    o = d.opts
+    d.cfg = load_config(o.config)
+    if o.dtype not in dtypes.STEP_DTYPES:
+        raise ModelError(None, f"unknown dtype (use {', '.join(dtypes.STEP_DTYPES)})", key="--dtype", value=o.dtype)
+    if o.batch is not None:
+        _positive("--batch", o.batch, 1)
+    defaults = models.decompose_defaults()
+    for k in ("timed_steps", "profiled_steps", "profiler_warmup_steps"):
+        v = getattr(o, k)
+        if v is not None:
+            _positive(k, v, 1 if k == "profiled_steps" else 0)
+        d.steps[k] = defaults[k] if v is None else v
+    d.workload = models.as_workload(d.model)
+    try:
+        d.dev = devmod.detect(o.device)
+    except (RuntimeError, ValueError) as e:
+        raise ModelError(None, str(e), key="--device", value=o.device) from None
+    facts = d.workload.facts
+    d.batch = o.batch or ((facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts
+                          else defaults["external_batch"])
+    d.replay_providers = _replay_providers(d.cfg, o.providers, o.profile) if o.replay else ()
+
+
+def stage_record(d: Decomposition) -> None:
+    """Stage record: the training step built and run once, timed, and every operator of one step recorded
+    (FLOPs, bytes, cases; on a CPU, oneDNN's record of which implementation ran)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from microbench.measure.evidence import onednn_records
+    from microbench.measure.timing import measure
+    from microbench.step.oprecord import OpRecorder
+
+    if d.dev.is_gpu:
+        # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
+        # Tensor Core use, so pick them the same way.
+        torch.backends.cudnn.benchmark = True
+        d.notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
+    if d.opts.dtype == "fp32":
+        d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
+    d.opts.progress("building the step")
+    d.step = _build_step(d)
+    d.opts.progress("first step")
+    _run_first_step(d.step, lambda backward_ranges=True: _ranges(d, backward_ranges), d.notes)
+    if d.steps["timed_steps"]:
+        d.opts.progress(f"timing {d.steps['timed_steps']} steps")
+        d.step_timing = measure(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]))
+    d.opts.progress("counting FLOPs and bytes, operator by operator")
+    d.step.ranges.reset()
+    with FlopCounterMode(display=False) as flop_counter, OpRecorder(d.step.ranges) as recorder:
+        if d.dev.is_gpu:
+            d.step()
+        else:  # the same step tells which oneDNN implementation ran each convolution / matmul
+            d.onednn = onednn_records(d.step)
+    d.records = recorder.records
+    d.flops_per_step = flop_counter.get_total_flops()
+
+
+def _ranges(d: Decomposition, backward_ranges: bool = True):
+    from models.ranges import StepRanges
+
+    model = d.workload.model
+    return StepRanges(model, root_name=type(model).__name__, backward_ranges=backward_ranges)
+
+
+def _build_step(d: Decomposition):
+    from models import ModelError
+    from models.step import TrainingStep
+
+    try:
+        return TrainingStep(d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d))
+    except InputError:
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
+        raise ModelError(None, f"cannot set up the training step: {_first_line(e)}", key="--model",
+                         value=d.workload.name) from None
+
+
+def stage_profile(d: Decomposition) -> None:
+    """Stage profile: the profiler's trace of a few steps (trace.json.gz in the output directory)."""
+    d.trace_path = d.out_dir / "trace.json.gz"
+    d.opts.progress(f"profiling {d.steps['profiled_steps']} steps")
+    d.step.ranges.reset()
+    _profile(d.step, d.dev, d.steps["profiler_warmup_steps"], d.steps["profiled_steps"], d.trace_path)
+
+
+def stage_attribute(d: Decomposition) -> None:
+    """Stage attribute: the trace's kernels (GPU) or operators (CPU) attributed to layers and phases."""
+    from models.ranges import STEP_RANGE
+
+    from microbench.core.stats import summarize
+    from microbench.step.attribution import attribute, load_trace
+
+    ranges = d.step.ranges
+    d.timeline = load_trace(d.trace_path)
+    d.att = attribute(d.timeline, layer_names=ranges.layer_names, seq_map=ranges.seq_map(), step_range=STEP_RANGE)
+    d.notes += d.att.notes
+    if d.step_timing is None:
+        d.step_timing = summarize((d.timeline.step_windows(STEP_RANGE).dur_us / 1e3).tolist())
+        d.notes.append("step time from the profiled steps' `step` ranges (--timed-steps 0): profiler overhead included")
+
+
+def stage_count(d: Decomposition) -> None:
+    """Stage count: the recorded work per (layer, phase), and on a CPU the matrix-unit evidence per layer."""
+    from microbench.step.oprecord import by_layer
+
+    d.work = by_layer(d.records)
+    d.cpu_ev = cpu_matrix_evidence(d.records, d.onednn) if not d.dev.is_gpu else {}
+
+
+def stage_judge(d: Decomposition) -> None:
+    """Stage judge: the ceilings, then the layers judged against them (judge_layers)."""
+    from microbench.measure.ceilings import build_ceilings
+
+    d.opts.progress("ceilings")
+    d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=d.opts.measure_ceilings, on_step=d.opts.on_progress)
+    d.notes += d.ceilings.notes
+    judge_layers(d)
+
+
+def judge_layers(d: Decomposition) -> None:
+    """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
+    d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype)
+    d.summary = step_summary(d)
+    if not d.dev.is_gpu:
+        d.notes.insert(0, CPU_MATRIX_NOTE)
+
+
+def stage_replay(d: Decomposition) -> None:
+    """Stage replay: the step's GEMM and convolution cases through the providers, tagged with their layers."""
+    if d.opts.replay:
+        d.replay_doc, d.replay_rows = _replay(d.workload.name, d.records, d.dev, d.cfg, d.ceilings,
+                                              d.replay_providers, d.opts.on_progress)
+        _attach_replay(d.layers, d.replay_doc)
+
+
+def stage_write(d: Decomposition) -> None:
+    """Stage write: the decomposition document, and with `out` its files (decomposition.json, results.json /
+    .csv, the roofline plot; the trace is already there)."""
+    d.doc = _document(d)
+    if d.opts.out is not None:
+        d.doc["files"] = _write(d.doc, d.rows + d.replay_rows, d.opts.out, d.cfg, d.opts.plot)
+
+
+def _document(d: Decomposition) -> dict:
+    """The decomposition document (decomposition.json)."""
+    from microbench.core import device as devmod
+
+    w, step, facts = d.workload, d.step, d.workload.facts
+    return {
+        "schema": SCHEMA,
+        "model": {"name": w.name, "class": type(w.model).__name__,
+                  "parameters": sum(p.numel() for p in w.model.parameters()),
+                  "facts": facts.as_dict() if facts else None},
+        "run": {"batch": d.batch, "dtype": d.opts.dtype, "device": d.dev.torch_device,
+                "channels_last": w.uses_channels_last, "optimizer": type(step.optimizer).__name__,
+                "grad_scaler": step.scaler is not None, **d.steps, "backward_ranges": step.ranges.backward_ranges},
+        "hardware": devmod.fingerprint(d.dev),
+        "software": devmod.software(),
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "summary": d.summary,
+        "layers": d.layers,
+        "replay": d.replay_doc,
+        "ceilings": d.ceilings.as_list(),
+        "notes": d.notes,
+    }
+
+
+STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay, stage_write)
 
 
 def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
@@ -372,10 +488,11 @@ def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
                      f"implementations, {flops['unknown'] / total:.0%} without a oneDNN record"), split
 
 
-def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, dev, ranges, dtype) -> dict:
-    n = att.steps
+def step_summary(d: Decomposition) -> dict:
+    """The step as a whole: times, FLOPs, Tensor Core share, the what-if times, the attribution's checks."""
+    att, records = d.att, d.records
     rep = att.median_step()
-    step_ms = step_timing.median_ms
+    step_ms = d.step_timing.median_ms
     total_ms = att.total_per_step_us[rep] / 1e3
     by_class: Counter = Counter()
     by_phase: Counter = Counter()
@@ -383,24 +500,68 @@ def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, de
         for c, us in b.steps[rep].by_class.items():
             by_class[c] += us / 1e3
         by_phase[b.phase] += b.steps[rep].us / 1e3
-    flops = flop_counter.get_total_flops()
-    fwd = sum(r.flops for r in records if r.phase == "forward")
-    bwd = sum(r.flops for r in records if r.phase == "backward")
-    # Tensor Core / matrix-unit share of the profiled time.
-    tc_yes = sum(sum(v for k, v in (l["tensor_core_time_ms"] or {}).items() if k == "yes") for l in layers)
-    tc_unknown = sum(sum(v for k, v in (l["tensor_core_time_ms"] or {}).items() if k == "unknown") for l in layers)
+    flops = d.flops_per_step
+    return {
+        "step_time_ms": step_ms,
+        "step_time_spread": d.step_timing.as_dict(),
+        **_profiled_summary(att, rep, total_ms),
+        "flops_per_step": flops,
+        "forward_flops": sum(r.flops for r in records if r.phase == "forward"),
+        "backward_flops": sum(r.flops for r in records if r.phase == "backward"),
+        "flop_convention": "torch.utils.flop_counter.FlopCounterMode: GEMM, convolution and attention FLOPs "
+                           "(2 per multiply-add); normalization and element-wise work are in other_flops_per_step",
+        "other_flops_per_step": sum(r.other_flops for r in records),
+        "bytes_per_step": sum(r.bytes for r in records),
+        "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
+        **_tensor_core_summary(d.layers, by_class, total_ms, d.dev.is_gpu),
+        "time_by_class_ms": dict(by_class.most_common()),
+        "share_by_class": {c: v / total_ms for c, v in by_class.most_common()} if total_ms else {},
+        "time_by_phase_ms": dict(by_phase),
+        **_what_if(d.layers, by_class, d.ceilings, step_ms),
+        **_backward_checks(att, d.step.ranges),
+    }
+
+
+def _profiled_summary(att, rep: int, total_ms: float) -> dict:
+    return {
+        "profiled_time_ms": total_ms,
+        "attributed_time_ms": att.attributed_step_us(rep) / 1e3,
+        "attribution_coverage": att.attributed_step_us(rep) / att.total_per_step_us[rep] if total_ms else None,
+        "profiled_time_ms_per_step": [us / 1e3 for us in att.total_per_step_us],
+        "median_step": rep,
+        "per_step_note": "layer times, classes and the profiled time are those of the median profiled step "
+                         "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
+        "profiled_unit": att.unit,
+        "profiled_time_definition": (
+            "sum of GPU kernel, memcpy and memset durations launched inside the step" if att.unit == "kernel" else
+            "sum of operator self CPU time inside the step (= summed duration of the outermost operators)"),
+        "profiled_steps": att.steps,
+    }
+
+
+def _tensor_core_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
+    """The Tensor Core / matrix-unit share of the profiled time, and what it means on this device."""
+    def split(key: str) -> float:
+        return sum(v for l in layers for k, v in (l["tensor_core_time_ms"] or {}).items() if k == key)
+
+    tc_yes, tc_unknown = split("yes"), split("unknown")
     gemm_total = sum(by_class[c] for c in GEMM_CLASSES)
-    if dev.is_gpu:
-        share = tc_yes / total_ms if total_ms else None
-        tc_note = "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
+    share = tc_yes / total_ms if total_ms else None
+    if gpu:
+        note = "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
     elif gemm_total and tc_yes == 0 and tc_unknown >= gemm_total * 0.999:
         share = None
-        tc_note = "unknown: no oneDNN record says which unit ran this step's GEMMs/convolutions (see notes)"
+        note = "unknown: no oneDNN record says which unit ran this step's GEMMs/convolutions (see notes)"
     else:
-        share = tc_yes / total_ms if total_ms else None
-        tc_note = ("operator time of GEMM/conv operators whose oneDNN implementation uses a matrix unit "
-                   "(AMX or AVX-512 dot products), split by FLOPs within each layer, over all operator time")
-    # What-if times: the step time minus what each change would save, measured in profiled time.
+        note = ("operator time of GEMM/conv operators whose oneDNN implementation uses a matrix unit "
+                "(AMX or AVX-512 dot products), split by FLOPs within each layer, over all operator time")
+    return {"tensor_core_time_share": share,
+            "tensor_core_unknown_share": (tc_unknown / total_ms) if total_ms and not gpu else None,
+            "tensor_core_note": note}
+
+
+def _what_if(layers: list[dict], by_class: Counter, ceilings, step_ms: float) -> dict:
+    """What-if times: the step time minus what each change would save, measured in profiled time."""
     saving_gemm, ideal_total, used = 0.0, 0.0, {}
     for l in layers:
         if l["gemm_time_ms"] <= 0 or not l["matrix_flops"]:
@@ -414,47 +575,24 @@ def _summary(att, work, records, flop_counter, step_timing, layers, ceilings, de
         saving_gemm += max(0.0, l["gemm_time_ms"] - ideal)
     elementwise = by_class.get("elementwise", 0.0)
     norm = by_class.get("norm", 0.0)
-    seq = att.backward_seq_us
-    backward_us = sum(b.time_us for b in att.buckets.values() if b.phase == "backward")  # all profiled steps
     return {
-        "step_time_ms": step_ms,
-        "step_time_spread": step_timing.as_dict(),
-        "profiled_time_ms": total_ms,
-        "attributed_time_ms": att.attributed_step_us(rep) / 1e3,
-        "attribution_coverage": att.attributed_step_us(rep) / att.total_per_step_us[rep] if total_ms else None,
-        "profiled_time_ms_per_step": [us / 1e3 for us in att.total_per_step_us],
-        "median_step": rep,
-        "per_step_note": "layer times, classes and the profiled time are those of the median profiled step "
-                         "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
-        "profiled_unit": att.unit,
-        "profiled_time_definition": (
-            "sum of GPU kernel, memcpy and memset durations launched inside the step" if att.unit == "kernel" else
-            "sum of operator self CPU time inside the step (= summed duration of the outermost operators)"),
-        "profiled_steps": n,
-        "flops_per_step": flops,
-        "forward_flops": fwd,
-        "backward_flops": bwd,
-        "flop_convention": "torch.utils.flop_counter.FlopCounterMode: GEMM, convolution and attention FLOPs "
-                           "(2 per multiply-add); normalization and element-wise work are in other_flops_per_step",
-        "other_flops_per_step": sum(r.other_flops for r in records),
-        "bytes_per_step": sum(r.bytes for r in records),
-        "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
-        "tensor_core_time_share": share,
-        "tensor_core_unknown_share": (tc_unknown / total_ms) if total_ms and not dev.is_gpu else None,
-        "tensor_core_note": tc_note,
-        "time_by_class_ms": dict(by_class.most_common()),
-        "share_by_class": {c: v / total_ms for c, v in by_class.most_common()} if total_ms else {},
-        "time_by_phase_ms": dict(by_phase),
-        "gemm_time_ms": gemm_total,
+        "gemm_time_ms": sum(by_class[c] for c in GEMM_CLASSES),
         "gemm_time_at_ceiling_ms": ideal_total,
         "gemm_ceilings": used,
         "time_if_gemm_at_ceiling_ms": max(0.0, step_ms - saving_gemm),
         "time_if_elementwise_free_ms": max(0.0, step_ms - elementwise),
         "time_if_elementwise_and_norm_free_ms": max(0.0, step_ms - elementwise - norm),
+    }
+
+
+def _backward_checks(att, ranges) -> dict:
+    seq = att.backward_seq_us
+    backward_us = sum(b.time_us for b in att.buckets.values() if b.phase == "backward")  # all profiled steps
+    return {
         # The full backward hooks behind the NVTX backward ranges add autograd nodes of their own (identity
         # functions, no kernels): on a CPU their operators are in the profiled time. Reported, not removed.
         "backward_hook_time_ms": sum(us for b in att.buckets.values() for name, us in b.items.items()
-                                     if "BackwardHookFunction" in name) / n / 1e3,
+                                     if "BackwardHookFunction" in name) / att.steps / 1e3,
         "backward_by_sequence_share": seq / backward_us if backward_us else None,
         "backward_range_agreement": att.backward_agree_us / att.backward_hook_us if att.backward_hook_us else None,
         "interleaved_backward_ranges": ranges.interleaved_closes,
