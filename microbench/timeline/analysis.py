@@ -185,7 +185,7 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
                              device=dev_names.get(g.device, ""),
                              time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
                              tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
-                                  params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
                                      "calls": len(g.durations_us), "kernel_time_us": g.total_us,
                                      "share": _share(g.total_us, kernel_time_us)})
         rows.append(row.as_dict())
