@@ -41,15 +41,25 @@ def __dir__():
     return sorted(list(globals()) + __all__)
 
 
+class _CallableModule(types.ModuleType):
+    """A subpackage or command that shares its name with a function of the API (microbench/measure/ and
+    `measure`, microbench/decompose.py and `decompose`): calling the module calls the function."""
+
+    def __call__(self, *args, **kwargs):
+        module, attr = _WHERE[self.__name__.rpartition(".")[2]]
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+
 class _Package(types.ModuleType):
-    """`microbench.measure` and `microbench.decompose` are the API's functions, although a subpackage and a
-    command of the same names exist (microbench/measure/, microbench/decompose.py). Importing those sets this
-    package's attribute to the submodule (Python's import system does); it is refused here, so the public
-    name stays the function. The submodules stay importable (`from microbench.measure import registry`)."""
+    """Python's import system sets `microbench.measure` to the subpackage once it is imported (always: the
+    registry lives there) and `microbench.decompose` to the command module: without this, the public
+    `microbench.measure(case)` would raise "module is not callable". Such a module is made callable (it calls
+    the API function) and stays a module (`microbench.measure.ceilings`, `from microbench.measure import
+    registry`, string paths in monkeypatch all keep working)."""
 
     def __setattr__(self, name, value):
-        if name in _WHERE and isinstance(value, types.ModuleType) and _WHERE[name][1] is not None:
-            return
+        if name in _WHERE and _WHERE[name][1] is not None and type(value) is types.ModuleType:
+            value.__class__ = _CallableModule
         super().__setattr__(name, value)
 
 
