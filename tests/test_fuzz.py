@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import InputError
+from microbench.core.jsonio import dumps
 from microbench.reports.compare import load_machine
 from microbench.timeline.analysis import analyze
 from tests.conftest import REPO
@@ -187,6 +188,29 @@ def test_results_reader_on_a_restructured_real_results_file(tmp_path, data):
     try:
         cmp = compare([base, path])
         compare_html(cmp)
+    except InputError as e:
+        assert "\n" not in e.line()
+        return
+    assert_finite(cmp)
+
+
+@functools.cache
+def _trace_report() -> dict:
+    """A real trace report (python -m microbench.trace --json) of the slice, as compare reads it."""
+    return json.loads(dumps(_analyze(REPO / "tests" / "data" / "h100_bert_small_slice.json")))
+
+
+@FUZZ
+@given(data=st.data())
+def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
+    from microbench.reports.trace_compare import compare_traces, load_trace_reports, trace_compare_html
+
+    base, path = tmp_path / "base.json", tmp_path / "report.json"
+    base.write_text(json.dumps(_trace_report()))
+    path.write_bytes(data.draw(restructured(_trace_report())))
+    try:
+        cmp = compare_traces(load_trace_reports([base, path]))
+        trace_compare_html(cmp)
     except InputError as e:
         assert "\n" not in e.line()
         return

@@ -324,6 +324,23 @@ def test_results_fields_of_the_wrong_type(tmp_path, capsys, mutate, key, value):
     assert line.startswith(f"error: {p}: {key} = {value}")
 
 
+@pytest.mark.parametrize("mutate,key,value", [
+    (lambda d: d["summary"].update(kernel_time_us=float("inf")), "summary.kernel_time_us", "inf"),
+    (lambda d: d["summary"].update(time_by_class_us=[1]), "summary.time_by_class_us", "'list'"),
+    (lambda d: d.update(ops=[{"op": 5}]), "ops[0].op", "5"),
+])
+def test_trace_reports_with_wrong_fields_in_compare(tmp_path, capsys, mutate, key, value):
+    report = tmp_path / "report.json"
+    assert trace_cmd.main([str(SLICE), "--json", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    mutate(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert compare_cmd.main([str(report), str(bad)]) == 2
+    assert one_error_line(capsys).startswith(f"error: {bad}: {key} = {value}")
+
+
 def test_json_writer_never_writes_nan_or_inf():
     doc = {"a": float("nan"), "b": [float("inf"), -float("inf")], "c": (np.float32("nan"), np.float64(1.5)),
            "d": {"e": np.int64(3)}}

@@ -133,3 +133,38 @@ def read_bytes(path: str | Path) -> bytes | bytearray:
     except (gzip.BadGzipFile, zlib.error) as e:
         raise InputError(path, f"corrupt gzip data: {e}") from None
     return out
+
+
+# Typed reading of a JSON input we did not write: each value checked where it is read, one line naming the file,
+# the key and the value otherwise (results files, trace reports).
+MAX_READ_VALUE = 1e15  # any time, rate, count or percentage read: beyond it a value is corrupt, and ratios overflow
+
+
+def number(v, path, key: str, maximum: float = MAX_READ_VALUE):
+    """null or absent -> None; else a finite number from 0 to `maximum`."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InputError(path, "expected a number or null", key=key, value=v)
+    if not math.isfinite(v) or v < 0 or v > maximum:
+        raise InputError(path, f"expected a finite number from 0 to {maximum:g}", key=key, value=v)
+    return v
+
+
+def text(v, path, key: str, optional: bool = True):
+    """A string (null allowed where optional)."""
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise InputError(path, "expected a string" + (" or null" if optional else ""), key=key, value=v)
+    return v
+
+
+def of_type(v, kind: type, path, key: str, default=None):
+    """An object (dict) or array (list) where one is expected; absent or null -> `default`."""
+    if v is None and default is not None:
+        return default
+    if not isinstance(v, kind):
+        raise InputError(path, f"expected {'an object' if kind is dict else 'an array'}", key=key,
+                         value=v if not isinstance(v, (dict, list)) else type(v).__name__)
+    return v

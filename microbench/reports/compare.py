@@ -22,14 +22,13 @@ from microbench.core import ops
 from microbench.core.errors import InputError
 from microbench.core.fingerprint import read_benchmark_block
 from microbench.reports.html import fingerprint_text
-from microbench.core.jsonio import load_json
+from microbench.core.jsonio import load_json, number, text
 from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
 from microbench.core.results import ResultRow, row_from_dict
 
 SCHEMA = "dawnscope.compare/1"
 # Software whose version changes what a case measures.
 SOFTWARE_KEYS = ("torch", "torch_cuda", "torch_hip", "triton", "cupy", "python")
-MAX_VALUE = 1e15  # any time (ms), rate or percentage we read: beyond it a value is corrupt, and ratios overflow
 
 
 @dataclass
@@ -45,27 +44,6 @@ class Machine:
     cells: dict = field(default_factory=dict)  # case key -> cell dict
     notes: list = field(default_factory=list)
     label: str = ""
-
-
-def _num(v, path: Path | None = None, key: str = ""):
-    """A number read from a results file: null/absent -> None; with `path`, anything but a finite,
-    non-negative number is an InputError naming the file, the key and the value."""
-    if v is None or path is None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise InputError(path, "expected a number or null", key=key, value=v)
-    if not math.isfinite(v) or v < 0 or v > MAX_VALUE:
-        raise InputError(path, f"expected a finite number from 0 to {MAX_VALUE:g}", key=key, value=v)
-    return v
-
-
-def _text(v, path: Path, key: str, optional: bool = True):
-    """A string read from a results file (null allowed where optional)."""
-    if v is None and optional:
-        return None
-    if not isinstance(v, str):
-        raise InputError(path, "expected a string" + (" or null" if optional else ""), key=key, value=v)
-    return v
 
 
 def _version(v, path: Path, key: str):
@@ -95,9 +73,9 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
     if not isinstance(cfg, dict):
         raise InputError(path, "expected an object", key="config", value=cfg)
     for k in ("name", "kind"):
-        _text(hw.get(k), path, f"hardware.{k}")
+        text(hw.get(k), path, f"hardware.{k}")
     m = Machine(path, "dawnscope", str(hw.get("name") or "?"), fingerprint_text(hw, sw), hw.get("kind"),
-                _text(cfg.get("profile"), path, "config.profile"), _text(cfg.get("sha256"), path, "config.sha256"),
+                text(cfg.get("profile"), path, "config.profile"), text(cfg.get("sha256"), path, "config.sha256"),
                 {k: _version(sw.get(k), path, f"software.{k}") for k in SOFTWARE_KEYS if k in sw})
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
@@ -123,7 +101,7 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
         if not isinstance(r.get(k), str):
             raise InputError(path, "missing or not a string", key=f"{where}.{k}", value=r.get(k))
     for k in ("layer", "phase"):
-        _text(r.get(k), path, f"{where}.{k}")
+        text(r.get(k), path, f"{where}.{k}")
     tm = r.get("time_ms") or {}
     if not isinstance(tm, dict):
         raise InputError(path, "expected an object {median, p20, p80, cov, reps} or null", key=f"{where}.time_ms",
@@ -134,12 +112,12 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
     status = r.get("status", "ok")
     if status not in RESULT_STATUSES:
         raise InputError(path, f"expected one of {', '.join(RESULT_STATUSES)}", key=f"{where}.status", value=status)
-    time_ms = _num(tm.get("median"), path, f"{where}.time_ms.median")
-    return {"status": status, "time_ms": time_ms or None, "cov": _num(tm.get("cov"), path, f"{where}.time_ms.cov"),
-            **{k: _num(r.get(k), path, f"{where}.{k}")
+    time_ms = number(tm.get("median"), path, f"{where}.time_ms.median")
+    return {"status": status, "time_ms": time_ms or None, "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
+            **{k: number(r.get(k), path, f"{where}.{k}")
                for k in ("tflops", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
-            "tensor_cores": _text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
-            "reason": _text(r.get("reason"), path, f"{where}.reason") or ""}
+            "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
+            "reason": text(r.get("reason"), path, f"{where}.reason") or ""}
 
 
 def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
@@ -167,8 +145,8 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
               f"node {mi.get('node', '?')}" + (f"; device {device}" if device else ""))
         name = device or str(cpu_name)
     kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
-    m = Machine(path, "pytest-benchmark", name, fp, kind, _text(block["profile"], path, f"{block['key']}.profile"),
-                _text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
+    m = Machine(path, "pytest-benchmark", name, fp, kind, text(block["profile"], path, f"{block['key']}.profile"),
+                text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
                 {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS
                  if sw.get(k) is not None})
     by_name = 0
@@ -176,7 +154,7 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
             raise InputError(path, "expected a benchmark object with `stats`", key=f"benchmarks[{i}]")
         where = f"benchmarks[{i}]"
-        median_s = _num(b["stats"].get("median"), path, f"{where}.stats.median")
+        median_s = number(b["stats"].get("median"), path, f"{where}.stats.median")
         if not median_s:
             raise InputError(path, "missing, zero or not a number", key=f"{where}.stats.median",
                              value=b["stats"].get("median"))
@@ -186,16 +164,16 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
             by_name += 1
             key = ("benchmark", str(b.get("fullname") or b.get("name") or f"#{i}"), "", "", None, None)
         time_ms = median_s * 1e3
-        flops = _num(e.get("flops"), path, f"{where}.extra_info.flops")
-        tflops = _num(e.get("tflops"), path, f"{where}.extra_info.tflops")
+        flops = number(e.get("flops"), path, f"{where}.extra_info.flops")
+        tflops = number(e.get("tflops"), path, f"{where}.extra_info.tflops")
         if tflops is None and flops and time_ms > 0:
             tflops = flops / (time_ms * 1e-3) / 1e12
-        mean_s = _num(b["stats"].get("mean"), path, f"{where}.stats.mean")
-        sd_s = _num(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
+        mean_s = number(b["stats"].get("mean"), path, f"{where}.stats.mean")
+        sd_s = number(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
         cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
-                "tflops": tflops, **{k: _num(e.get(k), path, f"{where}.extra_info.{k}")
+                "tflops": tflops, **{k: number(e.get(k), path, f"{where}.extra_info.{k}")
                                      for k in ("pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
-                "tensor_cores": _text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
+                "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
                 "flags": [], "reason": ""}
         m.cells.setdefault(key, cell)
     if by_name:

@@ -33,26 +33,41 @@ def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
 
 
 def _machine(path: Path, doc: dict) -> dict:
+    """The fields of one trace report the comparison reads, each checked for its type and domain."""
+    from microbench.core.jsonio import number, of_type, text
+
     if doc.get("schema") != TRACE_SCHEMA:
         raise InputError(path, f"unsupported trace report schema (this version reads {TRACE_SCHEMA})", key="schema",
                          value=doc.get("schema"))
-    s = doc.get("summary")
-    if not isinstance(s, dict) or not isinstance(s.get("time_by_class_us"), dict):
-        raise InputError(path, "missing or malformed summary.time_by_class_us", key="summary")
-    devs = [d for d in doc.get("devices", []) if isinstance(d, dict) and d.get("kernels_ran_here", True)]
-    name = next((d.get("name") for d in devs if d.get("name")), None) or Path(path).name
+    s = of_type(doc.get("summary"), dict, path, "summary")
+    by_class = of_type(s.get("time_by_class_us"), dict, path, "summary.time_by_class_us")
+    time_by_class = {c: number(v, path, f"summary.time_by_class_us.{c}") or 0.0 for c, v in by_class.items()}
+    gpu_time = of_type(s.get("gpu_time"), dict, path, "summary.gpu_time", {})
+    name = None
+    for i, d in enumerate(of_type(doc.get("devices"), list, path, "devices", [])):
+        d = of_type(d, dict, path, f"devices[{i}]")
+        if d.get("kernels_ran_here", True):
+            name = name or text(d.get("name"), path, f"devices[{i}].name")
     flops_by_class: dict[str, float] = {}
-    for k in doc.get("kernels", []):
-        p = k.get("params", {})
-        if isinstance(p.get("model_flops"), (int, float)):
-            flops_by_class[p.get("class", k.get("op"))] = flops_by_class.get(p.get("class", k.get("op")), 0.0) + p["model_flops"]
+    for i, k in enumerate(of_type(doc.get("kernels"), list, path, "kernels", [])):
+        p = of_type(of_type(k, dict, path, f"kernels[{i}]").get("params"), dict, path, f"kernels[{i}].params", {})
+        flops = number(p.get("model_flops"), path, f"kernels[{i}].params.model_flops")
+        if flops is not None:
+            c = text(p.get("class", k.get("op")), path, f"kernels[{i}].params.class")
+            flops_by_class[c] = flops_by_class.get(c, 0.0) + flops
     ops = {}
-    for o in doc.get("ops", []):
-        ops[(o["op"], o["shape"], o.get("dtype") or "")] = o
-    return {"label": name, "file": str(path), "kernel_time_us": s.get("kernel_time_us") or 0.0,
-            "time_by_class_us": s["time_by_class_us"], "flops_by_class": flops_by_class, "ops": ops,
-            "gpu_time": s.get("gpu_time") or {}, "mfu": (doc.get("mfu") or {}).get("mfu"),
-            "tensor_core_share": s.get("tensor_core_share")}
+    for i, o in enumerate(of_type(doc.get("ops"), list, path, "ops", [])):
+        o = of_type(o, dict, path, f"ops[{i}]")
+        key = tuple(text(o.get(f), path, f"ops[{i}].{f}", optional=f == "dtype") or "" for f in ("op", "shape", "dtype"))
+        ops[key] = {"kernel_time_us": number(o.get("kernel_time_us"), path, f"ops[{i}].kernel_time_us") or 0.0,
+                    "flops": number(o.get("flops"), path, f"ops[{i}].flops")}
+    mfu = of_type(doc.get("mfu"), dict, path, "mfu", {})
+    return {"label": name or Path(path).name, "file": str(path),
+            "kernel_time_us": number(s.get("kernel_time_us"), path, "summary.kernel_time_us") or 0.0,
+            "time_by_class_us": time_by_class, "flops_by_class": flops_by_class, "ops": ops,
+            "gpu_time": {f: number(gpu_time.get(f), path, f"summary.gpu_time.{f}") for f in GPU_FIELDS},
+            "mfu": number(mfu.get("mfu"), path, "mfu.mfu"),
+            "tensor_core_share": number(s.get("tensor_core_share"), path, "summary.tensor_core_share")}
 
 
 def _ratio(base, this):
