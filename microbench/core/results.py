@@ -32,7 +32,8 @@ class Measurement:
     flops: int | None = None
     bytes: int | None = None
     tflops: float | None = None
-    gbps: float | None = None
+    gbps: float | None = None  # bytes / time (for a collective: nccl-tests' algbw)
+    busbw_gbps: float | None = None  # collectives only: algbw x the nccl-tests bus factor of the op
     intensity: float | None = None
     ceiling: str | None = None  # the roof this row is judged against: "measured bf16 roofline (compute)"
     ceiling_tflops: float | None = None  # attainable TFLOP/s under that roof at this intensity

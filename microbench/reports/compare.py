@@ -115,7 +115,7 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
     time_ms = number(tm.get("median"), path, f"{where}.time_ms.median")
     return {"status": status, "time_ms": time_ms or None, "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
             **{k: number(r.get(k), path, f"{where}.{k}")
-               for k in ("tflops", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
+               for k in ("tflops", "busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
             "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
             "reason": text(r.get("reason"), path, f"{where}.reason") or ""}
 
@@ -172,7 +172,8 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         sd_s = number(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
         cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
                 "tflops": tflops, **{k: number(e.get(k), path, f"{where}.extra_info.{k}")
-                                     for k in ("pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
+                                     for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet",
+                                               "pct_of_ceiling")},
                 "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
                 "flags": [], "reason": ""}
         m.cells.setdefault(key, cell)
@@ -298,11 +299,15 @@ def _f(v, spec):
 def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]], list[list[str]]]:
     """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case)."""
     labels = [m["label"] for m in cmp["machines"]]
+    # Collective rows (microbench.comm) carry a bus bandwidth: a column of its own where any case has one.
+    bus = any((x or {}).get("busbw_gbps") is not None for c in cmp["cases"] for x in c["cells"].values())
     columns = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left")]
     for i, lab in enumerate(labels):
         tag = f"[{i + 1}]"
-        columns += [(f"{tag} time ms", "right"), (f"{tag} TFLOP/s", "right"),
-                    (f"{tag} % meas/ds", "right"), (f"{tag} vs base", "right")]
+        columns += [(f"{tag} time ms", "right"), (f"{tag} TFLOP/s", "right")]
+        columns += [(f"{tag} busbw GB/s", "right")] if bus else []
+        columns += [(f"{tag} % meas/ds", "right"), (f"{tag} vs base", "right")]
+    width = 5 if bus else 4
     rows, classes = [], []
     for c in cmp["cases"]:
         shape = c["shape"] + (f" [{c['layer']}]" if c["layer"] else "") + (f" {c['phase']}" if c["phase"] else "")
@@ -311,12 +316,12 @@ def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str],
         for lab in labels:
             x = c["cells"][lab]
             if x is None:
-                cells += ["missing", "", "", ""]
-                cls += ["missing", "", "", ""]
+                cells += ["missing"] + [""] * (width - 1)
+                cls += ["missing"] + [""] * (width - 1)
                 continue
             if x["status"] != "ok":
-                cells += [x["status"], "", "", ""]
-                cls += ["dim", "", "", ""]
+                cells += [x["status"]] + [""] * (width - 1)
+                cls += ["dim"] + [""] * (width - 1)
                 continue
             if x["pct_of_measured"] is not None or x["pct_of_datasheet"] is not None:
                 pct = f"{_f(x['pct_of_measured'], '.0f')} / {_f(x['pct_of_datasheet'], '.0f')}"
@@ -324,8 +329,9 @@ def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str],
                 pct = _f(x["pct_of_ceiling"], ".0f") + (" roof" if x["pct_of_ceiling"] is not None else "")
             t = _f(x["time_ms"], ".4g") + (" !" if x["flags"] else "")
             r = x["ratio_to_baseline"]
-            cells += [t, _f(x["tflops"], ".3g"), pct, "-" if r is None else f"{r:.2f}x"]
-            cls += ["", "", "", ""]
+            bw = [_f(x.get("busbw_gbps"), ".3g")] if bus else []
+            cells += [t, _f(x["tflops"], ".3g"), *bw, pct, "-" if r is None else f"{r:.2f}x"]
+            cls += [""] * width
         rows.append((cells, None))
         classes.append(cls)
     return columns, rows, classes

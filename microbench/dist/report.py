@@ -1,0 +1,206 @@
+"""What the `comm` subcommands do and print: run the library, write the files, show rich tables."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+
+from .busbw import OPS
+
+STATUS_STYLE = {"ok": "", "wrong": "bold red"}
+
+
+def write_json(path: Path | None, doc) -> None:
+    if path is not None:
+        from microbench.core.results import _clean
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(_clean(doc), indent=1, default=str))
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def _console():
+    from rich.console import Console
+
+    c = Console()
+    if not c.is_terminal:
+        c.width = max(c.width, 140)
+    return c
+
+
+def _device(backend: str):
+    from microbench.core import device as devmod
+
+    return devmod.gpu_device() if backend == "nccl" else devmod.cpu_device()
+
+
+def _ops(text: str) -> tuple[str, ...]:
+    from microbench.core.errors import InputError
+    from .busbw import canonical_op
+
+    ops = tuple(canonical_op(o) for o in text.split(",") if o.strip())
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise InputError(None, f"unknown collective (known: {', '.join(OPS)})", key="--ops", value=text)
+    return ops
+
+
+def run_collectives(args) -> int:
+    from microbench.core import device as devmod
+    from microbench.core.results import ResultsWriter
+    from . import world
+    from .collectives import DEFAULT_SIZES, Plan, bench_rank, parse_sizes, to_rows
+
+    backend = args.backend or world.default_backend()
+    plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
+                device="cpu" if backend == "gloo" else "cuda")
+    records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
+    if records is None:  # a torchrun rank other than 0
+        return 0
+    dev = _device(backend)
+    header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
+              "config": {"profile": f"comm-collectives-{backend}"},
+              "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
+                       "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
+              "started": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+    with ResultsWriter(args.out, header) as w:
+        w.add_many(to_rows(records, dev.name, backend))
+    print_collectives(w.doc)
+    outs = [w.json_path, w.csv_path]
+    if not args.no_plot:
+        from .plots import plot_busbw
+
+        title = f"{backend}, {nranks} ranks: {devmod.fingerprint_line(w.doc['hardware'], w.doc['software'])}"
+        outs.append(plot_busbw(w.doc["results"], title, args.out / "busbw.png"))
+    print("wrote " + ", ".join(map(str, outs)), file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in w.doc["results"]) else 1
+
+
+def _f(v, spec=".3g"):
+    return "-" if v is None else format(v, spec)
+
+
+def print_collectives(doc: dict) -> None:
+    from rich.table import Table
+
+    from microbench.core.device import fingerprint_line
+
+    t = Table(title=f"{doc['comm']['backend']}, {doc['comm']['nranks']} ranks; "
+                    f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
+    for col in ("op", "bytes", "time ms (median)", "cov", "algbw GB/s", "busbw GB/s", "wrong"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for r in doc["results"]:
+        tm = r["time_ms"] or {}
+        t.add_row(r["op"], str(r["bytes"]), _f(tm.get("median"), ".4g"), _f(tm.get("cov"), ".2f"),
+                  _f(r["gbps"]), _f(r["busbw_gbps"]), str(r["params"]["wrong"]), style=STATUS_STYLE[r["status"]])
+    _console().print(t)
+
+
+def run_ddp(args) -> int:
+    from . import world
+    from .ddp import DdpPlan, ddp_rank
+
+    backend = args.backend or world.default_backend()
+    plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
+                   device="cpu" if backend == "gloo" else "cuda")
+    doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
+    if doc is None:
+        return 0
+    from microbench.core import device as devmod
+
+    dev = _device(backend)
+    doc.update(hardware=devmod.fingerprint(dev), software=devmod.software())
+    print_ddp(doc)
+    write_json(args.json, doc)
+    return 0
+
+
+def print_ddp(doc: dict) -> None:
+    from rich.table import Table
+
+    from microbench.core.device import fingerprint_line
+
+    t = Table(title=f"DDP step of {doc['model']}, batch {doc['batch_per_rank']} per rank, {doc['nranks']} ranks "
+                    f"({doc['backend']}): gradients {doc['gradient_bytes'] / 2**20:.2f} MiB in {doc['buckets']} "
+                    f"buckets; {fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
+    cols = ("step_ms", "compute_ms", "comm_ms", "overlapped_comm_ms", "exposed_comm_ms", "comm_share",
+            "allreduce_calls")
+    t.add_column("rank", justify="right")
+    for c in cols:
+        t.add_column(c.replace("_ms", " ms").replace("_", " "), justify="right")
+    for r in doc["ranks"]:
+        s = r["summary"]
+        t.add_row(str(r["rank"]), *[_f(s.get(c), ".1%" if c == "comm_share" else ".4g") for c in cols])
+    _console().print(t)
+    print("medians over the profiled steps; comm share = exposed communication / step time", file=sys.stderr)
+
+
+def run_ranks(args) -> int:
+    from .ranks import analyze
+
+    doc = analyze(args.traces)
+    print_ranks(doc)
+    write_json(args.json, doc)
+    return 0
+
+
+def print_ranks(doc: dict) -> None:
+    from rich.table import Table
+
+    con = _console()
+    t = Table(title="collective calls matched across ranks (time: the fastest rank's kernel)", header_style="bold")
+    for col in ("op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "start skew ms", "end skew ms",
+                "straggler"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for c in doc["collectives"]:
+        sizes = sorted(set(c["bytes"].values()), key=lambda v: (v is None, v))
+        t.add_row(c["name"], "/".join(map(str, sizes)), str(c["group_size"]), _f(c["time_ms"], ".4g"),
+                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["start_skew_ms"], ".3g"),
+                  _f(c["end_skew_ms"], ".3g"), str(c["straggler_rank"]))
+    con.print(t)
+    t = Table(title="per rank (exposed: communication kernels not overlapped by any other kernel)",
+              header_style="bold")
+    for col in ("rank", "calls", "with kernel", "unmatched", "comm ms", "exposed ms", "exposed share",
+                "straggler (times)", "wait caused ms"):
+        t.add_column(col, justify="right")
+    for r in doc["ranks"]:
+        t.add_row(str(r["rank"]), str(r["calls"]), str(r["calls_with_kernel"]), str(r["unmatched_calls"]),
+                  _f(r["comm_ms"], ".4g"), _f(r["exposed_comm_ms"], ".4g"), _f(r["exposed_comm_share"], ".1%"),
+                  str(r["times"]), _f(r["wait_caused_ms"], ".3g"))
+    con.print(t)
+    con.print(f"straggler: rank {doc['straggler_rank']} (most start wait caused)")
+
+
+def run_scale(args) -> int:
+    from .scale import scale_command
+
+    doc = scale_command(args)
+    print_scale(doc)
+    write_json(args.json, doc)
+    return 0
+
+
+def print_scale(doc: dict) -> None:
+    from rich.table import Table
+
+    con = _console()
+    if doc.get("paper"):
+        t = Table(title="the paper's figures, reproduced (docs/comm.md: assumptions)", header_style="bold")
+        for col in ("scenario", "workers", "paper", "model", "step ms", "comm ms"):
+            t.add_column(col, justify="left" if col == "scenario" else "right")
+        for p in doc["paper"]:
+            t.add_row(p["title"], str(p["workers"]), f"{p['target_comm_share']:.2%}", f"{p['comm_share']:.2%}",
+                      _f(p["step_ms"], ".4g"), _f(p["comm_ms"], ".4g"))
+        con.print(t)
+    w = doc["workload"]
+    t = Table(title=f"{doc['fabric']['title']}: step {w['step_ms']:.4g} ms on one worker, gradients "
+                    f"{w['gradient_bytes'] / 2**20:.2f} MiB, buckets {w['bucket_bytes'] / 2**20:g} MiB, overlap "
+                    f"{w['overlap']}, {w['algorithm']} all-reduce", header_style="bold")
+    for col in ("workers", "nodes", "step ms", "comm ms", "exposed ms", "comm_share", "speed-up", "efficiency"):
+        t.add_column(col, justify="right")
+    for p in doc["predictions"]:
+        t.add_row(str(p["workers"]), str(p["nodes"]), _f(p["step_ms"], ".4g"), _f(p["comm_ms"], ".4g"),
+                  _f(p["exposed_comm_ms"], ".4g"), f"{p['comm_share']:.1%}", _f(p["speedup"], ".3g"),
+                  f"{p['scaling_efficiency']:.0%}")
+    con.print(t)
