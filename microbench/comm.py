@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default="resnet9")
     d.add_argument("--batch", type=int, default=8, help="batch per rank")
     d.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step)")
-    d.add_argument("--bucket-mb", type=float, default=25.0)
+    d.add_argument("--bucket-mb", type=float, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
     r = sub.add_parser("ranks", help="collectives across the traces of several ranks")
     r.add_argument("traces", nargs="+", type=Path)
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd](args)
     except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
+        line = e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
+        print(f"error: {line}", file=sys.stderr)
         return e.exit_code
 
 

@@ -29,7 +29,7 @@ class DdpPlan:
     batch: int
     steps: int = 3
     warmup: int = 1
-    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB
+    bucket_cap_mb: float | None = None  # None: DDP's default (1 MiB first bucket, then 25 MiB)
     device: str = "cpu"
 
 
@@ -37,15 +37,19 @@ def grad_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
-def bucket_sizes(model, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB) -> list[int]:
-    """Gradient bucket sizes in bytes, assigned as DistributedDataParallel assigns them (its own C++
-    routine: parameters in reverse order, a small first bucket, then `bucket_cap_mb`)."""
+def bucket_sizes(model, bucket_cap_mb: float | None = None) -> list[int]:
+    """Gradient bucket sizes in bytes as DistributedDataParallel assigns them when it rebuilds its buckets
+    after the first step (its own C++ routine, parameters in reverse order): with the default cap a 1 MiB
+    first bucket then 25 MiB ones; with an explicit `bucket_cap_mb` every bucket up to that cap."""
     import torch.distributed as dist
 
     params = [p for p in model.parameters() if p.requires_grad][::-1]
     if not params:
         return []
-    caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * 2**20)]
+    if bucket_cap_mb is None:
+        caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(DEFAULT_BUCKET_CAP_MB * 2**20)]
+    else:
+        caps = [int(bucket_cap_mb * 2**20)]
     buckets, _ = dist._compute_bucket_assignment_by_size(params, caps, [False] * len(params))
     return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
 

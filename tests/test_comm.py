@@ -1,0 +1,300 @@
+"""Communication (microbench.dist, python -m microbench.comm): nccl-tests formulas, checked collectives on
+2 and 3 gloo processes, the DDP step split, the TorchRec rank pair, the scaling model, and failures that
+end in one line instead of a hang."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import signal
+import socket
+import time
+
+import pytest
+import torch
+
+from microbench.dist import busbw, collectives as C, scale, world
+from microbench.dist.world import CommError
+
+
+@pytest.fixture
+def hang_guard():
+    """Fails the test instead of hanging CI if a bounded wait were not bounded after all."""
+    def boom(*_):
+        raise AssertionError("hung: the run did not end by itself")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+# --- nccl-tests formulas --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("allreduce", 2, 1.0), ("allreduce", 8, 1.75), ("all_reduce", 3, 4 / 3),
+    ("allgather", 4, 0.75), ("nccl:_all_gather_base", 64, 63 / 64), ("reduce_scatter", 8, 0.875),
+    ("alltoall", 2, 0.5), ("broadcast", 16, 1.0), ("allreduce", 1, 0.0)])
+def test_bus_factor(op, n, factor):
+    assert busbw.bus_factor(op, n) == pytest.approx(factor)
+
+
+def test_algbw_and_busbw():
+    # 1 GiB all-reduced in 0.5 s on 4 ranks: algbw 2.147 GB/s, busbw x 2*3/4
+    assert busbw.algbw_gbps(2**30, 0.5) == pytest.approx(2**30 / 0.5 / 1e9)
+    assert busbw.busbw_gbps("allreduce", 2**30, 0.5, 4) == pytest.approx(2**30 / 0.5 / 1e9 * 1.5)
+    with pytest.raises(ValueError):
+        busbw.bus_factor("frobnicate", 4)
+
+
+def test_counts_round_to_what_moves():
+    assert C.counts("allreduce", 7 * 4, 3) == (7, 28)
+    assert C.counts("allgather", 7 * 4, 3) == (2, 24)  # 2 elements per rank actually move
+    assert C.counts("alltoall", 4, 3) == (1, 12)  # at least one element per rank
+    assert C.counts("broadcast", 1, 2) == (1, 4)
+
+
+def test_sizes_parse():
+    assert C.parse_sizes("8,4K,1M") == [8, 4096, 2**20]
+    assert C.parse_sizes("deepbench")[0] == 100000 * 4
+    with pytest.raises(Exception, match="--sizes"):
+        C.parse_sizes("12Q")
+
+
+def test_check_counts_an_all_zero_output():
+    """The check itself: a 'collective' that writes zeros is caught element by element."""
+    def zeros(op, x, out):
+        (x if out is None else out).zero_()
+
+    for op in ("allreduce", "allgather", "reducescatter", "alltoall"):
+        _, _, expected = C._buffers(op, 123, 1, 3, "cpu")
+        assert C.check(op, 123, 1, 3, "cpu", call=zeros) == int((expected != 0).sum()) > 0
+
+
+def test_expected_values_are_independent():
+    # all-reduce of rank patterns: computed here from the formula of the pattern, not from _buffers
+    n, world_size = 7, 3
+    expected = [sum(((i * 7 + r * 13) % 31) - 15 for r in range(world_size)) for i in range(n)]
+    assert C._buffers("allreduce", n, 0, world_size, "cpu")[2].tolist() == expected
+
+
+# --- real collectives on gloo ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_collectives_correct_odd_sizes(nproc, hang_guard):
+    plan = C.Plan(ops=busbw.OPS, sizes_bytes=(4, 7 * 4, 123 * 4, 1001 * 4), warmup=0, iters=1, reps=2)
+    records = world.run_local(C.bench_rank, (plan,), nproc, "gloo", timeout_s=60)[0]
+    assert len(records) == len(busbw.OPS) * 4
+    assert all(r["wrong"] == 0 and r["nranks"] == nproc for r in records), records
+    rows = C.to_rows(records, "cpu", "gloo")
+    r = next(x for x in rows if x.op == "allreduce" and x.bytes == 1001 * 4)
+    assert r.status == "ok" and r.flops == 0 and r.shape == f"bytes=4004 ranks={nproc}"
+    assert r.busbw_gbps == pytest.approx(r.gbps * 2 * (nproc - 1) / nproc)
+    assert r.gbps == pytest.approx(4004 / (r.time_ms["median"] / 1e3) / 1e9)
+
+
+def test_cli_rows_compare_side_by_side(tmp_path, capsys):
+    """Two result files of collective rows (e.g. two fabrics) line up per case in compare, with busbw."""
+    from microbench import compare
+    from microbench.dist.collectives import to_rows
+    from microbench.results import ResultsWriter
+
+    files = []
+    for name, ms in (("a", 1.0), ("b", 0.5)):
+        rec = {"op": "allreduce", "requested_bytes": 2**20, "message_bytes": 2**20, "elements": 2**18,
+               "nranks": 2, "samples_ms": [ms, ms], "wrong": 0}
+        hw = {"name": f"fabric-{name}", "kind": "cpu", "arch": "x86_64", "units": 2, "clock_mhz": None,
+              "memory_gib": 1.0, "isa_flags": []}
+        sw = {"torch": "2", "triton": "3", "python": "3.11"}
+        with ResultsWriter(tmp_path / name, {"hardware": hw, "software": sw}) as w:
+            w.add_many(to_rows([rec], hw["name"], "gloo"))
+        files.append(tmp_path / name / "results.json")
+    cmp = compare.compare(files)
+    (case,) = cmp["cases"]
+    assert case["op"] == "allreduce" and not case["missing_in"]
+    cells = case["cells"]
+    assert cells["fabric-b"]["ratio_to_baseline"] == pytest.approx(2.0)
+    assert cells["fabric-b"]["busbw_gbps"] == pytest.approx(2**20 / 0.5e-3 / 1e9)
+    columns, rows, _ = compare.table_cells(cmp)
+    assert "[2] busbw GB/s" in [c[0] for c in columns]
+
+
+# --- failures end in one line within a timeout ----------------------------------------------------------
+
+def _dies_before_allreduce(info):
+    import torch.distributed as dist
+
+    if info.rank == 1:
+        os._exit(3)
+    dist.all_reduce(torch.ones(4))
+
+
+def _never_joins(info):
+    import torch.distributed as dist
+
+    if info.rank == 1:
+        time.sleep(60)
+        return None
+    dist.all_reduce(torch.ones(4))
+
+
+def test_dead_rank_is_one_line(hang_guard):
+    with pytest.raises(CommError) as e:
+        world.run_local(_dies_before_allreduce, (), 2, "gloo", timeout_s=20)
+    assert e.value.line() == "rank 1 died (exit code 3)"
+
+
+def test_collective_timeout_is_one_line(hang_guard):
+    with pytest.raises(CommError) as e:
+        world.run_local(_never_joins, (), 2, "gloo", timeout_s=3)
+    line = e.value.line()
+    assert line.startswith("rank 0 failed:") and "\n" not in line
+
+
+def test_taken_port_is_one_line(hang_guard):
+    with socket.socket() as s:
+        s.bind((world.LOOPBACK, 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(CommError) as e:
+            world.run_local(_dies_before_allreduce, (), 2, "gloo", timeout_s=5, port=port)
+    assert f"{world.LOOPBACK}:{port}" in e.value.line() and "\n" not in e.value.line()
+
+
+def test_cli_error_exit_code(capsys):
+    from microbench import comm
+
+    assert comm.main(["collectives", "--sizes", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --sizes") and "\n" not in err
+
+
+# --- DDP step -------------------------------------------------------------------------------------------
+
+def test_ddp_step_split(hang_guard):
+    from microbench.dist.ddp import DdpPlan, ddp_rank
+    from tests.ext_model import Tiny
+
+    cap_mb = 0.01  # several buckets for a 34 kB model
+    doc = world.run_local(ddp_rank, (DdpPlan("tests.ext_model:make", 4, steps=2, bucket_cap_mb=cap_mb),), 2,
+                          "gloo", timeout_s=60)[0]
+    params = list(Tiny().parameters())
+    assert doc["gradient_bytes"] == sum(p.numel() * 4 for p in params)
+    assert doc["buckets"] > 1 and sum(doc["bucket_bytes"]) == doc["gradient_bytes"]
+    expected, size = [], 0  # DDP's rule: parameters in reverse order, a bucket closes once it reaches the cap
+    for p in reversed(params):
+        size += p.numel() * 4
+        if size >= cap_mb * 2**20:
+            expected.append(size)
+            size = 0
+    expected += [size] if size else []
+    assert doc["bucket_bytes"] == expected
+    for r in doc["ranks"]:
+        for s in r["steps"]:
+            assert s["allreduce_calls"] == doc["buckets"]  # one all-reduce per bucket, as DDP promises
+            assert s["overlapped_comm_ms"] + s["exposed_comm_ms"] == pytest.approx(s["comm_ms"])
+            assert 0 < s["compute_ms"] <= s["step_ms"] and s["exposed_comm_ms"] <= s["step_ms"]
+        assert r["summary"]["comm_share"] == pytest.approx(
+            r["summary"]["exposed_comm_ms"] / r["summary"]["step_ms"])
+
+
+# --- the TorchRec rank pair -----------------------------------------------------------------------------
+
+def _raw(path):
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _allreduce_kernel(events, elements):
+    """Independent of the library: the kernel launched inside the all-reduce annotation of that size."""
+    ann = next(e for e in events if e["name"] == "nccl:all_reduce" and e["args"]["Input Dims"] == [[elements]])
+    launch = next(e for e in events if e["name"] == "cudaLaunchKernel" and e["tid"] == ann["tid"]
+                  and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"])
+    return next(e for e in events if e.get("cat") == "kernel"
+                and e["args"]["correlation"] == launch["args"]["correlation"])
+
+
+def test_rank_pair(shared_dir):
+    from microbench.dist.ranks import analyze
+
+    paths = [shared_dir / "traces" / f"a100_torchrec_rank{r}.json.gz" for r in (1, 0)]  # order does not matter
+    doc = analyze(paths)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    k0, k1 = (_allreduce_kernel(_raw(p), 19618307) for p in reversed(paths))
+    rec = next(c for c in doc["collectives"] if c["op"] == "allreduce" and c["bytes"][0] == 19618307 * 4)
+    t_s = min(k0["dur"], k1["dur"]) / 1e6
+    assert rec["time_ms"] == pytest.approx(t_s * 1e3)
+    assert rec["busbw_gbps"] == pytest.approx(19618307 * 4 / t_s / 1e9 * 2 * 127 / 128)  # world size 128
+    assert rec["start_skew_ms"] == pytest.approx(abs(k0["ts"] - k1["ts"]) / 1e3)
+    assert rec["end_skew_ms"] == pytest.approx(abs(k0["ts"] + k0["dur"] - k1["ts"] - k1["dur"]) / 1e3)
+    assert rec["straggler_rank"] == (0 if k0["ts"] > k1["ts"] else 1)
+    gathers = [c for c in doc["collectives"] if c["op"] == "allgather"]
+    assert gathers and all(c["group_size"] == 1073741824 // 16777216 for c in gathers)
+    for c in doc["collectives"]:  # a matched collective's kernels overlap on both ranks
+        assert c["end_skew_ms"] < c["time_ms"]
+    for r in doc["ranks"]:
+        assert r["calls"] == 10 and 0 <= r["exposed_comm_ms"] <= r["comm_ms"]
+
+
+def test_ranks_needs_two():
+    from microbench.dist.ranks import analyze
+
+    with pytest.raises(Exception, match="at least two"):
+        analyze(["x.json"])
+
+
+# --- the scaling model ----------------------------------------------------------------------------------
+
+def test_allreduce_closed_form():
+    f = scale.load_fabric("v100_nvlink")
+    nbytes = 100e6
+    intra = 2 * 7 / 8 * nbytes / 150e9 + 2 * 7 * 10e-6
+    assert scale.allreduce_s(nbytes, 8, f) == pytest.approx(intra)
+    inter = 2 * 3 / 4 * nbytes / 3.125e9 + 2 * 3 * 50e-6
+    assert scale.allreduce_s(nbytes, 32, f) == pytest.approx(intra + inter)
+    tree = 2 * nbytes / 150e9 + 2 * 3 * 10e-6
+    assert scale.allreduce_s(nbytes, 8, f, "tree") == pytest.approx(tree)
+
+
+@pytest.mark.parametrize("fabric", scale.fabric_names())
+@pytest.mark.parametrize("overlap", scale.OVERLAPS)
+def test_scaling_monotonic(fabric, overlap):
+    f = scale.load_fabric(fabric)
+    w = scale.Workload(step_ms=100.0, gradient_bytes=100 * 2**20, overlap=overlap)
+    preds = scale.sweep(w, [1, 2, 4, 8, 16, 32, 64, 128, 256], f)
+    shares = [p["comm_share"] for p in preds]
+    speedups = [p["speedup"] for p in preds]
+    assert shares[0] == 0 and all(a <= b + 1e-12 for a, b in zip(shares, shares[1:]))
+    assert all(a < b for a, b in zip(speedups, speedups[1:]))
+    assert all(p["speedup"] <= p["workers"] + 1e-9 for p in preds)
+
+
+def test_more_bandwidth_less_share_and_overlap_helps():
+    slow, fast = scale.load_fabric("eth25"), scale.load_fabric("eth100")
+    w = scale.Workload(step_ms=100.0, gradient_bytes=100 * 2**20, overlap="none")
+    assert scale.predict(w, 16, fast)["comm_share"] < scale.predict(w, 16, slow)["comm_share"]
+    wb = scale.Workload(step_ms=100.0, gradient_bytes=100 * 2**20, overlap="buckets")
+    assert scale.predict(wb, 16, slow)["step_ms"] < scale.predict(w, 16, slow)["step_ms"]
+
+
+@pytest.mark.parametrize("name,target", [("paper_8v100", 0.1782), ("paper_16x8v100", 0.53)])
+def test_paper_figures_reproduced(name, target):
+    s, p = scale.scenario(name)
+    assert s["target_comm_share"] == target
+    assert p["comm_share"] == pytest.approx(target, abs=0.005)
+    # the stated inter-node use: 5.95 of 25 Gbit/s
+    assert s["inter_efficiency"] == pytest.approx(5.95 / 25, abs=0.001) or s["workers"] <= 8
+
+
+def test_scale_cli_json(tmp_path):
+    from microbench import comm
+
+    out = tmp_path / "s.json"
+    assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", str(10**8), "--workers", "1,8,16",
+                      "--fabric", "ib200", "--paper", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [p["workers"] for p in doc["predictions"]] == [1, 8, 16]
+    assert len(doc["paper"]) == 2
+    assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "1", "--fabric", "nope"]) == 2
