@@ -97,9 +97,9 @@ def test_collectives_correct_odd_sizes(nproc, hang_guard):
 
 def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     """Two result files of collective rows (e.g. two fabrics) line up per case in compare, with busbw."""
-    from microbench import compare
+    from microbench.reports import compare
     from microbench.dist.collectives import to_rows
-    from microbench.results import ResultsWriter
+    from microbench.core.results import ResultsWriter
 
     files = []
     for name, ms in (("a", 1.0), ("b", 0.5)):
