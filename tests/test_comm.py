@@ -298,3 +298,13 @@ def test_scale_cli_json(tmp_path):
     assert [p["workers"] for p in doc["predictions"]] == [1, 8, 16]
     assert len(doc["paper"]) == 2
     assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "1", "--fabric", "nope"]) == 2
+
+
+def _sleeps_alone(info):
+    time.sleep(60)
+
+
+def test_run_deadline_is_one_line(hang_guard):
+    with pytest.raises(CommError) as e:
+        world.run_local(_sleeps_alone, (), 1, "gloo", timeout_s=5, deadline_s=1)
+    assert e.value.line().startswith("ranks [0] did not finish within 1 s")

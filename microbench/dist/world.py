@@ -9,6 +9,7 @@ watches its children, so a rank that dies or hangs ends the run with one line (C
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import pickle
 import tempfile
@@ -80,7 +81,9 @@ def _rank_main(rank: int, fn, args, world: int, backend: str, port: int, timeout
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    Path(out_dir, f"{rank}.pkl").write_bytes(pickle.dumps(result))
+    tmp = Path(out_dir, f"{rank}.pkl.tmp")  # the parent polls for the file: it must appear whole
+    tmp.write_bytes(pickle.dumps(result))
+    os.replace(tmp, Path(out_dir, f"{rank}.pkl"))
 
 
 def _one_line(e: BaseException) -> str:
@@ -100,11 +103,12 @@ def master_store(port: int, world: int, timeout_s: float):
 
 
 def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: float = 60.0, port: int = 0,
-              start_method: str = "spawn") -> list:
+              start_method: str = "spawn", deadline_s: float | None = None) -> list:
     """fn(RankInfo, *args) on `nproc` new local processes; its return values, by rank.
 
-    Raises CommError naming the first rank that failed, died or did not finish within `timeout_s` (plus
-    the start-up time of a process), after stopping the others.
+    Raises CommError naming the first rank that failed or died, after stopping the others. A rank that
+    hangs makes the others fail within `timeout_s` at their next collective; `deadline_s`, if given,
+    bounds the whole run as well (plus the start-up time of a process).
     """
     import torch.multiprocessing as mp
 
@@ -115,7 +119,7 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
         ctx = mp.start_processes(_rank_main, args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
                                  nprocs=nproc, join=False, start_method=start_method)
         try:
-            _watch(ctx.processes, out_dir, timeout_s)
+            _watch(ctx.processes, out_dir, deadline_s)
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -131,8 +135,8 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
 STARTUP_ALLOWANCE_S = 30.0
 
 
-def _watch(procs, out_dir: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s + STARTUP_ALLOWANCE_S
+def _watch(procs, out_dir: str, deadline_s: float | None) -> None:
+    deadline = time.monotonic() + deadline_s + STARTUP_ALLOWANCE_S if deadline_s is not None else math.inf
     while True:
         codes = [p.exitcode for p in procs]
         for rank, code in enumerate(codes):
@@ -146,7 +150,7 @@ def _watch(procs, out_dir: str, timeout_s: float) -> None:
             return
         if time.monotonic() > deadline:
             late = [r for r, c in enumerate(codes) if c is None]
-            raise CommError(f"ranks {late} did not finish within {timeout_s:g} s (+{STARTUP_ALLOWANCE_S:g} s "
+            raise CommError(f"ranks {late} did not finish within {deadline_s:g} s (+{STARTUP_ALLOWANCE_S:g} s "
                             "start-up): stopped them")
         time.sleep(0.05)
 
