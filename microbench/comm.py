@@ -31,7 +31,8 @@ def _add_world(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
-                                 epilog="Exit codes: 0 done, 2 bad input or a failed rank (one line).")
+                                 epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
+                                        "2 bad input or a failed rank (one line).")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collectives", help="benchmark collectives (time, algbw, busbw, wrong)")
     _add_world(c)

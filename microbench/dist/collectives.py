@@ -8,7 +8,7 @@ element for element, independently of the library under test.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .busbw import OPS, algbw_gbps, bus_factor
 
@@ -134,8 +134,8 @@ def bench_rank(info, plan: Plan) -> list[dict] | None:
     for op in plan.ops:
         for size in plan.sizes_bytes:
             chunk, message_bytes = counts(op, size, info.world_size)
-            samples = torch.tensor(time_samples_ms(op, chunk, info.rank, info.world_size,
-                                                   Plan(**{**plan.__dict__, "device": dev})), dtype=torch.float64)
+            samples = torch.tensor(time_samples_ms(op, chunk, info.rank, info.world_size, replace(plan, device=dev)),
+                                   dtype=torch.float64)
             wrong = torch.tensor([check(op, chunk, info.rank, info.world_size, dev)], dtype=torch.int64)
             s, w = samples.to(dev), wrong.to(dev)  # NCCL reduces device tensors only
             dist.all_reduce(s, op=dist.ReduceOp.MAX)
