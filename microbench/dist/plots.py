@@ -1,6 +1,7 @@
 """busbw against message size, one line per collective (the nccl-tests picture)."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 
@@ -22,7 +23,7 @@ def busbw_figure(rows: list[dict], title: str):
     ax.set_yscale("log")
     ax.set_xlabel("message bytes (nccl-tests convention)")
     ax.set_ylabel("busbw GB/s")
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=8)  # the fingerprint is long
     ax.grid(True, which="both", alpha=0.3)
     if by_op:
         ax.legend()
