@@ -119,6 +119,11 @@ def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     assert cells["fabric-b"]["busbw_gbps"] == pytest.approx(2**20 / 0.5e-3 / 1e9)
     columns, rows, _ = compare.table_cells(cmp)
     assert "[2] busbw GB/s" in [c[0] for c in columns]
+    from microbench.dist.plots import plot_busbw
+
+    doc = json.loads(files[0].read_text())
+    png = plot_busbw(doc["results"], "a", tmp_path / "busbw.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # --- failures end in one line within a timeout ----------------------------------------------------------
