@@ -313,3 +313,13 @@ def test_run_deadline_is_one_line(hang_guard):
     with pytest.raises(CommError) as e:
         world.run_local(_sleeps_alone, (), 1, "gloo", timeout_s=5, deadline_s=1)
     assert e.value.line().startswith("ranks [0] did not finish within 1 s")
+
+
+def test_init_timeout_when_a_rank_never_arrives(tmp_path, hang_guard):
+    """Rank 0 of 2 alone: init_process_group gives up after the timeout and leaves its one line."""
+    import pickle
+
+    store = world.master_store(0, 2, timeout_s=2)
+    world._rank_main(0, _sleeps_alone, (), 2, "gloo", store.port, 2.0, str(tmp_path))
+    status, line, _ = pickle.loads((tmp_path / "0.pkl").read_bytes())
+    assert status == "error" and "\n" not in line and "timeout" in line.lower(), line
