@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,13 +11,20 @@ from .busbw import OPS
 STATUS_STYLE = {"ok": "", "wrong": "bold red"}
 
 
+def check_json(path: Path | None) -> None:
+    """Before any work: a --json path we can write."""
+    if path is not None:
+        from microbench.core.outdir import check_file
+
+        check_file(path, "--json")
+
+
 def write_json(path: Path | None, doc) -> None:
     if path is not None:
-        from microbench.core.results import _clean
+        from microbench.core.jsonio import dumps
+        from microbench.core.outdir import write_file
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(_clean(doc), indent=1, default=str))
-        print(f"wrote {path}", file=sys.stderr)
+        print(f"wrote {write_file(path, dumps(doc, default=str), '--json')}", file=sys.stderr)
 
 
 def _console():
@@ -46,35 +53,50 @@ def _ops(text: str) -> tuple[str, ...]:
     return ops
 
 
+COLLECTIVE_FILES = ("results.json", "results.csv", "busbw.png")
+
+
 def run_collectives(args) -> int:
     from microbench.core import device as devmod
-    from microbench.core.results import ResultsWriter
+    from microbench.core.outdir import OutputDir
     from . import world
-    from .collectives import DEFAULT_SIZES, Plan, bench_rank, parse_sizes, to_rows
+    from .collectives import DEFAULT_SIZES, Plan, bench_rank, parse_sizes
 
     backend = args.backend or world.default_backend()
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
+    leader = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
+    out = OutputDir(args.out, COLLECTIVE_FILES) if leader else None  # checked before any work
     records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
         return 0
-    dev = _device(backend)
-    header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
+    header = {"hardware": devmod.fingerprint(_device(backend)), "software": devmod.software(),
               "config": {"profile": f"comm-collectives-{backend}"},
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    with ResultsWriter(args.out, header) as w:
-        w.add_many(to_rows(records, dev.name, backend))
+    with out:
+        doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
+        written = out.commit()
+    print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
+
+
+def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool) -> dict:
+    from microbench.core.device import fingerprint_line
+    from microbench.core.results import ResultsWriter
+
+    from .collectives import to_rows
+
+    with ResultsWriter(out.staging, header) as w:
+        w.add_many(to_rows(records, header["hardware"]["name"], backend))
     print_collectives(w.doc)
-    outs = [w.json_path, w.csv_path]
-    if not args.no_plot:
+    if not no_plot:
         from .plots import plot_busbw
 
-        title = f"{backend}, {nranks} ranks: {devmod.fingerprint_line(w.doc['hardware'], w.doc['software'])}"
-        outs.append(plot_busbw(w.doc["results"], title, args.out / "busbw.png"))
-    print("wrote " + ", ".join(map(str, outs)), file=sys.stderr)
-    return 0 if all(r["status"] == "ok" for r in w.doc["results"]) else 1
+        title = f"{backend}, {nranks} ranks: {fingerprint_line(w.doc['hardware'], w.doc['software'])}"
+        plot_busbw(w.doc["results"], title, out.file("busbw.png"))
+    return w.doc
 
 
 def _f(v, spec=".3g"):
@@ -101,6 +123,7 @@ def run_ddp(args) -> int:
     from . import world
     from .ddp import DdpPlan, ddp_rank
 
+    check_json(args.json)
     backend = args.backend or world.default_backend()
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
@@ -139,6 +162,7 @@ def print_ddp(doc: dict) -> None:
 def run_ranks(args) -> int:
     from .ranks import analyze
 
+    check_json(args.json)
     doc = analyze(args.traces)
     print_ranks(doc)
     write_json(args.json, doc)
@@ -175,6 +199,7 @@ def print_ranks(doc: dict) -> None:
 def run_scale(args) -> int:
     from .scale import scale_command
 
+    check_json(args.json)
     doc = scale_command(args)
     print_scale(doc)
     write_json(args.json, doc)
