@@ -290,7 +290,8 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
                 b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation)
         elif cat == "user_annotation" or (cat == "cpu_op" and STEP_RE.match(name)):
             pid = b.process(ev.pid)
-            b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE)
+            b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
+                        _arg(b, args.input_types))
         elif cat == "gpu_user_annotation":
             pid = b.process(ev.pid)
             b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)

@@ -147,6 +147,9 @@ class Ranges(Table):
     pid: np.ndarray = _col("q")
     thread: np.ndarray = _col("i")
     kind: np.ndarray = _col("b")  # CPU_RANGE, GPU_RANGE
+    # A collective's message size is on its `nccl:<op>` annotation only (microbench/dist/ranks.py)
+    input_dims: np.ndarray = _col("i")  # id into Timeline.arg_values, NO_ID: none
+    input_types: np.ndarray = _col("i")
 
 
 @dataclass
@@ -318,8 +321,9 @@ class TimelineBuilder:
         range profiler): the strongest Tensor Core evidence (microbench/timeline/counters.py)."""
         self.counters[len(self.cols[Kernels]["name"]) + len(self._rows[Kernels]) - 1] = metrics
 
-    def add_range(self, name: str, ts: float, dur: float, pid: int, thread: int, kind: int) -> None:
-        self._rows[Ranges].append((self.names.id(name), ts, dur, pid, thread, kind))
+    def add_range(self, name: str, ts: float, dur: float, pid: int, thread: int, kind: int,
+                  input_dims: int = NO_ID, input_types: int = NO_ID) -> None:
+        self._rows[Ranges].append((self.names.id(name), ts, dur, pid, thread, kind, input_dims, input_types))
 
     def flush(self) -> None:
         """Move the rows kept so far into the columns (a reader calls it after each batch of events)."""
