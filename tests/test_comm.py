@@ -90,9 +90,24 @@ def test_collectives_correct_odd_sizes(nproc, hang_guard):
     assert all(r["wrong"] == 0 and r["nranks"] == nproc for r in records), records
     rows = C.to_rows(records, "cpu", "gloo")
     r = next(x for x in rows if x.op == "allreduce" and x.bytes == 1001 * 4)
-    assert r.status == "ok" and r.flops == 0 and r.shape == f"bytes=4004 ranks={nproc}"
+    assert r.status == "ok" and r.flops == 0 and r.flat()["shape"] == f"bytes=4004 ranks={nproc}"
     assert r.busbw_gbps == pytest.approx(r.gbps * 2 * (nproc - 1) / nproc)
     assert r.gbps == pytest.approx(4004 / (r.time_ms["median"] / 1e3) / 1e9)
+
+
+def test_collective_row_round_trip():
+    from microbench.core.results import CollectiveRow, row_from_dict
+
+    rec = {"op": "allgather", "requested_bytes": 28, "message_bytes": 24, "elements": 2, "nranks": 3,
+           "samples_ms": [1.0, 3.0], "wrong": 0}
+    (row,) = C.to_rows([rec], "cpu", "gloo")
+    d = row.as_dict()
+    assert (d["kind"], d["op"], d["shape"], d["provider"], d["bytes"]) == (
+        "collective", "allgather", "bytes=24 ranks=3", "torch.distributed", 24)
+    back = row_from_dict(d)
+    assert isinstance(back, CollectiveRow) and back == row
+    old = {k: v for k, v in d.items() if k not in ("kind", "message_bytes", "nranks")}  # no kind: by source
+    assert (row_from_dict(old).message_bytes, row_from_dict(old).nranks) == (24, 3)
 
 
 def test_cli_rows_compare_side_by_side(tmp_path, capsys):

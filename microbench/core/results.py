@@ -197,6 +197,31 @@ class TimeToAccuracyRow(ResultRow):
         return {"task": d.get("shape") or "", "seed": int(layer[5:]) if layer[5:].isdigit() else None}
 
 
+@row_kind
+@dataclass(kw_only=True)
+class CollectiveRow(ResultRow):
+    """One collective at one message size over `nranks` ranks (microbench.dist): `bytes` the message bytes as
+    nccl-tests counts them, `gbps` its algbw, `busbw_gbps` its bus bandwidth, `flops` 0."""
+
+    kind: ClassVar[str] = "collective"
+    source: ClassVar[str] = "collective"
+    op: str  # allreduce, allgather, reducescatter, broadcast, alltoall
+    message_bytes: int
+    nranks: int
+    backend: str = ""  # gloo, nccl (RCCL answers to nccl)
+    dtype: str = "fp32"
+
+    def flat(self) -> dict:
+        return {"op": self.op, "shape": f"bytes={self.message_bytes} ranks={self.nranks}", "dtype": self.dtype,
+                "provider": "torch.distributed", "layer": None, "phase": None}
+
+    @classmethod
+    def from_flat(cls, d: dict) -> dict:
+        parts = dict(p.split("=", 1) for p in str(d.get("shape") or "").split() if "=" in p)
+        num = {k: int(v) for k, v in parts.items() if v.isdigit()}
+        return {"message_bytes": num.get("bytes", 0), "nranks": num.get("ranks", 0)}
+
+
 @dataclass(kw_only=True)
 class OtherRow(ResultRow):
     """A row of a kind this version does not know (a newer file's): kept with its flat subject."""

@@ -150,7 +150,7 @@ def bench_rank(info, plan: Plan) -> list[dict] | None:
 def to_rows(records: list[dict], device_name: str, backend: str) -> list:
     """Benchmark records -> result rows: op = the collective, shape = "bytes=B ranks=N", flops = 0, bytes
     = the message bytes, gbps = algbw, busbw_gbps = busbw (None unless correct and timed)."""
-    from microbench.core.results import ResultRow
+    from microbench.core.results import CollectiveRow
     from microbench.core.stats import summarize
 
     rows = []
@@ -159,15 +159,14 @@ def to_rows(records: list[dict], device_name: str, backend: str) -> list:
         ok = r["wrong"] == 0
         alg = algbw_gbps(r["message_bytes"], t.median_ms / 1e3) if ok and t.median_ms > 0 else None
         factor = bus_factor(r["op"], r["nranks"])
-        rows.append(ResultRow(
-            op=r["op"], shape=f"bytes={r['message_bytes']} ranks={r['nranks']}", dtype="fp32",
-            provider="torch.distributed", device=device_name, status="ok" if ok else "wrong",
+        rows.append(CollectiveRow(
+            op=r["op"], message_bytes=r["message_bytes"], nranks=r["nranks"], backend=backend, device=device_name,
+            status="ok" if ok else "wrong",
             reason="" if ok else f"{r['wrong']} wrong elements over {r['nranks']} ranks",
             time_ms=t.as_dict(), flops=0, bytes=r["message_bytes"], gbps=alg,
-            busbw_gbps=alg * factor if alg is not None else None, source="collective",
-            params={"backend": backend, "nranks": r["nranks"], "wrong": r["wrong"], "bus_factor": factor,
-                    "elements_per_rank": r["elements"], "requested_bytes": r["requested_bytes"],
-                    "message_bytes": r["message_bytes"]}))
+            busbw_gbps=alg * factor if alg is not None else None,
+            params={"wrong": r["wrong"], "bus_factor": factor, "elements_per_rank": r["elements"],
+                    "requested_bytes": r["requested_bytes"]}))
     return rows
 
 

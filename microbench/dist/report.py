@@ -83,7 +83,7 @@ def run_collectives(args) -> int:
 
 
 def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool) -> dict:
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
     from microbench.core.results import ResultsWriter
 
     from .collectives import to_rows
@@ -106,7 +106,7 @@ def _f(v, spec=".3g"):
 def print_collectives(doc: dict) -> None:
     from rich.table import Table
 
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
 
     t = Table(title=f"{doc['comm']['backend']}, {doc['comm']['nranks']} ranks; "
                     f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
@@ -142,7 +142,7 @@ def run_ddp(args) -> int:
 def print_ddp(doc: dict) -> None:
     from rich.table import Table
 
-    from microbench.core.device import fingerprint_line
+    from microbench.core.fingerprint import fingerprint_line
 
     t = Table(title=f"DDP step of {doc['model']}, batch {doc['batch_per_rank']} per rank, {doc['nranks']} ranks "
                     f"({doc['backend']}): gradients {doc['gradient_bytes'] / 2**20:.2f} MiB in {doc['buckets']} "

@@ -176,7 +176,7 @@ def fabric_from_results(path: Path) -> Fabric:
     if not rows:
         raise ConfigError(path, "no correct all-reduce rows with busbw_gbps (run `comm collectives` first)",
                           key="results")
-    n = int(rows[0].get("params", {}).get("nranks", 2))
+    n = int(rows[0].get("nranks") or 2)
     small = min(rows, key=lambda r: r["bytes"])
     alpha_us = small["time_ms"]["median"] * 1e3 / max(2 * (n - 1), 1)
     link = Link(f"measured {path.name}", max(r["busbw_gbps"] for r in rows), alpha_us)
