@@ -172,3 +172,36 @@ def test_trace_and_compare_commands_do_not_import_torch(tmp_path):
     assert out[-1] == "False", p.stdout + p.stderr
     assert out[-3] == "2" and "empty file" in p.stderr  # the empty file: one line, exit 2
     assert json.loads((tmp_path / "out.json").read_text())["summary"]["kernel_count"] == 6
+
+
+def test_attribution_reads_the_same_timeline_and_rules():
+    """The step attribution of decompose over the synthetic AMD trace: the ProfilerStep fallback, the window
+    rule (the memcpy has no launch: in no step, and said so), kernels to the phase of their launch."""
+    from microbench.step.attribution import attribute, load_trace
+
+    a = attribute(load_trace(AMD), phase_ranges={"## forward ##": "forward"})
+    assert a.unit == "kernel" and a.steps == 1
+    assert a.total_per_step_us == [900.0] and a.unlaunched_us == 20.0 and a.outside_steps_us == 0.0
+    assert any("no 'step' ranges" in n for n in a.notes) and any("20.0 us of GPU activity" in n for n in a.notes)
+    # launched at 20, 30, 40 us inside `## forward ##` [10, 310]: 200 + 100 + 100; the rest outside any phase
+    assert {k: b.time_us for k, b in a.buckets.items()} == {("(forward)", "forward"): 400.0, ("(step)", "step"): 500.0}
+    assert a.buckets[("(forward)", "forward")].tensor_cores["yes"] == 300.0  # the two MFMA GEMMs
+
+
+def test_pieces_cut_only_between_events(tmp_path, monkeypatch):
+    """Nested objects whose `},` looks like the end of an event, header keys before and after the array, and
+    an array that ends inside a chunk: the piecewise reading agrees with the whole-file one, cut anywhere."""
+    events = [_x("kernel", f"k{i}", 10.0 * i, 5.0, pid=0, device=0, stream=7, correlation=i,
+                 nested={"a": {"b": [1, {"c": "},{"}]}, "d": i}) for i in range(40)]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}, {"id": 1}],
+           "traceEvents": events, "distributedInfo": {"rank": 3, "world_size": 8}, "traceName": "x"}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=1))
+    whole = kineto._read_whole(p)
+    for chunk in (5, 64, 333, 1 << 20):
+        monkeypatch.setattr(kineto, "CHUNK_BYTES", chunk)
+        tl = kineto._read_pieces(p)
+        assert [tl.names[n] for n in tl.kernels.name] == [f"k{i}" for i in range(40)]
+        assert tl.kernels.ts_us.tolist() == whole.kernels.ts_us.tolist()
+        assert (tl.distributed, tl.meta["traceName"], sorted(tl.device_properties)) == \
+            ({"rank": 3, "world_size": 8}, "x", [0, 1])

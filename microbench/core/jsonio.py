@@ -10,6 +10,7 @@ import io
 import json
 import math
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -35,21 +36,28 @@ def open_text(path: str | Path) -> TextIO:
     return io.TextIOWrapper(stream, encoding="utf-8", errors="strict")
 
 
+@contextmanager
+def _reading(path):
+    """Every decompression or decoding failure while reading -> one InputError naming the file."""
+    try:
+        yield
+    except EOFError:
+        raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise InputError(path, f"corrupt gzip data: {e}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "not UTF-8 text: not a JSON file") from None
+    except OSError as e:
+        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+
+
 def read_chunks(path: str | Path, chunk_chars: int) -> Iterator[str]:
     """The decompressed text in chunks; every decompression or decoding failure is an InputError."""
     f = open_text(path)
     try:
         while True:
-            try:
+            with _reading(path):
                 chunk = f.read(chunk_chars)
-            except EOFError:
-                raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
-            except (gzip.BadGzipFile, zlib.error) as e:
-                raise InputError(path, f"corrupt gzip data: {e}") from None
-            except UnicodeDecodeError:
-                raise InputError(path, "not UTF-8 text: not a JSON file") from None
-            except OSError as e:
-                raise InputError(path, f"cannot read: {e.strerror or e}") from None
             if not chunk:
                 return
             yield chunk
@@ -103,35 +111,26 @@ def dumps(doc, indent: int | None = 1, default=None) -> str:
     return json.dumps(clean(doc), indent=indent, allow_nan=False, default=default)
 
 
-def read_bytes(path: str | Path) -> bytes | bytearray:
-    """The whole decompressed file, for a parser that takes bytes (msgspec); the same one-line errors as
-    `read_chunks` for a missing, empty, truncated or corrupt file. A gzip file is decompressed into one
-    buffer sized from its trailer, so the text is held once, not once per decompression block plus a join."""
-    path = Path(path)
+def read_byte_chunks(path: str | Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The decompressed bytes in chunks, for a parser that takes bytes (msgspec); the same one-line errors as
+    `read_chunks`."""
+    f = open_text(path).detach()  # the binary stream under the text one: gzip or the file itself
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(path, f"cannot read: {e.strerror or e}") from None
-    if not data:
-        raise InputError(path, "empty file")
-    if data[:2] != GZIP_MAGIC:
-        return data
-    # ISIZE, the last 4 bytes, is the length mod 2**32 of the last member: a hint, capped so that a
-    # truncated file's garbage tail cannot ask for gigabytes.
-    out = bytearray(min(int.from_bytes(data[-4:], "little"), 100 * len(data)))
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-            n, view = 0, memoryview(out)
-            while n < len(out) and (k := f.readinto(view[n:n + (1 << 20)])):  # 1 MiB at a time: no
-                n += k  # temporary copy of the whole text
-            view.release()
-            del out[n:]
-            while chunk := f.read(1 << 20):  # longer than the hint: several members, or over 4 GiB
-                out += chunk
-    except EOFError:
-        raise InputError(path, "truncated gzip stream: the compressed data ends early") from None
-    except (gzip.BadGzipFile, zlib.error) as e:
-        raise InputError(path, f"corrupt gzip data: {e}") from None
+        while True:
+            with _reading(path):
+                chunk = f.read(chunk_bytes)
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        f.close()
+
+
+def read_bytes(path: str | Path) -> bytearray:
+    """The whole decompressed file at once (`read_byte_chunks` joined)."""
+    out = bytearray()
+    for chunk in read_byte_chunks(path, 1 << 20):
+        out += chunk
     return out
 
 

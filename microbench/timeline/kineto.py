@@ -2,10 +2,12 @@
 
 Kineto writes a Chrome trace: an object with a `traceEvents` array and a few header keys (`deviceProperties`,
 `distributedInfo`, ...), plain or gzip (decided by the file's first bytes), from any machine, NVIDIA (CUPTI)
-or AMD (ROCm). It is parsed with msgspec (docs/traces.md has the measurements against orjson and ijson): a
-first pass finds the events as raw byte ranges (no objects), a second decodes them in batches into typed
-structs that keep only the fields the timeline needs, and each batch goes into the timeline's columns and is
-dropped. Peak memory is the decompressed text plus a few tens of bytes per event, not a dict per event.
+or AMD (ROCm). It is parsed with msgspec (docs/traces.md has the measurements against the standard library,
+orjson and ijson), piece by piece: the decompressed text is read CHUNK_BYTES at a time, the events up to the last
+complete one are decoded into typed structs that keep only the fields the timeline needs, appended to its
+columns and dropped. Memory stays a few chunks plus the columns whatever the file's size (no dict per event, no
+whole text). A file the piecewise reading cannot cut, and every broken file, is read whole instead
+(`_read_whole`), which words the one-line errors.
 
 Which event goes where (docs/traces.md, "One timeline"):
 - complete events (`ph: X`) only; their extent makes the traced span, except the profiler's own `Trace`
@@ -28,11 +30,16 @@ from typing import Any, Union
 import msgspec
 
 from microbench.core.errors import InputError
-from microbench.core.jsonio import read_bytes
+from microbench.core.jsonio import read_byte_chunks, read_bytes
 from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, STEP_RE, Timeline,
                                        TimelineBuilder)
 
-# Events decoded per batch: big enough that the per-call cost vanishes, small enough to stay a few MB.
+# Decompressed bytes read at a time: events are decoded a chunk at a time, so this bounds the memory.
+CHUNK_BYTES = 256 << 10
+# A buffer this long without a cut between events, or a header this long: leave it to the whole-file reading.
+MAX_PIECE_BYTES = 64 << 20
+CUT_TRIES = 16
+# Events decoded per batch when the whole file is read at once.
 BATCH_EVENTS = 1_000
 HEADER_KEYS = ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cuda_runtime_version",
                "cuda_driver_version", "cupti_version", "roctracer_version", "hip_runtime_version")
@@ -77,9 +84,10 @@ class Event(msgspec.Struct):
     args: Union[Args, None, list, str, float, int, bool] = None
 
 
-class _Header(msgspec.Struct):
-    traceEvents: Union[list[msgspec.Raw], None] = None  # noqa: N815 - Kineto's key
-    deviceProperties: Any = None  # noqa: N815
+class _Meta(msgspec.Struct):
+    """The top-level keys worth keeping (HEADER_KEYS plus devices and distributed info); others are skipped."""
+
+    deviceProperties: Any = None  # noqa: N815 - Kineto's keys
     distributedInfo: Any = None  # noqa: N815
     schemaVersion: Any = None  # noqa: N815
     traceName: Any = None  # noqa: N815
@@ -92,9 +100,22 @@ class _Header(msgspec.Struct):
     hip_runtime_version: Any = None
 
 
+class _Header(_Meta):
+    traceEvents: Union[list[msgspec.Raw], None] = None  # noqa: N815 - the events as raw byte ranges
+
+
+class _Tail(_Meta):
+    traceEvents: list[Event] = []  # noqa: N815, RUF012 - the last events, decoded
+
+
+class _TailRaw(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []  # noqa: N815, RUF012 - the same, as raw byte ranges
+
+
 _NO_ARGS = Args()
 _EVENTS = msgspec.json.Decoder(list[Event])
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
+_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _AT_BYTE = re.compile(r"^(.*) \(byte (\d+)\)$")
 _AT_PATH = re.compile(r"^Expected `(\w+)`, got `(\w+)` - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
 _AT_ANY = re.compile(r"^(.*) - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
@@ -105,6 +126,101 @@ _JSON_TYPES = {"object": "an object", "array": "an array", "str": "a string", "i
 def read(path: str | Path) -> Timeline:
     """The timeline of a Kineto trace; every way the file can be wrong is one InputError naming it."""
     path = Path(path)
+    try:
+        return _read_pieces(path)
+    except _Unsplit:
+        return _read_whole(path)
+
+
+class _Unsplit(Exception):
+    """The piecewise reading met a file it does not cut (or a broken one): the whole-file reading handles any
+    valid trace and words every error (line numbers, truncation, the top-level keys)."""
+
+
+def _read_pieces(path: Path) -> Timeline:
+    """Decompressed chunks of CHUNK_BYTES; the text before `"traceEvents": [` is the header, then each time
+    the buffer holds a chunk, the events up to the last complete one are decoded, added and dropped; at the
+    end of the file, the rest (the last events and any header keys after the array) is decoded in one go.
+    Memory: a chunk or two and the columns, whatever the size of the file."""
+    chunks = read_byte_chunks(path, CHUNK_BYTES)
+    buf = bytearray()
+    for chunk in chunks:
+        buf += chunk
+        if m := _EVENTS_KEY.search(buf):
+            break
+        if len(buf) > MAX_PIECE_BYTES:
+            raise _Unsplit
+    else:
+        raise _Unsplit
+    head = _decode(bytes(buf[:m.start()]) + b'"traceEvents":[]}', _Header)
+    del buf[:m.end()]
+    b = TimelineBuilder(str(path), "kineto")
+    base = 0
+    for chunk in chunks:
+        buf += chunk
+        if len(buf) >= CHUNK_BYTES:
+            base = _add_complete_events(path, b, buf, base)
+    text = b'{"traceEvents":[' + bytes(buf)
+    tail = _decode(text, _Tail)
+    _add_events(path, b, tail.traceEvents, base, _raw_events(text, _TailRaw))
+    for k in _Meta.__struct_fields__:  # keys after the array complete those before it
+        if getattr(tail, k) is not None:
+            setattr(head, k, getattr(tail, k))
+    _keep_header(b, head)
+    b.flush()
+    return b.build(decode_arg=msgspec.json.decode)
+
+
+def _decode(data: bytes, kind):
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise _Unsplit from None
+
+
+def _raw_events(text: bytes, kind) -> list[msgspec.Raw] | None:
+    """The events of `text` as raw byte ranges, only where a CUPTI range-profiler event needs its whole `args`
+    (the counter names vary with what was asked for)."""
+    if PROFILER_RANGE.encode() not in text:
+        return None
+    raws = _decode(text, kind)
+    return raws if isinstance(raws, list) else raws.traceEvents
+
+
+def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: int) -> int:
+    """Decode and add the events of `buf` up to the last complete one, drop them from `buf`; the number of
+    events added so far. A cut is tried after a `}` followed by a comma: it is an event boundary exactly
+    when `[` + text + `]` decodes (the text starts at an event, so a complete array ends at one); a `}` that
+    closes a nested object fails to decode, and the previous candidate is tried."""
+    end = len(buf)
+    for _ in range(CUT_TRIES):
+        p = buf.rfind(b"}", 0, end)
+        if p < 0:
+            break
+        q = _LEADING_WS.match(buf, p + 1).end()
+        if q < len(buf) and buf[q] == 0x2C:  # ","
+            with memoryview(buf) as view:
+                text = b"".join((b"[", view[:p + 1], b"]"))
+            try:
+                events = _EVENTS.decode(text)
+            except msgspec.ValidationError as e:  # an element that is not an event: a real error
+                raise _event_error(path, e, base) from None
+            except msgspec.DecodeError:
+                end = p
+                continue
+            _add_events(path, b, events, base, _raw_events(text, list[msgspec.Raw]))
+            del text
+            b.flush()
+            del buf[:q + 1]
+            return base + len(events)
+        end = p
+    if len(buf) > MAX_PIECE_BYTES:
+        raise _Unsplit
+    return base
+
+
+def _read_whole(path: Path) -> Timeline:
+    """The whole decompressed text at once: the events as raw byte ranges, decoded BATCH_EVENTS at a time."""
     data = read_bytes(path)
     head = _header(path, data)
     b = TimelineBuilder(str(path), "kineto")
