@@ -320,7 +320,7 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
                 b.device_properties[d["id"]] = d
     if isinstance(head.distributedInfo, dict):
         b.distributed = head.distributedInfo
-    b.meta = {k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None}
+    b.meta.update({k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None})
 
 
 def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw,
