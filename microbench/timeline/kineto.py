@@ -128,7 +128,9 @@ def read(path: str | Path) -> Timeline:
     path = Path(path)
     try:
         return _read_pieces(path)
-    except _Unsplit:
+    except (_Unsplit, OverflowError, RecursionError, msgspec.DecodeError):
+        # an id too large for its column, an argument beyond float range, a file not cut: read whole, which
+        # names the event and the problem
         return _read_whole(path)
 
 
@@ -205,7 +207,7 @@ def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: i
                 events = _EVENTS.decode(text)
             except msgspec.ValidationError as e:  # an element that is not an event: a real error
                 raise _event_error(path, e, base) from None
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):  # not an event boundary (or broken: see read)
                 end = p
                 continue
             _add_events(path, b, events, base, _raw_events(text, list[msgspec.Raw]))
