@@ -326,7 +326,7 @@ def _sleeps_alone(info):
 
 def test_run_deadline_is_one_line(hang_guard):
     with pytest.raises(CommError) as e:
-        world.run_local(_sleeps_alone, (), 1, "gloo", timeout_s=5, deadline_s=1)
+        world.run_local(_sleeps_alone, (), 1, "gloo", timeout_s=5, deadline_s=1, startup_s=5)
     assert e.value.line().startswith("ranks [0] did not finish within 1 s")
 
 

@@ -103,12 +103,13 @@ def master_store(port: int, world: int, timeout_s: float):
 
 
 def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: float = 60.0, port: int = 0,
-              start_method: str = "spawn", deadline_s: float | None = None) -> list:
+              start_method: str = "spawn", deadline_s: float | None = None,
+              startup_s: float | None = None) -> list:
     """fn(RankInfo, *args) on `nproc` new local processes; its return values, by rank.
 
     Raises CommError naming the first rank that failed or died, after stopping the others. A rank that
     hangs makes the others fail within `timeout_s` at their next collective; `deadline_s`, if given,
-    bounds the whole run as well (plus the start-up time of a process).
+    bounds the whole run as well, plus `startup_s` (default STARTUP_ALLOWANCE_S) for a process to start.
     """
     import torch.multiprocessing as mp
 
@@ -119,7 +120,7 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
         ctx = mp.start_processes(_rank_main, args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
                                  nprocs=nproc, join=False, start_method=start_method)
         try:
-            _watch(ctx.processes, out_dir, deadline_s)
+            _watch(ctx.processes, out_dir, deadline_s, STARTUP_ALLOWANCE_S if startup_s is None else startup_s)
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -135,8 +136,8 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
 STARTUP_ALLOWANCE_S = 30.0
 
 
-def _watch(procs, out_dir: str, deadline_s: float | None) -> None:
-    deadline = time.monotonic() + deadline_s + STARTUP_ALLOWANCE_S if deadline_s is not None else math.inf
+def _watch(procs, out_dir: str, deadline_s: float | None, startup_s: float) -> None:
+    deadline = time.monotonic() + deadline_s + startup_s if deadline_s is not None else math.inf
     while True:
         codes = [p.exitcode for p in procs]
         for rank, code in enumerate(codes):
@@ -150,8 +151,8 @@ def _watch(procs, out_dir: str, deadline_s: float | None) -> None:
             return
         if time.monotonic() > deadline:
             late = [r for r, c in enumerate(codes) if c is None]
-            raise CommError(f"ranks {late} did not finish within {deadline_s:g} s (+{STARTUP_ALLOWANCE_S:g} s "
-                            "start-up): stopped them")
+            raise CommError(f"ranks {late} did not finish within {deadline_s:g} s (+{startup_s:g} s start-up): "
+                            "stopped them")
         time.sleep(0.05)
 
 
