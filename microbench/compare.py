@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from microbench.core.errors import run_command
-from microbench.reports.compare import compare, compare_html, print_compare
+from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a results file; unknown "
                "--baseline; an unusable --html/--json path), 130 interrupted.")
     ap.add_argument("results", nargs="+", type=Path,
-                    help="results.json or pytest-benchmark JSON files (.gz too); or trace reports (microbench.trace "
+                    help="results.json or pytest-benchmark JSON files (.gz too), or result directories (python -m "
+                         "microbench.roofline --out DIR: its results.json); or trace reports (microbench.trace "
                          "--json): one workload on several machines, per kernel class and per op")
     ap.add_argument("--baseline", default=None, metavar="NAME",
                     help="the machine the ratios are relative to: its label (device name), file name or a unique "
@@ -44,8 +45,9 @@ def _run(args) -> int:
             check_file(path, opt)
     from microbench.reports import trace_compare as T
 
-    traces = T.load_trace_reports(args.results)
-    cmp = T.compare_traces(traces, args.baseline) if traces else compare(args.results, args.baseline)
+    paths = [resolve_results(p) for p in args.results]  # a results directory: its results.json
+    traces = T.load_trace_reports(paths)
+    cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
     (T.print_trace_compare if traces else print_compare)(cmp)
     if args.html:
         page = (T.trace_compare_html if traces else compare_html)(cmp)

@@ -11,6 +11,7 @@ import argparse
 import datetime as _dt
 import hashlib
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -53,6 +54,24 @@ def _config_block(cfg, profile) -> dict:
 OWNS = ("results.json", "results.csv", "roofline.png", "roofline.svg", "report.html")
 
 
+class _ProgressLines:
+    """Progress for a pipe or a log file: one line per case (and per ceiling step) on stderr, flushed."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+        self.t0 = time.monotonic()
+
+    def _emit(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f} s] {text}", file=sys.stderr, flush=True)
+
+    def step(self, msg: str) -> None:
+        self._emit(msg)
+
+    def case(self, label: str) -> None:
+        self.done += 1
+        self._emit(f"case {self.done}/{self.total}: {label}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--model" or a.startswith("--model=") for a in argv):
@@ -92,15 +111,19 @@ def _run(args, cfg, profile, out) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    from microbench.core.conditions import Conditions
+
+    conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
               "config": _config_block(cfg, profile), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-              "ceilings": [], "notes": []}
+              "conditions": {"before": conditions.before}, "ceilings": [], "notes": []}
     writer = ResultsWriter(out.staging, header)
     try:
         _measure(writer, dev, cfg, profile, console)
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
         interrupted = True
+    writer.set("conditions", conditions.stop())
     writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
     if interrupted:
         writer.set("interrupted", True)
@@ -127,15 +150,25 @@ def _measure(writer, dev, cfg, profile, console) -> None:
     from microbench.measure.ceilings import build_ceilings
     from microbench.measure.runner import run_profile
 
+    # A pipe or a file gets one line per case (a progress bar would print nothing until the end).
+    lines = None if console.is_terminal else _ProgressLines(len(profile.cases))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+                  console=console, transient=True, disable=lines is not None) as progress:
         task = progress.add_task("measuring ceilings", total=len(profile.cases))
-        ceilings = build_ceilings(dev, cfg, on_step=lambda s: progress.update(task, description=s))
+
+        def on_step(msg):
+            progress.update(task, description=msg)
+            if lines:
+                lines.step(msg)
+
+        ceilings = build_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s, shapes=profile.cases)
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 
         def on_case(case):
             progress.update(task, description=case.label())
+            if lines:
+                lines.case(case.label())
 
         done_ops = set()
 

@@ -19,7 +19,8 @@ def test_summarize_quantiles_and_cov():
     assert t.mean_ms == 5.5
     assert t.cov == pytest.approx(2.8722813 / 5.5)  # population std of 1..10 over the mean
     assert t.reps == 10
-    assert summarize([3.0]).as_dict() == {"median": 3.0, "p20": 3.0, "p80": 3.0, "cov": 0.0, "reps": 1}
+    assert summarize([3.0]).as_dict() == {"median": 3.0, "p20": 3.0, "p80": 3.0, "cov": 0.0, "reps": 1,
+                                          "noise": []}
 
 
 def test_measure_cpu_sleep_and_rotation():

@@ -12,9 +12,11 @@ from pathlib import Path
 
 from microbench.core import dtypes as dt_table
 from microbench.core import ops
+from microbench.core.conditions import ConditionSettings
 from microbench.core.errors import ConfigError
 from microbench.core.ops import OpSpec
 from microbench.core.shapes import Case
+from microbench.core.stats import NoiseSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "bench.toml"
@@ -49,8 +51,13 @@ class TimingSettings:
 
 @dataclass(frozen=True)
 class CeilingSettings:
-    gemm_sizes: dict[str, tuple[int, ...]]
-    copy_mb: int
+    """How the measured ceilings are searched on one kind of device ([ceilings.KIND] in bench.toml)."""
+
+    gemm_sizes: dict[str, tuple[int, ...]]  # per dtype: the values each of m, n, k takes in the search
+    copy_mb: tuple[int, ...]  # copy sizes for the memory ceiling
+    budget_s: float = 10.0  # search time per dtype unless the profile says otherwise
+    repeats: int = 3  # the best shapes are measured this many times; their median of medians counts
+    top: int = 2  # how many of the best shapes are repeated
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class Profile:
     description: str
     providers: tuple[str, ...]
     cases: tuple[Case, ...]
+    ceiling_budget_s: float | None = None  # the ceiling search's time per dtype; None: [ceilings.KIND].budget_s
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ class Config:
     devices: tuple[DatasheetDevice, ...]
     cpu_tiers: tuple[CpuTier, ...]
     raw: dict = field(repr=False, default_factory=dict)
+    noise: NoiseSettings = field(default_factory=NoiseSettings)
+    conditions: ConditionSettings = field(default_factory=ConditionSettings)
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -258,7 +268,7 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
     own: dict[str, list[Case]] = {}
     for name, t in raw.items():
         where = f"profiles.{name}"
-        rd.keys(t, where, {"description", "providers", "extends", *ops.FAMILIES}, {"providers"})
+        rd.keys(t, where, {"description", "providers", "extends", "ceiling_budget_s", *ops.FAMILIES}, {"providers"})
         providers = rd.strings(t, "providers", where)
         if not providers:
             rd.fail(f"{where}.providers", providers, "empty list")
@@ -274,7 +284,8 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
                 rd.fail(f"{where}.extends", t["extends"], "no such profile")
             extends[name] = t["extends"]
         own[name] = cases
-        out[name] = Profile(name, str(t.get("description", "")), providers, ())
+        budget = float(rd.num(t, "ceiling_budget_s", where)) if "ceiling_budget_s" in t else None
+        out[name] = Profile(name, str(t.get("description", "")), providers, (), budget)
 
     def all_cases(name: str, seen: tuple[str, ...] = ()) -> list[Case]:
         if name in seen:
@@ -287,7 +298,7 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
         cases = all_cases(name)
         if not cases:
             rd.fail(f"profiles.{name}", None, "profile has no cases")
-        out[name] = Profile(p.name, p.description, p.providers, tuple(cases))
+        out[name] = Profile(p.name, p.description, p.providers, tuple(cases), p.ceiling_budget_s)
     return out
 
 
@@ -312,8 +323,8 @@ def load_config(path: str | Path | None = None) -> Config:
     rd = _Reader(path)
     raw = _read_toml(path)
 
-    rd.keys(raw, "", {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate"},
-            {"profiles"})
+    rd.keys(raw, "", {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate", "noise",
+                      "conditions"}, {"profiles"})
 
     t = raw.get("timing", {})
     rd.keys(t, "timing", {f for f in TimingSettings.__dataclass_fields__})
@@ -334,21 +345,8 @@ def load_config(path: str | Path | None = None) -> Config:
     rd.keys(tol_raw, "tolerance", set(DTYPES), set(DTYPES))
     tolerance = {dt: float(rd.num(tol_raw, dt, "tolerance", maximum=MAX_TOLERANCE)) for dt in DTYPES}
 
-    ceilings = {}
     rd.keys(raw.get("ceilings", {}), "ceilings", set(DEVICE_KINDS))
-    for kind, c in raw.get("ceilings", {}).items():
-        where = f"ceilings.{kind}"
-        if kind not in DEVICE_KINDS:
-            rd.fail(where, kind, f"unknown device kind (known: {', '.join(DEVICE_KINDS)})")
-        rd.keys(c, where, {"gemm_sizes", "copy_mb"}, {"gemm_sizes", "copy_mb"})
-        sizes = c["gemm_sizes"]
-        rd.keys(sizes, f"{where}.gemm_sizes", set(DTYPES))
-        gemm_sizes = {}
-        for dt, lst in sizes.items():
-            if not isinstance(lst, list) or not lst:
-                rd.fail(f"{where}.gemm_sizes.{dt}", lst, "expected a non-empty list of sizes")
-            gemm_sizes[dt] = tuple(rd.num({"n": v}, "n", f"{where}.gemm_sizes.{dt}", integer=True) for v in lst)
-        ceilings[kind] = CeilingSettings(gemm_sizes, rd.num(c, "copy_mb", where, integer=True, maximum=MAX_COPY_MB))
+    ceilings = {kind: _ceiling_settings(rd, c, kind) for kind, c in raw.get("ceilings", {}).items()}
 
     if not isinstance(raw["profiles"], dict) or not raw["profiles"]:
         rd.fail("profiles", raw["profiles"], "expected at least one profile table")
@@ -368,4 +366,52 @@ def load_config(path: str | Path | None = None) -> Config:
         tiers.append(CpuTier(rd.strings(tier, "requires", where),
                              {p: float(rd.num(tier, p, where, maximum=MAX_PEAK))
                               for p in ("fp32", "bf16", "fp16") if p in tier}))
-    return Config(path, timing, tolerance, ceilings, profiles, devices, tuple(tiers), raw)
+    return Config(path, timing, tolerance, ceilings, profiles, devices, tuple(tiers), raw,
+                  _noise_settings(rd, raw.get("noise", {})), _condition_settings(rd, raw.get("conditions", {})))
+
+
+def _ceiling_settings(rd: _Reader, c: dict, kind: str) -> CeilingSettings:
+    where = f"ceilings.{kind}"
+    if kind not in DEVICE_KINDS:
+        rd.fail(where, kind, f"unknown device kind (known: {', '.join(DEVICE_KINDS)})")
+    rd.keys(c, where, {"gemm_sizes", "copy_mb", "budget_s", "repeats", "top"}, {"gemm_sizes", "copy_mb"})
+    sizes = c["gemm_sizes"]
+    rd.keys(sizes, f"{where}.gemm_sizes", set(DTYPES))
+    gemm_sizes = {dt: _sizes(rd, lst, f"{where}.gemm_sizes.{dt}") for dt, lst in sizes.items()}
+    d = CeilingSettings({}, ())
+    return CeilingSettings(gemm_sizes, _sizes(rd, c["copy_mb"], f"{where}.copy_mb", MAX_COPY_MB),
+                           float(rd.num(c, "budget_s", where, d.budget_s, maximum=MAX_CASE_SECONDS)),
+                           rd.num(c, "repeats", where, d.repeats, integer=True, maximum=MAX_REPS),
+                           rd.num(c, "top", where, d.top, integer=True, maximum=MAX_REPS))
+
+
+def _sizes(rd: _Reader, lst, where: str, maximum=None) -> tuple[int, ...]:
+    """A positive integer or a non-empty list of them, sorted."""
+    lst = [lst] if isinstance(lst, int) and not isinstance(lst, bool) else lst
+    if not isinstance(lst, list) or not lst:
+        rd.fail(where, lst, "expected a non-empty list of sizes")
+    return tuple(sorted(rd.num({"n": v}, "n", where, integer=True, maximum=maximum) for v in lst))
+
+
+def _settings_from(rd: _Reader, t: dict, where: str, cls):
+    """A flat settings dataclass of numbers (and tuples of numbers) from a table; missing keys keep defaults."""
+    d = cls()
+    rd.keys(t, where, set(cls.__dataclass_fields__))
+    vals = {}
+    for k, default in vars(d).items():
+        if k not in t:
+            continue
+        if isinstance(default, tuple):
+            v = t[k] if isinstance(t[k], list) else [t[k]]
+            vals[k] = tuple(float(rd.num({k: x}, k, where)) for x in v)
+        else:
+            vals[k] = rd.num(t, k, where, integer=isinstance(default, int))
+    return cls(**vals)
+
+
+def _noise_settings(rd: _Reader, t: dict) -> NoiseSettings:
+    return _settings_from(rd, t, "noise", NoiseSettings)
+
+
+def _condition_settings(rd: _Reader, t: dict) -> ConditionSettings:
+    return _settings_from(rd, t, "conditions", ConditionSettings)

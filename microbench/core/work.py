@@ -3,8 +3,16 @@
 Conventions (one multiply-add = 2 FLOPs; "minimum bytes" = every operand read once and every result
 written once, as if caches were perfect, so achieved GB/s is a lower bound on real traffic):
 - GEMM, batched or not, transposed or not: 2*B*M*N*K FLOPs; A, B read and C written once.
-- conv2d: forward, backward-data and backward-weight all do 2*N*K*P*Q*(C/groups)*R*S FLOPs (the same
-  multiply-adds, regrouped); each reads two tensors and writes the third.
+- Convolution (any number of spatial dimensions, grouped, depthwise, dilated, strided, transposed): every
+  weight element meets every position of the "small" side once per sample: 2 * N * positions * numel(w)
+  FLOPs, the positions being the output's for a convolution and the input's for a transposed one
+  (= 2*N*K*P*Q*(C/groups)*R*S for conv2d). Forward, backward-data and backward-weight do the same
+  multiply-adds, regrouped; each reads two tensors and writes the third. Dilation and stride change the
+  positions, never the per-position work. (torch.utils.flop_counter counts a grouped convolution's
+  backward as if it were ungrouped: a depthwise 3x3 layer of 96 channels 97x its forward. Not used.)
+- Attention (scaled dot-product, Q: Lq x D, K: Lk x D, V: Lk x Dv per batch and head): forward
+  2*BH*Lq*Lk*(D + Dv) (S = QK^T, O = PV); backward twice that (dV, dP, dQ, dK), the softmax and any
+  recomputation not counted; masks (causal) not subtracted, as MFU conventions count it.
 - Normalization (batch/layer/group norm), per element: forward 7 FLOPs (sum, square, sum for the
   statistics; subtract, scale by 1/std, multiply by gamma, add beta), backward 8; bytes: forward reads x and
   writes y, backward reads x and dy and writes dx (per-channel parameters are noise and are counted too).
@@ -56,6 +64,38 @@ def conv2d_work(shape: ConvShape, dtype: str, direction: str = "fwd") -> Work:
     else:
         raise ValueError(f"unknown conv direction {direction!r} (fwd, bwd_data, bwd_weight)")
     return Work(2 * macs, e * moved)
+
+
+def conv_work(x_shape, w_shape, y_shape, dtype: str, transposed: bool = False, directions: int = 1) -> Work:
+    """A convolution from its tensors' shapes (N, C, spatial...), whatever its groups, stride, padding or
+    dilation: those are already in the shapes. `directions`: how many of forward, backward-data,
+    backward-weight it computes (an aten convolution_backward may do two)."""
+    n = x_shape[0]
+    positions = _prod((x_shape if transposed else y_shape)[2:])
+    macs = n * positions * _prod(w_shape)
+    e = _elt(dtype)
+    return Work(2 * macs * directions, e * directions * (_prod(x_shape) + _prod(w_shape) + _prod(y_shape)))
+
+
+def attention_work(batch_heads: int, q_len: int, kv_len: int, head_dim: int, value_dim: int, dtype: str,
+                   direction: str = "fwd") -> Work:
+    """Scaled dot-product attention of `batch_heads` (batch x query heads) independent problems."""
+    fwd = 2 * batch_heads * q_len * kv_len * (head_dim + value_dim)
+    q, k, v, o = (batch_heads * q_len * head_dim, batch_heads * kv_len * head_dim,
+                  batch_heads * kv_len * value_dim, batch_heads * q_len * value_dim)
+    e = _elt(dtype)
+    if direction == "fwd":
+        return Work(fwd, e * (q + k + v + o))  # read Q, K, V; write O
+    if direction == "bwd":
+        return Work(2 * fwd, e * (2 * (q + k + v) + 2 * o))  # read Q, K, V, O, dO; write dQ, dK, dV
+    raise ValueError(f"unknown attention direction {direction!r} (fwd, bwd)")
+
+
+def _prod(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
 
 
 def norm_work(numel: int, channels: int, dtype: str, direction: str = "fwd") -> Work:

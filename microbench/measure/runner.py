@@ -10,7 +10,7 @@ from microbench.measure import registry
 from microbench.core import dtypes
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.measure.registry import bind
-from microbench.measure.ceilings import Ceilings
+from microbench.measure.ceilings import COMPUTE, Ceilings
 from microbench.core.config import Config, Profile
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
@@ -21,8 +21,10 @@ from microbench.core.stats import Timing
 from microbench.measure.timing import measure
 from microbench.core.work import Work, case_work
 
-# A row above its measured roof by more than this (or twice its own spread) is flagged, never celebrated.
+# A row above its measured roof by more than this, beyond both its own spread and the ceiling's, is flagged,
+# never celebrated.
 ABOVE_CEILING_SLACK = 0.05
+NOISY = "noisy: "
 
 
 def _first_line(e: BaseException) -> str:
@@ -30,14 +32,22 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
+def is_noisy(row: ResultRow | dict) -> bool:
+    flags = row.flags if isinstance(row, ResultRow) else row.get("flags") or []
+    return any(f.startswith(NOISY) for f in flags)
+
+
 def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> ResultRow:
     """Fill a timed row's throughput and its standing against the ceilings (the harness derives
-    throughput from the work the case states; no provider computes its own)."""
+    throughput from the work the case states; no provider computes its own). An unstable row is flagged
+    `noisy` and gets no verdict against the roof."""
     seconds = timing.median_ms * 1e-3
     row.time_ms = timing.as_dict()
     row.tflops = work.flops / seconds / 1e12
     row.gbps = work.bytes_moved / seconds / 1e9
     row.intensity = work.intensity
+    if timing.noise:
+        row.flags.append(NOISY + "; ".join(timing.noise))
     dt = row.dtype
     roof, bound = ceilings.roof(dt, work.intensity, sources=("measured",))
     roof_src = "measured"
@@ -49,15 +59,35 @@ def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> Res
         row.ceiling_tflops = roof
         row.pct_of_ceiling = 100.0 * row.tflops / roof
         row.bound = bound
-        if roof_src == "measured" and row.pct_of_ceiling > 100.0 * (1 + max(ABOVE_CEILING_SLACK, 2 * timing.cov)):
-            row.flags.append(f"above the measured {bound} roof ({row.pct_of_ceiling:.0f} %): the ceiling's GEMM "
-                             "is not the library's fastest path here, the data stayed in cache, or a bug")
+        if roof_src == "measured" and not timing.noise:
+            _above_roof(row, work, timing, ceilings, roof, bound)
     if (m := ceilings.compute(dt, ("measured",))) is not None:
         row.pct_of_measured = 100.0 * row.tflops / m.value
     if (d := ceilings.compute(dt, ("datasheet", "estimate"))) is not None:
         row.pct_of_datasheet = 100.0 * row.tflops / d.value
         row.datasheet_source = d.source
     return row
+
+
+def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, roof: float, bound: str) -> None:
+    """Flag a row above its measured roof beyond noise: even at its slowest usual repeat (p80 time) it beats
+    the roof at the ceiling's fastest usual repeat (p20 time), by more than ABOVE_CEILING_SLACK. A noisy
+    ceiling gives no verdict (the ceilings table and a note say it is noisy)."""
+    c = ceilings.compute(row.dtype) if bound == COMPUTE else ceilings.memory()
+    if c is None or c.noise:
+        return
+    row_low = work.flops / (timing.p80_ms * 1e-3) / 1e12
+    roof_high = roof * c.high / c.value
+    if row_low <= roof_high * (1 + ABOVE_CEILING_SLACK):
+        return
+    pct = 100.0 * row.tflops / roof
+    if row.baseline and row.op == "gemm":
+        why = ("the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
+               "or its timing of it was slowed")
+    else:
+        why = "the ceiling's GEMM is not the library's fastest path for this op, the data stayed in cache, or a bug"
+    row.flags.append(f"above the measured {bound} roof ({pct:.0f} %, {row_low / roof_high:.2f}x beyond both "
+                     f"spreads): {why}")
 
 
 def too_slow(case: Case, work: Work, ceilings: Ceilings, limit_s: float) -> str | None:
@@ -132,7 +162,7 @@ class CaseRunner:
             try:
                 calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
                                   for i in range(1, self._input_sets(inputs))]
-                judge(row, work, measure(calls, self.device, self.cfg.timing), self.ceilings)
+                judge(row, work, measure(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
             except Exception as e:  # noqa: BLE001
                 row.status, row.reason = "failed", f"while timing: {_first_line(e)}"
             yield row

@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 
 from microbench.core.config import TimingSettings
 from microbench.core.device import Device
-from microbench.core.stats import Timing, summarize
+from microbench.core.conditions import sched_ns
+from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 
 # An L2 flush buffer at least this large, and at least twice the reported L2 size.
 _MIN_FLUSH_BYTES = 256 * 2**20
@@ -56,8 +57,10 @@ class _Clock:
 
 
 def measure(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
-            settings: TimingSettings) -> Timing:
-    """Time `calls` (one callable, or several over different input sets, used in rotation)."""
+            settings: TimingSettings, noise: NoiseSettings | None = None) -> Timing:
+    """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
+    the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
+    tick is a CPU matter, so a GPU's repeats are judged without it."""
     fns = [calls] if callable(calls) else list(calls)
     if not fns:
         raise ValueError("measure() needs at least one callable")
@@ -71,4 +74,15 @@ def measure(calls: Callable[[], object] | Sequence[Callable[[], object]], device
     if warmup > 0:
         clock.run(fns, warmup)
     reps = max(settings.min_reps, min(settings.max_reps, math.ceil(settings.rep_ms / est_ms)))
-    return summarize(clock.run(fns, reps))
+    if noise is not None and device.is_gpu:
+        noise = replace(noise, tick_ms=())
+    before = None if device.is_gpu else sched_ns()
+    samples = clock.run(fns, reps)
+    after = None if before is None else sched_ns()
+    t = summarize(samples, noise)
+    if before and after:
+        run, wait = after[0] - before[0], after[1] - before[1]
+        cpu_wait = wait / (run + wait) if run + wait > 0 else 0.0
+        extra = wait_reason(cpu_wait, noise) if noise is not None else None
+        t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()))
+    return t

@@ -113,7 +113,11 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
     if status not in RESULT_STATUSES:
         raise InputError(path, f"expected one of {', '.join(RESULT_STATUSES)}", key=f"{where}.status", value=status)
     time_ms = number(tm.get("median"), path, f"{where}.time_ms.median")
+    noise = tm.get("noise") or []
     return {"status": status, "time_ms": time_ms or None, "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
+            "p20_ms": number(tm.get("p20"), path, f"{where}.time_ms.p20"),
+            "p80_ms": number(tm.get("p80"), path, f"{where}.time_ms.p80"),
+            "noisy": any(f.startswith("noisy: ") for f in flags) or bool(noise),
             **{k: number(r.get(k), path, f"{where}.{k}")
                for k in ("tflops", "busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
             "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
@@ -170,7 +174,11 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
             tflops = flops / (time_ms * 1e-3) / 1e12
         mean_s = number(b["stats"].get("mean"), path, f"{where}.stats.mean")
         sd_s = number(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
+        q1 = number(b["stats"].get("q1"), path, f"{where}.stats.q1")  # quartiles: pytest-benchmark's spread
+        q3 = number(b["stats"].get("q3"), path, f"{where}.stats.q3")
         cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
+                "p20_ms": q1 * 1e3 if q1 is not None else None, "p80_ms": q3 * 1e3 if q3 is not None else None,
+                "noisy": False,
                 "tflops": tflops, **{k: number(e.get(k), path, f"{where}.extra_info.{k}")
                                      for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet",
                                                "pct_of_ceiling")},
@@ -183,8 +191,18 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
     return m
 
 
-def load_machine(path: str | Path) -> Machine:
+def resolve_results(path: str | Path) -> Path:
+    """A results directory (python -m microbench.roofline --out DIR) -> its results.json; a file as it is."""
     path = Path(path)
+    if path.is_dir():
+        if not (path / "results.json").is_file():
+            raise InputError(path, "a directory without results.json (give a results file or a roofline --out directory)")
+        return path / "results.json"
+    return path
+
+
+def load_machine(path: str | Path) -> Machine:
+    path = resolve_results(path)
     doc = load_json(path)
     if not isinstance(doc, dict):
         raise InputError(path, f"top level is a JSON {type(doc).__name__}, expected a results object")
@@ -250,6 +268,22 @@ def _flags(machines: list[Machine]) -> list[str]:
     return flags
 
 
+def _ratio(b: dict | None, c: dict) -> tuple[float | None, str | None]:
+    """(baseline time / this time, verdict): no ratio from a noisy row ("noise"); "same within noise" where
+    the two rows' p20-p80 spreads overlap (the ratio is kept, for reading, not for conclusions)."""
+    if not (b and b["time_ms"] and c["time_ms"] and b["status"] == "ok" and c["status"] == "ok"):
+        return None, None
+    if b.get("noisy") or c.get("noisy"):
+        return None, "noise"
+    ratio = b["time_ms"] / c["time_ms"]
+    if not math.isfinite(ratio):
+        return None, None
+    if None not in (b.get("p20_ms"), b.get("p80_ms"), c.get("p20_ms"), c.get("p80_ms")) and \
+            b["p20_ms"] <= c["p80_ms"] and c["p20_ms"] <= b["p80_ms"]:
+        return ratio, "same within noise"
+    return ratio, None
+
+
 def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
     if not paths:
         raise InputError(None, "give at least one results file")
@@ -271,9 +305,7 @@ def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
             c = m.cells.get(k)
             if c is not None:
                 c = dict(c)
-                ok = b and b["time_ms"] and c["time_ms"] and b["status"] == "ok" and c["status"] == "ok"
-                ratio = b["time_ms"] / c["time_ms"] if ok else None
-                c["ratio_to_baseline"] = ratio if ratio is not None and math.isfinite(ratio) else None
+                c["ratio_to_baseline"], c["verdict"] = _ratio(b, c)
             cells[m.label] = c
         cases.append({"op": k[0], "shape": k[1], "dtype": k[2], "provider": k[3], "layer": k[4], "phase": k[5],
                       "missing_in": [m.label for m in machines if cells[m.label] is None], "cells": cells})
@@ -297,7 +329,8 @@ def _f(v, spec):
 
 
 def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]], list[list[str]]]:
-    """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case)."""
+    """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case). The baseline
+    machine has no "vs base" column (it would say 1.00x everywhere)."""
     labels = [m["label"] for m in cmp["machines"]]
     # Collective rows (microbench.comm) carry a bus bandwidth: a column of its own where any case has one.
     bus = any((x or {}).get("busbw_gbps") is not None for c in cmp["cases"] for x in c["cells"].values())
@@ -306,42 +339,59 @@ def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str],
         tag = f"[{i + 1}]"
         columns += [(f"{tag} time ms", "right"), (f"{tag} TFLOP/s", "right")]
         columns += [(f"{tag} busbw GB/s", "right")] if bus else []
-        columns += [(f"{tag} % meas/ds", "right"), (f"{tag} vs base", "right")]
-    width = 5 if bus else 4
+        columns += [(f"{tag} % meas/ds", "right")]
+        if lab != cmp["baseline"]:
+            columns.append((f"{tag} vs base", "right"))
     rows, classes = [], []
     for c in cmp["cases"]:
         shape = c["shape"] + (f" [{c['layer']}]" if c["layer"] else "") + (f" {c['phase']}" if c["phase"] else "")
         cells = [ops.short_op(c["op"]), shape, c["dtype"], c["provider"]]
         cls = ["", "", "", ""]
         for lab in labels:
-            x = c["cells"][lab]
-            if x is None:
-                cells += ["missing"] + [""] * (width - 1)
-                cls += ["missing"] + [""] * (width - 1)
-                continue
-            if x["status"] != "ok":
-                cells += [x["status"]] + [""] * (width - 1)
-                cls += ["dim"] + [""] * (width - 1)
-                continue
-            if x["pct_of_measured"] is not None or x["pct_of_datasheet"] is not None:
-                pct = f"{_f(x['pct_of_measured'], '.0f')} / {_f(x['pct_of_datasheet'], '.0f')}"
-            else:
-                pct = _f(x["pct_of_ceiling"], ".0f") + (" roof" if x["pct_of_ceiling"] is not None else "")
-            t = _f(x["time_ms"], ".4g") + (" !" if x["flags"] else "")
-            r = x["ratio_to_baseline"]
-            bw = [_f(x.get("busbw_gbps"), ".3g")] if bus else []
-            cells += [t, _f(x["tflops"], ".3g"), *bw, pct, "-" if r is None else f"{r:.2f}x"]
-            cls += [""] * width
+            width = (5 if bus else 4) - (lab == cmp["baseline"])  # the baseline has no "vs base"
+            mc, mcls = _machine_cells(c["cells"][lab], bus)
+            cells += mc[:width]
+            cls += mcls[:width]
         rows.append((cells, None))
         classes.append(cls)
     return columns, rows, classes
 
 
+def _short(ms: float) -> str:
+    """3 significant digits, never an exponent (1142 ms stays 1142, not 1.14e+03)."""
+    return f"{ms:.0f}" if ms >= 1000 else f"{ms:.3g}"
+
+
+def _machine_cells(x: dict | None, bus: bool = False) -> tuple[list[str], list[str]]:
+    """One machine's cells of a case: time (p20-p80), TFLOP/s, [busbw,] % meas/ds, vs base; and their classes."""
+    n = 5 if bus else 4
+    if x is None:
+        return ["missing"] + [""] * (n - 1), ["missing"] + [""] * (n - 1)
+    if x["status"] != "ok":
+        return [x["status"]] + [""] * (n - 1), ["dim"] + [""] * (n - 1)
+    if x["pct_of_measured"] is not None or x["pct_of_datasheet"] is not None:
+        pct = f"{_f(x['pct_of_measured'], '.0f')} / {_f(x['pct_of_datasheet'], '.0f')}"
+    else:
+        pct = _f(x["pct_of_ceiling"], ".0f") + (" roof" if x["pct_of_ceiling"] is not None else "")
+    t = _f(x["time_ms"], ".4g")
+    if x.get("p20_ms") is not None and x.get("p80_ms") is not None:
+        t += f" ({_short(x['p20_ms'])}-{_short(x['p80_ms'])})"
+    t += " ~" if x.get("noisy") else (" !" if x["flags"] else "")
+    r, verdict = x["ratio_to_baseline"], x.get("verdict")
+    vs = {"same within noise": "same", "noise": "noise"}.get(verdict) or ("-" if r is None else f"{r:.2f}x")
+    bw = [_f(x.get("busbw_gbps"), ".3g")] if bus else []
+    return [t, _f(x["tflops"], ".3g"), *bw, pct, vs], [""] * n
+
+
+COMPARE_LEGEND = ("time ms: median (p20-p80); ~ noisy, ! flagged. % meas/ds: % of the machine's measured / "
+                  "datasheet (CPU: estimated) compute ceiling. vs base: baseline time / this time (2.00x = twice as "
+                  "fast); same: same within noise (the p20-p80 spreads overlap); noise: a noisy row, no ratio")
+
+
 def print_compare(cmp: dict, console=None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    from microbench.reports.report import wide_console
+    from microbench.reports.report import rich_table, wide_console
 
     if console is None:
         console = wide_console()
@@ -354,13 +404,13 @@ def print_compare(cmp: dict, console=None) -> None:
     for f in cmp["flags"]:
         console.print(f"[bold red]flag:[/] {escape(f)}")
     columns, rows, classes = table_cells(cmp)
-    t = Table(title="% meas/ds: % of the machine's measured / datasheet (CPU: estimated) compute ceiling; "
-                    "vs base: baseline time / this time", header_style="bold")
-    for name, just in columns:
-        t.add_column(escape(name), justify=just, no_wrap=True)
-    for (cells, _), cls in zip(rows, classes):
-        t.add_row(*[f"[red]{escape(v)}[/]" if k == "missing" else escape(v) for v, k in zip(cells, cls)])
-    console.print(t)
+    n = len(cmp["machines"])
+    drop = [f"[{i + 1}] % meas/ds" for i in range(n)] + [f"[{i + 1}] TFLOP/s" for i in range(n)]
+    if n > 2:  # many machines: the times and ratios matter most
+        drop += [f"[{i + 1}] vs base" for i in range(n)]
+    styled = [(cells, "red" if "missing" in cls else None) for (cells, _), cls in zip(rows, classes)]
+    console.print(rich_table(columns, styled, width=console.width, drop_order=drop,
+                             title=COMPARE_LEGEND))
     for n in cmp["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
 
@@ -376,8 +426,7 @@ def compare_html(cmp: dict) -> str:
     if cmp["flags"]:
         parts.append("<h2>flags</h2>" + H.notes_html(cmp["flags"], "flag"))
     columns, rows, classes = table_cells(cmp)
-    parts.append("<h2>cases</h2><p>% meas/ds: % of each machine's measured / datasheet (CPU: estimated) compute "
-                 "ceiling; vs base: baseline time / this time (2.00x = twice as fast as the baseline).</p>"
+    parts.append(f"<h2>cases</h2><p>{H.esc(COMPARE_LEGEND)}</p>"
                  + H.table(columns, rows, classes))
     if cmp["notes"]:
         parts.append("<h2>notes</h2>" + H.notes_html(cmp["notes"]))

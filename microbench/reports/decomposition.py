@@ -13,7 +13,13 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     from microbench.core.fingerprint import fingerprint_line
     from microbench.reports.report import results_table, wide_console
 
+    from rich.markup import escape
+
+    from microbench.reports.report import busy_line
+
     console = console or wide_console()
+    if (warn := busy_line(doc)):
+        console.print(f"[bold red]warning:[/] {escape(warn)}")
     s = doc["summary"]
     run = doc["run"]
     unit = "kernel" if s["profiled_unit"] == "kernel" else "op"
@@ -44,7 +50,11 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     rows = [
         ("step time", f"{s['step_time_ms']:.4g} ms", f"median of {sp['reps']} unprofiled steps, p20-p80 "
                                                      f"{sp['p20']:.4g}-{sp['p80']:.4g} ms, cov {sp['cov']:.0%}"),
-        ("profiled time", f"{s['profiled_time_ms']:.4g} ms", s["profiled_time_definition"]),
+        ("profiled step", f"{_fmt(s.get('profiled_step_ms'), '.4g')} ms",
+         f"wall time of the profiled steps' `step` ranges; profiler overhead "
+         f"{_fmt(s.get('profiler_overhead'), '+.0%')} against the unprofiled step time"),
+        ("profiled time", f"{s['profiled_time_ms']:.4g} ms", s["profiled_time_definition"] +
+         f"; {_fmt(s.get('operator_coverage'), '.0%')} of the profiled step"),
         ("attributed", f"{s['attributed_time_ms']:.4g} ms", f"{_fmt(s['attribution_coverage'], '.2%')} of the profiled time"),
         ("FLOPs per step", f"{s['flops_per_step'] / 1e9:.4g} GFLOP",
          f"forward {s['forward_flops'] / 1e9:.4g}, backward {s['backward_flops'] / 1e9:.4g} GFLOP"),
@@ -62,11 +72,13 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     for r in rows:
         summary.add_row(*r)
     console.print(summary)
+    for flag in s.get("step_flags", []):
+        console.print(f"[bold red]flag:[/] {escape(flag)}")
     console.print("time by class: " + ", ".join(f"{c} {v:.3g} ms ({s['share_by_class'].get(c, 0):.0%})"
                                                  for c, v in s["time_by_class_ms"].items()))
     rep = doc.get("replay") or {}
     if rep.get("enabled") and rep["rows"]:
-        console.print(results_table({"results": rep["rows"], "hardware": doc["hardware"]},
+        console.print(results_table({"results": rep["rows"], "hardware": doc["hardware"]}, width=console.width,
                                     title=f"replay: {rep['cases']} GEMM/conv cases of the step "
                                           f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}"))
     for note in doc["notes"]:

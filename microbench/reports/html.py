@@ -19,6 +19,7 @@ tr.red td { color: #b00; } tr.dim td { color: #888; } td.missing { color: #b00; 
 .fp { font-family: ui-monospace, monospace; font-size: 0.85em; }
 .note { color: #7a5a00; } .flag { color: #b00; font-weight: bold; }
 img.plot { max-width: 100%; border: 1px solid #ddd; }
+tr.yellow td { color: #8a6d00; } dl.glossary dt { margin-top: 0.3em; } dl.glossary dd { margin-left: 1.5em; }
 """
 
 
@@ -76,11 +77,13 @@ def notes_html(notes: list[str], cls: str = "note") -> str:
 
 def results_html(doc: dict, plot: bool = True) -> str:
     """The roofline report of one results.json document: fingerprint, results, ceilings, notes, plot."""
-    from microbench.reports.report import results_cells, roofline_figure
+    from microbench.reports.report import busy_line, results_cells, roofline_figure
 
     hw, sw = doc.get("hardware", {}), doc.get("software", {})
     cfgb = doc.get("config", {})
-    parts = [f'<p class="fp">{esc(fingerprint_text(hw, sw))}</p>',
+    warn = busy_line(doc)
+    parts = ([f'<p class="flag">warning: {esc(warn)}</p>'] if warn else []) + [
+             f'<p class="fp">{esc(fingerprint_text(hw, sw))}</p>',
              f"<p>profile {esc(cfgb.get('profile', '?'))}, {len(doc.get('results', []))} rows; started "
              f"{esc(doc.get('started', '?'))}, finished {esc(doc.get('finished', '?'))}"
              f"{' (interrupted)' if doc.get('interrupted') else ''}</p>"]
@@ -93,15 +96,42 @@ def results_html(doc: dict, plot: bool = True) -> str:
         finally:
             plt.close(fig)
     columns, rows = results_cells(doc)
-    parts.append("<h2>results</h2>" + table(columns, rows))
+    parts.append("<h2>results</h2>" + table(columns, rows) + glossary_html([c for c, _ in columns]))
     ceil_cols = [("name", "left"), ("kind", "left"), ("dtype", "left"), ("value", "right"), ("unit", "left"),
-                 ("source", "left"), ("note", "left")]
+                 ("source", "left"), ("note", "left"), ("noise", "left")]
     ceil_rows = [([c["name"], c["kind"], c.get("dtype") or "-", f"{c['value']:.4g}", c["unit"], c["source"],
-                   c.get("note", "")], None) for c in doc.get("ceilings", [])]
+                   c.get("note", ""), "; ".join(c.get("noise") or []) or "-"], "red" if c.get("noise") else None)
+                 for c in doc.get("ceilings", [])]
     parts.append("<h2>ceilings</h2>" + table(ceil_cols, ceil_rows))
+    if doc.get("conditions"):
+        parts.append("<h2>conditions</h2>" + conditions_html(doc["conditions"]))
     if doc.get("notes"):
         parts.append("<h2>notes</h2>" + notes_html(doc["notes"]))
     return page(f"dawnscope roofline: {hw.get('name', '?')}", "\n".join(parts))
+
+
+def glossary_html(columns: list[str]) -> str:
+    """What each column means (report.GLOSSARY), for the columns shown."""
+    from microbench.reports.report import GLOSSARY
+
+    items = "".join(f"<dt><b>{esc(c)}</b></dt><dd>{esc(GLOSSARY[c])}</dd>" for c in columns if c in GLOSSARY)
+    return f'<details open><summary>columns</summary><dl class="glossary">{items}</dl></details>'
+
+
+def conditions_html(cond: dict) -> str:
+    """The machine's load before and during the run, the threads, and the verdict."""
+    def load(w):
+        w = w or {}
+        la = w.get("loadavg")
+        other = w.get("other_cores")
+        return (f"load average {', '.join(f'{v:.2f}' for v in la) if la else '?'}; other processes "
+                f"{'?' if other is None else f'{other:.2f}'} cores; steal {w.get('steal_share', '?')}"
+                + (f"; GPU {esc(w['gpu'])}" if w.get("gpu") else ""))
+    th = cond.get("threads") or {}
+    verdict = "busy: " + "; ".join(cond.get("reasons", [])) if cond.get("busy") else "quiet"
+    return (f"<p>before the run: {esc(load(cond.get('before')))}<br>during the run: {esc(load(cond.get('during')))}"
+            f"<br>threads: {esc(th.get('torch_threads', '?'))} of {esc(th.get('cores', '?'))} cores "
+            f"({esc(th.get('why', '?'))})<br>verdict: {esc(verdict)}</p>")
 
 
 def write(path: str | Path, text: str) -> Path:

@@ -1,6 +1,7 @@
 """Reports from result rows: the terminal table (rich) and the roofline plot (matplotlib)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -17,61 +18,153 @@ def _fmt(v, spec: str = ".3g", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
-def _case_of(r: ResultRow) -> tuple:
-    """A row's case without its provider: the rows a baseline ratio compares."""
-    op, shape, dtype, _provider, layer, phase = r.key()
-    return op, shape, dtype, layer, phase
+def _dicts(rows) -> list[dict]:
+    """Rows of any kind as a results file's flat dicts (op, shape, dtype, provider, baseline, flags, ...)."""
+    return [r.as_dict() for r in rows_of(rows)]
 
 
-def baseline_ratios(rows) -> dict[int, float]:
-    """Row index -> its speed relative to the baseline provider's row of the same case (time ratio)."""
-    rows = rows_of(rows)
-    base = {_case_of(r): r.time_ms["median"] for r in rows if r.is_baseline and r.time_ms}
+def _noisy(r: dict) -> bool:
+    return any(f.startswith("noisy: ") for f in r.get("flags") or [])
+
+
+def _above(r: dict) -> bool:
+    return any(f.startswith("above the measured") for f in r.get("flags") or [])
+
+
+def baseline_ratios(rows) -> dict[int, str]:
+    """Row index -> its speed relative to the baseline provider's row of the same case (baseline time / this
+    time), as text: \"same\" where the two rows' p20-p80 spreads overlap, \"noise\" where either is noisy."""
+    from microbench.core.stats import spreads_overlap
+
+    rows = _dicts(rows)
+    base = {}
+    for r in rows:
+        if r.get("baseline") and r.get("time_ms"):
+            base[(r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase"))] = r
     out = {}
     for i, r in enumerate(rows):
-        t = base.get(_case_of(r))
-        if t and r.time_ms:
-            out[i] = t / r.time_ms["median"]
+        b = base.get((r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase")))
+        if b is None or not r.get("time_ms") or b is r:
+            continue
+        if _noisy(r) or _noisy(b):
+            out[i] = "noise"
+        elif spreads_overlap(b["time_ms"], r["time_ms"]):
+            out[i] = "same"
+        else:
+            out[i] = f"{b['time_ms']['median'] / r['time_ms']['median']:.2f}x"
     return out
+
+
+# What each column of the results table means (the HTML report prints this under the table).
+GLOSSARY = {
+    "#": "row number; the same number marks the row's point on the roofline plot",
+    "op": "gemm, or a convolution direction: conv fwd, conv bwd_data (input gradient), conv bwd_weight",
+    "shape": "gemm: MxNxK (batch x [..] when batched, A^T / B^T when stored transposed); conv: batch n, input "
+             "channels c, height x width, output channels k, filter, stride s, padding p, dilation d, groups g",
+    "dtype": "fp32 (IEEE, TF32 forbidden), tf32 (fp32 storage, TF32 math allowed), fp16, bf16, fp8_e4m3",
+    "provider": "who computed it: torch (the vendor library: cuBLAS/cuDNN, hipBLASLt/MIOpen, MKL/oneDNN), "
+                "cupy_blas, our triton and cupy kernels",
+    "status": "ok; noisy (timed, but its repeats disagree: see flags, no verdict drawn); ok ! (flagged); "
+              "untimed (correct, not timed here); skipped, wrong (failed the float64 check), failed",
+    "time ms (cov)": "median time of one call over the repeats, and the coefficient of variation (std / mean)",
+    "TFLOP/s": "FLOPs of the case (2 per multiply-add) / median time",
+    "% measured": "of the measured compute ceiling of this dtype (the best vendor GEMM the ceiling search found)",
+    "% est.": "of the CPU's estimated compute peak (cores x clock x FLOPs per cycle of its widest vector unit): "
+              "an upper bound, not a datasheet value",
+    "% datasheet": "of the datasheet compute peak of this dtype",
+    "% roof": "of the measured roofline at the row's arithmetic intensity: min(compute ceiling, memory "
+              "bandwidth x intensity)",
+    "bound": "which roof limits the row at its intensity: compute or memory",
+    "TC": "did Tensor Cores (CPU: matrix units such as AMX or AVX-512 BF16 dot products) do the work: yes, no, "
+          "unknown; the evidence (SASS, kernel name, oneDNN implementation) is in results.json",
+    "vs base": "speed against the baseline provider's row of the same case (baseline time / this time); same: "
+               "their p20-p80 spreads overlap; noise: either row is noisy",
+}
+
+
+def _status(r: dict) -> str:
+    status = r["status"]
+    if status == "ok" and not r.get("time_ms"):
+        return "untimed"
+    if status == "ok" and _noisy(r):
+        return "noisy"
+    return status + (" !" if r.get("flags") else "")
 
 
 def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
     """The results table as text: columns (name, justification) and rows (cells, style). The terminal
-    table and the HTML report both draw it. Rows of every kind: their subject's flat view, their measurement."""
-    rows = rows_of(doc["results"])
+    table and the HTML report both draw it; "#" numbers the rows as the roofline plot does. Rows of every kind:
+    their subject's flat view, their measurement."""
+    rows = _dicts(doc["results"])
     ratios = baseline_ratios(rows)
     ds_label = "% est." if doc.get("hardware", {}).get("kind") == "cpu" else "% datasheet"
-    columns = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
-               ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"),
-               ("% measured", "right"), (ds_label, "right"), ("% roof", "right"), ("bound", "left"),
-               ("TC", "left"), ("vs base", "right")]
+    columns = [("#", "right"), ("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
+               ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"), ("% measured", "right"),
+               (ds_label, "right"), ("% roof", "right"), ("bound", "left"), ("TC", "left"), ("vs base", "right")]
     out = []
     for i, r in enumerate(rows):
-        tm = r.time_ms or {}
-        status = r.status
-        style = {"wrong": "red", "failed": "red", "skipped": "dim"}.get(status)
-        if status == "ok" and not tm:
-            status = "ok (untimed)"
-        if r.flags:
-            status += " !"
+        tm = r.get("time_ms") or {}
+        style = {"wrong": "red", "failed": "red", "skipped": "dim"}.get(r["status"])
+        if r["status"] == "ok" and _noisy(r):
+            style = "yellow"
         timing = f"{tm['median']:.4g} ({tm['cov']:.0%})" if tm else "-"
-        f = r.flat()
-        out.append(([ops.short_op(f["op"]), f["shape"], f["dtype"], f["provider"], status, timing,
-                     _fmt(r.tflops, ".3g"), _fmt(r.pct_of_measured, ".0f"),
-                     _fmt(r.pct_of_datasheet, ".0f"), _fmt(r.pct_of_ceiling, ".0f"),
-                     r.bound or "-", r.tensor_cores,
-                     _fmt(ratios.get(i), ".2f") + ("x" if i in ratios else "")], style))
+        out.append(([str(i + 1), ops.short_op(r["op"] or ""), r["shape"] or "", r["dtype"] or "", r["provider"] or "",
+                     _status(r), timing, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
+                     _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"),
+                     r.get("bound") or "-", r.get("tensor_cores", "unknown"), ratios.get(i, "-")], style))
     return columns, out
 
 
-def results_table(doc: dict, title: str | None = None) -> Table:
-    columns, rows = results_cells(doc)
-    t = Table(title=title, show_lines=False, header_style="bold")
+# Columns a narrow terminal drops first (the HTML report and results.json keep them all).
+DROP_ORDER = ("bound", "% est.", "% datasheet", "% measured", "TC", "TFLOP/s")
+
+
+def _table(columns, rows, title: str | None = None) -> Table:
+    from rich import box
+    from rich.markup import escape
+
+    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=0)  # the box puts one space between columns
     for col, just in columns:
-        t.add_column(col, justify=just, no_wrap=col not in ("shape",))
+        t.add_column(escape(col), justify=just, no_wrap=True)
     for cells, style in rows:
-        t.add_row(*cells, style=style)
+        t.add_row(*[escape(c) for c in cells], style=style)
     return t
+
+
+def _natural_width(t: Table) -> int:
+    return Console(width=100_000).measure(t).maximum
+
+
+def rich_table(columns, rows, title: str | None = None, width: int | None = None, drop_order=DROP_ORDER):
+    """A compact rich table (no vertical rules) of text cells. At `width`, the least important columns
+    (drop_order) go first, so that op, shape, dtype and provider are never cut. The title is a wrapped
+    line above the table (a title wider than the columns would make rich squeeze them). Returns the table,
+    or a group of the title, the table and a line naming the dropped columns."""
+    from rich.console import Group
+    from rich.text import Text
+
+    t = _table(columns, rows)
+    dropped = []
+    for name in drop_order if width else ():
+        if _natural_width(t) <= width:
+            break
+        j = next((k for k, c in enumerate(columns) if c[0] == name), None)
+        if j is None:
+            continue
+        columns = columns[:j] + columns[j + 1:]
+        rows = [(cells[:j] + cells[j + 1:], style) for cells, style in rows]
+        dropped.append(name)
+        t = _table(columns, rows)
+    parts = ([Text(title, style="bold")] if title else []) + [t]
+    if dropped:  # a caption wider than the columns would squeeze them too
+        parts.append(Text(f"narrow terminal: columns {', '.join(dropped)} are in report.html and results.json",
+                          style="dim"))
+    return Group(*parts) if len(parts) > 1 else t
+
+
+def results_table(doc: dict, title: str | None = None, width: int | None = None):
+    columns, rows = results_cells(doc)
+    return rich_table(columns, rows, title, width)
 
 
 def wide_console() -> Console:
@@ -81,94 +174,162 @@ def wide_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def busy_line(doc: dict) -> str | None:
+    """The warning a busy run's report starts with (results.json `conditions`), or None."""
+    from microbench.core.conditions import busy_advice
+
+    cond = doc.get("conditions") or {}
+    return busy_advice(cond) if cond.get("busy") else None
+
+
 def print_report(doc: dict, console: Console | None = None) -> None:
-    console = console or wide_console()
+    from rich.markup import escape
+
     from microbench.core.fingerprint import fingerprint_line
 
-    console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}"))
-    ceil = Table(title="ceilings", header_style="bold")
-    for col in ("name", "kind", "dtype", "value", "unit", "source", "note"):
-        ceil.add_column(col)
-    for c in doc.get("ceilings", []):
-        ceil.add_row(c["name"], c["kind"], c.get("dtype") or "-", f"{c['value']:.4g}", c["unit"], c["source"],
-                     c.get("note", ""))
-    console.print(ceil)
+    console = console or wide_console()
+    if (warn := busy_line(doc)):
+        console.print(f"[bold red]warning:[/] {escape(warn)}")
+    console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}",
+                                width=console.width))
+    cols = [("name", "left"), ("value", "right"), ("unit", "left"), ("source", "left"), ("note", "left")]
+    crow = [([c["name"], f"{c['value']:.4g}", c["unit"], c["source"],
+              (c.get("note") or "") + ("; NOISY: " + "; ".join(c["noise"]) if c.get("noise") else "")],
+             "yellow" if c.get("noise") else None) for c in doc.get("ceilings", [])]
+    ct = rich_table(cols, crow)
+    ct.columns[-1].no_wrap = False  # the notes wrap; names and values do not
+    console.print("[bold]ceilings[/]")
+    console.print(ct)
     for note in doc.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     for msg, n in reason_counts(doc["results"]).items():
-        console.print(f"[dim]{n} row(s): {msg}[/]")
+        console.print(f"[dim]{n} row(s): {escape(msg)}[/]")
+
+
+_NUMBER = r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])"  # not the 32 of fp32
 
 
 def reason_counts(rows) -> dict[str, int]:
     """Why rows were not timed, or were flagged, counted by reason. Numbers in a reason (sizes, percentages,
-    estimates) differ from row to row; they are folded so that one cause is one line."""
+    estimates) differ from row to row: one cause is one line, each number shown as the range it took."""
     import re
 
-    counts: dict[str, int] = {}
-    for r in rows_of(rows):
-        who = r.flat()["provider"]
-        if r.status != "ok" or r.flags:
-            msg = f"{who} {r.status}: {r.reason or '; '.join(r.flags)}"
-        elif not r.time_ms and r.reason:
-            msg = f"{who} untimed: {r.reason}"
+    groups: dict[str, list[list[str]]] = {}
+    for r in _dicts(rows):
+        if r["status"] != "ok" or r.get("flags"):
+            msg = f"{r['provider']} {_status(r)}: {r['reason'] or '; '.join(r.get('flags', []))}"
+        elif not r.get("time_ms") and r.get("reason"):
+            msg = f"{r['provider']} untimed: {r['reason']}"
         else:
             continue
-        msg = re.sub(r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])", "N", msg)  # not the 32 of fp32
-        counts[msg] = counts.get(msg, 0) + 1
-    return counts
+        template = re.sub(_NUMBER, "\x00", msg)
+        groups.setdefault(template, []).append([m.group(0) for m in re.finditer(_NUMBER, msg)])
+    out = {}
+    for template, values in groups.items():
+        text = template
+        for slot in zip(*values):
+            nums = sorted(set(slot), key=float)
+            rng = nums[0] if len(nums) == 1 else f"{nums[0]}-{nums[-1]}"
+            text = text.replace("\x00", rng, 1)
+        out[text] = len(values)
+    return out
+
+
+SOURCE_STYLES = {"measured": "-", "estimate": "--", "datasheet": ":"}
+
+
+def _roofs(doc: dict, rows: list[dict]) -> tuple[dict, list[dict]]:
+    """Memory roofs by source, and the compute roofs of the dtypes the rows have (all without rows)."""
+    ceilings = doc.get("ceilings", [])
+    dtypes = {r["dtype"] for r in rows}
+    mems = {c["source"]: c for c in ceilings if c["kind"] == "memory"}
+    comps = [c for c in ceilings if c["kind"] == "compute" and (not dtypes or c["dtype"] in dtypes)]
+    return mems, comps
+
+
+def _dashes(comps: list[dict]) -> tuple[dict[int, object], list[list[int]]]:
+    """A line style per compute roof, and the groups of roofs at the same value and source (the fp32 and
+    fp16 estimates of a CPU): those take turns along one dashed line, so every color shows."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(comps):
+        groups.setdefault((c["source"], round(math.log10(c["value"]) * 100) if c["value"] > 0 else 0), []).append(i)
+    out = {}
+    for idx in groups.values():
+        for j, i in enumerate(idx):
+            base = SOURCE_STYLES.get(comps[i]["source"], "-.")
+            out[i] = base if len(idx) == 1 else (6 * j, (6, 6 * (len(idx) - 1)))
+    return out, list(groups.values())
 
 
 def roofline_figure(doc: dict):
-    """The roofline as a matplotlib figure: log-log, the memory roof and one compute roof per precision
-    (measured solid, datasheet or estimate dashed), one point per timed row. The caller closes it."""
+    """The roofline as a matplotlib figure: log-log, the memory roof and one compute roof per dtype present
+    (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
+    one point per timed row numbered as in the table (marker: provider; hollow: noisy; red ring: above its
+    roof, flagged). The caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ceilings = doc.get("ceilings", [])
-    rows = [r for r in rows_of(doc["results"]) if r.tflops and r.intensity]
-    xs = [r.intensity for r in rows] or [1.0]
-    x_lo, x_hi = min(xs + [0.1]) / 2, max(xs + [1000.0]) * 2
-    fig, ax = plt.subplots(figsize=(10, 6.5))
+    numbered = [(i + 1, r) for i, r in enumerate(_dicts(doc["results"])) if r.get("tflops") and r.get("intensity")]
+    rows = [r for _, r in numbered]
+    xs = [r["intensity"] for r in rows] or [1.0]
+    x_lo, x_hi = min(xs + [0.1]) / 2, max(xs + [1000.0]) * 4
+    fig, ax = plt.subplots(figsize=(11, 7))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    mems = {c["source"]: c for c in ceilings if c["kind"] == "memory"}
-    comps = [c for c in ceilings if c["kind"] == "compute"]
+    mems, comps = _roofs(doc, rows)
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
     top = max([c["value"] for c in comps] + [r.tflops for r in rows] + [1e-3])
     for src, c in mems.items():
-        ls = "-" if src == "measured" else "--"
         ys = [c["value"] * 1e9 * x / 1e12 for x in grid]
-        ax.plot(grid, ys, color="black", ls=ls, lw=1.5, label=f"memory {c['value']:.4g} GB/s ({src})")
-        # Compute roofs meet the memory roof at their ridge points.
-    for c in comps:
-        ls = "-" if c["source"] == "measured" else "--"
+        ax.plot(grid, ys, color="black", ls=SOURCE_STYLES.get(src, "-."), lw=1.5,
+                label=f"memory {c['value']:.4g} GB/s ({src})")
+    styles, groups = _dashes(comps)
+    for i, c in enumerate(comps):
         color = DTYPE_COLORS.get(c["dtype"], "gray")
-        mem = mems.get("measured" if c["source"] == "measured" else "datasheet") or mems.get("measured")
-        x0 = c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo
-        ax.plot([max(x0, x_lo), x_hi], [c["value"]] * 2, color=color, ls=ls, lw=1.2,
+        mem = mems.get(c["source"]) or mems.get("measured")
+        x0 = max(c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo, x_lo)  # the ridge point
+        ax.plot([x0, x_hi], [c["value"]] * 2, color=color, ls=styles[i], lw=1.6,
                 label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})")
-    providers = sorted({r.flat()["provider"] for r in rows})
-    for r in rows:
-        f = r.flat()
-        m = PROVIDER_MARKERS[providers.index(f["provider"]) % len(PROVIDER_MARKERS)]
-        ax.scatter(r.intensity, r.tflops, marker=m, s=28, color=DTYPE_COLORS.get(f["dtype"], "gray"),
-                   edgecolors="black", linewidths=0.4, zorder=3)
-    for p in providers:
-        m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
-        ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")
+    for idx in groups:  # one label per line: "fp32 / fp16 estimate"
+        c = comps[idx[0]]
+        ax.annotate(f"{' / '.join(comps[i]['dtype'] for i in idx)} {c['source']}", (x_hi, c["value"]),
+                    xytext=(-4, 2), textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                    color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black")
+    _points(ax, numbered)
     ax.set_xlim(x_lo, x_hi)
     bottom = min([r.tflops for r in rows] + [top]) / 10
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")
     hw = doc.get("hardware", {})
-    ax.set_title(f"roofline: {hw.get('name', '?')} ({hw.get('arch', '?')}), profile {doc.get('config', {}).get('profile', '?')}")
+    ax.set_title(f"roofline: {hw.get('name', '?')} ({hw.get('arch', '?')}), profile "
+                 f"{doc.get('config', {}).get('profile', '?')}; numbers: rows of the table")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
     return fig
+
+
+def _points(ax, numbered: list[tuple[int, dict]]) -> None:
+    providers = sorted({r["provider"] for _, r in numbered})
+    for n, r in numbered:
+        m = PROVIDER_MARKERS[providers.index(r["provider"]) % len(PROVIDER_MARKERS)]
+        color = DTYPE_COLORS.get(r["dtype"], "gray")
+        ax.scatter(r["intensity"], r["tflops"], marker=m, s=30, facecolors="none" if _noisy(r) else color,
+                   edgecolors=color if _noisy(r) else "black", linewidths=0.8, zorder=3)
+        if _above(r):
+            ax.scatter(r["intensity"], r["tflops"], marker="o", s=150, facecolors="none", edgecolors="red",
+                       linewidths=1.4, zorder=4)
+        ax.annotate(str(n), (r["intensity"], r["tflops"]), xytext=(3, 3), textcoords="offset points", fontsize=6)
+    for p in providers:
+        m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
+        ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")
+    if any(_noisy(r) for _, r in numbered):
+        ax.scatter([], [], marker="o", facecolors="none", edgecolors="gray", label="hollow: noisy (no verdict)")
+    if any(_above(r) for _, r in numbered):
+        ax.scatter([], [], marker="o", s=150, facecolors="none", edgecolors="red", label="above its roof (flagged)")
 
 
 def plot_roofline(doc: dict, out_stem: Path) -> list[Path]:

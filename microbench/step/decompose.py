@@ -170,8 +170,12 @@ class Decomposition:
     notes: list[str] = field(default_factory=list)
     step: object = None  # models.step.TrainingStep
     step_timing: object = None  # core.stats.Timing
+    unprofiled: object = None  # the step timed without the profiler (core.stats.Timing), or None
+    profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
+    conditions: object = None  # core.conditions.Conditions, started when the device is known
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
-    flops_per_step: int = 0
+    flops_per_step: int = 0  # our formulas (oprecord.matrix_flops)
+    flop_counter_flops: int = 0  # torch.utils.flop_counter's total, for reference only
     onednn: list = field(default_factory=list)
     out_dir: Path | None = None
     trace_path: Path | None = None
@@ -256,6 +260,9 @@ def stage_load(d: Decomposition) -> None:
     d.batch = o.batch or ((facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts
                           else defaults["external_batch"])
     d.replay_providers = _replay_providers(d.cfg, o.providers, o.profile) if o.replay else ()
+    from microbench.core.conditions import Conditions
+
+    d.conditions = Conditions(d.cfg.conditions, gpu_index=0 if d.dev.kind == "cuda" else None).start()
 
 
 def stage_record(d: Decomposition) -> None:
@@ -281,7 +288,8 @@ def stage_record(d: Decomposition) -> None:
     _run_first_step(d.step, lambda backward_ranges=True: _ranges(d, backward_ranges), d.notes)
     if d.steps["timed_steps"]:
         d.opts.progress(f"timing {d.steps['timed_steps']} steps")
-        d.step_timing = measure(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]))
+        d.step_timing = measure(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
+        d.unprofiled = d.step_timing
     d.opts.progress("counting FLOPs and bytes, operator by operator")
     d.step.ranges.reset()
     with FlopCounterMode(display=False) as flop_counter, OpRecorder(d.step.ranges) as recorder:
@@ -290,7 +298,8 @@ def stage_record(d: Decomposition) -> None:
         else:  # the same step tells which oneDNN implementation ran each convolution / matmul
             d.onednn = onednn_records(d.step)
     d.records = recorder.records
-    d.flops_per_step = flop_counter.get_total_flops()
+    d.flops_per_step = sum(r.flops for r in d.records)  # our formulas, not FlopCounterMode's
+    d.flop_counter_flops = flop_counter.get_total_flops()
 
 
 def _ranges(d: Decomposition, backward_ranges: bool = True):
@@ -332,8 +341,9 @@ def stage_attribute(d: Decomposition) -> None:
     d.timeline = load_trace(d.trace_path)
     d.att = attribute(d.timeline, layer_names=ranges.layer_names, seq_map=ranges.seq_map(), step_range=STEP_RANGE)
     d.notes += d.att.notes
+    d.profiled_steps = summarize((d.timeline.step_windows(STEP_RANGE).dur_us / 1e3).tolist(), d.cfg.noise)
     if d.step_timing is None:
-        d.step_timing = summarize((d.timeline.step_windows(STEP_RANGE).dur_us / 1e3).tolist())
+        d.step_timing = d.profiled_steps
         d.notes.append("step time from the profiled steps' `step` ranges (--timed-steps 0): profiler overhead included")
 
 
@@ -359,6 +369,8 @@ def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
     d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype)
     d.summary = step_summary(d)
+    d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
+                                       d.cfg.noise.max_spread))
     if not d.dev.is_gpu:
         d.notes.insert(0, CPU_MATRIX_NOTE)
 
@@ -400,6 +412,7 @@ def _document(d: Decomposition) -> dict:
         "replay": d.replay_doc,
         "ceilings": d.ceilings.as_list(),
         "notes": d.notes,
+        "conditions": d.conditions.stop() if d.conditions else None,
     }
 
 
@@ -488,6 +501,34 @@ def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
                      f"implementations, {flops['unknown'] / total:.0%} without a oneDNN record"), split
 
 
+def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: float) -> dict:
+    """How much the profiler slowed the step (profiled step wall time against the unprofiled one), how much of
+    the profiled step its operators/kernels cover, and flags where they disagree beyond noise."""
+    from microbench.core.stats import spreads_overlap
+
+    flags = []
+    out = {"profiled_step_ms": profiled.median_ms, "profiled_step_spread": profiled.as_dict(),
+           "profiler_overhead": None, "operator_coverage": operator_ms / profiled.median_ms if profiled.median_ms else None}
+    if unprofiled is not None and unprofiled.median_ms > 0:
+        over = profiled.median_ms / unprofiled.median_ms - 1
+        out["profiler_overhead"] = over
+        u, p = unprofiled.as_dict(), profiled.as_dict()
+        if unprofiled.noisy or profiled.noisy:
+            flags.append("step times are noisy (" + "; ".join(unprofiled.noise + profiled.noise)
+                         + "): no verdict on the profiler's overhead")
+        elif not spreads_overlap(u, p) and abs(over) > max_spread:
+            flags.append(f"profiled and unprofiled step times disagree beyond noise: {profiled.median_ms:.4g} ms "
+                         f"profiled (p20-p80 {p['p20']:.4g}-{p['p80']:.4g}) against {unprofiled.median_ms:.4g} ms "
+                         f"unprofiled ({u['p20']:.4g}-{u['p80']:.4g}), {over:+.0%}")
+    cov = out["operator_coverage"]
+    if cov is not None and cov < 0.5:
+        flags.append(f"the profiled operators/kernels cover only {cov:.0%} of the profiled step's wall time "
+                     f"({operator_ms:.4g} of {profiled.median_ms:.4g} ms): the rest is Python, launch overhead, "
+                     "waiting (a busy machine) or work outside any operator")
+    out["step_flags"] = flags
+    return out
+
+
 def step_summary(d: Decomposition) -> dict:
     """The step as a whole: times, FLOPs, Tensor Core share, the what-if times, the attribution's checks."""
     att, records = d.att, d.records
@@ -506,10 +547,13 @@ def step_summary(d: Decomposition) -> dict:
         "step_time_spread": d.step_timing.as_dict(),
         **_profiled_summary(att, rep, total_ms),
         "flops_per_step": flops,
+        "flop_counter_flops": d.flop_counter_flops,
         "forward_flops": sum(r.flops for r in records if r.phase == "forward"),
         "backward_flops": sum(r.flops for r in records if r.phase == "backward"),
-        "flop_convention": "torch.utils.flop_counter.FlopCounterMode: GEMM, convolution and attention FLOPs "
-                           "(2 per multiply-add); normalization and element-wise work are in other_flops_per_step",
+        "flop_convention": "GEMM, convolution (every variant, both backward directions) and attention FLOPs by "
+                           "microbench.core.work (2 per multiply-add); normalization and element-wise work are in "
+                           "other_flops_per_step. flop_counter_flops: torch.utils.flop_counter's total, for "
+                           "reference only (it counts grouped-convolution backward as ungrouped)",
         "other_flops_per_step": sum(r.other_flops for r in records),
         "bytes_per_step": sum(r.bytes for r in records),
         "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,

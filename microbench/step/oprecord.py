@@ -2,10 +2,12 @@
 the exact problem as a `microbench.core.shapes.Case`.
 
 A TorchDispatchMode sees each ATen operator below autograd, forward and backward, with its real operands
-(dtype after autocast, strides, shapes). FLOPs of matrix operators come from the formulas of
-torch.utils.flop_counter (the table FlopCounterMode uses: mm, addmm, bmm, baddbmm, convolution and its
-backward, attention); the operators FlopCounterMode does not count (normalization, element-wise,
-reductions) get our formulas (microbench.core.work) in `other_flops`. Bytes are ours: the minimum traffic of
+(dtype after autocast, strides, shapes). FLOPs of matrix operators (mm, addmm, bmm, baddbmm, convolution
+and its backward in every variant, scaled dot-product attention forward and backward) come from our own
+formulas (microbench.core.work), not from torch.utils.flop_counter, which counts a grouped convolution's
+backward as if it were ungrouped; only matrix operators we have no formula for (e.g. _scaled_mm,
+flex_attention) fall back to its table. Normalization, element-wise and reduction operators get our
+formulas in `other_flops`. Bytes are ours: the minimum traffic of
 microbench.core.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
 the rows they return, every other operator reading each tensor operand once and writing each result
 once, views moving nothing.
@@ -25,8 +27,8 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from microbench.core import dtypes, ops
-from microbench.core.shapes import Case
-from microbench.core.work import Work, case_work, norm_work
+from microbench.core.shapes import Case, GemmShape
+from microbench.core.work import Work, attention_work, case_work, conv_work, gemm_work, norm_work
 from microbench.timeline.classify import classify_operator
 
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
@@ -42,7 +44,7 @@ class OpRecord:
     layer: str | None
     phase: str | None
     dtype: str | None
-    flops: int  # FlopCounterMode's formula; 0 for operators it does not count
+    flops: int  # GEMM / convolution / attention FLOPs (matrix_flops); 0 for other operators
     other_flops: int  # our formulas for normalization, element-wise and reduction operators
     bytes: int
     cls: str  # operator class of microbench/data/kernel_rules.toml
@@ -54,6 +56,42 @@ def _dtype(tensors) -> str | None:
     for t in tensors:
         if t.is_floating_point():
             return dtypes.name_of(t.dtype)
+    return None
+
+
+# Operand positions of the GEMM operators (A, B).
+GEMM_OPERANDS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
+CONV_FWD_OPS = {"aten::convolution", "aten::_convolution"}
+CONV_BWD_OPS = {"aten::convolution_backward"}
+
+
+def _attention_work(op: str, args, dtype: str) -> Work:
+    """aten::_scaled_dot_product_* take Q, K, V as (batch, heads, length, dim); the lower-level
+    _flash_attention_* / _efficient_attention_* as (batch, length, heads, dim). Backward operators take the
+    output's gradient first."""
+    backward = op.endswith("_backward")
+    q, k, v = args[1:4] if backward else args[0:3]
+    if op.startswith("aten::_scaled_dot_product"):
+        bh, lq, lk = q.shape[:-2].numel(), q.shape[-2], k.shape[-2]
+    else:
+        bh, lq, lk = q.shape[0] * q.shape[2], q.shape[1], k.shape[1]
+    return attention_work(bh, lq, lk, q.shape[-1], v.shape[-1], dtype, "bwd" if backward else "fwd")
+
+
+def matrix_flops(op: str, args, out, dtype: str | None) -> int | None:
+    """FLOPs of a GEMM, convolution or attention operator by our formulas; None for any other operator."""
+    dt = dtype if dtype in ("fp64", "fp32", "fp16", "bf16") else "fp32"  # bytes are not asked for here
+    if op in GEMM_OPERANDS:
+        a, b = (args[i] for i in GEMM_OPERANDS[op])
+        batch = a.shape[0] if a.dim() == 3 else 1
+        return gemm_work(GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch), dt).flops
+    if op in CONV_FWD_OPS:
+        return conv_work(args[0].shape, args[1].shape, out.shape, dt, transposed=bool(args[6])).flops
+    if op in CONV_BWD_OPS:
+        grad_out, x, w, transposed, mask = args[0], args[1], args[2], args[7], args[10]
+        return conv_work(x.shape, w.shape, grad_out.shape, dt, bool(transposed), directions=int(mask[0]) + int(mask[1])).flops
+    if "scaled_dot_product" in op or op.startswith(("aten::_flash_attention", "aten::_efficient_attention")):
+        return _attention_work(op, args, dt).flops
     return None
 
 
@@ -70,8 +108,10 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     dtype = _dtype(inputs + outputs)
-    packet = func._overloadpacket
-    flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0
+    flops = matrix_flops(op, args, out, dtype)
+    if flops is None:  # a matrix operator without a formula of ours: torch's table, else no matrix FLOPs
+        packet = func._overloadpacket
+        flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0
     cls = classify_operator(op).cls
     cases: list[Case] = []
     skipped = ""

@@ -1,0 +1,244 @@
+"""The conditions a run was measured under, and whether they were quiet enough to trust its numbers.
+
+Recorded before and during a run (results.json `conditions`):
+- the load average (/proc/loadavg) and other processes' CPU time: the machine's busy CPU time (/proc/stat)
+  minus this process's own (/proc/self/stat), as a number of cores they kept busy; a virtual machine's
+  stolen time (the hypervisor ran someone else) counts as theirs;
+- the thread count the CPU ops use and why (torch.get_num_threads against the cores this process may use);
+- on an NVIDIA GPU, through NVML (nvidia-ml-py) where it is present: clocks, temperature, power and the
+  reasons the driver gives for holding the clocks down, and other processes on the GPU.
+
+`busy` is the judgement: true when any threshold of [conditions] in bench.toml is exceeded. A busy run's
+report starts with a warning line saying what to do.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+# /proc/stat cpu line: user nice system idle iowait irq softirq steal (guest time is inside user)
+_IDLE_FIELDS = (3, 4)
+_STEAL_FIELD = 7
+
+
+@dataclass(frozen=True)
+class ConditionSettings:
+    """[conditions] in bench.toml: when a machine counts as busy."""
+
+    max_other_cores: float = 0.25  # cores' worth of CPU time other processes may use during the run
+    max_load_per_core: float = 1.0  # 1-minute load average per core before the run (includes our own start-up)
+    max_steal_share: float = 0.05  # share of the machine's CPU time stolen by the hypervisor
+    sample_s: float = 0.5  # the quiet look at the machine before the run
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """(busy, total, steal) jiffies of all CPUs since boot, or None without /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+    except OSError:
+        return None
+    vals = [int(v) for v in parts[1:9]]
+    total = sum(vals)
+    idle = sum(vals[i] for i in _IDLE_FIELDS)
+    return total - idle, total, vals[_STEAL_FIELD]
+
+
+def _own_jiffies() -> int:
+    """This process's user + system time in jiffies (all its threads), children excluded."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
+    except (OSError, IndexError, ValueError):
+        t = os.times()
+        return int((t.user + t.system) * os.sysconf("SC_CLK_TCK"))
+
+
+def sched_ns() -> tuple[int, int] | None:
+    """(running, waiting for a CPU) nanoseconds summed over this process's threads (/proc/self/task/*/schedstat:
+    time on a CPU, time runnable on a run queue). None where the kernel does not provide it."""
+    run = wait = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/schedstat") as f:
+                a, b = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+        run, wait = run + int(a), wait + int(b)
+    return (run, wait) if run else None
+
+
+def loadavg() -> list[float] | None:
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(v) for v in f.read().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+class CpuWindow:
+    """Other processes' CPU use between start() and stop(): cores' worth of busy time that was not ours."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.sys0 = _cpu_jiffies()
+        self.own0 = _own_jiffies()
+
+    def stop(self) -> dict:
+        wall = time.monotonic() - self.t0
+        sys1, own1 = _cpu_jiffies(), _own_jiffies()
+        out = {"wall_s": round(wall, 3)}
+        if self.sys0 is None or sys1 is None or wall <= 0:
+            return out | {"other_cores": None, "steal_share": None}
+        busy, total, steal = (b - a for a, b in zip(self.sys0, sys1))
+        ncpu = os.cpu_count() or 1
+        seconds_per_jiffy = wall * ncpu / total if total > 0 else 0.0
+        other = max(0, busy - (own1 - self.own0)) * seconds_per_jiffy
+        return out | {"other_cores": round(other / wall, 3), "steal_share": round(steal / total, 4) if total else 0.0,
+                      "own_cores": round((own1 - self.own0) * seconds_per_jiffy / wall, 3)}
+
+
+def threads_block() -> dict:
+    """The thread count CPU ops run with and why."""
+    import torch
+
+    cores = _cores()
+    n = torch.get_num_threads()
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
+    if env:
+        why = "set by " + ", ".join(f"{k}={v}" for k, v in env.items())
+    elif n == cores:
+        why = "PyTorch's default: one thread per core this process may use"
+    else:
+        why = f"torch.set_num_threads({n}) or the OpenMP runtime chose it ({cores} cores available)"
+    return {"torch_threads": n, "cores": cores, "why": why, **({"env": env} if env else {})}
+
+
+class Conditions:
+    """Look at the machine before a run (start), during it (stop), and judge it."""
+
+    def __init__(self, settings: ConditionSettings | None = None, gpu_index: int | None = None):
+        self.st = settings or ConditionSettings()
+        self.gpu_index = gpu_index
+        self.before: dict = {}
+        self.window: CpuWindow | None = None
+
+    def start(self) -> "Conditions":
+        look = CpuWindow()
+        time.sleep(self.st.sample_s)  # idle: whatever runs now is someone else
+        self.before = {"loadavg": loadavg(), **look.stop()}
+        self.before.pop("own_cores", None)
+        if self.gpu_index is not None:
+            self.before["gpu"] = gpu_state(self.gpu_index)
+        self.window = CpuWindow()
+        return self
+
+    def stop(self) -> dict:
+        during = self.window.stop() if self.window else {}
+        during["loadavg"] = loadavg()
+        if self.gpu_index is not None:
+            during["gpu"] = gpu_state(self.gpu_index)
+        doc = {"before": self.before, "during": during, "threads": threads_block(), "cores": _cores(),
+               "thresholds": {"max_other_cores": self.st.max_other_cores,
+                              "max_load_per_core": self.st.max_load_per_core,
+                              "max_steal_share": self.st.max_steal_share}}
+        doc["reasons"] = judge_conditions(doc, self.st)
+        doc["busy"] = bool(doc["reasons"])
+        return doc
+
+
+def judge_conditions(doc: dict, st: ConditionSettings) -> list[str]:
+    """Why the machine was busy (empty: quiet), from a conditions block."""
+    cores = doc.get("cores") or 1
+    out = []
+    for when in ("before", "during"):
+        w = doc.get(when) or {}
+        other = w.get("other_cores")
+        if other is not None and other > st.max_other_cores:
+            out.append(f"{when} the run other processes kept {other:.2f} of {cores} cores busy "
+                       f"(> {st.max_other_cores:g})")
+        steal = w.get("steal_share")
+        if steal is not None and steal > st.max_steal_share:
+            out.append(f"{when} the run the hypervisor took {steal:.0%} of the CPU time (steal)")
+        gpu = w.get("gpu") or {}
+        if gpu.get("throttle"):
+            out.append(f"{when} the run the GPU clocks were held down: {', '.join(gpu['throttle'])}")
+        if gpu.get("other_processes"):
+            out.append(f"{when} the run {gpu['other_processes']} other process(es) used the GPU")
+    load = (doc.get("before") or {}).get("loadavg")
+    if load and load[0] > st.max_load_per_core * cores:
+        out.append(f"load average {load[0]:.2f} before the run on {cores} cores (> {st.max_load_per_core:g} per core)")
+    return out
+
+
+def busy_advice(doc: dict) -> str:
+    """The warning line of a busy run's report."""
+    return ("machine busy: " + "; ".join(doc.get("reasons", [])) + ". Timings and ceilings are unreliable: rerun "
+            "when `uptime` shows a load under the core count and `top` shows no other busy process, and compare "
+            "two versions within one run, not across runs")
+
+
+# ---- NVIDIA GPU through NVML ------------------------------------------------------------------------------
+# NVML's clock event (throttle) reasons: (label, whether it makes a run untrustworthy). A software power cap is
+# what a GPU running GEMMs flat out normally hits, so it is recorded but not judged; thermal and hardware
+# slowdowns, the power brake and reliability limits are.
+_THROTTLE = {
+    "nvmlClocksEventReasonSwPowerCap": ("software power cap", False),
+    "nvmlClocksEventReasonSyncBoost": ("sync boost", False),
+    "nvmlClocksEventReasonHwSlowdown": ("hardware slowdown", True),
+    "nvmlClocksEventReasonSwThermalSlowdown": ("software thermal slowdown", True),
+    "nvmlClocksEventReasonHwThermalSlowdown": ("hardware thermal slowdown", True),
+    "nvmlClocksEventReasonHwPowerBrakeSlowdown": ("power brake", True),
+}
+
+
+def gpu_state(index: int = 0) -> dict:
+    """Clocks, temperature, power, throttle reasons and other processes of NVIDIA GPU `index`, through NVML.
+    {"available": False, "why": ...} where nvidia-ml-py or the driver is missing (a CPU machine, ROCm)."""
+    try:
+        import pynvml as nv
+    except ImportError:
+        return {"available": False, "why": "not available: nvidia-ml-py is not installed"}
+    try:
+        nv.nvmlInit()
+    except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVIDIA driver
+        return {"available": False, "why": f"not available: {type(e).__name__}"}
+    try:
+        return _read_gpu(nv, nv.nvmlDeviceGetHandleByIndex(index))
+    except Exception as e:  # noqa: BLE001 - an NVML call this driver does not support
+        return {"available": False, "why": f"not available: {type(e).__name__}: {e}"}
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _read_gpu(nv, h) -> dict:
+    get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    mask = int(get_reasons(h))
+    seen = [(label, judged) for attr, (label, judged) in _THROTTLE.items() if mask & getattr(nv, attr, 0)]
+    procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+    return {
+        "available": True,
+        "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+        "mem_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+        "max_sm_clock_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+        "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+        "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
+        "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
+        "clock_event_mask": mask,
+        "clock_events": [label for label, _ in seen],
+        "throttle": [label for label, judged in seen if judged],
+        "other_processes": sum(1 for p in procs if p.pid != os.getpid()),
+    }
