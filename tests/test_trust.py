@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from microbench.core.conditions import ConditionSettings, Conditions, gpu_state, judge_conditions
-from microbench.core.results import ResultRow
+from microbench.core.results import KernelCaseRow
 from microbench.core.stats import NoiseSettings, Timing, summarize
 from microbench.core.work import Work
 from microbench.measure.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
@@ -60,7 +60,7 @@ def _ceilings(noise=()):
 
 
 def _row(baseline=False):
-    return ResultRow(op="gemm", shape="1000x1000x1000", dtype="fp32", provider="torch", device="cpu",
+    return KernelCaseRow(op="gemm", shape="1000x1000x1000", dtype="fp32", provider="torch", device="cpu",
                      baseline=baseline)
 
 
@@ -107,7 +107,7 @@ def _doc(rows, busy=False, kind="cpu"):
 
 
 def _timed(provider, samples, baseline=False, op="gemm", shape="1000x1000x1000", dtype="fp32"):
-    r = ResultRow(op=op, shape=shape, dtype=dtype, provider=provider, device="cpu", baseline=baseline)
+    r = KernelCaseRow(op=op, shape=shape, dtype=dtype, provider=provider, device="cpu", baseline=baseline)
     return judge(r, WORK, summarize(samples, ST), _ceilings())
 
 
@@ -153,8 +153,9 @@ def test_busy_warning_first_and_no_placeholders():
 
 
 def test_reason_counts_show_ranges_not_placeholders():
-    rows = [{"provider": "triton", "status": "skipped", "flags": [],
-             "reason": f"unsupported: {n} multiply-adds is too large (limit 200000000)"} for n in (300, 5000, 70)]
+    rows = [KernelCaseRow(op="gemm", shape=f"{n}x1x1", dtype="fp32", provider="triton", status="skipped",
+                          reason=f"unsupported: {n} multiply-adds is too large (limit 200000000)")
+            for n in (300, 5000, 70)]
     assert report.reason_counts(rows) == {
         "triton skipped: unsupported: 70-5000 multiply-adds is too large (limit 200000000)": 3}
 
@@ -307,11 +308,11 @@ def test_depthwise_model_backward_is_twice_forward():
     """The MobileNetV2-style test model through the decomposition: backward matrix FLOPs are twice the forward,
     less the stem convolution's backward-data (no gradient for the images)."""
     import kernels
-    from microbench.step.decompose import decompose
+    from microbench.step.decompose import DecomposeOptions, decompose
 
     kernels.load_all()
-    doc = decompose("models.mobilenet:make", batch=2, replay=False, measure_ceilings=False, plot=False,
-                    timed_steps=1, profiled_steps=1, profiler_warmup_steps=1)
+    doc = decompose("models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
+                                                              timed_steps=1, profiled_steps=1, profiler_warmup_steps=1))
     s = doc["summary"]
     stem = 2 * 2 * 16 * 32 * 32 * 3 * 9  # 3x3 stride 2 conv, 3 -> 16 channels, 64x64 -> 32x32, batch 2
     assert s["backward_flops"] == 2 * s["forward_flops"] - stem

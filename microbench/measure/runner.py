@@ -81,7 +81,7 @@ def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, 
     if row_low <= roof_high * (1 + ABOVE_CEILING_SLACK):
         return
     pct = 100.0 * row.tflops / roof
-    if row.baseline and row.op == "gemm":
+    if row.is_baseline and row.flat().get("op") == "gemm":
         why = ("the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
                "or its timing of it was slowed")
     else:

@@ -280,7 +280,7 @@ def roofline_figure(doc: dict):
     ax.set_yscale("log")
     mems, comps = _roofs(doc, rows)
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
-    top = max([c["value"] for c in comps] + [r.tflops for r in rows] + [1e-3])
+    top = max([c["value"] for c in comps] + [r["tflops"] for r in rows] + [1e-3])
     for src, c in mems.items():
         ys = [c["value"] * 1e9 * x / 1e12 for x in grid]
         ax.plot(grid, ys, color="black", ls=SOURCE_STYLES.get(src, "-."), lw=1.5,
@@ -299,7 +299,7 @@ def roofline_figure(doc: dict):
                     color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black")
     _points(ax, numbered)
     ax.set_xlim(x_lo, x_hi)
-    bottom = min([r.tflops for r in rows] + [top]) / 10
+    bottom = min([r["tflops"] for r in rows] + [top]) / 10
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")

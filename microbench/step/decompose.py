@@ -363,14 +363,14 @@ def stage_judge(d: Decomposition) -> None:
     d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=d.opts.measure_ceilings, on_step=d.opts.on_progress)
     d.notes += d.ceilings.notes
     judge_layers(d)
+    d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
+                                       d.cfg.noise.max_spread))
 
 
 def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
     d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype)
     d.summary = step_summary(d)
-    d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
-                                       d.cfg.noise.max_spread))
     if not d.dev.is_gpu:
         d.notes.insert(0, CPU_MATRIX_NOTE)
 
