@@ -109,7 +109,7 @@ def test_a_new_kind_needs_no_change_in_the_writer_reports_or_compare(tmp_path, q
     doc = json.loads(w.json_path.read_text())
     assert row_from_dict(doc["results"][0]) == row
     _, cells = results_cells(doc)
-    assert cells[0][0][:4] == ["queue", "depth=4", "", "io"]
+    assert cells[0][0][:5] == ["1", "queue", "depth=4", "", "io"]  # "#" first: the row's number on the plot
     cmp = compare.compare([w.json_path])
     assert [(c["op"], c["shape"], c["provider"]) for c in cmp["cases"]] == [("queue", "depth=4", "io")]
     assert cmp["cases"][0]["cells"]["box"]["time_ms"] == 2.0
