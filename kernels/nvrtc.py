@@ -2,8 +2,14 @@
 
 CuPy's own compile path asks the driver for the device first and fails on a machine without one
 (`cudaErrorInsufficientDriver`), and CuPy is an optional dependency; the static inspection must work
-without either. The library comes from the pip package `nvidia-cuda-nvrtc-cu12` (site-packages/nvidia/
-cuda_nvrtc/lib/libnvrtc.so.12), else from CUDA_HOME / CUDA_PATH, else from the loader's search path.
+without either. Where the library is found, first hit wins (`candidates()` lists them in this order):
+
+1. a libnvrtc already mapped into this process (torch's CUDA build loads its own: /proc/self/maps), so
+   that one process never holds two NVRTCs;
+2. the pip wheels: CUDA 12's `nvidia-cuda-nvrtc-cu12` (site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12)
+   and CUDA 13's `nvidia-cuda-nvrtc` (site-packages/nvidia/cu13/lib/libnvrtc.so.13), newest major first;
+3. CUDA_HOME / CUDA_PATH (lib64/, lib/, targets/*/lib/), then /usr/local/cuda;
+4. the loader's search path (ctypes.util.find_library).
 
 `compile_ptx` raises `NvrtcError` carrying NVRTC's log when a source does not compile, and caches
 results in-process by (source text, headers, options, name expressions), so a test session or a
@@ -15,6 +21,8 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import re
+import sys
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,38 +43,97 @@ class NvrtcError(RuntimeError):
         super().__init__(f"{message}\n{log.strip()}" if log.strip() else message)
 
 
-def _candidates() -> list[str]:
-    out = []
-    try:
-        import nvidia.cuda_nvrtc as pkg  # the pip wheel: a namespace package holding lib/libnvrtc.so.12
+# libnvrtc.so.13, libnvrtc.so.12.9, or auditwheel's hashed copy inside a wheel (libnvrtc-672ee683.so.11.2);
+# not libnvrtc-builtins, not the .alt. variant
+_SONAME = re.compile(r"libnvrtc(-[0-9a-f]{8})?\.so(\.\d+)*$")
 
-        for base in getattr(pkg, "__path__", []):
-            out += sorted(str(p) for p in Path(base, "lib").glob("libnvrtc.so*") if "builtins" not in p.name
-                          and ".alt." not in p.name)
-    except ImportError:
-        pass
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(env):
-            out += sorted(str(p) for p in Path(os.environ[env], "lib64").glob("libnvrtc.so*"))
+
+def _is_nvrtc(path: Path) -> bool:
+    return bool(_SONAME.match(path.name))
+
+
+def _major(path: Path) -> int:
+    """libnvrtc.so.13 -> 13 (0 for an unversioned name), to try the newest major first."""
+    parts = path.name.split(".so.")
+    return int(parts[1].split(".")[0]) if len(parts) == 2 and parts[1].split(".")[0].isdigit() else 0
+
+
+def _in_dirs(dirs) -> list[str]:
+    found = [p for d in dirs if Path(d).is_dir() for p in Path(d).iterdir() if _is_nvrtc(p)]
+    return [str(p) for p in sorted(found, key=lambda p: (-_major(p), p.name))]
+
+
+def loaded_in_process(maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """libnvrtc files this process has already mapped (torch's CUDA build loads one at start-up)."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return []
+    paths = {line.split(None, 5)[5].strip() for line in text.splitlines() if len(line.split(None, 5)) == 6}
+    return sorted(p for p in paths if _is_nvrtc(Path(p)))
+
+
+def wheel_dirs(site_dirs=None) -> list[Path]:
+    """lib/ folders of the NVRTC wheels under each site-packages folder: nvidia/cu13/lib (CUDA 13's
+    `nvidia-cuda-nvrtc`), nvidia/cuda_nvrtc/lib (CUDA 12's `nvidia-cuda-nvrtc-cu12`), any nvidia/cu*/lib."""
+    if site_dirs is None:
+        site_dirs = [p for p in sys.path if p and Path(p).is_dir()]
+    out = []
+    for site in site_dirs:
+        nv = Path(site) / "nvidia"
+        if nv.is_dir():
+            out += sorted((d / "lib" for d in nv.glob("cu[0-9]*")), reverse=True)
+            out.append(nv / "cuda_nvrtc" / "lib")
+    return [d for d in dict.fromkeys(out) if d.is_dir()]
+
+
+def toolkit_dirs(environ=None) -> list[Path]:
+    env = os.environ if environ is None else environ
+    roots = [Path(env[k]) for k in ("CUDA_HOME", "CUDA_PATH") if env.get(k)] + [Path("/usr/local/cuda")]
+    out = []
+    for root in roots:
+        out += [root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib"))]
+    return out
+
+
+def candidates(site_dirs=None, environ=None, maps: Path = Path("/proc/self/maps")) -> list[str]:
+    """Every libnvrtc this process could load, in the order they are tried (see the module's docstring)."""
+    out = loaded_in_process(maps) + _in_dirs(wheel_dirs(site_dirs)) + _in_dirs(toolkit_dirs(environ))
     found = ctypes.util.find_library("nvrtc")
     if found:
         out.append(found)
-    return out
+    return list(dict.fromkeys(out))
 
 
 @lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
     errors = []
-    for path in _candidates():
+    for path in candidates():
         try:
+            _preload_builtins(Path(path))
             lib = ctypes.CDLL(path)
         except OSError as e:
             errors.append(f"{path}: {e}")
             continue
         _declare(lib)
         return lib
-    raise NvrtcError("libnvrtc not found: install the pip package nvidia-cuda-nvrtc-cu12 (or set CUDA_HOME)"
+    raise NvrtcError("libnvrtc not found: install the pip package nvidia-cuda-nvrtc-cu12 (CUDA 12) or "
+                     "nvidia-cuda-nvrtc (CUDA 13), or set CUDA_HOME"
                      + ("".join(f"\n  {e}" for e in errors)))
+
+
+def _preload_builtins(lib_path: Path) -> None:
+    """NVRTC 13 opens libnvrtc-builtins.so.13.x by name at its first compile, and the loader does not look
+    beside libnvrtc (the CUDA 13 wheel's nvidia/cu13/lib is on no search path): "failed to open
+    libnvrtc-builtins.so.13.0". Loading it first from the same folder makes that name resolve."""
+    for p in sorted(lib_path.resolve().parent.glob("libnvrtc-builtins.so*")):
+        if ".alt." not in p.name:
+            ctypes.CDLL(str(p), mode=ctypes.RTLD_GLOBAL)
+
+
+def library_path() -> str:
+    """The file of the libnvrtc this process uses (raises NvrtcError when there is none)."""
+    return _lib()._name
 
 
 def _declare(lib: ctypes.CDLL) -> None:

@@ -46,10 +46,45 @@ _INTERPRETED: dict = {}  # python function -> its InterpretedFunction
 _NAMESPACES: dict[int, dict] = {}  # id(module globals) -> the interpreted copy of those globals
 
 
+def squeeze_scalar_index() -> bool:
+    """Make the interpreter's scalars usable as range() bounds on numpy 2.4 and later, on any Triton.
+
+    The interpreter holds every scalar (a kernel's int arguments such as K, `tl.program_id`, values
+    computed from them) as a one-element 1-D array, and Triton 3.6's interpreter converts one for
+    `range()` with `int(array)`, which numpy 2.4 refuses ("only 0-dimensional arrays can be converted to
+    Python scalars"): every `for k0 in range(0, K, BLOCK_K)`, and the persistent loops that start at
+    `tl.program_id(0)`, failed. Triton 3.9 converts `int(array.squeeze())`. Where the installed
+    interpreter has the old form, its tensor patch is wrapped to set the squeezing one; the kernels and
+    their compiled code stay as they are. Returns True when it patched (False: nothing to do)."""
+    import inspect
+
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "squeezes_index", False):
+        return False
+    try:
+        old_form = "int(self.handle.data)" in inspect.getsource(original)
+    except (OSError, TypeError):
+        return False
+    if not old_form:
+        return False
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.squeezes_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    return True
+
+
 def _interpreted(fn):
     """An InterpretedFunction of a copy of `fn` whose globals see interpreted versions of the
     `@triton.jit` functions of its module (and of theirs), so that nothing compiled is called inside."""
     from triton.runtime.interpreter import InterpretedFunction
+
+    squeeze_scalar_index()
 
     if fn in _INTERPRETED:
         return _INTERPRETED[fn]

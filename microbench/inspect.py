@@ -1,30 +1,90 @@
 """python -m microbench.inspect: compile every kernel configuration of ours ahead of time for sm_80 and
 sm_90 (no GPU needed) and report, per kernel, configuration and target, the Tensor Core instructions in
 its SASS (HMMA, HGMMA, QGMMA, IMMA), FFMA count, registers, shared memory and spills.
+
+One failing module (a missing toolchain, a compile error) does not stop the others: it is reported, the
+rest are inspected, and the exit code is 1. With --json the file is rewritten after every (module,
+target), so a run stopped part-way (Ctrl-C, a deadline) leaves what it inspected; failures are entries
+with `module`, `target` and `error` beside the records.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from microbench.core.errors import InputError, run_command
-from microbench.measure.sass import TARGETS, StaticRecord, ToolchainError, inspect_build
+from microbench.measure.sass import TARGETS, StaticRecord, inspect_build
+
+
+@dataclass
+class Inspection:
+    records: list[StaticRecord] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)  # {"module", "target", "error"}
+
+    def as_json(self) -> list[dict]:
+        return [r.as_dict() for r in self.records] + self.failures
+
+
+def _first_lines(e: BaseException, n: int = 4) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: " + " | ".join(lines[:n])
+
+
+def inspect_module(name: str, target: str, kernel_filter: str | None, into: Inspection) -> None:
+    """Add the records of one module for one target to `into`, or one failure saying what went wrong."""
+    try:
+        builds = importlib.import_module(name).aot_builds(target)
+        recs = [inspect_build(b) for b in builds if not kernel_filter or kernel_filter in b.kernel]
+    except Exception as e:  # noqa: BLE001 - any failure of one module is reported, and the others go on
+        into.failures.append({"module": name, "target": target, "error": _first_lines(e)})
+        return
+    into.records += recs
+
+
+def _write_json(path: Path, result: Inspection) -> None:
+    """Atomic rewrite: a reader (or a run killed mid-write) never sees half a file."""
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import write_file
+
+    write_file(path, dumps(result.as_json()), "--json")
+
+
+def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None,
+        progress=None) -> Inspection:
+    import kernels
+
+    result = Inspection()
+    for name in modules or kernels.STATIC_MODULES:
+        for target in targets:
+            inspect_module(name, target, kernel_filter, result)
+            if json_path:
+                _write_json(json_path, result)
+            if progress:
+                progress(name, target, result)
+    return result
 
 
 def records(modules=None, targets=TARGETS, kernel_filter: str | None = None) -> list[StaticRecord]:
-    import kernels
+    return run(modules, targets, kernel_filter).records
 
-    out = []
-    for name in modules or kernels.STATIC_MODULES:
-        mod = importlib.import_module(name)
-        for target in targets:
-            for b in mod.aot_builds(target):
-                if kernel_filter and kernel_filter not in b.kernel:
-                    continue
-                out.append(inspect_build(b))
-    return out
+
+def _table(recs: list[StaticRecord]):
+    from rich.table import Table
+
+    t = Table(title="static inspection (SASS from ahead-of-time compilation; no GPU ran these)", header_style="bold")
+    for col in ("kernel", "config", "target", "HMMA", "HGMMA", "QGMMA", "IMMA", "FFMA", "regs", "smem B",
+                "spills", "note"):
+        t.add_column(col, justify="left" if col in ("kernel", "config", "target", "note") else "right")
+    for r in recs:
+        smem = r.dynamic_shared_bytes if r.dynamic_shared_bytes is not None else r.shared_bytes
+        t.add_row(r.kernel, r.config, r.target, str(r.hmma), str(r.hgmma), str(r.qgmma), str(r.imma), str(r.ffma),
+                  str(r.registers), str(smem),
+                  f"[red]{r.spill_stores}st/{r.spill_loads}ld, stack {r.stack_bytes}[/]" if r.spills else "none",
+                  r.note)
+    return t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,35 +97,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import check_file, write_file
+    from microbench.core.outdir import check_file
+    from microbench.reports.report import wide_console
 
     if args.json:
         check_file(args.json, "--json")  # before minutes of compiling
+
+    def progress(name, target, result):
+        for f in result.failures:
+            if (f["module"], f["target"]) == (name, target):
+                print(f"inspect: {name} for {target} FAILED: {f['error']}", file=sys.stderr)
+
     try:
-        recs = records(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel)
-    except ToolchainError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not recs:
+        result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
+                     progress=progress)
+    except KeyboardInterrupt:  # the JSON holds every (module, target) finished so far
+        print("inspect: interrupted; the JSON holds what was inspected before", file=sys.stderr)
+        return 130
+    if not result.records and not result.failures:
         raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
-    from rich.table import Table
-
-    from microbench.reports.report import wide_console
-
-    t = Table(title="static inspection (SASS from ahead-of-time compilation; no GPU ran these)", header_style="bold")
-    for col in ("kernel", "config", "target", "HMMA", "HGMMA", "QGMMA", "IMMA", "FFMA", "regs", "smem B",
-                "spills"):
-        t.add_column(col, justify="left" if col in ("kernel", "config", "target") else "right")
-    for r in recs:
-        smem = r.dynamic_shared_bytes if r.dynamic_shared_bytes is not None else r.shared_bytes
-        t.add_row(r.kernel, r.config, r.target, str(r.hmma), str(r.hgmma), str(r.qgmma), str(r.imma), str(r.ffma),
-                  str(r.registers), str(smem),
-                  f"[red]{r.spill_stores}st/{r.spill_loads}ld, stack {r.stack_bytes}[/]" if r.spills else "none")
-    wide_console().print(t)
+    wide_console().print(_table(result.records))
     if args.json:
-        write_file(args.json, dumps([r.as_dict() for r in recs]), "--json")
-        print(f"wrote {len(recs)} records to {args.json}")
+        print(f"wrote {len(result.records)} records and {len(result.failures)} failures to {args.json}")
+    if result.failures:
+        failed = ", ".join(f"{f['module']} ({f['target']})" for f in result.failures)
+        print(f"inspect: {len(result.failures)} failed: {failed}; the others were inspected", file=sys.stderr)
+        return 1
     return 0
 
 

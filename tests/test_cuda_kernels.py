@@ -21,6 +21,8 @@ from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.measure.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
+pytestmark = pytest.mark.inspect  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+
 MODULES = (gemm_cupy, conv_cupy)
 HAS_GPU = torch.cuda.is_available()
 

@@ -22,6 +22,8 @@ from microbench.measure.registry import bind
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
+pytestmark = pytest.mark.inspect  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+
 MODULES = (gemm_triton, conv_triton)
 
 

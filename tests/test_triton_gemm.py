@@ -25,6 +25,8 @@ from microbench.core.device import cpu_device
 from microbench.measure.registry import Unsupported
 from microbench.core.shapes import Case, GemmShape
 
+pytestmark = pytest.mark.interpreter  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA or ROCm GPU")

@@ -68,16 +68,54 @@ def ptxas_arch(target: str) -> str:
     return "sm_90a" if target == "sm_90" else target
 
 
-def assemble(ptx: str, target: str) -> tuple[bytes, str]:
-    """PTX -> cubin with Triton's ptxas. Returns (cubin, ptxas -v log)."""
+# ptxas's refusal of a PTX file newer than itself, e.g. Triton 3.6's ptxas 12.8 reading NVRTC 13's PTX:
+# "ptxas k.ptx, line 5; fatal   : Unsupported .version 9.0; current version is '8.7'"
+_TOO_NEW = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\d+\.\d+)'")
+_PTX_VERSION = re.compile(r"^(\s*\.version\s+)(\d+\.\d+)", re.MULTILINE)
+
+
+def ptx_version(ptx: str) -> str | None:
+    m = _PTX_VERSION.search(ptx)
+    return m.group(2) if m else None
+
+
+def lower_ptx_version(ptx: str, version: str) -> str:
+    """The same PTX declaring ISA `version`: right when every instruction and directive it uses exists in
+    that ISA (ptxas then accepts it); ptxas refuses it otherwise, with the line that needs the newer ISA."""
+    return _PTX_VERSION.sub(lambda m: m.group(1) + version, ptx, count=1)
+
+
+def _ptxas(ptx: str, target: str) -> tuple[subprocess.CompletedProcess, bytes]:
     with tempfile.TemporaryDirectory() as d:
         src, out = Path(d) / "k.ptx", Path(d) / "k.cubin"
         src.write_text(ptx)
         proc = subprocess.run([str(toolchain()["ptxas"]), f"-arch={ptxas_arch(target)}", "-v", "-o", str(out), str(src)],
                               capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise ToolchainError(f"ptxas -arch={ptxas_arch(target)} failed:\n{proc.stderr.strip()}")
-        return out.read_bytes(), proc.stderr
+        return proc, (out.read_bytes() if proc.returncode == 0 else b"")
+
+
+def assemble(ptx: str, target: str) -> tuple[bytes, str]:
+    """PTX -> cubin with Triton's ptxas. Returns (cubin, ptxas -v log).
+
+    PTX from an NVRTC newer than this ptxas (NVRTC 13 writes `.version 9.0`, Triton 3.6's ptxas 12.8 reads
+    up to 8.7) is lowered to the newest version ptxas names, and the log's first line says so; when the
+    code needs the newer ISA, ptxas refuses the lowered file too and the error says both."""
+    proc, cubin = _ptxas(ptx, target)
+    if proc.returncode == 0:
+        return cubin, proc.stderr
+    too_new = _TOO_NEW.search(proc.stderr)
+    if not too_new:
+        raise ToolchainError(f"ptxas -arch={ptxas_arch(target)} failed:\n{proc.stderr.strip()}")
+    have, accepted = too_new.groups()
+    lowered, cubin = _ptxas(lower_ptx_version(ptx, accepted), target)
+    if lowered.returncode != 0:
+        raise ToolchainError(f"ptxas -arch={ptxas_arch(target)} refuses PTX .version {have} (it reads up to {accepted}), "
+                             f"and the PTX lowered to .version {accepted} uses what that ISA lacks:\n"
+                             f"{lowered.stderr.strip()}")
+    return cubin, f"{PTX_LOWERED_NOTE.format(have=have, accepted=accepted)}\n{lowered.stderr}"
+
+
+PTX_LOWERED_NOTE = "PTX .version {have} lowered to {accepted}, the newest this ptxas reads (the code needs no newer ISA)"
 
 
 @lru_cache(maxsize=32)  # several AotBuilds may share one cubin (one kernel each): disassemble it once
@@ -192,4 +230,5 @@ def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> Stati
                         wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
                         imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,
                         dynamic_shared_bytes=dynamic_shared_bytes, stack_bytes=stack, local_bytes=local,
-                        spill_stores=ops["STL"], spill_loads=ops["LDL"], tensor_core_instructions=tc)
+                        spill_stores=ops["STL"], spill_loads=ops["LDL"], tensor_core_instructions=tc,
+                        note=b.ptxas_log.splitlines()[0] if b.ptxas_log.startswith("PTX .version") else "")
