@@ -275,8 +275,22 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem
 
     stream = torch.cuda.current_stream(like.device)
     with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, like.device.index):
-        kernel(grid, block, tuple(cupy.from_dlpack(a) if isinstance(a, torch.Tensor) else a for a in args),
-               shared_mem=smem_bytes)
+        kernel(grid, block, tuple(cupy.from_dlpack(dlpack_view(a)) if isinstance(a, torch.Tensor) else a
+                                  for a in args), shared_mem=smem_bytes)
+
+
+# dtypes CuPy cannot import through DLPack without the optional package ml_dtypes (CuPy 14: bf16, fp8)
+_DLPACK_BITS = {"bfloat16": "int16", "float8_e4m3fn": "int8", "float8_e5m2": "int8"}
+
+
+def dlpack_view(t):
+    """`t` as a tensor CuPy imports without ml_dtypes: a bf16 (fp8) tensor as its int16 (int8) view, the
+    same bytes at the same address. The kernels receive only the data pointer, so the dtype CuPy sees
+    does not matter, and no optional dependency is needed to launch bf16 kernels."""
+    import torch
+
+    bits = _DLPACK_BITS.get(str(t.dtype).removeprefix("torch."))
+    return t.view(getattr(torch, bits)) if bits else t
 
 
 def pick(tiles: Sequence[Tile], ctas: Callable[[Tile], int], sms: int, smem_max: int) -> Tile:

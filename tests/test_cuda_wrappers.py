@@ -140,3 +140,21 @@ def test_conv_plan_copies_nchw_inputs_to_nhwc():
     assert p.x.is_contiguous() and p.x.data_ptr() != x.data_ptr()
     ref = F.conv2d(x.double(), w.double(), padding=s.pad)
     torch.testing.assert_close(emulate_conv(p), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, crosses_as", [(torch.bfloat16, torch.int16), (torch.float16, torch.float16),
+                                               (torch.float32, torch.float32)])
+def test_tensors_cross_into_cupy_without_ml_dtypes(dtype, crosses_as):
+    """CuPy 14 imports bf16 through DLPack only with ml_dtypes installed: bf16 goes as its int16 view, the
+    same bytes at the same address (the kernels read only the pointer)."""
+    from kernels.cuda_kernels import dlpack_view
+
+    t = torch.randn(5, 8).to(dtype)[:, 2:]  # a view with an offset and strides
+    v = dlpack_view(t)
+    assert v.dtype == crosses_as
+    assert (v.data_ptr(), v.shape, v.stride()) == (t.data_ptr(), t.shape, t.stride())
+    assert torch.equal(v.view(dtype), t) if dtype != torch.float32 else v is t
+    np = pytest.importorskip("numpy")
+    if dtype == torch.bfloat16:  # the int16 view holds bf16's bit patterns: the top half of each float32
+        f32_bits = t.float().numpy().view(np.int32)
+        assert np.array_equal(v.numpy(), (f32_bits >> 16).astype(np.int16))

@@ -1,0 +1,37 @@
+"""Every [[kernel]] rule of microbench/data/kernel_rules.toml against real kernel names (tests/data/
+kernel_names.toml says where each was seen): each name gets its class and Tensor Core verdict, and each
+rule is the first match of at least one real name, so no rule stands untested."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from microbench.timeline.classify import _load, classify_kernel, kernel_signature_name
+
+NAMES = tomllib.loads((Path(__file__).parent / "data" / "kernel_names.toml").read_text())["name"]
+
+
+@pytest.mark.parametrize("entry", NAMES, ids=lambda e: kernel_signature_name(e["name"])[:60])
+def test_real_name_gets_its_class_and_verdict(entry):
+    c = classify_kernel(entry["name"])
+    assert (c.cls, c.tensor_cores) == (entry["class"], entry["tensor_cores"]), c.rule
+
+
+def test_every_kernel_rule_is_the_first_match_of_a_real_name():
+    hit = {classify_kernel(e["name"]).rule.split(" ")[0] for e in NAMES}
+    rules = _load()[1]["kernel"]
+    untested = [f"{r.rule_id} /{r.pattern.pattern}/" for r in rules if r.rule_id not in hit]
+    assert not untested, f"rules with no real name in tests/data/kernel_names.toml: {untested}"
+
+
+def test_strict_fp32_nvjet_is_not_tensor_core_work_by_name():
+    """The issue's case: cuBLAS's nvjet on fp32 without tf32 in the name is not counted as Tensor Core
+    work; with tf32 (or on 16-bit types) it is."""
+    from microbench.measure.evidence import from_kernel_names
+
+    assert from_kernel_names({"nvjet_sss_128x256_TNT": 1.0}).tensor_cores == "unknown"
+    assert from_kernel_names({"nvjet_sm100_sss_64x32_64x16_2x1_v_bz_TNT": 1.0}).tensor_cores == "unknown"
+    assert from_kernel_names({"nvjet_sss_tf32_128x256_TNT": 1.0}).tensor_cores == "yes"
+    assert from_kernel_names({"nvjet_tst_128x256_64x6_2x1_2cta_v_bz_TNT": 1.0}).tensor_cores == "yes"
