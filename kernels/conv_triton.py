@@ -33,8 +33,9 @@ from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .gemm_triton import _device_family, precision_key
-from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
-                             provider_enabled, provider_evidence, provider_timed, report_launch)
+from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
+                             interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
+                             record_plan, report_launch)
 
 
 @triton.jit
@@ -240,7 +241,7 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
     precision = "tf32" if allow_tf32 else "ieee"
     dtype_name = dtypes.name_of(a.dtype)
     gemm_m, gemm_n, gemm_k = _gemm_dims(s, direction)
-    if a.device.type == "cpu":
+    if a.device.type == "cpu" and not planned():
         if why := interpreter_refusal(gemm_m * gemm_n * gemm_k):
             raise Unsupported(why)
         # Tiles as the kernel walks them: a reduction step covers one channel block of one tap (fwd,
@@ -249,9 +250,9 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
         cfg = config or cfgs.interpreter_config(*tile_dims[direction])
         run = _Launcher(direction, cfg, precision, interpret=True, upcast=a.dtype == torch.bfloat16)
     else:
-        family = _device_family(a.device)
+        family = planned()["family"] if planned() else _device_family(a.device)
         key = precision_key(dtype_name, allow_tf32)
-        if config is None and not autotune:
+        if config is None and not (autotune and autotune_enabled()):
             config = cfgs.conv_default(family, key)
         run = _Launcher(direction, config, precision, interpret=False, upcast=False, family=family, key=key)
     if direction == "fwd":
@@ -281,6 +282,10 @@ class _Launcher:
 
     def __call__(self, grid_fn, *args, **meta):
         kernel = KERNELS[self.direction]
+        if planned():  # counting compiles (triton_runtime.planning): record, launch nothing
+            configs = [self.cfg] if self.cfg is not None else cfgs.CONV_CONFIGS[self.family](self.key)
+            record_plan(kernel, KERNEL_NAMES[self.direction], args, {**meta, **self.common}, configs)
+            return
         if self.cfg is not None:
             launcher = interpreted(kernel) if self.interpret else kernel
             grid = grid_fn(self.cfg.meta())
@@ -343,7 +348,10 @@ def _split_count(tiles: int, red: int, block_k: int, sms: int, split_k: int | No
 
 def _bwd_weight(run, x, dy, dw, s: ConvShape, split_k: int | None):
     red = s.n * s.p * s.q
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda" else 1
+    if planned():
+        sms = planned()["sms"]
+    else:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda" else 1
     # The split count is fixed before the kernel's tile shape is known (it sizes the workspace), from
     # the family's default tile.
     ref = run.cfg or cfgs.conv_default(run.family, run.key)

@@ -21,8 +21,9 @@ from microbench.core import dtypes
 from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
-from .triton_runtime import (aot_build, aot_compile, autotune, grouped_tile, interpreted, interpreter_refusal,
-                             provider_enabled, provider_evidence, provider_timed, report_launch)
+from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
+                             interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
+                             record_plan, report_launch)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 OPERAND_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # names of microbench.core.dtypes
@@ -153,6 +154,8 @@ def _stored(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 def _num_sms(device: torch.device) -> int:
+    if planned():
+        return planned()["sms"]
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 3  # interpreter: a few programs, so that the persistent loop runs more than once
@@ -229,21 +232,21 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
     if tma and not tma_possible:
         raise Unsupported("the tensor-descriptor (TMA) kernel needs 16-byte aligned operands with a unit stride")
 
-    if a.device.type == "cpu":
+    if a.device.type == "cpu" and not planned():
         if why := interpreter_refusal(nb * m * n * k):
             raise Unsupported(why)
         cfg = config or cfgs.interpreter_config(m, n, k)
         _launch(a3, b3, c3, cfg, precision, interpret=True, tma=bool(tma), upcast=a.dtype == torch.bfloat16)
         return out
 
-    family = _device_family(a.device)
+    family = planned()["family"] if planned() else _device_family(a.device)
     hopper = family == "sm_90" and torch.version.hip is None
     if tma and not hopper:
         raise Unsupported("the tensor-descriptor (TMA) kernel needs an NVIDIA Hopper GPU (sm_90)")
     # IEEE fp32 runs on the CUDA cores, where TMA's asynchronous copies buy nothing.
     key = precision_key(dtype_name, allow_tf32)
     use_tma = bool(tma) or (tma is None and hopper and tma_possible and key != "fp32")
-    if config is None and not autotune:
+    if config is None and not (autotune and autotune_enabled()):
         config = cfgs.gemm_default(family, key)
     _launch(a3, b3, c3, config, precision, interpret=False, tma=use_tma, upcast=False, family=family, key=key)
     return out
@@ -281,6 +284,11 @@ def _launch(a3, b3, c3, cfg, precision, *, interpret: bool, tma: bool, upcast: b
         args = (a3, b3, c3, m, n, k, nb, *a3.stride(), *b3.stride(), *c3.stride())
         kernel, name = _gemm_kernel, "triton_gemm"
 
+    if planned():  # counting compiles (triton_runtime.planning): record, launch nothing
+        hook = _set_block_shapes if tma else None
+        configs = [cfg] if cfg is not None else (cfgs.gemm_tma_configs_sm90(key) if tma else cfgs.GEMM_CONFIGS[family](key))
+        record_plan(kernel, name, args, common, configs, prune=None if cfg is not None else _prune, pre_hook=hook)
+        return
     if cfg is not None:
         if tma:
             _set_block_shapes({**common, **cfg.meta(), **descs})

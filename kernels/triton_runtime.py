@@ -316,3 +316,82 @@ def provider_evidence(static_records_of: Callable[[object], list]):
             return Evidence("unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     return evidence
+
+
+# --------------------------------------------------------------------------------------------------
+# Compile budget: what a GPU run would compile, counted on a CPU. Under `planning(family)` the wrappers take
+# their GPU path with CPU tensors, and instead of launching they record each (kernel, configuration,
+# argument specialization) the JIT would compile: the autotuner's candidates after pruning, or the one
+# fixed configuration. The same Triton rule specializes the arguments as at run time: an int equal to 1
+# becomes a constant, ints and pointers divisible by 16 carry that hint, ints choose i32 or i64.
+
+AUTOTUNE_ENV = "DAWNSCOPE_AUTOTUNE"
+
+
+def autotune_enabled() -> bool:
+    """DAWNSCOPE_AUTOTUNE=0 turns the autotuner off: the wrappers use their family's default configuration
+    (a few compiles instead of hundreds: scripts/device-check runs with it)."""
+    import os
+
+    return os.environ.get(AUTOTUNE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+_planning = threading.local()
+
+
+@contextlib.contextmanager
+def planning(family: str, sms: int = 132):
+    """Record compiles instead of launching, as a GPU of `family` with `sms` multiprocessors would."""
+    prev = getattr(_planning, "state", None)
+    _planning.state = {"family": family, "sms": sms, "compiles": []}
+    try:
+        yield _planning.state["compiles"]
+    finally:
+        _planning.state = prev
+
+
+def planned() -> dict | None:
+    return getattr(_planning, "state", None)
+
+
+def _spec(v):
+    """The JIT's specialization of one argument value (what makes two launches share a compiled kernel)."""
+    if isinstance(v, bool):
+        return ("i1",)
+    if isinstance(v, int):
+        return ("const", 1) if v == 1 else ("i32" if -2**31 <= v < 2**31 else "i64", v % 16 == 0)
+    if isinstance(v, torch.Tensor):
+        return ("ptr", str(v.dtype), v.data_ptr() % 16 == 0)
+    if hasattr(v, "block_shape") and hasattr(v, "base"):  # a TensorDescriptor: its type carries the block
+        return ("desc", str(v.base.dtype), tuple(v.block_shape))
+    return ("const", v if isinstance(v, (str, float, type(None))) else repr(v))
+
+
+def record_plan(kernel, name: str, args: tuple, meta: dict, configs: list, prune=None, pre_hook=None) -> None:
+    """Record the compiles of one launch: each configuration (after the autotuner's pruning) with the
+    specialization of the arguments. `configs`: TileConfigs; `meta`: constexpr keywords of the launch."""
+    fn = jit_function(kernel)
+    named = dict(zip(fn.arg_names, args))
+    named.update(meta)
+    if prune is not None:
+        tc = {c.label(): c for c in configs}
+        kept = prune([c.triton_config() for c in configs], named)
+        configs = [tc[TileConfig_of(k).label()] for k in kept]
+    constexpr = {p.name for p in fn.params if p.is_constexpr}
+    for cfg in configs:
+        full = {**named, **cfg.meta(persistent_param="PERSISTENT" in fn.arg_names)}
+        if pre_hook is not None:
+            pre_hook(full)
+        spec = tuple((k, ("constexpr", full[k]) if k in constexpr else _spec(full[k])) for k in fn.arg_names if k in full)
+        planned()["compiles"].append((name, cfg, spec))
+
+
+def TileConfig_of(config):  # noqa: N802 - a late import keeps triton_configs free of triton_runtime
+    from .triton_configs import TileConfig
+
+    return TileConfig.of(config)
+
+
+def count_compiles(compiles: list) -> int:
+    """Distinct compiled kernels: the JIT compiles each (kernel, configuration, specialization) once."""
+    return len(set(compiles))

@@ -1,0 +1,141 @@
+"""python -m microbench.compiles: how many Triton kernels a GPU run of a profile compiles, counted on a CPU.
+
+Every case of the profile goes through the `triton` provider as on a GPU of the given family, with
+`kernels.triton_runtime.planning` recording, instead of launching, each (kernel, configuration, argument
+specialization) the JIT would compile: the autotuner's candidates after its pruning, or the default
+configuration with DAWNSCOPE_AUTOTUNE=0. Operands are allocated, never filled (their layout and alignment
+is what specializes a kernel). Our CUDA C++ kernels are not counted here: NVRTC builds one program per .cu
+file and architecture (two in all), whatever the profile.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from unittest import mock
+
+import torch
+
+
+@contextmanager
+def _unfilled_operands():
+    """make_inputs without the random fill: `torch.empty` of the same shape, dtype and layout."""
+    from microbench.core import cases
+
+    def empty(shape, dtype, device, gen):
+        return torch.empty(shape, dtype=cases.torch_dtype(dtype), device=device)
+
+    with mock.patch.object(cases, "_random", empty):
+        yield
+
+
+def plan_cases(case_list, family: str, sms: int = 132) -> list:
+    """The compiles of these cases on a GPU of `family` (with its `sms`), as recorded by the providers."""
+    import kernels
+    from kernels import triton_runtime
+    from microbench.core.cases import make_inputs
+    from microbench.measure import registry
+
+    kernels.load_all()
+    with triton_runtime.planning(family, sms) as compiles, _unfilled_operands():
+        for case in case_list:
+            p = registry.get(case.family, "triton")
+            try:
+                registry.bind(p, case, *make_inputs(case))()
+            except registry.Unsupported:
+                continue
+    return compiles
+
+
+def count(case_list, family: str, sms: int = 132) -> dict:
+    compiles = plan_cases(case_list, family, sms)
+    by_kernel = Counter(name for name, *_ in set(compiles))
+    return {"total": len(set(compiles)), "launch_plans": len(compiles), "by_kernel": dict(sorted(by_kernel.items()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m microbench.compiles", description=__doc__)
+    ap.add_argument("--profile", default="quick")
+    ap.add_argument("--family", default="sm_90", choices=["sm_80", "sm_90", "cdna"])
+    ap.add_argument("--sms", type=int, default=132, help="multiprocessors of the GPU (H100/H200 SXM: 132)")
+    ap.add_argument("--config", default=None)
+    args = ap.parse_args(argv)
+    from microbench.core.config import load_config
+    from microbench.core.errors import InputError
+    from kernels.triton_runtime import AUTOTUNE_ENV
+
+    try:
+        cases = load_config(args.config).profile(args.profile).cases
+    except InputError as e:
+        print(f"error: {e.line()}", file=sys.stderr)
+        return e.exit_code
+    for setting in ("1", "0"):
+        with mock.patch.dict(os.environ, {AUTOTUNE_ENV: setting}):
+            c = count(cases, args.family, args.sms)
+        kernels_ = ", ".join(f"{k} {n}" for k, n in c["by_kernel"].items())
+        print(f"profile {args.profile}, {args.family}, {AUTOTUNE_ENV}={setting}: {c['total']} Triton compiles "
+              f"({kernels_})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---- the same compiles ahead of time, for their SASS: spills at the profile's real specializations -------
+def _aot_value(spec):
+    """A representative argument with the recorded specialization (what aot_compile reads)."""
+    from microbench.core import dtypes
+
+    kind = spec[0]
+    if kind == "constexpr":
+        return spec[1]
+    if kind == "const":
+        return spec[1]
+    if kind in ("i32", "i64"):
+        base = 2**31 if kind == "i64" else 0
+        return base + (32 if spec[1] else 33)
+    if kind == "i1":
+        return True
+    if kind == "ptr":
+        return "*" + dtypes.get(dtypes.name_of(getattr(torch, spec[1].removeprefix("torch.")))).triton
+    if kind == "desc":
+        ty = dtypes.get(dtypes.name_of(getattr(torch, spec[1].removeprefix("torch.")))).triton
+        return f"tensordesc<{ty}[{', '.join(map(str, spec[2]))}]>"
+    raise ValueError(f"unknown specialization {spec!r}")
+
+
+def _kernel(name: str):
+    from kernels import conv_triton, gemm_triton
+
+    if name == "triton_gemm":
+        return gemm_triton._gemm_kernel
+    if name == "triton_gemm_tma":
+        return gemm_triton._gemm_tma_kernel
+    return conv_triton.KERNELS[name.removeprefix("triton_conv_")]
+
+
+def inspect_one(plan, target: str) -> dict:
+    """Compile one recorded plan for `target` and read its SASS (runs in a worker process)."""
+    from kernels.triton_runtime import aot_build, aot_compile
+    from microbench.measure.sass import inspect_build
+
+    name, cfg, spec = plan
+    args = {k: _aot_value(v) for k, v in spec}
+    dtype = next((v[1] for k, v in spec if v[0] in ("ptr", "desc")), "?").removeprefix("torch.")
+    try:
+        compiled = aot_compile(_kernel(name), args, target, cfg.options())
+        rec = inspect_build(aot_build(name, dtype, cfg, target, compiled))
+    except Exception as e:  # noqa: BLE001 - a configuration that does not compile is a finding too
+        return {"kernel": name, "config": cfg.label(), "target": target, "error": f"{type(e).__name__}: {e}"[:300]}
+    return {**rec.as_dict(), "spec": [[k, list(v)] for k, v in spec]}
+
+
+def inspect_plans(plans, target: str, jobs: int) -> list[dict]:
+    """Compile in `jobs` processes (Triton compiles hold the GIL)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(inspect_one, plans, [target] * len(plans)))

@@ -1,0 +1,64 @@
+"""The compile budget, counted on a CPU (microbench.compiles): the wrappers' GPU path under
+triton_runtime.planning records what the JIT would compile, and DAWNSCOPE_AUTOTUNE=0 leaves one default
+configuration per kernel and specialization. Expected counts are computed here from the configuration
+lists and Triton's specialization rule, not read back from the code under test."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import triton_configs as cfgs
+from kernels import triton_runtime as tr
+from kernels.gemm_triton import _prune
+from microbench.compiles import count, plan_cases
+from microbench.core.shapes import Case, ConvShape, GemmShape
+
+pytestmark = pytest.mark.inspect
+
+GEMMS = [Case("gemm", GemmShape(512, 512, 512), "bf16"), Case("gemm", GemmShape(2048, 2048, 2048), "bf16"),
+         Case("gemm", GemmShape(127, 33, 7), "bf16")]
+
+
+def _after_prune(configs, m, n):
+    named = {"M": m, "N": n}
+    return len(_prune([c.triton_config() for c in configs], named))
+
+
+def test_autotuned_gemm_compiles_every_candidate_once_per_specialization(monkeypatch):
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "1")
+    # 512^3 and 2048^3 (sizes divisible by 16, aligned) share a specialization and take the TMA kernel on
+    # sm_90; 127x33x7 cannot (33 bf16 = 66-byte rows) and takes the pointer kernel, whose candidates are
+    # pruned for its small N.
+    expect = _after_prune(cfgs.gemm_tma_configs_sm90("bf16"), 2048, 2048) + \
+        _after_prune(cfgs.gemm_configs_sm90("bf16"), 127, 33)
+    c = count(GEMMS, "sm_90")
+    assert c["total"] == expect and c["by_kernel"] == {
+        "triton_gemm": _after_prune(cfgs.gemm_configs_sm90("bf16"), 127, 33),
+        "triton_gemm_tma": _after_prune(cfgs.gemm_tma_configs_sm90("bf16"), 2048, 2048)}
+
+
+def test_autotune_off_compiles_the_default_only(monkeypatch):
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "0")
+    compiles = plan_cases(GEMMS, "sm_90")
+    assert len(set(compiles)) == 2  # one default per kernel and specialization
+    assert {cfg for _, cfg, _ in compiles} == {cfgs.gemm_default("sm_90", "bf16")}
+    assert not tr.autotune_enabled()
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "1")
+    assert tr.autotune_enabled()
+
+
+def test_specialization_follows_the_jit(monkeypatch):
+    """An odd size is its own specialization: K = 7 vs K = 16 compile twice, K = 16 vs 32 once."""
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "0")
+    fp32 = lambda k: Case("gemm", GemmShape(64, 64, k), "fp32")  # noqa: E731 - fp32: the pointer kernel
+    assert count([fp32(16), fp32(32)], "sm_80")["total"] == 1
+    assert count([fp32(16), fp32(7)], "sm_80")["total"] == 2
+    assert count([fp32(16), fp32(1)], "sm_80")["total"] == 2  # 1 becomes a constant
+
+
+def test_conv_directions_and_bwd_data_phases(monkeypatch):
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "0")
+    s = ConvShape(2, 32, 15, 15, 32, 3, 3, stride=(2, 2), pad=(1, 1))
+    c = count([Case(f"conv2d_{d}", s, "bf16") for d in ("fwd", "bwd_data", "bwd_weight")], "sm_90")
+    # stride 2 x 2: the input splits into four phases, one launch each; PHASE_H and PHASE_W are 0 or 1, and
+    # the JIT makes 1 a constant while 0 stays an argument: four specializations, four compiles
+    assert c["by_kernel"] == {"triton_conv_fwd": 1, "triton_conv_bwd_weight": 1, "triton_conv_bwd_data": 4}
