@@ -284,7 +284,8 @@ class _Launcher:
         kernel = KERNELS[self.direction]
         if planned():  # counting compiles (triton_runtime.planning): record, launch nothing
             configs = [self.cfg] if self.cfg is not None else cfgs.CONV_CONFIGS[self.family](self.key)
-            record_plan(kernel, KERNEL_NAMES[self.direction], args, {**meta, **self.common}, configs)
+            record_plan(kernel, KERNEL_NAMES[self.direction], args, {**meta, **self.common}, configs,
+                        prune=None if self.cfg is not None else _prune_for(self.direction))
             return
         if self.cfg is not None:
             launcher = interpreted(kernel) if self.interpret else kernel
@@ -384,10 +385,31 @@ _TUNE_KEYS = {
 }
 
 
+def _tile_dims(direction: str, a: dict) -> tuple[int, int]:
+    """Rows and columns one program's tile walks over: output pixels x channels (fwd: K, bwd_data: C), or
+    output channels K x input channels C per tap (bwd_weight)."""
+    if direction == "fwd":
+        return a["N"] * a["P"] * a["Q"], a["K"]
+    if direction == "bwd_data":
+        return a["N"] * a["HI"] * a["WI"], a["C"]
+    return a["K"], a["C"]
+
+
+def _prune_for(direction: str):
+    def prune(configs, named_args, **kwargs):
+        """As the GEMM's: no tile more than twice the problem (64 at least) in either dimension."""
+        m, n = _tile_dims(direction, named_args)
+        keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
+                and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))]
+        return keep or configs[-1:]
+
+    return prune
+
+
 @functools.lru_cache(maxsize=None)
 def _tuner(direction: str, family: str, key: str):
     configs = [c.triton_config(persistent_param=False) for c in cfgs.CONV_CONFIGS[family](key)]
-    return autotune(KERNELS[direction], configs, _TUNE_KEYS[direction])
+    return autotune(KERNELS[direction], configs, _TUNE_KEYS[direction], prune=_prune_for(direction))
 
 
 # --------------------------------------------------------------------------------------------------

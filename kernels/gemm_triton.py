@@ -310,11 +310,33 @@ def _set_block_shapes(nargs: dict) -> None:
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles far larger than the problem: they only add masked work and compile time."""
+    """Drop candidates that cannot win, before they cost a compile: tiles far larger than the problem (they
+    only add masked work), and a persistent tile when the problem has no more tiles than the GPU has SMs
+    while the same tile without the persistent loop is a candidate (each program would run one tile: the
+    same kernel plus a loop)."""
     m, n = named_args["M"], named_args["N"]
     keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
             and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))]
+    sms = _sms_of(named_args)
+    if sms:
+        def tile(c):
+            return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages
+
+        plain = {tile(c) for c in keep if not c.kwargs.get("PERSISTENT")}
+        batch = named_args.get("BATCH", 1)
+        keep = [c for c in keep if not (c.kwargs.get("PERSISTENT") and tile(c) in plain and
+                                        batch * triton.cdiv(m, c.kwargs["BLOCK_M"]) * triton.cdiv(n, c.kwargs["BLOCK_N"]) <= sms)]
     return keep or configs[-1:]
+
+
+def _sms_of(named_args) -> int | None:
+    """The SM count of the GPU the launch is for (None when the arguments do not say)."""
+    for name in ("a_ptr", "a_desc"):
+        t = named_args.get(name)
+        t = getattr(t, "base", t)
+        if isinstance(t, torch.Tensor) and (t.device.type == "cuda" or planned()):
+            return _num_sms(t.device)
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,10 +5,10 @@ lists and Triton's specialization rule, not read back from the code under test."
 from __future__ import annotations
 
 import pytest
+import triton
 
 from kernels import triton_configs as cfgs
 from kernels import triton_runtime as tr
-from kernels.gemm_triton import _prune
 from microbench.compiles import count, plan_cases
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
@@ -18,9 +18,15 @@ GEMMS = [Case("gemm", GemmShape(512, 512, 512), "bf16"), Case("gemm", GemmShape(
          Case("gemm", GemmShape(127, 33, 7), "bf16")]
 
 
-def _after_prune(configs, m, n):
-    named = {"M": m, "N": n}
-    return len(_prune([c.triton_config() for c in configs], named))
+def _after_prune(configs, m, n, sms=132):
+    """The candidates the autotuner keeps, by the rules stated in gemm_triton._prune: no tile more than twice
+    the problem (64 at least), no persistent tile whose plain twin is there when tiles <= SMs."""
+    small = [c for c in configs if c.block_m <= max(64, 2 * triton.next_power_of_2(m))
+             and c.block_n <= max(64, 2 * triton.next_power_of_2(n))]
+    plain = {(c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages) for c in small if not c.persistent}
+    kept = [c for c in small if not (c.persistent and (c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages)
+                                     in plain and triton.cdiv(m, c.block_m) * triton.cdiv(n, c.block_n) <= sms)]
+    return len(kept)
 
 
 def test_autotuned_gemm_compiles_every_candidate_once_per_specialization(monkeypatch):
@@ -62,3 +68,14 @@ def test_conv_directions_and_bwd_data_phases(monkeypatch):
     # stride 2 x 2: the input splits into four phases, one launch each; PHASE_H and PHASE_W are 0 or 1, and
     # the JIT makes 1 a constant while 0 stays an argument: four specializations, four compiles
     assert c["by_kernel"] == {"triton_conv_fwd": 1, "triton_conv_bwd_weight": 1, "triton_conv_bwd_data": 4}
+
+
+def test_conv_candidates_larger_than_the_problem_are_not_compiled(monkeypatch):
+    monkeypatch.setenv(tr.AUTOTUNE_ENV, "1")
+    s = ConvShape(2, 32, 15, 15, 32, 3, 3, stride=(2, 2), pad=(1, 1))  # fwd: 2*8*8 = 128 pixels x 32 channels
+    m, n = 2 * 8 * 8, 32
+    want = [c for c in cfgs.conv_configs_sm90("bf16") if c.block_m <= max(64, 2 * triton.next_power_of_2(m))
+            and c.block_n <= max(64, 2 * triton.next_power_of_2(n))]
+    compiles = plan_cases([Case("conv2d_fwd", s, "bf16")], "sm_90")
+    assert sorted({cfg for _, cfg, _ in compiles}, key=repr) == sorted(want, key=repr)
+    assert len(want) < len(cfgs.conv_configs_sm90("bf16"))  # the 128- and 256-wide column tiles are gone
