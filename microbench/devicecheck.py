@@ -112,8 +112,9 @@ def run_stage(argv: list[str], limit_s: float, log_path: Path, env: dict, grace_
         stopped = ""
         try:
             proc.wait(timeout=max(0.1, limit_s))
-        except subprocess.TimeoutExpired:
-            stopped = "SIGINT at the limit"
+        except (subprocess.TimeoutExpired, KeyboardInterrupt) as e:  # the limit, or Ctrl-C on device-check
+            stopped = ("SIGINT at the limit" if isinstance(e, subprocess.TimeoutExpired)
+                       else "SIGINT (device-check interrupted)")
             proc.send_signal(signal.SIGINT)
             for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
                 try:
@@ -193,6 +194,8 @@ def run_all(outdir: Path, dry: bool, deadline_s: float, plan: list[Stage] | None
                         shutil.copyfile(work / src, outdir / dst)
                 if st.junit:
                     junit_parts.append((st.name, work / "junit.xml"))
+                if stopped.endswith("(device-check interrupted)"):
+                    break  # Ctrl-C on device-check itself: keep what the stages wrote, run no more
         if junit_parts:
             merge_junit(junit_parts, outdir / "gpu-tests.xml")
     finally:
@@ -288,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = write_summary(args.outdir, results, args.dry_run, deadline_s, time.monotonic() - start)
     print(summary.read_text())
     files = list(args.outdir.iterdir())
-    assert len(files) <= MAX_FILES, f"{len(files)} files in {args.outdir}"
+    if len(files) > MAX_FILES:  # OUTDIR held files before this run: the loan brings back only 8
+        print(f"device-check: {len(files)} files in {args.outdir} (it was not empty); only {MAX_FILES} come back",
+              file=sys.stderr)
     return 0 if all(r.rc == 0 for r in results) else 1
 
 
