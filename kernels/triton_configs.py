@@ -99,11 +99,11 @@ def wants_wgmma(target: str, dtype: str, cfg: TileConfig) -> bool:
 # GEMM
 
 def gemm_configs_sm80(dtype: str) -> list[TileConfig]:
-    # Every entry compiles without spills for sm_80 (python -m microbench.inspect); shared memory stays
-    # within the 100 KB of sm_86 / sm_89 except where noted.
+    # Every entry compiles without spills for sm_80 at aligned sizes (python -m microbench.inspect); shared
+    # memory stays within the 100 KB of sm_86 / sm_89 except where noted.
     if dtype == "fp32":  # IEEE fp32 on the CUDA cores: FFMA tiles, no Tensor Cores
-        return [TileConfig(128, 128, 16, 8, 3), TileConfig(64, 128, 32, 4, 3), TileConfig(64, 64, 32, 4, 4),
-                TileConfig(32, 64, 32, 4, 4)]
+        return [TileConfig(64, 128, 32, 8, 3), TileConfig(128, 128, 16, 8, 3), TileConfig(64, 128, 32, 4, 3),
+                TileConfig(64, 64, 32, 4, 4), TileConfig(32, 64, 32, 4, 4)]
     bk = 64 if dtype == "fp8_e4m3" else 32
     return [
         TileConfig(128, 128, 2 * bk, 8, 3),
@@ -164,12 +164,18 @@ GEMM_CONFIGS = {"sm_80": gemm_configs_sm80, "sm_90": gemm_configs_sm90, "cdna": 
 def gemm_default(family: str, dtype: str) -> TileConfig:
     """The configuration used without autotuning, and the one whose SASS stands as static evidence.
     Chosen to compile without spills on its family (tests/test_inspect_triton.py checks): a 128x128
-    fp32 accumulator needs 8 warps on sm_80 (with 4 it takes every register and spills once pipelined)."""
-    if dtype == "fp32":
-        return TileConfig(128, 128, 16, 8, 3)
-    bk = 128 if dtype == "fp8_e4m3" else 32 if dtype == "tf32" else 64
+    fp32 accumulator needs 8 warps on sm_80 (with 4 it takes every register and spills once pipelined).
+    Checked at the quick profile's real shapes too (`python -m microbench.inspect --profile quick`): at
+    127x33x7, whose sizes and strides carry no divisibility hint, Triton 3.6 spilled the former fp32 default
+    128x128x16 (sm_80 and sm_90) and the sm_80 fp16/bf16 128x128x64; fp32 64x128x32 with 8 warps and
+    128x128x32 do not, with Triton 3.6 nor 3.9 (128x64x32 did with 3.9, 64x64x32 with 4 warps too)."""
     if family == "cdna":
+        if dtype == "fp32":
+            return TileConfig(128, 128, 16, 8, 3)
         return TileConfig(128, 128, 64, 4, 2, extra=(("matrix_instr_nonkdim", 16), ("waves_per_eu", 2)))
+    if dtype == "fp32":
+        return TileConfig(64, 128, 32, 8, 3)
+    bk = 128 if dtype == "fp8_e4m3" else 32 if dtype == "tf32" or family == "sm_80" else 64
     return TileConfig(128, 128, bk, 8, 3)
 
 
@@ -179,7 +185,9 @@ def gemm_default(family: str, dtype: str) -> TileConfig:
 
 def conv_configs_sm80(dtype: str) -> list[TileConfig]:
     if dtype == "fp32":
-        return [TileConfig(64, 64, 32, 4, 3), TileConfig(128, 128, 16, 8, 3), TileConfig(32, 64, 32, 4, 3)]
+        # At the quick profile's shapes 64x64x32 (4 warps) spilled on sm_90 with Triton 3.6, 64x64x16 (4 warps)
+        # with Triton 3.9, 32x64x32 on both; 64x64x16 with 8 warps spills on neither.
+        return [TileConfig(64, 64, 16, 8, 3), TileConfig(128, 128, 16, 8, 3)]
     bk = 32
     return [TileConfig(128, 128, bk, 8, 3), TileConfig(128, 64, bk, 4, 3), TileConfig(64, 128, bk, 4, 4),
             TileConfig(256, 64, bk, 8, 3), TileConfig(128, 128, 2 * bk, 8, 3), TileConfig(64, 64, bk, 4, 4)]
@@ -189,7 +197,9 @@ def conv_configs_sm90(dtype: str) -> list[TileConfig]:
     if dtype == "fp32":
         return conv_configs_sm80("fp32")
     bk = 32 if dtype == "tf32" else 64
-    return [TileConfig(128, 128, bk, 8, 4), TileConfig(128, 128, bk, 4, 4), TileConfig(128, 256, bk, 8, 3),
+    # tf32 128x256 (8 warps, 3 stages) took all 255 registers and spilled (Triton 3.6, ResNet conv2_x)
+    wide = [] if dtype == "tf32" else [TileConfig(128, 256, bk, 8, 3)]
+    return [TileConfig(128, 128, bk, 8, 4), TileConfig(128, 128, bk, 4, 4), *wide,
             TileConfig(256, 128, bk, 8, 3), TileConfig(128, 64, bk, 4, 4), TileConfig(64, 128, bk, 4, 4),
             TileConfig(64, 64, bk, 4, 4)]
 
@@ -208,10 +218,12 @@ CONV_CONFIGS = {"sm_80": conv_configs_sm80, "sm_90": conv_configs_sm90, "cdna": 
 def conv_default(family: str, dtype: str) -> TileConfig:
     """As `gemm_default`: no spills on its family; 8 warps for a 128x128 accumulator on sm_80 (with 4, the
     gathered operand addresses push it over the register file: the tf32 tile spilled)."""
-    if dtype == "fp32":
-        return TileConfig(64, 64, 32, 4, 3)
     if family == "cdna":
-        return conv_configs_cdna(dtype)[0]
+        return TileConfig(64, 64, 32, 4, 3) if dtype == "fp32" else conv_configs_cdna(dtype)[0]
+    if dtype == "fp32":  # see conv_configs_sm80: the one fp32 tile that spilled with neither Triton
+        return TileConfig(64, 64, 16, 8, 3)
+    if dtype == "tf32" and family == "sm_80":  # 128x128x32 spilled in bwd_weight (Triton 3.6)
+        return TileConfig(128, 128, 16, 8, 3)
     return TileConfig(128, 128, 64 if family == "sm_90" and dtype != "tf32" else 32, 8, 3)
 
 

@@ -124,6 +124,7 @@ def inspect_one(plan, target: str) -> dict:
 
     name, cfg, spec = plan
     args = {k: _aot_value(v) for k, v in spec}
+    args.update(cfg.meta(persistent_param="PERSISTENT" in args))  # the configuration's own block sizes
     dtype = next((v[1] for k, v in spec if v[0] in ("ptr", "desc")), "?").removeprefix("torch.")
     try:
         compiled = aot_compile(_kernel(name), args, target, cfg.options())
@@ -131,6 +132,12 @@ def inspect_one(plan, target: str) -> dict:
     except Exception as e:  # noqa: BLE001 - a configuration that does not compile is a finding too
         return {"kernel": name, "config": cfg.label(), "target": target, "error": f"{type(e).__name__}: {e}"[:300]}
     return {**rec.as_dict(), "spec": [[k, list(v)] for k, v in spec]}
+
+
+def default_plans(profile_cases, family: str) -> list:
+    """The compiles of a profile with autotuning off: its default configurations at its real specializations."""
+    with mock.patch.dict(os.environ, {"DAWNSCOPE_AUTOTUNE": "0"}):
+        return sorted(set(plan_cases(profile_cases, family)), key=repr)
 
 
 def inspect_plans(plans, target: str, jobs: int) -> list[dict]:

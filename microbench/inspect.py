@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write one record per (kernel, config, target) to this file")
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
+    ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
+                                      "shapes (their argument specializations), as a GPU run compiles them")
     args = ap.parse_args(argv)
-    return run_command(lambda: _run(args))
+    return run_command(lambda: profile_main(args) if args.profile else _run(args))
 
 
 def _run(args) -> int:
@@ -124,6 +127,45 @@ def _run(args) -> int:
         print(f"inspect: {len(result.failures)} failed: {failed}; the others were inspected", file=sys.stderr)
         return 1
     return 0
+
+
+def profile_main(args) -> int:
+    """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
+    costs in registers."""
+    from microbench.compiles import default_plans, inspect_plans
+    from microbench.core.config import load_config
+
+    cases = load_config().profile(args.profile).cases
+    rows, failed = [], 0
+    for target in args.target or TARGETS:
+        plans = [p for p in default_plans(cases, target) if not args.kernel or args.kernel in p[0]]
+        rows += inspect_plans(plans, target, jobs=max(1, os.cpu_count() or 1))
+    for r in rows:
+        if "error" in r:
+            failed += 1
+            print(f"{r['kernel']} [{r['config']}] {r['target']}: FAILED {r['error']}", file=sys.stderr)
+        else:
+            spec = " ".join(f"{k}:{_spec_word(v)}" for k, v in r["spec"] if k in ("M", "N", "K", "C", "P", "Q"))
+            print(f"{r['target']} {r['kernel']} [{r['config']}] {spec}: {r['registers']} registers, "
+                  + (f"SPILLS {r['spill_stores']} st / {r['spill_loads']} ld, stack {r['stack_bytes']}" if r["spills"]
+                     else "no spills"))
+    if args.json:
+        _write_json_rows(args.json, rows)
+    return 1 if failed or any(r.get("spills") for r in rows) else 0
+
+
+def _spec_word(spec: list) -> str:
+    """How the JIT specialized a size: `1` (a constant), `16n` (divisible by 16) or `any`."""
+    if spec[0] == "const":
+        return str(spec[1])
+    return "16n" if len(spec) > 1 and spec[1] is True else "any"
+
+
+def _write_json_rows(path: Path, rows: list[dict]) -> None:
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import write_file
+
+    write_file(path, dumps(rows), "--json")
 
 
 if __name__ == "__main__":

@@ -79,3 +79,21 @@ def test_conv_candidates_larger_than_the_problem_are_not_compiled(monkeypatch):
     compiles = plan_cases([Case("conv2d_fwd", s, "bf16")], "sm_90")
     assert sorted({cfg for _, cfg, _ in compiles}, key=repr) == sorted(want, key=repr)
     assert len(want) < len(cfgs.conv_configs_sm90("bf16"))  # the 128- and 256-wide column tiles are gone
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90"])
+def test_defaults_do_not_spill_at_the_quick_profiles_odd_and_batch8_shapes(target):
+    """Where the 4096^3 builds hide it: 127x33x7 (no size or stride divisible by 16: more address registers)
+    and ResNet's conv2_x 3x3 at batch 8, as the quick profile runs them. Compiled ahead of time with the
+    JIT's specialization for these very arguments (microbench.compiles.default_plans)."""
+    from microbench.compiles import default_plans, inspect_plans
+
+    cases = [Case("gemm", GemmShape(127, 33, 7), "fp32"), Case("gemm", GemmShape(127, 33, 7), "bf16"),
+             Case("conv2d_fwd", ConvShape(8, 64, 56, 56, 64, 3, 3, pad=(1, 1)), "fp32")]
+    plans = default_plans(cases, target)
+    assert len(plans) == 3
+    for r in inspect_plans(plans, target, jobs=2):
+        assert "error" not in r, r
+        assert not r["spills"], f"{r['kernel']} [{r['config']}] {target}: {r['registers']} registers, " \
+                                f"{r['spill_stores']} spill stores, stack {r['stack_bytes']}"
+        assert (r["tensor_core_instructions"] > 0) == ("bfloat16" in r["config"])
