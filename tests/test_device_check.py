@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -57,15 +56,12 @@ def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
                   str(tmp_path / "test_two.py")]
     plan = [dc.Stage("quick", 30, [], [*quick, "{work}"], 30, {"a.txt": "a.txt"}),
             dc.Stage("patient", 30, [], [*patient, "{work}"], 2, {"rows.txt": "rows.txt"}),
-            dc.Stage("pytest", 30, [], pytest_cmd, 8, junit=True),
-            dc.Stage("stubborn", 30, [], stubborn, 5),
-            dc.Stage("late", 30, [], [*quick, "{work}"], 30)]
-    start = time.monotonic()
-    # 0.5 + 2 + 8 + (5 + 3) s of stages: what is left of 24 s after the reserve and a grace is under 1 s
-    results = dc.run_all(out, dry=True, deadline_s=24, plan=plan, grace_s=3)
-    assert time.monotonic() - start < 24 + 3
-    assert [r.name for r in results] == ["quick", "patient", "pytest", "stubborn", "late"]
-    quick_r, patient_r, pytest_r, stubborn_r, late_r = results
+            dc.Stage("pytest", 30, [], pytest_cmd, 20, junit=True),  # time to start pytest on a loaded machine
+            dc.Stage("stubborn", 30, [], stubborn, 1)]
+    # a grace long enough for pytest to write its report after SIGINT on a loaded machine
+    results = dc.run_all(out, dry=True, deadline_s=300, plan=plan, grace_s=10)
+    assert [r.name for r in results] == ["quick", "patient", "pytest", "stubborn"]
+    quick_r, patient_r, pytest_r, stubborn_r = results
     assert quick_r.rc == 0 and not quick_r.stopped and (out / "a.txt").read_text() == "done"
     assert patient_r.stopped == "SIGINT at the limit" and patient_r.rc == 130
     assert (out / "rows.txt").read_text() == "row 1\ninterrupted\n"
@@ -74,8 +70,17 @@ def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
     assert [s.get("name") for s in suites] == ["pytest"]
     assert [c.get("name") for c in suites.iter("testcase") if c.get("name")][0] == "test_fast"
     assert stubborn_r.stopped == "SIGINT, then SIGTERM"
-    assert late_r.rc is None and late_r.skipped == "no time left before the deadline"
     assert "==== stage 3: pytest" in (out / "stages.log").read_text()
+
+
+def test_the_deadline_skips_what_no_longer_fits(tmp_path):
+    """A stage runs at least until its limit, so after a 2 s stage no second stage fits a 5.5 s deadline
+    (2 s kept for the summary, 1 s of grace): it is skipped and says why. Only lower bounds of time here."""
+    sleeper = _script(tmp_path, "sleeper", "import time; time.sleep(60)")
+    plan = [dc.Stage("first", 30, [], sleeper, 2), dc.Stage("late", 30, [], sleeper, 2)]
+    first, late = dc.run_all(tmp_path, dry=True, deadline_s=5.5, plan=plan, grace_s=1)
+    assert first.stopped.startswith("SIGINT") and first.limit_s == 2
+    assert late.rc is None and late.skipped == "no time left before the deadline"
 
 
 def test_dry_run_end_to_end(tmp_path):
