@@ -23,14 +23,28 @@ def _try(fn):
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
 
 
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for p in PACKAGES:
-        try:
-            out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            out[p] = None
+    out = {"python": platform.python_version(), **{p: _version(p) for p in PACKAGES}}
+    out["missing_dependencies"] = missing_dependencies()
     return out
+
+
+def missing_dependencies(pyproject: Path = Path(__file__).resolve().parent.parent / "pyproject.toml") -> list[str]:
+    """The project's declared dependencies this environment lacks (a GPU image is used as it is: a stage that
+    imports one of these fails, and this says why before it does)."""
+    import re
+    import tomllib
+
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in deps]
+    return [n for n in names if _version(n) is None]
 
 
 def device(dry: bool) -> dict:

@@ -101,3 +101,12 @@ def test_dry_run_end_to_end(tmp_path):
     assert positions == sorted(positions)  # reported in the order they ran
     probe = json.loads((out / "probe.json").read_text())
     assert probe["dry_run"] is True and probe["device"]["fingerprint"]["kind"] == "cpu"
+
+
+def test_probe_names_the_declared_dependencies_this_environment_lacks(tmp_path):
+    from microbench.probe import missing_dependencies
+
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=1.26", "pytest[testing] >=8", '
+                         '"surely-not-a-package-here>=1.0; python_version >= \'3.10\'"]\n')
+    assert missing_dependencies(pyproject) == ["surely-not-a-package-here"]
