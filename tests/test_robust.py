@@ -260,11 +260,11 @@ def test_read_only_folder(tmp_path, monkeypatch):
 def test_inspect_kernel_matching_nothing(monkeypatch, capsys):
     seen = {}
 
-    def records(targets, kernel_filter):  # the real one compiles every kernel for a minute before filtering
+    def run(targets, kernel_filter, **kw):  # the real one compiles every kernel for a minute before filtering
         seen["filter"] = kernel_filter
-        return []
+        return inspect_cmd.Inspection()
 
-    monkeypatch.setattr(inspect_cmd, "records", records)
+    monkeypatch.setattr(inspect_cmd, "run", run)
     assert inspect_cmd.main(["--kernel", "no_such_kernel_name"]) == 2
     assert seen["filter"] == "no_such_kernel_name"
     assert one_error_line(capsys) == "error: --kernel = 'no_such_kernel_name': no kernel of ours has this in its name"
