@@ -19,10 +19,13 @@ a launch was tried: Triton's lazily imported Gluon package asserts that they are
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import types
 from typing import Callable
 
+import torch
 import triton
 import triton.language as tl
 

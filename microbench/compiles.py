@@ -22,12 +22,17 @@ import torch
 @contextmanager
 def _unfilled_operands():
     """make_inputs without the random fill: `torch.empty` of the same shape, dtype and layout."""
-    from microbench.core import cases
+    from contextlib import ExitStack
+
+    from microbench.core import dtypes
+    from microbench.core.ops import conv2d, gemm
 
     def empty(shape, dtype, device, gen):
-        return torch.empty(shape, dtype=cases.torch_dtype(dtype), device=device)
+        return torch.empty(shape, dtype=dtypes.torch_dtype(dtype), device=device)
 
-    with mock.patch.object(cases, "_random", empty):
+    with ExitStack() as stack:
+        for module in (gemm, conv2d):
+            stack.enter_context(mock.patch.object(module, "random_operand", empty))
         yield
 
 
