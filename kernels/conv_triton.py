@@ -32,7 +32,7 @@ from microbench.core.shapes import ConvShape
 from microbench.measure.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
-from .gemm_triton import _device_family, precision_key
+from .gemm_triton import device_family, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
@@ -250,7 +250,7 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
         cfg = config or cfgs.interpreter_config(*tile_dims[direction])
         run = _Launcher(direction, cfg, precision, interpret=True, upcast=a.dtype == torch.bfloat16)
     else:
-        family = planned()["family"] if planned() else _device_family(a.device)
+        family = planned()["family"] if planned() else device_family(a.device)
         key = precision_key(dtype_name, allow_tf32)
         if config is None and not (autotune and autotune_enabled()):
             config = cfgs.conv_default(family, key)

@@ -176,9 +176,9 @@ def device_target(device) -> str | None:
 
 def cupy_kernel_reason(device) -> str | None:
     """`enabled` hook of the `cupy` providers: CuPy and an NVIDIA GPU of sm_80 or newer, and NVRTC."""
-    from .gemm_vendor import _cupy_reason
+    from .gemm_vendor import cupy_reason
 
-    why = _cupy_reason(device)
+    why = cupy_reason(device)
     if why:
         return why
     sm = sm_number(device.arch)

@@ -161,7 +161,7 @@ def _num_sms(device: torch.device) -> int:
     return 3  # interpreter: a few programs, so that the persistent loop runs more than once
 
 
-def _device_family(device: torch.device) -> str:
+def device_family(device: torch.device) -> str:
     props = torch.cuda.get_device_properties(device)
     arch = getattr(props, "gcnArchName", "").split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"
     return cfgs.arch_family(arch)
@@ -239,7 +239,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
         _launch(a3, b3, c3, cfg, precision, interpret=True, tma=bool(tma), upcast=a.dtype == torch.bfloat16)
         return out
 
-    family = planned()["family"] if planned() else _device_family(a.device)
+    family = planned()["family"] if planned() else device_family(a.device)
     hopper = family == "sm_90" and torch.version.hip is None
     if tma and not hopper:
         raise Unsupported("the tensor-descriptor (TMA) kernel needs an NVIDIA Hopper GPU (sm_90)")

@@ -24,7 +24,7 @@ def gemm_torch(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) ->
         return torch.matmul(a, b)
 
 
-def _cupy_reason(device) -> str | None:
+def cupy_reason(device) -> str | None:
     try:
         import cupy
     except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library missing at import
@@ -39,7 +39,7 @@ def _cupy_reason(device) -> str | None:
     return None
 
 
-@provider("gemm", "cupy_blas", library="cupy.matmul: cuBLAS through CuPy", enabled=_cupy_reason,
+@provider("gemm", "cupy_blas", library="cupy.matmul: cuBLAS through CuPy", enabled=cupy_reason,
           evidence=vendor_evidence)
 def gemm_cupy_blas(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     import cupy

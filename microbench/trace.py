@@ -6,9 +6,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from microbench.core.errors import InputError, run_command
+from microbench.core.datasheet import measured_ceilings
+from microbench.core.dtypes import PRECISIONS
+from microbench.core.errors import run_command
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be positive")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("file", type=Path, help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an "
                                             "Nsight Systems SQLite export or an Nsight Compute CSV")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
-    ap.add_argument("--top", type=int, default=15, help="kernels and annotations to list; default: %(default)s")
+    ap.add_argument("--top", type=_positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
@@ -35,45 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
     ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
-                         + ", ".join(MEASURED_PRECISIONS) + ")")
+                         + ", ".join(PRECISIONS) + ")")
     ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
                     help="take the measured compute ceilings from a results.json of microbench.roofline")
     return ap
-
-
-MEASURED_PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-# results.json dtypes -> datasheet columns
-_DTYPE_COLUMN = {"fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8",
-                 "int8": "int8"}
-
-
-def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
-    """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings) then --ceiling."""
-    from microbench.core.jsonio import load_json
-
-    out: dict[str, float] = {}
-    if results is not None:
-        doc = load_json(results)
-        ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
-        if not isinstance(ceilings, list):
-            raise InputError(results, "no `ceilings` list: not a results.json of microbench.roofline", key="ceilings")
-        for c in ceilings:
-            if isinstance(c, dict) and c.get("source") == "measured" and c.get("kind") == "compute" \
-                    and c.get("dtype") in _DTYPE_COLUMN and isinstance(c.get("value"), (int, float)):
-                out[_DTYPE_COLUMN[c["dtype"]]] = float(c["value"])
-        if not out:
-            raise InputError(results, "no measured compute ceiling in its `ceilings`", key="ceilings")
-    for pair in pairs:
-        prec, _, value = pair.partition("=")
-        try:
-            tflops = float(value)
-        except ValueError:
-            tflops = -1.0
-        if prec not in MEASURED_PRECISIONS or not tflops > 0:
-            raise InputError(None, f"expected PREC=TFLOPS with PREC one of {', '.join(MEASURED_PRECISIONS)} and a "
-                                   "positive number", key="--ceiling", value=pair)
-        out[prec] = tflops
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -229,8 +229,8 @@ def test_wgmma_provider_wants_hopper():
 
     from kernels import gemm_vendor
 
-    real = gemm_vendor._cupy_reason
-    gemm_vendor._cupy_reason = lambda device: None  # pretend CuPy sees a GPU
+    real = gemm_vendor.cupy_reason
+    gemm_vendor.cupy_reason = lambda device: None  # pretend CuPy sees a GPU
     try:
         p = registry.get("gemm", "cupy_wgmma")
         assert p.unavailable_reason(FakeDevice("sm_80")) == "unavailable: wgmma exists only on sm_90 (Hopper), not sm_80"
@@ -239,7 +239,7 @@ def test_wgmma_provider_wants_hopper():
         assert registry.get("gemm", "cupy").unavailable_reason(FakeDevice("sm_75")).startswith("unavailable: sm_75")
         assert registry.get("gemm", "cupy").unavailable_reason(FakeDevice("sm_100")) is None
     finally:
-        gemm_vendor._cupy_reason = real
+        gemm_vendor.cupy_reason = real
 
 
 def test_runner_rows_read_unavailable_without_a_gpu():

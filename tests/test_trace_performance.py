@@ -255,6 +255,24 @@ def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, ca
     assert len(err) == 1 and err[0].startswith("error: --ceiling = 'bf17=3'")
 
 
+
+@pytest.mark.parametrize("value", ["bf16=inf", "bf16=nan", "bf16=-5", "bf16=0", "fp8=1e400"])
+def test_a_ceiling_must_be_finite_and_positive(value):
+    from microbench.core.datasheet import measured_ceilings
+    from microbench.core.errors import InputError
+
+    with pytest.raises(InputError, match="finite positive"):
+        measured_ceilings([value], None)
+
+
+@pytest.mark.parametrize("top", ["-1", "0", "x"])
+def test_top_must_be_a_positive_integer(top, tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    with pytest.raises(SystemExit) as e:
+        trace_cli.main([str(trace), "--top", top])
+    assert e.value.code == 2 and "--top" in capsys.readouterr().err
+
 @needs_traces
 def test_one_workload_across_vendors(tmp_path, capsys):
     h, m = tmp_path / "h100.json", tmp_path / "mi300.json"

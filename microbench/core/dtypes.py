@@ -42,6 +42,8 @@ CASE_DTYPES: tuple[str, ...] = tuple(d.name for d in TABLE if d.case)
 STEP_DTYPES: tuple[str, ...] = tuple(d.name for d in TABLE if d.step)
 # The datasheet's precision columns, in table order, each once.
 PRECISIONS: tuple[str, ...] = tuple(dict.fromkeys(d.precision for d in TABLE))
+# Our dtype name -> the datasheet precision column it is judged on.
+PRECISION_OF: dict[str, str] = {d.name: d.precision for d in TABLE}
 
 
 def get(name: str) -> DType:

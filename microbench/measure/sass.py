@@ -56,13 +56,6 @@ def toolchain() -> dict[str, Path]:
     return tools
 
 
-def cuda_include_dir() -> Path:
-    """CUDA headers shipped inside Triton's package (NVRTC lacks mma.h / cuda_fp16.h's friends)."""
-    import triton
-
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "include"
-
-
 def ptxas_arch(target: str) -> str:
     """sm_90 kernels that use wgmma need the architecture-specific sm_90a."""
     return "sm_90a" if target == "sm_90" else target

@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from microbench.core.dtypes import PRECISION_OF
 from microbench.timeline import eligibility
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 from microbench.timeline.opmodel import OpWork, modelled_ops, op_work
 
 GEMM_CLASSES = ("gemm", "tc_gemm")
-PEAK_COLUMN = {"fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8",
-               "fp8_e5m2": "fp8", "int8": "int8"}
 
 
 @dataclass
@@ -96,7 +95,7 @@ def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
 
 
 def _precision(work: OpWork, kernel_tc: np.ndarray, peaks: dict) -> str | None:
-    col = PEAK_COLUMN.get(work.dtype or "")
+    col = PRECISION_OF.get(work.dtype or "")
     # fp32 operands on Tensor Cores run as TF32, unless the device is known and has no TF32 column (AMD's
     # fp32 matrix rate is its fp32 column)
     known_without_tf32 = bool(peaks) and "tf32" not in peaks
