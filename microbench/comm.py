@@ -14,23 +14,57 @@ start --nproc local processes. docs/comm.md has the definitions and the measured
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Callable
 
-from microbench.core.errors import InputError
+from microbench.core.errors import run_command
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad options end in ONE line on stderr and exit 2 (argparse's default adds the usage lines)."""
+
+    def error(self, message: str):
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def number(cast: Callable, low: float, high: float = math.inf, low_open: bool = False) -> Callable:
+    """An argparse `type=`: a finite number of `cast` in [low, high] ((low, high] with low_open)."""
+    where = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf
+             else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+
+    def check(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if cast is int else 'a number'}")
+        if not math.isfinite(v) or v < low or v > high or (low_open and v == low):
+            raise argparse.ArgumentTypeError(f"{text!r} must be finite and {where}")
+        return v
+
+    return check
+
+
+POSITIVE_INT = number(int, 1)
+POSITIVE = number(float, 0, low_open=True)
+FRACTION = number(float, 0, 1)
+PORT = number(int, 0, 65535)
+BUCKET_MB = number(float, 2**-10)  # >= 1 KiB: smaller buckets mean millions of all-reduces (a hang)
 
 
 def _add_world(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc", type=int, default=2, help="local processes to start (ignored under torchrun)")
+    p.add_argument("--nproc", type=POSITIVE_INT, default=2, help="local processes to start (ignored under torchrun)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="default: nccl where PyTorch sees a GPU (RCCL on ROCm builds), else gloo")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--timeout", type=POSITIVE, default=120.0, metavar="S",
                    help="seconds a rank may wait on the rendezvous or a collective before the run fails")
-    p.add_argument("--port", type=int, default=0, help="rendezvous port for local runs; 0: a free one")
+    p.add_argument("--port", type=PORT, default=0, help="rendezvous port for local runs; 0: a free one")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
+    ap = _Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
                                  epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
                                         "2 bad input or a failed rank (one line).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -38,16 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_world(c)
     c.add_argument("--ops", default="allreduce,allgather,reducescatter,broadcast,alltoall")
     c.add_argument("--sizes", default=None, help="e.g. 8,4K,16M; deepbench; buckets:resnet9 (comma-separated)")
-    c.add_argument("--iters", type=int, default=5, help="calls per timed sample")
-    c.add_argument("--reps", type=int, default=5, help="timed samples per size")
+    c.add_argument("--iters", type=POSITIVE_INT, default=5, help="calls per timed sample")
+    c.add_argument("--reps", type=POSITIVE_INT, default=5, help="timed samples per size")
     c.add_argument("--out", type=Path, default=Path("results-comm"))
     c.add_argument("--no-plot", action="store_true")
     d = sub.add_parser("ddp", help="a DDP training step split into compute and communication")
     _add_world(d)
     d.add_argument("--model", default="resnet9")
-    d.add_argument("--batch", type=int, default=8, help="batch per rank")
-    d.add_argument("--steps", type=int, default=3, help="profiled steps (after one warm-up step)")
-    d.add_argument("--bucket-mb", type=float, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
+    d.add_argument("--batch", type=POSITIVE_INT, default=8, help="batch per rank")
+    d.add_argument("--steps", type=POSITIVE_INT, default=3, help="profiled steps (after one warm-up step)")
+    d.add_argument("--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
     r = sub.add_parser("ranks", help="collectives across the traces of several ranks")
     r.add_argument("traces", nargs="+", type=Path)
@@ -57,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", default="1,2,4,8,16,32,64,128")
     s.add_argument("--fabric", default="v100_nvlink", help="a preset of microbench/data/fabrics.toml, or a "
                    "results.json of `comm collectives` (its measured all-reduce)")
-    s.add_argument("--step-ms", type=float, default=None, help="single-worker step time (default: measured "
+    s.add_argument("--step-ms", type=POSITIVE, default=None, help="single-worker step time (default: measured "
                    "here on the CPU for --model)")
-    s.add_argument("--gradient-bytes", type=int, default=None)
-    s.add_argument("--bucket-mb", type=float, default=25.0)
-    s.add_argument("--backward-fraction", type=float, default=2 / 3)
+    s.add_argument("--gradient-bytes", type=POSITIVE_INT, default=None)
+    s.add_argument("--bucket-mb", type=BUCKET_MB, default=25.0)
+    s.add_argument("--backward-fraction", type=FRACTION, default=2 / 3)
     s.add_argument("--overlap", choices=("buckets", "none"), default="buckets")
     s.add_argument("--algorithm", choices=("ring", "tree"), default="ring")
     s.add_argument("--paper", action="store_true", help="print the two reproduced figures of the paper")
@@ -73,12 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .dist.report import run_collectives, run_ddp, run_ranks, run_scale
 
-    try:
-        return {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd](args)
-    except InputError as e:
-        line = e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
-        print(f"error: {line}", file=sys.stderr)
-        return e.exit_code
+    run = {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
+    return run_command(lambda: run(args))
 
 
 if __name__ == "__main__":

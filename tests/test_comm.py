@@ -338,3 +338,100 @@ def test_init_timeout_when_a_rank_never_arrives(tmp_path, hang_guard):
     world._rank_main(0, _sleeps_alone, (), 2, "gloo", store.port, 2.0, str(tmp_path))
     status, line, _ = pickle.loads((tmp_path / "0.pkl").read_bytes())
     assert status == "error" and "\n" not in line and "timeout" in line.lower(), line
+
+
+# --- bad input: one line, exit 2 (argument parsing and checks before any process starts) ---------------
+SCALE_OK = ["scale", "--gradient-bytes", "1000000", "--step-ms", "10"]
+
+
+@pytest.mark.parametrize("argv, option", [
+    (SCALE_OK + ["--bucket-mb", "0"], "--bucket-mb"),
+    (SCALE_OK + ["--bucket-mb", "-1"], "--bucket-mb"),
+    (SCALE_OK + ["--bucket-mb", "1e-9"], "--bucket-mb"),
+    (SCALE_OK + ["--step-ms", "0"], "--step-ms"),
+    (SCALE_OK + ["--step-ms", "nan"], "--step-ms"),
+    (SCALE_OK + ["--step-ms", "inf"], "--step-ms"),
+    (SCALE_OK + ["--step-ms", "-5"], "--step-ms"),
+    (SCALE_OK + ["--backward-fraction", "1.5"], "--backward-fraction"),
+    (SCALE_OK + ["--backward-fraction", "-0.1"], "--backward-fraction"),
+    (SCALE_OK + ["--gradient-bytes", "0"], "--gradient-bytes"),
+    (SCALE_OK + ["--gradient-bytes", "-3"], "--gradient-bytes"),
+    (["collectives", "--reps", "0"], "--reps"),
+    (["collectives", "--port", "99999"], "--port"),
+    (["collectives", "--iters", "-1"], "--iters"),
+    (["collectives", "--nproc", "0"], "--nproc"),
+    (["collectives", "--timeout", "nan"], "--timeout"),
+    (["ddp", "--batch", "0"], "--batch"),
+    (["ddp", "--steps", "0"], "--steps"),
+    (["ddp", "--bucket-mb", "0"], "--bucket-mb"),
+])
+def test_bad_option_is_one_line(argv, option, capsys):
+    from microbench import comm
+
+    with pytest.raises(SystemExit) as e:
+        comm.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(f"error: argument {option}") and "\n" not in err, err
+
+
+def test_number_type_accepts_the_edges():
+    from microbench import comm
+
+    assert comm.FRACTION("0") == 0.0 and comm.FRACTION("1") == 1.0
+    assert comm.PORT("65535") == 65535 and comm.POSITIVE("1e-9") == 1e-9
+    with pytest.raises(Exception):
+        comm.POSITIVE("0")
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["collectives", "--sizes", "3"], "error: --sizes = '3': a size must be a multiple of 4"),
+    (["collectives", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
+    (["ddp", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
+])
+def test_bad_collective_input_is_one_line(argv, start, capsys, tmp_path, monkeypatch):
+    import torch
+
+    from microbench import comm
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the nccl check, also on a GPU machine
+    assert comm.main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "collectives" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(start) and "\n" not in err, err
+
+
+def test_interrupt_is_one_line(capsys, monkeypatch):
+    from microbench import comm
+    from microbench.dist import scale
+
+    def stop(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scale, "scale_command", stop)
+    assert comm.main(SCALE_OK) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_unrelated_traces_refused(shared_dir, capsys):
+    from microbench import comm
+
+    paths = [str(shared_dir / "traces" / f"{g}_bert_small.json.gz") for g in ("h100", "mi300")]
+    assert comm.main(["ranks", *paths]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a rank of a distributed job" in err and "\n" not in err and "None" not in err, err
+
+
+def test_different_world_sizes_refused(tmp_path):
+    from microbench.dist import ranks as R
+
+    a, b = R.RankTrace(tmp_path / "a", 0, 2), R.RankTrace(tmp_path / "b", 1, 4)
+    a.calls = b.calls = [R.Call(0, "allreduce", "nccl:all_reduce", 4, 2, 0.0)]
+    with pytest.raises(R.InputError, match="world sizes differ"):
+        R._check_one_job([a, b])
+
+
+def test_rounded_sizes_are_named(capsys):
+    from microbench.dist.report import _note_rounded
+
+    _note_rounded(C.Plan(("allreduce", "allgather"), (12, 24)), 4)  # allgather: 3 or 6 elements on 4 ranks -> 1 each
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["note: allgather splits the message among 4 ranks: bytes rounded to what moves: 12->16, 24->16"], err

@@ -204,6 +204,9 @@ def parse_sizes(text: str) -> list[int]:
             if not num.isdigit() or unit not in _UNITS or int(num) <= 0:
                 raise InputError(None, "expected sizes like 8,4K,16M, deepbench or buckets:MODEL",
                                  key="--sizes", value=tok)
+            if int(num) * _UNITS[unit] % ELEMENT_BYTES:  # float32 buffers: it would silently measure another size
+                raise InputError(None, f"a size must be a multiple of {ELEMENT_BYTES} bytes (float32 elements)",
+                                 key="--sizes", value=tok)
             out.add(int(num) * _UNITS[unit])
     if not out:
         raise InputError(None, "no sizes given", key="--sizes", value=text)

@@ -172,6 +172,17 @@ def collective_record(group: list[Call]) -> dict:
             "kernel_ms": {c.rank: c.kernel_us / 1e3 for c in group}}
 
 
+def _check_one_job(ranks: list[RankTrace]) -> None:
+    """Traces that are not ranks of one job (no collective calls, different world sizes) are refused."""
+    for r in ranks:
+        if not r.calls:
+            raise InputError(r.path, "no collective calls (nccl:* annotations): not a rank of a distributed job")
+    sizes = {r.world_size for r in ranks}
+    if len(sizes) > 1:
+        raise InputError(ranks[0].path, "the traces are not ranks of one job (world sizes differ)",
+                         key="distributedInfo.world_size", value=sorted(sizes, key=str))
+
+
 def analyze(paths: list[str | Path]) -> dict:
     """The report of `comm ranks`."""
     if len(paths) < 2:
@@ -180,6 +191,7 @@ def analyze(paths: list[str | Path]) -> dict:
     if len({r.rank for r in ranks}) < len(ranks):
         raise InputError(paths[0], "two traces claim the same rank", key="distributedInfo.rank",
                          value=[r.rank for r in ranks])
+    _check_one_job(ranks)
     groups = match(ranks)
     records = [collective_record(g) for g in groups]
     matched = {id(c) for g in groups for c in g}

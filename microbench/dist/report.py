@@ -53,6 +53,31 @@ def _ops(text: str) -> tuple[str, ...]:
     return ops
 
 
+def _backend(args) -> str:
+    """--backend, or the default; nccl only where PyTorch sees a GPU (else a CUDA call fails deep in a rank)."""
+    import torch
+
+    from microbench.core.errors import InputError
+    from . import world
+
+    backend = args.backend or world.default_backend()
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise InputError(None, "nccl needs a CUDA GPU; use --backend gloo", key="--backend", value=backend)
+    return backend
+
+
+def _note_rounded(plan, nranks: int) -> None:
+    """Say which sizes the split ops move less of than asked (rounded to a multiple of the ranks)."""
+    from .collectives import counts
+
+    for op in plan.ops:
+        moved = {s: counts(op, s, nranks)[1] for s in plan.sizes_bytes}
+        changed = [f"{s}->{m}" for s, m in moved.items() if m != s]
+        if changed:
+            print(f"note: {op} splits the message among {nranks} ranks: bytes rounded to what moves: "
+                  + ", ".join(changed), file=sys.stderr)
+
+
 COLLECTIVE_FILES = ("results.json", "results.csv", "busbw.png")
 
 
@@ -62,11 +87,13 @@ def run_collectives(args) -> int:
     from . import world
     from .collectives import DEFAULT_SIZES, Plan, bench_rank, parse_sizes
 
-    backend = args.backend or world.default_backend()
+    backend = _backend(args)
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
     leader = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
     out = OutputDir(args.out, COLLECTIVE_FILES) if leader else None  # checked before any work
+    if leader:
+        _note_rounded(plan, int(os.environ.get("WORLD_SIZE", args.nproc)) if world.under_torchrun() else args.nproc)
     records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
         return 0
@@ -124,7 +151,7 @@ def run_ddp(args) -> int:
     from .ddp import DdpPlan, ddp_rank
 
     check_json(args.json)
-    backend = args.backend or world.default_backend()
+    backend = _backend(args)
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
     doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
