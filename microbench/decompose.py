@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from microbench.core.cli import non_negative_int, positive_int
 from microbench.core.config import DEFAULT_CONFIG
 from microbench.core.errors import InputError
 from microbench.reports.decomposition import print_decomposition
@@ -20,20 +21,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{v} must be positive")
-    return v
-
-
-def _non_negative_int(text: str) -> int:
-    return 0 if text.strip() == "0" else _positive_int(text)
-
-
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
     ap = _Parser(prog=prog, description=(
         "Profile a few training steps of a model, attribute every GPU kernel (CPU: operator) to its layer and phase, "
@@ -43,7 +30,7 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
                "interrupted (143 by SIGTERM; --out left as it was). Models: see docs/models.md.")
     ap.add_argument("--model", required=True,
                     help="a model name (resnet50, resnet9, resnet18_cifar, transformer, ncf) or package.module:factory")
-    ap.add_argument("--batch", type=_positive_int, default=None,
+    ap.add_argument("--batch", type=positive_int, default=None,
                     help="samples per step; default: the benchmark's reference batch on a GPU, a small one on a CPU")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="fp32 (IEEE, no TF32), or bf16 / fp16 autocast (fp16 with a gradient scaler); default: %(default)s")
@@ -57,10 +44,10 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--no-replay", action="store_true", help="skip the replay of the step's GEMM/conv cases")
     ap.add_argument("--no-measure-ceilings", action="store_true",
                     help="use datasheet (GPU) or estimated (CPU) ceilings only; skips measuring them")
-    ap.add_argument("--steps", type=_positive_int, default=None, help="profiled steps (default: models/benchmarks.toml)")
-    ap.add_argument("--timed-steps", type=_non_negative_int, default=None,
+    ap.add_argument("--steps", type=positive_int, default=None, help="profiled steps (default: models/benchmarks.toml)")
+    ap.add_argument("--timed-steps", type=non_negative_int, default=None,
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
-    ap.add_argument("--top", type=_positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
+    ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
     return ap
 

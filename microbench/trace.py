@@ -6,21 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.core.cli import positive_int
 from microbench.core.datasheet import measured_ceilings
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.errors import run_command
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be positive")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("file", type=Path, help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an "
                                             "Nsight Systems SQLite export or an Nsight Compute CSV")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
-    ap.add_argument("--top", type=_positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
+    ap.add_argument("--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
