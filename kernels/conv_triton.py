@@ -29,7 +29,7 @@ import triton.language as tl
 
 from microbench.core import dtypes
 from microbench.core.shapes import ConvShape
-from microbench.measure.registry import Unsupported, provider
+from microbench.harness.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .gemm_triton import device_family, precision_key
@@ -463,7 +463,7 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(direction: str, dtype: str, target: str):
-    from microbench.measure.sass import inspect_build
+    from microbench.harness.sass import inspect_build
 
     cfg = cfgs.conv_default(target, dtype)
     return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from microbench.core.ops.conv2d import convolution
-from microbench.measure.evidence import vendor_evidence
-from microbench.measure.registry import Unsupported, provider
+from microbench.harness.evidence import vendor_evidence
+from microbench.harness.registry import Unsupported, provider
 
 from microbench.core.tf32 import tf32_allowed
 

@@ -21,9 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
-from microbench.measure import launches
-from microbench.measure.registry import Evidence
-from microbench.measure.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
+from microbench.harness import launches
+from microbench.harness.registry import Evidence
+from microbench.harness.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
 
 from . import nvrtc
 
@@ -149,7 +149,7 @@ class Launch:
 
 
 def report(launch: Launch) -> None:
-    """A wrapper's launch, into microbench.measure.launches' record: the evidence hook then names the kernel
+    """A wrapper's launch, into microbench.harness.launches' record: the evidence hook then names the kernel
     that really ran (the tile and layout depend on the operands' strides and the device), not a guess."""
     launches.report_launch(launch.kernel, launch.config, detail=launch)
 

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from microbench.core import dtypes
-from microbench.measure.registry import Unsupported, provider
+from microbench.harness.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
@@ -403,7 +403,7 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(dtype: str, target: str):
-    from microbench.measure.sass import inspect_build
+    from microbench.harness.sass import inspect_build
 
     cfg = cfgs.gemm_default(target, dtype)
     return inspect_build(aot_build("triton_gemm", dtype, cfg, target, _build("triton_gemm", dtype, cfg, target),

@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.measure import launches
-from microbench.measure.registry import Evidence
+from microbench.harness import launches
+from microbench.harness.registry import Evidence
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
 # million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
@@ -165,7 +165,7 @@ def interpreter_refusal(macs: int) -> str | None:
 def autotune(kernel, configs: list, key: list[str], prune=None):
     """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
     100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
-    configuration; the reported time is measured afterwards by microbench.measure.timing."""
+    configuration; the reported time is measured afterwards by microbench.harness.timing."""
     def bench(fn, quantiles):
         return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
 
@@ -174,11 +174,11 @@ def autotune(kernel, configs: list, key: list[str], prune=None):
 
 
 # --------------------------------------------------------------------------------------------------
-# What ran: the wrappers report each GPU launch (microbench.measure.launches), so that an evidence hook can
+# What ran: the wrappers report each GPU launch (microbench.harness.launches), so that an evidence hook can
 # read the machine code of the kernel that actually ran (the autotuner's choice).
 
 def report_launch(kernel_name: str, compiled, config_label: str) -> None:
-    """Into microbench.measure.launches' record, with Triton's CompiledKernel as the launch's detail."""
+    """Into microbench.harness.launches' record, with Triton's CompiledKernel as the launch's detail."""
     launches.report_launch(kernel_name, config_label, detail=compiled)
 
 
@@ -233,8 +233,8 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
 
 
 def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False):
-    """A compiled kernel as the static-inspection record it becomes (`microbench.measure.sass.AotBuild`)."""
-    from microbench.measure.sass import AotBuild
+    """A compiled kernel as the static-inspection record it becomes (`microbench.harness.sass.AotBuild`)."""
+    from microbench.harness.sass import AotBuild
 
     from .triton_configs import wants_wgmma
 
@@ -247,7 +247,7 @@ def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, defau
 # Evidence
 
 def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: str, how: str) -> Evidence:
-    from microbench.measure.sass import AotBuild, inspect_build
+    from microbench.harness.sass import AotBuild, inspect_build
 
     rec = inspect_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=target, cubin=cubin, dtype=dtype))
     return Evidence("yes" if rec.tensor_core_instructions else "no", f"{how}: {rec.evidence()}")

@@ -2,7 +2,7 @@
 
 The public API (everything else is internal and may move; docs/ARCHITECTURE.md shows the layers):
 
-    from microbench import provider, Unsupported, shapes, Case, ResultRow, measure, decompose, analyze_trace
+    from microbench import provider, Unsupported, shapes, Case, ResultRow, measure, decompose_step, analyze_trace
 
 Names are resolved on first use, so `import microbench` stays cheap (no torch, no Triton) for the commands that
 do not need them (trace, compare).
@@ -10,19 +10,17 @@ do not need them (trace, compare).
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
-__all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose", "analyze_trace"]
+__all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace"]
 
 _WHERE = {
-    "provider": ("microbench.measure.registry", "provider"),
-    "Unsupported": ("microbench.measure.registry", "Unsupported"),
+    "provider": ("microbench.harness.registry", "provider"),
+    "Unsupported": ("microbench.harness.registry", "Unsupported"),
     "shapes": ("microbench.core.shapes", None),
     "Case": ("microbench.core.shapes", "Case"),
     "ResultRow": ("microbench.core.results", "ResultRow"),
     "measure": ("microbench.api", "measure"),
-    "decompose": ("microbench.api", "decompose"),
+    "decompose_step": ("microbench.api", "decompose_step"),
     "analyze_trace": ("microbench.api", "analyze_trace"),
 }
 
@@ -39,28 +37,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(list(globals()) + __all__)
-
-
-class _CallableModule(types.ModuleType):
-    """A subpackage or command that shares its name with a function of the API (microbench/measure/ and
-    `measure`, microbench/decompose.py and `decompose`): calling the module calls the function."""
-
-    def __call__(self, *args, **kwargs):
-        module, attr = _WHERE[self.__name__.rpartition(".")[2]]
-        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    """Python's import system sets `microbench.measure` to the subpackage once it is imported (always: the
-    registry lives there) and `microbench.decompose` to the command module: without this, the public
-    `microbench.measure(case)` would raise "module is not callable". Such a module is made callable (it calls
-    the API function) and stays a module (`microbench.measure.ceilings`, `from microbench.measure import
-    registry`, string paths in monkeypatch all keep working)."""
-
-    def __setattr__(self, name, value):
-        if name in _WHERE and _WHERE[name][1] is not None and type(value) is types.ModuleType:
-            value.__class__ = _CallableModule
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,4 +1,4 @@
-"""The public functions behind `microbench.measure`, `microbench.decompose` and `microbench.analyze_trace`.
+"""The public functions behind `microbench.measure`, `microbench.decompose_step` and `microbench.analyze_trace`.
 
 This is the top of the stack beside the commands: it loads the providers (kernels/) that the layers below
 only know through the registry, then calls one library per job.
@@ -23,9 +23,9 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     """One case through the named providers (default: every registered provider of its op family): checked
     against float64, timed, counted and judged; one row per provider."""
     from microbench.core import device as devmod
-    from microbench.measure import registry
-    from microbench.measure.ceilings import build_ceilings
-    from microbench.measure.runner import CaseRunner
+    from microbench.harness import registry
+    from microbench.harness.ceilings import build_ceilings
+    from microbench.harness.runner import CaseRunner
 
     _load_providers()
     cfg = load_config(config)
@@ -37,18 +37,18 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     return list(runner.run(case, chosen))
 
 
-def decompose(model, options=None, **kw) -> dict:
-    """A model's training step decomposed into kernels or operators (see microbench.step.decompose).
+def decompose_step(model, options=None, **kw) -> dict:
+    """A model's training step decomposed into kernels or operators (see microbench.step.analysis).
     `options`: a DecomposeOptions; or its fields as keyword arguments (batch=, dtype=, device=, out=, ...),
     which also override those of `options`. An unknown keyword is a TypeError, as for any function."""
     from dataclasses import replace
 
-    from microbench.step.decompose import DecomposeOptions, decompose as _decompose
+    from microbench.step.analysis import DecomposeOptions, decompose_step as _decompose_step
 
     _load_providers()
     if kw.get("providers") is not None:
         kw["providers"] = tuple(kw["providers"])
-    return _decompose(model, replace(options or DecomposeOptions(), **kw))
+    return _decompose_step(model, replace(options or DecomposeOptions(), **kw))
 
 
 def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:

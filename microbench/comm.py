@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .dist.report import run_collectives, run_ddp, run_ranks, run_scale
+    from .communication.report import run_collectives, run_ddp, run_ranks, run_scale
 
     run = {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
     return run_command(lambda: run(args))

@@ -1,6 +1,6 @@
 """python -m microbench.decompose --model NAME: a model's training step, decomposed into its kernels (GPU)
 or operators (CPU), attributed to layers and phases, counted, classified, judged against the ceilings, and
-replayed through every available provider. The library: microbench.step.decompose; docs/models.md."""
+replayed through every available provider. The library: microbench.step.analysis; docs/models.md."""
 from __future__ import annotations
 
 import argparse
@@ -12,8 +12,8 @@ from microbench.core.cli import non_negative_int, positive_int
 from microbench.core.config import DEFAULT_CONFIG
 from microbench.core.errors import InputError
 from microbench.reports.decomposition import print_decomposition
-from microbench.api import decompose  # the public function: options as an object or as keyword arguments
-from microbench.step.decompose import DecomposeOptions
+from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
+from microbench.step.analysis import DecomposeOptions
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +55,7 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
 def main(argv: list[str] | None = None, prog: str = "python -m microbench.decompose") -> int:
     args = build_parser(prog).parse_args(argv)
     from microbench.core.outdir import OutputDir
-    from microbench.step.decompose import DECOMPOSE_FILES
+    from microbench.step.analysis import DECOMPOSE_FILES
 
     out = args.out or Path("results") / f"decompose-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.model)}"
     out_dir = None
@@ -86,7 +86,7 @@ def _run(args, out_dir) -> int:
                                 profile=args.profile, measure_ceilings=not args.no_measure_ceilings,
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
                                 on_progress=lambda msg: status.update(msg))
-        doc = decompose(args.model, opts)
+        doc = decompose_step(args.model, opts)
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))

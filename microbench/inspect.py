@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from microbench.core.errors import InputError, run_command
-from microbench.measure.sass import TARGETS, StaticRecord, inspect_build
+from microbench.harness.sass import TARGETS, StaticRecord, inspect_build
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _run(args) -> int:
 def profile_main(args) -> int:
     """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
     costs in registers."""
-    from microbench.compiles import default_plans, inspect_plans
+    from microbench.devtools.compiles import default_plans, inspect_plans
     from microbench.core.config import load_config
 
     cases = load_config().profile(args.profile).cases

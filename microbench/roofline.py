@@ -103,7 +103,7 @@ def _run(args, cfg, profile, out) -> int:
     kernels.load_all()
     console = Console(stderr=True)
     try:
-        from microbench.measure.runner import resolve_providers
+        from microbench.harness.runner import resolve_providers
 
         resolve_providers(profile, cfg)
         dev = devmod.detect(args.device)
@@ -147,8 +147,8 @@ def _run(args, cfg, profile, out) -> int:
 def _measure(writer, dev, cfg, profile, console) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from microbench.measure.ceilings import build_ceilings
-    from microbench.measure.runner import run_profile
+    from microbench.harness.ceilings import build_ceilings
+    from microbench.harness.runner import run_profile
 
     # A pipe or a file gets one line per case (a progress bar would print nothing until the end).
     lines = None if console.is_terminal else _ProgressLines(len(profile.cases))

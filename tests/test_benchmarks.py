@@ -16,17 +16,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from microbench.measure import registry
+from microbench.harness import registry
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.measure.registry import bind
-from microbench.measure.ceilings import Ceilings, build_ceilings
+from microbench.harness.registry import bind
+from microbench.harness.ceilings import Ceilings, build_ceilings
 from microbench.core.config import Config, load_config
 from microbench.core.device import Device, detect
 from microbench.core.errors import InputError
 from microbench.core.fingerprint import benchmark_selection
-from microbench.measure.registry import Unsupported
+from microbench.harness.registry import Unsupported
 from microbench.core.results import KernelCaseRow
-from microbench.measure.runner import judge, too_slow
+from microbench.harness.runner import judge, too_slow
 from microbench.core.stats import summarize
 from microbench.core.work import case_work
 

@@ -1,4 +1,4 @@
-"""Communication (microbench.dist, python -m microbench.comm): nccl-tests formulas, checked collectives on
+"""Communication (microbench.communication, python -m microbench.comm): nccl-tests formulas, checked collectives on
 2 and 3 gloo processes, the DDP step split, the TorchRec rank pair, the scaling model, and failures that
 end in one line instead of a hang."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 import pytest
 import torch
 
-from microbench.dist import busbw, collectives as C, scale, world
-from microbench.dist.world import CommError
+from microbench.communication import busbw, collectives as C, scale, world
+from microbench.communication.world import CommError
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_collective_row_round_trip():
 def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     """Two result files of collective rows (e.g. two fabrics) line up per case in compare, with busbw."""
     from microbench.reports import compare
-    from microbench.dist.collectives import to_rows
+    from microbench.communication.collectives import to_rows
     from microbench.core.results import ResultsWriter
 
     files = []
@@ -134,7 +134,7 @@ def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     assert cells["fabric-b"]["busbw_gbps"] == pytest.approx(2**20 / 0.5e-3 / 1e9)
     columns, rows, _ = compare.table_cells(cmp)
     assert "[2] busbw GB/s" in [c[0] for c in columns]
-    from microbench.dist.plots import plot_busbw
+    from microbench.communication.plots import plot_busbw
 
     doc = json.loads(files[0].read_text())
     png = plot_busbw(doc["results"], "a", tmp_path / "busbw.png")
@@ -194,7 +194,7 @@ def test_cli_error_exit_code(capsys):
 # --- DDP step -------------------------------------------------------------------------------------------
 
 def test_ddp_step_split(hang_guard):
-    from microbench.dist.ddp import DdpPlan, ddp_rank
+    from microbench.communication.ddp import DdpPlan, ddp_rank
     from tests.ext_model import Tiny
 
     cap_mb = 0.01  # several buckets for a 34 kB model
@@ -237,7 +237,7 @@ def _allreduce_kernel(events, elements):
 
 
 def test_rank_pair(shared_dir):
-    from microbench.dist.ranks import analyze
+    from microbench.communication.ranks import analyze
 
     paths = [shared_dir / "traces" / f"a100_torchrec_rank{r}.json.gz" for r in (1, 0)]  # order does not matter
     doc = analyze(paths)
@@ -259,7 +259,7 @@ def test_rank_pair(shared_dir):
 
 
 def test_ranks_needs_two():
-    from microbench.dist.ranks import analyze
+    from microbench.communication.ranks import analyze
 
     with pytest.raises(Exception, match="at least two"):
         analyze(["x.json"])
@@ -401,7 +401,7 @@ def test_bad_collective_input_is_one_line(argv, start, capsys, tmp_path, monkeyp
 
 def test_interrupt_is_one_line(capsys, monkeypatch):
     from microbench import comm
-    from microbench.dist import scale
+    from microbench.communication import scale
 
     def stop(args):
         raise KeyboardInterrupt
@@ -421,7 +421,7 @@ def test_unrelated_traces_refused(shared_dir, capsys):
 
 
 def test_different_world_sizes_refused(tmp_path):
-    from microbench.dist import ranks as R
+    from microbench.communication import ranks as R
 
     a, b = R.RankTrace(tmp_path / "a", 0, 2), R.RankTrace(tmp_path / "b", 1, 4)
     a.calls = b.calls = [R.Call(0, "allreduce", "nccl:all_reduce", 4, 2, 0.0)]
@@ -430,7 +430,7 @@ def test_different_world_sizes_refused(tmp_path):
 
 
 def test_rounded_sizes_are_named(capsys):
-    from microbench.dist.report import _note_rounded
+    from microbench.communication.report import _note_rounded
 
     _note_rounded(C.Plan(("allreduce", "allgather"), (12, 24)), 4)  # allgather: 3 or 6 elements on 4 ranks -> 1 each
     err = capsys.readouterr().err.strip().splitlines()

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
-from microbench.measure import registry
-from microbench.measure import sass
+from microbench.harness import registry
+from microbench.harness import sass
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
-from microbench.measure.registry import Unsupported
+from microbench.harness.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
 pytestmark = pytest.mark.inspect  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
@@ -244,10 +244,10 @@ def test_wgmma_provider_wants_hopper():
 
 def test_runner_rows_read_unavailable_without_a_gpu():
     """The roofline's rows for the `cupy` providers on this machine: skipped, with the reason."""
-    from microbench.measure.ceilings import build_ceilings
+    from microbench.harness.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import cpu_device
-    from microbench.measure.runner import CaseRunner
+    from microbench.harness.runner import CaseRunner
 
     cfg = load_config()
     dev = cpu_device()
@@ -388,10 +388,10 @@ def test_gpu_conv_matches_float64_and_cudnn(shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU: PyTorch sees no CUDA device here")
 def test_gpu_rows_are_correct_with_sass_evidence():
-    from microbench.measure.ceilings import build_ceilings
+    from microbench.harness.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import detect
-    from microbench.measure.runner import CaseRunner
+    from microbench.harness.runner import CaseRunner
 
     cfg = load_config()
     dev = detect("cuda")

@@ -16,9 +16,9 @@ import models
 from microbench.step.attribution import attribute, load_trace
 from microbench.decompose import main
 from microbench.core.ops import of as spec_of
-from microbench import decompose
-from microbench.step.decompose import cpu_matrix_evidence, onednn_key
-from microbench.measure.evidence import OneDnnExec
+from microbench import decompose_step
+from microbench.step.analysis import cpu_matrix_evidence, onednn_key
+from microbench.harness.evidence import OneDnnExec
 from microbench.step.oprecord import OpRecorder
 from models.ranges import StepRanges
 from models.step import TrainingStep, image_inputs
@@ -80,7 +80,7 @@ def _trace_total_us(path: Path) -> float:
 def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     w, batch = _small(name)
     expected = {n: type(m).__name__ for n, m in w.model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))}
-    doc = decompose(w, batch=batch, device="cpu", out=tmp_path, **FAST)
+    doc = decompose_step(w, batch=batch, device="cpu", out=tmp_path, **FAST)
     found = {(l["name"], l["phase"]) for l in doc["layers"] if l["time_ms"] > 0 and l["matrix_flops"] > 0}
     for layer in expected:
         assert (layer, "forward") in found, layer
@@ -101,7 +101,7 @@ def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
 
 def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     w, _ = _small("resnet9")
-    doc = decompose(w, batch=2, dtype="bf16", device="cpu", out=tmp_path,
+    doc = decompose_step(w, batch=2, dtype="bf16", device="cpu", out=tmp_path,
                     **{**FAST, "plot": True})
     for f in ("decomposition.json", "results.json", "results.csv", "trace.json.gz", "roofline.png", "roofline.svg"):
         assert (tmp_path / f).is_file(), f
@@ -222,7 +222,7 @@ def test_roofline_model_option_delegates():
 
 
 def test_inplace_model_falls_back_to_forward_ranges(tmp_path):
-    doc = decompose("tests.ext_model:make_inplace", batch=4, device="cpu", **FAST)
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", **FAST)
     assert doc["run"]["backward_ranges"] is False
     assert any("in place" in n for n in doc["notes"])
     names = {(l["name"], l["phase"]) for l in doc["layers"] if l["matrix_flops"]}
@@ -238,8 +238,8 @@ def test_gpu_summary_from_a_real_v100_trace():
 
     from microbench.core.device import Device
     from microbench.core.stats import summarize
-    from microbench.measure.ceilings import Ceilings
-    from microbench.step.decompose import DecomposeOptions, Decomposition, judge_layers
+    from microbench.harness.ceilings import Ceilings
+    from microbench.step.analysis import DecomposeOptions, Decomposition, judge_layers
 
     a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
                                                        "## optimizer ##": "optimizer"})
@@ -263,7 +263,7 @@ def test_gpu_decomposition_attributes_kernels_and_sees_tensor_cores():
     """On a GPU: kernel-level attribution adds up, every conv and linear layer is there, and fp16
     convolutions run (at least partly) in Tensor Core kernels."""
     w, _ = _small("resnet9")
-    doc = decompose(w, batch=64, dtype="fp16", device="cuda", **FAST)
+    doc = decompose_step(w, batch=64, dtype="fp16", device="cuda", **FAST)
     s = doc["summary"]
     assert s["profiled_unit"] == "kernel"
     assert s["attribution_coverage"] == pytest.approx(1.0, abs=0.01)

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from microbench import devicecheck as dc
+from microbench.devtools import devicecheck as dc
 
 from .conftest import REPO
 
@@ -104,7 +104,7 @@ def test_dry_run_end_to_end(tmp_path):
 
 
 def test_probe_names_the_declared_dependencies_this_environment_lacks(tmp_path):
-    from microbench.probe import missing_dependencies
+    from microbench.devtools.probe import missing_dependencies
 
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=1.26", "pytest[testing] >=8", '

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from microbench.timeline.classify import classify_kernel
-from microbench.measure.evidence import from_kernel_names, from_onednn, onednn_implementations
+from microbench.harness.evidence import from_kernel_names, from_onednn, onednn_implementations
 
 
 @pytest.mark.parametrize("name, cls, tc", [

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microbench.measure import registry
+from microbench.harness import registry
 from microbench.core.cases import make_inputs
-from microbench.measure.registry import bind
-from microbench.measure.ceilings import build_ceilings
+from microbench.harness.registry import bind
+from microbench.harness.ceilings import build_ceilings
 from microbench.core.config import TimingSettings
 from microbench.core.device import detect, fingerprint
-from microbench.measure.evidence import vendor_evidence
+from microbench.harness.evidence import vendor_evidence
 from microbench.core.shapes import Case, GemmShape
-from microbench.measure.timing import measure
+from microbench.harness.timing import measure
 
 pytestmark = pytest.mark.gpu
 

@@ -15,10 +15,10 @@ import pytest
 
 from kernels import conv_triton, gemm_triton
 from microbench import inspect as inspect_cli
-from microbench.measure import registry
-from microbench.measure import sass
+from microbench.harness import registry
+from microbench.harness import sass
 from microbench.core.cases import make_inputs
-from microbench.measure.registry import bind
+from microbench.harness.registry import bind
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, ConvShape, GemmShape
 

@@ -15,11 +15,11 @@ LEVELS = {
     "microbench.core": 0,
     "microbench.reports": 1,
     "microbench.timeline": 2,
-    "microbench.measure": 3,
+    "microbench.harness": 3,
     "models": 3,  # imports only the core (checked below)
     "kernels": 4,  # providers: core + measurement
     "microbench.step": 5,
-    "microbench.dist": 5,
+    "microbench.communication": 5,
     "microbench.accuracy": 6,
     "microbench": 9,  # the commands (microbench/<command>.py), the public API
 }
@@ -102,15 +102,15 @@ def test_core_imports_neither_kernels_nor_models():
 def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     """The rule can fail: a core module importing the runner is reported."""
     fake = REPO / "microbench" / "core" / "_layer_probe_tmp.py"
-    fake.write_text("def f():\n    from microbench.measure.runner import CaseRunner\n")
+    fake.write_text("def f():\n    from microbench.harness.runner import CaseRunner\n")
     try:
-        assert any("_layer_probe_tmp.py:2 imports microbench.measure.runner" in v for v in _violations())
+        assert any("_layer_probe_tmp.py:2 imports microbench.harness.runner" in v for v in _violations())
     finally:
         fake.unlink()
 
 
 @pytest.mark.parametrize("name", ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure",
-                                  "decompose", "analyze_trace"])
+                                  "decompose_step", "analyze_trace"])
 def test_public_api(name):
     import microbench
 

@@ -18,8 +18,8 @@ from microbench.core.config import MAX_TIMING_MS, load_config
 from microbench.core.errors import ConfigError, InputError
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import LOCK_NAME, OutputDir, check_dir, check_file
-from microbench.measure import registry
-from microbench.measure.registry import provider
+from microbench.harness import registry
+from microbench.harness.registry import provider
 from tests.conftest import REPO
 
 # The command modules (the package exports functions of the same names).
@@ -114,7 +114,7 @@ def test_sigterm_from_outside(tiny_config, tmp_path):
     out = tmp_path / "out"
     child = _child(f"""
 import importlib, sys, time
-from microbench.measure.registry import provider
+from microbench.harness.registry import provider
 
 @provider("gemm", "t_wait")
 def wait(a, b, *, allow_tf32=False):
@@ -183,7 +183,7 @@ def test_interrupt_before_the_first_row_leaves_out_as_it_was(tiny_config, tmp_pa
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("microbench.measure.ceilings.build_ceilings", ctrl_c)
+    monkeypatch.setattr("microbench.harness.ceilings.build_ceilings", ctrl_c)
     assert roofline.main(roofline_args(tiny_config, out)) == 130
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME, "results.csv", "results.json", "roofline.png"]
     assert (out / "results.json").read_text() == '{"earlier": true}'

@@ -8,7 +8,7 @@ import pytest
 from microbench.core.config import TimingSettings
 from microbench.core.device import cpu_device
 from microbench.core.stats import summarize
-from microbench.measure.timing import measure
+from microbench.harness.timing import measure
 
 
 def test_summarize_quantiles_and_cov():

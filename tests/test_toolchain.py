@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernels import nvrtc
-from microbench.measure import sass
+from microbench.harness import sass
 
 pytestmark = pytest.mark.inspect
 

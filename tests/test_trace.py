@@ -28,8 +28,8 @@ needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real
 @pytest.fixture(scope="module")
 def cfg():
     # Import what analyze() imports lazily (torch among it) now, not under tracemalloc, which slows imports.
-    import microbench.measure.ceilings  # noqa: F401
-    import microbench.measure.timing  # noqa: F401
+    import microbench.harness.ceilings  # noqa: F401
+    import microbench.harness.timing  # noqa: F401
 
     return load_config()
 

@@ -17,11 +17,11 @@ import torch
 
 from kernels import conv_triton as ct
 from kernels import triton_configs as cfgs
-from microbench.measure import registry
+from microbench.harness import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.core.config import load_config
-from microbench.measure.registry import Unsupported
+from microbench.harness.registry import Unsupported
 from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 
 pytestmark = pytest.mark.interpreter  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
@@ -127,7 +127,7 @@ def test_refusals():
 
 
 def test_registered_provider_answers_groups_unsupported():
-    from microbench.measure.registry import bind
+    from microbench.harness.registry import bind
 
     p = registry.get("conv2d", "triton")
     case = Case("conv2d_bwd_data", ConvShape(1, 4, 6, 6, 4, 3, 3, groups=4), "fp16")

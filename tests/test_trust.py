@@ -13,8 +13,8 @@ from microbench.core.conditions import ConditionSettings, Conditions, gpu_state,
 from microbench.core.results import KernelCaseRow
 from microbench.core.stats import NoiseSettings, Timing, summarize
 from microbench.core.work import Work
-from microbench.measure.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
-from microbench.measure.runner import judge
+from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+from microbench.harness.runner import judge
 from microbench.reports import report
 from microbench.reports.compare import compare, print_compare
 
@@ -234,8 +234,8 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
     from microbench.core.config import CeilingSettings
     from microbench.core.device import cpu_device
     from microbench.core.shapes import GemmShape
-    from microbench.measure import ceilings as C
-    from microbench.measure import registry
+    from microbench.harness import ceilings as C
+    from microbench.harness import registry
 
     peak = GemmShape(48, 64, 32)  # the synthetic library is fastest here, which no square reaches
 
@@ -271,8 +271,8 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
 def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg):
     from microbench.core.config import CeilingSettings
     from microbench.core.device import cpu_device
-    from microbench.measure import ceilings as C
-    from microbench.measure import registry
+    from microbench.harness import ceilings as C
+    from microbench.harness import registry
 
     monkeypatch.setattr(C, "measure", lambda *a, **k: summarize([1.0] * 5, ST))
     st = CeilingSettings({"fp32": (16, 32)}, (1,), budget_s=0.0, repeats=2, top=1)
@@ -285,7 +285,7 @@ def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg
 
 # ---- decompose: the profiler's overhead -------------------------------------------------------------------
 def test_profiler_overhead_flags():
-    from microbench.step.decompose import profiler_overhead
+    from microbench.step.analysis import profiler_overhead
 
     quiet = summarize([100.0, 101.0, 99.0, 100.5], ST)
     slower = summarize([140.0, 141.0, 139.0, 140.5], ST)
@@ -308,10 +308,10 @@ def test_depthwise_model_backward_is_twice_forward():
     """The MobileNetV2-style test model through the decomposition: backward matrix FLOPs are twice the forward,
     less the stem convolution's backward-data (no gradient for the images)."""
     import kernels
-    from microbench.step.decompose import DecomposeOptions, decompose
+    from microbench.step.analysis import DecomposeOptions, decompose_step
 
     kernels.load_all()
-    doc = decompose("models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
+    doc = decompose_step("models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
                                                               timed_steps=1, profiled_steps=1, profiler_warmup_steps=1))
     s = doc["summary"]
     stem = 2 * 2 * 16 * 32 * 32 * 3 * 9  # 3x3 stride 2 conv, 3 -> 16 channels, 64x64 -> 32x32, batch 2

@@ -200,7 +200,7 @@ class TimeToAccuracyRow(ResultRow):
 @row_kind
 @dataclass(kw_only=True)
 class CollectiveRow(ResultRow):
-    """One collective at one message size over `nranks` ranks (microbench.dist): `bytes` the message bytes as
+    """One collective at one message size over `nranks` ranks (microbench.communication): `bytes` the message bytes as
     nccl-tests counts them, `gbps` its algbw, `busbw_gbps` its bus bandwidth, `flops` 0."""
 
     kind: ClassVar[str] = "collective"

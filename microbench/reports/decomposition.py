@@ -1,4 +1,4 @@
-"""The terminal report of a training-step decomposition (microbench.step.decompose)."""
+"""The terminal report of a training-step decomposition (microbench.step.analysis)."""
 from __future__ import annotations
 
 

@@ -147,7 +147,7 @@ class Ranges(Table):
     pid: np.ndarray = _col("q")
     thread: np.ndarray = _col("i")
     kind: np.ndarray = _col("b")  # CPU_RANGE, GPU_RANGE
-    # A collective's message size is on its `nccl:<op>` annotation only (microbench/dist/ranks.py)
+    # A collective's message size is on its `nccl:<op>` annotation only (microbench/communication/ranks.py)
     input_dims: np.ndarray = _col("i")  # id into Timeline.arg_values, NO_ID: none
     input_types: np.ndarray = _col("i")
 

@@ -1,4 +1,4 @@
-"""python -m microbench.compiles: how many Triton kernels a GPU run of a profile compiles, counted on a CPU.
+"""python -m microbench.devtools.compiles: how many Triton kernels a GPU run of a profile compiles, counted on a CPU.
 
 Every case of the profile goes through the `triton` provider as on a GPU of the given family, with
 `kernels.triton_runtime.planning` recording, instead of launching, each (kernel, configuration, argument
@@ -41,7 +41,7 @@ def plan_cases(case_list, family: str, sms: int = 132) -> list:
     import kernels
     from kernels import triton_runtime
     from microbench.core.cases import make_inputs
-    from microbench.measure import registry
+    from microbench.harness import registry
 
     kernels.load_all()
     with triton_runtime.planning(family, sms) as compiles, _unfilled_operands():
@@ -61,7 +61,7 @@ def count(case_list, family: str, sms: int = 132) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.compiles", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m microbench.devtools.compiles", description=__doc__)
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--family", default="sm_90", choices=["sm_80", "sm_90", "cdna"])
     ap.add_argument("--sms", type=int, default=132, help="multiprocessors of the GPU (H100/H200 SXM: 132)")
@@ -125,7 +125,7 @@ def _kernel(name: str):
 def inspect_one(plan, target: str) -> dict:
     """Compile one recorded plan for `target` and read its SASS (runs in a worker process)."""
     from kernels.triton_runtime import aot_build, aot_compile
-    from microbench.measure.sass import inspect_build
+    from microbench.harness.sass import inspect_build
 
     name, cfg, spec = plan
     args = {k: _aot_value(v) for k, v in spec}

@@ -6,19 +6,19 @@ from typing import Callable, Iterator
 
 import torch
 
-from microbench.measure import registry
+from microbench.harness import registry
 from microbench.core import dtypes
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.measure.registry import bind
-from microbench.measure.ceilings import COMPUTE, Ceilings
+from microbench.harness.registry import bind
+from microbench.harness.ceilings import COMPUTE, Ceilings
 from microbench.core.config import Config, Profile
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
-from microbench.measure.registry import Evidence, Provider, Unsupported
+from microbench.harness.registry import Evidence, Provider, Unsupported
 from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
 from microbench.core.stats import Timing
-from microbench.measure.timing import measure
+from microbench.harness.timing import measure
 from microbench.core.work import Work, case_work
 
 # A row above its measured roof by more than this, beyond both its own spread and the ceiling's, is flagged,

@@ -1,4 +1,4 @@
-"""python -m microbench.devicecheck OUTDIR (scripts/device-check): one prepared run for a short GPU loan.
+"""python -m microbench.devtools.devicecheck OUTDIR (scripts/device-check): one prepared run for a short GPU loan.
 
 Stages run most valuable first under ONE global deadline (at most 8 minutes); each stage also has a cap.
 A stage still running at its limit gets SIGINT, so that what it measured is written (pytest writes its
@@ -29,7 +29,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 480.0  # the whole run; the loan is 15 minutes, machine start and transfers included
 DRY_DEADLINE_S = 75.0
 SUMMARY_RESERVE_S = 10.0  # kept back from the last stage for merging files and the summary
@@ -71,8 +71,8 @@ def stages() -> list[Stage]:
     roofline_files = {f: f for f in ("results.json", "results.csv", "roofline.png")}
     rest = ["--ignore=" + p for p in (*_TRITON_TESTS, *_CUDA_TESTS)]
     return [
-        Stage("probe", 45, _py("-m", "microbench.devicecheck", "--probe", "{work}/probe.json"),
-              _py("-m", "microbench.devicecheck", "--probe", "{work}/probe.json", "--dry-run"), 15,
+        Stage("probe", 45, _py("-m", "microbench.devtools.devicecheck", "--probe", "{work}/probe.json"),
+              _py("-m", "microbench.devtools.devicecheck", "--probe", "{work}/probe.json", "--dry-run"), 15,
               {"probe.json": "probe.json"}),
         Stage("quick profile", 150, _py(*quick, "--device", "cuda"), _py(*quick, "--device", "cpu"), 25,
               roofline_files),
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)  # the probe stage's own entry point
     args = ap.parse_args(argv)
     if args.probe:
-        from microbench.probe import write_probe
+        from microbench.devtools.probe import write_probe
 
         return write_probe(args.probe, dry=args.dry_run)
     if args.outdir is None:

@@ -15,10 +15,10 @@ from microbench.core.device import Device
 from microbench.core import dtypes, ops
 from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, GemmShape
-from microbench.measure import registry
+from microbench.harness import registry
 from microbench.core.stats import Timing
 from microbench.core.work import gemm_work
-from microbench.measure.timing import measure
+from microbench.harness.timing import measure
 
 COMPUTE, MEMORY = "compute", "memory"
 

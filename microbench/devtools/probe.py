@@ -36,7 +36,7 @@ def versions() -> dict:
     return out
 
 
-def missing_dependencies(pyproject: Path = Path(__file__).resolve().parent.parent / "pyproject.toml") -> list[str]:
+def missing_dependencies(pyproject: Path = Path(__file__).resolve().parents[2] / "pyproject.toml") -> list[str]:
     """The project's declared dependencies this environment lacks (a GPU image is used as it is: a stage that
     imports one of these fails, and this says why before it does)."""
     import re
@@ -64,7 +64,7 @@ def _tool_version(path) -> str:
 def chain(arch: str) -> dict:
     """NVRTC -> PTX -> ptxas -> cubin -> cuobjdump for this device's architecture (sm_80 in a dry run)."""
     from kernels import nvrtc
-    from microbench.measure import sass
+    from microbench.harness import sass
 
     target = arch if arch.startswith("sm_") else "sm_80"
     tools = sass.toolchain()

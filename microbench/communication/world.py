@@ -86,6 +86,23 @@ def _rank_main(rank: int, fn, args, world: int, backend: str, port: int, timeout
     os.replace(tmp, Path(out_dir, f"{rank}.pkl"))
 
 
+def _spawned_rank_main(rank: int, *args) -> None:
+    """The entry point of a process started by `run_local`, and only of those: `_rank_main`, then leave at
+    once. After its result file is written a rank has nothing left to do, but a normal interpreter exit runs
+    C++ teardown with gloo and profiler threads that may still be alive, and that teardown sometimes aborts
+    ("terminate called without an active exception", exit code -6: about one run in 18), which the parent
+    would report as a dead rank. `os._exit` skips it; the process group is already destroyed and the file
+    already replaced, so nothing is lost. (`_rank_main` itself returns normally: tests call it in-process.)"""
+    import sys
+
+    try:
+        _rank_main(rank, *args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return f"{type(e).__name__}: {text[:300]}"
@@ -117,7 +134,7 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
         raise CommError(f"--nproc must be >= 1, got {nproc}")
     store = master_store(port, nproc, timeout_s)
     with tempfile.TemporaryDirectory(prefix="dawnscope-comm-") as out_dir:
-        ctx = mp.start_processes(_rank_main, args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
+        ctx = mp.start_processes(_spawned_rank_main, args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
                                  nprocs=nproc, join=False, start_method=start_method)
         try:
             _watch(ctx.processes, out_dir, deadline_s, STARTUP_ALLOWANCE_S if startup_s is None else startup_s)

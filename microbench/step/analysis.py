@@ -1,14 +1,14 @@
 """A model's training step, decomposed into its kernels (GPU) or operators (CPU), attributed to layers and
 phases, counted (FLOPs, bytes), classified, judged against the ceilings, and replayed GEMM by GEMM through
-every available provider: `decompose(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
+every available provider: `decompose_step(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
 record, profile, attribute, count, judge, replay, write) over one Decomposition.
 
 The command is `python -m microbench.decompose --model NAME` (or `python -m microbench.roofline --model NAME`);
 the public API takes the options as keyword arguments:
 
-    from microbench import decompose
-    doc = decompose("resnet9", batch=64, dtype="bf16", out="results/resnet9")
-    doc = decompose((my_model, make_inputs))            # or a Workload, or "package.module:factory"
+    from microbench import decompose_step
+    doc = decompose_step("resnet9", batch=64, dtype="bf16", out="results/resnet9")
+    doc = decompose_step((my_model, make_inputs))            # or a Workload, or "package.module:factory"
 
 Writes into --out: decomposition.json (summary + layers), results.json / results.csv (the layer rows and
 the replay rows, one row type), roofline.png / .svg, and trace.json.gz (the profiler trace: open it in
@@ -133,7 +133,7 @@ def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> No
 
 @dataclass(frozen=True)
 class DecomposeOptions:
-    """How to decompose a step. `microbench.decompose(model, **kw)` builds one from keyword arguments."""
+    """How to decompose a step. `microbench.decompose_step(model, **kw)` builds one from keyword arguments."""
 
     batch: int | None = None  # None: the benchmark's batch (GPU) or its CPU batch (models/benchmarks.toml)
     dtype: str = "fp32"  # a training-step dtype of microbench.core.dtypes: fp32 (IEEE), bf16, fp16 (autocast)
@@ -157,9 +157,9 @@ class DecomposeOptions:
 
 @dataclass
 class Decomposition:
-    """What the stages of `decompose` hand to each other, filled in stage by stage."""
+    """What the stages of `decompose_step` hand to each other, filled in stage by stage."""
 
-    model: object  # what `decompose` was given
+    model: object  # what `decompose_step` was given
     opts: DecomposeOptions
     cfg: object = None
     workload: object = None
@@ -192,7 +192,7 @@ class Decomposition:
     doc: dict = field(default_factory=dict)
 
 
-def decompose(model, options: DecomposeOptions | None = None) -> dict:
+def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
     a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple). Returns the decomposition document
     (what decomposition.json holds); with `options.out` (a folder, or an entered microbench.core.outdir.OutputDir),
@@ -206,7 +206,7 @@ def decompose(model, options: DecomposeOptions | None = None) -> dict:
     opts = options or DecomposeOptions()
     if opts.out is not None and not isinstance(opts.out, OutputDir):
         with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
-            return decompose(model, replace(opts, out=out_dir))
+            return decompose_step(model, replace(opts, out=out_dir))
     d = Decomposition(model, opts)
     saved_benchmark = torch.backends.cudnn.benchmark
     tmp = None
@@ -271,8 +271,8 @@ def stage_record(d: Decomposition) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from microbench.measure.evidence import onednn_records
-    from microbench.measure.timing import measure
+    from microbench.harness.evidence import onednn_records
+    from microbench.harness.timing import measure
     from microbench.step.oprecord import OpRecorder
 
     if d.dev.is_gpu:
@@ -357,7 +357,7 @@ def stage_count(d: Decomposition) -> None:
 
 def stage_judge(d: Decomposition) -> None:
     """Stage judge: the ceilings, then the layers judged against them (judge_layers)."""
-    from microbench.measure.ceilings import build_ceilings
+    from microbench.harness.ceilings import build_ceilings
 
     d.opts.progress("ceilings")
     d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=d.opts.measure_ceilings, on_step=d.opts.on_progress)
@@ -423,7 +423,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
     """One entry (and one LayerRow) per (layer, phase) that took time or did work."""
     from microbench.step.oprecord import LayerWork
     from microbench.core.results import LayerRow
-    from microbench.measure.runner import judge
+    from microbench.harness.runner import judge
     from microbench.core.stats import summarize
     from microbench.core.work import Work
 
@@ -648,7 +648,7 @@ def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
     from models import ModelError
 
-    from microbench.measure import registry
+    from microbench.harness import registry
 
     known = registry.names()
     if providers:
@@ -669,7 +669,7 @@ def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None
 
 def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     from microbench.step.oprecord import bucket_name
-    from microbench.measure.runner import run_profile
+    from microbench.harness.runner import run_profile
 
     occurrences: dict = defaultdict(list)
     skipped = Counter()

@@ -19,7 +19,7 @@ import torch
 
 from microbench.timeline.classify import classify_cpu_impl, classify_kernel
 from microbench.core.device import Device
-from microbench.measure.registry import Evidence
+from microbench.harness.registry import Evidence
 
 
 def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:
