@@ -1,4 +1,4 @@
-"""Item 4: the datasheet table is matched on the device name by the documented token rule (bench.toml,
+"""The datasheet table is matched on the device name by the documented token rule (bench.toml,
 [devices]); real device-name strings as torch and the profiler report them."""
 from __future__ import annotations
 

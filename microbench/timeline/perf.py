@@ -15,7 +15,7 @@ TOP_UNKNOWN = 8
 HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
                      "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
                      "the general rules it would otherwise fall into, and a test with the real name "
-                     "(tests/test_kernel_rules_recent.py)")
+                     "(tests/test_kernel_rules_hopper_blackwell_mi300.py)")
 
 
 def datasheet_peaks(devices: list[dict]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Issue 11, case by case: a run never loses or corrupts results; every bad input is one line and exit 2.
+"""Case by case: a run never loses or corrupts results; every bad input is one line and exit 2.
 
 Each case the issue lists has a test here (the fuzz suite, tests/test_fuzz.py, covers the rest at random).
 """
