@@ -4,8 +4,9 @@
                and busbw (nccl-tests formulas), every result checked; rows of results.json + busbw plot
   ddp          a DDP training step of one of our models over N processes, split from the profiler into
                compute, overlapped and exposed communication, with gradient bytes and bucket count
-  ranks        traces of several ranks of one job: per collective call size, algbw / busbw, skew, straggler;
-               exposed communication per rank
+  ranks        a whole job's rank traces (files, a folder, a glob), each read in a worker (local processes, or
+               Dask with --scheduler): per rank busy / idle / exposed communication per step, per collective
+               size, busbw, skew and straggler, outlier ranks, the slowest step, a rank x step heat map
   scale        the scaling model: step time, comm_share and speed-up per worker count on a fabric preset
 
 Under torchrun (its environment variables) collectives and ddp run as one rank of that job; otherwise they
@@ -64,6 +65,8 @@ def _add_world(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .communication.report import add_job_arguments
+
     ap = _Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
                                  epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
                                         "2 bad input or a failed rank (one line).")
@@ -83,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=POSITIVE_INT, default=3, help="profiled steps (after one warm-up step)")
     d.add_argument("--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
-    r = sub.add_parser("ranks", help="collectives across the traces of several ranks")
-    r.add_argument("traces", nargs="+", type=Path)
+    r = sub.add_parser("ranks", help="a whole job: the traces of its ranks (files, a folder or a glob pattern)")
+    r.add_argument("traces", nargs="+", help="rank traces: files, folders of them, or glob patterns ('run/*.json.gz')")
     r.add_argument("--json", type=Path, default=None, metavar="OUT")
+    r.add_argument("--steps", default=None, metavar="NAME", help="the name of the step ranges; default: ProfilerStep#N")
+    add_job_arguments(r)
     s = sub.add_parser("scale", help="predict step time, comm_share and speed-up per worker count")
     s.add_argument("--model", default=None, help="one of our models: its gradient bytes (and CPU step time)")
     s.add_argument("--workers", default="1,2,4,8,16,32,64,128")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.communication.report import add_job_arguments
 from microbench.core.cli import positive_int
 from microbench.core.datasheet import measured_ceilings
 from microbench.core.dtypes import PRECISIONS
@@ -27,8 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, not a trace of a known format, a bad --ceiling; "
                "an unusable --json path), 130 interrupted. "
                "Definitions: docs/traces.md.")
-    ap.add_argument("file", type=Path, help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an "
-                                            "Nsight Systems SQLite export or an Nsight Compute CSV")
+    ap.add_argument("file", nargs="+",
+                    help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an Nsight Systems SQLite "
+                         "export or an Nsight Compute CSV; several, a folder or a glob pattern of rank traces: the "
+                         "whole job (as `comm ranks`: each rank read in a worker, then combined)")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
     ap.add_argument("--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
@@ -41,7 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
                          + ", ".join(PRECISIONS) + ")")
     ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
                     help="take the measured compute ceilings from a results.json of microbench.roofline")
+    add_job_arguments(ap)
     return ap
+
+
+def is_job(files: list[str]) -> bool:
+    """Several traces, a folder or a glob pattern: a job of ranks, not one trace."""
+    from microbench.communication.engine import GLOB_CHARS
+
+    one = Path(files[0])
+    return len(files) > 1 or one.is_dir() or (any(c in files[0] for c in GLOB_CHARS) and not one.exists())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
+    if is_job(args.file):
+        from microbench.communication.report import run_ranks
+
+        args.traces = args.file
+        return run_ranks(args)
+    args.file = Path(args.file[0])
     from microbench.core.config import load_config
     from microbench.core.jsonio import dumps
     from microbench.core.outdir import check_file, write_file

@@ -237,10 +237,10 @@ def _allreduce_kernel(events, elements):
 
 
 def test_rank_pair(shared_dir):
-    from microbench.communication.ranks import analyze
+    from microbench.communication.job import analyze
 
     paths = [shared_dir / "traces" / f"a100_torchrec_rank{r}.json.gz" for r in (1, 0)]  # order does not matter
-    doc = analyze(paths)
+    doc = analyze(paths, workers=0)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     k0, k1 = (_allreduce_kernel(_raw(p), 19618307) for p in reversed(paths))
     rec = next(c for c in doc["collectives"] if c["op"] == "allreduce" and c["bytes"][0] == 19618307 * 4)
@@ -248,6 +248,7 @@ def test_rank_pair(shared_dir):
     assert rec["time_ms"] == pytest.approx(t_s * 1e3)
     assert rec["busbw_gbps"] == pytest.approx(19618307 * 4 / t_s / 1e9 * 2 * 127 / 128)  # world size 128
     assert rec["start_skew_ms"] == pytest.approx(abs(k0["ts"] - k1["ts"]) / 1e3)
+    assert rec["skew_us"] == pytest.approx(abs(k0["ts"] - k1["ts"]))
     assert rec["end_skew_ms"] == pytest.approx(abs(k0["ts"] + k0["dur"] - k1["ts"] - k1["dur"]) / 1e3)
     assert rec["straggler_rank"] == (0 if k0["ts"] > k1["ts"] else 1)
     gathers = [c for c in doc["collectives"] if c["op"] == "allgather"]
@@ -259,7 +260,7 @@ def test_rank_pair(shared_dir):
 
 
 def test_ranks_needs_two():
-    from microbench.communication.ranks import analyze
+    from microbench.communication.job import analyze
 
     with pytest.raises(Exception, match="at least two"):
         analyze(["x.json"])
@@ -421,12 +422,12 @@ def test_unrelated_traces_refused(shared_dir, capsys):
 
 
 def test_different_world_sizes_refused(tmp_path):
-    from microbench.communication import ranks as R
+    from microbench.communication import job, ranks as R
 
-    a, b = R.RankTrace(tmp_path / "a", 0, 2), R.RankTrace(tmp_path / "b", 1, 4)
+    a, b = R.RankSummary(tmp_path / "a", 0, 2), R.RankSummary(tmp_path / "b", 1, 4)
     a.calls = b.calls = [R.Call(0, "allreduce", "nccl:all_reduce", 4, 2, 0.0)]
-    with pytest.raises(R.InputError, match="world sizes differ"):
-        R._check_one_job([a, b])
+    with pytest.raises(R.InputError, match="not ranks of one job: world_size 2: a; world_size 4: b"):
+        job.check_one_job([a, b])
 
 
 def test_rounded_sizes_are_named(capsys):

@@ -1,33 +1,42 @@
-"""Traces of several ranks of one job, side by side: every collective call with its message size, its
-algbw / busbw, the skew of its start and end across ranks, the straggler, and exposed communication per rank.
+"""Traces of several ranks of one job: each rank reduced on its own to a small summary (its collective calls, its
+GPU time breakdown per step), then the summaries matched across ranks: every collective call with its message
+size, its algbw / busbw, the skew of its start and end across ranks and the straggler.
 
-A call is the profiler's `nccl:<op>` annotation (its `Input Dims` / `Input type` give the message size). Its
-GPU kernel is found through the launch: kernel -> its cudaLaunchKernel / hipLaunchKernel (same
-`correlation`) -> the innermost `nccl:` annotation of the launching thread that contains the launch. Calls
-are matched across ranks by collective (and message bytes, except all-to-all, whose sizes differ per rank)
-among those whose kernels overlap in time (a collective cannot finish on one rank before it starts on
-another), nearest end first; a sampled trace may hold a call on one rank only: it stays unmatched.
+Communication is what the kernel rules call `comm` (microbench/data/kernel_rules.toml), never a name match of
+this module's own. A call is the profiler's `nccl:<op>` annotation (its `Input Dims` / `Input type` give the
+message size). Its GPU kernel is found through the launch (the timeline's correlation rule): the `comm`
+kernel's launch -> the innermost `nccl:` annotation of the launching thread that contains it. Calls are
+matched across ranks by collective (and message bytes, except all-to-all, whose sizes differ per rank) among
+those whose kernels overlap in time (a collective cannot finish on one rank before it starts on another),
+nearest end first; a sampled trace may hold a call on one rank only: it stays unmatched.
 
 A matched call's time is the shortest of its kernels (the last rank to arrive waits for no one, so its
 kernel time is the transfer); algbw = bytes / that time, busbw = algbw x the nccl-tests factor over the
-group size. The straggler is the rank whose kernel started last; start skew = latest - earliest start.
+group size. The straggler is the rank whose kernel started last; skew_us = latest - earliest start.
 """
 from __future__ import annotations
 
 import math
+import os
+import resource
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from microbench.core.errors import InputError
+from microbench.timeline import gpu_time
+from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, Timeline
 from .busbw import bus_factor, canonical_op
-from .events import intersect, length, read_events, union
 
 ELEMENT_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long": 8,
                  "long int": 8, "unsigned char": 1, "signed char": 1, "char": 1, "bool": 1, "short": 2,
                  "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "hipLaunchKernel", "hipExtLaunchKernel",
-            "cuLaunchKernel", "cuLaunchKernelEx")
 SIZE_SYMMETRIC = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+BUS_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
+STEP_FIELDS = ("name", "wall_us", "kernel_count") + gpu_time.FIELDS
 
 
 @dataclass
@@ -47,87 +56,141 @@ class Call:
 
 
 @dataclass
-class RankTrace:
+class RankSummary:
+    """What one worker returns for one rank: small (calls and per-step numbers), never the rank's events."""
+
     path: Path
     rank: int
     world_size: int | None
+    backend: str | None = None
+    file_bytes: int = 0
     calls: list[Call] = field(default_factory=list)
-    comm_us: float = 0.0
-    exposed_comm_us: float = 0.0
-    span_us: float = 0.0
+    steps: list[dict] = field(default_factory=list)  # per step: STEP_FIELDS
+    whole: dict = field(default_factory=dict)  # gpu_time.breakdown over the whole trace
+    comm_us: float = 0.0  # |U(comm kernels)|
     comm_kernels: int = 0
     unlinked_kernels: int = 0
+    gpu_first_us: float | None = None  # the first and last GPU activity on the trace's clock
+    gpu_last_us: float | None = None
+    read_s: float = 0.0  # wall seconds to read and reduce this rank
+    worker: str = ""  # host:pid of the worker that did it
+    worker_peak_rss_bytes: int = 0  # that worker's peak resident memory after this rank
+
+    @property
+    def exposed_comm_us(self) -> float:
+        return self.whole.get("exposed_comm_us", 0.0)
+
+    @property
+    def span_us(self) -> float:
+        return self.whole.get("gpu_span_us", 0.0)
 
 
-def _is_comm_kernel(name: str) -> bool:
-    low = name.lower()
-    return "nccl" in low or "rccl" in low
-
-
-def _message(ev: dict, path: Path) -> int | None:
-    args = ev.get("args") or {}
-    dims, types = args.get("Input Dims"), args.get("Input type")
+def _message(tl: Timeline, row: int, path: Path) -> int | None:
+    r = tl.ranges
+    dims = tl.arg_values[r.input_dims[row]] if r.input_dims[row] != NO_ID else None
+    types = tl.arg_values[r.input_types[row]] if r.input_types[row] != NO_ID else None
     if not dims or not isinstance(dims, list) or not isinstance(dims[0], list):
         return None
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]):
-        raise InputError(path, "expected integer dimensions", key=f"{ev.get('name')}.args.Input Dims", value=dims[0])
+        raise InputError(path, "expected integer dimensions", key=f"{tl.names[r.name[row]]}.args.Input Dims",
+                         value=dims[0])
     size = ELEMENT_BYTES.get((types or [None])[0]) if isinstance(types, list) else None
     return math.prod(dims[0]) * size if size else None
 
 
-def _group_size(ann: dict, outer: list[dict], world: int | None) -> int:
+def _group_size(tl: Timeline, row: int, world: int | None) -> int:
     """All-gather: output / input elements of the enclosing c10d op; otherwise the world size."""
-    dims = (ann.get("args") or {}).get("Input Dims") or [[]]
-    for op in outer:
-        od = (op.get("args") or {}).get("Input Dims") or []
-        if "allgather" in op["name"].replace("_", "") and len(od) >= 2 and od[0] and od[1] and dims[0]:
+    r, ops = tl.ranges, tl.cpu_ops
+    dims = tl.arg_values[r.input_dims[row]] if r.input_dims[row] != NO_ID else [[]]
+    ts = r.ts_us[row]
+    for o in np.flatnonzero((ops.thread == r.thread[row]) & (ops.ts_us <= ts) & (ts <= ops.ts_us + ops.dur_us)):
+        name = tl.names[ops.name[o]]
+        od = tl.arg_values[ops.input_dims[o]] if ops.input_dims[o] != NO_ID else []
+        if name.startswith("c10d::") and "allgather" in name.replace("_", "") and len(od) >= 2 and od[0] and od[1] \
+                and dims and dims[0]:
             if math.prod(od[0]) % max(math.prod(od[1]), 1) == 0 and math.prod(od[1]) == math.prod(dims[0]):
                 return math.prod(od[0]) // math.prod(od[1])
     return world or 1
 
 
-def _contains(ev: dict, ts: float) -> bool:
-    return ev["ts"] <= ts <= ev["ts"] + ev.get("dur", 0)
+def _annotations(tl: Timeline) -> np.ndarray:
+    ids = [i for i, s in enumerate(tl.names.strings) if isinstance(s, str) and s.startswith("nccl:")]
+    return np.flatnonzero((tl.ranges.kind == CPU_RANGE) & np.isin(tl.ranges.name, ids))
 
 
-def load_rank(path: str | Path, fallback_rank: int) -> RankTrace:
-    """One rank's trace -> its collective calls (with kernels where linked) and its comm overlap."""
-    path = Path(path)
-    events, meta = read_events(path)
-    info = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-    rt = RankTrace(path, int(info.get("rank", fallback_rank)), info.get("world_size"))
-    anns = [e for e in events if str(e.get("name", "")).startswith("nccl:")]
-    c10d = [e for e in events if str(e.get("name", "")).startswith("c10d::")]
-    launches = {(e.get("args") or {}).get("correlation"): e for e in events
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES}
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    by_ann: dict[int, Call] = {}
+def _link_kernels(tl: Timeline, anns: np.ndarray, calls: dict[int, Call], comm_rows: np.ndarray) -> int:
+    """Give each comm kernel to the innermost annotation around its launch; returns the kernels left unlinked."""
+    r = tl.ranges
+    li = tl.launch_index()
+    unlinked = 0
+    for k in comm_rows:
+        launch = li[k]
+        if launch == NO_ID:
+            unlinked += 1
+            continue
+        lts, lth = tl.launches.ts_us[launch], tl.launches.thread[launch]
+        own = anns[(r.thread[anns] == lth) & (r.ts_us[anns] <= lts) & (lts <= r.ts_us[anns] + r.dur_us[anns])]
+        if not len(own):
+            unlinked += 1
+            continue
+        call = calls[int(own[np.argmax(r.ts_us[own])])]  # the innermost: latest start
+        ts, end = float(tl.kernels.ts_us[k]), float(tl.kernels.end_us[k])
+        call.kernel_ts = ts if call.kernel_ts is None else min(call.kernel_ts, ts)
+        call.kernel_end = end if call.kernel_end is None else max(call.kernel_end, end)
+    return unlinked
+
+
+def calls_of(tl: Timeline, rank: int, world: int | None, path: Path) -> tuple[list[Call], int]:
+    """A rank's collective calls (with their kernel times where linked) and the count of comm kernels that no
+    call claims."""
+    anns = _annotations(tl)
+    calls: dict[int, Call] = {}
     for a in anns:
-        outer = [c for c in c10d if c.get("tid") == a.get("tid") and _contains(c, a["ts"])]
-        op = canonical_op(a["name"])
-        nbytes = _message(a, path)
-        group = _group_size(a, outer, rt.world_size)
+        name = tl.names[tl.ranges.name[a]]
+        op = canonical_op(name)
+        nbytes = _message(tl, int(a), path)
+        group = _group_size(tl, int(a), world)
         if op == "allgather" and nbytes is not None:
             nbytes *= group  # nccl-tests counts the gathered output
-        by_ann[id(a)] = Call(rt.rank, op, a["name"], nbytes, group, a["ts"])
-    comm_k = [k for k in kernels if _is_comm_kernel(str(k.get("name", "")))]
-    for k in comm_k:
-        launch = launches.get((k.get("args") or {}).get("correlation"))
-        owners = [a for a in anns if launch and a.get("tid") == launch.get("tid") and _contains(a, launch["ts"])]
-        if not owners:
-            rt.unlinked_kernels += 1
-            continue
-        call = by_ann[id(max(owners, key=lambda a: a["ts"]))]  # the innermost: latest start
-        call.kernel_ts = k["ts"] if call.kernel_ts is None else min(call.kernel_ts, k["ts"])
-        call.kernel_end = max(call.kernel_end or 0.0, k["ts"] + k["dur"])
-    rt.calls = sorted(by_ann.values(), key=lambda c: c.cpu_ts)
-    comm = union([(k["ts"], k["ts"] + k["dur"]) for k in comm_k])
-    other = union([(k["ts"], k["ts"] + k["dur"]) for k in kernels if not _is_comm_kernel(str(k.get("name", "")))])
-    rt.comm_kernels, rt.comm_us = len(comm_k), length(comm)
-    rt.exposed_comm_us = rt.comm_us - length(intersect(comm, other))
-    if kernels:
-        rt.span_us = max(k["ts"] + k["dur"] for k in kernels) - min(k["ts"] for k in kernels)
-    return rt
+        calls[int(a)] = Call(rank, op, name, nbytes, group, float(tl.ranges.ts_us[a]))
+    comm_rows = np.flatnonzero(tl.class_mask("comm") & (tl.kernels.category == KERNEL))
+    unlinked = _link_kernels(tl, anns, calls, comm_rows)
+    return sorted(calls.values(), key=lambda c: c.cpu_ts), unlinked
+
+
+def _steps(tl: Timeline, step_range: str | None) -> list[dict]:
+    """The per-step GPU time breakdown of the trace report (the one definition), trimmed to its numbers."""
+    from microbench.timeline.perf import steps_with_gpu_time
+
+    steps, _ = steps_with_gpu_time(tl, step_range)
+    return [{k: s.get(k) for k in STEP_FIELDS} for s in steps]
+
+
+def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None = None) -> RankSummary:
+    """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
+    from microbench.timeline.analysis import read_trace
+    from microbench.timeline.perf import breakdown_of
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    tl = read_trace(path)
+    info = tl.distributed or {}
+    rank = info.get("rank", fallback_rank)
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else fallback_rank
+    world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+    s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size)
+    s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
+    k = tl.kernels
+    comm = tl.class_mask("comm") & (k.category == KERNEL)
+    s.comm_kernels, s.comm_us = int(comm.sum()), gpu_time.covered(k.ts_us[comm], k.end_us[comm])
+    s.whole = breakdown_of(tl, np.arange(len(k)))
+    s.steps = _steps(tl, step_range)
+    if len(k):
+        s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()), float(k.end_us.max())
+    s.read_s = time.perf_counter() - t0
+    s.worker = f"{os.uname().nodename}:{os.getpid()}"
+    s.worker_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return s
 
 
 def _overlaps(a: Call, b: Call) -> bool:
@@ -138,18 +201,22 @@ def _same(a: Call, b: Call) -> bool:
     return a.op == b.op and (a.op not in SIZE_SYMMETRIC or a.bytes == b.bytes) and _overlaps(a, b)
 
 
-def match(ranks: list[RankTrace]) -> list[list[Call]]:
+def match(ranks: list[RankSummary]) -> list[list[Call]]:
     """Calls matched across all ranks (the first rank's calls as anchors), each call used once."""
     used: set[int] = set()
+    by_op = [defaultdict(list) for _ in ranks]  # per rank: op -> its calls with a kernel
+    for i, r in enumerate(ranks):
+        for c in r.calls:
+            if c.kernel_ts is not None:
+                by_op[i][c.op].append(c)
     groups = []
     for anchor in (c for c in ranks[0].calls if c.kernel_ts is not None):
         group = [anchor]
-        for other in ranks[1:]:
-            cands = [c for c in other.calls if c.kernel_ts is not None and id(c) not in used and _same(anchor, c)]
+        for other in by_op[1:]:
+            cands = [c for c in other.get(anchor.op, ()) if id(c) not in used and _same(anchor, c)]
             if not cands:
                 break
-            best = min(cands, key=lambda c: abs(c.kernel_end - anchor.kernel_end))
-            group.append(best)
+            group.append(min(cands, key=lambda c: abs(c.kernel_end - anchor.kernel_end)))
         if len(group) == len(ranks):
             used.update(id(c) for c in group)
             groups.append(group)
@@ -163,50 +230,11 @@ def collective_record(group: list[Call]) -> dict:
     op, nbytes, n = group[0].op, group[0].bytes, group[0].group_size
     t_s = fastest.kernel_us / 1e6
     alg = nbytes / t_s / 1e9 if nbytes and t_s > 0 else None
-    factor = bus_factor(op, n) if op in ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall") else None
+    factor = bus_factor(op, n) if op in BUS_OPS else None
+    skew_us = max(starts.values()) - min(starts.values())
     return {"op": op, "name": group[0].name, "bytes": {c.rank: c.bytes for c in group}, "group_size": n,
             "time_ms": t_s * 1e3, "algbw_gbps": alg, "busbw_gbps": alg * factor if alg and factor else None,
-            "start_skew_ms": (max(starts.values()) - min(starts.values())) / 1e3,
+            "skew_us": skew_us, "start_skew_ms": skew_us / 1e3,
             "end_skew_ms": (max(ends.values()) - min(ends.values())) / 1e3,
             "straggler_rank": max(starts, key=starts.get), "start_us": min(starts.values()),
             "kernel_ms": {c.rank: c.kernel_us / 1e3 for c in group}}
-
-
-def _check_one_job(ranks: list[RankTrace]) -> None:
-    """Traces that are not ranks of one job (no collective calls, different world sizes) are refused."""
-    for r in ranks:
-        if not r.calls:
-            raise InputError(r.path, "no collective calls (nccl:* annotations): not a rank of a distributed job")
-    sizes = {r.world_size for r in ranks}
-    if len(sizes) > 1:
-        raise InputError(ranks[0].path, "the traces are not ranks of one job (world sizes differ)",
-                         key="distributedInfo.world_size", value=sorted(sizes, key=str))
-
-
-def analyze(paths: list[str | Path]) -> dict:
-    """The report of `comm ranks`."""
-    if len(paths) < 2:
-        raise InputError(None, "give the traces of at least two ranks of one job", key="traces")
-    ranks = sorted((load_rank(p, i) for i, p in enumerate(paths)), key=lambda r: r.rank)
-    if len({r.rank for r in ranks}) < len(ranks):
-        raise InputError(paths[0], "two traces claim the same rank", key="distributedInfo.rank",
-                         value=[r.rank for r in ranks])
-    _check_one_job(ranks)
-    groups = match(ranks)
-    records = [collective_record(g) for g in groups]
-    matched = {id(c) for g in groups for c in g}
-    strag: dict[int, dict] = {r.rank: {"times": 0, "wait_caused_ms": 0.0} for r in ranks}
-    for rec in records:
-        strag[rec["straggler_rank"]]["times"] += 1
-        strag[rec["straggler_rank"]]["wait_caused_ms"] += rec["start_skew_ms"]
-    per_rank = [{"rank": r.rank, "file": str(r.path), "world_size": r.world_size, "calls": len(r.calls),
-                 "calls_with_kernel": sum(c.kernel_ts is not None for c in r.calls),
-                 "unmatched_calls": sum(c.kernel_ts is not None and id(c) not in matched for c in r.calls),
-                 "comm_kernels": r.comm_kernels, "unlinked_comm_kernels": r.unlinked_kernels,
-                 "comm_ms": r.comm_us / 1e3, "exposed_comm_ms": r.exposed_comm_us / 1e3,
-                 "kernel_span_ms": r.span_us / 1e3,
-                 "exposed_comm_share": r.exposed_comm_us / r.span_us if r.span_us else None, **strag[r.rank]}
-                for r in ranks]
-    worst = max(strag, key=lambda k: strag[k]["wait_caused_ms"]) if records else None
-    return {"schema": "dawnscope.comm.ranks/1", "ranks": per_rank, "collectives": records,
-            "straggler_rank": worst}

@@ -187,13 +187,68 @@ def print_ddp(doc: dict) -> None:
 
 
 def run_ranks(args) -> int:
-    from .ranks import analyze
+    """`comm ranks` and `trace` given a job: the ranks read in workers, combined, printed and written."""
+    from microbench.core.outdir import check_dir
+
+    from .job import analyze
 
     check_json(args.json)
-    doc = analyze(args.traces)
+    if args.out is not None:
+        check_dir(args.out)
+    doc = analyze(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+                  step_range=getattr(args, "steps", None))
     print_ranks(doc)
     write_json(args.json, doc)
+    if args.out is not None:
+        write_job_files(args.out, doc)
     return 0
+
+
+def write_job_files(out: Path, doc: dict) -> None:
+    """The heat map (heatmap.png) and the HTML report with it (job.html) in `out`."""
+    import matplotlib.pyplot as plt
+
+    from microbench.core.outdir import write_file
+    from microbench.reports.job_report import heatmap_figure, job_html
+
+    out.mkdir(parents=True, exist_ok=True)
+    title = f"step wall time per rank, {len(doc['ranks'])} ranks"
+    fig = heatmap_figure(doc["heatmap"], title)
+    fig.savefig(out / "heatmap.png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    page = write_file(out / "job.html", job_html(doc, heatmap_figure(doc["heatmap"], title)), "--out")
+    print(f"wrote {out / 'heatmap.png'} and {page}", file=sys.stderr)
+
+
+def add_job_arguments(p) -> None:
+    """The options of a job's traces (shared by `comm ranks` and `trace`)."""
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
+    from microbench.core.cli import non_negative_int, positive_seconds
+
+    p.add_argument("--workers", type=non_negative_int, default=None, metavar="N",
+                   help="local worker processes reading the ranks; default: the CPUs; 0: in this process")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
+                        "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
+                        "trace paths")
+    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
+                   help="seconds to wait for the Dask scheduler; default: %(default)s")
+
+
+def _findings(doc: dict) -> list[str]:
+    lines = [f"straggler: rank {doc['straggler_rank']} (most start wait caused across matched collectives)"]
+    lines += [f"outlier: rank {o['rank']}: {o['metric']} {o['value']:.4g} against a median of {o['median']:.4g} "
+              f"({o['statistic']} = {o['z']:.1f}, threshold {o['threshold']})" for o in doc.get("outliers", [])]
+    s = doc.get("slowest_step")
+    if s:
+        lines.append(f"slowest step: {s['step']}, {s['time_ms']:.4g} ms on rank {s['slowest_rank']} "
+                     f"(the median rank: {s['median_rank_ms']:.4g} ms)")
+    lines += [f"failed to read: {f['file']}: {f['reason']}" for f in doc.get("failed", [])]
+    e = doc.get("engine")
+    if e:
+        lines.append(f"read by {e['workers']} {e['kind']} worker(s) in {e['wall_s']:.3g} s")
+    return lines
 
 
 def print_ranks(doc: dict) -> None:
@@ -201,26 +256,29 @@ def print_ranks(doc: dict) -> None:
 
     con = _console()
     t = Table(title="collective calls matched across ranks (time: the fastest rank's kernel)", header_style="bold")
-    for col in ("op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "start skew ms", "end skew ms",
+    for col in ("op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "skew us", "end skew ms",
                 "straggler"):
         t.add_column(col, justify="left" if col == "op" else "right")
-    for c in doc["collectives"]:
+    for c in doc["collectives"][:40]:
         sizes = sorted(set(c["bytes"].values()), key=lambda v: (v is None, v))
-        t.add_row(c["name"], "/".join(map(str, sizes)), str(c["group_size"]), _f(c["time_ms"], ".4g"),
-                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["start_skew_ms"], ".3g"),
+        t.add_row(c["name"], "/".join(map(str, sizes[:4])), str(c["group_size"]), _f(c["time_ms"], ".4g"),
+                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["skew_us"], ".4g"),
                   _f(c["end_skew_ms"], ".3g"), str(c["straggler_rank"]))
     con.print(t)
-    t = Table(title="per rank (exposed: communication kernels not overlapped by any other kernel)",
-              header_style="bold")
-    for col in ("rank", "calls", "with kernel", "unmatched", "comm ms", "exposed ms", "exposed share",
+    t = Table(title="per rank (exposed: communication kernels not overlapped by computation; busy / idle over "
+                    "the rank's GPU span)", header_style="bold")
+    for col in ("rank", "calls", "unmatched", "median step ms", "busy ms", "idle ms", "exposed comm ms",
                 "straggler (times)", "wait caused ms"):
         t.add_column(col, justify="right")
     for r in doc["ranks"]:
-        t.add_row(str(r["rank"]), str(r["calls"]), str(r["calls_with_kernel"]), str(r["unmatched_calls"]),
-                  _f(r["comm_ms"], ".4g"), _f(r["exposed_comm_ms"], ".4g"), _f(r["exposed_comm_share"], ".1%"),
-                  str(r["times"]), _f(r["wait_caused_ms"], ".3g"))
+        g = r["gpu_time"]
+        t.add_row(str(r["rank"]), str(r["calls"]), str(r["unmatched_calls"]),
+                  _f(r["median_step_us"] and r["median_step_us"] / 1e3, ".4g"), _f(g.get("busy_us", 0) / 1e3, ".4g"),
+                  _f(g.get("idle_us", 0) / 1e3, ".4g"), _f(r["exposed_comm_ms"], ".4g"), str(r["times"]),
+                  _f(r["wait_caused_ms"], ".3g"))
     con.print(t)
-    con.print(f"straggler: rank {doc['straggler_rank']} (most start wait caused)")
+    for line in _findings(doc):
+        con.print(line)
 
 
 def run_scale(args) -> int:

@@ -16,3 +16,16 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return 0 if text.strip() == "0" else positive_int(text)
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0 (a timeout)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be finite and > 0 (seconds)")
+    return v

@@ -1,0 +1,143 @@
+"""Where a job's ranks are read: each rank's trace read and reduced to its summary (ranks.summarize_rank) in a
+worker of an existing engine, never all events in one process.
+
+- a local process pool (concurrent.futures, spawned processes: a worker holds one rank's timeline at a time);
+- `workers=0`: in this process, one rank after the other (tests, debugging);
+- Dask distributed, given a scheduler address (or Dask's own `DASK_SCHEDULER_ADDRESS`): the workers read the
+  files by path, so the traces must be where the workers see them (a shared file system).
+A rank that fails to read comes back as a `Failed` with the reason; the others are still reported.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import time
+import tomllib
+from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
+
+from microbench.core.errors import InputError
+from .ranks import RankSummary, summarize_rank
+
+JOB_TOML = Path(__file__).resolve().parent.parent / "data" / "job.toml"
+GLOB_CHARS = "*?["
+
+
+@dataclass
+class Failed:
+    path: Path
+    reason: str
+
+
+@dataclass
+class EngineRun:
+    kind: str  # "processes", "dask", "inline"
+    workers: int
+    wall_s: float
+    results: list = field(default_factory=list)  # RankSummary or Failed, in path order
+    address: str | None = None
+
+
+def job_settings() -> dict:
+    return tomllib.loads(JOB_TOML.read_text())
+
+
+def _is_trace(p: Path, suffixes: tuple[str, ...]) -> bool:
+    return p.is_file() and p.name.lower().endswith(suffixes)
+
+
+def find_traces(specs: list[str | Path]) -> list[Path]:
+    """The rank traces named by files, folders (their trace files, not recursing) and glob patterns, sorted and
+    each once. A folder or pattern that names no trace is bad input."""
+    suffixes = tuple(job_settings()["traces"]["suffixes"])
+    out: list[Path] = []
+    for spec in map(str, specs):
+        p = Path(spec)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if _is_trace(q, suffixes))
+            if not found:
+                raise InputError(p, f"no traces in this folder (files ending {', '.join(suffixes)})")
+        elif any(ch in spec for ch in GLOB_CHARS) and not p.exists():
+            found = sorted(Path(q) for q in glob.glob(spec) if _is_trace(Path(q), suffixes))
+            if not found:
+                raise InputError(spec, "the pattern matches no trace file")
+        else:
+            found = [p]
+        out += found
+    seen: set[Path] = set()
+    return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
+
+
+def summarize_or_fail(path: Path, fallback_rank: int, step_range: str | None) -> RankSummary | Failed:
+    """One rank in a worker; every failure becomes its reason (bad input in one line, or the exception)."""
+    try:
+        return summarize_rank(path, fallback_rank, step_range)
+    except InputError as e:
+        return Failed(Path(path), e.line())
+    except (MemoryError, OSError, ValueError, TypeError, KeyError, IndexError) as e:
+        return Failed(Path(path), f"{type(e).__name__}: {e}")
+
+
+def dask_address(scheduler: str | None) -> str | None:
+    """The scheduler to use: --scheduler, else Dask's own setting (DASK_SCHEDULER_ADDRESS), else none."""
+    if scheduler:
+        return scheduler
+    if os.environ.get("DASK_SCHEDULER_ADDRESS"):
+        return os.environ["DASK_SCHEDULER_ADDRESS"]
+    return None
+
+
+def run_ranks(paths: list[Path], workers: int | None = None, scheduler: str | None = None,
+              timeout_s: float = 60.0, step_range: str | None = None) -> EngineRun:
+    """Every rank's summary (or failure), in the order of `paths`. `workers`: processes of the local pool
+    (default: the CPUs); `scheduler`: a Dask scheduler address, which replaces the pool."""
+    address = dask_address(scheduler)
+    t0 = time.perf_counter()
+    if address:
+        results, n = _dask(paths, address, timeout_s, step_range)
+        return EngineRun("dask", n, time.perf_counter() - t0, results, address)
+    if workers == 0:
+        results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
+        return EngineRun("inline", 1, time.perf_counter() - t0, results)
+    n = min(workers or os.cpu_count() or 1, len(paths))
+    results = _pool(paths, n, step_range)
+    return EngineRun("processes", n, time.perf_counter() - t0, results)
+
+
+def _pool(paths: list[Path], n: int, step_range: str | None) -> list:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawned, not forked: a worker starts small (the peak memory it reports is its own) and holds no lock
+    # or thread of this process
+    chunk = max(1, len(paths) // (n * 8))
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as ex:
+        try:
+            return list(ex.map(summarize_or_fail, paths, range(len(paths)), repeat(step_range), chunksize=chunk))
+        except BaseException:
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _dask(paths: list[Path], address: str, timeout_s: float, step_range: str | None) -> tuple[list, int]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError(None, "a Dask scheduler needs dask[distributed]: pip install 'dask[distributed]'",
+                         key="--scheduler", value=address) from None
+    try:
+        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise InputError(None, f"cannot reach the Dask scheduler within {timeout_s:g} s "
+                               f"({type(e).__name__})", key="--scheduler", value=address) from None
+    with client:
+        n = len(client.scheduler_info().get("workers", {}))
+        futures = client.map(summarize_or_fail, [str(p) for p in paths], range(len(paths)),
+                             step_range=step_range, pure=False)
+        try:
+            results = client.gather(futures)
+        except Exception as e:  # a worker lost: name it, one line
+            raise InputError(None, f"the Dask workers failed: {type(e).__name__}: {e}", key="--scheduler",
+                             value=address) from None
+    return [Failed(r.path, r.reason) if isinstance(r, Failed) else r for r in results], n

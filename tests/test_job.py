@@ -1,0 +1,161 @@
+"""A whole job of rank traces (microbench/communication/job.py, engine.py): made by scripts/make-job from the
+two real TorchRec ranks with a planted straggler, read by the engines (inline, local processes, a Dask
+LocalCluster), and the bad inputs."""
+from __future__ import annotations
+
+import gzip
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from microbench.communication import job
+from microbench.core.errors import InputError
+
+REPO = Path(__file__).resolve().parent.parent
+RANKS, STRAGGLER = 4, 2
+
+
+def _make_job_module():
+    loader = importlib.machinery.SourceFileLoader("make_job", str(REPO / "scripts" / "make-job"))
+    spec = importlib.util.spec_from_loader("make_job", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def job_dir(tmp_path_factory, shared_dir):
+    bases = [shared_dir / "traces" / "a100_torchrec_rank0.json.gz"]  # one base: only the jitter tells ranks apart
+    out = tmp_path_factory.mktemp("job")
+    args = ["--ranks", str(RANKS), "--out", str(out), "--straggler", str(STRAGGLER), "--seed", "3"]
+    assert _make_job_module().main(args + sum((["--base", str(b)] for b in bases), [])) == 0
+    return out
+
+
+def _same_report(a: dict, b: dict) -> None:
+    strip = ("engine",)
+    for doc in (a, b):
+        for r in doc["ranks"]:
+            r.pop("file", None)
+    assert {k: v for k, v in a.items() if k not in strip} == {k: v for k, v in b.items() if k not in strip}
+
+
+def test_planted_straggler_found(job_dir):
+    doc = job.analyze([job_dir], workers=0)
+    assert [r["rank"] for r in doc["ranks"]] == list(range(RANKS))
+    assert doc["straggler_rank"] == STRAGGLER
+    assert doc["collectives"] and all({"straggler_rank", "skew_us"} <= c.keys() for c in doc["collectives"])
+    assert all(c["straggler_rank"] == STRAGGLER for c in doc["collectives"])
+    busy = [o for o in doc["outliers"] if o["metric"] == "busy_us"]
+    assert [o["rank"] for o in busy] == [STRAGGLER] and "modified z-score" in busy[0]["statistic"]
+    for r in doc["ranks"]:  # the one breakdown per step: busy + idle = the step's GPU span
+        assert r["steps"] and all(abs(s["busy_us"] + s["idle_us"] - s["gpu_span_us"]) < 1e-6 * s["gpu_span_us"]
+                                  for s in r["steps"])
+        assert all("exposed_comm_us" in s for s in r["steps"])
+    hm = doc["heatmap"]
+    assert hm["ranks"] == list(range(RANKS)) and len(hm["steps"]) == 2
+    assert all(len(row) == 2 and None not in row for row in hm["values_ms"])
+    s = doc["slowest_step"]
+    assert s["time_ms"] == max(max(row) for row in hm["values_ms"])
+    assert doc["failed"] == []
+
+
+def test_glob_and_files_agree(job_dir):
+    a = job.analyze([str(job_dir / "rank-*.json.gz")], workers=0)
+    b = job.analyze(sorted(job_dir.iterdir()), workers=0)
+    _same_report(a, b)
+
+
+@pytest.mark.slow
+def test_process_pool_same_as_inline(job_dir):
+    a = job.analyze([job_dir], workers=0)
+    b = job.analyze([job_dir], workers=2)
+    assert b["engine"]["kind"] == "processes" and b["engine"]["workers"] == 2
+    assert sum(w["ranks"] for w in b["engine"]["per_worker"]) == RANKS
+    _same_report(a, b)
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_same_as_inline(job_dir):
+    distributed = pytest.importorskip("distributed")
+    a = job.analyze([job_dir], workers=0)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                                  processes=True) as cluster:
+        b = job.analyze([job_dir], scheduler=cluster.scheduler_address, timeout_s=30)
+    assert b["engine"]["kind"] == "dask" and b["engine"]["workers"] == 2
+    _same_report(a, b)
+
+
+@pytest.mark.slow
+def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
+    from microbench import comm
+
+    assert comm.main(["ranks", str(job_dir), "--workers", "0", "--json", str(tmp_path / "j.json"),
+                      "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "out" / "job.html").read_text()
+    assert "data:image/png;base64," in page and f"straggler: rank {STRAGGLER}" in page
+    doc = json.loads((tmp_path / "j.json").read_text())
+    assert len(doc["ranks"]) == RANKS and all("rank" in r and "steps" in r for r in doc["ranks"])
+    out = capsys.readouterr().out
+    assert f"straggler: rank {STRAGGLER}" in out
+
+
+def test_trace_command_takes_a_folder(job_dir, capsys):
+    from microbench import trace
+
+    assert trace.main([str(job_dir), "--workers", "0"]) == 0
+    assert f"straggler: rank {STRAGGLER}" in capsys.readouterr().out
+
+
+def test_folder_without_traces(tmp_path, capsys):
+    from microbench import comm
+
+    (tmp_path / "notes.txt").write_text("x")
+    assert comm.main(["ranks", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no traces in this folder" in err and "\n" not in err, err
+    assert comm.main(["ranks", str(tmp_path / "*.json.gz")]) == 2
+    assert "matches no trace" in capsys.readouterr().err
+
+
+def test_a_rank_that_fails_is_listed(job_dir, tmp_path):
+    bad = tmp_path / "job"
+    bad.mkdir()
+    for p in sorted(job_dir.iterdir())[:3]:
+        (bad / p.name).write_bytes(p.read_bytes())
+    (bad / "rank-99999.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel"'))
+    doc = job.analyze([bad], workers=0)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
+    assert len(doc["failed"]) == 1 and doc["failed"][0]["file"].endswith("rank-99999.json.gz")
+    assert doc["failed"][0]["reason"]
+
+
+def test_different_jobs_mixed_named(job_dir, tmp_path, shared_dir):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for p in sorted(job_dir.iterdir())[:2]:
+        (mixed / p.name).write_bytes(p.read_bytes())
+    other = json.load(gzip.open(shared_dir / "traces" / "a100_torchrec_rank0.json.gz", "rt"))
+    other["distributedInfo"]["rank"] = 7
+    (mixed / "other-job.json.gz").write_bytes(gzip.compress(json.dumps(other).encode()))
+    with pytest.raises(InputError, match=r"world_size 128: other-job.json.gz; world_size 4: rank-00000"):
+        job.analyze([mixed], workers=0)
+
+
+def test_unreachable_scheduler_one_line(job_dir, capsys):
+    from microbench import comm
+
+    assert comm.main(["ranks", str(job_dir), "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot reach the Dask scheduler within 1 s" in err and "\n" not in err, err
+
+
+def test_outliers_statistic():
+    vals = {r: 100.0 + (r % 3) for r in range(20)} | {20: 180.0}
+    found = job.outliers(vals, "busy_us")
+    assert [o["rank"] for o in found] == [20] and found[0]["z"] > 3.5
+    assert job.outliers({0: 1.0, 1: 5.0}, "busy_us") == []  # too few ranks to call one an outlier
