@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from microbench.timeline import kineto, metrics
+from microbench.timeline import gpu_time, kineto, metrics
 from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
                                        Timeline)
 
@@ -144,10 +144,11 @@ def test_a_reader_of_another_format_fills_the_same_timeline():
     assert metrics.kernel_time(tl) == (2, 80.0)
     assert metrics.time_by_class(tl) == {"tc_gemm": (1, 40.0), "comm": (1, 40.0)}
     assert metrics.tensor_core_time(tl)["yes"] == 40.0
-    ov = metrics.overlap(tl)
-    assert (ov.exposed_comm_us, ov.gpu_busy_us, ov.kernel_span_us) == (20.0, 60.0, 60.0)
-    assert metrics.step_times(tl) == [{"name": "ProfilerStep#0", "wall_us": 100.0, "kernel_count": 2,
-                                       "kernel_time_us": 80.0, "gpu_span_us": 60.0, "gpu_time_us": 80.0}]
+    whole = gpu_time.breakdown(tl)
+    assert (whole["exposed_comm_us"], whole["busy_us"], whole["gpu_span_us"]) == (20.0, 60.0, 60.0)
+    _, steps, _ = gpu_time.step_breakdowns(tl)
+    assert [(s["name"], s["wall_us"], s["kernel_count"], s["kernel_time_us"], s["gpu_span_us"], s["gpu_time_us"])
+            for s in steps] == [("ProfilerStep#0", 100.0, 2, 80.0, 60.0, 80.0)]
     assert [g.name[:22] for g in metrics.top_kernels(tl)] == ["ampere_fp16_s16816gemm", "ncclDevKernel_Generic("]
 
 

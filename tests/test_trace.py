@@ -98,7 +98,10 @@ def test_torchrec_nccl_share_and_exposed_communication(cfg):
             - min(e["ts"] for e in events if e["cat"] != "Trace"))
     assert s["exposed_comm_us"] == pytest.approx(exposed, abs=1e-6)
     assert s["wall_span_us"] == pytest.approx(span)
-    assert s["exposed_comm_share"] == pytest.approx(exposed / span)
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu_span = max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)
+    assert s["gpu_span_us"] == pytest.approx(gpu_span)  # shares are of the GPU span, not of the CPU's
+    assert s["exposed_comm_share"] == pytest.approx(exposed / gpu_span)
     assert 0 < s["exposed_comm_us"] < s["comm_time_us"]  # some of the SendRecv time hides behind compute
 
 
@@ -223,16 +226,20 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     assert (sb["op"], sb["tensor_cores"]) == ("gemm", "unknown")
     assert s["comm_share"] == pytest.approx(400 / 900)
     assert s["exposed_comm_us"] == pytest.approx(50)
-    assert s["wall_span_us"] == 1000 and s["exposed_comm_share"] == pytest.approx(0.05)
+    # shares are of the GPU span [100, 720), not of the traced span (1000 us, CPU events included)
+    assert s["wall_span_us"] == 1000 and s["gpu_span_us"] == 620
+    assert s["exposed_comm_share"] == pytest.approx(50 / 620) and s["gpu_busy_share"] == pytest.approx(570 / 620)
     assert s["memcpy_time_us"] == 20
     assert doc["devices"][0]["datasheet"]["entry"] == "mi300x"
     assert doc["trace"]["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 8}
-    # the memcpy has no launch: in no step. Compute [100, 600) and RCCL [250, 650): busy 550 = 500 computation
-    # + 50 exposed communication, no idle time inside the step's GPU span; no shapes, no model FLOPs.
+    # the memcpy [700, 720) has no launch: placed in the step by its own start. Compute [100, 600) and RCCL
+    # [250, 650): busy 570 = 500 computation + 50 exposed communication + 20 exposed memcpy, idle [650, 700);
+    # no shapes, no model FLOPs.
     assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
-                             "gpu_span_us": 550, "gpu_time_us": 900, "busy_us": 550, "computation_us": 500,
-                             "exposed_comm_us": 50, "exposed_memcpy_us": 0, "idle_us": 0, "model_flops": 0,
-                             "achieved_tflops": None, "mfu": None}]
+                             "gpu_span_us": 620, "gpu_time_us": 920, "busy_us": 570, "computation_us": 500,
+                             "exposed_comm_us": 50, "exposed_memcpy_us": 20, "idle_us": 50, "comm_us": 400,
+                             "overlapped_comm_us": 350, "model_flops": 0, "achieved_tflops": None, "mfu": None}]
+    assert doc["outside_steps"]["placed_by_start_time"] == 1
     fwd = next(a for a in doc["annotations"] if a["name"] == "## forward ##")
     assert (fwd["kernel_count"], fwd["kernel_time_us"]) == (3, 400)
 

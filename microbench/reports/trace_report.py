@@ -36,9 +36,10 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console.print(
         f"{s['kernel_count']} kernels, kernel time {s['kernel_time_us']:,.1f} us; Tensor Core share "
         f"{_pct(s['tensor_core_share'])} (unknown {_pct(s['tensor_core_unknown_share'])}); communication "
-        f"{_pct(s['comm_share'])} of kernel time; exposed communication {s['exposed_comm_us']:,.1f} us = "
-        f"{_pct(s['exposed_comm_share'])} of the traced span {s['wall_span_us']:,.1f} us; GPU busy "
-        f"{_pct(s['gpu_busy_share'])} of it")
+        f"{_pct(s['comm_share'])} of kernel time; over the GPU span (first to last GPU activity"
+        f"{', summed over devices' if s.get('devices_with_kernels', 1) > 1 else ''}) of {s.get('gpu_span_us', 0.0):,.1f} us: "
+        f"GPU busy {_pct(s['gpu_busy_share'])}, exposed communication {s['exposed_comm_us']:,.1f} us = "
+        f"{_pct(s['exposed_comm_share'])}; the traced span, CPU events included, is {s['wall_span_us']:,.1f} us")
 
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
@@ -90,13 +91,17 @@ def _print_steps(console, doc: dict) -> None:
     from rich.table import Table
 
     g, m = doc["summary"].get("gpu_time") or {}, doc.get("mfu") or {}
-    t = Table(title="GPU time per step (us; busy = computation + exposed communication + exposed memcpy; "
-                    "idle = span - busy)", header_style="bold")
+    t = Table(title="GPU time per step (us; each GPU activity in the one step that launched it; busy = computation + "
+                    "exposed communication + exposed memcpy/memset; idle = span - busy)", header_style="bold")
     cols = ("step", "wall", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
             "TFLOP/s", "MFU")
     for c in cols:
         t.add_column(c, justify="left" if c == "step" else "right")
     rows = [(st["name"], st["wall_us"], str(st["kernel_count"]), st) for st in doc["steps"]]
+    out = doc.get("outside_steps") or {}
+    for key, label in (("before_first_step", "before the first step"), ("outside_steps", "outside the steps")):
+        if doc["steps"] and (out.get(key) or {}).get("activities"):
+            rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
     rows.append(("whole trace", m.get("window_us"), str(doc["summary"]["kernel_count"]), g | m))
     for name, wall, n, st in rows:
         t.add_row(name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from microbench.timeline import metrics
+from microbench.timeline import gpu_time, metrics
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import Timeline
 
@@ -51,7 +51,6 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
     summary = summary_of(tl)
     kernels = kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices}, summary["kernel_time_us"])
     extra = perf.performance(tl, devices, summary, kernels, model, counted, step_range, measured)
-    summary["gpu_time"] = extra["gpu_time"]
     summary["eligible_unused_us"] = extra["eligibility"]["eligible_unused_us"]
     summary["mfu"] = extra["mfu"]["mfu"]
     dist = tl.distributed
@@ -72,6 +71,7 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
         "unknown_kernels": extra["unknown_kernels"],
         "annotations": metrics.annotation_times(tl),
         "steps": extra["steps"],
+        "outside_steps": extra["outside_steps"],
         "notes": notes_of(tl, summary) + extra["notes"],
     }
 
@@ -85,10 +85,10 @@ def summary_of(tl: Timeline) -> dict:
     by_class = metrics.time_by_class(tl)
     tc = metrics.tensor_core_time(tl)
     comm = metrics.comm_time(tl)
-    ov = metrics.overlap(tl)
+    whole = gpu_time.breakdown(tl)  # the one GPU time breakdown (docs/traces.md)
     copies = metrics.copy_time(tl)
-    span = tl.wall_span_us
-    n_dev = max(len(metrics.devices_with_kernels(tl)), 1)
+    span = whole["gpu_span_us"]  # shares are of the GPU span, summed over devices, never of the CPU's
+    acts, kernel_rows = tl.kernels, metrics.kernel_rows(tl)
     return {
         "kernel_count": n,
         "kernel_time_us": total,
@@ -101,12 +101,14 @@ def summary_of(tl: Timeline) -> dict:
         "tensor_core_unknown_share": _share(tc["unknown"], total),
         "comm_time_us": comm,
         "comm_share": _share(comm, total),
-        "exposed_comm_us": ov.exposed_comm_us,
-        "exposed_comm_share": ov.exposed_comm_us / (span * n_dev) if span > 0 else None,
-        "wall_span_us": span,
-        "kernel_span_us": ov.kernel_span_us,
-        "gpu_busy_us": ov.gpu_busy_us,
-        "gpu_busy_share": ov.gpu_busy_us / (span * n_dev) if span > 0 else None,
+        "exposed_comm_us": whole["exposed_comm_us"],
+        "exposed_comm_share": _share(whole["exposed_comm_us"], span),
+        "wall_span_us": tl.wall_span_us,
+        "kernel_span_us": float(acts.end_us[kernel_rows].max() - acts.ts_us[kernel_rows].min()) if len(kernel_rows) else 0.0,
+        "gpu_span_us": span,
+        "gpu_busy_us": whole["busy_us"],
+        "gpu_busy_share": _share(whole["busy_us"], span),
+        "gpu_time": whole,
         "devices_with_kernels": len(metrics.devices_with_kernels(tl)),
         "memcpy_count": copies["memcpy"][0],
         "memcpy_time_us": copies["memcpy"][1],
@@ -196,8 +198,8 @@ def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
     if s["kernel_count"] and s["unattributed_kernels"]:
         notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
-                     "in the trace (no matching correlation id): they count in every total but in no annotation "
-                     "or step")
+                     "in the trace (no matching correlation id): they count in every total, in no annotation, and "
+                     "in the step whose CPU window holds their own start, if any")
     if not s["kernel_count"]:
         notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
                      "torch.profiler.ProfilerActivity.CUDA on a GPU?")

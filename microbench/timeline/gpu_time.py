@@ -1,47 +1,256 @@
-"""Where a GPU's time goes in a window (a step, or the whole trace): the common definitions, as TraceLens' GPU
-timeline and HTA's temporal breakdown use them, with kernel intervals merged across streams.
+"""Where a GPU's time goes: the one definition of busy / computation / exposed communication / exposed memcpy /
+idle, for the whole trace, per step, per device (a rank's trace is one device) and per window (a DDP bucket's
+all-reduce). Every report that shows these numbers (the trace report, the DDP split, the multi-rank job view,
+the step predictor) takes them from here. Definitions: docs/traces.md, "Where the GPU's time goes".
 
-For one device, with U(.) the union of intervals (overlapping kernels on several streams count once):
-- gpu_span_us: from the first to the last GPU activity (kernel, memcpy, memset) in the window;
-- computation_us: |U(non-communication kernels)|;
-- exposed_comm_us: |U(communication kernels) minus U(computation)|: communication nothing hides;
-- exposed_memcpy_us: |U(memcpy, memset) minus U(all kernels)|;
-- busy_us = computation + exposed_comm + exposed_memcpy = |U(all GPU activity)|;
-- idle_us = gpu_span - busy.
-Several devices: each quantity summed over devices (a trace is usually one rank, one device).
+Activities are the timeline's `kernels` rows: kernels, memcpys and memsets. Each has a kind:
+- compute: a kernel whose rule class is not `comm`;
+- comm: a kernel of the `comm` class (NCCL, RCCL, gloo, ...);
+- memory: a memcpy or a memset. Memsets go here, with the copies, as HTA files them (its MEMORY kind); TraceLens
+  counts them as computation. A memset sets memory and computes nothing; on the shared traces memsets are
+  at most 0.12 % of GPU time (V100 ResNet: 585 us of 472,463 us busy).
+
+For one device, with U(.) the union of intervals (overlapping activities on several streams count once):
+- gpu_span_us: first activity start to last activity end;
+- computation_us = |U(compute)|;
+- exposed_comm_us = |U(comm) minus U(compute)|: communication nothing hides;
+- exposed_memcpy_us = |U(memory) minus U(all kernels)|;
+- busy_us = computation + exposed_comm + exposed_memcpy = |U(all activity)|;
+- idle_us = gpu_span - busy;
+- comm_us = |U(comm)| (hidden or not); overlapped_comm_us = comm_us - exposed_comm_us.
+Several devices: each quantity summed over devices.
+
+Per step (`per_step`), every activity belongs to exactly one step (`assign_steps`): the step whose CPU window
+contains its launch (same correlation id, same process, the timeline's window rule); an activity without a
+launch in the trace, by its own start time; else it is outside the steps (before the first step, or after a
+step's end), reported, not dropped. A step's numbers are then a partition of the device's timeline, so that
+steps whose GPU work overlaps (pipelined runs: the next step's copies start while this one computes) count
+nothing twice: each busy instant goes to the kind that wins it (compute, then comm, then memory) and to the
+earliest step with an activity of that kind there; each idle instant to the earliest step whose own GPU span
+(its first activity's start to its last one's end) contains it, else to no step (`between_steps`). So the
+steps' busy, computation, ... sum exactly to the whole trace's minus what lies outside the steps, and their
+idle never exceeds the whole trace's. A step's gpu_span_us is the time it owns: busy + idle (without overlap:
+its first activity's start to its last one's end).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from microbench.timeline.metrics import union
+from microbench.timeline.model import EPS_US, KERNEL, Timeline, Windows
 
-KINDS = ("compute", "comm", "memcpy")
+COMPUTE, COMM, MEMORY = 0, 1, 2
+KINDS = ("compute", "comm", "memory")
 FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
+COMM_FIELDS = ("comm_us", "overlapped_comm_us")
+# assign_steps' codes for activities outside every step
+BEFORE_FIRST_STEP, OUTSIDE_STEPS = -1, -2
 
 
 def covered(starts: np.ndarray, ends: np.ndarray) -> float:
-    s, e = union(starts, ends)
+    """|U(intervals)|."""
+    s, e = union(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float))
     return float((e - s).sum())
 
 
-def breakdown(starts, ends, kinds, devices=None) -> dict[str, float]:
-    """The fields above for activities given as parallel arrays: start and end (us), kind (0 compute kernel,
-    1 communication kernel, 2 memcpy/memset) and device."""
-    starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
-    kinds = np.asarray(kinds, dtype=int)
-    devices = np.zeros(len(starts), dtype=int) if devices is None else np.asarray(devices)
-    out = dict.fromkeys(FIELDS, 0.0)
-    for dev in np.unique(devices):
-        on = devices == dev
-        s, e, k = starts[on], ends[on], kinds[on]
-        compute = covered(s[k == 0], e[k == 0])
-        kernels = covered(s[k != 2], e[k != 2])
-        busy = covered(s, e)
-        out["gpu_span_us"] += float(e.max() - s.min()) if len(s) else 0.0
-        out["computation_us"] += compute
-        out["exposed_comm_us"] += kernels - compute  # |U(comm) - U(compute)| = |U(kernels)| - |U(compute)|
-        out["exposed_memcpy_us"] += busy - kernels
-        out["busy_us"] += busy
-    out["idle_us"] = out["gpu_span_us"] - out["busy_us"]
+def kinds(tl: Timeline, rows: np.ndarray | None = None) -> np.ndarray:
+    """Each activity's kind (COMPUTE, COMM, MEMORY; module docstring), for `rows` of `tl.kernels` (default all)."""
+    rows = np.arange(len(tl.kernels)) if rows is None else np.asarray(rows, dtype=np.int64)
+    comm = tl.class_mask("comm")[rows]
+    return np.where(tl.kernels.category[rows] != KERNEL, MEMORY, np.where(comm, COMM, COMPUTE)).astype(np.int64)
+
+
+def _empty() -> dict[str, float]:
+    return dict.fromkeys(FIELDS + COMM_FIELDS, 0.0)
+
+
+def of_intervals(starts, ends, kind, devices=None, window: tuple[float, float] | None = None) -> dict[str, float]:
+    """The breakdown of activities given as parallel arrays (start and end in us, kind, device). With `window`
+    (lo, hi): the activities clipped to it, and the window's length as the span (a DDP bucket's all-reduce, a
+    CPU step of gloo collectives and operators)."""
+    s, e = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    k = np.asarray(kind, dtype=np.int64)
+    d = np.zeros(len(s), dtype=np.int64) if devices is None else np.asarray(devices, dtype=np.int64)
+    if window is not None:
+        s, e = np.clip(s, *window), np.clip(e, *window)
+        keep = e > s
+        s, e, k, d = s[keep], e[keep], k[keep], d[keep]
+    out = _empty()
+    for dev in np.unique(d):
+        on = d == dev
+        part = _one_device(s[on], e[on], k[on])
+        if window is not None:
+            part["gpu_span_us"] = float(window[1] - window[0])
+            part["idle_us"] = part["gpu_span_us"] - part["busy_us"]
+        _add(out, part)
+    if window is not None and not len(d):
+        out["gpu_span_us"] = out["idle_us"] = float(window[1] - window[0])
     return out
+
+
+def _one_device(s: np.ndarray, e: np.ndarray, k: np.ndarray) -> dict[str, float]:
+    compute = covered(s[k == COMPUTE], e[k == COMPUTE])
+    kernels = covered(s[k != MEMORY], e[k != MEMORY])
+    busy = covered(s, e)
+    comm = covered(s[k == COMM], e[k == COMM])
+    span = float(e.max() - s.min()) if len(s) else 0.0
+    # |U(comm) - U(compute)| = |U(kernels)| - |U(compute)|
+    return {"gpu_span_us": span, "busy_us": busy, "computation_us": compute, "exposed_comm_us": kernels - compute,
+            "exposed_memcpy_us": busy - kernels, "idle_us": span - busy, "comm_us": comm,
+            "overlapped_comm_us": comm - (kernels - compute)}
+
+
+def _add(acc: dict, part: dict) -> None:
+    for f, v in part.items():
+        acc[f] = acc.get(f, 0.0) + v
+
+
+def breakdown(tl: Timeline, rows: np.ndarray | None = None, window: tuple[float, float] | None = None) -> dict[str, float]:
+    """The breakdown (module docstring) of the activities `rows` of `tl.kernels` (default: all of them, the
+    whole trace), summed over devices; with `window` (lo, hi) clipped to it (see `of_intervals`)."""
+    k = tl.kernels
+    rows = np.arange(len(k)) if rows is None else np.asarray(rows, dtype=np.int64)
+    return of_intervals(k.ts_us[rows], k.end_us[rows], kinds(tl, rows), k.device[rows], window)
+
+
+def per_device(tl: Timeline) -> dict[int, dict[str, float]]:
+    """The whole trace's breakdown of each device with GPU activity."""
+    dev = tl.kernels.device
+    return {int(d): breakdown(tl, np.flatnonzero(dev == d)) for d in np.unique(dev)}
+
+
+@dataclass
+class StepAssignment:
+    """Per activity (row of `tl.kernels`): its step (index into `windows`), or BEFORE_FIRST_STEP /
+    OUTSIDE_STEPS; and whether it was placed by its own start time (no launch in the trace)."""
+
+    windows: Windows
+    step: np.ndarray
+    by_start_time: np.ndarray
+
+
+def _window_of(t: np.ndarray, pid: np.ndarray, w: Windows) -> np.ndarray:
+    """Per time (and process): the latest-starting window of that process whose [ts, ts + dur + EPS_US]
+    contains it; else BEFORE_FIRST_STEP when it precedes the process's first window, else OUTSIDE_STEPS."""
+    out = np.full(len(t), OUTSIDE_STEPS, dtype=np.int64)
+    for p in np.unique(w.pid):
+        mine = np.flatnonzero(w.pid == p)
+        mine = mine[np.argsort(w.ts_us[mine], kind="stable")]
+        at = np.flatnonzero((pid == p) & ~np.isnan(t))
+        j = np.searchsorted(w.ts_us[mine], t[at], "right") - 1
+        inside = j >= 0
+        inside[inside] = t[at][inside] <= (w.end_us[mine] + EPS_US)[j[inside]]
+        out[at[inside]] = mine[j[inside]]
+        out[at[j < 0]] = BEFORE_FIRST_STEP
+    return out
+
+
+def assign_steps(tl: Timeline, windows: Windows) -> StepAssignment:
+    """Every activity to exactly one step (module docstring): by its launch, else by its own start time."""
+    k = tl.kernels
+    launch_ts, launch_pid = tl.launch_time()
+    step = _window_of(launch_ts, launch_pid, windows)
+    unlaunched = np.isnan(launch_ts)
+    by_start = np.zeros(len(k), dtype=bool)
+    if unlaunched.any() and len(windows):
+        # no launch, so no process either: the windows of any process, by the activity's own start
+        any_pid = np.full(int(unlaunched.sum()), windows.pid[0])
+        flat = Windows(windows.names, windows.ts_us, windows.dur_us, np.full(len(windows), windows.pid[0]))
+        step[unlaunched] = _window_of(k.ts_us[unlaunched], any_pid, flat)
+        by_start[unlaunched] = step[unlaunched] >= 0
+    return StepAssignment(windows, step, by_start)
+
+
+def _paint(seg_owner: np.ndarray, i0: np.ndarray, i1: np.ndarray, keys: np.ndarray, free=None) -> None:
+    """Give each segment (of one device's elementary segments) the smallest key among the intervals [i0, i1)
+    (in segment indices) covering it, where it has none yet (-1) and `free` allows."""
+    order = np.argsort(keys, kind="stable")
+    bounds = np.flatnonzero(np.diff(keys[order])) + 1
+    for grp in np.split(order, bounds):
+        if not len(grp):
+            continue
+        lo, hi = int(i0[grp].min()), int(i1[grp].max())
+        if hi <= lo:
+            continue
+        diff = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.add.at(diff, i0[grp] - lo, 1)
+        np.add.at(diff, i1[grp] - lo, -1)
+        take = (np.cumsum(diff)[:-1] > 0) & (seg_owner[lo:hi] < 0)
+        if free is not None:
+            take &= free[lo:hi]
+        seg_owner[lo:hi][take] = keys[grp[0]]
+
+
+def _owned(s: np.ndarray, e: np.ndarray, k: np.ndarray, owner: np.ndarray, n_owners: int) -> np.ndarray:
+    """One device's partition: an (n_owners + 1) x 5 array of the time each owner holds as computation, exposed
+    comm, exposed memory, idle, and all comm (row n_owners: idle between the owners' spans)."""
+    out = np.zeros((n_owners + 1, 5))
+    if not len(s):
+        return out
+    b = np.unique(np.concatenate([s, e]))
+    seg = np.diff(b)
+    i0, i1 = np.searchsorted(b, s), np.searchsorted(b, e)
+    busy = np.full(len(seg), -1, dtype=np.int64)
+    _paint(busy, i0, i1, k * n_owners + owner)  # compute wins, then comm, then memory; then the earliest owner
+    hit = busy >= 0
+    out[:n_owners, :3] = np.bincount(busy[hit], weights=seg[hit], minlength=3 * n_owners).reshape(3, n_owners).T
+    comm = np.full(len(seg), -1, dtype=np.int64)
+    c = k == COMM
+    _paint(comm, i0[c], i1[c], owner[c])
+    out[:n_owners, 4] = np.bincount(comm[comm >= 0], weights=seg[comm >= 0], minlength=n_owners)
+    idle = np.full(len(seg), -1, dtype=np.int64)
+    span_lo, span_hi = np.full(n_owners, len(seg), dtype=np.int64), np.zeros(n_owners, dtype=np.int64)
+    np.minimum.at(span_lo, owner, i0)  # each owner's own span, in segments (empty for an owner without any)
+    np.maximum.at(span_hi, owner, i1)
+    _paint(idle, span_lo, span_hi, np.arange(n_owners), free=~hit)
+    gap = ~hit
+    out[:n_owners, 3] = np.bincount(idle[gap & (idle >= 0)], weights=seg[gap & (idle >= 0)], minlength=n_owners)
+    out[n_owners, 3] = float(seg[gap & (idle < 0)].sum())
+    return out
+
+
+def _as_fields(row: np.ndarray) -> dict[str, float]:
+    busy = float(row[:3].sum())
+    return {"gpu_span_us": busy + float(row[3]), "busy_us": busy, "computation_us": float(row[0]),
+            "exposed_comm_us": float(row[1]), "exposed_memcpy_us": float(row[2]), "idle_us": float(row[3]),
+            "comm_us": float(row[4]), "overlapped_comm_us": float(row[4] - row[1])}
+
+
+def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
+    """Each step's breakdown over its own activities (module docstring), in `windows` order, with its
+    `kernel_count`, `kernel_time_us` and `gpu_time_us` (summed activity time); and what lies outside the steps:
+    `before_first_step` and `outside_steps` (their own breakdowns and activity counts), `between_steps_idle_us`
+    and `placed_by_start_time` (activities without a launch, placed by their start)."""
+    a = assign_steps(tl, windows)
+    n_steps = len(windows)
+    # owners: the steps in order, then before-the-first-step, then outside: steps win shared instants
+    owner = np.where(a.step >= 0, a.step, np.where(a.step == BEFORE_FIRST_STEP, n_steps, n_steps + 1))
+    k, kind = tl.kernels, kinds(tl)
+    total = np.zeros((n_steps + 3, 5))
+    for dev in np.unique(k.device):
+        on = k.device == dev
+        part = _owned(k.ts_us[on], k.end_us[on], kind[on], owner[on], n_steps + 2)
+        total += part
+    is_kernel = k.category == KERNEL
+    counts = np.bincount(owner, minlength=n_steps + 2)
+    kernel_counts = np.bincount(owner[is_kernel], minlength=n_steps + 2)
+    kernel_time = np.bincount(owner[is_kernel], weights=k.dur_us[is_kernel], minlength=n_steps + 2)
+    gpu_time = np.bincount(owner, weights=k.dur_us, minlength=n_steps + 2)
+    rows = [{"kernel_count": int(kernel_counts[j]), "kernel_time_us": float(kernel_time[j]),
+             "gpu_time_us": float(gpu_time[j]), **_as_fields(total[j])} for j in range(n_steps + 2)]
+    outside = {"before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
+               "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
+               "between_steps_idle_us": float(total[n_steps + 2, 3]),
+               "placed_by_start_time": int(a.by_start_time.sum())}
+    return rows[:n_steps], outside
+
+
+def step_breakdowns(tl: Timeline, step_range: str | None = None) -> tuple[Windows, list[dict], dict]:
+    """`per_step` over the timeline's step windows (the one step rule, `Timeline.step_windows`), each step
+    named and with its CPU duration (`wall_us`)."""
+    w = tl.step_windows(step_range)
+    steps, outside = per_step(tl, w)
+    return w, [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st} for j, st in enumerate(steps)], outside
+

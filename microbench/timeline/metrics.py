@@ -92,32 +92,6 @@ def intersection_length(a_s, a_e, b_s, b_e) -> float:
 
 
 @dataclass
-class Overlap:
-    exposed_comm_us: float  # communication not hidden behind other kernels, summed over devices
-    gpu_busy_us: float  # union of kernel intervals, summed over devices
-    kernel_span_us: float  # first kernel start to last kernel end
-
-
-def overlap(tl: Timeline) -> Overlap:
-    """Per device: the union of the communication kernels' intervals minus its intersection with the union
-    of all other kernels' intervals (any stream); and the union of all kernel intervals."""
-    rows = kernel_rows(tl)
-    k = tl.kernels
-    ts, end, dev = k.ts_us[rows], k.end_us[rows], k.device[rows]
-    comm = tl.class_mask("comm")[rows]
-    exposed = busy = 0.0
-    for d in devices_with_kernels(tl):
-        on = dev == d
-        cs, ce = union(ts[on & comm], end[on & comm])
-        ns, ne = union(ts[on & ~comm], end[on & ~comm])
-        exposed += float((ce - cs).sum()) - intersection_length(cs, ce, ns, ne)
-        us, ue = union(ts[on], end[on])
-        busy += float((ue - us).sum())
-    span = float(end.max() - ts.min()) if len(rows) else 0.0
-    return Overlap(exposed, busy, span)
-
-
-@dataclass
 class WindowTotals:
     """Per window: the activities launched inside it, their summed duration, and the GPU span from the
     first one's start to the last one's end."""
@@ -158,17 +132,6 @@ def in_windows(tl: Timeline, w: Windows, categories=(KERNEL,)) -> WindowTotals:
 def unlaunched_kernels(tl: Timeline) -> int:
     """Kernels whose launching runtime call is not in the trace (no matching correlation id)."""
     return int(((tl.launch_index() == NO_ID) & (tl.kernels.category == KERNEL)).sum())
-
-
-def step_times(tl: Timeline, step_range: str | None = None) -> list[dict]:
-    """Per step (the one step rule, Timeline.step_windows): CPU duration, kernels launched inside it, their
-    time and GPU span, and all GPU activity (kernels, memcpy, memset) launched inside it."""
-    w = tl.step_windows(step_range)
-    kern = in_windows(tl, w)
-    gpu = in_windows(tl, w, categories=range(len(CATEGORIES)))
-    return [{"name": w.names[j], "wall_us": float(w.dur_us[j]), "kernel_count": int(kern.count[j]),
-             "kernel_time_us": float(kern.time_us[j]), "gpu_span_us": float(kern.gpu_span_us[j]),
-             "gpu_time_us": float(gpu.time_us[j])} for j in range(len(w))]
 
 
 def annotation_times(tl: Timeline) -> list[dict]:

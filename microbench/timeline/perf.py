@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from microbench.timeline import counters as C
-from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
-from microbench.timeline.model import CATEGORIES, KERNEL, TC_VALUES, Timeline
+from microbench.timeline import eligibility, gpu_time, opmetrics
+from microbench.timeline.model import KERNEL, TC_VALUES, Timeline
 
 UNKNOWN_SHARE_LIMIT = 0.05
 TOP_UNKNOWN = 8
@@ -32,26 +32,11 @@ def device_of(devices: list[dict]) -> eligibility.Device:
     return eligibility.device_of(d.get("name"), d.get("compute_capability"))
 
 
-def _kinds(tl: Timeline, rows: np.ndarray) -> np.ndarray:
-    """0 compute kernel, 1 communication kernel, 2 memcpy/memset (gpu_time.breakdown's kinds)."""
-    comm = tl.class_mask("comm")[rows]
-    return np.where(tl.kernels.category[rows] != KERNEL, 2, np.where(comm, 1, 0))
-
-
-def breakdown_of(tl: Timeline, rows: np.ndarray) -> dict[str, float]:
-    k = tl.kernels
-    return gpu_time.breakdown(k.ts_us[rows], k.end_us[rows], _kinds(tl, rows), k.device[rows])
-
-
-def steps_with_gpu_time(tl: Timeline, step_range: str | None = None) -> tuple[list[dict], object]:
-    """metrics.step_times plus, per step, the GPU time breakdown of everything launched inside it (kernels,
-    memcpy, memset): gpu_span_us becomes the span of that activity, first start to last end."""
-    w = tl.step_windows(step_range)
-    steps = metrics.step_times(tl, step_range)
-    act = metrics.in_windows(tl, w, categories=range(len(CATEGORIES)))
-    for st, rows in zip(steps, act.rows):
-        st.update(breakdown_of(tl, rows))
-    return steps, w
+def steps_with_gpu_time(tl: Timeline, step_range: str | None = None) -> tuple[list[dict], object, dict]:
+    """Per step (the one step rule), the GPU time breakdown over its own activities (gpu_time.step_breakdowns:
+    every activity in exactly one step), and what lies outside the steps."""
+    w, steps, outside = gpu_time.step_breakdowns(tl, step_range)
+    return steps, w, outside
 
 
 def _by_kernel(tl: Timeline) -> dict[tuple[str, int], np.ndarray]:
@@ -134,10 +119,10 @@ def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[
     peaks = datasheet_peaks(devices)
     notes = list(model.notes)
     contradictions = kernel_evidence(kernels, _by_kernel(tl), model.kernel_flops, counted)
-    steps, windows = steps_with_gpu_time(tl, step_range)
+    steps, windows, outside = steps_with_gpu_time(tl, step_range)
     if windows.note:
         notes.append(windows.note)
-    whole = breakdown_of(tl, np.arange(len(tl.kernels)))
+    whole = summary["gpu_time"]
     mfu = opmetrics.mfu(tl, model, peaks, windows, whole["gpu_span_us"])
     for st, m in zip(steps, mfu["steps"]):
         st.update({"model_flops": m["model_flops"], "achieved_tflops": m["achieved_tflops"], "mfu": m["mfu"]})
@@ -148,7 +133,7 @@ def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[
     dev = device_of(devices)
     notes += _notes(tl, model, peaks, dev)
     notes += [f"counters contradict the kernel name: {c}" for c in contradictions]
-    return {"gpu_time": whole, "steps": steps, "mfu": mfu,
+    return {"steps": steps, "outside_steps": outside, "mfu": mfu,
             "ops": opmetrics.op_rows(tl, model, peaks, measured),
             "eligibility": opmetrics.eligibility_findings(tl, model, dev),
             "unknown_kernels": unknown_kernels(kernels, summary), "notes": notes}

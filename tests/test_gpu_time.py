@@ -1,0 +1,98 @@
+"""The one GPU time breakdown (microbench/timeline/gpu_time.py): the whole trace, steps whose GPU work overlaps
+(every activity in exactly one step, sums that add up), windows, and the shared V100 ResNet DDP trace."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from microbench.timeline import gpu_time, kineto
+from microbench.timeline.analysis import read_trace
+
+from .conftest import TRACES
+
+GEMM, COPY, SET = "volta_sgemm_128x64_nn", "Memcpy HtoD (Pageable -> Device)", "Memset (Device)"
+
+
+def _launch(corr: int, ts: float) -> dict:
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 1,
+            "args": {"correlation": corr}}
+
+
+def _gpu(cat: str, name: str, ts: float, dur: float, stream: int, corr: int) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr}}
+
+
+def _step(n: int, ts: float) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": ts, "dur": 100}
+
+
+def pipelined_trace(tmp_path):
+    """Two steps on the CPU, [100, 200) and [200, 300). Step 1's GEMM runs [120, 250); step 2's first copy,
+    launched at 205, runs [130, 150) under it (the pipelined prefetch), its GEMM [260, 300) and a copy
+    [300, 310). A memset launched at 50 (before the first step) runs [60, 70); a kernel without a launch in
+    the trace runs [280, 285) (placed by its start, 280, in step 2)."""
+    events = [_step(1, 100), _step(2, 200),
+              _launch(1, 50), _gpu("gpu_memset", SET, 60, 10, 8, 1),
+              _launch(2, 110), _gpu("kernel", GEMM, 120, 130, 7, 2),
+              _launch(3, 205), _gpu("gpu_memcpy", COPY, 130, 20, 8, 3),
+              _launch(4, 210), _gpu("kernel", GEMM, 260, 40, 7, 4),
+              _launch(5, 220), _gpu("gpu_memcpy", COPY, 300, 10, 8, 5),
+              _gpu("kernel", GEMM, 280, 5, 9, 99)]
+    path = tmp_path / "pipelined.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return kineto.read(path)
+
+
+def test_whole_trace_breakdown(tmp_path):
+    whole = gpu_time.breakdown(pipelined_trace(tmp_path))
+    # activity [60, 310): busy [60, 70) + [120, 250) + [260, 310); the memset counts with the copies
+    assert whole == {"gpu_span_us": 250, "busy_us": 190, "computation_us": 170, "exposed_comm_us": 0,
+                     "exposed_memcpy_us": 20, "idle_us": 60, "comm_us": 0, "overlapped_comm_us": 0}
+
+
+def test_pipelined_steps_own_each_instant_once(tmp_path):
+    tl = pipelined_trace(tmp_path)
+    a = gpu_time.assign_steps(tl, tl.step_windows())
+    assert a.step.tolist() == [gpu_time.BEFORE_FIRST_STEP, 0, 1, 1, 1, 1]  # trace order of the activities
+    assert a.by_start_time.tolist() == [False] * 5 + [True]
+    _, steps, outside = gpu_time.step_breakdowns(tl)
+    s1, s2 = steps
+    # step 2's early copy runs under step 1's GEMM: that time is step 1's computation, not step 2's
+    assert (s1["busy_us"], s1["computation_us"], s1["idle_us"], s1["gpu_span_us"]) == (130, 130, 0, 130)
+    # step 2 owns its GEMM [260, 300), its last copy [300, 310) and the gap [250, 260) inside its own span
+    assert (s2["busy_us"], s2["computation_us"], s2["exposed_memcpy_us"], s2["idle_us"]) == (50, 40, 10, 10)
+    assert (s2["kernel_count"], s2["gpu_time_us"]) == (2, 75)
+    before = outside["before_first_step"]
+    assert (before["activities"], before["busy_us"], before["exposed_memcpy_us"]) == (1, 10, 10)
+    assert outside["between_steps_idle_us"] == 50 and outside["placed_by_start_time"] == 1
+    whole = gpu_time.breakdown(tl)
+    for f in ("busy_us", "computation_us", "exposed_memcpy_us"):
+        assert s1[f] + s2[f] + before[f] == whole[f]
+    assert s1["idle_us"] + s2["idle_us"] + outside["between_steps_idle_us"] == whole["idle_us"]
+
+
+def test_a_window_clips_every_activity(tmp_path):
+    tl = pipelined_trace(tmp_path)
+    w = gpu_time.breakdown(tl, window=(240.0, 270.0))
+    assert (w["gpu_span_us"], w["busy_us"], w["computation_us"], w["idle_us"]) == (30, 20, 20, 10)
+    comm = gpu_time.of_intervals([0, 50], [100, 80], [gpu_time.COMM, gpu_time.COMPUTE], window=(0, 100))
+    assert (comm["comm_us"], comm["exposed_comm_us"], comm["overlapped_comm_us"], comm["idle_us"]) == (100, 70, 30, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+def test_v100_resnet_ddp_steps_add_up():
+    tl = read_trace(TRACES / "v100_resnet_ddp_rank0.json.gz")
+    whole = gpu_time.breakdown(tl)
+    w = tl.step_windows()
+    steps, outside = gpu_time.per_step(tl, w)
+    a = gpu_time.assign_steps(tl, w)
+    assert len(steps) == 5 and (a.step >= 0).all()  # every activity in exactly one step
+    assert sum(s["kernel_count"] for s in steps) == 4350
+    busy = sum(s["busy_us"] for s in steps) + outside["before_first_step"]["busy_us"] + outside["outside_steps"]["busy_us"]
+    assert busy == pytest.approx(whole["busy_us"], rel=0.01)
+    assert sum(s["idle_us"] for s in steps) <= whole["idle_us"]
+    assert np.isclose(sum(s["idle_us"] for s in steps) + outside["between_steps_idle_us"], whole["idle_us"])
