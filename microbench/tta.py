@@ -2,6 +2,9 @@
 
     python -m microbench.tta leaderboard DIR... [--json OUT] [--no-check]
         DAWNBench submissions (TSV + JSON) and MLPerf Training result logs under DIR, ranked per task.
+    python -m microbench.tta thresholds DIR... [--task NAME] [--from A --to B --step S] [--json OUT] [--plot PNG]
+        time-to-accuracy and rank of every entry with an accuracy curve at each threshold of a range: how much
+        the threshold decides (which entries change places, where runs stop reaching it).
     python -m microbench.tta run --model NAME [--target ACC] [--seeds N] [--profile] [--out DIR] ...
         train to a target accuracy over seeds: mean time-to-accuracy, its coefficient of variation, the
         fraction of runs that reached the target, a one-sided t-test of the mean accuracy; results.json rows
@@ -34,12 +37,30 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files")
     lb.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the entries as a JSON list")
     lb.add_argument("--no-check", action="store_true", help="skip mlperf-logging's compliance check of each run")
+    th = sub.add_parser("thresholds", help="time-to-accuracy and rank at every threshold of a range")
+    th.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files: DAWNBench TSVs, "
+                                                           "MLPerf result logs, tta.json of our runs")
+    th.add_argument("--task", default=None, help="only this task (CIFAR10, ImageNet, SQuAD, resnet, bert, ours:MODEL)")
+    th.add_argument("--from", dest="lo", type=float, default=None, metavar="A", help="lowest threshold, percent")
+    th.add_argument("--to", dest="hi", type=float, default=None, metavar="B", help="highest threshold, percent")
+    th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
+                    "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
+    th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
+    th.add_argument("--plot", type=Path, default=None, metavar="PNG", help="draw time-to-accuracy against threshold")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
     r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
     r.add_argument("--seeds", type=int, default=3, help="runs, seeds 0..N-1; default: %(default)s")
     r.add_argument("--epochs", type=int, default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
+    r.add_argument("--recipe", default=None, metavar="tuned|standard",
+                   help="tuned (the time-to-accuracy schedule, bf16 where native), standard (a conventional "
+                        "schedule to convergence, fp32), or both as tuned,standard: then whether the tuned "
+                        "recipe's accuracy drop on the new test set exceeds the standard one's; default: the "
+                        "model's keys as they are")
+    r.add_argument("--new-test", type=Path, default=None, metavar="DIR",
+                   help="CIFAR-10: the folder of CIFAR-10.1 v6 (cifar10.1_v6_data.npy, cifar10.1_v6_labels.npy), "
+                        "the second test set; digits has its own stand-in")
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads during the runs; default: torch's")
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
@@ -64,23 +85,43 @@ def _leaderboard(args) -> int:
     return 0
 
 
+def _thresholds(args) -> int:
+    from .accuracy.report import plot_thresholds, print_thresholds
+    from .accuracy.thresholds import check_range, study
+    from .core.jsonio import dumps
+    from .core.outdir import check_file, write_file
+
+    user_range = check_range(args.lo, args.hi, args.step)
+    for path, key in ((args.json, "--json"), (args.plot, "--plot")):
+        if path:
+            check_file(path, key)
+    result = study(args.dirs, args.task, user_range)
+    print_thresholds(result)
+    if args.json:
+        print(f"wrote {write_file(args.json, dumps(result.as_dict()), '--json')}", file=sys.stderr)
+    if args.plot:
+        print(f"wrote {plot_thresholds(result, args.plot)}", file=sys.stderr)
+    return 0
+
+
 def _run(args) -> int:
     from rich.console import Console
 
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
-    from .accuracy.run import check_options
+    from .accuracy.run import check_options, check_recipes
     from .core.jsonio import dumps
     from .core.outdir import OutputDir
 
     out = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES)  # before any work
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
-    epochs = args.epochs or spec.epochs
-    ds = load(spec.dataset, args.data)  # before the progress bar: a bad --data is one line
+    recipes = check_recipes(spec, args.recipe.split(",") if args.recipe else ())
+    epochs = sum(args.epochs or spec.with_recipe(r).epochs for r in recipes)
+    ds = load(spec.dataset, args.data, args.new_test)  # before the progress bar: a bad --data is one line
     console = Console(stderr=True)
     with out:
         try:
-            doc = _train(args, spec, epochs, ds, out.staging, console)
+            doc = _train(args, recipes, epochs, ds, out.staging, console)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows of finished seeds are kept
             kept = out.commit_partial()
             print("interrupted" + (f": rows of finished seeds in {out.final('results.json')}" if kept else
@@ -94,7 +135,8 @@ def _run(args) -> int:
     return 0
 
 
-def _train(args, spec, epochs, ds, out, console) -> dict:
+def _train(args, recipes, epochs, ds, out, console) -> dict:
+    """All recipes' seeds under one progress bar (`epochs`: the epochs of one seed of every recipe)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .accuracy.run import run_tta
@@ -105,20 +147,22 @@ def _train(args, spec, epochs, ds, out, console) -> dict:
 
         def on_epoch(run, rec):
             progress.update(bar, advance=1, description=(
-                f"seed {run.seed} epoch {rec.epoch}/{epochs}: acc {rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
+                (f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: acc "
+                f"{rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
                 + (f", reached at epoch {run.epochs_to_target}" if run.epochs_to_target else "")))
-            progress.console.log(f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
+            progress.console.log((f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
                                  f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
 
         return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
                        out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                       on_epoch=on_epoch, on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
+                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch,
+                       on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _leaderboard(args) if args.cmd == "leaderboard" else _run(args)
+        return {"leaderboard": _leaderboard, "thresholds": _thresholds, "run": _run}[args.cmd](args)
     except InputError as e:
         print(f"error: {e.line()}", file=sys.stderr)
         return e.exit_code

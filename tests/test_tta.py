@@ -289,7 +289,8 @@ def test_profile_decomposes_one_epoch(tmp_path):
     doc = run_tta("digits", 0.5, seeds=1, epochs=1, device="cpu", threads=1, profile=True)
     p = doc["profile"]
     epoch = doc["runs"][0]["epochs"][0]
-    assert p["steps_per_epoch"] == epoch["steps"] == 1437 // 64  # digits: 1437 training images, batch 64
+    # digits: 1437 non-test images less 216 held out as the new test set = 1221 training images, batch 64
+    assert p["steps_per_epoch"] == epoch["steps"] == 1221 // 64
     assert p["epoch_s"] == pytest.approx(epoch["train_s"]) and p["data_loading_s"] == pytest.approx(epoch["data_s"])
     assert p["by_class_s"]["gemm"] > 0 and p["by_class_s"].get("norm", 0) > 0  # convolutions, BatchNorm
     assert p["busy_s"] == pytest.approx(sum(p["by_class_s"].values()))

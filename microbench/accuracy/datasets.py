@@ -3,6 +3,11 @@
 - digits: scikit-learn's copy of the UCI handwritten digits (1797 8x8 grey images, 10 classes), shipped
   inside the scikit-learn wheel: no download. One fixed stratified 80/20 split (seed 0), so every seed of a
   run is judged on the same test images; the seed changes the initial weights and the batch order.
+  A second test set, a stand-in for CIFAR-10.1 (new samples of the same classes from a slightly shifted
+  distribution), is made by a fixed procedure: 15 % of the non-test images, stratified (seed 1), are held out
+  of training, and each is redrawn through a small random affine map (seed 2: rotation within +-3 degrees,
+  scale 0.97-1.03, shift within +-0.15 pixel, bilinear). New images of the same classes, never trained on,
+  drawn a little differently (our digits model loses 6-12 points on it; models lose 4-10 on CIFAR-10.1).
 - cifar10: the binary version (cifar-10-batches-bin: data_batch_1..5.bin, test_batch.bin; each record is one
   label byte and 3072 pixel bytes, 3x32x32 channel-major) read from a local folder. Training batches get
   the DAWNBench record entries' augmentation: a random 32x32 crop of the 4-pixel padded image and a random
@@ -34,16 +39,19 @@ class Dataset:
     num_classes: int
     augment: bool  # random crop + flip on training batches
     source: str
+    x_new: torch.Tensor | None = None  # a second test set drawn anew (CIFAR-10.1, or digits' stand-in)
+    y_new: torch.Tensor | None = None
+    new_source: str | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
 
-def _normalise(train: torch.Tensor, test: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    mean = train.mean(dim=(0, 2, 3), keepdim=True)
-    std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
-    return (train - mean) / std, (test - mean) / std
+# The digits stand-in for a new test set (module docstring): its share of the non-test images and its seeds.
+DIGITS_NEW_SHARE = 0.15
+DIGITS_NEW_SPLIT_SEED, DIGITS_NEW_WARP_SEED = 1, 2
+DIGITS_WARP = {"rotation_deg": 3.0, "scale": (0.97, 1.03), "shift_px": 0.15}  # drops of 6-12 points, as CIFAR-10.1's 4-10
 
 
 def digits() -> Dataset:
@@ -53,9 +61,39 @@ def digits() -> Dataset:
     d = load_digits()
     x = d.images.astype(np.float32)[:, None, :, :]
     x_tr, x_te, y_tr, y_te = train_test_split(x, d.target, test_size=0.2, random_state=0, stratify=d.target)
-    xtr, xte = _normalise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
+    x_tr, x_nw, y_tr, y_nw = train_test_split(x_tr, y_tr, test_size=DIGITS_NEW_SHARE,
+                                              random_state=DIGITS_NEW_SPLIT_SEED, stratify=y_tr)
+    x_nw = warp_digits(x_nw, np.random.default_rng(DIGITS_NEW_WARP_SEED))
+    xtr, (xte, xnw) = _normalise_all(torch.from_numpy(x_tr), torch.from_numpy(x_te), torch.from_numpy(x_nw))
     return Dataset("digits", xtr, torch.from_numpy(y_tr).long(), xte, torch.from_numpy(y_te).long(), 10, False,
-                   "sklearn.datasets.load_digits (UCI ML hand-written digits, 8x8), 80/20 stratified split, seed 0")
+                   "sklearn.datasets.load_digits (UCI ML hand-written digits, 8x8), 80/20 stratified split, seed 0; "
+                   f"{DIGITS_NEW_SHARE:.0%} of the rest held out as the new test set",
+                   xnw, torch.from_numpy(y_nw).long(),
+                   f"digits-shifted: a stand-in for CIFAR-10.1 ({len(y_nw)} held-out images, each redrawn by a "
+                   f"seeded random affine map: {DIGITS_WARP})")
+
+
+def warp_digits(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each N x 1 x 8 x 8 image through its own small random affine map about the image centre."""
+    from scipy.ndimage import affine_transform
+
+    out = np.empty_like(images)
+    centre = (np.array(images.shape[2:]) - 1) / 2
+    for i, img in enumerate(images):
+        angle = np.deg2rad(rng.uniform(-1, 1) * DIGITS_WARP["rotation_deg"])
+        scale = rng.uniform(*DIGITS_WARP["scale"])
+        shift = rng.uniform(-1, 1, size=2) * DIGITS_WARP["shift_px"]
+        inv = np.array([[np.cos(angle), np.sin(angle)], [-np.sin(angle), np.cos(angle)]]) / scale
+        offset = centre - inv @ (centre + shift)
+        out[i, 0] = affine_transform(img[0], inv, offset=offset, order=1, mode="constant", cval=0.0)
+    return out
+
+
+def _normalise_all(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Every set normalised with the training set's per-channel statistics."""
+    mean = train.mean(dim=(0, 2, 3), keepdim=True)
+    std = train.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    return (train - mean) / std, [(o - mean) / std for o in others]
 
 
 def read_cifar_bin(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +113,7 @@ def read_cifar_bin(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(images.copy()), torch.from_numpy(labels)
 
 
-def cifar10(folder: str | Path) -> Dataset:
+def cifar10(folder: str | Path, new_test: str | Path | None = None) -> Dataset:
     root = Path(folder)
     if (root / "cifar-10-batches-bin").is_dir():
         root = root / "cifar-10-batches-bin"
@@ -88,17 +126,40 @@ def cifar10(folder: str | Path) -> Dataset:
     x_te, y_te = read_cifar_bin(root / CIFAR_TEST_FILE)
     x_tr = torch.cat([p[0] for p in parts]).float() / 255
     y_tr = torch.cat([p[1] for p in parts])
-    xtr, xte = _normalise(x_tr, x_te.float() / 255)
-    return Dataset("cifar10", xtr, y_tr, xte, y_te, 10, True, f"CIFAR-10 binary version from {root}")
+    extra = read_cifar101(Path(new_test)) if new_test is not None else None
+    xtr, normalised = _normalise_all(x_tr, x_te.float() / 255, *([extra[0].float() / 255] if extra else []))
+    return Dataset("cifar10", xtr, y_tr, normalised[0], y_te, 10, True, f"CIFAR-10 binary version from {root}",
+                   normalised[1] if extra else None, extra[1] if extra else None,
+                   f"CIFAR-10.1 v6 from {new_test}" if extra else None)
 
 
-def load(name: str, folder: str | Path | None = None) -> Dataset:
+CIFAR101_FILES = ("cifar10.1_v6_data.npy", "cifar10.1_v6_labels.npy")
+
+
+def read_cifar101(folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-10.1 v6 (Recht et al. 2018): uint8 N x 32 x 32 x 3 images and their labels, from `folder`."""
+    paths = [folder / n for n in CIFAR101_FILES]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise InputError(folder, f"missing {', '.join(missing)} (CIFAR-10.1 v6)", key="--new-test")
+    try:
+        images, labels = (np.load(p, allow_pickle=False) for p in paths)
+    except (OSError, ValueError) as e:
+        raise InputError(folder, f"cannot read CIFAR-10.1: {e}", key="--new-test") from None
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (32, 32, 3):
+        raise InputError(paths[0], f"{images.dtype} {images.shape} is not uint8 N x 32 x 32 x 3", key="--new-test")
+    if labels.shape != (images.shape[0],) or labels.min(initial=0) < 0 or labels.max(initial=0) > 9:
+        raise InputError(paths[1], "labels are not one CIFAR-10 class (0-9) per image", key="--new-test")
+    return torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), torch.from_numpy(labels.astype(np.int64))
+
+
+def load(name: str, folder: str | Path | None = None, new_test: str | Path | None = None) -> Dataset:
     if name == "digits":
         return digits()
     if name == "cifar10":
         if folder is None:
             raise InputError("--data", "this model trains on CIFAR-10: give --data FOLDER (cifar-10-batches-bin)")
-        return cifar10(folder)
+        return cifar10(folder, new_test)
     raise InputError(None, f"unknown data set (known: {', '.join(DATASETS)})", key="dataset", value=name)
 
 

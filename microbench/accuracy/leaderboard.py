@@ -56,23 +56,44 @@ def _files(roots: list[str | Path]) -> list[Path]:
     return out
 
 
+@dataclass
+class Inputs:
+    """The files under the roots, by kind: DAWNBench training TSVs, MLPerf result logs by folder (one folder is
+    one submission), our own runs' tta.json, and how many other files there were."""
+
+    tsvs: list[Path] = field(default_factory=list)
+    mllogs: dict[Path, list[Path]] = field(default_factory=lambda: defaultdict(list))
+    ours: list[Path] = field(default_factory=list)
+    skipped: int = 0
+
+
+def input_files(roots: list[str | Path]) -> Inputs:
+    found = Inputs()
+    for f in _files(roots):
+        parts = {p.lower() for p in f.parent.parts}
+        if f.suffix.lower() == ".tsv" and "inference" not in parts:
+            found.tsvs.append(f)
+        elif f.suffix.lower() in (".txt", ".log") and _is_mllog(f):
+            found.mllogs[f.parent].append(f)
+        elif f.name == "tta.json":
+            found.ours.append(f)
+        else:
+            found.skipped += 1
+    return found
+
+
 def build(roots: list[str | Path], check: bool = True) -> Leaderboard:
     """Every DAWNBench training TSV and every MLPerf result log under `roots`. A file that cannot be read is
     listed in `unreadable` with its reason; the others go on."""
     board = Leaderboard()
-    mllogs: dict[Path, list[Path]] = defaultdict(list)
-    for f in _files(roots):
-        parts = {p.lower() for p in f.parent.parts}
-        if f.suffix.lower() == ".tsv" and "inference" not in parts:
-            try:
-                board.entries.append(dawnbench.read_submission(f))
-            except Unreadable as e:
-                board.unreadable.append({"file": str(f), "reason": str(e)})
-        elif f.suffix.lower() in (".txt", ".log") and _is_mllog(f):
-            mllogs[f.parent].append(f)
-        else:
-            board.skipped += 1
-    for folder, files in sorted(mllogs.items()):
+    found = input_files(roots)
+    board.skipped = found.skipped + len(found.ours)  # our own runs are not leaderboard entries
+    for f in found.tsvs:
+        try:
+            board.entries.append(dawnbench.read_submission(f))
+        except Unreadable as e:
+            board.unreadable.append({"file": str(f), "reason": str(e)})
+    for folder, files in sorted(found.mllogs.items()):
         e = mlperf.read_submission(folder, files, board.unreadable, check)
         if e is not None:
             board.entries.append(e)

@@ -44,16 +44,36 @@ def _compliance(path: Path, ruleset: str) -> str:
     return "failed: " + (str(msgs[0]).strip().splitlines()[0] if msgs else "?")
 
 
-def read_run(path: Path, ruleset: str, check: bool = True) -> dict:
-    """One result file -> {seconds, status, epoch, accuracy, header keys, compliance}."""
+def _parse(path: Path, ruleset: str) -> tuple[list, list]:
+    """mlperf-logging's parse of one result file: (log lines, unparsable lines)."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
 
     try:
-        loglines, errors = parse_file(str(path), ruleset=ruleset)
+        return parse_file(str(path), ruleset=ruleset)
     except OSError as e:
         raise Unreadable(f"cannot open: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - the package's parser on an unexpected ruleset or file
         raise Unreadable(f"mlperf-logging could not parse it: {type(e).__name__}: {e}") from None
+
+
+def eval_curve(path: Path, ruleset: str) -> list[tuple[float, float]]:
+    """One run's accuracy curve: (seconds since run_start, eval_accuracy as logged) per evaluation, in log
+    order. The time is the evaluation's own timestamp: MLPerf's official time stops at run_stop, which follows
+    the evaluation that reached the target by the few seconds the run takes to stop."""
+    loglines, _ = _parse(path, ruleset)
+    start = next((ll.timestamp for ll in loglines if ll.key == "run_start"), None)
+    if start is None:
+        raise Unreadable("no run_start: no clock to read the evaluations against")
+    curve = [((ll.timestamp - start) / 1e3, ll.value.get("value")) for ll in loglines if ll.key == "eval_accuracy"]
+    curve = [(t, float(v)) for t, v in curve if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not curve:
+        raise Unreadable("no eval_accuracy events with a number: no per-evaluation accuracy to read")
+    return curve
+
+
+def read_run(path: Path, ruleset: str, check: bool = True) -> dict:
+    """One result file -> {seconds, status, epoch, accuracy, header keys, compliance}."""
+    loglines, errors = _parse(path, ruleset)
     first: dict = {}
     evals = []
     for ll in loglines:

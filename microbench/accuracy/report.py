@@ -53,14 +53,50 @@ def print_leaderboard(board: Leaderboard, console: Console | None = None) -> Non
                   "entries, notes) not leaderboard inputs[/]")
 
 
+def run_documents(doc: dict) -> list[dict]:
+    """The run document of each recipe (a single run's document is its own)."""
+    return doc["recipes"] if "recipes" in doc else [doc]
+
+
 def print_run(doc: dict, console: Console | None = None) -> None:
+    """Per recipe the run table; then, where runs were also tested on a second test set, the generalization
+    table (and the tuned-against-standard test when both recipes ran)."""
+    console = console or Console()
+    for d in run_documents(doc):
+        _print_one_run(d, console)
+    if any("generalization" in d for d in run_documents(doc)):
+        print_generalization(doc, console)
+
+
+def print_generalization(doc: dict, console: Console) -> None:
+    docs = [d for d in run_documents(doc) if "generalization" in d]
+    t = Table(title=escape(f"generalization: test set against a new test set ({docs[0].get('new_test_set')})"),
+              title_justify="left")
+    for col in ("recipe", "precision", "runs", "test acc.", "new test acc.", "drop", "drop 95 % CI"):
+        t.add_column(col, justify="left" if col in ("recipe", "precision") else "right", no_wrap=True,
+                     min_width=len(col) if col != "new test acc." else None)
+    for d in docs:
+        g = d["generalization"]
+        lo, hi = g["drop_ci95"]
+        t.add_row(escape(str(d.get("recipe") or "-")), d.get("precision", "fp32"), str(g["runs"]),
+                  f"{g['test_accuracy']:.4f}", f"{g['new_test_accuracy']:.4f}", f"{g['drop']:+.4f}",
+                  "-" if lo is None else f"{lo:+.4f} .. {hi:+.4f}")
+    console.print(t)
+    c = doc.get("comparison")
+    if c:
+        console.print(f"tuned drop {c['tuned_drop']:+.4f} against standard {c['standard_drop']:+.4f} "
+                      f"(difference {c['difference']:+.4f}); Welch one-sided p (tuned drop > standard drop) = "
+                      + ("-" if c["p_value"] is None else f"{c['p_value']:.3g}"))
+
+
+def _print_one_run(doc: dict, console: Console) -> None:
     """The DAWNBench analysis's table form: one row per (model, hardware), mean TTA, CoV, fraction reached;
     plus the one-sided t-test on the final accuracies."""
-    console = console or Console()
     s = doc["summary"]
     acc = s["accuracy"]
+    recipe = f", recipe {doc['recipe']} ({doc.get('precision', 'fp32')})" if doc.get("recipe") else ""
     t = Table(title=escape(f"time-to-accuracy: {doc['model']} to top-1 >= {doc['target']:g} "
-                           f"({doc['seeds']} seeds, {doc['epochs']} epochs each)"), title_justify="left")
+                           f"({doc['seeds']} seeds, {doc['epochs']} epochs each{recipe})"), title_justify="left")
     for col in ("model", "hardware", "mean TTA", "CoV", "runs reaching target", "mean epochs",
                 "mean final acc.", "t", "p (mean > target)"):
         t.add_column(col)
@@ -69,6 +105,8 @@ def print_run(doc: dict, console: Console | None = None) -> None:
               _f(acc["mean"], ".4f"), _f(acc["t"], ".2f"), _f(acc["p_value"], ".2g"))
     console.print(t)
     console.print(f"[dim]{escape(doc['timing'])}; torch threads {doc.get('torch_threads')}[/]")
+    for note in doc.get("notes") or []:
+        console.print(f"  [dim]{escape(note)}[/]")
     if "profile" in doc:
         print_profile(doc["profile"], console)
 
@@ -100,9 +138,13 @@ def plot_accuracy(doc: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for r in doc["runs"]:
-        ax.plot([e["elapsed_s"] for e in r["epochs"]], [e["accuracy"] for e in r["epochs"]], marker="o", ms=3,
-                label=f"seed {r['seed']}" + (f" ({r['tta_s']:.2f} s)" if r["tta_s"] is not None else " (not reached)"))
+    docs = run_documents(doc)
+    for d in docs:
+        for r in d["runs"]:
+            ax.plot([e["elapsed_s"] for e in r["epochs"]], [e["accuracy"] for e in r["epochs"]], marker="o", ms=3,
+                    label=(f"{d['recipe']} " if d.get("recipe") else "") + f"seed {r['seed']}"
+                    + (f" ({r['tta_s']:.2f} s)" if r["tta_s"] is not None else " (not reached)"))
+    doc = docs[0]
     ax.axhline(doc["target"], ls="--", color="k", lw=1, label=f"target {doc['target']:g}")
     ax.set_xlabel("time-to-accuracy clock (s)")
     ax.set_ylabel("test top-1 accuracy")
@@ -112,5 +154,80 @@ def plot_accuracy(doc: dict, path: str | Path) -> Path:
     path = Path(path)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def print_thresholds(study, console: Console | None = None) -> None:
+    """Per task: each entry's time and rank at the task's own threshold, its best and worst rank over the
+    range, and the threshold at which it stops reaching; then how many entries reach / change rank."""
+    console = console or Console()
+    for task in study.tasks:
+        entries = [e for e in study.entries if (e["source"], e["task"]) == (task["source"], task["task"])]
+        entries.sort(key=lambda e: (e["rank_at_official"] is None, e["rank_at_official"] or 0, e["entry"]))
+        lo, hi = task["thresholds"][0], task["thresholds"][-1]
+        official = task["official_threshold"]
+        t = Table(title=escape(f"{task['source']} {task['task']}: time-to-accuracy from {lo:g} to {hi:g} % "
+                               f"(own threshold {_f(official, 'g')} %)"), title_justify="left")
+        for col, right in (("#", True), ("entry", False), ("TTA at own", True), ("ranks in range", True),
+                           ("misses from", True), ("best acc.", True)):
+            t.add_column(col, justify="right" if right else "left", no_wrap=True, overflow="ellipsis",
+                         max_width=40 if col == "entry" else None, min_width=len(col))
+        for e in entries:
+            span = "-" if e["best_rank"] is None else (f"{e['best_rank']}" if e["best_rank"] == e["worst_rank"]
+                                                        else f"{e['best_rank']}-{e['worst_rank']}")
+            t.add_row(_f(e["rank_at_official"], "d"), escape(e["entry"]), hms(e["tta_seconds_at_official"]), span,
+                      "-" if e["stops_reaching_at"] is None else f"{e['stops_reaching_at']:g} %",
+                      f"{e['max_accuracy']:.2f} %")
+        console.print(t)
+        console.print(_threshold_line(task))
+    if study.unreadable:
+        console.print(f"[bold]{len(study.unreadable)} file(s) without a usable accuracy curve[/]")
+        for u in study.unreadable:
+            console.print(f"  {escape(u['file'])}: {escape(u['reason'])}")
+
+
+def _threshold_line(task: dict) -> str:
+    """The finding in one line: where the order moves, and where entries stop reaching."""
+    pairs = list(zip(task["thresholds"], task["reaching"], task["rank_changes"]))
+    moved = [f"{t:g}: {c}" for t, _, c in pairs if c]
+    lost = [f"{t:g}: {n}/{task['entries']}" for t, n, _ in pairs if n < task["entries"]]
+    text = "  entries that change rank or reach/miss against the own threshold, by threshold: " + (
+        ", ".join(moved) if moved else "none")
+    return escape(text + ("; entries reaching, where not all: " + ", ".join(lost) if lost else ""))
+
+
+def plot_thresholds(study, path: str | Path) -> Path:
+    """Time-to-accuracy against the threshold, one line per entry (log time axis), one panel per task; the
+    task's own threshold dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(1, len(study.tasks))
+    fig, axes = plt.subplots(n, 1, figsize=(8, 3.4 * n), squeeze=False)
+    for ax, task in zip(axes[:, 0], study.tasks):
+        key = (task["source"], task["task"])
+        by_entry: dict[tuple, list] = {}
+        for r in study.rows:
+            if (r["source"], r["task"]) == key:
+                by_entry.setdefault((r["file"], r["entry"]), []).append(r)
+        for (_, label), rows in sorted(by_entry.items()):
+            pts = [(r["threshold"], r["tta_seconds"]) for r in rows if r["tta_seconds"] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker=".", ms=3, lw=1, label=label[:40])
+        if task["official_threshold"] is not None:
+            ax.axvline(task["official_threshold"], ls="--", color="k", lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("threshold (accuracy, %)")
+        ax.set_ylabel("time-to-accuracy (s)")
+        ax.set_title(f"{task['source']} {task['task']}: {task['entries']} entries", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        if len(by_entry) <= 12:
+            ax.legend(fontsize=6)
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -17,6 +17,11 @@ class DawnTask:
     name: str
     metric: str  # the TSV column, compared ignoring case
     threshold: float
+    unit: str = "percent"  # or "fraction" (0..1)
+
+    @property
+    def to_percent(self) -> float:
+        return 100.0 if self.unit == "fraction" else 1.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,24 @@ class TtaModel:
     lr_epochs: tuple[float, ...]
     lr_values: tuple[float, ...]
     source: str
+    precision: str = "fp32"
+    recipe: str | None = None  # the recipe applied (tuned, standard), None: the model's keys as they are
+    recipes: tuple[str, ...] = ()
+
+    def with_recipe(self, name: str | None) -> "TtaModel":
+        """This model under a recipe of tta.toml (its keys override the model's)."""
+        from dataclasses import replace
+
+        if name is None:
+            return self
+        over = _doc()["models"][self.name].get("recipes", {}).get(name)
+        if over is None:
+            raise ConfigError(RULES_PATH, f"no recipe {name!r} for {self.name} (recipes: "
+                                          f"{', '.join(self.recipes) or 'none'})", key="--recipe")
+        kw = {k: over[k] for k in ("epochs", "batch", "precision") if k in over}
+        if "lr" in over:
+            kw |= {"lr_epochs": tuple(over["lr"]["epochs"]), "lr_values": tuple(over["lr"]["values"])}
+        return replace(self, recipe=name, **kw)
 
 
 @lru_cache(maxsize=1)
@@ -42,8 +65,19 @@ def _doc() -> dict:
 
 
 def dawn_tasks() -> dict[str, DawnTask]:
-    return {name: DawnTask(name, t["metric"], float(t["threshold"]))
+    return {name: DawnTask(name, t["metric"], float(t["threshold"]), t.get("unit", "percent"))
             for name, t in _doc()["dawnbench"]["tasks"].items()}
+
+
+def mlperf_target(ruleset: str, benchmark: str) -> float | None:
+    """The benchmark's quality target as a fraction (eval_accuracy's unit), None where tta.toml has none."""
+    v = _doc()["mlperf"].get("targets", {}).get(ruleset, {}).get(benchmark)
+    return None if v is None else float(v)
+
+
+def threshold_grid_defaults() -> dict:
+    """below / above (percentage points around a task's threshold), step, max_points."""
+    return dict(_doc()["thresholds"])
 
 
 def mlperf_usage() -> str:
@@ -73,5 +107,6 @@ def tta_models() -> dict[str, TtaModel]:
     out = {}
     for name, m in _doc()["models"].items():
         out[name] = TtaModel(name, m["model"], m["dataset"], float(m["target"]), int(m["epochs"]), int(m["batch"]),
-                             dict(m["optimizer"]), tuple(m["lr"]["epochs"]), tuple(m["lr"]["values"]), m["source"])
+                             dict(m["optimizer"]), tuple(m["lr"]["epochs"]), tuple(m["lr"]["values"]), m["source"],
+                             m.get("precision", "fp32"), None, tuple(m.get("recipes", {})))
     return out

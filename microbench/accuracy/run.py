@@ -13,10 +13,11 @@ from microbench.core.results import ResultsWriter, TimeToAccuracyRow
 from microbench.core.stats import summarize
 from . import datasets
 from .rules import tta_models
-from .stats import summarize_runs
+from .stats import compare_drops, generalization, summarize_runs
 from .train import EpochRecord, SeedRun, train_seed
 
 SCHEMA = "dawnscope.tta/1"
+RECIPES_SCHEMA = "dawnscope.tta-recipes/1"
 PROVIDER = "microbench.tta"
 
 
@@ -38,88 +39,149 @@ def check_options(model: str, target: float | None, seeds: int, epochs: int | No
     return known[model]
 
 
-def case_shape(model: str, dataset: str, target: float) -> str:
-    return f"{model}/{dataset}/top1>={target:g}"
+def case_shape(model: str, dataset: str, target: float, recipe: str | None = None) -> str:
+    return f"{model}/{dataset}/top1>={target:g}" + (f"/{recipe}" if recipe else "")
 
 
-def seed_row(run: SeedRun, shape: str, device: str, target: float) -> TimeToAccuracyRow:
+def choose_precision(spec, dev) -> tuple[object, str | None]:
+    """A recipe's bf16 only where the device runs it natively; elsewhere fp32, and a note that says so."""
+    from dataclasses import replace
+
+    if spec.precision == "bf16" and not dev.native_bf16:
+        return replace(spec, precision="fp32"), f"recipe {spec.recipe} asks for bf16; {dev.name} has no native bf16: fp32"
+    return spec, None
+
+
+def seed_row(run: SeedRun, shape: str, device: str, target: float, dtype: str = "fp32") -> TimeToAccuracyRow:
     ok = run.tta_s is not None
     best = max((e.accuracy for e in run.epochs), default=math.nan)
     t = summarize([run.tta_s * 1e3]).as_dict() if ok else None
-    return TimeToAccuracyRow(task=shape, provider=PROVIDER, seed=run.seed, device=device,
+    return TimeToAccuracyRow(task=shape, provider=PROVIDER, seed=run.seed, device=device, dtype=dtype,
                              status="ok" if ok else "failed",
                              reason="" if ok else f"did not reach {target:g} in {len(run.epochs)} epochs (best {best:.4f})",
                              time_ms=t,
                              params={"seed": run.seed, "epochs_to_target": run.epochs_to_target,
-                                     "final_accuracy": run.final_accuracy, "target": target})
+                                     "final_accuracy": run.final_accuracy, "target": target, "recipe": run.recipe,
+                                     "test_accuracy": run.final_accuracy, "new_test_accuracy": run.new_test_accuracy})
 
 
-def summary_row(summary, shape: str, device: str, target: float, runs: list[SeedRun]) -> TimeToAccuracyRow:
+def summary_row(summary, shape: str, device: str, target: float, runs: list[SeedRun],
+                dtype: str = "fp32") -> TimeToAccuracyRow:
     hit = [r.tta_s * 1e3 for r in runs if r.tta_s is not None]
     flags = [] if summary.reached == summary.runs else [f"{summary.runs - summary.reached} of {summary.runs} runs "
                                                         "did not reach the target"]
-    return TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device,
+    return TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device, dtype=dtype,
                              status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
                              time_ms=summarize(hit).as_dict() if hit else None, flags=flags,
                              params={"target": target, **summary.as_dict()})
 
 
+def check_recipes(spec, recipes) -> tuple[str | None, ...]:
+    recipes = tuple(recipes) or (None,)
+    for r in recipes:
+        if r is not None and r not in spec.recipes:
+            raise _bad("--recipe", r, f"unknown recipe for {spec.name} (recipes: {', '.join(spec.recipes) or 'none'})")
+    if len(set(recipes)) != len(recipes):
+        raise _bad("--recipe", ",".join(map(str, recipes)), "a recipe named twice")
+    return recipes
+
+
 def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: int | None = None,
-            data: str | Path | None = None, dataset: datasets.Dataset | None = None, device: str = "auto", out: str | Path | None = None,
-            include_eval: bool = False, threads: int | None = None, profile: bool = False,
+            data: str | Path | None = None, dataset: datasets.Dataset | None = None, device: str = "auto",
+            out: str | Path | None = None, include_eval: bool = False, threads: int | None = None,
+            profile: bool = False, recipes=(None,), new_test: str | Path | None = None,
             on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
             on_progress: Callable[[str], None] | None = None) -> dict:
-    """Train `model` (a name of tta.toml) `seeds` times; returns the run document (and writes the files
-    into `out`). `dataset`: already loaded (else from `data`). Bad options raise InputError subclasses."""
-    from microbench.core import device as devmod
-
-    spec = check_options(model, target, seeds, epochs, threads)
-    target = spec.target if target is None else float(target)
-    epochs = epochs or spec.epochs
-    ds = dataset if dataset is not None else datasets.load(spec.dataset, data)
-    try:
-        dev = devmod.detect(device)
-    except (RuntimeError, ValueError) as e:
-        raise _bad("--device", device, str(e)) from None
-    shape = case_shape(spec.name, ds.name, target)
+    """Train `model` (a name of tta.toml) `seeds` times under each recipe of `recipes` (None: the model's keys
+    as they are); returns the run document, or with several recipes one document holding a run document per
+    recipe and their generalization comparison (and writes the rows into `out`). `dataset`: already loaded
+    (else from `data`, with `new_test` the CIFAR-10.1 folder). Bad options raise InputError subclasses."""
+    base = check_options(model, target, seeds, epochs, threads)
+    recipes = check_recipes(base, recipes)
+    target = base.target if target is None else float(target)
+    ds = dataset if dataset is not None else datasets.load(base.dataset, data, new_test)
+    dev = _device(device)
     saved_threads = torch.get_num_threads()
     writer = None
-    doc = {"schema": SCHEMA, "model": spec.name, "model_class": spec.model, "dataset": ds.source,
-           "target": target, "epochs": epochs, "batch": spec.batch, "seeds": seeds, "device": dev.torch_device,
-           "hardware": devmod.fingerprint(dev), "software": devmod.software(),
-           "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-           "timing": ("wall clock from the first batch: data loading, augmentation, copies and training steps; "
-                      + ("evaluation included" if include_eval else "evaluation after each epoch excluded")),
-           "optimizer": spec.optimizer, "lr_schedule": {"epochs": spec.lr_epochs, "values": spec.lr_values},
-           "source": spec.source, "runs": []}
     try:
         if threads:
             torch.set_num_threads(threads)
-        doc["torch_threads"] = torch.get_num_threads()
+        header = _header(base, ds, dev, include_eval)
         if out is not None:
-            writer = ResultsWriter(out, {"hardware": doc["hardware"], "software": doc["software"],
-                                         "config": {"profile": f"tta:{spec.name}", "sha256": None},
-                                         "started": doc["started"], "notes": [doc["timing"]]})
-        runs = []
-        for s in range(seeds):
-            run = train_seed(spec, ds, s, torch.device(dev.torch_device), target, epochs, include_eval, on_epoch)
-            runs.append(run)
-            doc["runs"].append(run.as_dict())
-            if writer:
-                writer.add(seed_row(run, shape, dev.name, target))
-        summary = summarize_runs([r.tta_s for r in runs], [r.epochs_to_target for r in runs],
-                                 [r.final_accuracy for r in runs], target)
-        doc["summary"] = summary.as_dict()
-        if writer:
-            writer.add(summary_row(summary, shape, dev.name, target, runs))
+            writer = ResultsWriter(out, {"hardware": header["hardware"], "software": header["software"],
+                                         "config": {"profile": f"tta:{base.name}", "sha256": None},
+                                         "started": header["started"], "notes": [header["timing"]]})
+        done = [_run_recipe(base.with_recipe(r), ds, dev, target, seeds, epochs, include_eval, header, writer,
+                            on_epoch) for r in recipes]
+        docs = [doc for doc, _ in done]
         if profile:
-            from .profile import decompose_epoch, epoch_breakdown
-
-            dec = decompose_epoch(spec, ds, device, on_progress)
-            doc["profile"] = epoch_breakdown(runs, dec)
-            doc["profile"]["notes"] += dec["notes"][:1]
-        return doc
+            _profile(docs[0], done[0][1], base, ds, device, on_progress)
+        return docs[0] if len(docs) == 1 else recipes_document(docs)
     finally:
         torch.set_num_threads(saved_threads)
         if writer:
             writer.close()
+
+
+def _device(device: str):
+    from microbench.core import device as devmod
+
+    try:
+        return devmod.detect(device)
+    except (RuntimeError, ValueError) as e:
+        raise _bad("--device", device, str(e)) from None
+
+
+def _header(spec, ds, dev, include_eval: bool) -> dict:
+    from microbench.core import device as devmod
+
+    return {"schema": SCHEMA, "model": spec.name, "model_class": spec.model, "dataset": ds.source,
+            "new_test_set": ds.new_source, "device": dev.torch_device, "hardware": devmod.fingerprint(dev),
+            "software": devmod.software(), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "timing": ("wall clock from the first batch: data loading, augmentation, copies and training steps; "
+                       + ("evaluation included" if include_eval else "evaluation after each epoch excluded")),
+            "torch_threads": torch.get_num_threads(), "source": spec.source}
+
+
+def _run_recipe(spec, ds, dev, target: float, seeds: int, epochs: int | None, include_eval: bool, header: dict,
+                writer, on_epoch) -> tuple[dict, list[SeedRun]]:
+    """Every seed of one recipe: the run document and the runs, its rows written as each seed finishes."""
+    spec, precision_note = choose_precision(spec, dev)
+    epochs = epochs or spec.epochs
+    shape = case_shape(spec.name, ds.name, target, spec.recipe)
+    doc = {**header, "recipe": spec.recipe, "precision": spec.precision, "target": target, "epochs": epochs,
+           "batch": spec.batch, "seeds": seeds, "optimizer": spec.optimizer,
+           "lr_schedule": {"epochs": spec.lr_epochs, "values": spec.lr_values},
+           "notes": [precision_note] if precision_note else [], "runs": []}
+    runs = []
+    for s in range(seeds):
+        run = train_seed(spec, ds, s, torch.device(dev.torch_device), target, epochs, include_eval, on_epoch)
+        runs.append(run)
+        doc["runs"].append(run.as_dict())
+        if writer:
+            writer.add(seed_row(run, shape, dev.name, target, spec.precision))
+    summary = summarize_runs([r.tta_s for r in runs], [r.epochs_to_target for r in runs],
+                             [r.final_accuracy for r in runs], target)
+    doc["summary"] = summary.as_dict()
+    if ds.x_new is not None:
+        doc["generalization"] = generalization(runs).as_dict()
+    if writer:
+        writer.add(summary_row(summary, shape, dev.name, target, runs, spec.precision))
+    return doc, runs
+
+
+def _profile(doc: dict, runs: list[SeedRun], spec, ds, device: str, on_progress) -> None:
+    from .profile import decompose_epoch, epoch_breakdown
+
+    dec = decompose_epoch(spec, ds, device, on_progress)
+    doc["profile"] = epoch_breakdown(runs, dec)
+    doc["profile"]["notes"] += dec["notes"][:1]
+
+
+def recipes_document(docs: list[dict]) -> dict:
+    """Several recipes of one model: their run documents and whether the tuned one generalizes worse."""
+    by_recipe = {d["recipe"]: d for d in docs}
+    out = {"schema": RECIPES_SCHEMA, "model": docs[0]["model"], "recipes": docs}
+    if {"tuned", "standard"} <= set(by_recipe) and all("generalization" in d for d in docs):
+        out["comparison"] = compare_drops(by_recipe["tuned"]["runs"], by_recipe["standard"]["runs"]).as_dict()
+    return out

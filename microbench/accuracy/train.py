@@ -41,14 +41,17 @@ class SeedRun:
     epochs: list[EpochRecord] = field(default_factory=list)
     tta_s: float | None = None
     epochs_to_target: int | None = None
+    recipe: str | None = None
+    new_test_accuracy: float | None = None  # the final model on the second test set, if the data set has one
 
     @property
     def final_accuracy(self) -> float:
         return self.epochs[-1].accuracy if self.epochs else math.nan
 
     def as_dict(self) -> dict:
-        return {"seed": self.seed, "tta_s": self.tta_s, "epochs_to_target": self.epochs_to_target,
-                "final_accuracy": self.final_accuracy, "epochs": [asdict(e) for e in self.epochs]}
+        return {"seed": self.seed, "recipe": self.recipe, "tta_s": self.tta_s, "epochs_to_target": self.epochs_to_target,
+                "final_accuracy": self.final_accuracy, "test_accuracy": self.final_accuracy,
+                "new_test_accuracy": self.new_test_accuracy, "epochs": [asdict(e) for e in self.epochs]}
 
 
 def build_model(spec: TtaModel, num_classes: int) -> nn.Module:
@@ -68,14 +71,16 @@ def lr_at(spec: TtaModel, epoch: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, ds: Dataset, device: torch.device, batch: int = 1000) -> float:
+def evaluate(model: nn.Module, ds: Dataset, device: torch.device, batch: int = 1000, new: bool = False) -> float:
+    """Top-1 accuracy on the test set (or on the second test set drawn anew), in fp32."""
+    x, y = (ds.x_new, ds.y_new) if new else (ds.x_test, ds.y_test)
     model.eval()
     correct = 0
-    for i in range(0, len(ds.y_test), batch):
-        out = model(ds.x_test[i:i + batch].to(device))
-        correct += int((out.argmax(1).cpu() == ds.y_test[i:i + batch]).sum())
+    for i in range(0, len(y), batch):
+        out = model(x[i:i + batch].to(device))
+        correct += int((out.argmax(1).cpu() == y[i:i + batch]).sum())
     model.train()
-    return correct / len(ds.y_test)
+    return correct / len(y)
 
 
 def _sync(device: torch.device) -> None:
@@ -97,7 +102,8 @@ def train_epoch(model, opt, spec: TtaModel, ds: Dataset, epoch: int, gen, device
         x, y = nxt
         for g in opt.param_groups:
             g["lr"] = lr_at(spec, epoch + step / steps_per_epoch)
-        loss = nn.functional.cross_entropy(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.precision == "bf16"):
+            loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -112,7 +118,7 @@ def train_seed(spec: TtaModel, ds: Dataset, seed: int, device: torch.device, tar
     gen = torch.Generator().manual_seed(seed)
     model = build_model(spec, ds.num_classes).to(device).train()
     opt = build_optimizer(spec, model.parameters())
-    run = SeedRun(seed)
+    run = SeedRun(seed, recipe=spec.recipe)
     clock = 0.0
     for epoch in range(epochs):
         _sync(device)
@@ -129,4 +135,6 @@ def train_seed(spec: TtaModel, ds: Dataset, seed: int, device: torch.device, tar
             run.tta_s, run.epochs_to_target = clock, epoch + 1
         if on_epoch:
             on_epoch(run, rec)
+    if ds.x_new is not None:
+        run.new_test_accuracy = evaluate(model, ds, device, new=True)
     return run

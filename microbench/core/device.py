@@ -36,6 +36,14 @@ class Device:
     def is_gpu(self) -> bool:
         return self.kind in ("cuda", "rocm")
 
+    @property
+    def native_bf16(self) -> bool:
+        """bf16 arithmetic in hardware: a GPU that PyTorch says has it, or a CPU with AVX512-BF16 / AMX-BF16
+        (on other CPUs PyTorch emulates bf16, slower than fp32)."""
+        if self.is_gpu:
+            return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        return bool({"avx512_bf16", "amx_bf16"} & set(self.isa_flags))
+
     def synchronize(self) -> None:
         if self.is_gpu:
             torch.cuda.synchronize()
