@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
     ap.add_argument("--no-plot", action="store_true",
                     help="skip roofline.png / roofline.svg (and the plot in report.html)")
+    ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",
+                    help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
+                         "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
     ap.add_argument("--model", default=None,
                     help="decompose this model's training step instead (python -m microbench.decompose: --batch, "
                          "--dtype and its other options apply)")
@@ -83,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         out = OutputDir(args.out, OWNS)  # checks --out before any work
+        if args.arch_json:
+            from microbench.core.outdir import check_file
+
+            check_file(args.arch_json, "--arch-json")
         cfg = load_config(args.config)
         profile = cfg.profile(args.profile)
         with out:
@@ -136,6 +143,8 @@ def _run(args, cfg, profile, out) -> int:
     _reports(writer.doc, out, args.no_plot)
     outputs = out.commit(keep_previous=interrupted)
     console.print("wrote " + ", ".join(str(p) for p in outputs))
+    if args.arch_json:
+        _write_arch(writer.doc, args.arch_json, console)
     if interrupted:
         console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
                       + (f"; the earlier run's files are in {out.final('previous')}[/]"
@@ -191,6 +200,19 @@ def _reports(doc: dict, out, no_plot: bool) -> None:
     if not no_plot:
         plot_roofline(doc, out.file("roofline"))
     write_html(out.file("report.html"), results_html(doc, plot=not no_plot))
+
+
+def _write_arch(doc: dict, path: Path, console) -> None:
+    from microbench.core.archjson import to_arch
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import write_file
+
+    hw = doc.get("hardware", {})
+    arch = to_arch(hw.get("name") or "?", doc.get("ceilings", []), hw.get("memory_gib"))
+    if not arch["max_achievable_tflops"]:
+        console.print(f"[yellow]no measured compute ceiling: {path} not written[/]")
+        return
+    console.print(f"wrote {write_file(path, dumps(arch), '--arch-json')}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
                          + ", ".join(PRECISIONS) + ")")
     ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
-                    help="take the measured compute ceilings from a results.json of microbench.roofline")
+                    help="take the measured compute ceilings from a results.json of microbench.roofline, or from a "
+                         "TraceLens GPU arch JSON (roofline --arch-json writes ours in that form)")
     add_job_arguments(ap)
     return ap
 

@@ -21,6 +21,7 @@ LEVELS = {
     "microbench.step": 5,
     "microbench.communication": 5,
     "microbench.accuracy": 6,
+    "microbench.prediction": 6,
     "microbench": 9,  # the commands (microbench/<command>.py), the public API
 }
 MODELS_MAY_IMPORT = ("microbench.core",)

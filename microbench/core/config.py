@@ -68,6 +68,13 @@ class DatasheetDevice:
     exclude: tuple[str, ...]
     peaks_tflops: dict[str, float]  # precision -> TFLOP/s (int8: TOPS)
     memory_tbs: float | None
+    # What the chip reaches rather than what it is rated for, and its shape (microbench.prediction): published
+    # max-achievable TFLOP/s per precision (MAMF finder), achievable memory TB/s, SMs / CUs, and the shortest
+    # kernel a profiler shows on it. Empty / None: unknown (the prediction says which default it used).
+    achievable_tflops: dict[str, float] = field(default_factory=dict)
+    achievable_memory_tbs: float | None = None
+    compute_units: int | None = None
+    kernel_floor_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -306,7 +313,8 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
     devs = []
     for key, t in raw.items():
         where = f"devices.{key}"
-        rd.keys(t, where, {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS}, {"name", "match"})
+        rd.keys(t, where, {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS, *_DEVICE_SHAPE_KEYS},
+                {"name", "match"})
         match = rd.strings(t, "match", where)
         if not match:
             rd.fail(f"{where}.match", match, "empty list: the entry would match every device")
@@ -314,8 +322,25 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
         mem = float(rd.num(t, "memory_tbs", where, maximum=MAX_PEAK)) if "memory_tbs" in t else None
         devs.append(DatasheetDevice(key, str(t["name"]), tuple(s.upper() for s in match),
                                     tuple(s.upper() for s in rd.strings(t, "exclude", where, default=[])),
-                                    peaks, mem))
+                                    peaks, mem, **_device_shape(rd, t, where)))
     return tuple(devs)
+
+
+_DEVICE_SHAPE_KEYS = ("achievable", "achievable_memory_tbs", "compute_units", "kernel_floor_us")
+
+
+def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
+    """The optional achievable figures and shape of a [devices.*] entry (see DatasheetDevice)."""
+    ach = t.get("achievable", {})
+    rd.keys(ach, f"{where}.achievable", set(DATASHEET_PRECISIONS))
+    return {
+        "achievable_tflops": {p: float(rd.num(ach, p, f"{where}.achievable", maximum=MAX_PEAK)) for p in ach},
+        "achievable_memory_tbs": float(rd.num(t, "achievable_memory_tbs", where, maximum=MAX_PEAK))
+        if "achievable_memory_tbs" in t else None,
+        "compute_units": int(rd.num(t, "compute_units", where, integer=True, maximum=1_000_000))
+        if "compute_units" in t else None,
+        "kernel_floor_us": float(rd.num(t, "kernel_floor_us", where, maximum=1e6)) if "kernel_floor_us" in t else None,
+    }
 
 
 def load_config(path: str | Path | None = None) -> Config:

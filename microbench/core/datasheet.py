@@ -28,23 +28,39 @@ def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[Da
     return None, f"ambiguous device {name!r}: datasheet entries {keys} all match; measured ceilings only"
 
 
-def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
-    """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings) then --ceiling."""
+def ceilings_file(path: Path) -> tuple[dict[str, float], float | None]:
+    """Measured ceilings from a file: a results.json of microbench.roofline (its measured `ceilings`) or a
+    TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
+    Anything else is one line naming the file."""
+    from microbench.core.archjson import is_arch_json, read_arch
     from microbench.core.jsonio import load_json
 
+    doc = load_json(path)
+    if is_arch_json(doc):
+        return read_arch(doc, path)
+    ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
+    if not isinstance(ceilings, list):
+        raise InputError(path, "neither a results.json of microbench.roofline (no `ceilings` list) nor a TraceLens "
+                               "GPU arch JSON (no `max_achievable_tflops`)", key="ceilings")
     out: dict[str, float] = {}
-    if results is not None:
-        doc = load_json(results)
-        ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
-        if not isinstance(ceilings, list):
-            raise InputError(results, "no `ceilings` list: not a results.json of microbench.roofline", key="ceilings")
-        for c in ceilings:
-            if isinstance(c, dict) and c.get("source") == "measured" and c.get("kind") == "compute" \
-                    and c.get("dtype") in PRECISION_OF and isinstance(c.get("value"), (int, float)) \
-                    and math.isfinite(c["value"]) and c["value"] > 0:
-                out[PRECISION_OF[c["dtype"]]] = float(c["value"])
-        if not out:
-            raise InputError(results, "no measured compute ceiling in its `ceilings`", key="ceilings")
+    memory_tbs = None
+    for c in ceilings:
+        if not (isinstance(c, dict) and c.get("source") == "measured" and isinstance(c.get("value"), (int, float))
+                and math.isfinite(c["value"]) and c["value"] > 0):
+            continue
+        if c.get("kind") == "compute" and c.get("dtype") in PRECISION_OF:
+            out[PRECISION_OF[c["dtype"]]] = float(c["value"])
+        elif c.get("kind") == "memory" and memory_tbs is None:
+            memory_tbs = float(c["value"]) / 1e3  # GB/s
+    if not out:
+        raise InputError(path, "no measured compute ceiling in its `ceilings`", key="ceilings")
+    return out, memory_tbs
+
+
+def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
+    """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings, or a TraceLens GPU arch
+    JSON) then --ceiling."""
+    out: dict[str, float] = dict(ceilings_file(results)[0]) if results is not None else {}
     for pair in pairs:
         prec, _, value = pair.partition("=")
         try:

@@ -1,0 +1,97 @@
+"""The prediction's document (schema dawnscope.predict/1): per class side by side, the totals with their range and
+the dominant assumption, the kernels not placed, the top kernels. Shared by a trace (`from_trace`) and a model's
+recorded operators (`from_ops`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from microbench.prediction.chips import Chip, assumptions
+from microbench.prediction.kernels import GROUP_LABELS, GROUPS, KernelWork
+from microbench.prediction.model import Fabrics, Scenario, Variant, above_roof, predict_kernels
+
+SCHEMA = "dawnscope.predict/1"
+VARIANTS = {"compute": Variant(datasheet_compute=True), "memory": Variant(datasheet_memory=True),
+            "floor": Variant(hold_floor=True), "waves": Variant(no_waves=True),
+            "slack": Variant(scale_slack=True)}
+TOP = 15
+
+
+def _by_group(w: KernelWork, t: np.ndarray) -> dict[str, float]:
+    return {g: float(t[w.group == g].sum()) for g in GROUPS if (w.group == g).any()}
+
+
+def _range(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, fabrics, base_total: float, busy_of) -> dict:
+    """Each assumption replaced by its alternative, one at a time: the busy time it gives and its move."""
+    alts = assumptions().get("alternatives", {})
+    rows = []
+    for name, variant in VARIANTS.items():
+        t, _ = predict_kernels(w, src, tgt, scenario, variant, fabrics)
+        busy = busy_of(float(t.sum()))
+        rows.append({"name": name, "what": alts.get(name, {}).get("what", name), "busy_us": busy,
+                     "delta_us": busy - busy_of(base_total)})
+    dominant = max(rows, key=lambda r: abs(r["delta_us"]))["name"] if rows else None
+    return {"assumptions": rows, "dominant": dominant}
+
+
+def _unplaced(w: KernelWork, why: np.ndarray) -> list[dict]:
+    out: dict[tuple, dict] = {}
+    for i in np.flatnonzero(why != ""):
+        g = out.setdefault((w.names[i], why[i]), {"kernel": w.names[i], "class": str(w.cls[i]), "why": str(why[i]),
+                                                  "calls": 0, "time_us": 0.0})
+        g["calls"] += 1
+        g["time_us"] += float(w.dur_us[i])
+    return sorted(out.values(), key=lambda g: -g["time_us"])
+
+
+def _top(w: KernelWork, t: np.ndarray, flagged: np.ndarray) -> list[dict]:
+    out: dict[str, dict] = {}
+    for i in range(len(t)):
+        g = out.setdefault(w.names[i], {"kernel": w.names[i], "class": GROUP_LABELS[w.group[i]], "calls": 0,
+                                        "source_us": 0.0, "target_us": 0.0, "flops": 0.0, "above_roof": 0})
+        g["calls"] += 1
+        g["source_us"] += float(w.dur_us[i])
+        g["target_us"] += float(t[i])
+        g["flops"] += float(w.flops[i])
+        g["above_roof"] += int(flagged[i])
+    return sorted(out.values(), key=lambda g: -g["source_us"])[:TOP]
+
+
+def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario = Scenario(),
+          fabrics: Fabrics | None = None) -> dict:
+    """`totals`: the source's busy_us, idle_us, gpu_span_us and steps (from the trace's GPU-time breakdown)."""
+    t, why = predict_kernels(w, src, tgt, scenario, Variant(), fabrics)
+    k_src, k_tgt = float(w.dur_us.sum()), float(t.sum())
+    overlap = totals["busy_us"] / k_src if k_src > 0 else 1.0
+
+    def busy_of(kernel_us: float) -> float:
+        return kernel_us * overlap
+
+    rng = _range(w, src, tgt, scenario, fabrics, k_tgt, busy_of)
+    busy = busy_of(k_tgt)
+    lo = busy + sum(min(r["delta_us"], 0.0) for r in rng["assumptions"])
+    hi = busy + sum(max(r["delta_us"], 0.0) for r in rng["assumptions"])
+    flagged = above_roof(w, tgt, t, scenario)
+    steps = max(int(totals.get("steps") or 0), 1)
+    by_src, by_tgt = _by_group(w, w.dur_us), _by_group(w, t)
+    by_src["idle"] = by_tgt["idle"] = totals["idle_us"]
+    classes = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((w.group == g).sum()) if g != "idle" else None,
+                "source_us": by_src[g], "target_us": by_tgt[g],
+                "ratio": by_tgt[g] / by_src[g] if by_src[g] > 0 else None} for g in by_src]
+    return {
+        "schema": SCHEMA,
+        "source": {"device": src.name, "chip": src.as_dict(), "busy_us": totals["busy_us"],
+                   "busy_us_per_step": totals["busy_us"] / steps, "idle_us": totals["idle_us"],
+                   "gpu_span_us": totals["gpu_span_us"], "kernel_time_us": k_src, "steps": totals.get("steps") or 0,
+                   "by_class_us": by_src},
+        "target": {"device": tgt.name, "chip": tgt.as_dict(), "busy_us": busy, "busy_us_low": max(lo, 0.0),
+                   "busy_us_high": hi, "busy_us_per_step": busy / steps, "idle_us": totals["idle_us"],
+                   "gpu_span_us": busy + totals["idle_us"], "kernel_time_us": k_tgt, "by_class_us": by_tgt},
+        "classes": classes,
+        "range": rng,
+        "scenario": {"dtype": scenario.dtype, "batch_scale": scenario.batch_scale},
+        "unplaced": _unplaced(w, why),
+        "unplaced_us": float(w.dur_us[why != ""].sum()),
+        "above_roof_kernels": int(flagged.sum()),
+        "kernels": _top(w, t, flagged),
+        "notes": list(w.notes),
+    }

@@ -1,0 +1,81 @@
+"""A trace's kernels predicted on another chip (docs/predict.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from microbench.core.errors import InputError
+from microbench.prediction import document
+from microbench.prediction.chips import assumptions, chip, find_entry
+from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.model import Fabrics, Scenario
+from microbench.timeline import gpu_time
+from microbench.timeline.analysis import device_entries, read_trace
+from microbench.timeline.model import KERNEL
+
+
+def _source_floor(tl, w) -> float | None:
+    """The trace's shortest compute kernel (not a copy, not communication): the source chip's floor as measured."""
+    ok = (tl.kernels.category == KERNEL) & ~np.isin(w.group, ("copies", "communication")) & (w.dur_us > 0)
+    return float(w.dur_us[ok].min()) if ok.any() else None
+
+
+def _source_entry(tl, path, cfg, source: str | None):
+    if source:
+        return find_entry(source, cfg.devices, "--source")
+    names = [d["name"] for d in device_entries(tl, cfg) if d.get("name")]
+    if not names:
+        raise InputError(path, "the trace names no device (no deviceProperties): give --source DEVICE",
+                         key="deviceProperties")
+    return find_entry(names[0], cfg.devices, f"the trace's device (give --source DEVICE)")
+
+
+def _totals(tl) -> dict:
+    b = gpu_time.breakdown(tl)  # the one GPU-time breakdown, whole trace
+    return {"busy_us": b["busy_us"], "idle_us": b["idle_us"], "gpu_span_us": b["gpu_span_us"],
+            "steps": len(tl.step_windows())}
+
+
+def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | None] = ({}, None),
+               source: str | None = None, source_measured: tuple[dict, float | None] = ({}, None),
+               scenario: Scenario = Scenario(), fabrics: Fabrics | None = None) -> dict:
+    """The prediction document of trace `path` on device `on` (a bench.toml key or name). `measured`: the
+    target's measured ceilings (TFLOP/s by precision, memory TB/s) overriding published figures;
+    `source_measured` the same for the trace's own chip."""
+    tgt_entry = find_entry(on, cfg.devices, "--on")
+    tl = read_trace(path)
+    if not len(tl.kernels):
+        raise InputError(path, "no GPU kernels in the trace: nothing to predict", key="traceEvents")
+    src_entry = _source_entry(tl, path, cfg, source)
+    d = assumptions()["defaults"]
+    w = kernel_work(tl, src_entry.peaks_tflops, d["tile_m"], d["tile_n"])
+    matrix_time = float(w.dur_us[np.isin(w.group, MATRIX)].sum())
+    if w.modelled_ops == 0 and matrix_time > 0:
+        raise InputError(path, f"GEMM / convolution / attention kernels ({matrix_time:,.0f} us) but no operator "
+                               "shapes: record with torch.profiler.profile(record_shapes=True)", key="Input Dims")
+    measured_floor = _source_floor(tl, w)
+    if src_entry.kernel_floor_us:
+        src = chip(src_entry, *source_measured)
+    else:
+        floor = min(measured_floor or d["kernel_floor_us"], d["kernel_floor_us"])
+        src = chip(src_entry, *source_measured, floor_us=floor, floor_source="the trace's shortest compute kernel")
+    same = tgt_entry.key == src_entry.key and not tgt_entry.kernel_floor_us
+    tgt = chip(tgt_entry, *measured, **({"floor_us": src.floor_us, "floor_source": "the source's (same chip)"}
+                                        if same else {}))
+    doc = document.build(w, src, tgt, _totals(tl), scenario, fabrics)
+    doc["file"] = str(path)
+    if measured_floor is not None:
+        doc["source"]["shortest_kernel_us"] = measured_floor
+    return doc
+
+
+def fabrics(target: str | None, source: str | None) -> Fabrics | None:
+    """Both fabric presets (microbench/data/fabrics.toml) as the link a collective of one node crosses; None
+    unless both are given (communication is then kept at the source's time and listed)."""
+    if not target or not source:
+        return None
+    from microbench.communication.scale import load_fabric
+
+    s, t = load_fabric(source), load_fabric(target)
+    return Fabrics(s.intra.bytes_per_s / 1e9, s.intra.latency_us, t.intra.bytes_per_s / 1e9, t.intra.latency_us)

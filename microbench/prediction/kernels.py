@@ -1,0 +1,80 @@
+"""Each GPU activity of a trace as the prediction needs it: its group (the output classes), its FLOPs, bytes and
+precision where the one work model (timeline.opmetrics over timeline.opmodel) knows the operator that launched
+it, and its GEMM tile count for wave quantization."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.timeline import opmetrics
+from microbench.timeline.model import KERNEL, Timeline
+
+# Output classes, in the order the report shows them; `idle` is added by the report (CPU-side gaps, held).
+GROUPS = ("gemm_conv", "attention", "elementwise", "normalization", "reduction", "copies", "communication", "other")
+GROUP_LABELS = {"gemm_conv": "GEMM / conv", "attention": "attention", "elementwise": "element-wise",
+                "normalization": "normalization", "reduction": "reduction", "copies": "copies",
+                "communication": "communication", "other": "other", "idle": "idle (CPU-side gaps, held)"}
+_GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "elementwise", "norm": "normalization",
+                   "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
+                   "other": "other"}
+MATRIX = ("gemm_conv", "attention")
+
+
+@dataclass
+class KernelWork:
+    """Parallel arrays over the trace's GPU activities (rows of tl.kernels)."""
+
+    names: list[str]
+    dur_us: np.ndarray
+    group: np.ndarray      # str per row (GROUPS)
+    cls: np.ndarray        # the kernel-rule class per row
+    flops: np.ndarray      # 0: none known
+    bytes: np.ndarray      # NaN: none known
+    precision: np.ndarray  # str or None per row
+    tiles: np.ndarray      # GEMM output tiles, 0: unknown
+    op_dtype: np.ndarray   # the launching op's operand dtype (fp32, bf16, ...) or None
+    modelled_ops: int
+    notes: list[str]
+
+
+def _tiles(work, tile_m: int, tile_n: int) -> int:
+    d = work.dims
+    if work.family == "attention":  # FlashAttention's grid: (batch x heads, query blocks)
+        return int(d["batch"]) * math.ceil(d["m"] / tile_m) if d.get("m") else 0
+    if not d.get("m") or not d.get("n"):
+        return 0  # a convolution's GEMM view needs its output size: no wave quantization
+    return int(d.get("batch", 1)) * math.ceil(d["m"] / tile_m) * math.ceil(d["n"] / tile_n)
+
+
+def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int) -> KernelWork:
+    """The work of every activity of `tl`; `peaks`: the source's datasheet peaks (to tell TF32 from fp32)."""
+    k = tl.kernels
+    n = len(k)
+    cls = tl.class_names() if n else np.empty(0, dtype=object)
+    group = np.array([_GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)
+    group[k.category != KERNEL] = "copies"
+    model = opmetrics.op_model(tl, peaks)
+    flops = np.asarray(model.kernel_flops, dtype=float).copy()
+    nbytes = np.full(n, np.nan)
+    precision = np.full(n, None, dtype=object)
+    op_dtype = np.full(n, None, dtype=object)
+    tiles = np.zeros(n, dtype=np.int64)
+    for c in model.calls:
+        rows = c.kernels
+        if not len(rows):
+            continue
+        op_dtype[rows] = c.work.dtype
+        matrix = rows[np.isin(group[rows], MATRIX)]
+        if c.work.family == "attention":
+            group[matrix] = "attention"
+        if not len(matrix):
+            continue
+        precision[matrix] = c.precision
+        tiles[matrix] = _tiles(c.work, tile_m, tile_n)
+        t = k.dur_us[matrix]
+        if c.work.bytes_moved and t.sum() > 0:
+            nbytes[matrix] = c.work.bytes_moved * t / t.sum()
+    return KernelWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
+                      precision, tiles, op_dtype, len(model.calls), list(model.notes))

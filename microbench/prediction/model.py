@@ -1,0 +1,164 @@
+"""The per-kernel prediction (docs/predict.md, "The model"):
+
+    t_target = floor_target + max(t_source - floor_source, 0) x r
+
+- floor: the chip's launch floor (the shortest kernel a profiler shows on it); what a kernel spends above its
+  floor is its work, and only the work scales;
+- GEMM / convolution / attention kernels whose operator's FLOPs and bytes are known: the roofline time
+  max(FLOPs x q / achievable rate of the precision, bytes / achievable bandwidth), q the wave-quantization
+  factor (waves x SMs / tiles, from one full wave up), on each chip. The part of the time above the floor that
+  the source's roofline explains scales by the ratio of the two roofline times; the slack beyond it (latency,
+  tails, the library's choice of kernel) is held (scaling it too is the alternative of the range);
+- r, element-wise, normalization, reduction, embedding and copy kernels: the achievable bandwidth ratio;
+- r, communication kernels: the fabric presets' bandwidth ratio above their latency (both fabrics given);
+- a kernel with no rule (class `other`), a GEMM-class kernel with no FLOPs and a host copy cannot be placed: it
+  keeps its source time and is listed.
+Idle time (CPU-side gaps) is held; busy time keeps the source's overlap (predicted busy = source busy x
+predicted kernel time / source kernel time)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from microbench.prediction.chips import Chip
+from microbench.prediction.kernels import MATRIX, KernelWork
+
+MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
+HOST_COPY = ("HtoD", "DtoH", "HtoH", "PtoP", "Host", "Pinned", "Pageable")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What-if: `dtype` moves fp32 matrix work (and its traffic) to that precision; `batch_scale` scales every
+    kernel's work above its floor."""
+
+    dtype: str | None = None
+    batch_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One assumption replaced by its alternative (data/prediction.toml [alternatives])."""
+
+    datasheet_compute: bool = False
+    datasheet_memory: bool = False
+    hold_floor: bool = False
+    no_waves: bool = False
+    scale_slack: bool = False
+
+
+@dataclass(frozen=True)
+class Fabrics:
+    source_gbps: float
+    source_latency_us: float
+    target_gbps: float
+    target_latency_us: float
+
+
+def wave_factor(tiles: np.ndarray, units: int | None, enabled: bool = True) -> np.ndarray:
+    """waves x units / tiles from one full wave up, else 1."""
+    q = np.ones(len(tiles))
+    if not enabled or not units:
+        return q
+    full = tiles >= units
+    q[full] = np.ceil(tiles[full] / units) * units / tiles[full]
+    return q
+
+
+def _rates(chip: Chip, precision: np.ndarray, datasheet: bool) -> np.ndarray:
+    return np.array([chip.rate(p, datasheet) or np.nan if p else np.nan for p in precision], dtype=float)
+
+
+def roofline_us(flops, nbytes, rate_tflops, bw_tbs, q) -> np.ndarray:
+    """max(FLOPs x q / rate, bytes / bandwidth) in microseconds; unknown bytes count as none."""
+    compute = flops * q / (rate_tflops * 1e6)
+    memory = np.where(np.isnan(nbytes), 0.0, nbytes / (bw_tbs * 1e6))
+    return np.maximum(compute, memory)
+
+
+def _target_precision(w: KernelWork, scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the precision on the target, and the factor on its bytes (the what-if dtype)."""
+    prec = w.precision.copy()
+    factor = np.ones(len(prec))
+    matrix = np.isin(w.group, MATRIX)
+    moved = matrix & np.array([p in ("fp32", "tf32") for p in prec], dtype=bool)
+    if scenario.dtype and moved.any():
+        prec[moved] = scenario.dtype
+        # 2-byte operands instead of 4-byte; the other kernels' activations follow autocast (an assumption:
+        # fp32 master weights and optimizer state are a small share of their traffic)
+        factor[moved | ~matrix] = 0.5
+    return prec, factor
+
+
+def _matrix_times(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the roofline time (us) on the source and on the target."""
+    prec_t, byte_factor = _target_precision(w, scenario)
+    t_src = roofline_us(w.flops, w.bytes, _rates(src, w.precision, v.datasheet_compute),
+                        src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs,
+                        wave_factor(w.tiles, src.compute_units, not v.no_waves))
+    t_tgt = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, v.datasheet_compute),
+                        tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs,
+                        wave_factor(w.tiles, tgt.compute_units, not v.no_waves))
+    return t_src, t_tgt
+
+
+def _matrix_above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scale_slack: bool) -> np.ndarray:
+    """A matrix kernel's time above its floor on the target: the part its roofline explains scales with the
+    roofline; the slack beyond it (latency, tails, a library's choice) is held, or scaled too (the alternative)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = roof_t / roof_s
+    through = np.minimum(above, roof_s)
+    slack = above - through
+    return through * r + slack * (r if scale_slack else 1.0)
+
+
+def placement(w: KernelWork, fabrics: Fabrics | None) -> np.ndarray:
+    """Per row: "" where the model places the kernel, else why not."""
+    why = np.full(len(w.dur_us), "", dtype=object)
+    matrix = np.isin(w.group, MATRIX)
+    why[matrix & ((w.flops <= 0) | np.array([p is None for p in w.precision]))] = \
+        "GEMM-class kernel without FLOPs (no modelled operator with shapes launched it)"
+    why[w.group == "other"] = "no kernel rule knows it (class other)"
+    host = np.array([w.group[i] == "copies" and any(h in w.names[i] for h in HOST_COPY) for i in range(len(why))],
+                    dtype=bool)
+    why[host] = "host copy: the host link is not modelled"
+    if fabrics is None:
+        why[w.group == "communication"] = "communication: give --fabric and --source-fabric to move it"
+    return why
+
+
+def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Scenario(), v: Variant = Variant(),
+                    fabrics: Fabrics | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the predicted time (us) and why it was not placed ("" where it was)."""
+    why = placement(w, fabrics)
+    floor_t = src.floor_us if v.hold_floor else tgt.floor_us
+    bw_s = src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs
+    bw_t = tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs
+    r = np.full(len(w.dur_us), bw_s / bw_t)
+    prec_t, byte_factor = _target_precision(w, scenario)
+    r *= np.where(np.isin(w.group, MEMORY_BOUND), byte_factor, 1.0)
+    above = np.maximum(w.dur_us - src.floor_us, 0.0)
+    out = floor_t + above * r * scenario.batch_scale
+    matrix = np.isin(w.group, MATRIX)
+    if matrix.any():
+        roof_s, roof_t = _matrix_times(w, src, tgt, scenario, v)
+        m_above = _matrix_above_floor(above, roof_s, roof_t, v.scale_slack)
+        ok = matrix & np.isfinite(m_above)
+        out[ok] = floor_t + m_above[ok] * scenario.batch_scale
+        why[matrix & ~np.isfinite(m_above) & (why == "")] = f"no achievable rate for its precision on {tgt.key}"
+    comm = w.group == "communication"
+    if fabrics is not None and comm.any():
+        moved = np.maximum(w.dur_us[comm] - fabrics.source_latency_us, 0.0) * fabrics.source_gbps / fabrics.target_gbps
+        out[comm] = fabrics.target_latency_us + moved * scenario.batch_scale
+    placed = why == ""
+    out[~placed] = w.dur_us[~placed]
+    return out, why
+
+
+def above_roof(w: KernelWork, tgt: Chip, t_us: np.ndarray, scenario: Scenario = Scenario()) -> np.ndarray:
+    """Rows predicted faster than the target's datasheet roofline allows: impossible, flagged."""
+    prec_t, byte_factor = _target_precision(w, scenario)
+    roof = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, True), tgt.peak_memory_tbs,
+                       np.ones(len(t_us)))
+    return np.isfinite(roof) & (roof > t_us * (1 + 1e-9)) & np.isin(w.group, MATRIX)

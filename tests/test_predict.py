@@ -1,0 +1,197 @@
+"""Cross-chip prediction (microbench.prediction, python -m microbench.predict): the model's rules on generated
+kernels, the shared bert-small pair in both directions, the what-ifs, TraceLens' arch JSON, and bad input."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from microbench.core.archjson import read_arch, to_arch
+from microbench.core.config import load_config
+from microbench.prediction.chips import chip, find_entry
+from microbench.prediction.kernels import KernelWork
+from microbench.prediction.model import Scenario, Variant, predict_kernels, wave_factor
+from microbench.predict import main
+
+from .conftest import TRACES
+
+needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+CFG = load_config()
+
+
+def _chip(name, **kw):
+    return chip(find_entry(name, CFG.devices), **kw)
+
+
+def _work(groups, dur, flops=None, nbytes=None, precision=None, tiles=None, names=None) -> KernelWork:
+    n = len(groups)
+    return KernelWork(names or [f"k{i}" for i in range(n)], np.array(dur, dtype=float), np.array(groups, dtype=object),
+                      np.array(groups, dtype=object), np.array(flops or [0.0] * n, dtype=float),
+                      np.array(nbytes or [np.nan] * n, dtype=float), np.array(precision or [None] * n, dtype=object),
+                      np.array(tiles or [0] * n, dtype=np.int64), np.array([None] * n, dtype=object), 1, [])
+
+
+def test_devices_are_found_by_key_name_or_short_name():
+    assert find_entry("h100_sxm5", CFG.devices).key == "h100_sxm5"
+    assert find_entry("NVIDIA H100 80GB HBM3", CFG.devices).key == "h100_sxm5"
+    assert find_entry("V100", CFG.devices).key == "v100_sxm2"
+    assert find_entry("AMD Instinct MI300X VF", CFG.devices).key == "mi300x_vf"
+    h100 = _chip("H100")
+    assert h100.rate("bf16") == 794.5 and "published" in h100.sources["bf16"]  # MAMF, not the 989 datasheet
+    assert h100.rate("bf16", datasheet=True) == 989.0
+    assert h100.rate("fp32") == pytest.approx(67.0 * 0.8) and "default" in h100.sources["fp32"]
+
+
+def test_memory_bound_kernel_scales_with_bandwidth_above_the_floor():
+    src, tgt = _chip("H100", floor_us=2.0, floor_source="t"), _chip("MI300X", floor_us=3.0, floor_source="t")
+    t, why = predict_kernels(_work(["elementwise"], [12.0]), src, tgt)
+    assert why[0] == ""
+    assert t[0] == pytest.approx(3.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
+    held, _ = predict_kernels(_work(["elementwise"], [12.0]), src, tgt, v=Variant(hold_floor=True))
+    assert held[0] == pytest.approx(2.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
+
+
+def test_matrix_kernel_roofline_part_scales_and_its_slack_is_held():
+    src, tgt = _chip("A100", floor_us=2.0, floor_source="t"), _chip("H100", floor_us=2.0, floor_source="t")
+    flops = 1e12  # a compute-bound GEMM: 1 TFLOP at 271.2 TFLOP/s = 3,687 us on the A100's achievable rate
+    roof_a100 = flops / 271.2e6
+    w = _work(["gemm_conv"], [2.0 + roof_a100 + 100.0], flops=[flops], nbytes=[1e6], precision=["bf16"])
+    t, _ = predict_kernels(w, src, tgt)
+    assert t[0] == pytest.approx(2.0 + flops / 794.5e6 + 100.0)
+    scaled, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))
+    assert scaled[0] == pytest.approx(2.0 + (roof_a100 + 100.0) * 271.2 / 794.5)
+
+
+def test_wave_quantization_from_one_full_wave():
+    assert wave_factor(np.array([8, 132, 133, 264]), 132).tolist() == pytest.approx([1.0, 1.0, 264 / 133, 1.0])
+    assert wave_factor(np.array([133]), None).tolist() == [1.0]
+
+
+def test_unplaced_kernels_keep_their_time_and_say_why():
+    src, tgt = _chip("H100"), _chip("MI300X")
+    w = _work(["other", "gemm_conv", "communication", "copies"], [7.0, 9.0, 11.0, 5.0],
+              names=["mystery", "sgemm", "ncclDevKernel_AllReduce", "Memcpy HtoD (Pageable -> Device)"])
+    t, why = predict_kernels(w, src, tgt)
+    assert t.tolist() == [7.0, 9.0, 11.0, 5.0]
+    assert "no kernel rule" in why[0] and "without FLOPs" in why[1] and "--fabric" in why[2] and "host" in why[3]
+
+
+def test_what_if_bf16_moves_fp32_matrix_work_to_tensor_cores():
+    src = tgt = _chip("A100", floor_us=2.0, floor_source="t")
+    flops = 1e12
+    w = _work(["gemm_conv", "elementwise"], [2.0 + flops / (19.5 * 0.8e6), 12.0], flops=[flops, 0.0],
+              nbytes=[1e6, np.nan], precision=["fp32", None])
+    same, _ = predict_kernels(w, src, tgt)
+    assert same.tolist() == pytest.approx(w.dur_us.tolist())
+    t, _ = predict_kernels(w, src, tgt, Scenario(dtype="bf16"))
+    assert t[0] == pytest.approx(2.0 + flops / 271.2e6)
+    assert t[1] == pytest.approx(2.0 + 10.0 * 0.5)  # activations in 2 bytes
+    double, _ = predict_kernels(w, src, tgt, Scenario(batch_scale=2.0))
+    assert double[1] == pytest.approx(2.0 + 20.0)
+
+
+def test_arch_json_round_trip():
+    ceilings = [{"kind": "compute", "dtype": "bf16", "value": 700.0, "source": "measured"},
+                {"kind": "compute", "dtype": "fp32", "value": 50.0, "source": "measured"},
+                {"kind": "compute", "dtype": "bf16", "value": 989.0, "source": "datasheet"},
+                {"kind": "memory", "dtype": None, "value": 3000.0, "source": "measured"}]
+    doc = to_arch("NVIDIA H100", ceilings, 80.0)
+    assert doc["max_achievable_tflops"] == {"matrix_bf16": 700.0, "vector_fp32": 50.0}
+    assert doc["mem_bw_gbps"] == 3000.0 and doc["name"] == "NVIDIA H100"
+    compute, mem = read_arch(doc)
+    assert compute == {"bf16": 700.0, "fp32": 50.0} and mem == pytest.approx(3.0)
+    tracelens = {"name": "MI300X", "mem_bw_gbps": 5300, "memory_gb": 192, "max_achievable_tflops": {
+        "matrix_fp16": 654, "matrix_bf16": 708, "matrix_fp32": 163, "matrix_fp64": 81, "matrix_fp8": 1273,
+        "matrix_int8": 2600, "vector_fp16": 163, "vector_bf16": 163, "vector_fp32": 81, "vector_fp64": 40}}
+    compute, mem = read_arch(tracelens)
+    assert compute["bf16"] == 708 and compute["tf32"] == 163 and compute["fp32"] == 81 and mem == 5.3
+
+
+@needs_traces
+@pytest.mark.parametrize("src,on,actual", [("h100", "MI300X VF", "mi300"), ("mi300", "H100", "h100")])
+def test_bert_pair_both_directions(tmp_path, src, on, actual, capsys):
+    out = tmp_path / "p.json"
+    assert main([str(TRACES / f"{src}_bert_small.json.gz"), "--on", on, "--json", str(out),
+                 "--html", str(tmp_path / "p.html")]) == 0
+    doc = json.loads(out.read_text())
+    for k in ("device", "busy_us"):
+        assert doc["source"][k] and doc["target"][k]
+    t = doc["target"]
+    assert t["busy_us_low"] <= t["busy_us"] <= t["busy_us_high"]
+    assert doc["range"]["dominant"] in {a["name"] for a in doc["range"]["assumptions"]}
+    labels = {c["label"] for c in doc["classes"]}
+    assert {"GEMM / conv", "attention", "element-wise", "normalization"} <= labels
+    if src == "h100":  # its device-to-host copy is not placed: listed with its time, kept, not dropped
+        assert doc["unplaced"][0]["why"].startswith("host copy") and doc["unplaced"][0]["time_us"] > 0
+    assert sum(c["target_us"] for c in doc["classes"] if c["class"] != "idle") == pytest.approx(t["kernel_time_us"])
+    assert "by class" in capsys.readouterr().out
+
+
+@needs_traces
+def test_same_chip_predicts_the_source():
+    from microbench.prediction.from_trace import from_trace
+
+    doc = from_trace(TRACES / "h100_bert_small.json.gz", "h100_sxm5", CFG)
+    assert doc["target"]["busy_us"] == pytest.approx(doc["source"]["busy_us"])
+
+
+def _tiny_trace(tmp_path, shapes: bool):
+    args = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]} if shapes else {}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50, "args": args},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 20, "dur": 30,
+         "args": {"correlation": 7, "device": 0, "stream": 7}}]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB"}], "traceEvents": events}))
+    return p
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    with_shapes = _tiny_trace(tmp_path, shapes=True)
+    assert main([str(with_shapes), "--on", "XYZ"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown device" in err and "--on" in err
+    no_shapes = _tiny_trace(tmp_path, shapes=False)
+    assert main([str(no_shapes), "--on", "H100"]) == 2
+    assert "record_shapes" in capsys.readouterr().err
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    assert main([str(with_shapes), "--on", "H100", "--ceilings", str(bad)]) == 2
+    assert "TraceLens" in capsys.readouterr().err
+    bad.write_text(json.dumps({"max_achievable_tflops": {"matrix_bf16": "fast"}}))
+    assert main([str(with_shapes), "--on", "H100", "--ceilings", str(bad)]) == 2
+    assert "matrix_bf16" in capsys.readouterr().err
+    assert main([str(with_shapes), "--on", "H100", "--batch", "64"]) == 2
+    assert "--source-batch" in capsys.readouterr().err
+
+
+def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
+    trace = _tiny_trace(tmp_path, shapes=True)
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"name": "mine", "mem_bw_gbps": 2000, "max_achievable_tflops": {"vector_fp32": 30}}))
+    out = tmp_path / "p.json"
+    assert main([str(trace), "--on", "H100", "--ceilings", str(arch), "--json", str(out)]) == 0
+    tgt = json.loads(out.read_text())["target"]["chip"]
+    assert tgt["tflops"]["fp32"] == 30 and tgt["memory_tbs"] == 2.0 and "measured" in tgt["sources"]["fp32"]
+
+
+def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
+    from rich.console import Console
+
+    from microbench.core.datasheet import ceilings_file, measured_ceilings
+    from microbench.roofline import _write_arch
+
+    doc = {"hardware": {"name": "NVIDIA H200", "memory_gib": 139.8},
+           "ceilings": [{"kind": "compute", "dtype": "bf16", "value": 780.0, "source": "measured"},
+                        {"kind": "memory", "dtype": None, "value": 4300.0, "source": "measured"}]}
+    path = tmp_path / "H200.json"
+    _write_arch(doc, path, Console(file=open(tmp_path / "log", "w")))
+    arch = json.loads(path.read_text())
+    assert arch["name"] == "NVIDIA H200" and arch["memory_gb"] == 139.8
+    assert arch["max_achievable_tflops"] == {"matrix_bf16": 780.0} and arch["mem_bw_gbps"] == 4300.0
+    assert ceilings_file(path) == ({"bf16": 780.0}, 4.3)
+    assert measured_ceilings([], path) == {"bf16": 780.0}  # what `trace --ceilings` uses
