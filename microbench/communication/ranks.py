@@ -160,16 +160,13 @@ def calls_of(tl: Timeline, rank: int, world: int | None, path: Path) -> tuple[li
 
 def _steps(tl: Timeline, step_range: str | None) -> list[dict]:
     """The per-step GPU time breakdown of the trace report (the one definition), trimmed to its numbers."""
-    from microbench.timeline.perf import steps_with_gpu_time
-
-    steps, _ = steps_with_gpu_time(tl, step_range)
+    _, steps, _ = gpu_time.step_breakdowns(tl, step_range)
     return [{k: s.get(k) for k in STEP_FIELDS} for s in steps]
 
 
 def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None = None) -> RankSummary:
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
     from microbench.timeline.analysis import read_trace
-    from microbench.timeline.perf import breakdown_of
 
     t0 = time.perf_counter()
     path = Path(path)
@@ -183,7 +180,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     k = tl.kernels
     comm = tl.class_mask("comm") & (k.category == KERNEL)
     s.comm_kernels, s.comm_us = int(comm.sum()), gpu_time.covered(k.ts_us[comm], k.end_us[comm])
-    s.whole = breakdown_of(tl, np.arange(len(k)))
+    s.whole = gpu_time.breakdown(tl)
     s.steps = _steps(tl, step_range)
     if len(k):
         s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()), float(k.end_us.max())
