@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
                     help="take the measured compute ceilings from a results.json of microbench.roofline, or from a "
                          "TraceLens GPU arch JSON (roofline --arch-json writes ours in that form)")
+    ap.add_argument("--graph-capture", type=Path, default=None, metavar="TRACE",
+                    help="the trace of the capture of the CUDA/HIP graphs this trace replays (as vLLM and SGLang "
+                         "record it): each replayed kernel is attributed to the operator that captured it")
     add_job_arguments(ap)
     return ap
 
@@ -76,7 +79,8 @@ def _run(args) -> int:
     if args.json:
         check_file(args.json, "--json")
     measured = measured_ceilings(args.ceiling, args.ceilings)
-    doc = analyze(args.file, load_config(args.config), step_range=args.steps, measured=measured)
+    doc = analyze(args.file, load_config(args.config), step_range=args.steps, measured=measured,
+                  graph_capture=args.graph_capture)
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {write_file(args.json, dumps(doc), '--json')}", file=sys.stderr)

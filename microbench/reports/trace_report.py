@@ -76,6 +76,7 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
             t.add_row(escape(_short(a["name"], 60)), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
                       f"{a['kernel_time_us']:,.1f}", "-" if g is None else f"{g:,.1f}")
         console.print(t)
+    _print_graphs(console, doc, top)
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
@@ -144,3 +145,29 @@ def _print_unknown(console, doc: dict) -> None:
     for k in u["top"]:
         console.print(f"  {k['kernel_time_us']:,.1f} us ({_pct(k['share'])}) {k['class']}: {escape(_short(k['kernel'], 110))}")
     console.print(f"  to recognise them: {escape(u['how_to_add_a_rule'])}")
+
+
+def _print_graphs(console, doc: dict, top: int) -> None:
+    """Kernels replayed from CUDA/HIP graphs: how much time, how much of it attributed to capturing operators."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    s = doc["summary"]
+    if not s.get("graph_kernel_count"):
+        return
+    share = s["kernel_time_us"] and s["graph_kernel_time_us"] / s["kernel_time_us"]
+    attributed = s.get("graph_attributed_share")
+    console.print(f"graph-launched kernels: {s['graph_kernel_count']} from {s['graph_launches']} graph launch(es), "
+                  f"{s['graph_kernel_time_us']:,.1f} us = {_pct(share)} of kernel time; attributed to the operator "
+                  f"that captured them: {'- (no --graph-capture)' if attributed is None else _pct(attributed)}")
+    g = doc.get("graphs")
+    if not g or not g["ops"]:
+        return
+    t = Table(title=f"graph replays by capturing operator (capture: {escape(g['capture_file'])})", header_style="bold")
+    for c in ("operator", "input dims", "kernels", "kernel time us", "classes"):
+        t.add_column(c, justify="right" if c in ("kernels", "kernel time us") else "left")
+    for o in g["ops"][:top]:
+        classes = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(o["classes"].items(), key=lambda kv: -kv[1]))
+        t.add_row(escape(_short(o["op"], 50)), escape(_short(str(o["input_dims"]), 40)), str(o["kernels"]),
+                  f"{o['kernel_time_us']:,.1f}", classes)
+    console.print(t)

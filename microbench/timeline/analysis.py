@@ -39,12 +39,35 @@ def read_trace(path: str | Path) -> Timeline:
     return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
 
 
-def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None) -> dict:
+def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
+    """Graph-launched kernels: the summary keys, the per-capturing-op table given the capture trace (else None),
+    and notes (microbench/timeline/graphs.py)."""
+    from microbench.timeline import graphs
+
+    capture = read_trace(graph_capture) if graph_capture is not None else None
+    gk = graphs.graph_kernels(tl, capture)
+    keys = graphs.graph_summary(tl, gk, capture is not None)
+    notes = list(gk.notes)
+    if keys["graph_kernel_count"] and capture is None:
+        notes.append(f"{keys['graph_kernel_count']} kernels ({keys['graph_kernel_time_us']:,.1f} us) were launched "
+                     f"by {keys['graph_launches']} CUDA/HIP graph launch(es): counted one by one; give the trace of "
+                     "the graph's capture (--graph-capture) to attribute them to the operators that captured them")
+    ops = None
+    if capture is not None:
+        ops = {"capture_file": str(graph_capture), "graphs_captured": gk.captures,
+               "ops": graphs.graph_ops(tl, gk, capture)}
+    return keys, ops, notes
+
+
+def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
+            graph_capture: str | Path | None = None) -> dict:
     """The whole report of one trace as a JSON-ready dict. `step_range`: the name of the ranges that are steps
-    (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by datasheet column."""
+    (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by datasheet column;
+    `graph_capture`: the trace of the capture of the CUDA/HIP graphs this trace replays."""
     from microbench.timeline import perf
 
     tl = read_trace(path)
+    graph_keys, graph_ops, graph_notes = graph_section(tl, graph_capture)
     devices = device_entries(tl, cfg)
     model = perf.model_of(tl, devices)
     counted = perf.apply_counters(tl, model.kernel_flops)  # counters outrank names, in every total too
@@ -53,6 +76,7 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
     extra = perf.performance(tl, devices, summary, kernels, model, counted, step_range, measured)
     summary["eligible_unused_us"] = extra["eligibility"]["eligible_unused_us"]
     summary["mfu"] = extra["mfu"]["mfu"]
+    summary.update(graph_keys)
     dist = tl.distributed
     return {
         "schema": SCHEMA,
@@ -72,7 +96,8 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
         "annotations": metrics.annotation_times(tl),
         "steps": extra["steps"],
         "outside_steps": extra["outside_steps"],
-        "notes": notes_of(tl, summary) + extra["notes"],
+        "graphs": graph_ops,
+        "notes": notes_of(tl, summary) + extra["notes"] + graph_notes,
     }
 
 

@@ -63,6 +63,7 @@ class Args(msgspec.Struct):
     """The `args` keys the timeline keeps; msgspec skips all others without building them."""
 
     correlation: Any = None
+    kernel: Any = None  # a launch's kernel name (launches captured into a graph)
     device: Any = None
     stream: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
@@ -405,7 +406,8 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
         elif cat.endswith(("_runtime", "_driver")):
             if type(args.correlation) is int:
                 pid = b.process(ev.pid)
-                b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation)
+                b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
+                             args.kernel if type(args.kernel) is str else None)
         elif cat == "user_annotation" or (cat == "cpu_op" and STEP_RE.match(name)):
             pid = b.process(ev.pid)
             b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),

@@ -122,6 +122,9 @@ class Launches(Table):
     pid: np.ndarray = _col("q")
     thread: np.ndarray = _col("i")  # id into Timeline.threads
     correlation: np.ndarray = _col("q")
+    # the kernel a launch names in its args (Kineto records it for launches captured into a CUDA / HIP graph,
+    # where no kernel runs then): id into Timeline.names, NO_ID where absent (microbench/timeline/graphs.py)
+    kernel: np.ndarray = _col("i")
 
 
 @dataclass
@@ -308,8 +311,10 @@ class TimelineBuilder:
         self._rows[Kernels].append((self.names.id(name), ts, dur, device, stream, correlation, external_id,
                                     category))
 
-    def add_launch(self, name: str, ts: float, dur: float, pid: int, thread: int, correlation: int) -> None:
-        self._rows[Launches].append((self.names.id(name), ts, dur, pid, thread, correlation))
+    def add_launch(self, name: str, ts: float, dur: float, pid: int, thread: int, correlation: int,
+                   kernel: str | None = None) -> None:
+        self._rows[Launches].append((self.names.id(name), ts, dur, pid, thread, correlation,
+                                     NO_ID if kernel is None else self.names.id(kernel)))
 
     def add_cpu_op(self, name: str, ts: float, dur: float, pid: int, thread: int, external_id: int, seq: int,
                    input_dims: int, input_types: int, concrete_inputs: int = NO_ID, input_strides: int = NO_ID) -> None:
