@@ -96,3 +96,28 @@ def test_v100_resnet_ddp_steps_add_up():
     assert busy == pytest.approx(whole["busy_us"], rel=0.01)
     assert sum(s["idle_us"] for s in steps) <= whole["idle_us"]
     assert np.isclose(sum(s["idle_us"] for s in steps) + outside["between_steps_idle_us"], whole["idle_us"])
+
+
+def test_ddp_split_per_step_and_bucket(tmp_path):
+    """communication/ddp.py's split of a GPU trace is this breakdown: two DDP steps [0, 100) and [100, 200); each
+    backward GEMM runs while the previous bucket's all-reduce runs on NCCL's stream."""
+    from microbench.communication.ddp import STEP_RANGE, split_steps, summarize_steps
+
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = []
+    for n, t0 in enumerate((0, 100)):
+        c = 10 * n
+        events += [{"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "pid": 1, "tid": 1, "ts": t0, "dur": 100},
+                   _launch(c + 1, t0 + 1), _gpu("kernel", GEMM, t0 + 10, 40, 7, c + 1),
+                   _launch(c + 2, t0 + 2), _gpu("kernel", nccl, t0 + 30, 30, 20, c + 2),  # 20 hidden, 10 exposed
+                   _launch(c + 3, t0 + 3), _gpu("kernel", nccl, t0 + 60, 20, 20, c + 3)]  # all exposed
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    steps = split_steps(path)
+    assert [s["allreduce_calls"] for s in steps] == [2, 2]
+    s = steps[0]
+    assert (s["step_ms"], s["compute_ms"], s["comm_ms"], s["overlapped_comm_ms"], s["exposed_comm_ms"]) == \
+        (0.1, 0.04, 0.05, 0.02, 0.03)
+    assert s["buckets"] == [{"at_ms": 0.03, "comm_ms": 0.03, "exposed_comm_ms": 0.01},
+                            {"at_ms": 0.06, "comm_ms": 0.02, "exposed_comm_ms": 0.02}]
+    assert summarize_steps(steps)["comm_share"] == pytest.approx(0.3)

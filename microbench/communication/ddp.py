@@ -1,11 +1,16 @@
 """A DDP training step of one of our models over N processes, split from the profiler's trace into
-compute, communication overlapped with compute, and exposed communication.
+compute, communication overlapped with compute, and exposed communication, per step and per gradient bucket.
 
-Definitions (per step, within the step's own range):
-- communication: the union of the collectives' intervals (gloo: `gloo:*` events on gloo's worker threads;
-  NCCL / RCCL: the nccl / rccl kernels);
-- compute: the union of the training thread's `aten::` operators (GPU: all other kernels);
-- overlapped = communication that intersects compute; exposed = communication - overlapped;
+The split is the one GPU time breakdown (microbench/timeline/gpu_time.py, docs/traces.md "Where the GPU's time
+goes"), read from the timeline:
+- GPU (NCCL / RCCL): per step, over the step's own GPU activities (each activity in exactly one step, the one
+  whose CPU range launched it): compute = computation_us (the union of non-communication kernels),
+  communication = comm_us (the union of the `comm` class's kernels), exposed = exposed_comm_us (communication
+  nothing hides), overlapped = communication - exposed;
+- CPU (gloo, no kernels): the same breakdown over CPU intervals within the step's range: communication = the
+  `gloo:*` collectives (on gloo's worker threads), compute = the training thread's `aten::` operators;
+- per bucket: each all-reduce (a bucket's collective: its kernel, or its `gloo:all_reduce` event) is a window:
+  its exposed part is the time in it that no compute covers;
 - comm_share = exposed / step time (what communication adds to the step); comm_busy_share = all
   communication / step time.
 On a CPU the gloo threads share the cores with compute: "overlapped" there is concurrent, not free.
@@ -17,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .events import clip, intersect, length, read_events, union
+import numpy as np
 
 STEP_RANGE = "dawnscope.ddp_step"
 DEFAULT_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's default
@@ -54,47 +59,102 @@ def bucket_sizes(model, bucket_cap_mb: float | None = None) -> list[int]:
     return [sum(params[i].numel() * params[i].element_size() for i in b) for b in buckets]
 
 
-def _is_comm(ev: dict) -> bool:
-    name = ev.get("name", "")
-    if ev.get("cat") == "kernel":
-        return "nccl" in name.lower() or "rccl" in name.lower()
-    return name.startswith(("gloo:", "nccl:"))
+def _is_allreduce(name: str) -> bool:
+    low = name.lower()
+    return "all_reduce" in low or "allreduce" in low
+
+
+def _step(step_us: float, b: dict, calls: int, buckets: list[dict]) -> dict:
+    return {"step_ms": step_us / 1e3, "compute_ms": b["computation_us"] / 1e3, "comm_ms": b["comm_us"] / 1e3,
+            "overlapped_comm_ms": b["overlapped_comm_us"] / 1e3, "exposed_comm_ms": b["exposed_comm_us"] / 1e3,
+            "allreduce_calls": calls, "buckets": buckets}
+
+
+def _bucket(since_step_us: float, b: dict) -> dict:
+    """One bucket's all-reduce: when it started (ms after its step's start), how long it ran, how much of it
+    no compute hid."""
+    return {"at_ms": float(since_step_us) / 1e3, "comm_ms": b["comm_us"] / 1e3,
+            "exposed_comm_ms": b["exposed_comm_us"] / 1e3}
+
+
+def _gpu_split(tl, w) -> list[dict]:
+    """NCCL / RCCL: each step's breakdown over its own activities; each all-reduce kernel a bucket's window."""
+    from microbench.timeline import gpu_time
+    from microbench.timeline.model import KERNEL
+
+    steps, _ = gpu_time.per_step(tl, w)
+    owner = gpu_time.assign_steps(tl, w).step
+    k = tl.kernels
+    comm = np.flatnonzero(tl.class_mask("comm") & (k.category == KERNEL))
+    out = []
+    for j, st in enumerate(steps):
+        mine = comm[owner[comm] == j]
+        mine = mine[np.argsort(k.ts_us[mine], kind="stable")]
+        reduce = [int(r) for r in mine if _is_allreduce(tl.names[k.name[r]])]
+        buckets = [_bucket(k.ts_us[r] - w.ts_us[j], gpu_time.breakdown(tl, window=(k.ts_us[r], k.end_us[r])))
+                   for r in reduce]
+        out.append(_step(float(w.dur_us[j]), st, len(reduce), buckets))
+    return out
+
+
+def _cpu_intervals(tl, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """gloo: the collectives (ranges or operators named `gloo:*` / `nccl:*`) as communication, the training
+    thread's `aten::` operators as compute; starts, ends, kinds and names."""
+    from microbench.timeline import gpu_time
+    from microbench.timeline.model import CPU_RANGE
+
+    parts = []
+    for table, cpu in ((tl.ranges, tl.ranges.kind == CPU_RANGE), (tl.cpu_ops, np.ones(len(tl.cpu_ops), bool))):
+        names = [tl.names[n] for n in table.name]
+        is_comm = np.array([n.startswith(("gloo:", "nccl:")) for n in names], dtype=bool) & cpu
+        is_compute = (np.array([n.startswith("aten::") for n in names], dtype=bool) & (table.thread == main_thread)
+                      & (table is tl.cpu_ops))
+        for sel, kind in ((is_comm, gpu_time.COMM), (is_compute, gpu_time.COMPUTE)):
+            rows = np.flatnonzero(sel)
+            parts.append((table.ts_us[rows], table.ts_us[rows] + table.dur_us[rows], np.full(len(rows), kind),
+                          [names[r] for r in rows]))
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), [n for p in parts for n in p[3]])
+
+
+def _cpu_split(tl, w) -> list[dict]:
+    """gloo: each step's breakdown over the CPU intervals within its range; each all-reduce a bucket's window."""
+    from microbench.timeline import gpu_time
+
+    main_thread = tl.ranges.thread[tl.step_rows(STEP_RANGE)[0]]
+    starts, ends, kinds, names = _cpu_intervals(tl, main_thread)
+    out = []
+    for j in range(len(w)):
+        lo, hi = float(w.ts_us[j]), float(w.end_us[j])
+        calls = [i for i in np.flatnonzero((kinds == gpu_time.COMM) & (starts >= lo) & (starts < hi))
+                 if _is_allreduce(names[i])]
+        calls.sort(key=lambda i: starts[i])
+        buckets = [_bucket(starts[i] - lo, gpu_time.of_intervals(starts, ends, kinds, window=(starts[i], ends[i])))
+                   for i in calls]
+        out.append(_step(hi - lo, gpu_time.of_intervals(starts, ends, kinds, window=(lo, hi)), len(calls), buckets))
+    return out
 
 
 def split_steps(path: str | Path) -> list[dict]:
-    """Per profiled step of a trace written by `ddp_rank`: the split defined above (times in ms)."""
-    events, _ = read_events(path)
-    steps = [e for e in events if e.get("name") == STEP_RANGE]
-    if not steps:
+    """Per profiled step of a trace written by `ddp_rank`: the split defined above (times in ms), with the
+    step's buckets (each all-reduce in start order: its communication and exposed time)."""
+    from microbench.timeline.analysis import read_trace
+    from microbench.timeline.model import KERNEL, NO_ID
+
+    tl = read_trace(path)
+    if tl.names.find(STEP_RANGE) == NO_ID:
         return []
-    main_tid = steps[0].get("tid")
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    comm_ev = [e for e in (kernels or events) if _is_comm(e)]
-    if kernels:
-        compute_ev = [e for e in kernels if not _is_comm(e)]
-    else:
-        compute_ev = [e for e in events if e.get("tid") == main_tid and str(e.get("name", "")).startswith("aten::")]
-    comm_all = union([(e["ts"], e["ts"] + e["dur"]) for e in comm_ev])
-    compute_all = union([(e["ts"], e["ts"] + e["dur"]) for e in compute_ev])
-    out = []
-    for s in steps:
-        lo, hi = s["ts"], s["ts"] + s["dur"]
-        comm, compute = clip(comm_all, lo, hi), clip(compute_all, lo, hi)
-        overlapped = length(intersect(comm, compute))
-        calls = [e for e in comm_ev if lo <= e["ts"] < hi]
-        out.append({"step_ms": s["dur"] / 1e3, "compute_ms": length(compute) / 1e3,
-                    "comm_ms": length(comm) / 1e3, "overlapped_comm_ms": overlapped / 1e3,
-                    "exposed_comm_ms": (length(comm) - overlapped) / 1e3,
-                    "allreduce_calls": sum(1 for e in calls if "all_reduce" in e["name"].lower()
-                                           or "allreduce" in e["name"].lower())})
-    return out
+    w = tl.step_windows(STEP_RANGE)
+    if (tl.kernels.category == KERNEL).any():
+        return _gpu_split(tl, w)
+    return _cpu_split(tl, w)
 
 
 def summarize_steps(steps: list[dict]) -> dict:
     """Medians over the profiled steps, and the shares of the step."""
     if not steps:
         return {}
-    med = {k: statistics.median(s[k] for s in steps) for k in steps[0]}
+    med = {k: statistics.median(s[k] for s in steps) for k in steps[0] if k != "buckets"}
     step = med["step_ms"]
     med["comm_share"] = med["exposed_comm_ms"] / step if step > 0 else None
     med["comm_busy_share"] = med["comm_ms"] / step if step > 0 else None

@@ -184,6 +184,29 @@ def print_ddp(doc: dict) -> None:
         t.add_row(str(r["rank"]), *[_f(s.get(c), ".1%" if c == "comm_share" else ".4g") for c in cols])
     _console().print(t)
     print("medians over the profiled steps; comm share = exposed communication / step time", file=sys.stderr)
+    _print_ddp_buckets(doc)
+
+
+def _print_ddp_buckets(doc: dict) -> None:
+    """Per rank and all-reduce (one per bucket, in start order): the medians over the steps of its time and of
+    the part no compute hid."""
+    import statistics
+
+    from rich.table import Table
+
+    t = Table(title="per bucket all-reduce (medians over the steps; exposed: not hidden by compute)",
+              header_style="bold")
+    for c in ("rank", "all-reduce", "at ms", "comm ms", "exposed ms"):
+        t.add_column(c, justify="right")
+    for r in doc["ranks"]:
+        per_step = [s.get("buckets") or [] for s in r["steps"]]
+        if not per_step or len({len(b) for b in per_step}) != 1:
+            continue  # steps disagree on the number of all-reduces: no per-bucket median
+        for i in range(len(per_step[0])):
+            med = {f: statistics.median(b[i][f] for b in per_step) for f in ("at_ms", "comm_ms", "exposed_comm_ms")}
+            t.add_row(str(r["rank"]), str(i), *[_f(med[f], ".4g") for f in ("at_ms", "comm_ms", "exposed_comm_ms")])
+    if t.row_count:
+        _console().print(t)
 
 
 def run_ranks(args) -> int:
