@@ -195,3 +195,35 @@ def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
     assert arch["max_achievable_tflops"] == {"matrix_bf16": 780.0} and arch["mem_bw_gbps"] == 4300.0
     assert ceilings_file(path) == ({"bf16": 780.0}, 4.3)
     assert measured_ceilings([], path) == {"bf16": 780.0}  # what `trace --ceilings` uses
+
+
+@pytest.mark.slow
+def test_model_step_predicted_from_recorded_operators(tmp_path):
+    """A model's step recorded on fake tensors (no arithmetic) and timed at the target's roofline + floor; the
+    tensor-core what-if (fp16 instead of fp32) is faster on a V100, never slower."""
+    out = tmp_path / "m.json"
+    assert main(["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp32", "--on", "V100",
+                 "--json", str(out)]) == 0
+    fp32 = json.loads(out.read_text())
+    assert fp32["model"]["batch"] == 64 and fp32["model"]["flops"] > 0
+    v100 = _chip("V100")
+    assert fp32["target"]["busy_us"] >= fp32["model"]["operators"] * v100.floor_us  # every kernel pays its floor
+    assert fp32["target"]["busy_us_low"] <= fp32["target"]["busy_us"] <= fp32["target"]["busy_us_high"]
+    assert {c["label"] for c in fp32["classes"]} >= {"GEMM / conv", "element-wise"}
+    assert main(["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp16", "--on", "V100",
+                 "--json", str(out)]) == 0
+    fp16 = json.loads(out.read_text())
+    gemm = {d["model"]["dtype"]: next(c["target_us"] for c in d["classes"] if c["class"] == "gemm_conv")
+            for d in (fp32, fp16)}
+    assert gemm["fp16"] < gemm["fp32"]
+
+
+def test_communication_moves_through_the_fabric_presets():
+    from microbench.prediction.from_trace import fabrics
+
+    f = fabrics("nvlink4", "v100_nvlink")  # 450 GB/s, 5 us against 150 GB/s, 10 us (data/fabrics.toml)
+    assert (f.source_gbps, f.source_latency_us, f.target_gbps, f.target_latency_us) == (150.0, 10.0, 450.0, 5.0)
+    assert fabrics("nvlink4", None) is None
+    src, tgt = _chip("V100"), _chip("H100")
+    t, why = predict_kernels(_work(["communication"], [310.0]), src, tgt, fabrics=f)
+    assert why[0] == "" and t[0] == pytest.approx(5.0 + 300.0 / 3)

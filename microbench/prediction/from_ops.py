@@ -75,7 +75,9 @@ def _arrays(records, tile_m: int, tile_n: int):
 
 def _times(tgt: Chip, arrays, datasheet_compute=False, datasheet_memory=False, floor_us=None, waves=True):
     rows, group, flops, nbytes, prec, tiles = arrays
-    rate = np.array([tgt.rate(p, datasheet_compute) or np.nan if p else np.nan for p in prec], dtype=float)
+    # a precision the chip has no rate for (bf16 on a V100) runs its arithmetic in fp32
+    rate = np.array([(tgt.rate(p, datasheet_compute) or tgt.rate("fp32", datasheet_compute) or np.nan) if p else np.nan
+                     for p in prec], dtype=float)
     bw = tgt.peak_memory_tbs if datasheet_memory else tgt.memory_tbs
     matrix = np.isin(group, ("gemm_conv", "attention")) & (flops > 0)
     t = nbytes / (bw * 1e6)
@@ -90,6 +92,7 @@ def from_model(model: str, on: str, cfg, batch: int | None = None, dtype: str = 
     wl, batch, records = record_step(model, batch, dtype)
     arrays = _arrays(records, d["tile_m"], d["tile_n"])
     t, no_rate = _times(tgt, arrays)
+    fallback = sorted({p for p in arrays[4] if p and tgt.rate(p) is None})
     busy = float(t.sum())
     alts = {"compute": _times(tgt, arrays, datasheet_compute=True)[0], "memory": _times(tgt, arrays, datasheet_memory=True)[0],
             "floor": _times(tgt, arrays, floor_us=d["kernel_floor_us"])[0], "waves": _times(tgt, arrays, waves=False)[0]}
@@ -97,7 +100,10 @@ def from_model(model: str, on: str, cfg, batch: int | None = None, dtype: str = 
     rng = [{"name": k, "what": what.get(k, {}).get("what", k) if k != "floor" else
             "launch floor: the default floor (data/prediction.toml) instead of the target's", "busy_us": float(v.sum()),
             "delta_us": float(v.sum()) - busy} for k, v in alts.items()]
-    return _document(wl, batch, dtype, tgt, arrays, t, busy, rng, int(no_rate.sum()))
+    doc = _document(wl, batch, dtype, tgt, arrays, t, busy, rng, int(no_rate.sum()))
+    if fallback:
+        doc["notes"].append(f"{tgt.key} has no rate for {', '.join(fallback)}: those operators are timed at its fp32 rate")
+    return doc
 
 
 def _document(wl, batch, dtype, tgt: Chip, arrays, t, busy, rng, no_rate: int) -> dict:
