@@ -13,7 +13,7 @@ from microbench.core.config import load_config
 from microbench.core.device import cpu_device
 from microbench.core.results import KernelCaseRow, ResultsWriter
 from microbench.core.stats import summarize
-from microbench.core.work import gemm_work
+from microbench.core.ops.work import gemm_work
 from microbench.harness import registry
 from microbench.harness.ceilings import Ceiling, Ceilings
 from microbench.harness.runner import CaseRunner, judge

@@ -12,7 +12,7 @@ from rich.console import Console
 from microbench.core.conditions import ConditionSettings, Conditions, gpu_state, judge_conditions
 from microbench.core.results import KernelCaseRow
 from microbench.core.stats import NoiseSettings, Timing, summarize
-from microbench.core.work import Work
+from microbench.core.ops.work import Work
 from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
 from microbench.harness.runner import judge
 from microbench.reports import report

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from microbench.timeline.eligibility import Device, check, device_of
-from microbench.timeline.opmodel import op_work
+from microbench.core.ops.aten import trace_work as op_work
 
 from .conftest import TRACES
 

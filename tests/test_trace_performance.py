@@ -97,11 +97,12 @@ def test_mfu_ops_and_kernel_tflops_on_bert_h100(cfg):
     vocab = next(o for o in doc["ops"] if o["shape"] == "M=141 N=30522 K=512")
     (kernel,) = [e for e in ev if e.get("cat") == "kernel" and "256x128_64x3_tn_align2" in e["name"]]
     assert vocab["flops"] == 2 * 141 * 30522 * 512 and vocab["kernel_time_us"] == pytest.approx(kernel["dur"])
-    assert vocab["achieved_tflops"] == pytest.approx(vocab["flops"] / kernel["dur"] / 1e6)
-    assert vocab["pct_of_datasheet"] == pytest.approx(100 * vocab["achieved_tflops"] / 989)
-    assert vocab["pct_of_measured"] == pytest.approx(100 * vocab["achieved_tflops"] / 794.5)
+    assert vocab["op_tflops"] == pytest.approx(vocab["flops"] / kernel["dur"] / 1e6)
+    assert vocab["kernel_tflops"] == vocab["op_tflops"]  # one kernel, the GEMM: op time is math time
+    assert vocab["pct_of_datasheet"] == pytest.approx(100 * vocab["op_tflops"] / 989)
+    assert vocab["pct_of_measured"] == pytest.approx(100 * vocab["op_tflops"] / 794.5)
     row = next(k for k in doc["kernels"] if "256x128_64x3_tn_align2" in k["shape"])
-    assert row["params"]["achieved_tflops"] == pytest.approx(vocab["achieved_tflops"])
+    assert row["params"]["achieved_tflops"] == pytest.approx(vocab["kernel_tflops"])
     # layer norm launches no GEMM: no FLOPs are pinned on it
     assert "model_flops" not in next(k for k in doc["kernels"] if k["op"] == "norm")["params"]
     assert doc["eligibility"]["findings"] == []  # every GEMM here ran on Tensor Cores
@@ -219,7 +220,37 @@ def test_eligibility_in_a_trace_with_time_at_stake(cfg, tmp_path):
     assert "allow_tf32" in f["remedy"] and doc["summary"]["eligible_unused_us"] == 40
     (o,) = doc["ops"]
     assert o["flops"] == 2 * 2048 * 320 * 125 and o["precision"] == "fp32"  # no Tensor Cores: the fp32 peak
-    assert o["achieved_tflops"] == pytest.approx(o["flops"] / 40e6)
+    assert o["op_tflops"] == o["kernel_tflops"] == pytest.approx(o["flops"] / 40e6)
+
+
+def test_op_time_and_math_kernel_time_both_named(tmp_path, cfg):
+    """aten::matmul that copies its operand before the GEMM: op_tflops over both kernels, kernel_tflops over
+    the GEMM alone, each with its share of the peak."""
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 1, "tid": 1, "ts": 0, "dur": 100,
+          "args": {"External id": 1, "Input Dims": [[4, 1024, 1024], [1024, 1024]],
+                   "Input type": ["c10::BFloat16", "c10::BFloat16"]}}
+    events = [op]
+    for corr, (name, ts, dur) in enumerate([("void at::native::elementwise_kernel<128, 4>", 20, 300),
+                                             ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", 330, 100)]):
+        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5 + corr,
+                    "dur": 1, "args": {"correlation": 10 + corr, "External id": 1}},
+                   {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+                    "args": {"device": 0, "stream": 7, "correlation": 10 + corr, "External id": 1}}]
+    (o,) = analyze(_synthetic(tmp_path, events), cfg)["ops"]
+    assert o["flops"] == 2 * 4 * 1024 * 1024 * 1024
+    assert (o["kernel_time_us"], o["math_kernel_time_us"]) == (400, 100)
+    assert o["op_tflops"] == pytest.approx(o["flops"] / 400e6)
+    assert o["kernel_tflops"] == pytest.approx(o["flops"] / 100e6)
+    assert o["kernel_tflops"] == pytest.approx(4 * o["op_tflops"])
+
+
+def test_math_kernels_above_the_datasheet_peak_are_flagged():
+    from microbench.timeline.opmetrics import above_peak
+
+    row = {"op": "aten::mm", "shape": "M=8 N=8 K=8", "dtype": "bf16", "precision": "bf16", "kernel_tflops": 400.0,
+           "kernel_pct_of_datasheet": 128.0}
+    (note,) = above_peak([row, dict(row, kernel_pct_of_datasheet=104.0), dict(row, kernel_pct_of_datasheet=None)])
+    assert "impossible" in note and "128 %" in note
 
 
 @needs_traces
@@ -248,7 +279,8 @@ def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, ca
     doc = json.loads(out.read_text())
     assert doc["mfu"]["measured_ceilings_tflops"] == {"bf16": 780.0}
     o = doc["ops"][0]
-    assert o["pct_of_measured"] == pytest.approx(100 * o["achieved_tflops"] / 780)
+    assert o["pct_of_measured"] == pytest.approx(100 * o["op_tflops"] / 780)
+    assert o["kernel_pct_of_measured"] == pytest.approx(100 * o["kernel_tflops"] / 780)
     capsys.readouterr()
     assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--ceiling", "bf17=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -291,7 +323,7 @@ def test_one_workload_across_vendors(tmp_path, capsys):
     assert tc["AMD Instinct MI300X VF"]["share"] == pytest.approx(m_tc / md["summary"]["kernel_time_us"])
     attn = next(r for r in cmp["ops"] if r["op"] == "aten::scaled_dot_product_attention")["cells"]
     m_attn = next(o for o in md["ops"] if o["op"] == "aten::scaled_dot_product_attention")
-    assert attn["AMD Instinct MI300X VF"]["achieved_tflops"] == pytest.approx(m_attn["achieved_tflops"])
+    assert attn["AMD Instinct MI300X VF"]["achieved_tflops"] == pytest.approx(m_attn["op_tflops"])
     assert cmp["gpu_time"]["AMD Instinct MI300X VF"]["idle_us"] == md["summary"]["gpu_time"]["idle_us"]
     assert cmp["gpu_time_ratio"]["AMD Instinct MI300X VF"]["idle_us"] == pytest.approx(
         hd["summary"]["gpu_time"]["idle_us"] / md["summary"]["gpu_time"]["idle_us"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from microbench.core.shapes import ConvShape, GemmShape
-from microbench.core.work import conv2d_work, elementwise_work, gemm_work, norm_work
+from microbench.core.ops.work import conv2d_work, elementwise_work, gemm_work, norm_work
 
 
 def test_gemm_square_fp16():

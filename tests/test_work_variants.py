@@ -1,5 +1,5 @@
 """FLOPs of every convolution and matmul variant as the step recorder counts them (microbench.step.oprecord),
-forward and backward, against formulas written out here, independently of microbench.core.work.
+forward and backward, against formulas written out here, independently of microbench.core.ops.work.
 
 Each module runs forward and backward under a small dispatch mode that records every ATen operator; the
 matrix FLOPs of each direction are then compared with the textbook count (2 FLOPs per multiply-add)."""

@@ -17,7 +17,7 @@ from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, GemmShape
 from microbench.harness import registry
 from microbench.core.stats import Timing
-from microbench.core.work import gemm_work
+from microbench.core.ops.work import gemm_work
 from microbench.harness.timing import measure
 
 COMPUTE, MEMORY = "compute", "memory"

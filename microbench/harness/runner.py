@@ -19,11 +19,9 @@ from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
 from microbench.core.stats import Timing
 from microbench.harness.timing import measure
-from microbench.core.work import Work, case_work
+from microbench.core import thresholds
+from microbench.core.ops.work import Work, case_work
 
-# A row above its measured roof by more than this, beyond both its own spread and the ceiling's, is flagged,
-# never celebrated.
-ABOVE_CEILING_SLACK = 0.05
 NOISY = "noisy: "
 
 
@@ -71,14 +69,15 @@ def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> Res
 
 def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, roof: float, bound: str) -> None:
     """Flag a row above its measured roof beyond noise: even at its slowest usual repeat (p80 time) it beats
-    the roof at the ceiling's fastest usual repeat (p20 time), by more than ABOVE_CEILING_SLACK. A noisy
+    the roof at the ceiling's fastest usual repeat (p20 time), by more than `above_ceiling_slack`
+    (microbench/data/thresholds.toml). A noisy
     ceiling gives no verdict (the ceilings table and a note say it is noisy)."""
     c = ceilings.compute(row.dtype) if bound == COMPUTE else ceilings.memory()
     if c is None or c.noise:
         return
     row_low = work.flops / (timing.p80_ms * 1e-3) / 1e12
     roof_high = roof * c.high / c.value
-    if row_low <= roof_high * (1 + ABOVE_CEILING_SLACK):
+    if row_low <= roof_high * (1 + thresholds.value("above_ceiling_slack")):
         return
     pct = 100.0 * row.tflops / roof
     if row.is_baseline and row.flat().get("op") == "gemm":

@@ -116,15 +116,17 @@ def _print_ops(console, doc: dict, top: int) -> None:
     from rich.table import Table
 
     if doc.get("ops"):
-        t = Table(title="operators with a work model (recorded shapes): FLOPs over the kernel time of each op",
+        t = Table(title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the op's kernels' "
+                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s",
                   header_style="bold")
-        for c in ("op", "shape", "dtype", "calls", "GFLOP", "kernel time us", "TFLOP/s", "% datasheet", "% measured"):
+        for c in ("op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
+                  "% datasheet", "% measured"):
             t.add_column(c, justify="left" if c in ("op", "shape", "dtype") else "right")
         for o in doc["ops"][:top]:
             t.add_row(escape(o["op"]), escape(o["shape"]), o["dtype"] or "?", str(o["calls"]),
                       _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), f"{o['kernel_time_us']:,.1f}",
-                      _num(o["achieved_tflops"], ".3g"), _num(o["pct_of_datasheet"], ".1f"),
-                      _num(o["pct_of_measured"], ".1f"))
+                      f"{o['math_kernel_time_us']:,.1f}", _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
+                      _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f"))
         console.print(t)
     el = doc.get("eligibility") or {}
     if el.get("findings"):

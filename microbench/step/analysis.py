@@ -26,11 +26,11 @@ from typing import Callable
 from microbench.core import dtypes, ops
 from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
+from microbench.timeline.classify import class_set
 
 SCHEMA = "dawnscope.decomposition/1"
 DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
                    "trace.json.gz")
-GEMM_CLASSES = ("gemm", "tc_gemm")
 CPU_MATRIX_NOTE = (
     "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
     "matmul (AMX tiles; the AVX-512 BF16/FP16/VNNI dot-product instructions, which kernel_rules.toml counts as "
@@ -174,7 +174,7 @@ class Decomposition:
     profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
     conditions: object = None  # core.conditions.Conditions, started when the device is known
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
-    flops_per_step: int = 0  # our formulas (oprecord.matrix_flops)
+    flops_per_step: int = 0  # our formulas (oprecord.matrix_work)
     flop_counter_flops: int = 0  # torch.utils.flop_counter's total, for reference only
     onednn: list = field(default_factory=list)
     out_dir: Path | None = None
@@ -425,7 +425,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
     from microbench.core.results import LayerRow
     from microbench.harness.runner import judge
     from microbench.core.stats import summarize
-    from microbench.core.work import Work
+    from microbench.core.ops.work import Work
 
     n = att.steps
     rep = att.median_step()
@@ -443,7 +443,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
             continue
         layer_dtype = w.gemm_dtype or (w.dtypes.most_common(1)[0][0] if w.dtypes else dtype)
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
-        gemm_ms = sum(part.by_class[c] for c in GEMM_CLASSES) / 1e3 if b else 0.0
+        gemm_ms = sum(part.by_class[c] for c in class_set("gemm")) / 1e3 if b else 0.0
         tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
         row = LayerRow(model=workload.name, layer=name, phase=phase, module=kind, dtype=layer_dtype,
                        shape=w.cases[0].shape.label() if w.cases else "-", device=dev.name, flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
@@ -551,7 +551,7 @@ def step_summary(d: Decomposition) -> dict:
         "forward_flops": sum(r.flops for r in records if r.phase == "forward"),
         "backward_flops": sum(r.flops for r in records if r.phase == "backward"),
         "flop_convention": "GEMM, convolution (every variant, both backward directions) and attention FLOPs by "
-                           "microbench.core.work (2 per multiply-add); normalization and element-wise work are in "
+                           "microbench.core.ops.work (2 per multiply-add); normalization and element-wise work are in "
                            "other_flops_per_step. flop_counter_flops: torch.utils.flop_counter's total, for "
                            "reference only (it counts grouped-convolution backward as ungrouped)",
         "other_flops_per_step": sum(r.other_flops for r in records),
@@ -589,7 +589,7 @@ def _tensor_core_summary(layers: list[dict], by_class: Counter, total_ms: float,
         return sum(v for l in layers for k, v in (l["tensor_core_time_ms"] or {}).items() if k == key)
 
     tc_yes, tc_unknown = split("yes"), split("unknown")
-    gemm_total = sum(by_class[c] for c in GEMM_CLASSES)
+    gemm_total = sum(by_class[c] for c in class_set("gemm"))
     share = tc_yes / total_ms if total_ms else None
     if gpu:
         note = "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
@@ -620,7 +620,7 @@ def _what_if(layers: list[dict], by_class: Counter, ceilings, step_ms: float) ->
     elementwise = by_class.get("elementwise", 0.0)
     norm = by_class.get("norm", 0.0)
     return {
-        "gemm_time_ms": sum(by_class[c] for c in GEMM_CLASSES),
+        "gemm_time_ms": sum(by_class[c] for c in class_set("gemm")),
         "gemm_time_at_ceiling_ms": ideal_total,
         "gemm_ceilings": used,
         "time_if_gemm_at_ceiling_ms": max(0.0, step_ms - saving_gemm),

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core.errors import InputError
-from microbench.timeline.classify import classify_operator
+from microbench.timeline.classify import class_set, classify_operator
 from microbench.timeline.metrics import in_windows
 from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, NO_ID, TC_VALUES, Timeline, Windows
 
@@ -285,7 +285,7 @@ def _add(att: Attribution, where: tuple, us: float, name: str, cls: str, tc: str
     part.by_class[cls] += us
     part.tensor_cores[tc] += us
     b.items[name] += us
-    if cls in ("gemm", "tc_gemm"):
+    if cls in class_set("gemm"):
         part.gemm_tensor_cores[tc] += us
         b.gemm_items[name] += us
     if phase == "backward" and seq_layer is not None:

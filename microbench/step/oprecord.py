@@ -2,13 +2,13 @@
 the exact problem as a `microbench.core.shapes.Case`.
 
 A TorchDispatchMode sees each ATen operator below autograd, forward and backward, with its real operands
-(dtype after autocast, strides, shapes). FLOPs of matrix operators (mm, addmm, bmm, baddbmm, convolution
-and its backward in every variant, scaled dot-product attention forward and backward) come from our own
-formulas (microbench.core.work), not from torch.utils.flop_counter, which counts a grouped convolution's
-backward as if it were ungrouped; only matrix operators we have no formula for (e.g. _scaled_mm,
-flex_attention) fall back to its table. Normalization, element-wise and reduction operators get our
+(dtype after autocast, strides, shapes). FLOPs and bytes of matrix operators (mm, addmm, bmm, baddbmm,
+_scaled_mm, convolution and its backward in every variant, scaled dot-product attention forward and backward)
+come from the one work model, microbench.core.ops.aten (the one `trace` uses on recorded shapes), not from
+torch.utils.flop_counter, which counts a grouped convolution's backward as if it were ungrouped; only matrix
+operators it has no model for (e.g. flex_attention) fall back to torch's table. Normalization, element-wise and reduction operators get our
 formulas in `other_flops`. Bytes are ours: the minimum traffic of
-microbench.core.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
+microbench.core.ops.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
 the rows they return, every other operator reading each tensor operand once and writing each result
 once, views moving nothing.
 
@@ -27,8 +27,9 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from microbench.core import dtypes, ops
-from microbench.core.shapes import Case, GemmShape
-from microbench.core.work import Work, attention_work, case_work, conv_work, gemm_work, norm_work
+from microbench.core.shapes import Case
+from microbench.core.ops import aten
+from microbench.core.ops.work import Work, norm_work
 from microbench.timeline.classify import classify_operator
 
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
@@ -44,7 +45,7 @@ class OpRecord:
     layer: str | None
     phase: str | None
     dtype: str | None
-    flops: int  # GEMM / convolution / attention FLOPs (matrix_flops); 0 for other operators
+    flops: int  # GEMM / convolution / attention FLOPs (core.ops.aten.live_work); 0 for other operators
     other_flops: int  # our formulas for normalization, element-wise and reduction operators
     bytes: int
     cls: str  # operator class of microbench/data/kernel_rules.toml
@@ -59,40 +60,10 @@ def _dtype(tensors) -> str | None:
     return None
 
 
-# Operand positions of the GEMM operators (A, B).
-GEMM_OPERANDS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
-CONV_FWD_OPS = {"aten::convolution", "aten::_convolution"}
-CONV_BWD_OPS = {"aten::convolution_backward"}
-
-
-def _attention_work(op: str, args, dtype: str) -> Work:
-    """aten::_scaled_dot_product_* take Q, K, V as (batch, heads, length, dim); the lower-level
-    _flash_attention_* / _efficient_attention_* as (batch, length, heads, dim). Backward operators take the
-    output's gradient first."""
-    backward = op.endswith("_backward")
-    q, k, v = args[1:4] if backward else args[0:3]
-    if op.startswith("aten::_scaled_dot_product"):
-        bh, lq, lk = q.shape[:-2].numel(), q.shape[-2], k.shape[-2]
-    else:
-        bh, lq, lk = q.shape[0] * q.shape[2], q.shape[1], k.shape[1]
-    return attention_work(bh, lq, lk, q.shape[-1], v.shape[-1], dtype, "bwd" if backward else "fwd")
-
-
-def matrix_flops(op: str, args, out, dtype: str | None) -> int | None:
-    """FLOPs of a GEMM, convolution or attention operator by our formulas; None for any other operator."""
-    dt = dtype if dtype in ("fp64", "fp32", "fp16", "bf16") else "fp32"  # bytes are not asked for here
-    if op in GEMM_OPERANDS:
-        a, b = (args[i] for i in GEMM_OPERANDS[op])
-        batch = a.shape[0] if a.dim() == 3 else 1
-        return gemm_work(GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch), dt).flops
-    if op in CONV_FWD_OPS:
-        return conv_work(args[0].shape, args[1].shape, out.shape, dt, transposed=bool(args[6])).flops
-    if op in CONV_BWD_OPS:
-        grad_out, x, w, transposed, mask = args[0], args[1], args[2], args[7], args[10]
-        return conv_work(x.shape, w.shape, grad_out.shape, dt, bool(transposed), directions=int(mask[0]) + int(mask[1])).flops
-    if "scaled_dot_product" in op or op.startswith(("aten::_flash_attention", "aten::_efficient_attention")):
-        return _attention_work(op, args, dt).flops
-    return None
+def matrix_work(func, args, kwargs) -> aten.OpWork | None:
+    """The work of a GEMM, convolution or attention operator (microbench.core.ops.aten, the one work model
+    `trace` uses too); None for any other operator."""
+    return aten.live_work(func._schema, args, kwargs)
 
 
 def _norm_work(op: str, tensors, dtype: str) -> Work:
@@ -108,7 +79,8 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     dtype = _dtype(inputs + outputs)
-    flops = matrix_flops(op, args, out, dtype)
+    work = matrix_work(func, args, kwargs)
+    flops = work.flops if work is not None else None
     if flops is None:  # a matrix operator without a formula of ours: torch's table, else no matrix FLOPs
         packet = func._overloadpacket
         flops = int(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0
@@ -121,8 +93,8 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
         else:
             skipped = f"{dtype} {spec.family}: not a replayed dtype"
     other_flops = 0
-    if cases:
-        nbytes = sum(case_work(c).bytes_moved for c in cases)
+    if work is not None and work.bytes_moved is not None:
+        nbytes = work.bytes_moved
     elif cls == "norm" and dtype is not None and inputs:
         w = _norm_work(op, inputs, dtype)
         nbytes, other_flops = w.bytes_moved, w.flops

@@ -38,15 +38,26 @@ class Classification:
 
 
 @lru_cache(maxsize=None)
+def _data(path: str = str(RULES_PATH)) -> dict:
+    return tomllib.loads(Path(path).read_text())
+
+
+def class_set(name: str) -> tuple[str, ...]:
+    """A set of classes of kernel_rules.toml [class_sets] (`gemm`: the math kernels of a matrix operator)."""
+    return tuple(_data()["class_sets"][name])
+
+
+@lru_cache(maxsize=None)
 def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[Rule, ...]]]:
-    data = tomllib.loads(Path(path).read_text())
+    data = _data(path)
     classes = dict(data["classes"])
+    unknown_default = set(data["class_sets"]["tensor_cores_unknown_by_default"])
     sections: dict[str, tuple[Rule, ...]] = {}
     for section in ("kernel", "cpu_impl", "operator"):
         rules = []
         for i, r in enumerate(data.get(section, [])):
             cls = r.get("class", "other")
-            tc = r.get("tensor_cores", "no" if cls not in ("gemm", "tc_gemm", "other") else "unknown")
+            tc = r.get("tensor_cores", "unknown" if cls in unknown_default else "no")
             if cls not in classes or tc not in TENSOR_CORE_VALUES:
                 raise ValueError(f"{path}: {section}[{i}]: bad class {cls!r} or tensor_cores {tc!r}")
             rules.append(Rule(section, i, re.compile(r["pattern"], re.IGNORECASE), cls, tc, r.get("note", "")))

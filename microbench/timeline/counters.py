@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from microbench.core import thresholds
+from microbench.timeline.classify import class_set
+
 SASS_FLOP_METRIC = re.compile(r"^(?:smsp|sm)__sass_thread_inst_executed_op_([dfh])(add|mul|fma)_pred_on\.sum$")
 # Metrics of the tensor pipe alone. Not sm__pipe_shared_cycles_active: on Volta that pipe also runs fp16 math.
 TENSOR_PREFIXES = ("sm__pipe_tensor", "sm__inst_executed_pipe_tensor", "sm__ops_path_tensor",
                    "smsp__inst_executed_pipe_tensor")
-FMA_PIPE_SHARE_NO = 0.5
-FMA_PIPE_SHARE_YES = 0.05
-GEMM_CLASSES = ("gemm", "tc_gemm")
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,12 @@ def counter_verdict(metrics: dict[str, float | None], cls: str, model_flops: flo
     flops = sass_flops(metrics)
     if flops is None:
         return CounterVerdict(None, "counters present but none measures the tensor pipe or FP instructions")
-    if cls in GEMM_CLASSES and model_flops:
+    if cls in class_set("gemm") and model_flops:
         share = flops / model_flops
-        if share >= FMA_PIPE_SHARE_NO:
+        if share >= thresholds.value("fma_pipe_share_no"):
             return CounterVerdict("no", f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.0%} of the "
                                         "op's model FLOPs: the multiply-adds ran on the FMA pipes")
-        if share < FMA_PIPE_SHARE_YES:
+        if share < thresholds.value("fma_pipe_share_yes"):
             return CounterVerdict("yes", f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.1%} of "
                                          "the op's model FLOPs: the multiply-adds ran on the tensor pipe")
     return CounterVerdict(None, f"counters: {flops:,.0f} FLOPs on the FMA/ALU pipes (the tensor pipe is not counted)")

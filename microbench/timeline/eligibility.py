@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from microbench.timeline.opmodel import OpWork
+from microbench.core.ops.aten import OpWork
 
 RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "eligibility.toml"
 CONDITION_KEYS = {"id", "dtypes", "families", "vendor", "min_cc", "below_cc", "autocast", "check", "multiple",

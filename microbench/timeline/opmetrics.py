@@ -1,5 +1,5 @@
 """The per-op performance model over a Timeline recorded with shapes: each GEMM / convolution / attention
-operator's FLOPs and bytes (microbench/timeline/opmodel.py), the kernels it launched, achieved TFLOP/s against
+operator's FLOPs and bytes (microbench.core.ops.aten.trace_work), the kernels it launched, achieved TFLOP/s against
 the datasheet peak and a measured ceiling, model FLOPs utilisation (MFU) of the trace and of each step, and
 DLProf's eligibility check (microbench/timeline/eligibility.py). Definitions: docs/traces.md.
 
@@ -9,7 +9,10 @@ DLProf's eligibility check (microbench/timeline/eligibility.py). Definitions: do
   call with its correlation id) on the launching thread.
 - The operator's FLOPs are spread over its GEMM-class kernels (class gemm / tc_gemm) in proportion to their
   duration (a split-K reduction or an element-wise epilogue gets none); an operator without one spreads them
-  over all its kernels.
+  over all its kernels. Those are its math kernels.
+- Two achieved rates per operator, each named: `op_tflops`, FLOPs over all its kernels' time (what the op
+  costs: an aten::matmul's internal copies count), and `kernel_tflops`, FLOPs over its math kernels' time
+  (how fast the math itself ran).
 - Peak of an operator: the datasheet peak of its input precision; fp32 is judged against TF32 where its
   kernels ran on Tensor Cores, else against the fp32 (CUDA core) peak.
 - MFU of a window (a step: its CPU duration; the whole trace: the steps' summed duration, or the span from the
@@ -22,12 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from microbench.core import thresholds
 from microbench.core.dtypes import PRECISION_OF
 from microbench.timeline import eligibility
+from microbench.timeline.classify import class_set
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
-from microbench.timeline.opmodel import OpWork, modelled_ops, op_work
+from microbench.core.ops.aten import OpWork, modelled_ops, trace_work
 
-GEMM_CLASSES = ("gemm", "tc_gemm")
 
 
 @dataclass
@@ -37,8 +41,9 @@ class OpCalls:
     row: int               # row in tl.cpu_ops
     name: str
     work: OpWork
-    kernels: np.ndarray    # kernel rows
-    kernel_time_us: float
+    kernels: np.ndarray    # kernel rows: every kernel the operator launched
+    kernel_time_us: float  # their summed duration: the op's time on the GPU, copies and epilogues included
+    math_time_us: float    # the summed duration of its math kernels (GEMM-class, else all): the FLOPs' carriers
     precision: str | None  # the datasheet column its peak comes from
 
 
@@ -122,18 +127,19 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
         return OpModel([], kernel_flops, notes)
     tops = _outermost(tl, rows)
     owner = _kernel_owner(tl, tops)
-    gemm_cls = np.isin(tl.kernels.cls, [i for i, c in enumerate(tl.classes) if c.cls in GEMM_CLASSES])
+    gemm_cls = np.isin(tl.kernels.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
     calls = []
     for i, r in enumerate(tops):
         name = tl.names[ops.name[r]]
-        work = op_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
+        work = trace_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
         mine = np.flatnonzero(owner == i)
         t = float(tl.kernels.dur_us[mine].sum())
         carriers = mine[gemm_cls[mine]] if gemm_cls[mine].any() else mine
         t_carry = float(tl.kernels.dur_us[carriers].sum())
         if work.flops and t_carry > 0:
             kernel_flops[carriers] += work.flops * tl.kernels.dur_us[carriers] / t_carry
-        calls.append(OpCalls(int(r), name, work, mine, t, _precision(work, tl.kernels.tensor_cores[carriers], peaks or {})))
+        calls.append(OpCalls(int(r), name, work, mine, t, t_carry,
+                             _precision(work, tl.kernels.tensor_cores[carriers], peaks or {})))
     unknown = sum(1 for c in calls if c.work.flops is None)
     if unknown:
         why = next(c.work.note for c in calls if c.work.flops is None)
@@ -155,33 +161,54 @@ def _pct(x: float | None, of: float | None):
     return 100.0 * x / of if x is not None and of else None
 
 
+def _per_us(amount: int | None, time_us: float, unit: float) -> float | None:
+    return amount / (time_us * unit) if amount is not None and time_us > 0 else None
+
+
 def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dict[str, float]) -> list[dict]:
-    """Per operator name, shape and dtype: calls, FLOPs, bytes, kernel time, achieved TFLOP/s and its share of
-    the datasheet peak and of the measured ceiling (TFLOP/s by datasheet column); most kernel time first."""
+    """Per operator name, shape and dtype: calls, FLOPs, bytes, kernel time, and achieved TFLOP/s two ways, each
+    with its share of the datasheet peak and of the measured ceiling (TFLOP/s by datasheet column):
+    `op_tflops` over the op's time on the GPU (`kernel_time_us`: all its kernels, the copies and casts an
+    aten::matmul launches included: what the op costs), `kernel_tflops` over its math kernels' own time
+    (`math_kernel_time_us`: the GEMM-class kernels, else all: how fast the math ran). Most kernel time first."""
     groups: dict[tuple, dict] = {}
     for c in model.calls:
         key = (c.name, _shape_label(c.work), c.work.dtype)
         g = groups.setdefault(key, {"op": c.name, "family": c.work.family, "shape": key[1], "dtype": c.work.dtype,
                                     "precision": c.precision, "calls": 0, "flops": 0, "bytes": 0,
-                                    "kernel_time_us": 0.0, "kernels": 0, "tc_kernel_time_us": 0.0,
+                                    "kernel_time_us": 0.0, "math_kernel_time_us": 0.0, "kernels": 0,
+                                    "tc_kernel_time_us": 0.0,
                                     "note": c.work.note})
         g["calls"] += 1
         g["flops"] = None if c.work.flops is None or g["flops"] is None else g["flops"] + c.work.flops
         g["bytes"] = None if c.work.bytes_moved is None or g["bytes"] is None else g["bytes"] + c.work.bytes_moved
         g["kernel_time_us"] += c.kernel_time_us
+        g["math_kernel_time_us"] += c.math_time_us
         g["kernels"] += len(c.kernels)
         yes = tl.kernels.tensor_cores[c.kernels] == TC_VALUES.index("yes")
         g["tc_kernel_time_us"] += float(tl.kernels.dur_us[c.kernels][yes].sum())
     out = []
     for g in groups.values():
-        t = g["kernel_time_us"]
-        tflops = g["flops"] / (t * 1e6) if g["flops"] is not None and t > 0 else None
-        g["achieved_tflops"] = tflops
-        g["pct_of_datasheet"] = _pct(tflops, peaks.get(g["precision"]))
-        g["pct_of_measured"] = _pct(tflops, measured.get(g["precision"]))
-        g["achieved_gbps"] = g["bytes"] / (t * 1e3) if g["bytes"] is not None and t > 0 else None
+        t, t_math = g["kernel_time_us"], g["math_kernel_time_us"]
+        g["op_tflops"] = _per_us(g["flops"], t, 1e6)
+        g["kernel_tflops"] = _per_us(g["flops"], t_math, 1e6)
+        for basis, tflops in (("", g["op_tflops"]), ("kernel_", g["kernel_tflops"])):
+            g[f"{basis}pct_of_datasheet"] = _pct(tflops, peaks.get(g["precision"]))
+            g[f"{basis}pct_of_measured"] = _pct(tflops, measured.get(g["precision"]))
+        g["achieved_gbps"] = _per_us(g["bytes"], t, 1e3)
         out.append(g)
     return sorted(out, key=lambda g: -g["kernel_time_us"])
+
+
+def above_peak(rows: list[dict]) -> list[str]:
+    """Impossible numbers, flagged: operators whose math kernels beat the datasheet peak of their precision by
+    more than `kernel_above_peak_slack` (microbench/data/thresholds.toml); their FLOP model or the attribution
+    of kernels to them is wrong, and neither rate of theirs should be believed."""
+    slack = thresholds.value("kernel_above_peak_slack")
+    return [f"{r['op']} {r['shape']} {r['dtype']}: its math kernels ran at {r['kernel_tflops']:.3g} TFLOP/s, "
+            f"{r['kernel_pct_of_datasheet']:.0f} % of the {r['precision']} datasheet peak: impossible (a wrong FLOP "
+            "model, or kernels that are not its own)"
+            for r in rows if (r.get("kernel_pct_of_datasheet") or 0) > 100 * (1 + slack)]
 
 
 def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[float, int, list[str]]:
@@ -227,7 +254,7 @@ def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Devic
     time at stake, most time first; and the total time eligible for Tensor Cores but run without them."""
     autocast_id = tl.names.find("aten::_autocast_to_reduced_precision")
     autocast = autocast_id != NO_ID and bool((tl.cpu_ops.name == autocast_id).any())
-    gemm = {i for i, c in enumerate(tl.classes) if c.cls in GEMM_CLASSES}
+    gemm = {i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")}
     out: dict[tuple, dict] = {}
     for c in model.calls:
         rows = [r for r in c.kernels if tl.kernels.cls[r] in gemm]

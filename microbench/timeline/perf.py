@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from microbench.core import thresholds
 from microbench.timeline import counters as C
 from microbench.timeline import eligibility, gpu_time, opmetrics
 from microbench.timeline.model import KERNEL, TC_VALUES, Timeline
 
-UNKNOWN_SHARE_LIMIT = 0.05
 TOP_UNKNOWN = 8
 HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
                      "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
@@ -100,7 +100,7 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     """Where kernels whose Tensor Core use no rule settles take more than 5 % of kernel time: the top ones and
     how to add a rule."""
     share = summary.get("tensor_core_unknown_share") or 0.0
-    if share <= UNKNOWN_SHARE_LIMIT:
+    if share <= thresholds.value("unknown_share_limit"):
         return None
     top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
             "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
@@ -133,8 +133,9 @@ def performance(tl: Timeline, devices: list[dict], summary: dict, kernels: list[
     dev = device_of(devices)
     notes += _notes(tl, model, peaks, dev)
     notes += [f"counters contradict the kernel name: {c}" for c in contradictions]
-    return {"steps": steps, "outside_steps": outside, "mfu": mfu,
-            "ops": opmetrics.op_rows(tl, model, peaks, measured),
+    ops = opmetrics.op_rows(tl, model, peaks, measured)
+    notes += opmetrics.above_peak(ops)
+    return {"steps": steps, "outside_steps": outside, "mfu": mfu, "ops": ops,
             "eligibility": opmetrics.eligibility_findings(tl, model, dev),
             "unknown_kernels": unknown_kernels(kernels, summary), "notes": notes}
 

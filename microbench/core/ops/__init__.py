@@ -2,7 +2,7 @@
 
 To add an op family: a module here with a subclass of OpSpec and its `SPEC`, named in FAMILIES below; its
 shape dataclass in microbench.core.shapes (with a `family` class attribute); its work formula in
-microbench.core.work. Config, cases, the registry, the runner, the step recorder and the reports ask the spec.
+microbench.core.ops.work. Config, cases, the registry, the runner, the step recorder and the reports ask the spec.
 """
 from __future__ import annotations
 

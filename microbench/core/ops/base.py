@@ -2,7 +2,7 @@
 
 A spec is everything the tool knows about one op family, in one place: its bench.toml shape keys and the
 rows of data files, the operands of a case and their float64 reference, the work a case does (the formulas
-of microbench.core.work), the call signature of its providers, the ATen operators of a training step that
+of microbench.core.ops.work), the call signature of its providers, the ATen operators of a training step that
 are cases of it, and the problem descriptors oneDNN prints for it.
 
 Tensor methods import torch when called: the config loader reads specs and must not pay for torch.
@@ -13,7 +13,7 @@ from typing import Callable
 
 from microbench.core.dtypes import torch_dtype
 from microbench.core.shapes import Case
-from microbench.core.work import Work
+from microbench.core.ops.work import Work
 
 
 def random_operand(shape, dtype: str, device, gen):

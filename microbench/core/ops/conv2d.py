@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import re
 
+from microbench.core.ops import aten
 from microbench.core.ops.base import OpSpec, random_operand
 from microbench.core.shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape
-from microbench.core.work import Work, conv2d_work
+from microbench.core.ops.work import Work, conv2d_work
 
 _ONEDNN_PROBLEM = re.compile(r"(?:g(\d+))?mb(\d+)_ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)dh(\d+)ph(\d+)"
                              r"_iw(\d+)ow\d+kw(\d+)sw(\d+)dw(\d+)pw(\d+)")
@@ -42,7 +43,7 @@ class Conv2dSpec(OpSpec):
     data_row_fields = "w h c n k filter_w filter_h pad_w pad_h stride_w stride_h (DeepBench conv)"
     signature = ("fn(a, b, *, shape: ConvShape, direction: str, allow_tf32: bool) -> out\n"
                  "            fwd: (x, w) -> y;  bwd_data: (dy, w) -> dx;  bwd_weight: (x, dy) -> dw   (NHWC tensors)")
-    aten_ops = frozenset({"aten::convolution", "aten::convolution_backward"})
+    aten_ops = aten.replayed_ops("conv2d")  # microbench/data/op_models.toml `replay`
     onednn_kind = "convolution"
 
     def parse_shape(self, rd, t: dict, where: str) -> ConvShape:

@@ -1,12 +1,10 @@
 """GEMM, batched or not, either operand transposed: C[B?, M, N] = op(A)[B?, M, K] @ op(B)[B?, K, N]."""
 from __future__ import annotations
 
+from microbench.core.ops import aten
 from microbench.core.ops.base import OpSpec, random_operand
+from microbench.core.ops.work import Work, gemm_work
 from microbench.core.shapes import Case, GemmShape
-from microbench.core.work import Work, gemm_work
-
-# ATen GEMM operators -> the argument positions of A and B.
-ATEN_OPERANDS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2)}
 
 
 def layout_transposed(t) -> bool:
@@ -24,7 +22,7 @@ class GemmSpec(OpSpec):
     required_keys = frozenset({"m", "n", "k"})
     data_row_fields = "m n k ta tb"
     signature = "fn(a, b, *, allow_tf32: bool) -> c     a: [B?, M, K], b: [B?, K, N] (any strides)"
-    aten_ops = frozenset(ATEN_OPERANDS)
+    aten_ops = aten.replayed_ops("gemm")  # microbench/data/op_models.toml `replay`
     onednn_kind = "matmul"
 
     def parse_shape(self, rd, t: dict, where: str) -> GemmShape:
@@ -60,7 +58,7 @@ class GemmSpec(OpSpec):
         return fn(a, b, allow_tf32=allow_tf32)
 
     def aten_cases(self, op: str, args, dtype: str) -> tuple[list[Case], str]:
-        ia, ib = ATEN_OPERANDS[op]
+        ia, ib = aten.operands(op)
         a, b = args[ia], args[ib]
         batch = a.shape[0] if a.dim() == 3 else 1
         shape = GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch,

@@ -11,8 +11,11 @@ written once, as if caches were perfect, so achieved GB/s is a lower bound on re
   positions, never the per-position work. (torch.utils.flop_counter counts a grouped convolution's
   backward as if it were ungrouped: a depthwise 3x3 layer of 96 channels 97x its forward. Not used.)
 - Attention (scaled dot-product, Q: Lq x D, K: Lk x D, V: Lk x Dv per batch and head): forward
-  2*BH*Lq*Lk*(D + Dv) (S = QK^T, O = PV); backward twice that (dV, dP, dQ, dK), the softmax and any
-  recomputation not counted; masks (causal) not subtracted, as MFU conventions count it.
+  2*BH*Lq*Lk*(D + Dv) (S = QK^T, O = PV); backward twice that (dV, dP, dQ, dK: the model's four products;
+  FlashAttention's recomputation of S is the implementation's choice, not model work, and the softmax is not
+  counted); causal attention half of each (the masked half is neither model work nor computed by the fused
+  kernels, which skip masked blocks: counting it would read a causal kernel as twice as fast as it ran).
+  Reasons and the alternatives: docs/models.md "Attention".
 - Normalization (batch/layer/group norm), per element: forward 7 FLOPs (sum, square, sum for the
   statistics; subtract, scale by 1/std, multiply by gamma, add beta), backward 8; bytes: forward reads x and
   writes y, backward reads x and dy and writes dx (per-channel parameters are noise and are counted too).
@@ -78,9 +81,11 @@ def conv_work(x_shape, w_shape, y_shape, dtype: str, transposed: bool = False, d
 
 
 def attention_work(batch_heads: int, q_len: int, kv_len: int, head_dim: int, value_dim: int, dtype: str,
-                   direction: str = "fwd") -> Work:
+                   direction: str = "fwd", causal: bool = False) -> Work:
     """Scaled dot-product attention of `batch_heads` (batch x query heads) independent problems."""
     fwd = 2 * batch_heads * q_len * kv_len * (head_dim + value_dim)
+    if causal:
+        fwd //= 2
     q, k, v, o = (batch_heads * q_len * head_dim, batch_heads * kv_len * head_dim,
                   batch_heads * kv_len * value_dim, batch_heads * q_len * value_dim)
     e = _elt(dtype)

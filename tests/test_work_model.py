@@ -1,0 +1,124 @@
+"""One work model, two entry points (microbench.core.ops.aten): every op family gives the same FLOPs and bytes
+from live arguments (what `decompose` sees, through the step recorder) and from a trace's recorded shapes
+(what `trace` reads: Input Dims, Input type, Concrete Inputs of the same calls, recorded by torch.profiler on
+this CPU)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from microbench.core.ops import aten
+from microbench.step.oprecord import analyse
+
+
+class _Live(TorchDispatchMode):
+    """Every modelled operator call's (name, flops, bytes) as the step recorder counts it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func._schema.name in aten.modelled_ops():
+            r = analyse(func, args, kwargs or {}, out, None, None)
+            self.calls.append((r.op, r.flops, r.bytes))
+        return out
+
+
+def _run(fn, *inputs):
+    fn(*inputs).float().sum().backward()
+
+
+def _both(fn, *inputs, tmp_path) -> tuple[Counter, Counter]:
+    """(live, traced) multisets of (operator, flops, bytes) of one forward and backward of `fn`."""
+    with _Live() as live:
+        _run(fn, *[x.detach().requires_grad_(x.requires_grad) for x in inputs])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        _run(fn, *[x.detach().requires_grad_(x.requires_grad) for x in inputs])
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    seen = {name for name, _, _ in live.calls}
+    traced = []
+    for e in json.loads(path.read_text())["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e["name"] in seen:
+            a = e["args"]
+            w = aten.trace_work(e["name"], a.get("Input Dims"), a.get("Input type"), a.get("Concrete Inputs"))
+            traced.append((e["name"], w.flops, w.bytes_moved))
+    return Counter(live.calls), Counter(traced)
+
+
+def _attention(causal: bool):
+    return lambda q, k, v: nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _r(*shape, grad=True):
+    return torch.randn(*shape).requires_grad_(grad)
+
+
+FAMILIES = {
+    "mm/addmm (linear)": (nn.Linear(24, 40), [_r(7, 24)]),
+    "bmm": (torch.bmm, [_r(3, 5, 6), _r(3, 6, 7)]),
+    "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b), [_r(3, 5, 7), _r(3, 5, 6), _r(3, 6, 7)]),
+    "conv2d strided": (nn.Conv2d(4, 8, 3, stride=2, padding=1), [_r(2, 4, 9, 9)]),
+    "conv2d grouped dilated": (nn.Conv2d(8, 16, 3, groups=4, dilation=2, padding=2, bias=False), [_r(2, 8, 9, 9)]),
+    "conv2d first layer": (nn.Conv2d(3, 8, 3, padding=1, bias=False), [_r(2, 3, 6, 6, grad=False)]),
+    "conv1d": (nn.Conv1d(4, 6, 5, padding=2), [_r(3, 4, 11)]),
+    "conv3d": (nn.Conv3d(2, 4, 3, padding=1, groups=2), [_r(1, 2, 4, 4, 4)]),
+    "conv transposed": (nn.ConvTranspose2d(8, 12, 3, stride=2, padding=1, output_padding=1, groups=4),
+                        [_r(2, 8, 5, 6)]),
+    "attention": (_attention(False), [_r(2, 3, 10, 8), _r(2, 3, 12, 8), _r(2, 3, 12, 16)]),
+    "attention causal": (_attention(True), [_r(2, 3, 10, 8), _r(2, 3, 10, 8), _r(2, 3, 10, 8)]),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_live_and_traced_calls_give_the_same_work(family, tmp_path):
+    fn, inputs = FAMILIES[family]
+    live, traced = _both(fn, *inputs, tmp_path=tmp_path)
+    assert live and all(flops for _, flops, _ in live)  # every modelled call has a FLOP count
+    assert live == traced
+
+
+def test_attention_rule_backward_twice_forward_causal_halved(tmp_path):
+    b, h, l, d = 2, 3, 10, 8
+    fwd = 2 * b * h * l * l * (d + d)
+    live, _ = _both(_attention(True), _r(b, h, l, d), _r(b, h, l, d), _r(b, h, l, d), tmp_path=tmp_path)
+    flops = {op: f for op, f, _ in live}
+    assert flops["aten::_scaled_dot_product_flash_attention_for_cpu"] == fwd // 2
+    assert flops["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] == fwd  # 2 x (fwd / 2)
+
+
+def test_argument_positions_match_the_operator_schemas():
+    """op_models.toml names arguments by position; each position must hold the argument it means."""
+    expected = {"a": ("self", "mat1", "batch1", "input"), "b": ("mat2", "batch2", "other", "weight"),
+                "g": ("grad_output",), "stride_arg": ("stride",), "padding_arg": ("padding",),
+                "dilation_arg": ("dilation",), "transposed_arg": ("transposed",),
+                "output_padding_arg": ("output_padding",), "groups_arg": ("groups",), "mask_arg": ("output_mask",),
+                "causal_arg": ("is_causal", "custom_mask_type")}
+    for name, spec in aten._models()[0].items():
+        args = [a.name for a in getattr(torch.ops.aten, name.split("::")[1]).default._schema.arguments]
+        for key, names in expected.items():
+            if key in spec:
+                assert args[spec[key]] in names, (name, key, args[spec[key]])
+        qkv = [args[i] for i in spec.get("args", [0, 1, 2])] if spec["family"] == "attention" else None
+        assert qkv in (None, ["query", "key", "value"]), (name, qkv)
+
+
+def test_replayed_operators_and_operands():
+    assert aten.replayed_ops("gemm") == {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+    assert aten.replayed_ops("conv2d") == {"aten::convolution", "aten::convolution_backward"}
+    assert aten.operands("aten::addmm") == (1, 2)
+
+
+def test_trace_entry_point_without_types_or_concrete_inputs():
+    w = aten.trace_work("aten::mm", [[4, 5], [5, 6]], None)
+    assert (w.flops, w.bytes_moved, w.dtype) == (2 * 4 * 5 * 6, None, None)  # FLOPs known, bytes need a dtype
+    assert aten.trace_work("aten::relu", [[4]], ["float"]) is None
+    bad = aten.trace_work("aten::mm", [[4, 5], [6, 7]], ["float", "float"])
+    assert bad.flops is None and "do not multiply" in bad.note
