@@ -41,3 +41,32 @@ def test_strict_fp32_nvjet_is_not_tensor_core_work_by_name():
     assert from_kernel_names({"nvjet_sm100_sss_64x32_64x16_2x1_v_bz_TNT": 1.0}).tensor_cores == "unknown"
     assert from_kernel_names({"nvjet_sss_tf32_128x256_TNT": 1.0}).tensor_cores == "yes"
     assert from_kernel_names({"nvjet_tst_128x256_64x6_2x1_2cta_v_bz_TNT": 1.0}).tensor_cores == "yes"
+
+
+# Real names of kernels that are never matrix work: every entry of kernel_names.toml of a non-matrix class,
+# and these (where each was seen: tests/data/kernel_names.toml's entries, or the comment).
+NOT_MATRIX = [e["name"] for e in NAMES if e["class"] not in ("gemm", "tc_gemm", "other")] + [
+    "SubTensorOpWithScalar2d",  # MIOpen: SubTensorOpWithScalar<N>d for N = 1..5 (MIOpenSubTensorOpWithScalarKernel.cl)
+    "SubTensorOpWithSubTensor4d",
+    "flash_bwd_convert_dq_kernel",  # FlashAttention 2's fp32 -> bf16 gradient conversion
+    "flash_bwd_dot_do_o_kernel",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >",
+]
+
+
+def test_no_tensor_core_rule_can_match_an_element_wise_kernel():
+    """A Tensor Core pattern that can match an element-wise kernel is a bug, even where an earlier rule
+    happens to catch that name first: every `tensor_cores = yes` rule against every non-matrix name."""
+    tc_rules = [r for r in _load()[1]["kernel"] if r.tensor_cores == "yes"]
+    assert len(tc_rules) >= 8
+    hits = [(r.rule_id, r.pattern.pattern[:40], n[:60]) for r in tc_rules for n in NOT_MATRIX
+            if r.pattern.search(kernel_signature_name(n))]
+    assert hits == []
+
+
+def test_communication_kernels_are_comm():
+    from microbench.timeline.classify import is_comm
+
+    comm = [e["name"] for e in NAMES if e["class"] == "comm"]
+    assert len(comm) >= 10 and all(is_comm(n) for n in comm)
+    assert not any(is_comm(n) for n in NOT_MATRIX if n not in comm)

@@ -104,6 +104,12 @@ def classify_kernel(name: str) -> Classification:
     return _first("kernel", kernel_signature_name(name))
 
 
+def is_comm(name: str) -> bool:
+    """Whether a kernel is communication (class `comm` of kernel_rules.toml: NCCL, RCCL, MSCCL(++), symmetric-
+    memory and custom all-reduce kernels): the one test of it, for every module that splits comm from compute."""
+    return classify_kernel(name).cls == "comm"
+
+
 @lru_cache(maxsize=4096)
 def classify_operator(name: str) -> Classification:
     """A PyTorch operator name (CPU profiles, where there are no kernels) -> class; Tensor Core use is
