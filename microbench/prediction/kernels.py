@@ -1,6 +1,6 @@
 """Each GPU activity of a trace as the prediction needs it: its group (the output classes), its FLOPs, bytes and
-precision where the one work model (timeline.opmetrics over timeline.opmodel) knows the operator that launched
-it, and its GEMM tile count for wave quantization."""
+precision where the one work model (timeline.opmetrics over core.ops.aten.trace_work) knows the operator that
+launched it, and its GEMM tile count for wave quantization."""
 from __future__ import annotations
 
 import math
