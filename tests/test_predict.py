@@ -223,7 +223,13 @@ def test_communication_moves_through_the_fabric_presets():
 
     f = fabrics("nvlink4", "v100_nvlink")  # 450 GB/s, 5 us against 150 GB/s, 10 us (data/fabrics.toml)
     assert (f.source_gbps, f.source_latency_us, f.target_gbps, f.target_latency_us) == (150.0, 10.0, 450.0, 5.0)
-    assert fabrics("nvlink4", None) is None
+    assert fabrics(None, None) is None
     src, tgt = _chip("V100"), _chip("H100")
     t, why = predict_kernels(_work(["communication"], [310.0]), src, tgt, fabrics=f)
     assert why[0] == "" and t[0] == pytest.approx(5.0 + 300.0 / 3)
+
+
+def test_one_fabric_alone_is_bad_input(tmp_path, capsys):
+    trace = _tiny_trace(tmp_path, shapes=True)
+    assert main([str(trace), "--on", "H100", "--fabric", "nvlink4"]) == 2
+    assert "--source-fabric" in capsys.readouterr().err

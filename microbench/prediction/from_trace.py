@@ -71,10 +71,14 @@ def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | Non
 
 
 def fabrics(target: str | None, source: str | None) -> Fabrics | None:
-    """Both fabric presets (microbench/data/fabrics.toml) as the link a collective of one node crosses; None
-    unless both are given (communication is then kept at the source's time and listed)."""
-    if not target or not source:
+    """Both fabric presets (microbench/data/fabrics.toml) as the link a collective of one node crosses; None when
+    neither is given (communication is then kept at the source's time and listed), one alone is bad input."""
+    if not target and not source:
         return None
+    if not target or not source:
+        given = "--fabric" if target else "--source-fabric"
+        raise InputError(None, "communication moves between two fabrics: give --fabric and --source-fabric",
+                         key=given, value=target or source)
     from microbench.communication.scale import load_fabric
 
     s, t = load_fabric(source), load_fabric(target)

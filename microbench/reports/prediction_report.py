@@ -12,6 +12,18 @@ def _ratio(v) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def figures(chip: dict | None) -> str:
+    """The target's achievable figures with where each came from."""
+    if not chip:
+        return "-"
+    src = chip.get("sources", {})
+    parts = [f"{p} {v:,.1f} TFLOP/s ({src.get(p, '?')})" for p, v in chip["tflops"].items() if p in ("bf16", "fp16", "fp32", "tf32")]
+    parts.append(f"memory {chip['memory_tbs']:.2f} TB/s ({src.get('memory', '?')})")
+    parts.append(f"floor {chip['floor_us']:.2f} us ({src.get('floor', '?')})")
+    parts.append(f"{chip['compute_units']} SMs/CUs" if chip.get("compute_units") else "SM/CU count unknown")
+    return "; ".join(parts)
+
+
 def headline(doc: dict) -> list[str]:
     s, t, r = doc["source"], doc["target"], doc["range"]
     dom = next((a for a in r["assumptions"] if a["name"] == r["dominant"]), None)
@@ -19,6 +31,7 @@ def headline(doc: dict) -> list[str]:
              f"{_us(s['idle_us'])} us, {s['steps']} step(s)",
              f"target {t['device']}: GPU busy {_us(t['busy_us'])} us, range {_us(t['busy_us_low'])} - "
              f"{_us(t['busy_us_high'])} us; idle held at {_us(t['idle_us'])} us"]
+    lines.append("target figures: " + figures(t.get("chip")))
     if dom is not None:
         lines.append(f"dominant assumption: {dom['name']} ({dom['what']}: {dom['delta_us']:+,.1f} us)")
     sc = doc.get("scenario") or {}
