@@ -49,8 +49,9 @@ def test_planted_straggler_found(job_dir):
     assert doc["straggler_rank"] == STRAGGLER
     assert doc["collectives"] and all({"straggler_rank", "skew_us"} <= c.keys() for c in doc["collectives"])
     assert all(c["straggler_rank"] == STRAGGLER for c in doc["collectives"])
-    busy = [o for o in doc["outliers"] if o["metric"] == "busy_us"]
-    assert [o["rank"] for o in busy] == [STRAGGLER] and "modified z-score" in busy[0]["statistic"]
+    for metric in ("busy_us", "computation_us"):
+        found = [o for o in doc["outliers"] if o["metric"] == metric]
+        assert [o["rank"] for o in found] == [STRAGGLER] and "modified z-score" in found[0]["statistic"]
     for r in doc["ranks"]:  # the one breakdown per step: busy + idle = the step's GPU span
         assert r["steps"] and all(abs(s["busy_us"] + s["idle_us"] - s["gpu_span_us"]) < 1e-6 * s["gpu_span_us"]
                                   for s in r["steps"])
@@ -152,6 +153,15 @@ def test_unreachable_scheduler_one_line(job_dir, capsys):
     assert comm.main(["ranks", str(job_dir), "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot reach the Dask scheduler within 1 s" in err and "\n" not in err, err
+
+
+def test_dask_environment_variable_is_the_scheduler(job_dir, capsys, monkeypatch):
+    from microbench import comm
+
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:9")
+    assert comm.main(["ranks", str(job_dir), "--timeout", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "tcp://127.0.0.1:9" in err and "cannot reach the Dask scheduler" in err and "\n" not in err, err
 
 
 def test_outliers_statistic():

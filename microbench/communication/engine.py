@@ -80,12 +80,24 @@ def summarize_or_fail(path: Path, fallback_rank: int, step_range: str | None) ->
 
 
 def dask_address(scheduler: str | None) -> str | None:
-    """The scheduler to use: --scheduler, else Dask's own setting (DASK_SCHEDULER_ADDRESS), else none."""
+    """The scheduler to use: --scheduler, else Dask's own setting (its DASK_SCHEDULER_ADDRESS variable, read
+    now, then its `scheduler-address` configuration where dask is installed), else none: the local pool."""
     if scheduler:
         return scheduler
     if os.environ.get("DASK_SCHEDULER_ADDRESS"):
         return os.environ["DASK_SCHEDULER_ADDRESS"]
-    return None
+    try:
+        import dask.config
+    except ImportError:
+        return None
+    return dask.config.get("scheduler-address", None) or None
+
+
+def _ignore_interrupt() -> None:
+    """A pool worker leaves Ctrl-C to the command (one line, exit 130), not a traceback of its own."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_ranks(paths: list[Path], workers: int | None = None, scheduler: str | None = None,
@@ -112,7 +124,7 @@ def _pool(paths: list[Path], n: int, step_range: str | None) -> list:
     # spawned, not forked: a worker starts small (the peak memory it reports is its own) and holds no lock
     # or thread of this process
     chunk = max(1, len(paths) // (n * 8))
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as ex:
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupt) as ex:
         try:
             return list(ex.map(summarize_or_fail, paths, range(len(paths)), repeat(step_range), chunksize=chunk))
         except BaseException:

@@ -1,7 +1,7 @@
 """A whole job: the rank summaries (read in workers: microbench/communication/engine.py) combined into one
 report: per rank its GPU time breakdown per step (timeline/gpu_time, the one definition), per matched
 collective its skew and straggler (ranks.py), the ranks whose step time or busy time is an outlier (modified
-z-score, data/job.toml), the slowest step, and the rank x step matrix of step times for the heat map.
+z-score, data/job.toml; metrics: median step time, GPU busy time, computation time), the slowest step, and the rank x step matrix of step times for the heat map.
 Definitions: docs/comm.md, "A whole job"."""
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def combine(ranks: list[RankSummary], failed: list[Failed]) -> dict:
     matrix = step_matrix(ranks)
     found = outliers({e["rank"]: e["median_step_us"] for e in per_rank if e["median_step_us"] is not None},
                      "median_step_us")
-    found += outliers({e["rank"]: e["busy_us"] for e in per_rank if e["busy_us"] is not None}, "busy_us")
+    for metric in ("busy_us", "computation_us"):
+        found += outliers({e["rank"]: e["gpu_time"][metric] for e in per_rank if metric in e["gpu_time"]}, metric)
     return {"schema": SCHEMA, "ranks": per_rank, "collectives": records, "straggler_rank": worst,
             "outliers": found, "slowest_step": slowest_step(matrix), "heatmap": matrix,
             "failed": [{"file": str(f.path), "reason": f.reason} for f in failed]}
@@ -148,17 +149,20 @@ def engine_section(run: EngineRun) -> dict:
     per: dict[str, dict] = {}
     for r in run.results:
         if isinstance(r, RankSummary):
-            w = per.setdefault(r.worker, {"worker": r.worker, "ranks": 0, "file_bytes": 0, "busy_s": 0.0,
-                                          "peak_rss_bytes": 0})
+            w = per.setdefault(r.worker, {"worker": r.worker, "ranks": 0, "file_bytes": 0, "trace_bytes": 0,
+                                          "busy_s": 0.0, "peak_rss_bytes": 0})
             w["ranks"] += 1
             w["file_bytes"] += r.file_bytes
+            w["trace_bytes"] += r.trace_bytes
             w["busy_s"] += r.read_s
             w["peak_rss_bytes"] = max(w["peak_rss_bytes"], r.worker_peak_rss_bytes)
-    for w in per.values():
+    for w in per.values():  # MB/s of the files as stored, and of the decompressed trace text
         w["mb_per_s"] = w["file_bytes"] / 1e6 / w["busy_s"] if w["busy_s"] > 0 else None
+        w["trace_mb_per_s"] = w["trace_bytes"] / 1e6 / w["busy_s"] if w["busy_s"] > 0 else None
     total = sum(w["file_bytes"] for w in per.values())
+    text = sum(w["trace_bytes"] for w in per.values())
     return {"kind": run.kind, "workers": run.workers, "address": run.address, "wall_s": run.wall_s,
-            "file_bytes": total, "mb_per_s": total / 1e6 / run.wall_s if run.wall_s > 0 else None,
+            "file_bytes": total, "trace_bytes": text, "mb_per_s": total / 1e6 / run.wall_s if run.wall_s > 0 else None,
             "per_worker": sorted(per.values(), key=lambda w: w["worker"])}
 
 

@@ -64,6 +64,7 @@ class RankSummary:
     world_size: int | None
     backend: str | None = None
     file_bytes: int = 0
+    trace_bytes: int = 0  # decompressed (gzip's own record of it), else the file's size
     calls: list[Call] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)  # per step: STEP_FIELDS
     whole: dict = field(default_factory=dict)  # gpu_time.breakdown over the whole trace
@@ -164,6 +165,16 @@ def _steps(tl: Timeline, step_range: str | None) -> list[dict]:
     return [{k: s.get(k) for k in STEP_FIELDS} for s in steps]
 
 
+def _trace_bytes(path: Path) -> int:
+    """The decompressed size of a gzip file from its trailer (modulo 4 GiB, as gzip records it), else the size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(-4, 2)
+        return int.from_bytes(f.read(4), "little")
+
+
 def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None = None) -> RankSummary:
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
     from microbench.timeline.analysis import read_trace
@@ -175,7 +186,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     rank = info.get("rank", fallback_rank)
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else fallback_rank
     world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
-    s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size)
+    s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
     k = tl.kernels
     comm = tl.class_mask("comm") & (k.category == KERNEL)
