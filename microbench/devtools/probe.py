@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ("torch", "triton", "numpy", "cupy-cuda12x", "cupy-cuda13x", "nvidia-cuda-nvrtc-cu12",
-            "nvidia-cuda-nvrtc", "ml_dtypes", "nvtx", "rich", "matplotlib", "pytest")
+            "nvidia-cuda-nvrtc", "ml_dtypes", "nvtx", "msgspec", "mlperf-logging", "rich", "matplotlib", "pytest")
 _SAXPY = 'extern "C" __global__ void saxpy(float a, const float* x, float* y) { y[threadIdx.x] += a * x[threadIdx.x]; }'
 
 
@@ -38,13 +38,14 @@ def versions() -> dict:
 
 def missing_dependencies(pyproject: Path = Path(__file__).resolve().parents[2] / "pyproject.toml") -> list[str]:
     """The project's declared dependencies this environment lacks (a GPU image is used as it is: a stage that
-    imports one of these fails, and this says why before it does)."""
-    import re
-    import tomllib
+    imports one of these fails, and this says why before it does). A dependency served by an installed
+    equivalent (microbench/data/gpu_image.toml, [equivalents]: CUDA 13's NVRTC for the cu12 wheel) is not
+    missing."""
+    from microbench.devtools.wheels import load_image, requirement_name, runtime_requirements
 
-    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
-    names = [re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0] for d in deps]
-    return [n for n in names if _version(n) is None]
+    equivalents = load_image().get("equivalents", {})
+    names = [requirement_name(r) for r in runtime_requirements(pyproject)]
+    return [n for n in names if all(_version(e) is None for e in (n, *equivalents.get(n, [])))]
 
 
 def device(dry: bool) -> dict:

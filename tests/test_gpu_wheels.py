@@ -1,0 +1,96 @@
+"""The wheels a GPU loan carries (scripts/gpu-wheels, microbench.devtools.wheels) and the probe's list of missing
+dependencies, against the image's package list (microbench/data/gpu_image.toml). Downloads are faked with wheels
+written here: which requirements are fetched, recursion into their own, markers evaluated for the image's
+CPython 3.12, one version each, the size budget, and `.whl/` left as it was when the new set is refused."""
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from microbench.devtools import probe, wheels
+
+from .conftest import REPO
+
+
+def _image(packages: list[str], equivalents: dict | None = None, max_mib: float = 48) -> dict:
+    return {"python": "3.12", "implementation": "cp", "platforms": ["manylinux_2_28_x86_64"], "max_wheel_mib": max_mib,
+            "equivalents": equivalents or {}, "image": {"packages": packages, "versions": {"python": "3.12.3"}}}
+
+
+def _fake_index(tmp_path, catalogue: dict[str, tuple[str, list[str], int]]):
+    """download(req, dest, image) over `catalogue`: name -> (version, Requires-Dist lines, padding bytes)."""
+    asked = []
+
+    def download(req, dest, image):
+        name = wheels.requirement_name(req)
+        asked.append(req)
+        version, requires, pad = catalogue[name]
+        path = Path(dest) / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+        meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+            f"Requires-Dist: {r}\n" for r in requires)
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+            z.writestr("pad.bin", b"\0" * pad)
+        return path
+
+    return download, asked
+
+
+def test_only_what_the_image_lacks_with_its_own_missing_requirements(tmp_path):
+    image = _image(["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc"], {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]})
+    download, asked = _fake_index(tmp_path, {
+        "msgspec": ("0.23.0", ['tomli; python_version < "3.11" and extra == "toml"', 'pyyaml; extra == "yaml"'], 10),
+        "mlperf-logging": ("4.1.68", ["pandas>=1.0", "pyyaml>=5.4.1", "numpy>=1.17.3", "extra-dep>=1",
+                                      'old-only; python_version < "3.9"', 'win-only; sys_platform == "win32"'], 10),
+        "extra-dep": ("2.0", ["msgspec>=0.1"], 10),  # needs one already chosen: not downloaded twice
+    })
+    reqs = ["numpy>=1.26", "msgspec>=0.18", "nvidia-cuda-nvrtc-cu12>=12.4", "mlperf-logging>=3.0"]
+    got = wheels.write_wheels(tmp_path / "whl", image, reqs, download)
+    assert asked == ["msgspec>=0.18", "mlperf-logging>=3.0", "extra-dep>=1"]
+    assert sorted(p.name.split("-")[0] for p in got) == ["extra_dep", "mlperf_logging", "msgspec"]
+    assert sorted(p.name for p in (tmp_path / "whl").iterdir()) == sorted(p.name for p in got)
+
+
+def test_over_the_budget_is_refused_and_the_earlier_set_stays(tmp_path):
+    dest = tmp_path / "whl"
+    dest.mkdir()
+    (dest / "earlier-1.0-py3-none-any.whl").write_bytes(b"x")
+    download, _ = _fake_index(tmp_path, {"big": ("1.0", [], 2 * 2**20)})
+    with pytest.raises(wheels.WheelError, match=r"over the 1 MiB a loan carries"):
+        wheels.write_wheels(dest, _image([], max_mib=1), ["big"], download)
+    assert [p.name for p in dest.iterdir()] == ["earlier-1.0-py3-none-any.whl"]
+
+
+def test_the_image_data_is_the_shared_list(shared_dir):
+    """microbench/data/gpu_image.toml holds ../shared/gpu-image/packages.txt's names, in its order."""
+    listed = shared_dir / "gpu-image" / "packages.txt"
+    if not listed.is_file():
+        pytest.skip(f"{listed} is not here")
+    names = [ln.strip() for ln in listed.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert wheels.load_image()["image"]["packages"] == names
+
+
+def test_the_project_needs_three_packages_the_image_lacks():
+    """What the image lacks among the declared dependencies (the nvrtc cu12 wheel is served by CUDA 13's)."""
+    lacking = [wheels.requirement_name(r) for r in wheels.lacking(wheels.runtime_requirements(), wheels.load_image())]
+    assert lacking == ["msgspec", "nvtx", "mlperf-logging"]
+
+
+def test_probe_does_not_call_a_dependency_served_by_an_equivalent_missing(tmp_path, monkeypatch):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["nvidia-cuda-nvrtc-cu12>=12.4", "msgspec>=0.18"]\n')
+    installed = {"nvidia-cuda-nvrtc": "13.0.88"}  # as on the image: CUDA 13's NVRTC, no cu12 wheel, no msgspec
+    monkeypatch.setattr(probe, "_version", lambda name: installed.get(name))
+    assert probe.missing_dependencies(pyproject) == ["msgspec"]
+    installed.clear()
+    assert probe.missing_dependencies(pyproject) == ["nvidia-cuda-nvrtc-cu12", "msgspec"]
+
+
+def test_gitignored_and_the_script_is_valid_bash():
+    import subprocess
+
+    assert re.search(r"^\.whl/$", (REPO / ".gitignore").read_text(), re.M)
+    subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu-wheels")], check=True)
