@@ -18,14 +18,19 @@ from microbench.communication import busbw, collectives as C, scale, world
 from microbench.communication.world import CommError
 
 
+HANG_GUARD_S = 600
+
+
 @pytest.fixture
 def hang_guard():
-    """Fails the test instead of hanging CI if a bounded wait were not bounded after all."""
+    """Fails the test instead of hanging CI if a bounded wait were not bounded after all. Generous: on a
+    2-core machine under a load of 12-15, two spawned ranks importing torch took over 120 s (the guard's
+    earlier value) and failed runs that had not hung; a real hang still ends well within CI's 20 minutes."""
     def boom(*_):
         raise AssertionError("hung: the run did not end by itself")
 
     old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(120)
+    signal.alarm(HANG_GUARD_S)
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, old)
