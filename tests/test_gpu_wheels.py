@@ -73,10 +73,20 @@ def test_the_image_data_is_the_shared_list(shared_dir):
     assert wheels.load_image()["image"]["packages"] == names
 
 
-def test_the_project_needs_three_packages_the_image_lacks():
-    """What the image lacks among the declared dependencies (the nvrtc cu12 wheel is served by CUDA 13's)."""
+def test_what_the_project_needs_from_outside_the_image():
+    """Among the declared dependencies: msgspec, nvtx and mlperf-logging are not on the image; the nvrtc cu12
+    wheel is served by CUDA 13's NVRTC; torch, triton, numpy and pytest are there."""
     lacking = [wheels.requirement_name(r) for r in wheels.lacking(wheels.runtime_requirements(), wheels.load_image())]
-    assert lacking == ["msgspec", "nvtx", "mlperf-logging"]
+    assert {"msgspec", "nvtx", "mlperf-logging"} <= set(lacking)
+    assert not {"nvidia-cuda-nvrtc-cu12", "torch", "triton", "numpy", "pytest"} & set(lacking)
+
+
+def test_a_requirement_with_extras_brings_the_extras_requirements(tmp_path):
+    download, asked = _fake_index(tmp_path, {
+        "dask": ("2025.1", ['distributed==2025.1; extra == "distributed"', 'pandas; extra == "dataframe"'], 10),
+        "distributed": ("2025.1", ["tornado>=6", "toolz"], 10), "tornado": ("6.5", [], 10)})
+    wheels.write_wheels(tmp_path / "whl", _image(["toolz", "pandas"]), ["dask[distributed]>=2024.1"], download)
+    assert asked == ["dask[distributed]>=2024.1", "distributed==2025.1", "tornado>=6"]
 
 
 def test_probe_does_not_call_a_dependency_served_by_an_equivalent_missing(tmp_path, monkeypatch):

@@ -64,22 +64,30 @@ def _marker_env(image: dict) -> dict:
             "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
 
 
-def wheel_requirements(wheel: Path, image: dict) -> list[str]:
-    """The Requires-Dist of a wheel that apply on the image (markers evaluated there; no extras asked for)."""
+def wheel_requirements(wheel: Path, image: dict, extras: frozenset[str] = frozenset()) -> list[str]:
+    """The Requires-Dist of a wheel that apply on the image: markers evaluated there, for no extra and for
+    each of `extras` (those the requirement asked for: `dask[distributed]`)."""
     from packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         lines = z.read(meta).decode("utf-8", "replace").splitlines()
-    env = _marker_env(image)
+    envs = [{**_marker_env(image), "extra": e} for e in ("", *sorted(extras))]
     out = []
     for line in lines:
         if not line.startswith("Requires-Dist:"):
             continue
         req = Requirement(line.split(":", 1)[1].strip())
-        if req.marker is None or req.marker.evaluate(env):
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            req.marker = None
             out.append(str(req))
     return out
+
+
+def _extras(req: str) -> frozenset[str]:
+    from packaging.requirements import Requirement
+
+    return frozenset(Requirement(req).extras)
 
 
 def pip_download(req: str, dest: Path, image: dict) -> Path:
@@ -106,7 +114,7 @@ def build(dest: Path, image: dict, requirements: list[str], download=pip_downloa
         if name in chosen:
             continue  # one version each: the first requirement of a name decides (pip's own rule)
         chosen[name] = wheel = download(req, dest, image)
-        todo += lacking(wheel_requirements(wheel, image), image)
+        todo += lacking(wheel_requirements(wheel, image, _extras(req)), image)
     return sorted(chosen.values())
 
 
