@@ -30,7 +30,8 @@ def _work(groups, dur, flops=None, nbytes=None, precision=None, tiles=None, name
     return KernelWork(names or [f"k{i}" for i in range(n)], np.array(dur, dtype=float), np.array(groups, dtype=object),
                       np.array(groups, dtype=object), np.array(flops or [0.0] * n, dtype=float),
                       np.array(nbytes or [np.nan] * n, dtype=float), np.array(precision or [None] * n, dtype=object),
-                      np.array(tiles or [0] * n, dtype=np.int64), np.array([None] * n, dtype=object), 1, [])
+                      np.array(tiles or [0] * n, dtype=np.int64), np.array([None] * n, dtype=object),
+                      np.array([None] * n, dtype=object), 1, [])
 
 
 def test_devices_are_found_by_key_name_or_short_name():
@@ -126,6 +127,8 @@ def test_bert_pair_both_directions(tmp_path, src, on, actual, capsys):
     if src == "h100":  # its device-to-host copy is not placed: listed with its time, kept, not dropped
         assert doc["unplaced"][0]["why"].startswith("host copy") and doc["unplaced"][0]["time_us"] > 0
     assert sum(c["target_us"] for c in doc["classes"] if c["class"] != "idle") == pytest.approx(t["kernel_time_us"])
+    ops = {o["op"]: o for o in doc["ops"]}  # per operator and shape: what the two vendors' traces share
+    assert ops["aten::linear M=141 N=512 K=512 bf16"]["kernels"] == 17
     assert "by class" in capsys.readouterr().out
 
 

@@ -60,6 +60,18 @@ def _top(w: KernelWork, t: np.ndarray, flagged: np.ndarray) -> list[dict]:
     return sorted(out.values(), key=lambda g: -g["source_us"])[:TOP]
 
 
+def _ops(w: KernelWork, t: np.ndarray) -> list[dict]:
+    """Per modelled operator and shape: its kernels' time on both sides. Where two vendors' libraries split an
+    op's work into different kernels, the op is what two traces of one workload have in common."""
+    out: dict[str, dict] = {}
+    for i in np.flatnonzero(w.op_label != None):  # noqa: E711 - elementwise comparison on an object array
+        g = out.setdefault(w.op_label[i], {"op": w.op_label[i], "kernels": 0, "source_us": 0.0, "target_us": 0.0})
+        g["kernels"] += 1
+        g["source_us"] += float(w.dur_us[i])
+        g["target_us"] += float(t[i])
+    return sorted(out.values(), key=lambda g: -g["source_us"])
+
+
 def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario = Scenario(),
           fabrics: Fabrics | None = None) -> dict:
     """`totals`: the source's busy_us, idle_us, gpu_span_us and steps (from the trace's GPU-time breakdown)."""
@@ -97,5 +109,6 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
         "unplaced_us": float(w.dur_us[why != ""].sum()),
         "above_roof_kernels": int(flagged.sum()),
         "kernels": _top(w, t, flagged),
+        "ops": _ops(w, t),
         "notes": list(w.notes),
     }

@@ -35,6 +35,7 @@ class KernelWork:
     precision: np.ndarray  # str or None per row
     tiles: np.ndarray      # GEMM output tiles, 0: unknown
     op_dtype: np.ndarray   # the launching op's operand dtype (fp32, bf16, ...) or None
+    op_label: np.ndarray   # the launching modelled op, `aten::linear M=141 N=512 K=512 bf16`, or None
     modelled_ops: int
     notes: list[str]
 
@@ -61,11 +62,13 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
     precision = np.full(n, None, dtype=object)
     op_dtype = np.full(n, None, dtype=object)
     tiles = np.zeros(n, dtype=np.int64)
+    op_label = np.full(n, None, dtype=object)
     for c in model.calls:
         rows = c.kernels
         if not len(rows):
             continue
         op_dtype[rows] = c.work.dtype
+        op_label[rows] = f"{c.name} {opmetrics.shape_label(c.work)} {c.work.dtype or ''}".rstrip()
         matrix = rows[np.isin(group[rows], MATRIX)]
         if c.work.family == "attention":
             group[matrix] = "attention"
@@ -77,4 +80,4 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
         if c.work.bytes_moved and t.sum() > 0:
             nbytes[matrix] = c.work.bytes_moved * t / t.sum()
     return KernelWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
-                      precision, tiles, op_dtype, len(model.calls), list(model.notes))
+                      precision, tiles, op_dtype, op_label, len(model.calls), list(model.notes))

@@ -60,7 +60,10 @@ def tables(doc: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
                                           ("source us", "right"), ("target us", "right")],
            [[k["kernel"][:90], k["class"], str(k["calls"]), _us(k["source_us"]), _us(k["target_us"])]
             for k in doc["kernels"]])
-    out = [cls, rng] + ([top] if doc["kernels"] else [])
+    ops = ("modelled operators (their kernels' time)", [("op", "left"), ("kernels", "right"), ("source us", "right"),
+                                                          ("target us", "right")],
+           [[o["op"], str(o["kernels"]), _us(o["source_us"]), _us(o["target_us"])] for o in doc.get("ops", [])])
+    out = [cls, rng] + ([top] if doc["kernels"] else []) + ([ops] if doc.get("ops") else [])
     if doc.get("unplaced"):
         out.append(("not placed (kept at the source's time)", [("kernel", "left"), ("why", "left"),
                                                                 ("calls", "right"), ("time us", "right")],

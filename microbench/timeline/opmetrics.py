@@ -147,7 +147,7 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
     return OpModel(calls, kernel_flops, notes)
 
 
-def _shape_label(work: OpWork) -> str:
+def shape_label(work: OpWork) -> str:
     d = work.dims
     if work.family in ("conv", "conv_bwd"):
         return f"N={d.get('n')} C={d.get('c')} K={d.get('k')} groups={d.get('groups')}"
@@ -173,7 +173,7 @@ def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dic
     (`math_kernel_time_us`: the GEMM-class kernels, else all: how fast the math ran). Most kernel time first."""
     groups: dict[tuple, dict] = {}
     for c in model.calls:
-        key = (c.name, _shape_label(c.work), c.work.dtype)
+        key = (c.name, shape_label(c.work), c.work.dtype)
         g = groups.setdefault(key, {"op": c.name, "family": c.work.family, "shape": key[1], "dtype": c.work.dtype,
                                     "precision": c.precision, "calls": 0, "flops": 0, "bytes": 0,
                                     "kernel_time_us": 0.0, "math_kernel_time_us": 0.0, "kernels": 0,
