@@ -1,15 +1,27 @@
-"""`python -m microbench.trace`'s document: a trace file -> a Timeline -> the metrics -> one JSON-ready dict
-(schema dawnscope.trace/1; the terminal report is microbench/reports/trace_report.py). Definitions:
-docs/traces.md."""
+"""`python -m microbench.trace`'s analysis: a trace file -> a Timeline -> `TraceAnalysis`, one object whose
+results (summary, kernels, steps, GPU time, counters as Tensor Core evidence, the per-op model with MFU,
+eligibility, annotations, graphs) are each computed once from the timeline on first use, without changing it
+-> one JSON-ready document (schema dawnscope.trace/1; the terminal report is
+microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
-from microbench.timeline import gpu_time, metrics
+import numpy as np
+
+from microbench.core import thresholds
+from microbench.timeline import counters as C
+from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
 from microbench.timeline.classify import class_labels
-from microbench.timeline.model import Timeline
+from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
 SCHEMA = "dawnscope.trace/1"
+TOP_UNKNOWN = 8
+HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
+                     "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
+                     "the general rules it would otherwise fall into, and a test with the real name "
+                     "(tests/test_kernel_rules_hopper_blackwell_mi300.py)")
 
 
 def detect_format(path: str | Path) -> str:
@@ -59,46 +71,157 @@ def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict,
     return keys, ops, notes
 
 
+class TraceAnalysis:
+    """One trace's analysis. The timeline (`tl`) is read once and never changed: every result is a property
+    computed from it on first use. Hardware counters, where the trace has them, are the strongest Tensor Core
+    evidence: their verdicts are a column of their own (`counter_tensor_cores`), and the results that count
+    Tensor Core time (summary, MFU, ops, eligibility) read `evidence`, a view of the timeline whose verdicts
+    are the counters' where they settle the question and the kernel-name rule's elsewhere. The per-op model
+    itself is built on the rule's verdicts: the counters' verdict needs its FLOPs."""
+
+    def __init__(self, tl: Timeline, cfg=None, step_range: str | None = None, measured: dict | None = None,
+                 graph_capture: str | Path | None = None, path: str | Path | None = None):
+        self.tl, self.cfg, self.step_range = tl, cfg, step_range
+        self.measured, self.graph_capture = measured or {}, graph_capture
+        self.path = str(path if path is not None else tl.source)
+
+    @classmethod
+    def of(cls, path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
+           graph_capture: str | Path | None = None) -> "TraceAnalysis":
+        return cls(read_trace(path), cfg, step_range, measured, graph_capture, path)
+
+    @cached_property
+    def devices(self) -> list[dict]:
+        return device_entries(self.tl, self.cfg)
+
+    @cached_property
+    def peaks(self) -> dict[str, float]:
+        return datasheet_peaks(self.devices)
+
+    @cached_property
+    def model(self) -> opmetrics.OpModel:
+        return opmetrics.op_model(self.tl, self.peaks)
+
+    @cached_property
+    def counters(self) -> dict[tuple[str, int], dict]:
+        """Per kernel (name, device) with hardware counters: their sum, counted FLOPs, verdict, contradiction."""
+        return counter_evidence(self.tl, self.model.kernel_flops)
+
+    @cached_property
+    def counter_tensor_cores(self) -> np.ndarray:
+        """Per kernel row: the counters' Tensor Core verdict (index into TC_VALUES), NO_ID where they give none."""
+        col = np.full(len(self.tl.kernels), NO_ID, dtype=np.int8)
+        for c in self.counters.values():
+            if c["verdict"].tensor_cores is not None:
+                col[c["rows"]] = TC_VALUES.index(c["verdict"].tensor_cores)
+        return col
+
+    @cached_property
+    def evidence(self) -> Timeline:
+        col = self.counter_tensor_cores
+        if not (col != NO_ID).any():
+            return self.tl
+        return self.tl.with_tensor_cores(np.where(col != NO_ID, col, self.tl.kernels.tensor_cores).astype(np.int8))
+
+    @cached_property
+    def graphs(self) -> tuple[dict, dict | None, list[str]]:
+        return graph_section(self.tl, self.graph_capture)
+
+    @cached_property
+    def summary(self) -> dict:
+        s = summary_of(self.evidence)
+        s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
+        s["mfu"] = self.mfu["mfu"]
+        return s | self.graphs[0]
+
+    @cached_property
+    def _kernel_rows(self) -> tuple[list[dict], list[str]]:
+        names = {d["id"]: d["name"] or f"device {d['id']}" for d in self.devices}
+        rows = kernel_table(self.tl, names, metrics.kernel_time(self.tl)[1])
+        found = kernel_evidence(rows, by_kernel(self.tl), self.model.kernel_flops, self.counters)
+        return rows, found
+
+    @property
+    def kernels(self) -> list[dict]:
+        return self._kernel_rows[0]
+
+    @cached_property
+    def _steps(self):
+        return gpu_time.step_breakdowns(self.tl, self.step_range)
+
+    @cached_property
+    def mfu(self) -> dict:
+        w = self._steps[0]
+        m = opmetrics.mfu(self.evidence, self.model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
+        if self.measured and self.model.calls:
+            at_meas, _, _ = opmetrics.time_at_peak_us(self.model.calls, self.measured)
+            m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
+            m["measured_ceilings_tflops"] = self.measured
+        return m
+
+    @property
+    def steps(self) -> list[dict]:
+        return [st | {k: m[k] for k in ("model_flops", "achieved_tflops", "mfu")}
+                for st, m in zip(self._steps[1], self.mfu["steps"])]
+
+    @property
+    def outside_steps(self) -> dict:
+        return self._steps[2]
+
+    @cached_property
+    def ops(self) -> list[dict]:
+        return opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+
+    @cached_property
+    def eligibility(self) -> dict:
+        return opmetrics.eligibility_findings(self.evidence, self.model, device_of(self.devices))
+
+    @cached_property
+    def annotations(self) -> list[dict]:
+        return metrics.annotation_times(self.tl)
+
+    @property
+    def notes(self) -> list[str]:
+        notes = notes_of(self.tl, self.summary) + list(self.model.notes)
+        if self._steps[0].note:
+            notes.append(self._steps[0].note)
+        notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
+        notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
+        notes += opmetrics.above_peak(self.ops)
+        return notes + self.graphs[2]
+
+    def document(self) -> dict:
+        """The whole report as a JSON-ready dict."""
+        dist = self.tl.distributed
+        return {
+            "schema": SCHEMA,
+            "file": self.path,
+            "format": self.tl.format,
+            "trace": {k: self.tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in self.tl.meta}
+                     | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
+                        if dist else {}),
+            "devices": self.devices,
+            "summary": self.summary,
+            "classes": class_labels(),
+            "kernels": self.kernels,
+            "ops": self.ops,
+            "mfu": self.mfu,
+            "eligibility": self.eligibility,
+            "unknown_kernels": unknown_kernels(self.kernels, self.summary),
+            "annotations": self.annotations,
+            "steps": self.steps,
+            "outside_steps": self.outside_steps,
+            "graphs": self.graphs[1],
+            "notes": self.notes,
+        }
+
+
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
             graph_capture: str | Path | None = None) -> dict:
-    """The whole report of one trace as a JSON-ready dict. `step_range`: the name of the ranges that are steps
-    (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by datasheet column;
-    `graph_capture`: the trace of the capture of the CUDA/HIP graphs this trace replays."""
-    from microbench.timeline import perf
-
-    tl = read_trace(path)
-    graph_keys, graph_ops, graph_notes = graph_section(tl, graph_capture)
-    devices = device_entries(tl, cfg)
-    model = perf.model_of(tl, devices)
-    counted = perf.apply_counters(tl, model.kernel_flops)  # counters outrank names, in every total too
-    summary = summary_of(tl)
-    kernels = kernel_table(tl, {d["id"]: d["name"] or f"device {d['id']}" for d in devices}, summary["kernel_time_us"])
-    extra = perf.performance(tl, devices, summary, kernels, model, counted, step_range, measured)
-    summary["eligible_unused_us"] = extra["eligibility"]["eligible_unused_us"]
-    summary["mfu"] = extra["mfu"]["mfu"]
-    summary.update(graph_keys)
-    dist = tl.distributed
-    return {
-        "schema": SCHEMA,
-        "file": str(path),
-        "format": tl.format,
-        "trace": {k: tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in tl.meta}
-                 | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
-                    if dist else {}),
-        "devices": devices,
-        "summary": summary,
-        "classes": class_labels(),
-        "kernels": kernels,
-        "ops": extra["ops"],
-        "mfu": extra["mfu"],
-        "eligibility": extra["eligibility"],
-        "unknown_kernels": extra["unknown_kernels"],
-        "annotations": metrics.annotation_times(tl),
-        "steps": extra["steps"],
-        "outside_steps": extra["outside_steps"],
-        "graphs": graph_ops,
-        "notes": notes_of(tl, summary) + extra["notes"] + graph_notes,
-    }
+    """The whole report of one trace as a JSON-ready dict (`TraceAnalysis.document`). `step_range`: the name of
+    the ranges that are steps (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by
+    datasheet column; `graph_capture`: the trace of the capture of the CUDA/HIP graphs this trace replays."""
+    return TraceAnalysis.of(path, cfg, step_range, measured, graph_capture).document()
 
 
 def _share(x: float, total: float):
@@ -233,4 +356,100 @@ def notes_of(tl: Timeline, s: dict) -> list[str]:
     if s["tensor_core_unknown_share"]:
         notes.append(f"{s['tensor_core_unknown_share']:.1%} of kernel time is in kernels whose name does not tell "
                      "whether Tensor Cores / matrix cores ran them (tensor_cores: unknown)")
+    return notes
+
+
+def datasheet_peaks(devices: list[dict]) -> dict[str, float]:
+    """The datasheet peaks (TFLOP/s by column) of the first device with a datasheet entry."""
+    for d in devices:
+        ds = d.get("datasheet") or {}
+        if ds.get("entry"):
+            return dict(ds["peaks_tflops"])
+    return {}
+
+
+def device_of(devices: list[dict]) -> eligibility.Device:
+    d = next((d for d in devices if d.get("name")), devices[0] if devices else {})
+    return eligibility.device_of(d.get("name"), d.get("compute_capability"))
+
+
+def by_kernel(tl: Timeline) -> dict[tuple[str, int], np.ndarray]:
+    """Kernel rows (not copies) per distinct (kernel name, device): the report's kernel rows."""
+    k = tl.kernels
+    groups: dict[tuple[str, int], list[int]] = {}
+    for r in np.flatnonzero(k.category == KERNEL):
+        groups.setdefault((tl.names[k.name[r]], int(k.device[r])), []).append(int(r))
+    return {key: np.array(rows) for key, rows in groups.items()}
+
+
+def counter_evidence(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, int], dict]:
+    """Where the trace has hardware counters for a kernel (name, device): their verdict (counters.counter_verdict
+    over the counters summed across its calls, against the model FLOPs attributed to it), with what the report
+    shows: counters, counted FLOPs, verdict, the name's verdict it contradicts, and the kernel's rows. The
+    timeline is not changed (TraceAnalysis.counter_tensor_cores is the column of these verdicts)."""
+    out = {}
+    for key, rows in by_kernel(tl).items():
+        with_counters = [tl.counters[r] for r in rows if r in tl.counters]
+        if not with_counters:
+            continue
+        summed = C.combine_calls(with_counters)
+        cls = tl.classes[tl.kernels.cls[rows[0]]]
+        v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
+        out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
+                    "contradiction": C.contradiction(cls.tensor_cores, v), "name_verdict": cls.tensor_cores,
+                    "rows": rows}
+    return out
+
+
+def kernel_evidence(kernels: list[dict], kernel_rows: dict, kernel_flops: np.ndarray, counted: dict) -> list[str]:
+    """Per kernel row of the report: the model FLOPs attributed to it, its achieved TFLOP/s, and, where the
+    trace has counters, their verdict and evidence in place of the name's. Returns the contradictions."""
+    found = []
+    for row in kernels:
+        p = row["params"]
+        key = (p["kernel"], p["device_index"])
+        rows = kernel_rows.get(key, np.empty(0, dtype=int))
+        flops = float(kernel_flops[rows].sum()) if len(rows) else 0.0
+        if flops:
+            p["model_flops"] = flops
+            p["achieved_tflops"] = flops / (p["kernel_time_us"] * 1e6) if p["kernel_time_us"] else None
+        c = counted.get(key)
+        if c is None:
+            continue
+        p["counters"], p["counted_flops"] = c["counters"], c["counted_flops"]
+        v = c["verdict"]
+        if v.tensor_cores is None:
+            p["counter_note"] = v.evidence
+            continue
+        if c["contradiction"]:
+            found.append(f"{p['kernel'][:80]}: {c['contradiction']}")
+            p["name_verdict"] = c["name_verdict"]
+        row["tensor_cores"], row["tensor_core_evidence"], p["evidence"] = v.tensor_cores, v.evidence, "counters"
+    return found
+
+
+def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
+    """Where kernels whose Tensor Core use no rule settles take more than 5 % of kernel time: the top ones and
+    how to add a rule."""
+    share = summary.get("tensor_core_unknown_share") or 0.0
+    if share <= thresholds.value("unknown_share_limit"):
+        return None
+    top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
+            "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
+    return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
+
+
+def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:
+    notes = []
+    if model.calls and not peaks:
+        notes.append("no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
+                     "ceiling with --ceiling or --ceilings)")
+    if model.calls and dev.vendor is None:
+        notes.append("the trace names no device: the Tensor Core eligibility check, which depends on it, is skipped")
+    if tl.meta.get("counter_ranges"):
+        notes.append(f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "
+                     "hardware counters; their durations are the profiler's ranges, not kernel run times")
+    if tl.meta.get("serialized"):
+        notes.append(f"{tl.meta['serialized']}: kernel time is the sum of measured durations; spans and idle time "
+                     "of this serialized timeline mean nothing")
     return notes

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -206,6 +206,11 @@ class Timeline:
     def class_mask(self, cls: str) -> np.ndarray:
         ids = [i for i, c in enumerate(self.classes) if c.cls == cls]
         return np.isin(self.kernels.cls, ids)
+
+    def with_tensor_cores(self, tensor_cores: np.ndarray) -> "Timeline":
+        """A view of this timeline whose kernels carry other Tensor Core verdicts (hardware counters' where they
+        settle it): every other column and table shared, this timeline unchanged."""
+        return replace(self, kernels=replace(self.kernels, tensor_cores=tensor_cores))
 
     def launch_index(self) -> np.ndarray:
         """Per kernel row, the row of its launch in `launches` (same correlation id; the first such launch
