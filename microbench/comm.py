@@ -15,51 +15,32 @@ start --nproc local processes. docs/comm.md has the definitions and the measured
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
-from typing import Callable
 
+from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad options end in ONE line on stderr and exit 2 (argparse's default adds the usage lines)."""
-
-    def error(self, message: str):
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def number(cast: Callable, low: float, high: float = math.inf, low_open: bool = False) -> Callable:
-    """An argparse `type=`: a finite number of `cast` in [low, high] ((low, high] with low_open)."""
-    where = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf
-             else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
-
-    def check(text: str):
-        try:
-            v = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if cast is int else 'a number'}")
-        if not math.isfinite(v) or v < low or v > high or (low_open and v == low):
-            raise argparse.ArgumentTypeError(f"{text!r} must be finite and {where}")
-        return v
-
-    return check
-
-
-POSITIVE_INT = number(int, 1)
+POSITIVE_INT = number(int, 1, MAX_COUNT)
 POSITIVE = number(float, 0, low_open=True)
 FRACTION = number(float, 0, 1)
 PORT = number(int, 0, 65535)
-BUCKET_MB = number(float, 2**-10)  # >= 1 KiB: smaller buckets mean millions of all-reduces (a hang)
+BUCKET_MB = number(float, 2**-10, 2**20)  # >= 1 KiB (smaller: millions of all-reduces, a hang), <= 1 TiB
+# Local processes: more than this many ranks on one machine is a typo (100000 would start a rendezvous that
+# never completes).
+NPROC = number(int, 1, 1024)
+# Seconds a rank waits: under a second no rendezvous completes; beyond a week the C++ timeout overflows.
+TIMEOUT_S = number(float, 1, 7 * 86400)
+STEP_MS = number(float, 0, 1e9, low_open=True)  # up to 11 days a step
+GRADIENT_BYTES = number(int, 1, 2**50)  # 1 PiB of gradients
 
 
 def _add_world(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nproc", type=POSITIVE_INT, default=2, help="local processes to start (ignored under torchrun)")
+    p.add_argument("--nproc", type=NPROC, default=2, help="local processes to start (ignored under torchrun)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="default: nccl where PyTorch sees a GPU (RCCL on ROCm builds), else gloo")
-    p.add_argument("--timeout", type=POSITIVE, default=120.0, metavar="S",
+    p.add_argument("--timeout", type=TIMEOUT_S, default=120.0, metavar="S",
                    help="seconds a rank may wait on the rendezvous or a collective before the run fails")
     p.add_argument("--port", type=PORT, default=0, help="rendezvous port for local runs; 0: a free one")
 
@@ -67,7 +48,7 @@ def _add_world(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from .communication.report import add_job_arguments
 
-    ap = _Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
+    ap = Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
                                  epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
                                         "2 bad input or a failed rank (one line).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -96,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", default="1,2,4,8,16,32,64,128")
     s.add_argument("--fabric", default="v100_nvlink", help="a preset of microbench/data/fabrics.toml, or a "
                    "results.json of `comm collectives` (its measured all-reduce)")
-    s.add_argument("--step-ms", type=POSITIVE, default=None, help="single-worker step time (default: measured "
+    s.add_argument("--step-ms", type=STEP_MS, default=None, help="single-worker step time (default: measured "
                    "here on the CPU for --model)")
-    s.add_argument("--gradient-bytes", type=POSITIVE_INT, default=None)
+    s.add_argument("--gradient-bytes", type=GRADIENT_BYTES, default=None)
     s.add_argument("--bucket-mb", type=BUCKET_MB, default=25.0)
     s.add_argument("--backward-fraction", type=FRACTION, default=2 / 3)
     s.add_argument("--overlap", choices=("buckets", "none"), default="buckets")

@@ -6,12 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.core.cli import Parser
 from microbench.core.errors import run_command
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m microbench.compare",
         description="Put results from different machines side by side per case: our results.json and "
                     "pytest-benchmark --benchmark-json files. Time, TFLOP/s, % of each machine's ceilings, ratio "

@@ -8,21 +8,16 @@ import re
 import sys
 from pathlib import Path
 
-from microbench.core.cli import non_negative_int, positive_int
+from microbench.core.cli import Parser, non_negative_int, positive_int
 from microbench.core.config import DEFAULT_CONFIG
-from microbench.core.errors import InputError
+from microbench.core.errors import run_command
 from microbench.reports.decomposition import print_decomposition
 from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
 from microbench.step.analysis import DecomposeOptions
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit code 2 (argparse prints the usage too)
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
-    ap = _Parser(prog=prog, description=(
+    ap = Parser(prog=prog, description=(
         "Profile a few training steps of a model, attribute every GPU kernel (CPU: operator) to its layer and phase, "
         "count FLOPs and bytes, classify the work, judge it against the ceilings, and replay every GEMM and "
         "convolution of the step through the available providers."),
@@ -54,21 +49,18 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
 
 def main(argv: list[str] | None = None, prog: str = "python -m microbench.decompose") -> int:
     args = build_parser(prog).parse_args(argv)
+    out = args.out or Path("results") / f"decompose-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.model)}"
+    # Ctrl-C or SIGTERM: nothing is committed until the end, the earlier run stays.
+    return run_command(lambda: _main(args, out), on_interrupt=lambda: f"interrupted: {out} left as it was")
+
+
+def _main(args, out: Path) -> int:
     from microbench.core.outdir import OutputDir
     from microbench.step.analysis import DECOMPOSE_FILES
 
-    out = args.out or Path("results") / f"decompose-{re.sub(r'[^A-Za-z0-9_.-]+', '_', args.model)}"
-    out_dir = None
-    try:
-        out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
-        with out_dir:
-            return _run(args, out_dir)
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: nothing is written until the end, the earlier run stays
-        print(f"interrupted: {out} left as it was", file=sys.stderr)
-        return out_dir.exit_code() if out_dir else 130
+    out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
+    with out_dir:
+        return _run(args, out_dir)
 
 
 def _run(args, out_dir) -> int:

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command
 from microbench.harness.sass import TARGETS, StaticRecord, inspect_build
 
@@ -89,14 +90,16 @@ def _table(recs: list[StaticRecord]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.inspect", description=__doc__)
+    ap = Parser(prog="python -m microbench.inspect", description=__doc__)
     ap.add_argument("--json", type=Path, help="write one record per (kernel, config, target) to this file")
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
     ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
                                       "shapes (their argument specializations), as a GPU run compiles them")
     args = ap.parse_args(argv)
-    return run_command(lambda: profile_main(args) if args.profile else _run(args))
+    # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
+    return run_command(lambda: profile_main(args) if args.profile else _run(args),
+                       on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None)
 
 
 def _run(args) -> int:
@@ -111,12 +114,8 @@ def _run(args) -> int:
             if (f["module"], f["target"]) == (name, target):
                 print(f"inspect: {name} for {target} FAILED: {f['error']}", file=sys.stderr)
 
-    try:
-        result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
-                     progress=progress)
-    except KeyboardInterrupt:  # the JSON holds every (module, target) finished so far
-        print("inspect: interrupted; the JSON holds what was inspected before", file=sys.stderr)
-        return 130
+    result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
+                 progress=progress)
     if not result.records and not result.failures:
         raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
     wide_console().print(_table(result.records))

@@ -15,12 +15,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from microbench.core.cli import Parser
 from microbench.core.config import DEFAULT_CONFIG, load_config
-from microbench.core.errors import InputError
+from microbench.core.errors import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m microbench.roofline",
         description="Measure GEMM and conv2d through the vendor libraries (and our Triton / CuPy kernels where "
                     "they can run) on this machine, check every result against a float64 reference, time it, "
@@ -82,21 +83,21 @@ def main(argv: list[str] | None = None) -> int:
 
         return decompose_main(argv, prog="python -m microbench.roofline --model")
     args = build_parser().parse_args(argv)
+    return run_command(lambda: _main(args))
+
+
+def _main(args) -> int:
     from microbench.core.outdir import OutputDir
 
-    try:
-        out = OutputDir(args.out, OWNS)  # checks --out before any work
-        if args.arch_json:
-            from microbench.core.outdir import check_file
+    out = OutputDir(args.out, OWNS)  # checks --out before any work
+    if args.arch_json:
+        from microbench.core.outdir import check_file
 
-            check_file(args.arch_json, "--arch-json")
-        cfg = load_config(args.config)
-        profile = cfg.profile(args.profile)
-        with out:
-            return _run(args, cfg, profile, out)
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
+        check_file(args.arch_json, "--arch-json")
+    cfg = load_config(args.config)
+    profile = cfg.profile(args.profile)
+    with out:
+        return _run(args, cfg, profile, out)
 
 
 def _run(args, cfg, profile, out) -> int:

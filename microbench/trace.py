@@ -10,13 +10,14 @@ from microbench.communication.report import add_job_arguments
 from microbench.core.cli import positive_int
 from microbench.core.datasheet import measured_ceilings
 from microbench.core.dtypes import PRECISIONS
+from microbench.core.cli import Parser
 from microbench.core.errors import run_command
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m microbench.trace",
         description="Read a profiler trace and report kernel time by class, the Tensor Core / matrix-core share "
                     "with the evidence for each kernel (hardware counters, else the kernel-name rule), "

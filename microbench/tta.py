@@ -18,21 +18,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from microbench.core.errors import InputError
+from microbench.core.cli import MAX_COUNT, Parser, number
+from microbench.core.errors import run_command
 
 
 TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit code 2, no usage block
-        self.exit(2, f"error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m microbench.tta", description="Time-to-accuracy: leaderboards and our own runs.",
+    ap = Parser(prog="python -m microbench.tta", description="Time-to-accuracy: leaderboards and our own runs.",
                  epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. See docs/tta.md.")
-    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = ap.add_subparsers(dest="cmd", required=True)
     lb = sub.add_parser("leaderboard", help="rank DAWNBench submissions and MLPerf result logs")
     lb.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files")
     lb.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the entries as a JSON list")
@@ -41,17 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files: DAWNBench TSVs, "
                                                            "MLPerf result logs, tta.json of our runs")
     th.add_argument("--task", default=None, help="only this task (CIFAR10, ImageNet, SQuAD, resnet, bert, ours:MODEL)")
-    th.add_argument("--from", dest="lo", type=float, default=None, metavar="A", help="lowest threshold, percent")
-    th.add_argument("--to", dest="hi", type=float, default=None, metavar="B", help="highest threshold, percent")
-    th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
+    th.add_argument("--from", dest="lo", type=number(float, 0, 100), default=None, metavar="A", help="lowest threshold, percent")
+    th.add_argument("--to", dest="hi", type=number(float, 0, 100), default=None, metavar="B", help="highest threshold, percent")
+    th.add_argument("--step", type=number(float, 0.001, 100), default=None, metavar="S", help="percentage points between thresholds; "
                     "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
     th.add_argument("--plot", type=Path, default=None, metavar="PNG", help="draw time-to-accuracy against threshold")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
-    r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
-    r.add_argument("--seeds", type=int, default=3, help="runs, seeds 0..N-1; default: %(default)s")
-    r.add_argument("--epochs", type=int, default=None, help="training budget of each run; default: the model's")
+    r.add_argument("--target", type=number(float, 0, 1, low_open=True), default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
+    r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
     r.add_argument("--recipe", default=None, metavar="tuned|standard",
                    help="tuned (the time-to-accuracy schedule, bf16 where native), standard (a conventional "
@@ -62,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CIFAR-10: the folder of CIFAR-10.1 v6 (cifar10.1_v6_data.npy, cifar10.1_v6_labels.npy), "
                         "the second test set; digits has its own stand-in")
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads during the runs; default: torch's")
+    r.add_argument("--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's")
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
     r.add_argument("--profile", action="store_true", help="decompose one epoch: where its seconds went")
     r.add_argument("--out", type=Path, default=None, help="output folder; default: results/tta-MODEL")
@@ -113,26 +109,28 @@ def _run(args) -> int:
     from .core.jsonio import dumps
     from .core.outdir import OutputDir
 
-    out = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES)  # before any work
+    out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
+                                  on_interrupt="commit")  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
     recipes = check_recipes(spec, args.recipe.split(",") if args.recipe else ())
     epochs = sum(args.epochs or spec.with_recipe(r).epochs for r in recipes)
     ds = load(spec.dataset, args.data, args.new_test)  # before the progress bar: a bad --data is one line
     console = Console(stderr=True)
     with out:
-        try:
-            doc = _train(args, recipes, epochs, ds, out.staging, console)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows of finished seeds are kept
-            kept = out.commit_partial()
-            print("interrupted" + (f": rows of finished seeds in {out.final('results.json')}" if kept else
-                                   f" before the first seed finished: {out.path} left as it was"), file=sys.stderr)
-            return out.exit_code()
+        doc = _train(args, recipes, epochs, ds, out.staging, console)
         out.file("tta.json").write_text(dumps(doc, default=str))
         plot_accuracy(doc, out.file("tta_accuracy.png"))
         print_run(doc)
         written = out.commit()
     console.print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _interrupted(out) -> str:
+    """The line after Ctrl-C or SIGTERM (OutputDir committed the rows of finished seeds, if any)."""
+    if out.partial_committed:
+        return f"interrupted: rows of finished seeds in {out.final('results.json')}"
+    return f"interrupted before the first seed finished: {out.path} left as it was"
 
 
 def _train(args, recipes, epochs, ds, out, console) -> dict:
@@ -161,14 +159,11 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return {"leaderboard": _leaderboard, "thresholds": _thresholds, "run": _run}[args.cmd](args)
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    args.outdir = None
+    if args.cmd != "run":
+        return run_command(lambda: {"leaderboard": _leaderboard, "thresholds": _thresholds}[args.cmd](args))
+    return run_command(lambda: _run(args), on_interrupt=lambda: _interrupted(args.outdir)
+                       if args.outdir is not None else None)
 
 
 if __name__ == "__main__":

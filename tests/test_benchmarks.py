@@ -21,7 +21,7 @@ from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
 from microbench.harness.ceilings import Ceilings, build_ceilings
 from microbench.core.config import Config, load_config
-from microbench.core.device import Device, detect
+from microbench.core.device import DEVICE_REQUESTS, Device, detect
 from microbench.core.errors import InputError
 from microbench.core.fingerprint import benchmark_selection
 from microbench.harness.registry import Unsupported
@@ -43,6 +43,8 @@ def _load() -> Config:
 def pytest_generate_tests(metafunc):
     if "bench_case" not in metafunc.fixturenames:
         return
+    if DEVICE not in DEVICE_REQUESTS:  # a usage error before any test, as a bad DAWNSCOPE_PROFILE is
+        raise pytest.UsageError(f"error: DAWNSCOPE_DEVICE = {DEVICE!r}: expected one of {', '.join(DEVICE_REQUESTS)}")
     cfg = _load()
     try:
         profile = cfg.profile(PROFILE)

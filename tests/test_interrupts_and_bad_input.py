@@ -229,7 +229,7 @@ def test_bad_output_paths(case, tmp_path, tiny_config, monkeypatch, capsys):
         monkeypatch.setattr(roofline, "load_config", no_work)
         code = roofline.main(roofline_args(tiny_config, target))
     elif command == "decompose":
-        monkeypatch.setattr(decompose_cmd, "decompose", no_work)
+        monkeypatch.setattr(decompose_cmd, "decompose_step", no_work)
         code = decompose_cmd.main(["--model", "resnet9", "--out", str(target)])
     elif command == "trace":
         monkeypatch.setattr(trace_cmd, "analyze", no_work)

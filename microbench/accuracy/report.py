@@ -132,10 +132,9 @@ def print_profile(p: dict, console: Console) -> None:
 
 def plot_accuracy(doc: dict, path: str | Path) -> Path:
     """Test accuracy over the time-to-accuracy clock, one line per seed, the target as a dashed line."""
-    import matplotlib
+    from microbench.reports.figures import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     docs = run_documents(doc)

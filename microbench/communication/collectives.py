@@ -183,6 +183,10 @@ def deepbench_sizes() -> list[int]:
     return [int(n) * ELEMENT_BYTES for n in tomllib.loads(path.read_text())["all_reduce"]["floats"]]
 
 
+# The largest message: every rank allocates buffers of it (and all-gather N times it); beyond this a typo.
+MAX_MESSAGE_BYTES = 2**36
+
+
 def parse_sizes(text: str) -> list[int]:
     """'8,4K,16M' (binary units), 'deepbench' (DeepBench's all-reduce sizes) and 'buckets:MODEL' (the DDP
     gradient buckets of one of our models), comma-separated -> sorted distinct byte counts."""
@@ -206,6 +210,9 @@ def parse_sizes(text: str) -> list[int]:
                                  key="--sizes", value=tok)
             if int(num) * _UNITS[unit] % ELEMENT_BYTES:  # float32 buffers: it would silently measure another size
                 raise InputError(None, f"a size must be a multiple of {ELEMENT_BYTES} bytes (float32 elements)",
+                                 key="--sizes", value=tok)
+            if int(num) * _UNITS[unit] > MAX_MESSAGE_BYTES:
+                raise InputError(None, f"a size must be at most {MAX_MESSAGE_BYTES >> 30} GiB (one rank's buffer)",
                                  key="--sizes", value=tok)
             out.add(int(num) * _UNITS[unit])
     if not out:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 
 def busbw_figure(rows: list[dict], title: str):
-    import matplotlib
+    from microbench.reports.figures import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     by_op: dict[str, list[tuple[int, float]]] = {}

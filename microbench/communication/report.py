@@ -82,18 +82,30 @@ COLLECTIVE_FILES = ("results.json", "results.csv", "busbw.png")
 
 
 def run_collectives(args) -> int:
-    from microbench.core import device as devmod
+    from contextlib import nullcontext
+
     from microbench.core.outdir import OutputDir
     from . import world
-    from .collectives import DEFAULT_SIZES, Plan, bench_rank, parse_sizes
+    from .collectives import DEFAULT_SIZES, Plan, parse_sizes
 
     backend = _backend(args)
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
     leader = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
     out = OutputDir(args.out, COLLECTIVE_FILES) if leader else None  # checked before any work
-    if leader:
-        _note_rounded(plan, int(os.environ.get("WORLD_SIZE", args.nproc)) if world.under_torchrun() else args.nproc)
+    # The lock before any work, as roofline takes it: a second run into this folder is refused at once.
+    with out if leader else nullcontext():
+        if leader:
+            _note_rounded(plan, int(os.environ.get("WORLD_SIZE", args.nproc)) if world.under_torchrun()
+                          else args.nproc)
+        return _measure_collectives(args, plan, backend, out)
+
+
+def _measure_collectives(args, plan, backend: str, out) -> int:
+    from microbench.core import device as devmod
+    from . import world
+    from .collectives import bench_rank
+
     records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
         return 0
@@ -102,9 +114,8 @@ def run_collectives(args) -> int:
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-    with out:
-        doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
-        written = out.commit()
+    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
+    written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 

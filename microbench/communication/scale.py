@@ -27,6 +27,7 @@ FABRICS_PATH = Path(__file__).resolve().parent.parent / "data" / "fabrics.toml"
 FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 ALGORITHMS = ("ring", "tree")
 OVERLAPS = ("buckets", "none")
+MAX_WORKERS = 10**6  # more GPUs than any machine has had: a typo
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,9 @@ def parse_workers(text: str) -> list[int]:
         out = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         out = []
-    if not out or min(out) < 1:
-        raise ConfigError(None, "expected positive worker counts like 1,2,4,8", key="--workers", value=text)
+    if not out or min(out) < 1 or max(out) > MAX_WORKERS:
+        raise ConfigError(None, f"expected worker counts from 1 to {MAX_WORKERS:,} like 1,2,4,8", key="--workers",
+                          value=text)
     return sorted(set(out))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from microbench.core import dtypes as dt_table
 from microbench.core import ops
 from microbench.core.conditions import ConditionSettings
-from microbench.core.errors import ConfigError
+from microbench.core.errors import ConfigError, InputError
 from microbench.core.ops import OpSpec
 from microbench.core.shapes import Case
 from microbench.core.stats import NoiseSettings
@@ -35,6 +35,7 @@ MAX_INPUT_SETS = 64  # timing.input_sets
 MAX_TOLERANCE = 1.0  # a relative error of 1 passes an all-zero output: any larger turns the check off
 MAX_DIM = 2**31 - 1  # any shape dimension, batch, group count, size in the ceilings' GEMM sweep
 MAX_COPY_MB = 1 << 20  # ceilings.*.copy_mb: 1 TiB
+MAX_CONFIG_BYTES = 16 << 20  # a config file (bench.toml is 30 KB): beyond this not a config
 MAX_PEAK = 1e6  # datasheet TFLOP/s (int8: TOPS), TB/s and CPU FLOPs per cycle
 
 
@@ -234,10 +235,12 @@ def _data_file(rd: _Reader, fname: str, key: str, spec: str) -> Path:
 
 def _read_toml(path: Path) -> dict:
     """A TOML file, with every way it can be unreadable as one ConfigError."""
+    from microbench.core.files import read_input
+
     try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise ConfigError(path, f"cannot read: {e.strerror or e}") from None
+        text = read_input(path, max_bytes=MAX_CONFIG_BYTES).decode("utf-8")
+    except InputError as e:
+        raise ConfigError(path, e.problem) from None
     except UnicodeDecodeError as e:
         raise ConfigError(path, f"not UTF-8 text (TOML files are UTF-8): byte {e.start} is "
                                 f"{e.object[e.start]:#04x}") from None

@@ -143,9 +143,12 @@ def gpu_device(index: int = 0) -> Device:
                   l2_bytes=getattr(props, "L2_cache_size", None), extra=extra)
 
 
+DEVICE_REQUESTS = ("auto", "cpu", "cuda")
+
+
 def detect(requested: str = "auto") -> Device:
     """`auto` picks the GPU when PyTorch sees one; `cuda` without one is a clear error."""
-    if requested not in ("auto", "cpu", "cuda"):
+    if requested not in DEVICE_REQUESTS:
         raise ValueError(f"unknown device {requested!r} (use auto, cpu or cuda)")
     if requested == "cpu":
         return cpu_device()

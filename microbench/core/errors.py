@@ -1,9 +1,22 @@
 """Errors that end a command with exit code 2 and one line naming the file, key and value."""
 from __future__ import annotations
 
+import re
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
+
+# Control characters (C0, DEL, C1) in a file name or value would break the one-line rule (a newline) or drive the
+# terminal (an escape sequence): shown as escapes instead.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text) -> str:
+    """`text` as one printable line: control characters escaped (\\n, \\x1b)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
 
 
 class InputError(Exception):
@@ -19,27 +32,101 @@ class InputError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        where = self.path or "<input>"
+        where = shown(self.path) if self.path else "<input>"
         if self.key is not None:
-            where += f": {self.key}"
+            where += f": {shown(self.key)}"
             if self.value is not None:
-                where += f" = {self.value!r}"
-        return f"{where}: {self.problem}"
+                where += f" = {shown(_short(self.value))}"
+        return f"{where}: {shown(self.problem)}"
+
+
+def _short(value, limit: int = 200) -> str:
+    """A value's repr, cut: a 5 MB field is named, not printed."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 class ConfigError(InputError):
     pass
 
 
-def run_command(body: Callable[[], int]) -> int:
-    """A command's body with its one-line endings: bad input -> `error: LINE`, exit 2; Ctrl-C ->
-    `interrupted`, exit 130 (never a traceback)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered the way Ctrl-C is, so the same code keeps the rows and writes what it can."""
+
+
+class Interrupts:
+    """Which signal ended the command (SIGINT for Ctrl-C, SIGTERM from `timeout` or a scheduler)."""
+
+    signum: int | None = None
+    depth = 0
+
+    @classmethod
+    def exit_code(cls) -> int:
+        """128 + the signal: 130 after Ctrl-C, 143 after SIGTERM (the shell's convention)."""
+        return 128 + (cls.signum or signal.SIGINT)
+
+
+def _on_term(signum, frame):
+    Interrupts.signum = signum
+    raise Terminated()
+
+
+def _on_int(signum, frame):
+    Interrupts.signum = signum
+    raise KeyboardInterrupt()
+
+
+@contextmanager
+def interrupts_as_keyboard_interrupt():
+    """While inside: SIGTERM (and Ctrl-C) raise KeyboardInterrupt and record the signal. Nested uses share the
+    outermost handlers; outside the main thread (a library in a worker) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield Interrupts
+        return
+    if Interrupts.depth == 0:
+        Interrupts.signum = None
+        old = signal.signal(signal.SIGTERM, _on_term), signal.signal(signal.SIGINT, _on_int)
+    Interrupts.depth += 1
     try:
-        return body()
-    except InputError as e:
-        line = e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
-        print(f"error: {line}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        yield Interrupts
+    finally:
+        Interrupts.depth -= 1
+        if Interrupts.depth == 0:
+            signal.signal(signal.SIGTERM, old[0])
+            signal.signal(signal.SIGINT, old[1])
+
+
+def error_line(e: InputError) -> str:
+    return e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
+
+
+def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] | None = None) -> int:
+    """The one runner of every command, with its one-line endings (the README's "What happens when"):
+    - bad input (InputError): `error: LINE`, exit 2;
+    - Ctrl-C or SIGTERM, from the first line of the body on: `interrupted`, exit 130 / 143. A command that
+      commits partial output gives `on_interrupt`, called first (its returned line replaces `interrupted`);
+    - the machine failing the command (a full disk, an I/O error: OSError) or a failing plot backend
+      (`PlotError`): `error: LINE`, exit 1. A run that measured rows keeps them (core.outdir moves them to
+      `incomplete-...`); nothing else is caught, so a bug still shows its traceback."""
+    with interrupts_as_keyboard_interrupt() as caught:
+        try:
+            try:
+                return body()
+            except KeyboardInterrupt:
+                line = on_interrupt() if on_interrupt else None
+                print(shown(line or "interrupted"), file=sys.stderr)
+                return caught.exit_code()
+        except InputError as e:
+            print(f"error: {error_line(e)}", file=sys.stderr)
+            return e.exit_code
+        except KeyboardInterrupt:  # a second one, while on_interrupt committed
+            print("interrupted", file=sys.stderr)
+            return caught.exit_code()
+        except (OSError, PlotError) as e:
+            where = f"{shown(e.filename)}: " if getattr(e, "filename", None) else ""
+            print(f"error: {where}{shown(getattr(e, 'strerror', None) or e)}", file=sys.stderr)
+            return 1
+
+
+class PlotError(Exception):
+    """The plotting backend failed (a bad MPLBACKEND, a broken font cache): the rows stay, the plot does not."""

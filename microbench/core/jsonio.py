@@ -22,11 +22,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 def open_text(path: str | Path) -> TextIO:
     """A text stream over the (decompressed) file. Errors while reading later surface as the exceptions
     `read_errors` translates."""
+    from microbench.core.files import open_input
+
     path = Path(path)
-    try:
-        raw = path.open("rb")
-    except OSError as e:
-        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    raw = open_input(path)  # a regular file only: a FIFO or /dev/zero is one line, not a hang
     head = raw.read(2)
     raw.seek(0)
     if not head:

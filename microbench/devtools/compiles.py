@@ -61,21 +61,24 @@ def count(case_list, family: str, sms: int = 132) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.devtools.compiles", description=__doc__)
+    from microbench.core.cli import Parser, number
+    from microbench.core.errors import run_command
+
+    ap = Parser(prog="python -m microbench.devtools.compiles", description=__doc__)
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--family", default="sm_90", choices=["sm_80", "sm_90", "cdna"])
-    ap.add_argument("--sms", type=int, default=132, help="multiprocessors of the GPU (H100/H200 SXM: 132)")
+    ap.add_argument("--sms", type=number(int, 1, 1024), default=132,
+                    help="multiprocessors of the GPU, 1 to 1024 (H100/H200 SXM: 132)")
     ap.add_argument("--config", default=None)
     args = ap.parse_args(argv)
+    return run_command(lambda: _main(args))
+
+
+def _main(args) -> int:
     from microbench.core.config import load_config
-    from microbench.core.errors import InputError
     from kernels.triton_runtime import AUTOTUNE_ENV
 
-    try:
-        cases = load_config(args.config).profile(args.profile).cases
-    except InputError as e:
-        print(f"error: {e.line()}", file=sys.stderr)
-        return e.exit_code
+    cases = load_config(args.config).profile(args.profile).cases
     for setting in ("1", "0"):
         with mock.patch.dict(os.environ, {AUTOTUNE_ENV: setting}):
             c = count(cases, args.family, args.sms)

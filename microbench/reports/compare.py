@@ -193,9 +193,11 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
 
 def resolve_results(path: str | Path) -> Path:
     """A results directory (python -m microbench.roofline --out DIR) -> its results.json; a file as it is."""
+    from microbench.core.files import exists, is_folder
+
     path = Path(path)
-    if path.is_dir():
-        if not (path / "results.json").is_file():
+    if is_folder(path):
+        if not exists(path / "results.json"):
             raise InputError(path, "a directory without results.json (give a results file or a roofline --out directory)")
         return path / "results.json"
     return path

@@ -266,10 +266,9 @@ def roofline_figure(doc: dict):
     (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
     one point per timed row numbered as in the table (marker: provider; hollow: noisy; red ring: above its
     roof, flagged). The caller closes it."""
-    import matplotlib
+    from microbench.reports.figures import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     numbered = [(i + 1, r) for i, r in enumerate(_dicts(doc["results"])) if r.get("tflops") and r.get("intensity")]
     rows = [r for _, r in numbered]

@@ -90,18 +90,29 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
+_OUT_OF_MEMORY = ("can't allocate", "out of memory", "not enough memory")
+
+
+def _step_error(what: str, e: BaseException, model_name: str, batch: int):
+    """The one line for a training step that fails: an allocation failure names --batch (the argument to
+    change), anything else --model."""
+    from models import ModelError
+
+    if isinstance(e, MemoryError) or any(t in str(e).lower() for t in _OUT_OF_MEMORY):
+        return ModelError(None, f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
+                          key="--batch", value=batch)
+    return ModelError(None, f"{what}: {_first_line(e)}", key="--model", value=model_name)
+
+
 def _run_first_step(step, ranges_factory, notes: list[str]):
     """The first step; a model that modifies a module's output in place cannot have full backward hooks:
     retry without backward ranges (attribution does not need them)."""
-    from models import ModelError
-
     try:
         step()
         return
     except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's model is one line, not a traceback
         if not (isinstance(e, RuntimeError) and "BackwardHookFunction" in str(e)):
-            raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
-                             value=step.workload.name) from None
+            raise _step_error("the model's training step failed", e, step.workload.name, step.batch) from None
     step.ranges.remove()
     step.ranges = ranges_factory(backward_ranges=False)
     step.optimizer.zero_grad(set_to_none=True)
@@ -110,8 +121,7 @@ def _run_first_step(step, ranges_factory, notes: list[str]):
     try:
         step()
     except (Exception, SystemExit) as e:  # noqa: BLE001
-        raise ModelError(None, f"the model's training step failed: {_first_line(e)}", key="--model",
-                         value=step.workload.name) from None
+        raise _step_error("the model's training step failed", e, step.workload.name, step.batch) from None
 
 
 def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> None:
@@ -310,7 +320,6 @@ def _ranges(d: Decomposition, backward_ranges: bool = True):
 
 
 def _build_step(d: Decomposition):
-    from models import ModelError
     from models.step import TrainingStep
 
     try:
@@ -318,8 +327,7 @@ def _build_step(d: Decomposition):
     except InputError:
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
-        raise ModelError(None, f"cannot set up the training step: {_first_line(e)}", key="--model",
-                         value=d.workload.name) from None
+        raise _step_error("cannot set up the training step", e, d.workload.name, d.batch) from None
 
 
 def stage_profile(d: Decomposition) -> None:

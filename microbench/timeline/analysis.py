@@ -28,14 +28,11 @@ def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
     sqlite`), "ncu" (an `ncu --csv` export), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
-    from microbench.core.errors import InputError
+    from microbench.core.files import open_input
     from microbench.timeline import ncu, nsys
 
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError as e:
-        raise InputError(Path(path), f"cannot read: {e.strerror or e}") from None
+    with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
+        head = f.read(4096)
     if nsys.is_sqlite(head):
         return "nsys"
     if not head.startswith(b"\x1f\x8b") and ncu.looks_like_ncu_csv(head.decode("utf-8", errors="replace")):

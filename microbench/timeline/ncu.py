@@ -150,10 +150,9 @@ def looks_like_ncu_csv(head: str) -> bool:
 
 
 def _rows(path: Path) -> list[list[str]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    from microbench.core.files import read_input
+
+    text = read_input(path).decode("utf-8", errors="replace")
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
     if start is None:

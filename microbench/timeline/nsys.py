@@ -47,11 +47,10 @@ class NsysExport:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as e:
-        raise InputError(path, f"cannot read: {e.strerror or e}") from None
+    from microbench.core.files import open_input
+
+    with open_input(path) as f:
+        head = f.read(16)
     if not is_sqlite(head):
         raise InputError(path, "not an SQLite database (an Nsight Systems export is `nsys export --type sqlite`)")
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
