@@ -7,14 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from microbench.core.cli import positive_int
+from microbench.core.cli import Parser, positive_int
 from microbench.core.errors import InputError, run_command
 
 WHAT_IF_DTYPES = ("bf16", "fp16")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m microbench.predict",
         description="Predict each kernel's time on another chip from its FLOPs and bytes (the work model), the "
                     "target's achievable compute per precision and matrix path, achievable memory bandwidth, SM / "

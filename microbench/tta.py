@@ -37,15 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files: DAWNBench TSVs, "
                                                            "MLPerf result logs, tta.json of our runs")
     th.add_argument("--task", default=None, help="only this task (CIFAR10, ImageNet, SQuAD, resnet, bert, ours:MODEL)")
-    th.add_argument("--from", dest="lo", type=number(float, 0, 100), default=None, metavar="A", help="lowest threshold, percent")
-    th.add_argument("--to", dest="hi", type=number(float, 0, 100), default=None, metavar="B", help="highest threshold, percent")
-    th.add_argument("--step", type=number(float, 0.001, 100), default=None, metavar="S", help="percentage points between thresholds; "
+    th.add_argument("--from", dest="lo", type=float, default=None, metavar="A", help="lowest threshold, percent")
+    th.add_argument("--to", dest="hi", type=float, default=None, metavar="B", help="highest threshold, percent")
+    th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
                     "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
     th.add_argument("--plot", type=Path, default=None, metavar="PNG", help="draw time-to-accuracy against threshold")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
-    r.add_argument("--target", type=number(float, 0, 1, low_open=True), default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
     r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
     r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")

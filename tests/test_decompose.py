@@ -200,7 +200,7 @@ def test_attribution_on_a_real_v100_trace():
 @pytest.mark.parametrize("argv, problem", [
     (["--model", "nosuch"], "unknown model"),
     (["--model", "tests.ext_model:make_wrong"], "returned int"),
-    (["--model", "resnet9", "--batch", "0"], "must be positive"),
+    (["--model", "resnet9", "--batch", "0"], "--batch: '0' must be an integer from 1"),
     (["--model", "resnet9", "--batch", "x"], "not an integer"),
     (["--model", "resnet9", "--dtype", "fp64"], "invalid choice"),
     (["--model", "resnet9", "--providers", "nope"], "unknown provider"),
