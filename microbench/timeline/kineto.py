@@ -346,8 +346,25 @@ def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev:
     b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
 
 
+class _FloatId(Exception):
+    """An id written as a float (1e30, 7.5): refused as an integer beyond ID_BOUNDS is, never read as absent."""
+
+
 def _int(v, default: int = NO_ID) -> int:
+    if type(v) is float:
+        raise _FloatId(v)
     return v if type(v) is int else default
+
+
+def _float_id_error(path: Path, ev: Event, index: int) -> InputError:
+    args = ev.args if type(ev.args) is Args else _NO_ARGS
+    for key, v in (("pid", ev.pid), ("tid", ev.tid), ("args.device", args.device), ("args.stream", args.stream),
+                   ("args.correlation", args.correlation), ("args.External id", args.external_id),
+                   ("args.Sequence number", args.seq)):
+        if type(v) is float:
+            return InputError(path, f"traceEvents[{index}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
+                                    f"{key}={v!r}: expected an integer id")
+    return InputError(path, f"traceEvents[{index}]: an id written as a number that is not an integer")
 
 
 def _arg(b: TimelineBuilder, raw: msgspec.Raw) -> int:
@@ -373,50 +390,58 @@ def _cat(ev: Event) -> str:
 
 def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, raws=None) -> None:
     """One batch of decoded events into the builder's columns (the rules of the module docstring)."""
-    for i, ev in enumerate(events):
-        if ev.ph != "X":
-            continue
-        cat = ev.cat.lower() if type(ev.cat) is str else ""
-        ts, dur = ev.ts, ev.dur
-        if type(ts) not in _NUM or type(dur) not in _NUM:
-            if cat in NEEDS_TIMES:
-                raise InputError(path, f"traceEvents[{base + i}]: {cat} event {str(ev.name)[:60]!r} has ts={ts!r}, "
-                                       f"dur={dur!r}: expected numbers (microseconds)")
-            b.skip("complete events without numeric ts/dur")
-            continue
-        if dur < 0:
-            b.skip("events with negative dur")
-            continue
-        if not (dur <= MAX_DUR_US and -MAX_TS_US <= ts <= MAX_TS_US):  # also false for nan
-            raise InputError(path, f"traceEvents[{base + i}]: {cat or 'event'} {str(ev.name)[:60]!r} has ts={ts!r}, "
-                                   f"dur={dur!r}: expected finite microseconds, ts within +-{MAX_TS_US:g} and dur "
-                                   f"at most {MAX_DUR_US:g}")
-        if type(ev.tid) in (dict, list):  # threads are keyed by (pid, tid): an object or array becomes a name
-            ev.tid = str(ev.tid)
-        if cat != "trace":
-            b.cover(ts, ts + dur)
-        name = ev.name if type(ev.name) is str else str(ev.name)
-        args = ev.args if type(ev.args) is Args else _NO_ARGS
-        if cat == PROFILER_RANGE and raws is not None:
-            _add_counter_range(b, name, ts, dur, ev, raws[i], path, base + i)
-        elif cat == "kernel" or cat in COPY_CATEGORIES:
-            device = _int(args.device, _int(ev.pid, 0))
-            b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
-                         _int(args.external_id), COPY_CATEGORIES.get(cat, KERNEL))
-        elif cat.endswith(("_runtime", "_driver")):
-            if type(args.correlation) is int:
+    i = 0
+    try:
+        for i, ev in enumerate(events):
+            if ev.ph != "X":
+                continue
+            cat = ev.cat.lower() if type(ev.cat) is str else ""
+            ts, dur = ev.ts, ev.dur
+            if type(ts) not in _NUM or type(dur) not in _NUM:
+                if cat in NEEDS_TIMES:
+                    raise InputError(path, f"traceEvents[{base + i}]: {cat} event {str(ev.name)[:60]!r} has ts={ts!r}, "
+                                           f"dur={dur!r}: expected numbers (microseconds)")
+                b.skip("complete events without numeric ts/dur")
+                continue
+            if dur < 0:
+                b.skip("events with negative dur")
+                continue
+            if not (dur <= MAX_DUR_US and -MAX_TS_US <= ts <= MAX_TS_US):  # also false for nan
+                raise InputError(path, f"traceEvents[{base + i}]: {cat or 'event'} {str(ev.name)[:60]!r} has ts={ts!r}, "
+                                       f"dur={dur!r}: expected finite microseconds, ts within +-{MAX_TS_US:g} and dur "
+                                       f"at most {MAX_DUR_US:g}")
+            if type(ev.tid) in (dict, list):  # threads are keyed by (pid, tid): an object or array becomes a name
+                ev.tid = str(ev.tid)
+            elif type(ev.tid) is float or type(ev.pid) is float:
+                raise _FloatId(ev.pid)
+            if cat != "trace":
+                b.cover(ts, ts + dur)
+            name = ev.name if type(ev.name) is str else str(ev.name)
+            args = ev.args if type(ev.args) is Args else _NO_ARGS
+            if cat == PROFILER_RANGE and raws is not None:
+                _add_counter_range(b, name, ts, dur, ev, raws[i], path, base + i)
+            elif cat == "kernel" or cat in COPY_CATEGORIES:
+                device = _int(args.device, _int(ev.pid, 0))
+                b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
+                             _int(args.external_id), COPY_CATEGORIES.get(cat, KERNEL))
+            elif cat.endswith(("_runtime", "_driver")):
+                if type(args.correlation) is float:
+                    raise _FloatId(args.correlation)
+                if type(args.correlation) is int:
+                    pid = b.process(ev.pid)
+                    b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
+                                 args.kernel if type(args.kernel) is str else None)
+            elif cat == "user_annotation" or (cat == "cpu_op" and STEP_RE.match(name)):
                 pid = b.process(ev.pid)
-                b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
-                             args.kernel if type(args.kernel) is str else None)
-        elif cat == "user_annotation" or (cat == "cpu_op" and STEP_RE.match(name)):
-            pid = b.process(ev.pid)
-            b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
-                        _arg(b, args.input_types))
-        elif cat == "gpu_user_annotation":
-            pid = b.process(ev.pid)
-            b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)
-        elif cat == "cpu_op":
-            pid = b.process(ev.pid)
-            b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
-                         _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
-                         _arg(b, args.input_strides))
+                b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
+                            _arg(b, args.input_types))
+            elif cat == "gpu_user_annotation":
+                pid = b.process(ev.pid)
+                b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)
+            elif cat == "cpu_op":
+                pid = b.process(ev.pid)
+                b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
+                             _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
+                             _arg(b, args.input_strides))
+    except _FloatId:
+        raise _float_id_error(path, events[i], base + i) from None

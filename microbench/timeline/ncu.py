@@ -36,6 +36,10 @@ LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 _SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
             "second": 1e9}
+_CC = re.compile(r"\d{1,2}\.\d{1,2}")  # a compute capability as ncu writes it: 9.0, 10.0, 12.1
+MAX_DEVICE = 2**31 - 1
+MAX_VALUE = 1e30  # any metric value: beyond it (or inf, nan) the export is corrupt, and sums overflow
+MAX_DURATION_NS = 1e15  # one kernel: 11.6 days, the Kineto reader's MAX_DUR_US
 _TENSOR_OPS = re.compile(r"^sm__ops_path_tensor_src_([a-z0-9]+?)(?:_dst_[a-z0-9]+)?\.sum$")
 
 
@@ -132,7 +136,7 @@ def _scaled(value: float, unit: str, table: dict[str, float], kind: str) -> floa
 def parse_number(text: str) -> float | None:
     """ncu's printed value -> float; '1,215,000.5' -> 1215000.5; 'n/a' and '' -> None."""
     t = text.strip().replace(",", "")
-    if t in ("", "n/a", "N/A", "nan"):
+    if t in ("", "n/a", "N/A"):
         return None
     try:
         return float(t)
@@ -169,9 +173,22 @@ def _kernel(cols: dict[str, int], row: list[str], path: Path, line: int) -> NcuK
         kid = int(get("ID"))
     except (TypeError, ValueError):
         raise InputError(path, f"row {line}: ID {get('ID')!r} is not a kernel number") from None
-    dev = get("Device")
-    return NcuKernel(kid, get("Kernel Name") or "", int(dev) if dev and dev.isdigit() else None, get("CC"),
+    dev, cc = get("Device"), get("CC")
+    if dev is not None and not (dev.isdigit() and int(dev) <= MAX_DEVICE):
+        raise InputError(path, f"row {line}: Device = {dev!r}: expected a device number from 0 to {MAX_DEVICE:,}")
+    if cc is not None and not _CC.fullmatch(cc):
+        raise InputError(path, f"row {line}: CC = {cc!r}: expected a compute capability like 9.0")
+    return NcuKernel(kid, get("Kernel Name") or "", int(dev) if dev is not None else None, cc,
                      get("Stream"), get("Block Size"), get("Grid Size"))
+
+
+def _value(text: str, path: Path, line: int, metric: str) -> float | None:
+    """A metric's printed value, checked: finite and within MAX_VALUE in magnitude."""
+    v = parse_number(text)
+    if v is not None and not abs(v) <= MAX_VALUE:  # also false for nan
+        raise InputError(path, f"row {line}: {metric} = {text.strip()[:40]!r}: expected a finite number "
+                               f"within +-{MAX_VALUE:g}")
+    return v
 
 
 def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
@@ -193,7 +210,7 @@ def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
             name, section = row[cols["Metric Name"]], row[cols["Section Name"]]
             if not name:
                 continue  # rule-only rows (a section's advice) carry no metric
-            unit, value = row[cols["Metric Unit"]], parse_number(row[cols["Metric Value"]])
+            unit, value = row[cols["Metric Unit"]], _value(row[cols["Metric Value"]], path, n, name)
             k.metrics.setdefault(name, (value, unit))
             k.metrics[f"{section}/{name}"] = (value, unit)  # display names repeat across sections
         return [kernels[i] for i in sorted(kernels)]
@@ -203,7 +220,7 @@ def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
         k = _kernel(cols, row, path, n)
         for i, c in metric_cols:
             if i < len(row):
-                k.metrics[c] = (parse_number(row[i]), units[i] if units and i < len(units) else "")
+                k.metrics[c] = (_value(row[i], path, n, c), units[i] if units and i < len(units) else "")
         kernels[k.id] = k
     return [kernels[i] for i in sorted(kernels)]
 
@@ -222,6 +239,9 @@ def read(path: str | Path):
             dur_ns = k.duration_ns
         except ValueError as e:
             raise InputError(path, f"kernel ID {k.id}: duration: {e}") from None
+        if dur_ns is not None and not 0 <= dur_ns <= MAX_DURATION_NS:
+            raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): duration {dur_ns:g} ns: expected 0 to "
+                                   f"{MAX_DURATION_NS:g} ns")
         if dur_ns is None:
             raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): no duration (gpu__time_duration.sum or the "
                                    "Speed Of Light section's Duration): profile with --section SpeedOfLight or "

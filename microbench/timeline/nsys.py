@@ -22,6 +22,30 @@ from pathlib import Path
 from microbench.core.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# The domain of every number read (checked in SQL before the rows are, _check_fields): a type other than an
+# integer, or a value beyond these, is a corrupt export, one line naming the table, row, column and value.
+MAX_NS = 2**62  # a timestamp in ns (146 years): times must also survive the conversion to microseconds
+MAX_DUR_NS = 10**15  # one event: 11.6 days, as the Kineto reader's MAX_DUR_US
+MAX_ID = 2**63 - 1
+MAX_DEVICE = 2**31 - 1
+MAX_COUNT = 2**53  # bytes of a copy, memory of a GPU, grid and block sizes: exact in a float
+# Times may be negative: events recorded before the session's start (NVTX ranges opened earlier) are.
+TIME, ID, DEVICE, COUNT = (-MAX_NS, MAX_NS, False), (0, MAX_ID, True), (0, MAX_DEVICE, False), (0, MAX_COUNT, True)
+FIELDS = {  # table -> column -> (lowest, highest, NULL allowed); absent columns are not read either
+    "CUPTI_ACTIVITY_KIND_KERNEL": {"start": TIME, "end": TIME, "deviceId": DEVICE, "streamId": ID,
+                                   "correlationId": ID, "demangledName": ID, "shortName": ID, "gridX": COUNT,
+                                   "gridY": COUNT, "gridZ": COUNT, "blockX": COUNT, "blockY": COUNT, "blockZ": COUNT},
+    "CUPTI_ACTIVITY_KIND_RUNTIME": {"start": TIME, "end": TIME, "correlationId": ID, "nameId": ID,
+                                    "globalTid": ID},
+    "CUPTI_ACTIVITY_KIND_MEMCPY": {"start": TIME, "end": TIME, "deviceId": DEVICE, "streamId": ID,
+                                   "correlationId": ID, "bytes": COUNT, "copyKind": ID},
+    "CUPTI_ACTIVITY_KIND_MEMSET": {"start": TIME, "end": TIME, "deviceId": DEVICE, "streamId": ID,
+                                   "correlationId": ID, "bytes": COUNT},
+    "NVTX_EVENTS": {"start": TIME, "end": (-MAX_NS, MAX_NS, True), "globalTid": ID, "textId": ID, "domainId": ID,
+                    "eventType": ID},
+    "TARGET_INFO_GPU": {"id": DEVICE, "smCount": COUNT, "totalMemory": COUNT, "memoryBandwidth": COUNT,
+                        "clockRate": COUNT, "computeMajor": COUNT, "computeMinor": COUNT},
+}
 NVTX_RANGE_TYPES = ("NvtxPushPopRange", "NvtxStartEndRange")
 US_PER_NS = 1e-3
 
@@ -64,6 +88,35 @@ def _columns(con, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
+def _check_fields(con, path: Path, table: str) -> None:
+    """Every number of `table` the reader uses is an integer in its FIELDS range (NULL only where allowed), and
+    an event's end is not before its start nor further than MAX_DUR_NS after it: one query finds the first
+    row that breaks a rule, so a good export costs one scan."""
+    cols = _columns(con, table)
+    fields = {c: rule for c, rule in FIELDS[table].items() if c in cols}
+    bad = []
+    for c, (lo, hi, null) in fields.items():
+        types = "'integer', 'null'" if null else "'integer'"
+        bad.append(f'(typeof("{c}") NOT IN ({types}) OR "{c}" < {lo} OR "{c}" > {hi})')
+    if "start" in fields and "end" in fields:
+        bad.append(f'(typeof("end") = \'integer\' AND ("end" < "start" OR "end" - "start" > {MAX_DUR_NS}))')
+    names = list(fields)
+    if not names:
+        return
+    quoted = ", ".join(f'"{c}"' for c in names)
+    row = con.execute(f'SELECT rowid, {quoted} FROM "{table}" WHERE {" OR ".join(bad)} LIMIT 1').fetchone()
+    if row is None:
+        return
+    values = dict(zip(names, row[1:]))
+    for c, (lo, hi, null) in fields.items():
+        v = values[c]
+        if not ((v is None and null) or (type(v) is int and lo <= v <= hi)):
+            raise InputError(path, f"{table} row {row[0]}: {c} = {v!r}: expected an integer from {lo:,} to {hi:,}"
+                                   + (" or NULL" if null else ""))
+    raise InputError(path, f"{table} row {row[0]}: start = {values['start']}, end = {values['end']}: the event "
+                           f"ends before it starts or lasts longer than {MAX_DUR_NS:g} ns")
+
+
 def _kernels(con, tables) -> list[dict]:
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         return []
@@ -74,9 +127,14 @@ def _kernels(con, tables) -> list[dict]:
            f"FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds n ON n.id = k.{name_col} "
            f"LEFT JOIN StringIds s ON s.id = k.shortName ORDER BY k.start")
     return [{"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "device": dev, "stream": stream,
-             "correlation": corr, "name": name or short or "?", "short_name": short,
+             "correlation": corr, "name": _text(name) or _text(short) or "?", "short_name": _text(short),
              "grid": [gx, gy, gz], "block": [bx, by, bz]}
             for a, b, dev, stream, corr, name, short, gx, gy, gz, bx, by, bz in con.execute(sql)]
+
+
+def _text(v) -> str | None:
+    """A string of StringIds or a text column: SQLite may hold any type there."""
+    return v if v is None or isinstance(v, str) else str(v)
 
 
 def _launches(con, tables) -> list[dict]:
@@ -84,7 +142,7 @@ def _launches(con, tables) -> list[dict]:
         return []
     sql = ("SELECT r.start, r.end, r.correlationId, s.value, r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
            "LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start")
-    return [{"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "correlation": corr, "name": name,
+    return [{"ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "correlation": corr, "name": _text(name),
              "tid": tid, "pid": process_of(tid)} for a, b, corr, name, tid in con.execute(sql)]
 
 
@@ -115,7 +173,7 @@ def _ranges(con, tables) -> list[dict]:
     sql = (f"SELECT COALESCE(e.text, s.value), e.start, e.end, e.globalTid, e.domainId FROM NVTX_EVENTS e "
            f"LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN ({marks}) AND e.end IS NOT NULL "
            f"ORDER BY e.start")
-    return [{"name": name or "?", "ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "tid": tid,
+    return [{"name": _text(name) or "?", "ts_us": a * US_PER_NS, "dur_us": (b - a) * US_PER_NS, "tid": tid,
              "pid": process_of(tid), "domain": dom} for name, a, b, tid, dom in con.execute(sql, types)]
 
 
@@ -125,7 +183,12 @@ def _gpus(con, tables) -> list[dict]:
     cols = _columns(con, "TARGET_INFO_GPU")
     want = [c for c in ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor",
                         "computeMinor", "chipName", "busLocation") if c in cols]
-    return [dict(zip(want, row)) for row in con.execute(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU ORDER BY id")]
+    rows = [dict(zip(want, row)) for row in con.execute(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU ORDER BY id")]
+    for g in rows:
+        for k in ("name", "chipName", "busLocation"):
+            if k in g:
+                g[k] = _text(g[k])
+    return rows
 
 
 def read_nsys_sqlite(path: str | Path) -> NsysExport:
@@ -135,6 +198,9 @@ def read_nsys_sqlite(path: str | Path) -> NsysExport:
         tables = _tables(con)
         if "StringIds" not in tables:
             raise InputError(path, "an SQLite file without the StringIds table: not an Nsight Systems export")
+        for table in FIELDS:
+            if table in tables:
+                _check_fields(con, path, table)
         meta = (dict(con.execute("SELECT name, value FROM META_DATA_EXPORT")) if "META_DATA_EXPORT" in tables else {})
         return NsysExport(path, _gpus(con, tables), _kernels(con, tables), _launches(con, tables),
                           _copies(con, tables), _ranges(con, tables),
