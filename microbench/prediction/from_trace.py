@@ -28,7 +28,10 @@ def _source_entry(tl, path, cfg, source: str | None):
     if not names:
         raise InputError(path, "the trace names no device (no deviceProperties): give --source DEVICE",
                          key="deviceProperties")
-    return find_entry(names[0], cfg.devices, f"the trace's device (give --source DEVICE)")
+    try:
+        return find_entry(names[0], cfg.devices, "deviceProperties.name")
+    except InputError as e:
+        raise InputError(path, f"{e.problem}; give --source DEVICE", key=e.key, value=e.value) from None
 
 
 def _totals(tl) -> dict:
