@@ -122,3 +122,56 @@ def test_trace_entry_point_without_types_or_concrete_inputs():
     assert aten.trace_work("aten::relu", [[4]], ["float"]) is None
     bad = aten.trace_work("aten::mm", [[4, 5], [6, 7]], ["float", "float"])
     assert bad.flops is None and "do not multiply" in bad.note
+
+
+def _example(name: str, spec: dict) -> dict:
+    """Arguments (position -> value) that make `name` one problem of its family; shapes as lists."""
+    fam = spec["family"]
+    if fam in ("mm", "bmm", "matmul", "linear"):
+        a, b = {"mm": ([8, 16], [16, 4]), "bmm": ([2, 8, 16], [2, 16, 4]), "matmul": ([3, 8, 16], [16, 4]),
+                "linear": ([3, 8, 16], [4, 16])}[fam]
+        return {spec["a"]: a, spec["b"]: b}
+    if fam in ("conv", "conv_bwd"):
+        nd = 1 if "conv1d" in name else 3 if "conv3d" in name else 2
+        x, w, g = [2, 4] + [9] * nd, [8, 4] + [3] * nd, [2, 8] + [5] * nd
+        out = {spec["a"]: x, spec["b"]: w, spec.get("mask_arg"): [True, True, False], spec.get("g"): g}
+        for key, v in (("stride", 2), ("padding", 1), ("dilation", 1), ("output_padding", 0)):
+            out[spec.get(f"{key}_arg")] = [v] * nd
+        out[spec.get("transposed_arg")] = False
+        out[spec.get("groups_arg")] = 1
+        return {k: v for k, v in out.items() if k is not None}
+    q = [2, 10, 3, 8] if spec.get("layout") == "BLHD" else [2, 3, 10, 8]
+    iq, ik, iv = spec.get("args", [0, 1, 2])
+    causal = 1 if name.startswith("aten::_efficient_attention") else True  # custom_mask_type 1: causal
+    return {iq: q, ik: q, iv: q, spec["causal_arg"]: causal}
+
+
+def _as_recorded(value) -> tuple:
+    """One argument as the profiler records it: (Input Dims entry, Input type entry, Concrete Inputs entry)."""
+    if isinstance(value, torch.Tensor):
+        return list(value.shape), "c10::BFloat16", ""
+    if value is None:
+        return [], "", ""
+    return [], "ScalarList" if isinstance(value, list) else "Scalar", str(value)
+
+
+@pytest.mark.parametrize("name", sorted(aten.modelled_ops()))
+def test_every_modelled_operator_gives_the_same_work_both_ways(name):
+    """Every operator of op_models.toml, GPU-only ones included (meta tensors: nothing runs): its schema's
+    arguments filled with one problem, given live and as a trace records them."""
+    spec = aten._models()[0][name]
+    schema = getattr(torch.ops.aten, name.split("::")[1]).default._schema
+    chosen = _example(name, spec)
+    operands = spec.get("args", [0, 1, 2]) if spec["family"] == "attention" else \
+        [spec[k] for k in ("a", "b", "g") if k in spec]
+    args = []
+    for i, arg in enumerate(schema.arguments):
+        v = chosen.get(i, arg.default_value if arg.has_default_value() else None)
+        args.append(torch.empty(v, device="meta", dtype=torch.bfloat16) if i in operands else v)
+    live = aten.live_work(schema, args)
+    dims, types, concrete = zip(*(_as_recorded(v) for v in args))
+    traced = aten.trace_work(name, list(dims), list(types), list(concrete))
+    assert live.flops and live.bytes_moved, live.note
+    assert live.dims.get("causal", True)  # the causal flag was read at its position, both ways
+    assert (live.family, live.dtype, live.flops, live.bytes_moved, live.dims) == \
+        (traced.family, traced.dtype, traced.flops, traced.bytes_moved, traced.dims)
