@@ -6,11 +6,10 @@ A TorchDispatchMode sees each ATen operator below autograd, forward and backward
 _scaled_mm, convolution and its backward in every variant, scaled dot-product attention forward and backward)
 come from the one work model, microbench.core.ops.aten (the one `trace` uses on recorded shapes), not from
 torch.utils.flop_counter, which counts a grouped convolution's backward as if it were ungrouped; only matrix
-operators it has no model for (e.g. flex_attention) fall back to torch's table. Normalization, element-wise and reduction operators get our
-formulas in `other_flops`. Bytes are ours: the minimum traffic of
-microbench.core.ops.work (GEMM and convolution per direction, normalization), gathers (embedding lookups) reading
-the rows they return, every other operator reading each tensor operand once and writing each result
-once, views moving nothing.
+operators it has no model for (e.g. flex_attention) fall back to torch's table. Every other operator's FLOPs
+(`other_flops`) and bytes come from the same module (`other_work`: normalization by its formula, gathers
+reading the rows they return, views moving nothing, the rest reading each tensor operand once and writing each
+result once), given the operator's class.
 
 Layer and phase: forward operators belong to the innermost module whose forward is running; backward
 operators to the module whose forward created the autograd node being evaluated (its sequence number,
@@ -29,15 +28,7 @@ from torch.utils.flop_counter import flop_registry
 from microbench.core import dtypes, ops
 from microbench.core.shapes import Case
 from microbench.core.ops import aten
-from microbench.core.ops.work import Work, norm_work
 from microbench.timeline.classify import classify_operator
-
-# Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
-_NO_TRAFFIC = {"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like", "aten::empty_strided",
-               "aten::detach"}
-# Gathers read only the rows they return, not the whole table they index (an embedding lookup).
-GATHER_OPS = {"aten::embedding", "aten::index_select", "aten::gather", "aten::index"}
-
 
 @dataclass
 class OpRecord:
@@ -66,14 +57,6 @@ def matrix_work(func, args, kwargs) -> aten.OpWork | None:
     return aten.live_work(func._schema, args, kwargs)
 
 
-def _norm_work(op: str, tensors, dtype: str) -> Work:
-    x = tensors[0]
-    # Layer norm normalizes (and scales) the last dimension; batch, group, instance norm the channels (dim 1),
-    # whichever library runs them (native_batch_norm, cudnn_batch_norm, miopen_batch_norm, ...).
-    channels = x.shape[-1] if "layer_norm" in op or x.dim() < 2 else x.shape[1]
-    return norm_work(x.numel(), channels, dtype, "bwd" if "backward" in op else "fwd")
-
-
 def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> OpRecord:
     op = func._schema.name
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -92,25 +75,11 @@ def analyse(func, args, kwargs, out, layer: str | None, phase: str | None) -> Op
             cases, skipped = spec.aten_cases(op, args, dtype)
         else:
             skipped = f"{dtype} {spec.family}: not a replayed dtype"
-    other_flops = 0
     if work is not None and work.bytes_moved is not None:
-        nbytes = work.bytes_moved
-    elif cls == "norm" and dtype is not None and inputs:
-        w = _norm_work(op, inputs, dtype)
-        nbytes, other_flops = w.bytes_moved, w.flops
-    elif op in GATHER_OPS:
-        out_bytes = sum(t.numel() * t.element_size() for t in outputs)
-        index_bytes = sum(t.numel() * t.element_size() for t in inputs if not t.is_floating_point())
-        nbytes = 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
-    elif op in _NO_TRAFFIC or any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns):
-        nbytes = 0  # a view or an allocation moves no data
-    else:
-        nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
-        if not flops and dtype is not None:
-            if cls == "elementwise":
-                other_flops = sum(t.numel() for t in outputs)
-            elif cls == "reduction":
-                other_flops = sum(t.numel() for t in inputs)
+        other_flops, nbytes = 0, work.bytes_moved
+    else:  # views and allocations move nothing (an alias return that is not written)
+        view = any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+        other_flops, nbytes = aten.other_work(op, cls, inputs, outputs, dtype, view, bool(flops))
     return OpRecord(op, layer, phase, dtype, flops, other_flops, nbytes, cls, tuple(cases), skipped)
 
 

@@ -23,11 +23,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from microbench.core import dtypes
-from microbench.core.ops.work import attention_work, conv_work, gemm_work
+from microbench.core.ops.work import attention_work, conv_work, gemm_work, norm_work
 from microbench.core.shapes import GemmShape
 
 MODELS_PATH = Path(__file__).resolve().parents[2] / "data" / "op_models.toml"
 GEMM_FAMILIES = ("mm", "bmm", "matmul", "linear")
+# Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
+NO_TRAFFIC = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like",
+                        "aten::empty_strided", "aten::detach"})
+# Gathers read only the rows they return, not the whole table they index (an embedding lookup).
+GATHER_OPS = frozenset({"aten::embedding", "aten::index_select", "aten::gather", "aten::index"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,37 @@ def live_work(schema, args, kwargs: dict | None = None) -> OpWork | None:
         kinds.append(dtypes.name_of(v.dtype) if tensor else None)
         values.append(None if tensor else v)
     return _work(Call(schema.name, tuple(shapes), tuple(kinds), tuple(values)), args)
+
+
+def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None, view: bool,
+               has_matrix_flops: bool) -> tuple[int, int]:
+    """(FLOPs, bytes) of a live call of an operator without a matrix model: `cls` its class of
+    kernel_rules.toml (norm, elementwise, reduction, ...), `inputs` / `outputs` its tensors, `view` whether it
+    returns an alias of an operand. Normalization: microbench.core.ops.work's formula; gathers read the rows
+    they return; views and allocations move nothing; everything else reads each tensor operand once and writes
+    each result once, with 1 FLOP per output element (element-wise) or per input element (reduction). Only
+    live calls: a trace records no outputs."""
+    if cls == "norm" and dtype is not None and inputs:
+        x = inputs[0]
+        # Layer norm normalizes (and scales) the last dimension; batch, group, instance norm the channels
+        # (dim 1), whichever library runs them (native_batch_norm, cudnn_batch_norm, miopen_batch_norm, ...).
+        channels = x.shape[-1] if "layer_norm" in op or x.dim() < 2 else x.shape[1]
+        w = norm_work(x.numel(), channels, dtype, "bwd" if "backward" in op else "fwd")
+        return w.flops, w.bytes_moved
+    if op in GATHER_OPS:
+        out_bytes = sum(t.numel() * t.element_size() for t in outputs)
+        index_bytes = sum(t.numel() * t.element_size() for t in inputs if not t.is_floating_point())
+        return 0, 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
+    if op in NO_TRAFFIC or view:
+        return 0, 0
+    nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
+    if has_matrix_flops or dtype is None:
+        return 0, nbytes
+    if cls == "elementwise":
+        return sum(t.numel() for t in outputs), nbytes
+    if cls == "reduction":
+        return sum(t.numel() for t in inputs), nbytes
+    return 0, nbytes
 
 
 def _concrete(concrete: list | None, i: int):
