@@ -150,11 +150,12 @@ def engine_section(run: EngineRun) -> dict:
     for r in run.results:
         if isinstance(r, RankSummary):
             w = per.setdefault(r.worker, {"worker": r.worker, "ranks": 0, "file_bytes": 0, "trace_bytes": 0,
-                                          "busy_s": 0.0, "peak_rss_bytes": 0})
+                                          "busy_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0})
             w["ranks"] += 1
             w["file_bytes"] += r.file_bytes
             w["trace_bytes"] += r.trace_bytes
             w["busy_s"] += r.read_s
+            w["cpu_s"] += r.cpu_s
             w["peak_rss_bytes"] = max(w["peak_rss_bytes"], r.worker_peak_rss_bytes)
     for w in per.values():  # MB/s of the files as stored, and of the decompressed trace text
         w["mb_per_s"] = w["file_bytes"] / 1e6 / w["busy_s"] if w["busy_s"] > 0 else None

@@ -74,6 +74,7 @@ class RankSummary:
     gpu_first_us: float | None = None  # the first and last GPU activity on the trace's clock
     gpu_last_us: float | None = None
     read_s: float = 0.0  # wall seconds to read and reduce this rank
+    cpu_s: float = 0.0  # CPU seconds of it (on a shared machine the steadier figure)
     worker: str = ""  # host:pid of the worker that did it
     worker_peak_rss_bytes: int = 0  # that worker's peak resident memory after this rank
 
@@ -179,7 +180,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
     from microbench.timeline.analysis import read_trace
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     path = Path(path)
     tl = read_trace(path)
     info = tl.distributed or {}
@@ -195,7 +196,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     s.steps = _steps(tl, step_range)
     if len(k):
         s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()), float(k.end_us.max())
-    s.read_s = time.perf_counter() - t0
+    s.read_s, s.cpu_s = time.perf_counter() - t0, time.process_time() - c0
     s.worker = f"{os.uname().nodename}:{os.getpid()}"
     s.worker_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     return s
