@@ -59,6 +59,8 @@ def test_planted_straggler_found(job_dir):
     hm = doc["heatmap"]
     assert hm["ranks"] == list(range(RANKS)) and len(hm["steps"]) == 2
     assert all(len(row) == 2 and None not in row for row in hm["values_ms"])
+    comp = hm["computation_ms"]  # where a slow rank shows: its own work per step
+    assert all(max(range(RANKS), key=lambda i: comp[i][j]) == STRAGGLER for j in range(2))
     s = doc["slowest_step"]
     assert s["time_ms"] == max(max(row) for row in hm["values_ms"])
     assert doc["failed"] == []

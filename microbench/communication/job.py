@@ -78,20 +78,26 @@ def outliers(values: dict[int, float], metric: str) -> list[dict]:
 
 
 def step_matrix(ranks: list[RankSummary]) -> dict:
-    """Rank x step step times (ms) by step name, in the steps' order of first appearance: the heat map."""
+    """Rank x step matrices by step name, in the steps' order of first appearance: the heat map. `values_ms`:
+    step wall time (a synchronous job evens it out across ranks); `computation_ms`: the step's computation
+    (non-communication kernels, gpu_time), where a slow rank shows."""
     steps: list[str] = []
     for r in ranks:
         for s in r.steps:
             if s["name"] not in steps:
                 steps.append(s["name"])
     col = {n: i for i, n in enumerate(steps)}
-    values = []
+    out = {"metric": "step wall time (ms)", "ranks": [r.rank for r in ranks], "steps": steps, "values_ms": [],
+           "computation_ms": []}
     for r in ranks:
-        row = [None] * len(steps)
+        wall, comp = [None] * len(steps), [None] * len(steps)
         for s in r.steps:
-            row[col[s["name"]]] = s["wall_us"] / 1e3 if s.get("wall_us") is not None else None
-        values.append(row)
-    return {"metric": "step wall time (ms)", "ranks": [r.rank for r in ranks], "steps": steps, "values_ms": values}
+            j = col[s["name"]]
+            wall[j] = s["wall_us"] / 1e3 if s.get("wall_us") is not None else None
+            comp[j] = s["computation_us"] / 1e3 if s.get("computation_us") is not None else None
+        out["values_ms"].append(wall)
+        out["computation_ms"].append(comp)
+    return out
 
 
 def slowest_step(matrix: dict) -> dict | None:

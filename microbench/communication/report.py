@@ -246,7 +246,7 @@ def write_job_files(out: Path, doc: dict) -> None:
     from microbench.reports.job_report import heatmap_figure, job_html
 
     out.mkdir(parents=True, exist_ok=True)
-    title = f"step wall time per rank, {len(doc['ranks'])} ranks"
+    title = f"per rank and step, {len(doc['ranks'])} ranks"
     fig = heatmap_figure(doc["heatmap"], title)
     fig.savefig(out / "heatmap.png", dpi=110, metadata={"Software": None})
     plt.close(fig)

@@ -7,30 +7,37 @@ import textwrap
 from microbench.reports import html as H
 
 
-def heatmap_figure(matrix: dict, title: str = ""):
-    """Ranks down, steps across, colour = step wall time (ms); a missing step is blank."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _panel(fig, ax, values, matrix: dict, label: str) -> None:
     import numpy as np
 
-    vals = np.array([[np.nan if v is None else v for v in row] for row in matrix["values_ms"]], dtype=float)
+    vals = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     if vals.size == 0:
         vals = np.full((max(len(matrix["ranks"]), 1), max(len(matrix["steps"]), 1)), np.nan)
-    n_ranks, n_steps = vals.shape
-    fig, ax = plt.subplots(figsize=(min(2 + 0.6 * n_steps, 14), min(2 + 0.04 * n_ranks + 2, 14)))
     im = ax.imshow(vals, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(im, ax=ax, label=matrix.get("metric", "ms"))
+    fig.colorbar(im, ax=ax, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("rank")
-    ax.set_xticks(range(n_steps))
+    ax.set_xticks(range(vals.shape[1]))
     ax.set_xticklabels([str(s).replace("ProfilerStep", "") for s in matrix["steps"]], rotation=90, fontsize=7)
     ranks = matrix["ranks"]
     every = max(1, len(ranks) // 32)
     ax.set_yticks(range(0, len(ranks), every))
     ax.set_yticklabels([str(r) for r in ranks[::every]], fontsize=7)
-    ax.set_title("\n".join(textwrap.wrap(title or "step time per rank", 90)), fontsize=8)
+
+
+def heatmap_figure(matrix: dict, title: str = ""):
+    """Ranks down, steps across: step wall time (ms) and the step's computation time (ms), side by side; a
+    missing step is blank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_ranks, n_steps = len(matrix["ranks"]), len(matrix["steps"])
+    fig, axes = plt.subplots(1, 2, figsize=(min(5 + 1.2 * n_steps, 16), min(3 + 0.03 * n_ranks, 12)))
+    _panel(fig, axes[0], matrix["values_ms"], matrix, "step wall time (ms)")
+    _panel(fig, axes[1], matrix.get("computation_ms") or matrix["values_ms"], matrix, "computation (ms)")
+    fig.suptitle("\n".join(textwrap.wrap(title or "per rank and step", 110)), fontsize=8)
     fig.tight_layout()
     return fig
 
