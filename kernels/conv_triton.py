@@ -27,12 +27,12 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.core import dtypes
+from microbench.core import dtypes, targets
 from microbench.core.shapes import ConvShape
 from microbench.harness.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
-from .gemm_triton import device_family, precision_key
+from .gemm_triton import device_family, input_precision, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
@@ -238,7 +238,7 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {out_shape} {a.dtype}")
     if out.numel() == 0:
         return out
-    precision = "tf32" if allow_tf32 else "ieee"
+    precision = input_precision(a.device, allow_tf32)
     dtype_name = dtypes.name_of(a.dtype)
     gemm_m, gemm_n, gemm_k = _gemm_dims(s, direction)
     if a.device.type == "cpu" and not planned():
@@ -426,12 +426,13 @@ def _nhwc_strides(n, c, h, w) -> tuple[int, int, int, int]:
     return (h * w * c, 1, w * c, c)
 
 
-def _aot_args(direction: str, dtype: str, cfg: cfgs.TileConfig) -> dict:
+def _aot_args(direction: str, dtype: str, cfg: cfgs.TileConfig, target: str = "sm_90") -> dict:
     s = AOT_SHAPE
     ty = dtypes.get(dtype).triton
     xs, ws, ys = _nhwc_strides(s.n, s.c, s.h, s.w), _nhwc_strides(s.k, s.c, s.r, s.s), _nhwc_strides(s.n, s.k, s.p, s.q)
-    meta = {**cfg.meta(persistent_param=False), "INPUT_PRECISION": "tf32" if dtype == "tf32" else "ieee",
-            "UPCAST": False}
+    precision = (targets.dot_input_precision(target, dtype == "tf32") if targets.is_amd(target)
+                 else "tf32" if dtype == "tf32" else "ieee")
+    meta = {**cfg.meta(persistent_param=False), "INPUT_PRECISION": precision, "UPCAST": False}
     dims = {"N": s.n, "C": s.c, "H": s.h, "W": s.w, "K": s.k, "P": s.p, "Q": s.q}
     conv = {"str_h": 1, "str_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1}
     if direction == "fwd":
@@ -450,22 +451,36 @@ def _aot_args(direction: str, dtype: str, cfg: cfgs.TileConfig) -> dict:
             **dict(zip(("dw_sk", "dw_sc", "dw_sr", "dw_ss"), ws)), **meta}
 
 
+# Targets `python -m microbench.inspect` builds this module for (Triton's HIP backend needs no ROCm).
+AOT_TARGETS = ("sm_80", "sm_90", "gfx942", "gfx950")
+
 @functools.lru_cache(maxsize=None)
 def _build(direction: str, dtype: str, cfg: cfgs.TileConfig, target: str):
-    return aot_compile(KERNELS[direction], _aot_args(direction, dtype, cfg), target, cfg.options())
+    return aot_compile(KERNELS[direction], _aot_args(direction, dtype, cfg, target), target, cfg.options())
+
+
+def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
+    """(direction, dtype, config, is_default): the default configuration of every direction and dtype; on AMD
+    targets every autotune candidate too."""
+    family = cfgs.arch_family(target)
+    out = [(d, dt, cfgs.conv_default(family, dt), True) for d in KERNELS for dt in AOT_DTYPES]
+    if family == "cdna":
+        out += [(d, dt, c, False) for d in KERNELS for dt in AOT_DTYPES for c in cfgs.CONV_CONFIGS[family](dt)
+                if c != cfgs.conv_default(family, dt)]
+    return out
 
 
 def aot_builds(target: str):
-    """The default configuration of every direction and dtype, compiled for `target`."""
-    return [aot_build(KERNEL_NAMES[d], dt, cfg, target, _build(d, dt, cfg, target), default=True)
-            for d in KERNELS for dt in AOT_DTYPES for cfg in [cfgs.conv_default(target, dt)]]
+    """The variants of `aot_variants`, compiled for `target`."""
+    return [aot_build(KERNEL_NAMES[d], dt, cfg, target, _build(d, dt, cfg, target), default=default)
+            for d, dt, cfg, default in aot_variants(target)]
 
 
 @functools.lru_cache(maxsize=None)
 def _static_record(direction: str, dtype: str, target: str):
     from microbench.harness.sass import inspect_build
 
-    cfg = cfgs.conv_default(target, dtype)
+    cfg = cfgs.conv_default(cfgs.arch_family(target), dtype)
     return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),
                                    default=True))
 

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from microbench.core import dtypes
+from microbench.core import dtypes, targets
 from microbench.harness.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
@@ -26,7 +26,9 @@ from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled,
                              record_plan, report_launch)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
-OPERAND_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # names of microbench.core.dtypes
+# Both e4m3 flavours: OCP (NVIDIA, gfx950) and fnuz (gfx942's matrix cores; microbench.core.dtypes.storage_dtype)
+FP8S = tuple(t for t in (FP8, getattr(torch, "float8_e4m3fnuz", None)) if t is not None)
+OPERAND_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e4m3_fnuz")  # names of microbench.core.dtypes
 
 
 @triton.jit
@@ -161,16 +163,29 @@ def _num_sms(device: torch.device) -> int:
     return 3  # interpreter: a few programs, so that the persistent loop runs more than once
 
 
-def device_family(device: torch.device) -> str:
+def device_arch(device: torch.device) -> str:
     props = torch.cuda.get_device_properties(device)
-    arch = getattr(props, "gcnArchName", "").split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"
-    return cfgs.arch_family(arch)
+    return getattr(props, "gcnArchName", "").split(":")[0] if torch.version.hip else f"sm_{props.major}{props.minor}"
+
+
+def device_family(device: torch.device) -> str:
+    return cfgs.arch_family(device_arch(device))
+
+
+def input_precision(device: torch.device, allow_tf32: bool) -> str:
+    """tl.dot's input_precision: "tf32" when allowed, except on an AMD GPU without xf32 (gfx950: IEEE fp32 on
+    its matrix cores, a fallback the static inspection reports), where Triton would refuse it."""
+    if device.type == "cuda" and torch.version.hip and not planned():
+        arch = device_arch(device)
+        if targets.known(arch):
+            return targets.dot_input_precision(arch, allow_tf32)
+    return "tf32" if allow_tf32 else "ieee"
 
 
 def _out_dtype(a_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dtype:
     if out_dtype is None:
-        return torch.bfloat16 if a_dtype == FP8 else a_dtype
-    allowed = {a_dtype, torch.float32} if a_dtype != FP8 else {torch.bfloat16, torch.float16, torch.float32}
+        return torch.bfloat16 if a_dtype in FP8S else a_dtype
+    allowed = {a_dtype, torch.float32} if a_dtype not in FP8S else {torch.bfloat16, torch.float16, torch.float32}
     if out_dtype not in allowed:
         raise Unsupported(f"output dtype {out_dtype} for {a_dtype} inputs (allowed: {sorted(map(str, allowed))})")
     return out_dtype
@@ -226,7 +241,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
         return out
     c3 = out if batched else out.unsqueeze(0)
     dtype_name = dtypes.name_of(a.dtype)
-    precision = "tf32" if allow_tf32 else "ieee"
+    precision = input_precision(a.device, allow_tf32)
 
     tma_possible = _tma_supported() and all(_tma_ok(_stored(t)[0]) for t in (a3, b3, c3))
     if tma and not tma_possible:
@@ -253,7 +268,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
 
 
 def precision_key(dtype_name: str, allow_tf32: bool) -> str:
-    """The configuration key: fp32 storage with TF32 allowed uses the `tf32` (Tensor Core) tiles."""
+    """The configuration key: fp32 storage with TF32 allowed uses the `tf32` (Tensor Core) tiles; both fp8 e4m3
+    flavours the fp8 tiles."""
+    if dtype_name == "fp8_e4m3_fnuz":
+        return "fp8_e4m3"
     return "tf32" if allow_tf32 and dtype_name == "fp32" else dtype_name
 
 
@@ -356,15 +374,22 @@ def _tuner(name: str, family: str, key: str):
 # Representative problem for the ahead-of-time builds: a row-major 4096^3 GEMM, as the JIT specializes it
 # (unit strides become constants, the others are known multiples of 16).
 _AOT_M = _AOT_N = _AOT_K = 4096
-AOT_DTYPES = {"sm_80": ("fp16", "bf16", "fp32", "tf32"), "sm_90": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3")}
+AOT_DTYPES = {"sm_80": ("fp16", "bf16", "fp32", "tf32"), "sm_90": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"),
+              "gfx942": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"), "gfx950": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3")}
+# The fp8 e4m3 flavours: each AMD target gets its native one (microbench/data/targets.toml), and the inspection
+# also builds the default tile with the other one, to show the fallback a wrong flavour takes there.
+FP8_FLAVOURS = ("fp8e4nv", "fp8e4b8")
 
 
-def _aot_args(dtype: str, cfg: cfgs.TileConfig, tma: bool) -> dict:
+def _aot_args(dtype: str, cfg: cfgs.TileConfig, tma: bool, target: str = "sm_90", fp8: str | None = None) -> dict:
     in_ty = dtypes.get(dtype).triton
+    if dtype == "fp8_e4m3":
+        in_ty = fp8 or targets.fp8_e4m3_flavour(target)
     out_ty = "bf16" if dtype == "fp8_e4m3" else in_ty
     m, n, k = _AOT_M, _AOT_N, _AOT_K
-    common = {"M": m, "N": n, "K": k, "BATCH": 1, **cfg.meta(),
-              "INPUT_PRECISION": "tf32" if dtype == "tf32" else "ieee", "UPCAST": False}
+    precision = (targets.dot_input_precision(target, dtype == "tf32") if targets.is_amd(target)
+                 else "tf32" if dtype == "tf32" else "ieee")
+    common = {"M": m, "N": n, "K": k, "BATCH": 1, **cfg.meta(), "INPUT_PRECISION": precision, "UPCAST": False}
     if tma:
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         return {"a_desc": f"tensordesc<{in_ty}[1, {bm}, {bk}]>", "b_desc": f"tensordesc<{in_ty}[1, {bk}, {bn}]>",
@@ -377,11 +402,14 @@ def _aot_args(dtype: str, cfg: cfgs.TileConfig, tma: bool) -> dict:
 
 def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
     """(kernel name, dtype, config, is_default) built for `target`: the default configuration of every
-    dtype, the persistent variant, and on sm_90 the TMA kernel."""
-    family = target
+    dtype, the persistent variant, and on sm_90 the TMA kernel; on AMD targets every autotune candidate too."""
+    family = cfgs.arch_family(target)
     out = []
     for dt in AOT_DTYPES[target]:
         out.append(("triton_gemm", dt, cfgs.gemm_default(family, dt), True))
+    if family == "cdna":
+        return out + [("triton_gemm", dt, c, False) for dt in AOT_DTYPES[target] for c in cfgs.GEMM_CONFIGS[family](dt)
+                      if c != cfgs.gemm_default(family, dt)]
     for dt in ("fp16", "bf16"):
         p = next(c for c in cfgs.GEMM_CONFIGS[family](dt) if c.persistent)
         out.append(("triton_gemm", dt, p, False))
@@ -390,24 +418,52 @@ def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
     return out
 
 
+# Targets `python -m microbench.inspect` builds this module for (Triton's HIP backend needs no ROCm).
+AOT_TARGETS = ("sm_80", "sm_90", "gfx942", "gfx950")
+
 @functools.lru_cache(maxsize=None)
-def _build(name: str, dtype: str, cfg: cfgs.TileConfig, target: str):
+def _build(name: str, dtype: str, cfg: cfgs.TileConfig, target: str, fp8: str | None = None):
     kernel = _gemm_tma_kernel if name == "triton_gemm_tma" else _gemm_kernel
-    return aot_compile(kernel, _aot_args(dtype, cfg, name == "triton_gemm_tma"), target, cfg.options())
+    return aot_compile(kernel, _aot_args(dtype, cfg, name == "triton_gemm_tma", target, fp8), target, cfg.options())
+
+
+def _fp8_note(dtype: str, target: str, fp8: str | None = None) -> str:
+    if dtype != "fp8_e4m3" or not targets.is_amd(target):
+        return ""
+    flavour = fp8 or targets.fp8_e4m3_flavour(target)
+    native = targets.fp8_e4m3_flavour(target)
+    return f"operands {flavour}" + ("" if flavour == native else f" (not {target}'s native {native})")
+
+
+def fallback_builds(target: str) -> list:
+    """AMD: the default fp8 tile given the fp8 e4m3 flavour `target` does not take natively (what an OCP
+    fp8 kernel written for NVIDIA gets on gfx942): its record shows the fallback."""
+    if not targets.is_amd(target):
+        return []
+    cfg = cfgs.gemm_default("cdna", "fp8_e4m3")
+    return [aot_build("triton_gemm", "fp8_e4m3", cfg, target, _build("triton_gemm", "fp8_e4m3", cfg, target, other),
+                      note=_fp8_note("fp8_e4m3", target, other), variant=other)
+            for other in FP8_FLAVOURS if other != targets.fp8_e4m3_flavour(target)]
+
+
+def _flavour(dtype: str, target: str) -> str:
+    """The fp8 flavour in an AMD build's configuration label ("" otherwise)."""
+    return targets.fp8_e4m3_flavour(target) if dtype == "fp8_e4m3" and targets.is_amd(target) else ""
 
 
 def aot_builds(target: str):
-    return [aot_build(name, dt, cfg, target, _build(name, dt, cfg, target), default=default)
-            for name, dt, cfg, default in aot_variants(target)]
+    return [aot_build(name, dt, cfg, target, _build(name, dt, cfg, target), default=default,
+                      note=_fp8_note(dt, target), variant=_flavour(dt, target))
+            for name, dt, cfg, default in aot_variants(target)] + fallback_builds(target)
 
 
 @functools.lru_cache(maxsize=None)
 def _static_record(dtype: str, target: str):
     from microbench.harness.sass import inspect_build
 
-    cfg = cfgs.gemm_default(target, dtype)
+    cfg = cfgs.gemm_default(cfgs.arch_family(target), dtype)
     return inspect_build(aot_build("triton_gemm", dtype, cfg, target, _build("triton_gemm", dtype, cfg, target),
-                                   default=True))
+                                   default=True, note=_fp8_note(dtype, target), variant=_flavour(dtype, target)))
 
 
 def static_records(dtype: str) -> list:

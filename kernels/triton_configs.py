@@ -140,16 +140,22 @@ def gemm_configs_sm90(dtype: str) -> list[TileConfig]:
 
 
 def gemm_configs_cdna(dtype: str) -> list[TileConfig]:
+    # Every entry compiles without spills for gfx942 and gfx950, and its LDS fits gfx942's 64 KB (python -m
+    # microbench.inspect --target gfx942 --target gfx950; docs/amd.md). Gone: 256x256x64 (fp16 / bf16 spilled
+    # 140-244 bytes of scratch on gfx942 and 16-96 on gfx950, plain and persistent), and the 64-wide K-blocks
+    # for tf32 (4-byte operands: up to 1188 bytes of scratch, and 96-128 KB of LDS that no gfx942 CU holds).
     amd = (("matrix_instr_nonkdim", 16), ("waves_per_eu", 2))
     if dtype == "fp32":
         return [TileConfig(128, 64, 32, 4, 2), TileConfig(64, 64, 32, 4, 2)]
+    if dtype == "tf32":
+        return [TileConfig(128, 128, 32, 8, 2, extra=amd), TileConfig(128, 64, 32, 4, 2, extra=amd),
+                TileConfig(64, 64, 32, 4, 2, extra=amd), TileConfig(128, 128, 32, 8, 2, persistent=True, extra=amd)]
     return [
-        TileConfig(256, 256, 64, 8, 2, extra=amd),
         TileConfig(128, 256, 64, 8, 2, extra=amd),
         TileConfig(256, 128, 64, 8, 2, extra=amd),
         TileConfig(128, 128, 64, 4, 2, extra=amd),
         TileConfig(64, 64, 64, 4, 2, extra=amd),
-        TileConfig(256, 256, 64, 8, 2, persistent=True, extra=amd),
+        TileConfig(128, 256, 64, 8, 2, persistent=True, extra=amd),
     ]
 
 
@@ -172,6 +178,8 @@ def gemm_default(family: str, dtype: str) -> TileConfig:
     if family == "cdna":
         if dtype == "fp32":
             return TileConfig(128, 128, 16, 8, 3)
+        if dtype == "tf32":
+            return gemm_configs_cdna(dtype)[0]
         return TileConfig(128, 128, 64, 4, 2, extra=(("matrix_instr_nonkdim", 16), ("waves_per_eu", 2)))
     if dtype == "fp32":
         return TileConfig(64, 128, 32, 8, 3)
@@ -205,9 +213,13 @@ def conv_configs_sm90(dtype: str) -> list[TileConfig]:
 
 
 def conv_configs_cdna(dtype: str) -> list[TileConfig]:
+    # As the GEMM's: no spills on gfx942 / gfx950; tf32 with 64-wide K-blocks spilled (36-528 bytes of scratch).
     amd = (("matrix_instr_nonkdim", 16), ("waves_per_eu", 2))
     if dtype == "fp32":
         return [TileConfig(64, 64, 32, 4, 2)]
+    if dtype == "tf32":
+        return [TileConfig(128, 128, 32, 8, 2, extra=amd), TileConfig(128, 64, 32, 4, 2, extra=amd),
+                TileConfig(64, 64, 32, 4, 2, extra=amd)]
     return [TileConfig(128, 128, 64, 4, 2, extra=amd), TileConfig(256, 128, 64, 8, 2, extra=amd),
             TileConfig(128, 64, 64, 4, 2, extra=amd), TileConfig(64, 64, 64, 4, 2, extra=amd)]
 

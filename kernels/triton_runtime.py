@@ -232,15 +232,19 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
     return triton.compile(src, target=gpu_target(target), options=options)
 
 
-def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False):
-    """A compiled kernel as the static-inspection record it becomes (`microbench.harness.sass.AotBuild`)."""
+def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False, note: str = "",
+              variant: str = ""):
+    """A compiled kernel as the static-inspection record it becomes (`microbench.harness.sass.AotBuild`): its
+    cubin (NVIDIA) or AMDGCN assembly (AMD). `variant` joins the configuration label (e.g. an fp8 flavour)."""
     from microbench.harness.sass import AotBuild
 
     from .triton_configs import wants_wgmma
 
-    return AotBuild(kernel=kernel_name, config=f"{dtype} {cfg.label()}", target=target, cubin=compiled.asm["cubin"],
+    amd = target.startswith("gfx")
+    return AotBuild(kernel=kernel_name, config=" ".join(w for w in (dtype, variant, cfg.label()) if w), target=target,
+                    cubin=b"" if amd else compiled.asm["cubin"], amdgcn=compiled.asm["amdgcn"] if amd else "",
                     default=default, wants_wgmma=wants_wgmma(target, dtype, cfg), dtype=dtype,
-                    dynamic_shared_bytes=compiled.metadata.shared)
+                    dynamic_shared_bytes=compiled.metadata.shared, num_warps=cfg.num_warps, note=note)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -255,13 +259,21 @@ def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: st
 
 def mfma_count(amdgcn: str) -> int:
     """AMD matrix-core instructions in an amdgcn listing."""
-    return sum(1 for line in amdgcn.splitlines() if line.lstrip().startswith("v_mfma"))
+    from microbench.harness.amdgcn import matrix_instructions
+
+    return sum(matrix_instructions(amdgcn).values())
 
 
-def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str) -> Evidence:
-    mfma = mfma_count(asm)
-    return Evidence("yes" if mfma else "no",
-                    f"amdgcn of the kernel that ran, {arch} {kernel} [{config}]: v_mfma {mfma}")
+def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str, dtype: str) -> Evidence:
+    """The kernel that ran on an AMD GPU: its matrix instructions, and a fallback (an fp8 flavour the chip
+    upcasts, fp32 without xf32) said as such; the verdict stays "yes" (matrix cores did run it)."""
+    from microbench.harness.amdgcn import inspect_amd_build
+    from microbench.harness.sass import AotBuild
+
+    rec = inspect_amd_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=arch, cubin=b"", amdgcn=asm,
+                                     dtype=dtype))
+    return Evidence("no" if rec.matrix_cores == "no" else "yes", f"amdgcn of the kernel that ran: {rec.evidence()}",
+                    fallback=rec.fallback)
 
 
 def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
@@ -277,7 +289,7 @@ def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
         return sass_evidence(asm["cubin"], last.kernel, last.config, device.arch, dtype,
                              "SASS of the kernel that ran")
     if "amdgcn" in asm:
-        return amdgcn_evidence(asm["amdgcn"], last.kernel, last.config, device.arch)
+        return amdgcn_evidence(asm["amdgcn"], last.kernel, last.config, device.arch, dtype)
     return Evidence("unknown", f"no cubin or amdgcn in the compiled kernel ({', '.join(asm)})")
 
 
@@ -287,7 +299,17 @@ def static_evidence(records: list, dtype: str) -> Evidence:
         return Evidence("unknown", f"no ahead-of-time build for {dtype}")
     tc = [r.tensor_core_instructions > 0 for r in records]
     verdict = "yes" if all(tc) else "no" if not any(tc) else "unknown"
-    return Evidence(verdict, "static (compiled ahead of time, not run): " + "; ".join(r.evidence() for r in records))
+    text = "static (compiled ahead of time, not run): " + "; ".join(r.evidence() for r in records)
+    return Evidence(verdict, text + amd_fallback_note(dtype))
+
+
+def amd_fallback_note(dtype: str) -> str:
+    """The AMD chips on which our kernels would run `dtype` on a fallback path, from the targets' data (the rule
+    tests/test_inspect_amd.py checks against real assembly), without compiling for them here."""
+    from microbench.core import targets
+
+    said = [f"{t}: {why}" for t in targets.AMD_TARGETS if (why := targets.predicted_fallback(t, dtype))]
+    return f"; on AMD, a fallback path: {'; '.join(said)}" if said else ""
 
 
 # ---- the provider hooks shared by the Triton GEMM and convolution -----------------------------------------

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from microbench.core.cli import Parser
-from microbench.core.errors import run_command
+from microbench.core.errors import InputError, run_command
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
@@ -23,12 +23,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("results", nargs="+", type=Path,
                     help="results.json or pytest-benchmark JSON files (.gz too), or result directories (python -m "
                          "microbench.roofline --out DIR: its results.json); or trace reports (microbench.trace "
-                         "--json): one workload on several machines, per kernel class and per op")
+                         "--json): one workload on several machines, per kernel class and per op; or inspect files "
+                         "(microbench.inspect --json): one kernel on several targets, per kernel and configuration")
     ap.add_argument("--baseline", default=None, metavar="NAME",
                     help="the machine the ratios are relative to: its label (device name), file name or a unique "
                          "part of either; default: the first file")
     ap.add_argument("--html", type=Path, default=None, metavar="OUT", help="also write a self-contained HTML page")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the comparison as JSON")
+    ap.add_argument("--target", action="append", default=None, metavar="TARGET",
+                    help="inspect files: a target to show (repeatable; default: sm_90 and gfx942 when both are there, "
+                         "else every target of the files)")
     return ap
 
 
@@ -47,6 +51,8 @@ def _run(args) -> int:
     from microbench.reports import trace_compare as T
 
     paths = [resolve_results(p) for p in args.results]  # a results directory: its results.json
+    if _inspect_files(args, paths):
+        return 0
     traces = T.load_trace_reports(paths)
     cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
     (T.print_trace_compare if traces else print_compare)(cmp)
@@ -56,6 +62,24 @@ def _run(args) -> int:
     if args.json:
         print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
     return 0
+
+
+def _inspect_files(args, paths) -> bool:
+    """Inspect files (microbench.inspect --json): one kernel on several targets. False when the inputs are not."""
+    from microbench.core.jsonio import dumps
+    from microbench.core.outdir import write_file
+    from microbench.reports import inspect_compare as I
+
+    records = I.load_inspect_files(paths)
+    if records is None:
+        return False
+    if args.html:
+        raise InputError(args.html, "no HTML page for inspect files (use --json)", key="--html")
+    cmp = I.compare_inspect(records, tuple(args.target) if args.target else None)
+    I.print_inspect_compare(cmp)
+    if args.json:
+        print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
+    return True
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""python -m microbench.inspect: compile every kernel configuration of ours ahead of time for sm_80 and
-sm_90 (no GPU needed) and report, per kernel, configuration and target, the Tensor Core instructions in
-its SASS (HMMA, HGMMA, QGMMA, IMMA), FFMA count, registers, shared memory and spills.
+"""python -m microbench.inspect: compile every kernel configuration of ours ahead of time for NVIDIA sm_80 and
+sm_90 and AMD gfx942 (MI300X / MI325X) and gfx950 (MI355X) -- no GPU, no CUDA toolkit, no ROCm needed -- and
+report, per kernel, configuration and target, the matrix instructions in its machine code (SASS: HMMA, HGMMA,
+QGMMA, IMMA; AMDGCN: v_mfma by kind), how many per K step, registers (AMD: VGPR / AGPR / SGPR), shared memory
+or LDS, spills, occupancy, and the verdict matrix_cores yes / no / fallback (an AMD chip upcasting an fp8
+flavour it does not take natively, fp32 without xf32). Our CUDA C++ kernels have NVIDIA targets only; the
+Triton kernels build for all four (on AMD every autotune candidate of every dtype).
 
 One failing module (a missing toolchain, a compile error) does not stop the others: it is reported, the
 rest are inspected, and the exit code is 1. With --json the file is rewritten after every (module,
@@ -18,7 +22,8 @@ from pathlib import Path
 
 from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command
-from microbench.harness.sass import TARGETS, StaticRecord, inspect_build
+from microbench.core.targets import NVIDIA_TARGETS, TARGETS
+from microbench.harness.sass import StaticRecord, inspect_build
 
 
 @dataclass
@@ -35,15 +40,20 @@ def _first_lines(e: BaseException, n: int = 4) -> str:
     return f"{type(e).__name__}: " + " | ".join(lines[:n])
 
 
-def inspect_module(name: str, target: str, kernel_filter: str | None, into: Inspection) -> None:
-    """Add the records of one module for one target to `into`, or one failure saying what went wrong."""
+def inspect_module(name: str, target: str, kernel_filter: str | None, into: Inspection) -> bool:
+    """Add the records of one module for one target to `into`, or one failure saying what went wrong. False
+    when the module has nothing for this target (CUDA C++ for an AMD target)."""
     try:
-        builds = importlib.import_module(name).aot_builds(target)
+        module = importlib.import_module(name)
+        if target not in getattr(module, "AOT_TARGETS", NVIDIA_TARGETS):
+            return False  # e.g. CUDA C++ for an AMD target: nothing to build, nothing failed
+        builds = module.aot_builds(target)
         recs = [inspect_build(b) for b in builds if not kernel_filter or kernel_filter in b.kernel]
     except Exception as e:  # noqa: BLE001 - any failure of one module is reported, and the others go on
         into.failures.append({"module": name, "target": target, "error": _first_lines(e)})
-        return
+        return True
     into.records += recs
+    return True
 
 
 def _write_json(path: Path, result: Inspection) -> None:
@@ -61,7 +71,8 @@ def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_pa
     result = Inspection()
     for name in modules or kernels.STATIC_MODULES:
         for target in targets:
-            inspect_module(name, target, kernel_filter, result)
+            if not inspect_module(name, target, kernel_filter, result):
+                continue
             if json_path:
                 _write_json(json_path, result)
             if progress:
@@ -76,17 +87,32 @@ def records(modules=None, targets=TARGETS, kernel_filter: str | None = None) -> 
 def _table(recs: list[StaticRecord]):
     from rich.table import Table
 
-    t = Table(title="static inspection (SASS from ahead-of-time compilation; no GPU ran these)", header_style="bold")
-    for col in ("kernel", "config", "target", "HMMA", "HGMMA", "QGMMA", "IMMA", "FFMA", "regs", "smem B",
-                "spills", "note"):
-        t.add_column(col, justify="left" if col in ("kernel", "config", "target", "note") else "right")
+    t = Table(title="static inspection (SASS / AMDGCN from ahead-of-time compilation; no GPU ran these)",
+              header_style="bold")
+    for col in ("kernel", "config", "target", "matrix", "per K", "kinds", "FFMA", "regs", "smem/LDS B", "occupancy",
+                "spills", "matrix cores", "note"):
+        t.add_column(col, justify="right" if col in ("matrix", "per K", "FFMA", "smem/LDS B") else "left")
     for r in recs:
         smem = r.dynamic_shared_bytes if r.dynamic_shared_bytes is not None else r.shared_bytes
-        t.add_row(r.kernel, r.config, r.target, str(r.hmma), str(r.hgmma), str(r.qgmma), str(r.imma), str(r.ffma),
-                  str(r.registers), str(smem),
+        if r.lds_bytes is not None:
+            smem = r.lds_bytes
+        regs = (f"v{r.vgprs} a{r.agprs} s{r.sgprs}" if r.vgprs is not None else str(r.registers))
+        verdict = "[yellow]fallback[/]" if r.matrix_cores == "fallback" else r.matrix_cores
+        t.add_row(r.kernel, r.config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
+                  " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
+                  f"{r.occupancy} {r.occupancy_unit}" if r.occupancy is not None else "-",
                   f"[red]{r.spill_stores}st/{r.spill_loads}ld, stack {r.stack_bytes}[/]" if r.spills else "none",
-                  r.note)
+                  verdict, r.fallback or r.note)
     return t
+
+
+def _opt(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _short_kind(name: str) -> str:
+    """v_mfma_f32_32x32x8_bf16 -> 32x32x8_bf16; HMMA.16816.F32.BF16 as it is."""
+    return name.removeprefix("v_mfma_f32_").removeprefix("v_mfma_")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,12 +158,13 @@ def profile_main(args) -> int:
     """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
+    from kernels.triton_configs import arch_family
     from microbench.core.config import load_config
 
     cases = load_config().profile(args.profile).cases
     rows, failed = [], 0
-    for target in args.target or TARGETS:
-        plans = [p for p in default_plans(cases, target) if not args.kernel or args.kernel in p[0]]
+    for target in args.target or NVIDIA_TARGETS:  # AMD at real shapes: ask with --target gfx942
+        plans = [p for p in default_plans(cases, arch_family(target)) if not args.kernel or args.kernel in p[0]]
         rows += inspect_plans(plans, target, jobs=max(1, os.cpu_count() or 1))
     for r in rows:
         if "error" in r:

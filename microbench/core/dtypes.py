@@ -33,6 +33,10 @@ TABLE: tuple[DType, ...] = (
     DType("bf16", 2, "bfloat16", "bf16", True, True, "autocast", "bf16", "tab:red"),
     DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8", True, True, None, "fp8e4nv", "tab:purple",
           "scaled by 0.5 in case inputs to stay within e4m3's range"),
+    # The e4m3 "fnuz" flavour (no negative zero, bias 8, max 240) that CDNA 3 (gfx942) multiplies natively:
+    # fp8_e4m3 cases are stored in it there (`storage_dtype`), and our Triton GEMM takes it as fp8_e4m3.
+    DType("fp8_e4m3_fnuz", 1, "float8_e4m3fnuz", "fp8", True, False, None, "fp8e4b8", "tab:purple",
+          "fp8_e4m3 as gfx942's matrix cores take it"),
     DType("fp8_e5m2", 1, "float8_e5m2", "fp8", True, False, None, "fp8e5", "tab:pink"),
     DType("int8", 1, "int8", "int8", True, False, None, "i8", "tab:gray"),
 )
@@ -65,6 +69,22 @@ def torch_dtype(name: str):
     if t is None:
         raise ValueError(f"dtype {name!r} is not available in torch {torch.__version__}")
     return t
+
+
+def storage_dtype(name: str, device=None):
+    """The torch storage of a case of dtype `name` on `device`: `torch_dtype(name)`, except fp8 e4m3 on an AMD
+    GPU whose matrix cores take the other flavour (gfx942: fnuz; microbench/data/targets.toml), where the OCP
+    flavour would run upcast to fp16."""
+    import torch
+
+    t = torch_dtype(name)
+    if name != "fp8_e4m3" or torch.version.hip is None or device is None or torch.device(device).type != "cuda":
+        return t
+    from microbench.core import targets
+
+    arch = torch.cuda.get_device_properties(torch.device(device)).gcnArchName.split(":")[0]
+    flavour = targets.fp8_e4m3_flavour(arch) if targets.known(arch) else "fp8e4nv"
+    return next((getattr(torch, d.torch_name) for d in TABLE if d.triton == flavour and hasattr(torch, d.torch_name)), t)
 
 
 def name_of(torch_dtype_) -> str | None:

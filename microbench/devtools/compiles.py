@@ -133,6 +133,10 @@ def inspect_one(plan, target: str) -> dict:
     name, cfg, spec = plan
     args = {k: _aot_value(v) for k, v in spec}
     args.update(cfg.meta(persistent_param="PERSISTENT" in args))  # the configuration's own block sizes
+    if target.startswith("gfx") and "INPUT_PRECISION" in args:  # gfx950 has no xf32: IEEE, as a run there does
+        from microbench.core.targets import dot_input_precision
+
+        args["INPUT_PRECISION"] = dot_input_precision(target, args["INPUT_PRECISION"] == "tf32")
     dtype = next((v[1] for k, v in spec if v[0] in ("ptr", "desc")), "?").removeprefix("torch.")
     try:
         compiled = aot_compile(_kernel(name), args, target, cfg.options())

@@ -40,6 +40,9 @@ class Unsupported(Exception):
 class Evidence:
     tensor_cores: str  # "yes", "no" or "unknown"
     evidence: str  # how we know: the rule, the SASS counts, the kernel name
+    # The matrix units ran it, but not at its dtype's own rate (AMD: an fp8 flavour upcast to f16, fp32 without
+    # xf32): why. The row is flagged, so the table and the roofline say so beside the figure.
+    fallback: str | None = None
 
 
 @dataclass(frozen=True)

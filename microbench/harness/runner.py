@@ -23,6 +23,9 @@ from microbench.core import thresholds
 from microbench.core.ops.work import Work, case_work
 
 NOISY = "noisy: "
+# A row whose kernel ran on the matrix units at another precision's rate (Evidence.fallback): its % of the dtype's
+# ceilings measures the fallback, not the kernel.
+FALLBACK = "fallback path: "
 
 
 def _first_line(e: BaseException) -> str:
@@ -150,6 +153,8 @@ class CaseRunner:
             del out
             ev = p.evidence(case, self.device, call) if p.evidence else Evidence("unknown", "no evidence hook")
             row.tensor_cores, row.tensor_core_evidence = ev.tensor_cores, ev.evidence
+            if ev.fallback:
+                row.flags.append(f"{FALLBACK}{ev.fallback}")
             if not row.rel_err <= row.tolerance:  # also catches inf/nan
                 row.status, row.reason = "wrong", f"relative error {row.rel_err:.3g} > tolerance {row.tolerance:g}"
                 yield row

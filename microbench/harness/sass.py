@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from microbench.core.targets import NVIDIA_TARGETS, nvidia_warps_per_sm
+
 # SASS opcodes we count. Tensor Core ones: HMMA (fp16/bf16/tf32 mma.sync), HGMMA (Hopper wgmma, fp16/bf16/
 # tf32), QGMMA (Hopper wgmma fp8), IMMA (int8 mma.sync), IGMMA (Hopper int8 wgmma), DMMA (fp64).
 TENSOR_OPCODES = ("HMMA", "HGMMA", "QGMMA", "IMMA", "IGMMA", "DMMA")
 COUNTED_OPCODES = TENSOR_OPCODES + ("FFMA", "LDL", "STL", "LDSM", "LDGSTS", "UTMALDG")
-TARGETS = ("sm_80", "sm_90")
+TARGETS = NVIDIA_TARGETS  # this module's targets; the inspection's are microbench.core.targets.TARGETS
 
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\b")
 _RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
@@ -166,6 +168,9 @@ class AotBuild:
     ptxas_log: str = ""
     dynamic_shared_bytes: int | None = None  # shared memory requested at launch (Triton: metadata.shared)
     function: str | None = None  # the kernel's symbol when the cubin holds several kernels
+    amdgcn: str = field(default="", repr=False)  # AMD targets: the assembly listing instead of a cubin
+    num_warps: int | None = None  # warps (AMD: waves) per block, for occupancy
+    note: str = ""  # said in the record's note (e.g. the fp8 flavour an AMD build was given)
 
 
 @dataclass
@@ -192,6 +197,22 @@ class StaticRecord:
     spill_loads: int  # LDL instructions
     tensor_core_instructions: int
     note: str = ""
+    # Vendor-neutral fields (NVIDIA and AMD records alike): matrix (Tensor Core / matrix core) instructions,
+    # their kinds, how many one warp / wave issues per K step, the verdict and any fallback, occupancy.
+    matrix_instructions: int = 0
+    matrix_instruction_kinds: list = field(default_factory=list)  # names, e.g. ["v_mfma_f32_32x32x8_bf16"]
+    matrix_kinds: list = field(default_factory=list)  # [{name, operand, shape, precision, count}]
+    matrix_per_k_step: int | None = None
+    matrix_cores: str = "no"  # yes / no / fallback
+    fallback: str | None = None  # why the matrix instructions are not the dtype's own (None: they are)
+    vgprs: int | None = None  # AMD: architectural VGPRs, AGPRs, SGPRs (NVIDIA: `registers`)
+    agprs: int | None = None
+    sgprs: int | None = None
+    lds_bytes: int | None = None  # AMD: static + dynamic LDS per workgroup
+    waves_per_simd: int | None = None  # AMD: waves per SIMD the registers allow
+    occupancy: int | None = None  # resident warps per SM (NVIDIA) / waves per SIMD (AMD), registers and shared memory
+    occupancy_unit: str = ""
+    num_warps: int | None = None
 
     @property
     def spills(self) -> bool:
@@ -203,12 +224,43 @@ class StaticRecord:
         return d
 
     def evidence(self) -> str:
+        if self.target.startswith("gfx"):
+            from microbench.harness.amdgcn import evidence_line
+
+            return evidence_line(self)
         tc = ", ".join(f"{k.upper()} {getattr(self, k)}" for k in ("hmma", "hgmma", "qgmma", "imma") if getattr(self, k))
         return (f"SASS {self.target} {self.kernel} [{self.config}]: {tc or 'no Tensor Core instructions'}, "
                 f"FFMA {self.ffma}, {self.registers} registers, {'spills' if self.spills else 'no spills'}")
 
 
+# A Tensor Core opcode with its modifiers: HMMA.16816.F32.BF16, HGMMA.64x128x16.F32.BF16
+_TC_FULL = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:" + "|".join(TENSOR_OPCODES) + r")(?:\.[A-Za-z0-9_]+)*)")
+_ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/")
+_BRA = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?BRA(?:\.[A-Z.]+)?\s+(?:`\(\S+\)|0x([0-9a-f]+))")
+
+
+def tc_per_k_step(sass: str) -> int | None:
+    """Tensor Core instructions per iteration of the innermost loop that has any (the K loop), from the
+    backward branches of the listing; None when no loop holds one."""
+    lines = sass.splitlines()
+    addrs = [(int(m.group(1), 16), ln) for ln in lines if (m := _ADDR.search(ln))]
+    best = None
+    for addr, ln in addrs:
+        b = _BRA.search(ln)
+        if not b or b.group(2) is None or int(b.group(2), 16) >= addr:
+            continue
+        start = int(b.group(2), 16)
+        n = sum(1 for a, body in addrs if start <= a <= addr and _TC_FULL.search(body))
+        if n and (best is None or addr - start < best[0]):
+            best = (addr - start, n)
+    return best[1] if best else None
+
+
 def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> StaticRecord:
+    if b.target.startswith("gfx"):
+        from microbench.harness.amdgcn import inspect_amd_build
+
+        return inspect_amd_build(b)
     sass = disassemble(b.cubin)
     usage = _cuobjdump(b.cubin, "-res-usage")
     if b.function:
@@ -219,9 +271,17 @@ def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> Stati
     tc = sum(ops[o] for o in TENSOR_OPCODES)
     if dynamic_shared_bytes is None:
         dynamic_shared_bytes = b.dynamic_shared_bytes
+    kinds = Counter(m.group(1) for m in _TC_FULL.finditer(sass))
+    smem = max(shared, dynamic_shared_bytes or 0)
+    occupancy = nvidia_warps_per_sm(b.target, reg, b.num_warps, smem) if b.num_warps and reg else None
+    matrix = dict(matrix_instructions=tc, matrix_instruction_kinds=sorted(kinds),
+                  matrix_kinds=[{"name": k, "count": n} for k, n in sorted(kinds.items())],
+                  matrix_per_k_step=tc_per_k_step(sass), matrix_cores="yes" if tc else "no",
+                  occupancy=occupancy, occupancy_unit="warps/SM", num_warps=b.num_warps)
     return StaticRecord(kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default,
                         wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
                         imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,
                         dynamic_shared_bytes=dynamic_shared_bytes, stack_bytes=stack, local_bytes=local,
                         spill_stores=ops["STL"], spill_loads=ops["LDL"], tensor_core_instructions=tc,
-                        note=b.ptxas_log.splitlines()[0] if b.ptxas_log.startswith("PTX .version") else "")
+                        note=b.ptxas_log.splitlines()[0] if b.ptxas_log.startswith("PTX .version") else b.note,
+                        **matrix)

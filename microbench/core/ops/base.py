@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from microbench.core.dtypes import torch_dtype
+from microbench.core.dtypes import storage_dtype
 from microbench.core.shapes import Case
 from microbench.core.ops.work import Work
 
@@ -24,7 +24,7 @@ def random_operand(shape, dtype: str, device, gen):
     t = torch.randn(shape, generator=gen, dtype=torch.float32, device="cpu")
     if dtype == "fp8_e4m3":
         t = t * 0.5  # keep within e4m3's range with room for the K-sum in the reference
-    return t.to(device=device, dtype=torch_dtype(dtype))
+    return t.to(device=device, dtype=storage_dtype(dtype, device))
 
 
 class OpSpec:
