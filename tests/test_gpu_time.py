@@ -121,3 +121,20 @@ def test_ddp_split_per_step_and_bucket(tmp_path):
     assert s["buckets"] == [{"at_ms": 0.03, "comm_ms": 0.03, "exposed_comm_ms": 0.01},
                             {"at_ms": 0.06, "comm_ms": 0.02, "exposed_comm_ms": 0.02}]
     assert summarize_steps(steps)["comm_share"] == pytest.approx(0.3)
+
+
+def test_devices_are_broken_down_apart_and_summed():
+    """Two devices (a trace of two GPUs, or the same time on two ranks): no overlap across devices hides
+    anything; the whole is the sum."""
+    from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
+
+    b = TimelineBuilder("two devices", "kineto")
+    b.add_kernel(GEMM, 0.0, 10.0, 0, 7, NO_ID, NO_ID, KERNEL)
+    b.add_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.0, 10.0, 1, 7, NO_ID, NO_ID, KERNEL)
+    b.add_kernel(GEMM, 20.0, 5.0, 1, 7, NO_ID, NO_ID, KERNEL)
+    tl = b.build()
+    dev = gpu_time.per_device(tl)
+    assert (dev[0]["computation_us"], dev[0]["idle_us"]) == (10, 0)
+    assert (dev[1]["exposed_comm_us"], dev[1]["computation_us"], dev[1]["idle_us"], dev[1]["gpu_span_us"]) == (10, 5, 10, 25)
+    whole = gpu_time.breakdown(tl)
+    assert all(whole[f] == dev[0][f] + dev[1][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
