@@ -236,3 +236,16 @@ def test_one_fabric_alone_is_bad_input(tmp_path, capsys):
     trace = _tiny_trace(tmp_path, shapes=True)
     assert main([str(trace), "--on", "H100", "--fabric", "nvlink4"]) == 2
     assert "--source-fabric" in capsys.readouterr().err
+
+
+@needs_traces
+def test_per_step_prediction_over_each_steps_own_activities():
+    from microbench.prediction.from_trace import from_trace
+
+    doc = from_trace(TRACES / "a100_torchrec_rank0.json.gz", "h100", CFG, source="A100")
+    steps = doc["steps"]
+    assert [s["name"] for s in steps] == ["ProfilerStep#551", "ProfilerStep#552"]
+    # every activity in exactly one step: the steps' busy times add up to the whole trace's
+    assert sum(s["source_busy_us"] for s in steps) == pytest.approx(doc["source"]["busy_us"], rel=0.01)
+    assert doc["source"]["busy_us_per_step"] == pytest.approx(sum(s["source_busy_us"] for s in steps) / 2)
+    assert all(s["target_busy_us"] > 0 for s in steps)

@@ -72,6 +72,19 @@ def _ops(w: KernelWork, t: np.ndarray) -> list[dict]:
     return sorted(out.values(), key=lambda g: -g["source_us"])
 
 
+def _steps(w: KernelWork, t: np.ndarray, totals: dict) -> list[dict]:
+    """Per step: the source's busy time over its own activities and the prediction (same overlap per step)."""
+    out = []
+    step_of = totals.get("step_of")
+    for j, st in enumerate(totals.get("per_step", [])):
+        mine = step_of == j
+        src_us = float(w.dur_us[mine].sum())
+        ratio = float(t[mine].sum()) / src_us if src_us > 0 else 1.0
+        out.append({"name": st["name"], "source_busy_us": st["busy_us"], "target_busy_us": st["busy_us"] * ratio,
+                    "idle_us": st["idle_us"]})
+    return out
+
+
 def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario = Scenario(),
           fabrics: Fabrics | None = None) -> dict:
     """`totals`: the source's busy_us, idle_us, gpu_span_us and steps (from the trace's GPU-time breakdown)."""
@@ -87,7 +100,10 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
     lo = busy + sum(min(r["delta_us"], 0.0) for r in rng["assumptions"])
     hi = busy + sum(max(r["delta_us"], 0.0) for r in rng["assumptions"])
     flagged = above_roof(w, tgt, t, scenario)
-    steps = max(int(totals.get("steps") or 0), 1)
+    per_step = _steps(w, t, totals)
+    # per step: the mean over the steps of each one's own busy time (activity outside every step left out)
+    src_step = float(np.mean([st["source_busy_us"] for st in per_step])) if per_step else totals["busy_us"]
+    tgt_step = float(np.mean([st["target_busy_us"] for st in per_step])) if per_step else busy
     by_src, by_tgt = _by_group(w, w.dur_us), _by_group(w, t)
     by_src["idle"] = by_tgt["idle"] = totals["idle_us"]
     classes = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((w.group == g).sum()) if g != "idle" else None,
@@ -96,11 +112,11 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
     return {
         "schema": SCHEMA,
         "source": {"device": src.name, "chip": src.as_dict(), "busy_us": totals["busy_us"],
-                   "busy_us_per_step": totals["busy_us"] / steps, "idle_us": totals["idle_us"],
+                   "busy_us_per_step": src_step, "idle_us": totals["idle_us"],
                    "gpu_span_us": totals["gpu_span_us"], "kernel_time_us": k_src, "steps": totals.get("steps") or 0,
                    "by_class_us": by_src},
         "target": {"device": tgt.name, "chip": tgt.as_dict(), "busy_us": busy, "busy_us_low": max(lo, 0.0),
-                   "busy_us_high": hi, "busy_us_per_step": busy / steps, "idle_us": totals["idle_us"],
+                   "busy_us_high": hi, "busy_us_per_step": tgt_step, "idle_us": totals["idle_us"],
                    "gpu_span_us": busy + totals["idle_us"], "kernel_time_us": k_tgt, "by_class_us": by_tgt},
         "classes": classes,
         "range": rng,
@@ -108,6 +124,7 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
         "unplaced": _unplaced(w, why),
         "unplaced_us": float(w.dur_us[why != ""].sum()),
         "above_roof_kernels": int(flagged.sum()),
+        "steps": per_step,
         "kernels": _top(w, t, flagged),
         "ops": _ops(w, t),
         "notes": list(w.notes),

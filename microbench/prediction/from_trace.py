@@ -35,9 +35,14 @@ def _source_entry(tl, path, cfg, source: str | None):
 
 
 def _totals(tl) -> dict:
-    b = gpu_time.breakdown(tl)  # the one GPU-time breakdown, whole trace
-    return {"busy_us": b["busy_us"], "idle_us": b["idle_us"], "gpu_span_us": b["gpu_span_us"],
-            "steps": len(tl.step_windows())}
+    """The source's GPU time (the one breakdown, timeline/gpu_time): the whole trace, and per step over the
+    step's own activities (each activity in exactly one step)."""
+    b = gpu_time.breakdown(tl)
+    windows, steps, _ = gpu_time.step_breakdowns(tl)
+    step_of = gpu_time.assign_steps(tl, windows).step if len(windows) else np.full(len(tl.kernels), -1)
+    return {"busy_us": b["busy_us"], "idle_us": b["idle_us"], "gpu_span_us": b["gpu_span_us"], "steps": len(windows),
+            "step_of": step_of, "per_step": [{"name": st["name"], "busy_us": st["busy_us"], "idle_us": st["idle_us"]}
+                                             for st in steps]}
 
 
 def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | None] = ({}, None),

@@ -63,7 +63,12 @@ def tables(doc: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
     ops = ("modelled operators (their kernels' time)", [("op", "left"), ("kernels", "right"), ("source us", "right"),
                                                           ("target us", "right")],
            [[o["op"], str(o["kernels"]), _us(o["source_us"]), _us(o["target_us"])] for o in doc.get("ops", [])])
-    out = [cls, rng] + ([top] if doc["kernels"] else []) + ([ops] if doc.get("ops") else [])
+    steps = ("per step (busy us over each step's own activities)", [("step", "left"), ("source", "right"),
+                                                                  ("target", "right"), ("idle (held)", "right")],
+             [[st["name"], _us(st["source_busy_us"]), _us(st["target_busy_us"]), _us(st["idle_us"])]
+              for st in doc.get("steps", [])])
+    out = [cls, rng] + ([steps] if len(doc.get("steps", [])) > 1 else []) + ([top] if doc["kernels"] else []) \
+        + ([ops] if doc.get("ops") else [])
     if doc.get("unplaced"):
         out.append(("not placed (kept at the source's time)", [("kernel", "left"), ("why", "left"),
                                                                 ("calls", "right"), ("time us", "right")],
