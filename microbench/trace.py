@@ -56,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 def is_job(files: list[str]) -> bool:
     """Several traces, a folder or a glob pattern: a job of ranks, not one trace."""
     from microbench.communication.engine import GLOB_CHARS
+    from microbench.core.files import exists, is_folder
 
     one = Path(files[0])
-    return len(files) > 1 or one.is_dir() or (any(c in files[0] for c in GLOB_CHARS) and not one.exists())
+    return len(files) > 1 or is_folder(one) or (any(c in files[0] for c in GLOB_CHARS) and not exists(one))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 from .entry import Entry, Unreadable
 from .rules import DawnTask, dawn_tasks
 
 
-def _text(path: Path) -> str:
+# A submission's TSV or JSON: a few kilobytes; beyond these the file is no submission (or a device).
+MAX_FILE_BYTES = 16 << 20
+MAX_VALUE = 1e9  # any epoch, hours or accuracy: beyond it (or nan, inf) a broken file
+
+
+def read_text(path: Path) -> str:
+    from microbench.core.errors import InputError
+    from microbench.core.files import read_input
+
     try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise Unreadable(f"cannot open: {e.strerror or e}") from None
+        raw = read_input(path, max_bytes=MAX_FILE_BYTES)  # a regular file only, bounded
+    except InputError as e:
+        raise Unreadable(e.problem) from None
     try:
         return raw.decode("utf-8-sig")  # drops a byte-order mark
     except UnicodeDecodeError as e:
@@ -37,10 +46,13 @@ def task_of(path: Path) -> DawnTask:
 
 def read_tsv(path: Path, metric: str) -> list[dict]:
     """Rows of (epoch, hours, accuracy) in file order."""
-    lines = [ln for ln in _text(path).splitlines() if ln.strip()]
+    lines = [ln for ln in read_text(path).splitlines() if ln.strip()]
     if not lines:
         raise Unreadable("empty file")
-    rows = list(csv.reader(lines, delimiter="\t"))
+    try:
+        rows = list(csv.reader(lines, delimiter="\t"))
+    except csv.Error as e:  # a field beyond the csv module's limit (131072 characters)
+        raise Unreadable(f"not a TSV of epochs: {e}") from None
     header = [h.strip().lstrip("\ufeff").lower() for h in rows[0]]
     cols = {}
     for want in ("epoch", "hours", metric.lower()):
@@ -55,7 +67,10 @@ def read_tsv(path: Path, metric: str) -> list[dict]:
             try:
                 rec[name] = float(v)
             except ValueError:
-                raise Unreadable(f"line {lineno}: column {name!r} = {v!r} is not a number") from None
+                rec[name] = math.nan
+            if not 0 <= rec[name] <= MAX_VALUE:  # also false for nan
+                raise Unreadable(f"line {lineno}: column {name!r} = {v[:40]!r} is not a number from 0 to "
+                                 f"{MAX_VALUE:g}")
         out.append({"epoch": rec["epoch"], "hours": rec["hours"], "accuracy": rec[metric.lower()]})
     if not out:
         raise Unreadable("a header and no rows")
@@ -64,16 +79,24 @@ def read_tsv(path: Path, metric: str) -> list[dict]:
 
 def read_meta(tsv: Path, notes: list[str]) -> dict:
     """The submission's JSON beside the TSV; without it (or unreadable) the entry has no hardware or cost."""
+    from microbench.core.files import exists
+
     path = tsv.with_suffix(".json")
-    if not path.is_file():
+    if not exists(path):
         notes.append("no JSON beside the TSV: hardware and cost unknown")
         return {}
     try:
-        doc = json.loads(_text(path))
+        doc = json.loads(read_text(path))
     except (Unreadable, json.JSONDecodeError) as e:
-        notes.append(f"{path.name} unreadable ({e}): hardware and cost unknown")
+        notes.append(f"{path.name} unreadable ({str(e)[:120]}): hardware and cost unknown")
         return {}
-    return doc if isinstance(doc, dict) else {}
+    except RecursionError:
+        notes.append(f"{path.name} unreadable (JSON nested too deeply): hardware and cost unknown")
+        return {}
+    if not isinstance(doc, dict):
+        notes.append(f"{path.name} is a JSON {type(doc).__name__}, not an object: hardware and cost unknown")
+        return {}
+    return doc
 
 
 def _cost_per_hour(meta: dict, notes: list[str]) -> float | None:
@@ -81,10 +104,13 @@ def _cost_per_hour(meta: dict, notes: list[str]) -> float | None:
     if v is None:
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
-        notes.append(f"costPerHour = {v!r} is not a number: cost unknown")
+        rate = float(v)
+    except (TypeError, ValueError, OverflowError):
+        rate = math.nan
+    if not 0 <= rate <= MAX_VALUE:  # also false for nan
+        notes.append(f"costPerHour = {str(v)[:40]!r} is not a number from 0 to {MAX_VALUE:g}: cost unknown")
         return None
+    return rate
 
 
 def read_submission(tsv: Path) -> Entry:
@@ -107,4 +133,5 @@ def read_submission(tsv: Path) -> Entry:
 
 
 def _s(v) -> str | None:
-    return None if v is None else str(v)
+    """A text field of the JSON: a string (cut to 200 characters) or nothing; another type is not shown."""
+    return v[:200] if isinstance(v, str) else None

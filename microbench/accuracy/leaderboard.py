@@ -36,21 +36,25 @@ class Leaderboard:
 
 
 def _is_mllog(path: Path) -> bool:
+    from microbench.core.files import open_input
+
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:  # a FIFO or a device is not read (it would hang): the reader lists it
             return MLLOG_TOKEN in f.read(1 << 16)
-    except OSError:
+    except (InputError, OSError):
         return True  # let the reader say why it cannot be opened
 
 
 def _files(roots: list[str | Path]) -> list[Path]:
+    from microbench.core.files import check_input, exists, is_folder
+
     out = []
     for root in roots:
         p = Path(root)
-        if p.is_file():
-            out.append(p)
-        elif p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file())
+        if is_folder(p):  # every entry but folders: a FIFO or a device inside is listed as unreadable
+            out += sorted(f for f in p.rglob("*") if not f.is_dir())
+        elif exists(p):
+            out.append(check_input(p))  # a FIFO or a device named on the command line: one line, exit 2
         else:
             raise InputError(p, "no such file or folder")
     return out

@@ -44,16 +44,66 @@ def _compliance(path: Path, ruleset: str) -> str:
     return "failed: " + (str(msgs[0]).strip().splitlines()[0] if msgs else "?")
 
 
+# A result log's size and line length: beyond them the file is no log (mlperf-logging's parser would take
+# minutes over one 5 MB line, or read a device forever).
+MAX_LOG_BYTES = 256 << 20
+MAX_LINE_BYTES = 64 << 10
+MAX_TIME_MS = 1e15  # a timestamp in ms since the epoch: 31,000 years
+TEXT_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "submission_division")
+
+
 def _parse(path: Path, ruleset: str) -> tuple[list, list]:
-    """mlperf-logging's parse of one result file: (log lines, unparsable lines)."""
+    """mlperf-logging's parse of one result file, its lines checked: (log lines, unparsable lines)."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
 
+    from microbench.core.errors import InputError
+    from microbench.core.files import read_input
+
     try:
-        return parse_file(str(path), ruleset=ruleset)
+        data = read_input(path, max_bytes=MAX_LOG_BYTES)  # a regular file, bounded
+    except InputError as e:
+        raise Unreadable(e.problem) from None
+    for n, line in enumerate(data.split(b"\n"), start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise Unreadable(f"line {n} is {len(line):,} bytes: beyond {MAX_LINE_BYTES:,}, not a log line")
+    try:
+        loglines, errors = parse_file(str(path), ruleset=ruleset)
     except OSError as e:
         raise Unreadable(f"cannot open: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - the package's parser on an unexpected ruleset or file
-        raise Unreadable(f"mlperf-logging could not parse it: {type(e).__name__}: {e}") from None
+        raise Unreadable(f"mlperf-logging could not parse it: {type(e).__name__}: {str(e)[:200]}") from None
+    for ll in loglines:
+        _check_line(ll)
+    return loglines, errors
+
+
+def _check_line(ll) -> None:
+    """One parsed line, checked where it is read: a string key, a finite time, metadata an object, the values
+    the leaderboard reads of the right type (an Unreadable naming the line otherwise)."""
+    import math
+
+    meta, value = ll.value.get("metadata"), ll.value.get("value")
+    problem = None
+    if not isinstance(ll.key, str):
+        problem = f"key {ll.key!r} is not a string"
+    elif not (isinstance(ll.timestamp, float) and math.isfinite(ll.timestamp) and abs(ll.timestamp) <= MAX_TIME_MS):
+        problem = f"time_ms {ll.timestamp!r} is not a finite time within {MAX_TIME_MS:g} ms"
+    elif meta is not None and not isinstance(meta, dict):
+        problem = f"{ll.key}: metadata is {type(meta).__name__}, not an object"
+    elif ll.key in TEXT_KEYS and value is not None and not isinstance(value, str):
+        problem = f"{ll.key}: value {str(value)[:60]!r} is not a string"
+    elif ll.key in ("eval_accuracy", "global_batch_size") and value is not None and not _finite(value):
+        problem = f"{ll.key}: value {str(value)[:60]!r} is not a finite number"
+    elif ll.key == "eval_accuracy" and not _finite((meta or {}).get("epoch_num", 0)):
+        problem = f"eval_accuracy: metadata.epoch_num {str(meta['epoch_num'])[:60]!r} is not a finite number"
+    if problem:
+        raise Unreadable(f"line {ll.lineno}: {problem}")
+
+
+def _finite(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def eval_curve(path: Path, ruleset: str) -> list[tuple[float, float]]:

@@ -96,10 +96,12 @@ def mlperf_curve(folder: Path, files: list[Path], unreadable: list[dict]) -> Cur
 
 def our_curves(path: Path) -> list[Curve]:
     """Every seed of one of our runs (tta.json) as an entry of the task `ours:MODEL/DATASET`."""
+    from .dawnbench import read_text
+
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise Unreadable(f"not a readable tta.json: {e}") from None
+        doc = json.loads(read_text(path))  # a regular file, bounded (a FIFO named tta.json is listed, not read)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise Unreadable(f"not a readable tta.json: {str(e)[:120]}") from None
     if isinstance(doc, dict) and doc.get("schema") == OURS_RECIPES_SCHEMA and isinstance(doc.get("recipes"), list):
         docs = doc["recipes"]
     elif isinstance(doc, dict) and doc.get("schema") == OURS_SCHEMA:

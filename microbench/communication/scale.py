@@ -169,20 +169,44 @@ def scenario(name: str, path: Path = FABRICS_PATH) -> tuple[dict, dict]:
 def fabric_from_results(path: Path) -> Fabric:
     """A one-node fabric from measured all-reduce rows of `comm collectives`: bandwidth = the best busbw,
     latency = the smallest message's time / 2(n-1) (the ring's latency term)."""
-    from microbench.core.jsonio import load_json
+    from microbench.core.jsonio import load_json, number, of_type
 
-    doc = load_json(path)
-    rows = [r for r in (doc.get("results") if isinstance(doc, dict) else None) or []
-            if isinstance(r, dict) and r.get("op") == "allreduce" and r.get("busbw_gbps")]
+    doc = of_type(load_json(path), dict, path, "(top level)")
+    rows = []
+    for i, r in enumerate(of_type(doc.get("results"), list, path, "results", default=[])):
+        if not isinstance(r, dict) or r.get("op") != "allreduce" or r.get("busbw_gbps") is None:
+            continue
+        key = f"results[{i}]"  # every field the model reads, checked: a wrong one is one line naming it
+        rows.append({"bytes": _count(r.get("bytes"), path, f"{key}.bytes"),
+                     "nranks": _count(r.get("nranks", 2), path, f"{key}.nranks", MAX_WORKERS),
+                     "median_ms": _positive(number(of_type(r.get("time_ms"), dict, path, f"{key}.time_ms")
+                                                   .get("median"), path, f"{key}.time_ms.median"),
+                                            path, f"{key}.time_ms.median"),
+                     "busbw_gbps": _positive(number(r["busbw_gbps"], path, f"{key}.busbw_gbps"), path,
+                                             f"{key}.busbw_gbps")})
     if not rows:
         raise ConfigError(path, "no correct all-reduce rows with busbw_gbps (run `comm collectives` first)",
                           key="results")
-    n = int(rows[0].get("nranks") or 2)
+    n = rows[0]["nranks"]
     small = min(rows, key=lambda r: r["bytes"])
-    alpha_us = small["time_ms"]["median"] * 1e3 / max(2 * (n - 1), 1)
+    alpha_us = small["median_ms"] * 1e3 / max(2 * (n - 1), 1)
     link = Link(f"measured {path.name}", max(r["busbw_gbps"] for r in rows), alpha_us)
     # One node of any size: a measured fabric says nothing about a network between nodes.
     return Fabric(f"measured:{path}", f"measured all-reduce, {n} ranks ({path})", 10**9, link, link)
+
+
+def _count(v, path: Path, key: str, maximum: int = 2**53) -> int:
+    """A positive integer field of a results file (not a bool, a string or a float)."""
+    if type(v) is not int or not 1 <= v <= maximum:
+        raise ConfigError(path, f"expected an integer from 1 to {maximum:,}", key=key, value=v)
+    return v
+
+
+def _positive(v, path: Path, key: str) -> float:
+    """A number that must be there and above zero (a time, a bandwidth)."""
+    if v is None or v <= 0:
+        raise ConfigError(path, "expected a number above 0", key=key, value=v)
+    return v
 
 
 def parse_workers(text: str) -> list[int]:
@@ -218,7 +242,9 @@ def measured_step_ms(model_name: str, steps: int = 3) -> tuple[float, int]:
 
 def _fabric(spec: str) -> Fabric:
     p = Path(spec)
-    return fabric_from_results(p) if p.suffix == ".json" or p.is_file() else load_fabric(spec)
+    from microbench.core.files import exists
+
+    return fabric_from_results(p) if p.suffix == ".json" or exists(p, "--fabric") else load_fabric(spec)
 
 
 def scale_command(args) -> dict:

@@ -1,6 +1,7 @@
 """Errors that end a command with exit code 2 and one line naming the file, key and value."""
 from __future__ import annotations
 
+import errno
 import re
 import signal
 import sys
@@ -96,6 +97,11 @@ def interrupts_as_keyboard_interrupt():
             signal.signal(signal.SIGINT, old[1])
 
 
+# An OSError that says the path given is wrong (bad input, exit 2), not that the machine failed (exit 1).
+BAD_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES,
+                   errno.EPERM, errno.ENXIO, errno.ENODEV}
+
+
 def error_line(e: InputError) -> str:
     return e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
 
@@ -106,7 +112,7 @@ def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] 
     - Ctrl-C or SIGTERM, from the first line of the body on: `interrupted`, exit 130 / 143. A command that
       commits partial output gives `on_interrupt`, called first (its returned line replaces `interrupted`);
     - the machine failing the command (a full disk, an I/O error: OSError) or a failing plot backend
-      (`PlotError`): `error: LINE`, exit 1. A run that measured rows keeps them (core.outdir moves them to
+      (`PlotError`): `error: LINE`, exit 1 (exit 2 where the OSError says the path given is wrong). A run that measured rows keeps them (core.outdir moves them to
       `incomplete-...`); nothing else is caught, so a bug still shows its traceback."""
     with interrupts_as_keyboard_interrupt() as caught:
         try:
@@ -125,7 +131,7 @@ def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] 
         except (OSError, PlotError) as e:
             where = f"{shown(e.filename)}: " if getattr(e, "filename", None) else ""
             print(f"error: {where}{shown(getattr(e, 'strerror', None) or e)}", file=sys.stderr)
-            return 1
+            return 2 if getattr(e, "errno", None) in BAD_PATH_ERRNOS else 1
 
 
 class PlotError(Exception):

@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -224,17 +225,29 @@ def load_machine(path: str | Path) -> Machine:
                            "JSON (keys `machine_info`, `benchmarks`)")
 
 
+def unique_labels(names: list[str]) -> list[str]:
+    """Each input its own label: a name several inputs share gets ` #1`, ` #2`, ... (skipping any label another
+    input already has), so no input's cells overwrite another's in a row keyed by label."""
+    counts = Counter(names)
+    taken = {n for n in names if counts[n] == 1}
+    last: dict[str, int] = {}
+    out = []
+    for n in names:
+        if counts[n] == 1:
+            out.append(n)
+            continue
+        i = last.get(n, 0) + 1
+        while f"{n} #{i}" in taken:
+            i += 1
+        last[n] = i
+        taken.add(f"{n} #{i}")
+        out.append(f"{n} #{i}")
+    return out
+
+
 def _label(machines: list[Machine]) -> None:
-    seen: dict[str, int] = {}
-    for m in machines:
-        seen[m.name] = seen.get(m.name, 0) + 1
-    count: dict[str, int] = {}
-    for m in machines:
-        if seen[m.name] > 1:
-            count[m.name] = count.get(m.name, 0) + 1
-            m.label = f"{m.name} #{count[m.name]}"
-        else:
-            m.label = m.name
+    for m, label in zip(machines, unique_labels([m.name for m in machines])):
+        m.label = label
 
 
 def _pick_baseline(machines: list[Machine], want: str | None) -> Machine:

@@ -81,12 +81,11 @@ def _cell(time_us, total_us, flops, base_time):
 
 
 def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -> dict:
+    from microbench.reports.compare import unique_labels
+
     ms = [_machine(p, d) for p, d in docs]
-    seen: dict[str, int] = {}
-    for m in ms:
-        seen[m["label"]] = seen.get(m["label"], 0) + 1
-        if seen[m["label"]] > 1:
-            m["label"] = f"{m['label']} #{seen[m['label']]}"
+    for m, label in zip(ms, unique_labels([m["label"] for m in ms])):
+        m["label"] = label
     base = ms[0]
     if baseline is not None:
         hits = [m for m in ms if baseline.lower() in m["label"].lower() or baseline in m["file"]]
