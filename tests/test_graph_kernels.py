@@ -94,6 +94,10 @@ def test_real_vllm_mi300_pair(shared_dir):
     assert s["graph_attributed_share"] == pytest.approx(1.0)
     ops = doc["graphs"]["ops"]
     assert sum(o["kernels"] for o in ops) == 421 and ops[0]["op"] == "vllm::moe_forward"
+    # a modelled operator's FLOPs, once per captured call replayed: 24 layers' addmm(bias, x, W) of 32x2880x5120
+    mm = next(o for o in ops if o["op"] == "aten::addmm" and o["input_dims"][1:3] == [[32, 2880], [2880, 5120]])
+    assert mm["calls"] == 24 and mm["flops"] == 24 * 2 * 32 * 2880 * 5120
+    assert mm["achieved_tflops"] == pytest.approx(mm["flops"] / (mm["kernel_time_us"] * 1e6))
 
 
 def test_bad_capture_path_one_line(tmp_path, capsys):

@@ -171,3 +171,14 @@ def test_outliers_statistic():
     found = job.outliers(vals, "busy_us")
     assert [o["rank"] for o in found] == [20] and found[0]["z"] > 3.5
     assert job.outliers({0: 1.0, 1: 5.0}, "busy_us") == []  # too few ranks to call one an outlier
+
+
+def test_interrupt_is_130(job_dir, capsys, monkeypatch):
+    from microbench import comm
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(job, "run_ranks", stop)
+    assert comm.main(["ranks", str(job_dir)]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"

@@ -166,10 +166,10 @@ def _print_graphs(console, doc: dict, top: int) -> None:
     if not g or not g["ops"]:
         return
     t = Table(title=f"graph replays by capturing operator (capture: {escape(g['capture_file'])})", header_style="bold")
-    for c in ("operator", "input dims", "kernels", "kernel time us", "classes"):
-        t.add_column(c, justify="right" if c in ("kernels", "kernel time us") else "left")
+    for c in ("operator", "input dims", "calls", "kernels", "kernel time us", "TFLOP/s", "classes"):
+        t.add_column(c, justify="right" if c in ("calls", "kernels", "kernel time us", "TFLOP/s") else "left")
     for o in g["ops"][:top]:
         classes = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(o["classes"].items(), key=lambda kv: -kv[1]))
-        t.add_row(escape(_short(o["op"], 50)), escape(_short(str(o["input_dims"]), 40)), str(o["kernels"]),
-                  f"{o['kernel_time_us']:,.1f}", classes)
+        t.add_row(escape(_short(o["op"], 50)), escape(_short(str(o["input_dims"]), 40)), str(o["calls"]),
+                  str(o["kernels"]), f"{o['kernel_time_us']:,.1f}", _num(o.get("achieved_tflops"), ".3g"), classes)
     console.print(t)

@@ -134,19 +134,37 @@ def graph_summary(tl: Timeline, gk: GraphKernels, with_capture: bool) -> dict:
             "graph_attributed_share": (attributed / t if t > 0 else None) if with_capture else None}
 
 
+def _arg(cap: Timeline, col: str, row: int):
+    ids = getattr(cap.cpu_ops, col)
+    return cap.arg_values[ids[row]] if row != NO_ID and ids[row] != NO_ID else None
+
+
 def graph_ops(tl: Timeline, gk: GraphKernels, capture: Timeline) -> list[dict]:
-    """Per capturing operator (name and recorded shapes): the replayed kernels attributed to it, their time and
-    classes; most time first."""
-    ops = capture.cpu_ops
+    """Per capturing operator (name and recorded shapes): its calls replayed (one per graph launch that replayed
+    any of its kernels), the kernels attributed to it, their time and classes, and for an operator with a work
+    model (core.ops.aten.trace_work) its FLOPs and achieved TFLOP/s over those kernels; most time first."""
+    from microbench.core.ops.aten import trace_work
+
+    li = tl.launch_index()
     groups: dict[tuple, dict] = {}
+    seen: set[tuple[int, int]] = set()
     for r, c in gk.captured.items():
-        dims = capture.arg_values[ops.input_dims[c.op_row]] if c.op_row != NO_ID and ops.input_dims[c.op_row] != NO_ID \
-            else None
+        dims = _arg(capture, "input_dims", c.op_row)
         key = (c.op or "(no operator)", repr(dims))
-        g = groups.setdefault(key, {"op": key[0], "input_dims": dims, "kernels": 0, "kernel_time_us": 0.0,
-                                    "classes": {}})
+        g = groups.setdefault(key, {"op": key[0], "input_dims": dims, "calls": 0, "kernels": 0,
+                                    "kernel_time_us": 0.0, "classes": {}, "flops": None})
         g["kernels"] += 1
         g["kernel_time_us"] += float(tl.kernels.dur_us[r])
         cls = tl.classes[tl.kernels.cls[r]].cls
         g["classes"][cls] = g["classes"].get(cls, 0.0) + float(tl.kernels.dur_us[r])
+        if (c.op_row, int(li[r])) not in seen:  # one call of the operator per replay
+            seen.add((c.op_row, int(li[r])))
+            g["calls"] += 1
+            work = trace_work(key[0], dims, _arg(capture, "input_types", c.op_row),
+                              _arg(capture, "concrete_inputs", c.op_row)) if c.op_row != NO_ID else None
+            if work is not None and work.flops:
+                g["flops"] = (g["flops"] or 0) + work.flops
+    for g in groups.values():
+        t = g["kernel_time_us"]
+        g["achieved_tflops"] = g["flops"] / (t * 1e6) if g["flops"] and t > 0 else None
     return sorted(groups.values(), key=lambda g: -g["kernel_time_us"])
