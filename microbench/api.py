@@ -24,7 +24,7 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     against float64, timed, counted and judged; one row per provider."""
     from microbench.core import device as devmod
     from microbench.harness import registry
-    from microbench.harness.ceilings import build_ceilings
+    from microbench.harness.ceilings import build_ceilings, machine_ceilings
     from microbench.harness.runner import CaseRunner
 
     _load_providers()
@@ -33,7 +33,8 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     chosen = registry.for_op(case.family)
     if providers is not None:
         chosen = [p for p in chosen if p.name in providers]
-    runner = CaseRunner(dev, cfg, build_ceilings(dev, cfg, measure_now=measure_ceilings))
+    ceilings = machine_ceilings(dev, cfg, shapes=(case,)) if measure_ceilings else build_ceilings(dev, cfg, False)
+    runner = CaseRunner(dev, cfg, ceilings)
     return list(runner.run(case, chosen))
 
 

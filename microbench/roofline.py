@@ -122,12 +122,14 @@ def _run(args, cfg, profile, out) -> int:
     from microbench.core.conditions import Conditions
 
     conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
+    if dev.kind == "cpu":
+        conditions.fit_threads()
     header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
               "config": _config_block(cfg, profile), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
               "conditions": {"before": conditions.before}, "ceilings": [], "notes": []}
     writer = ResultsWriter(out.staging, header)
     try:
-        _measure(writer, dev, cfg, profile, console)
+        _measure(writer, dev, cfg, profile, console, conditions.busy_now())
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
         interrupted = True
@@ -154,10 +156,10 @@ def _run(args, cfg, profile, out) -> int:
     return 0
 
 
-def _measure(writer, dev, cfg, profile, console) -> None:
+def _measure(writer, dev, cfg, profile, console, busy_now: bool) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from microbench.harness.ceilings import build_ceilings
+    from microbench.harness.ceilings import machine_ceilings
     from microbench.harness.runner import run_profile
 
     # A pipe or a file gets one line per case (a progress bar would print nothing until the end).
@@ -171,7 +173,8 @@ def _measure(writer, dev, cfg, profile, console) -> None:
             if lines:
                 lines.step(msg)
 
-        ceilings = build_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s, shapes=profile.cases)
+        ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s,
+                                    shapes=profile.cases, busy_now=busy_now)
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 

@@ -6,11 +6,14 @@
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
+CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.harness.ceilings.CACHE_ENV (not imported here: torch-free start)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -32,11 +35,18 @@ def pytest_configure(config):
     kernels.load_all()  # the providers register on import; commands do the same (the core never imports kernels/)
     # Runs before pytest-benchmark's own (trylast) pytest_configure reads the options.
     opt = config.option
-    if hasattr(opt, "benchmark_disable") and not (opt.benchmark_only or opt.benchmark_enable):
+    timing = hasattr(opt, "benchmark_disable") and (opt.benchmark_only or opt.benchmark_enable)
+    if hasattr(opt, "benchmark_disable") and not timing:
         opt.benchmark_disable = True
+    if not timing and not os.environ.get(CACHE_ENV):
+        # The test suite never reads or writes the user's cached ceilings (nor the checkout): a folder of its
+        # own, inherited by the commands tests start. `pytest --benchmark-only` shares the user's cache with
+        # `python -m microbench.roofline`: one source of ceilings.
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dawnscope-test-cache-")
 
 
 def pytest_collection_modifyitems(config, items):
+    _deselect_non_benchmarks(config, items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a GPU: PyTorch sees no CUDA or ROCm device here")
@@ -112,3 +122,59 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     dev = device.detect(device_request)
     machine_info[fingerprint.BENCHMARK_KEY] = fingerprint.benchmark_block(
         device.fingerprint(dev), device.software(), profile, config_path or DEFAULT_CONFIG)
+    if (doc := _conditions_doc(config)) is not None:
+        machine_info[fingerprint.BENCHMARK_KEY]["conditions"] = doc
+
+
+def pytest_sessionstart(session):
+    """`pytest --benchmark-only`: look at the machine before the benchmarks, as the commands do; on a busy CPU
+    run the ops on the threads the other work leaves free (core.conditions.Conditions.fit_threads)."""
+    opt = session.config.option
+    if getattr(opt, "benchmark_disable", True):
+        return
+    from microbench.core.conditions import Conditions
+    from microbench.core.config import load_config
+    from microbench.core.fingerprint import benchmark_selection
+
+    _, config_path, device_request = benchmark_selection()
+    try:
+        settings = load_config(config_path).conditions
+    except Exception:  # noqa: BLE001 - a bad config is reported by the benchmarks' own collection
+        settings = None
+    look = Conditions(settings).start()
+    if device_request == "cpu" or not torch.cuda.is_available():
+        look.fit_threads()
+    session.config.dawnscope_conditions = look
+
+
+def _conditions_doc(config) -> dict | None:
+    """The session's conditions, looked at once when first asked (machine_info, then the summary line)."""
+    look = getattr(config, "dawnscope_conditions", None)
+    if look is None:
+        return None
+    if getattr(config, "dawnscope_conditions_doc", None) is None:
+        config.dawnscope_conditions_doc = look.stop()
+    return config.dawnscope_conditions_doc
+
+
+def _deselect_non_benchmarks(config, items) -> None:
+    """`--benchmark-only`: the tests that are not benchmarks are deselected (one line in the summary), not
+    skipped one by one (a line each)."""
+    if not getattr(config.option, "benchmark_only", False):
+        return
+    keep = [i for i in items if "benchmark" in getattr(i, "fixturenames", ())]
+    dropped = [i for i in items if "benchmark" not in getattr(i, "fixturenames", ())]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """A benchmark session ends with the conditions it ran under (the busy warning when busy)."""
+    from microbench.core.conditions import busy_advice, conditions_line
+
+    doc = _conditions_doc(config)
+    if doc is None:
+        return
+    terminalreporter.write_line(("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc),
+                                red=bool(doc.get("busy")))

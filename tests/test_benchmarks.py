@@ -19,7 +19,7 @@ import pytest
 from microbench.harness import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
-from microbench.harness.ceilings import Ceilings, build_ceilings
+from microbench.harness.ceilings import Ceilings, build_ceilings, machine_ceilings
 from microbench.core.config import Config, load_config
 from microbench.core.device import DEVICE_REQUESTS, Device, detect
 from microbench.core.errors import InputError
@@ -73,8 +73,14 @@ def bench_env(request) -> BenchEnv:
     cfg = _load()
     device = detect(DEVICE)
     timing_enabled = not request.config.getoption("benchmark_disable")
-    # Measured ceilings cost a few seconds: only when the benchmarks are really timed.
-    return BenchEnv(cfg, device, build_ceilings(device, cfg, measure_now=timing_enabled), timing_enabled)
+    if not timing_enabled:  # a correctness run: no measured ceilings needed
+        return BenchEnv(cfg, device, build_ceilings(device, cfg, measure_now=False), False)
+    # The cached ceilings of this machine, the same `python -m microbench.roofline` uses (with the profile's
+    # GEMM shapes in their search); the conditions were looked at when the session started (conftest.py).
+    conditions = getattr(request.config, "dawnscope_conditions", None)
+    ceilings = machine_ceilings(device, cfg, shapes=cfg.profile(PROFILE).cases,
+                                busy_now=conditions.busy_now() if conditions else None)
+    return BenchEnv(cfg, device, ceilings, True)
 
 
 def test_benchmark(benchmark, bench_case, bench_env):
@@ -115,8 +121,9 @@ def test_benchmark(benchmark, bench_case, bench_env):
     if benchmark.stats is not None:  # timed (not --benchmark-disable)
         samples_ms = [s * 1e3 for s in benchmark.stats.stats.data]
         row = KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name, device=dev.name)
-        judge(row, work, summarize(samples_ms), bench_env.ceilings)
+        judge(row, work, summarize(samples_ms, bench_env.cfg.noise), bench_env.ceilings)
         benchmark.extra_info.update(tflops=row.tflops, gbps=row.gbps, intensity=row.intensity,
                                     ceiling=row.ceiling, ceiling_tflops=row.ceiling_tflops,
                                     pct_of_ceiling=row.pct_of_ceiling, pct_of_measured=row.pct_of_measured,
-                                    pct_of_datasheet=row.pct_of_datasheet, bound=row.bound, flags=row.flags)
+                                    pct_of_datasheet=row.pct_of_datasheet, bound=row.bound, flags=row.flags,
+                                    time_ms=row.time_ms)

@@ -124,7 +124,7 @@ def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     files = []
     for name, ms in (("a", 1.0), ("b", 0.5)):
         rec = {"op": "allreduce", "requested_bytes": 2**20, "message_bytes": 2**20, "elements": 2**18,
-               "nranks": 2, "samples_ms": [ms, ms], "wrong": 0}
+               "nranks": 2, "samples_ms": [ms] * 5, "wrong": 0}  # 5 agreeing repeats: the judge trusts them
         hw = {"name": f"fabric-{name}", "kind": "cpu", "arch": "x86_64", "units": 2, "clock_mhz": None,
               "memory_gib": 1.0, "isa_flags": []}
         sw = {"torch": "2", "triton": "3", "python": "3.11"}

@@ -107,6 +107,12 @@ def _print_one_run(doc: dict, console: Console) -> None:
     console.print(f"[dim]{escape(doc['timing'])}; torch threads {doc.get('torch_threads')}[/]")
     for note in doc.get("notes") or []:
         console.print(f"  [dim]{escape(note)}[/]")
+    cond = doc.get("conditions")
+    if cond:
+        from microbench.core.conditions import busy_advice, conditions_line
+
+        console.print(f"[bold red]warning:[/] {escape(busy_advice(cond))}" if cond.get("busy")
+                      else f"[dim]{escape(conditions_line(cond))}[/]")
     if "profile" in doc:
         print_profile(doc["profile"], console)
 

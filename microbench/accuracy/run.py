@@ -66,14 +66,19 @@ def seed_row(run: SeedRun, shape: str, device: str, target: float, dtype: str = 
 
 
 def summary_row(summary, shape: str, device: str, target: float, runs: list[SeedRun],
-                dtype: str = "fp32") -> TimeToAccuracyRow:
+                dtype: str = "fp32", noise=None) -> TimeToAccuracyRow:
+    """The row over the seeds, judged by the one judge (harness.judge): seeds whose times disagree beyond the
+    [noise] thresholds make it `noisy` (the DAWNBench analysis's run-to-run spread, made a verdict)."""
+    from microbench.core.stats import NoiseSettings
+    from microbench.harness.judge import judge_timing
+
     hit = [r.tta_s * 1e3 for r in runs if r.tta_s is not None]
     flags = [] if summary.reached == summary.runs else [f"{summary.runs - summary.reached} of {summary.runs} runs "
                                                         "did not reach the target"]
-    return TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device, dtype=dtype,
-                             status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
-                             time_ms=summarize(hit).as_dict() if hit else None, flags=flags,
-                             params={"target": target, **summary.as_dict()})
+    row = TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device, dtype=dtype,
+                            status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
+                            flags=flags, params={"target": target, **summary.as_dict()})
+    return judge_timing(row, summarize(hit, noise or NoiseSettings())) if hit else row
 
 
 def check_recipes(spec, recipes) -> tuple[str | None, ...]:
@@ -101,6 +106,11 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     target = base.target if target is None else float(target)
     ds = dataset if dataset is not None else datasets.load(base.dataset, data, new_test)
     dev = _device(device)
+    from microbench.core.conditions import Conditions
+    from microbench.core.config import load_config
+
+    cfg = load_config()
+    look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     saved_threads = torch.get_num_threads()
     writer = None
     try:
@@ -111,9 +121,15 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             writer = ResultsWriter(out, {"hardware": header["hardware"], "software": header["software"],
                                          "config": {"profile": f"tta:{base.name}", "sha256": None},
                                          "started": header["started"], "notes": [header["timing"]]})
+        header["noise"] = cfg.noise
         done = [_run_recipe(base.with_recipe(r), ds, dev, target, seeds, epochs, include_eval, header, writer,
                             on_epoch) for r in recipes]
         docs = [doc for doc, _ in done]
+        conditions = look.stop()
+        for doc in docs:
+            doc["conditions"] = conditions
+        if writer:
+            writer.set("conditions", conditions)
         if profile:
             _profile(docs[0], done[0][1], base, ds, device, on_progress)
         return docs[0] if len(docs) == 1 else recipes_document(docs)
@@ -149,7 +165,8 @@ def _run_recipe(spec, ds, dev, target: float, seeds: int, epochs: int | None, in
     spec, precision_note = choose_precision(spec, dev)
     epochs = epochs or spec.epochs
     shape = case_shape(spec.name, ds.name, target, spec.recipe)
-    doc = {**header, "recipe": spec.recipe, "precision": spec.precision, "target": target, "epochs": epochs,
+    noise = header.get("noise")  # the [noise] thresholds: the judge's, not part of the document
+    doc = {**{k: v for k, v in header.items() if k != "noise"}, "recipe": spec.recipe, "precision": spec.precision, "target": target, "epochs": epochs,
            "batch": spec.batch, "seeds": seeds, "optimizer": spec.optimizer,
            "lr_schedule": {"epochs": spec.lr_epochs, "values": spec.lr_values},
            "notes": [precision_note] if precision_note else [], "runs": []}
@@ -166,7 +183,7 @@ def _run_recipe(spec, ds, dev, target: float, seeds: int, epochs: int | None, in
     if ds.x_new is not None:
         doc["generalization"] = generalization(runs).as_dict()
     if writer:
-        writer.add(summary_row(summary, shape, dev.name, target, runs, spec.precision))
+        writer.add(summary_row(summary, shape, dev.name, target, runs, spec.precision, noise))
     return doc, runs
 
 

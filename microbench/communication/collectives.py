@@ -147,15 +147,17 @@ def bench_rank(info, plan: Plan) -> list[dict] | None:
     return records if info.rank == 0 else None
 
 
-def to_rows(records: list[dict], device_name: str, backend: str) -> list:
+def to_rows(records: list[dict], device_name: str, backend: str, noise=None) -> list:
     """Benchmark records -> result rows: op = the collective, shape = "bytes=B ranks=N", flops = 0, bytes
-    = the message bytes, gbps = algbw, busbw_gbps = busbw (None unless correct and timed)."""
+    = the message bytes, gbps = algbw, busbw_gbps = busbw (None unless correct and timed). Each row's time is
+    judged by the one judge (harness.judge): `noise`, the stability thresholds ([noise] in bench.toml)."""
     from microbench.core.results import CollectiveRow
-    from microbench.core.stats import summarize
+    from microbench.core.stats import NoiseSettings, summarize
+    from microbench.harness.judge import judge_timing
 
     rows = []
     for r in records:
-        t = summarize(r["samples_ms"])
+        t = summarize(r["samples_ms"], noise or NoiseSettings())
         ok = r["wrong"] == 0
         alg = algbw_gbps(r["message_bytes"], t.median_ms / 1e3) if ok and t.median_ms > 0 else None
         factor = bus_factor(r["op"], r["nranks"])
@@ -167,6 +169,7 @@ def to_rows(records: list[dict], device_name: str, backend: str) -> list:
             busbw_gbps=alg * factor if alg is not None else None,
             params={"wrong": r["wrong"], "bus_factor": factor, "elements_per_rank": r["elements"],
                     "requested_bytes": r["requested_bytes"]}))
+        judge_timing(rows[-1], t)
     return rows
 
 

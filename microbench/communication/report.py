@@ -106,6 +106,7 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
     from . import world
     from .collectives import bench_rank
 
+    look = _look(backend)
     records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
         return 0
@@ -113,7 +114,7 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
               "config": {"profile": f"comm-collectives-{backend}"},
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
-              "started": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(), "conditions": look.stop()}
     doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
     written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
@@ -126,8 +127,10 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
 
     from .collectives import to_rows
 
+    from microbench.core.config import load_config
+
     with ResultsWriter(out.staging, header) as w:
-        w.add_many(to_rows(records, header["hardware"]["name"], backend))
+        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config().noise))
     print_collectives(w.doc)
     if not no_plot:
         from .plots import plot_busbw
@@ -135,6 +138,22 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
         title = f"{backend}, {nranks} ranks: {fingerprint_line(w.doc['hardware'], w.doc['software'])}"
         plot_busbw(w.doc["results"], title, out.file("busbw.png"))
     return w.doc
+
+
+def _look(backend: str):
+    """The machine's conditions, looked at before the ranks start (core.conditions)."""
+    from microbench.core.conditions import Conditions
+    from microbench.core.config import load_config
+
+    return Conditions(load_config().conditions, gpu_index=0 if backend == "nccl" else None).start()
+
+
+def _busy_warning(doc: dict) -> None:
+    from microbench.core.conditions import busy_advice, conditions_line
+
+    cond = doc.get("conditions")
+    if cond:
+        print(("warning: " + busy_advice(cond)) if cond.get("busy") else conditions_line(cond), file=sys.stderr)
 
 
 def _f(v, spec=".3g"):
@@ -148,13 +167,21 @@ def print_collectives(doc: dict) -> None:
 
     t = Table(title=f"{doc['comm']['backend']}, {doc['comm']['nranks']} ranks; "
                     f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
-    for col in ("op", "bytes", "time ms (median)", "cov", "algbw GB/s", "busbw GB/s", "wrong"):
-        t.add_column(col, justify="left" if col == "op" else "right")
+    from microbench.core.verdict import is_noisy
+
+    for col in ("op", "bytes", "status", "time ms (median)", "cov", "algbw GB/s", "busbw GB/s", "wrong"):
+        t.add_column(col, justify="left" if col in ("op", "status") else "right")
     for r in doc["results"]:
         tm = r["time_ms"] or {}
-        t.add_row(r["op"], str(r["bytes"]), _f(tm.get("median"), ".4g"), _f(tm.get("cov"), ".2f"),
-                  _f(r["gbps"]), _f(r["busbw_gbps"]), str(r["params"]["wrong"]), style=STATUS_STYLE[r["status"]])
+        status = "noisy" if r["status"] == "ok" and is_noisy(r) else r["status"]
+        t.add_row(r["op"], str(r["bytes"]), status, _f(tm.get("median"), ".4g"), _f(tm.get("cov"), ".2f"),
+                  _f(r["gbps"]), _f(r["busbw_gbps"]), str(r["params"]["wrong"]),
+                  style=STATUS_STYLE[r["status"]] or ("yellow" if status == "noisy" else ""))
     _console().print(t)
+    if any(is_noisy(r) for r in doc["results"]):
+        print("noisy: the repeats of these rows disagree (their flags in results.json say how): no bandwidth "
+              "verdict from them", file=sys.stderr)
+    _busy_warning(doc)
 
 
 def run_ddp(args) -> int:
@@ -165,13 +192,14 @@ def run_ddp(args) -> int:
     backend = _backend(args)
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
+    look = _look(backend)
     doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
         return 0
     from microbench.core import device as devmod
 
     dev = _device(backend)
-    doc.update(hardware=devmod.fingerprint(dev), software=devmod.software())
+    doc.update(hardware=devmod.fingerprint(dev), software=devmod.software(), conditions=look.stop())
     print_ddp(doc)
     write_json(args.json, doc)
     return 0
@@ -196,6 +224,7 @@ def print_ddp(doc: dict) -> None:
     _console().print(t)
     print("medians over the profiled steps; comm share = exposed communication / step time", file=sys.stderr)
     _print_ddp_buckets(doc)
+    _busy_warning(doc)
 
 
 def _print_ddp_buckets(doc: dict) -> None:
@@ -338,7 +367,8 @@ def print_scale(doc: dict) -> None:
                       _f(p["step_ms"], ".4g"), _f(p["comm_ms"], ".4g"))
         con.print(t)
     w = doc["workload"]
-    t = Table(title=f"{doc['fabric']['title']}: step {w['step_ms']:.4g} ms on one worker, gradients "
+    t = Table(title=f"{doc['fabric']['title']}: step {w['step_ms']:.4g} ms on one worker "
+                    f"({doc.get('step_source', 'given')}), gradients "
                     f"{w['gradient_bytes'] / 2**20:.2f} MiB, buckets {w['bucket_bytes'] / 2**20:g} MiB, overlap "
                     f"{w['overlap']}, {w['algorithm']} all-reduce", header_style="bold")
     for col in ("workers", "nodes", "step ms", "comm ms", "exposed ms", "comm_share", "speed-up", "efficiency"):

@@ -261,13 +261,20 @@ def scale_command(args) -> dict:
         from .ddp import grad_bytes
 
         grad = grad_bytes(models.load(args.model).model)
+    if step_ms is None and not fabric.name.startswith("measured:"):
+        # A preset is another machine's fabric: this CPU's step time over a V100's links is no machine at all.
+        raise ConfigError(None, f"--fabric {fabric.name} describes another machine's GPUs: give --step-ms (the "
+                                "single-worker step time on that machine, e.g. from its trace), or a results.json "
+                                "of `comm collectives` measured here as --fabric", key="--step-ms")
     if step_ms is None:
         step_ms, batch = measured_step_ms(args.model)
-        notes.append(f"step time measured here on the CPU ({args.model}, batch {batch}): a GPU step is shorter, "
-                     "so communication weighs more there")
+        source = f"measured here on the CPU ({args.model}, batch {batch})"
+    else:
+        source = "--step-ms"
+    notes.append(f"step time: {source}")
     w = Workload(step_ms, int(grad), int(args.bucket_mb * 2**20), args.backward_fraction, args.overlap,
                  args.algorithm)
-    doc = {"schema": "dawnscope.comm.scale/1", "model": args.model, "workload": w.__dict__,
+    doc = {"schema": "dawnscope.comm.scale/1", "model": args.model, "workload": w.__dict__, "step_source": source,
            "fabric": {"name": fabric.name, "title": fabric.title, "gpus_per_node": fabric.gpus_per_node,
                       "intra": fabric.intra.__dict__, "inter": fabric.inter.__dict__},
            "predictions": sweep(w, workers, fabric), "notes": notes}

@@ -108,6 +108,25 @@ class CpuWindow:
                       "own_cores": round((own1 - self.own0) * seconds_per_jiffy / wall, 3)}
 
 
+# Set by Conditions.fit_threads when it lowered the thread count of this process (one process, one choice).
+_FITTED: dict | None = None
+
+
+def fitted_threads() -> dict | None:
+    """{"threads", "cores", "why"} when this process runs CPU ops on fewer threads because the machine is busy."""
+    return _FITTED
+
+
+def release_threads() -> None:
+    """The thread count fit_threads lowered back to what it was (the run it was lowered for is over)."""
+    global _FITTED
+    if _FITTED is not None:
+        import torch
+
+        torch.set_num_threads(_FITTED["was"])
+        _FITTED = None
+
+
 def threads_block() -> dict:
     """The thread count CPU ops run with and why."""
     import torch
@@ -115,7 +134,9 @@ def threads_block() -> dict:
     cores = _cores()
     n = torch.get_num_threads()
     env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
-    if env:
+    if _FITTED and _FITTED["threads"] == n:
+        why = _FITTED["why"]
+    elif env:
         why = "set by " + ", ".join(f"{k}={v}" for k, v in env.items())
     elif n == cores:
         why = "PyTorch's default: one thread per core this process may use"
@@ -143,6 +164,34 @@ class Conditions:
         self.window = CpuWindow()
         return self
 
+    def fit_threads(self) -> dict | None:
+        """On a busy machine, run CPU ops on the cores the other work leaves free (at least one). A 2-thread op
+        on a loaded 2-core machine waits, at every call, for its second thread to be scheduled: its times sit on
+        multiples of the scheduler tick (docs/measurement.md). Not when the user chose the count
+        (OMP_NUM_THREADS, MKL_NUM_THREADS). Returns what it did, or None."""
+        global _FITTED
+        import torch
+
+        if not self.busy_now() or any(k in os.environ for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+            return None
+        was, cores = torch.get_num_threads(), _cores()
+        other = self.before.get("other_cores")
+        if other is None:
+            load = (self.before.get("loadavg") or [cores])[0]
+            other = max(0.0, load - 1.0)  # the load average counts our own start-up as one
+        n = max(1, min(was, int(cores - other)))
+        if n >= was:
+            return None
+        torch.set_num_threads(n)
+        _FITTED = {"threads": n, "was": was, "cores": cores,
+                   "why": f"machine busy (other processes kept {other:.2f} of {cores} cores busy before the run): "
+                          f"{n} thread(s) instead of {was}, so that no op waits for a descheduled thread"}
+        return _FITTED
+
+    def busy_now(self) -> bool:
+        """Whether the look before the run (start) already found the machine busy."""
+        return bool(judge_conditions({"before": self.before, "cores": _cores()}, self.st))
+
     def stop(self) -> dict:
         during = self.window.stop() if self.window else {}
         during["loadavg"] = loadavg()
@@ -154,6 +203,7 @@ class Conditions:
                               "max_steal_share": self.st.max_steal_share}}
         doc["reasons"] = judge_conditions(doc, self.st)
         doc["busy"] = bool(doc["reasons"])
+        release_threads()
         return doc
 
 
@@ -179,6 +229,19 @@ def judge_conditions(doc: dict, st: ConditionSettings) -> list[str]:
     if load and load[0] > st.max_load_per_core * cores:
         out.append(f"load average {load[0]:.2f} before the run on {cores} cores (> {st.max_load_per_core:g} per core)")
     return out
+
+
+def conditions_line(doc: dict) -> str:
+    """One line for a quiet run's report: what the machine was doing, the threads and why."""
+    before, during = doc.get("before") or {}, doc.get("during") or {}
+    load = before.get("loadavg")
+    parts = [f"load {load[0]:.2f} before" if load else None,
+             f"other processes {during['other_cores']:.2f} cores during" if during.get("other_cores") is not None
+             else None]
+    th = doc.get("threads") or {}
+    if th:
+        parts.append(f"{th.get('torch_threads')} torch thread(s) on {th.get('cores')} cores ({th.get('why')})")
+    return ("conditions: busy: " if doc.get("busy") else "conditions: quiet: ") + ", ".join(p for p in parts if p)
 
 
 def busy_advice(doc: dict) -> str:

@@ -36,6 +36,7 @@ MAX_TOLERANCE = 1.0  # a relative error of 1 passes an all-zero output: any larg
 MAX_DIM = 2**31 - 1  # any shape dimension, batch, group count, size in the ceilings' GEMM sweep
 MAX_COPY_MB = 1 << 20  # ceilings.*.copy_mb: 1 TiB
 MAX_CONFIG_BYTES = 16 << 20  # a config file (bench.toml is 30 KB): beyond this not a config
+MAX_AGE_H = 24.0 * 365  # ceilings.*.max_age_h: a year
 MAX_PEAK = 1e6  # datasheet TFLOP/s (int8: TOPS), TB/s and CPU FLOPs per cycle
 
 
@@ -59,6 +60,7 @@ class CeilingSettings:
     budget_s: float = 10.0  # search time per dtype unless the profile says otherwise
     repeats: int = 3  # the best shapes are measured this many times; their median of medians counts
     top: int = 2  # how many of the best shapes are repeated
+    max_age_h: float = 24.0  # cached measured ceilings older than this are measured again
 
 
 @dataclass(frozen=True)
@@ -402,7 +404,7 @@ def _ceiling_settings(rd: _Reader, c: dict, kind: str) -> CeilingSettings:
     where = f"ceilings.{kind}"
     if kind not in DEVICE_KINDS:
         rd.fail(where, kind, f"unknown device kind (known: {', '.join(DEVICE_KINDS)})")
-    rd.keys(c, where, {"gemm_sizes", "copy_mb", "budget_s", "repeats", "top"}, {"gemm_sizes", "copy_mb"})
+    rd.keys(c, where, {"gemm_sizes", "copy_mb", "budget_s", "repeats", "top", "max_age_h"}, {"gemm_sizes", "copy_mb"})
     sizes = c["gemm_sizes"]
     rd.keys(sizes, f"{where}.gemm_sizes", set(DTYPES))
     gemm_sizes = {dt: _sizes(rd, lst, f"{where}.gemm_sizes.{dt}") for dt, lst in sizes.items()}
@@ -410,7 +412,8 @@ def _ceiling_settings(rd: _Reader, c: dict, kind: str) -> CeilingSettings:
     return CeilingSettings(gemm_sizes, _sizes(rd, c["copy_mb"], f"{where}.copy_mb", MAX_COPY_MB),
                            float(rd.num(c, "budget_s", where, d.budget_s, maximum=MAX_CASE_SECONDS)),
                            rd.num(c, "repeats", where, d.repeats, integer=True, maximum=MAX_REPS),
-                           rd.num(c, "top", where, d.top, integer=True, maximum=MAX_REPS))
+                           rd.num(c, "top", where, d.top, integer=True, maximum=MAX_REPS),
+                           float(rd.num(c, "max_age_h", where, d.max_age_h, maximum=MAX_AGE_H)))
 
 
 def _sizes(rd: _Reader, lst, where: str, maximum=None) -> tuple[int, ...]:

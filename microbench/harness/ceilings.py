@@ -2,9 +2,14 @@
 (the best a vendor library reaches here). Every result is judged against them."""
 from __future__ import annotations
 
+import datetime as _dt
+import hashlib
+import json
+import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -35,6 +40,8 @@ class Ceiling:
     spread: tuple[float, float] | None = None  # measured: the value at the p80 and at the p20 time (low, high)
     noise: tuple[str, ...] = ()  # measured: why its repeats were not stable; such a ceiling gives no verdicts
     search: tuple[dict, ...] = ()  # measured compute: every shape the search timed, best first
+    busy: tuple[str, ...] = ()  # measured: why the machine was busy while it was measured (core.conditions)
+    measured_at: str | None = None  # measured: when (UTC, ISO 8601); a cached ceiling keeps its first date
 
     @property
     def high(self) -> float:
@@ -44,8 +51,18 @@ class Ceiling:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["spread"] = list(self.spread) if self.spread else None
-        d["noise"], d["search"] = list(self.noise), list(self.search)
+        d["noise"], d["search"], d["busy"] = list(self.noise), list(self.search), list(self.busy)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Ceiling":
+        """A ceiling back from as_dict() (the cache file); KeyError/TypeError/ValueError on a malformed one."""
+        spread = d.get("spread")
+        return cls(str(d["name"]), str(d["kind"]), d.get("dtype"), float(d["value"]), str(d["unit"]),
+                   str(d["source"]), str(d.get("note") or ""),
+                   (float(spread[0]), float(spread[1])) if spread else None,
+                   tuple(str(x) for x in d.get("noise") or ()), tuple(dict(x) for x in d.get("search") or ()),
+                   tuple(str(x) for x in d.get("busy") or ()), d.get("measured_at"))
 
 
 @dataclass
@@ -286,3 +303,151 @@ def build_ceilings(device: Device, cfg: Config, measure_now: bool = True,
         c.items += items
         c.notes += notes
     return c
+
+
+# ---- one source: the measured ceilings cached per machine ---------------------------------------------------
+CACHE_SCHEMA = "dawnscope.ceilings-cache/1"
+CACHE_ENV = "DAWNSCOPE_CACHE_DIR"
+# What identifies a machine for its ceilings: not the clock (a CPU's current MHz moves) nor the memory in use.
+_MACHINE_KEYS = ("kind", "name", "arch", "units", "isa_flags", "host_cpu", "memory_gib")
+
+
+def cache_dir() -> Path:
+    """Where the measured ceilings are kept: $DAWNSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/dawnscope, else
+    ~/.cache/dawnscope (never the checkout: tests point DAWNSCOPE_CACHE_DIR at a temporary folder)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dawnscope"
+
+
+def cache_key(device: Device, cfg: Config) -> tuple[str, dict]:
+    """(key, what it hashes): the machine, the torch build and the search's settings. Another machine, another
+    torch or another search is another cache entry."""
+    from microbench.core.device import fingerprint, software
+
+    hw = fingerprint(device)
+    sw = software()
+    settings = cfg.ceilings.get(device.kind)
+    what = {"machine": {k: hw.get(k) for k in _MACHINE_KEYS},
+            "software": {k: sw.get(k) for k in ("torch", "torch_cuda", "torch_hip", "onednn")},
+            "search": asdict(settings) if settings else None, "timing": asdict(cfg.timing)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], what
+
+
+@dataclass
+class CachedCeilings:
+    """One cache file: the measured ceilings of one machine, the conditions they were measured under, when."""
+
+    path: Path
+    items: list[Ceiling]
+    notes: list[str]
+    measured_at_s: float
+    conditions: dict
+    shapes: list[str]  # the profile shapes the search included ("dtype MxNxK")
+
+    @property
+    def busy(self) -> bool:
+        return bool((self.conditions or {}).get("busy"))
+
+    def age_h(self, now_s: float | None = None) -> float:
+        return ((now_s if now_s is not None else time.time()) - self.measured_at_s) / 3600.0
+
+
+def read_cache(path: Path) -> CachedCeilings | None:
+    """The cache file, or None when it is missing or unreadable (a broken cache is re-measured, not an error)."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("schema") != CACHE_SCHEMA:
+            return None
+        return CachedCeilings(path, [Ceiling.from_dict(c) for c in doc["items"]], [str(n) for n in doc["notes"]],
+                              float(doc["measured_at_s"]), dict(doc.get("conditions") or {}),
+                              [str(s) for s in doc.get("shapes") or []])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return None
+
+
+def _write_cache(path: Path, entry: CachedCeilings, what: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema": CACHE_SCHEMA, "key": what, "measured_at_s": entry.measured_at_s,
+           "measured_at": _iso(entry.measured_at_s), "conditions": entry.conditions, "shapes": entry.shapes,
+           "items": [c.as_dict() for c in entry.items], "notes": entry.notes}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two commands at once: each replaces it whole
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _shape_labels(shapes: tuple[Case, ...]) -> list[str]:
+    return sorted({f"{c.dtype} {c.shape.label()}" for c in shapes if c.op == "gemm"})
+
+
+def stale_reason(entry: CachedCeilings | None, shapes: list[str], max_age_h: float, busy_now: bool | None,
+                 now_s: float | None = None) -> str | None:
+    """Why the cached ceilings must be measured again (None: use them): none cached, older than max_age_h,
+    measured busy while the machine is quiet now, or the profile's GEMM shapes were not in their search."""
+    if entry is None:
+        return "no cached ceilings for this machine"
+    age = entry.age_h(now_s)
+    if age > max_age_h:
+        return f"the cached ceilings are {age:.1f} h old (> max_age_h = {max_age_h:g})"
+    if entry.busy and busy_now is False:
+        return "the cached ceilings were measured on a busy machine and it is quiet now"
+    missing = [s for s in shapes if s not in entry.shapes]
+    if missing:
+        return f"{len(missing)} of the profile's GEMM shapes were not in the cached search (e.g. {missing[0]})"
+    return None
+
+
+def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], None] | None = None,
+                     budget_s: float | None = None, shapes: tuple[Case, ...] = (), busy_now: bool | None = None,
+                     refresh: bool = False) -> Ceilings:
+    """The one source of ceilings for roofline, decompose and pytest-benchmark: the datasheet (or CPU estimate)
+    and the measured ceilings of build_ceilings' bounded search, taken from the cache of this machine
+    (cache_dir()) unless stale_reason says to measure again. Measured ceilings carry the conditions they were
+    measured under: a busy machine's are marked `busy`, and the judge never uses them unflagged."""
+    base = build_ceilings(device, cfg, measure_now=False)
+    settings = cfg.ceilings.get(device.kind)
+    if settings is None:
+        base.notes.append(f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings")
+        return base
+    key, what = cache_key(device, cfg)
+    path = cache_dir() / f"ceilings-{device.kind}-{key}.json"
+    labels = _shape_labels(shapes)
+    entry = read_cache(path)
+    why = "asked to measure again (refresh)" if refresh else stale_reason(entry, labels, settings.max_age_h, busy_now)
+    if why is None:
+        base.items += entry.items
+        base.notes += entry.notes
+        base.notes.append(f"measured ceilings from the cache {path} (measured {_iso(entry.measured_at_s)}, "
+                          f"{entry.age_h():.1f} h ago, on a {'busy' if entry.busy else 'quiet'} machine)")
+        return base
+    entry = _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels)
+    base.items += entry.items
+    base.notes += entry.notes
+    base.notes.append(f"measured ceilings now ({why}); cached in {path}")
+    return base
+
+
+def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels) -> CachedCeilings:
+    """The bounded search under a look at the machine's conditions, written to the cache."""
+    from microbench.core.conditions import Conditions
+
+    look = Conditions(cfg.conditions, gpu_index=0 if device.kind == "cuda" else None).start()
+    items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes)
+    cond = look.stop()
+    now = time.time()
+    busy = tuple(cond.get("reasons") or ()) if cond.get("busy") else ()
+    items = [replace(c, busy=busy, measured_at=_iso(now)) for c in items]
+    if busy:
+        notes.append("the measured ceilings were measured on a busy machine (" + "; ".join(busy) + "): rows are "
+                     "flagged against them; they are measured again when the machine is quiet")
+    entry = CachedCeilings(path, items, notes, now, cond, labels)
+    try:
+        _write_cache(path, entry, what=cache_key(device, cfg)[1])
+    except OSError as e:  # a read-only home: measured, used, not kept
+        entry.notes.append(f"ceilings not cached ({path}: {e.strerror or e})")
+    return entry

@@ -10,22 +10,17 @@ from microbench.harness import registry
 from microbench.core import dtypes
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
-from microbench.harness.ceilings import COMPUTE, Ceilings
+from microbench.harness.ceilings import Ceilings
 from microbench.core.config import Config, Profile
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
 from microbench.harness.registry import Evidence, Provider, Unsupported
 from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
-from microbench.core.stats import Timing
 from microbench.harness.timing import measure
-from microbench.core import thresholds
 from microbench.core.ops.work import Work, case_work
-
-NOISY = "noisy: "
-# A row whose kernel ran on the matrix units at another precision's rate (Evidence.fallback): its % of the dtype's
-# ceilings measures the fallback, not the kernel.
-FALLBACK = "fallback path: "
+from microbench.core.verdict import FALLBACK  # noqa: F401 - written on rows below
+from microbench.harness.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
 
 
 def _first_line(e: BaseException) -> str:
@@ -33,74 +28,20 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def is_noisy(row: ResultRow | dict) -> bool:
-    flags = row.flags if isinstance(row, ResultRow) else row.get("flags") or []
-    return any(f.startswith(NOISY) for f in flags)
-
-
-def judge(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings) -> ResultRow:
-    """Fill a timed row's throughput and its standing against the ceilings (the harness derives
-    throughput from the work the case states; no provider computes its own). An unstable row is flagged
-    `noisy` and gets no verdict against the roof."""
-    seconds = timing.median_ms * 1e-3
-    row.time_ms = timing.as_dict()
-    row.tflops = work.flops / seconds / 1e12
-    row.gbps = work.bytes_moved / seconds / 1e9
-    row.intensity = work.intensity
-    if timing.noise:
-        row.flags.append(NOISY + "; ".join(timing.noise))
-    dt = row.dtype
-    roof, bound = ceilings.roof(dt, work.intensity, sources=("measured",))
-    roof_src = "measured"
-    if roof is None:
-        roof, bound = ceilings.roof(dt, work.intensity, sources=("datasheet", "estimate"))
-        roof_src = "datasheet/estimate"
-    if roof is not None:
-        row.ceiling = f"{roof_src} {dt} roofline ({bound})"
-        row.ceiling_tflops = roof
-        row.pct_of_ceiling = 100.0 * row.tflops / roof
-        row.bound = bound
-        if roof_src == "measured" and not timing.noise:
-            _above_roof(row, work, timing, ceilings, roof, bound)
-    if (m := ceilings.compute(dt, ("measured",))) is not None:
-        row.pct_of_measured = 100.0 * row.tflops / m.value
-    if (d := ceilings.compute(dt, ("datasheet", "estimate"))) is not None:
-        row.pct_of_datasheet = 100.0 * row.tflops / d.value
-        row.datasheet_source = d.source
-    return row
-
-
-def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, roof: float, bound: str) -> None:
-    """Flag a row above its measured roof beyond noise: even at its slowest usual repeat (p80 time) it beats
-    the roof at the ceiling's fastest usual repeat (p20 time), by more than `above_ceiling_slack`
-    (microbench/data/thresholds.toml). A noisy
-    ceiling gives no verdict (the ceilings table and a note say it is noisy)."""
-    c = ceilings.compute(row.dtype) if bound == COMPUTE else ceilings.memory()
-    if c is None or c.noise:
-        return
-    row_low = work.flops / (timing.p80_ms * 1e-3) / 1e12
-    roof_high = roof * c.high / c.value
-    if row_low <= roof_high * (1 + thresholds.value("above_ceiling_slack")):
-        return
-    pct = 100.0 * row.tflops / roof
-    if row.is_baseline and row.flat().get("op") == "gemm":
-        why = ("the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
-               "or its timing of it was slowed")
-    else:
-        why = "the ceiling's GEMM is not the library's fastest path for this op, the data stayed in cache, or a bug"
-    row.flags.append(f"above the measured {bound} roof ({pct:.0f} %, {row_low / roof_high:.2f}x beyond both "
-                     f"spreads): {why}")
-
-
 def too_slow(case: Case, work: Work, ceilings: Ceilings, limit_s: float) -> str | None:
     """Why a case should not be timed here: its estimated time per call at the measured ceiling of its dtype
-    exceeds `limit_s` (timing.max_case_seconds). None when it fits or no measured ceiling says otherwise."""
+    exceeds `limit_s` (timing.max_case_seconds). None when it fits or no measured ceiling says otherwise. A
+    ceiling measured on a busy machine may be far too low: then the faster of it and the datasheet (estimate)
+    peak decides, so that a busy ceiling skips no case the machine could run."""
     peak = ceilings.compute(case.dtype, ("measured",))
+    if peak is not None and peak.busy:
+        other = ceilings.compute(case.dtype, ("datasheet", "estimate"))
+        peak = other if other is not None and other.value > peak.value else peak
     if peak is None or peak.value <= 0:
         return None
     est_s = work.flops / (peak.value * 1e12)
     if est_s > limit_s:
-        return (f"estimated {est_s:.0f} s per call at the measured {case.dtype} ceiling "
+        return (f"estimated {est_s:.0f} s per call at the {peak.source} {case.dtype} ceiling "
                 f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit_s:g}")
     return None
 

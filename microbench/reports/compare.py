@@ -26,6 +26,7 @@ from microbench.reports.html import fingerprint_text
 from microbench.core.jsonio import load_json, number, text
 from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
 from microbench.core.results import ResultRow, row_from_dict
+from microbench.core.verdict import trusted
 
 SCHEMA = "dawnscope.compare/1"
 # Software whose version changes what a case measures.
@@ -118,7 +119,7 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
     return {"status": status, "time_ms": time_ms or None, "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
             "p20_ms": number(tm.get("p20"), path, f"{where}.time_ms.p20"),
             "p80_ms": number(tm.get("p80"), path, f"{where}.time_ms.p80"),
-            "noisy": any(f.startswith("noisy: ") for f in flags) or bool(noise),
+            "noisy": not trusted({"flags": flags}) or bool(noise),  # noisy or impossible: no ratio
             **{k: number(r.get(k), path, f"{where}.{k}")
                for k in ("tflops", "busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
             "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
@@ -177,14 +178,16 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         sd_s = number(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
         q1 = number(b["stats"].get("q1"), path, f"{where}.stats.q1")  # quartiles: pytest-benchmark's spread
         q3 = number(b["stats"].get("q3"), path, f"{where}.stats.q3")
+        flags = e.get("flags") if isinstance(e.get("flags"), list) else []
+        flags = [f for f in flags if isinstance(f, str)]  # the judge's verdicts (tests/test_benchmarks.py)
         cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
                 "p20_ms": q1 * 1e3 if q1 is not None else None, "p80_ms": q3 * 1e3 if q3 is not None else None,
-                "noisy": False,
+                "noisy": not trusted({"flags": flags}),
                 "tflops": tflops, **{k: number(e.get(k), path, f"{where}.extra_info.{k}")
                                      for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet",
                                                "pct_of_ceiling")},
                 "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
-                "flags": [], "reason": ""}
+                "flags": flags, "reason": ""}
         m.cells.setdefault(key, cell)
     if by_name:
         m.notes.append(f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched "

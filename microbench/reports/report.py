@@ -9,6 +9,7 @@ from rich.table import Table
 
 from microbench.core import dtypes, ops
 from microbench.core.results import ResultRow, rows_of
+from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
 
 DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -23,12 +24,7 @@ def _dicts(rows) -> list[dict]:
     return [r.as_dict() for r in rows_of(rows)]
 
 
-def _noisy(r: dict) -> bool:
-    return any(f.startswith("noisy: ") for f in r.get("flags") or [])
-
-
-def _above(r: dict) -> bool:
-    return any(f.startswith("above the measured") for f in r.get("flags") or [])
+_noisy, _above = is_noisy, is_above_roof  # the judge's verdicts (core.verdict), as a results file holds them
 
 
 def baseline_ratios(rows) -> dict[int, str]:
@@ -46,8 +42,8 @@ def baseline_ratios(rows) -> dict[int, str]:
         b = base.get((r["op"], r["shape"], r["dtype"], r.get("layer"), r.get("phase")))
         if b is None or not r.get("time_ms") or b is r:
             continue
-        if _noisy(r) or _noisy(b):
-            out[i] = "noise"
+        if (word := untrusted_word(r) or untrusted_word(b)) is not None:
+            out[i] = word
         elif spreads_overlap(b["time_ms"], r["time_ms"]):
             out[i] = "same"
         else:
@@ -78,7 +74,8 @@ GLOSSARY = {
     "TC": "did Tensor Cores (CPU: matrix units such as AMX or AVX-512 BF16 dot products) do the work: yes, no, "
           "unknown; the evidence (SASS, kernel name, oneDNN implementation) is in results.json",
     "vs base": "speed against the baseline provider's row of the same case (baseline time / this time); same: "
-               "their p20-p80 spreads overlap; noise: either row is noisy",
+               "their p20-p80 spreads overlap; noise: either row is noisy; flagged: either row's number cannot be "
+               "right (its flag says why)",
 }
 
 

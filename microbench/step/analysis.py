@@ -273,6 +273,8 @@ def stage_load(d: Decomposition) -> None:
     from microbench.core.conditions import Conditions
 
     d.conditions = Conditions(d.cfg.conditions, gpu_index=0 if d.dev.kind == "cuda" else None).start()
+    if d.dev.kind == "cpu":
+        d.conditions.fit_threads()
 
 
 def stage_record(d: Decomposition) -> None:
@@ -365,10 +367,14 @@ def stage_count(d: Decomposition) -> None:
 
 def stage_judge(d: Decomposition) -> None:
     """Stage judge: the ceilings, then the layers judged against them (judge_layers)."""
-    from microbench.harness.ceilings import build_ceilings
+    from microbench.harness.ceilings import build_ceilings, machine_ceilings
 
     d.opts.progress("ceilings")
-    d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=d.opts.measure_ceilings, on_step=d.opts.on_progress)
+    if d.opts.measure_ceilings:  # the cached ceilings of this machine, the same roofline and pytest-benchmark use
+        d.ceilings = machine_ceilings(d.dev, d.cfg, on_step=d.opts.on_progress,
+                                      busy_now=d.conditions.busy_now() if d.conditions else None)
+    else:
+        d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=False)
     d.notes += d.ceilings.notes
     judge_layers(d)
     d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
@@ -377,7 +383,10 @@ def stage_judge(d: Decomposition) -> None:
 
 def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
-    d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype)
+    from microbench.core.stats import NoiseSettings
+
+    d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype,
+                               d.cfg.noise if d.cfg is not None else NoiseSettings())
     d.summary = step_summary(d)
     if not d.dev.is_gpu:
         d.notes.insert(0, CPU_MATRIX_NOTE)
@@ -427,11 +436,12 @@ def _document(d: Decomposition) -> dict:
 STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay, stage_write)
 
 
-def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
-    """One entry (and one LayerRow) per (layer, phase) that took time or did work."""
+def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=None):
+    """One entry (and one LayerRow) per (layer, phase) that took time or did work, each judged by the one judge
+    (harness.judge) over its profiled steps' times (`noise`: the stability thresholds, [noise] in bench.toml)."""
     from microbench.step.oprecord import LayerWork
     from microbench.core.results import LayerRow
-    from microbench.harness.runner import judge
+    from microbench.harness.judge import judge, judge_timing
     from microbench.core.stats import summarize
     from microbench.core.ops.work import Work
 
@@ -458,9 +468,9 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype):
                         params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
                                 "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())}})
         if b and time_ms > 0 and flops > 0 and w.bytes > 0:
-            judge(row, Work(flops, w.bytes), summarize([us / 1e3 for us in b.per_step_us]), ceilings)
+            judge(row, Work(flops, w.bytes), summarize([us / 1e3 for us in b.per_step_us], noise), ceilings)
         elif b and time_ms > 0:  # time but no arithmetic (copies, views, allocation): no roofline point
-            row.time_ms = summarize([us / 1e3 for us in b.per_step_us]).as_dict()
+            judge_timing(row, summarize([us / 1e3 for us in b.per_step_us], noise))
             row.gbps = w.bytes / (time_ms * 1e-3) / 1e9 if w.bytes else None
         else:
             row.reason = "no profiled time" if not b else "no work counted"
@@ -513,6 +523,7 @@ def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: floa
     """How much the profiler slowed the step (profiled step wall time against the unprofiled one), how much of
     the profiled step its operators/kernels cover, and flags where they disagree beyond noise."""
     from microbench.core.stats import spreads_overlap
+    from microbench.core.verdict import IMPOSSIBLE
 
     flags = []
     out = {"profiled_step_ms": profiled.median_ms, "profiled_step_spread": profiled.as_dict(),
@@ -522,8 +533,14 @@ def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: floa
         out["profiler_overhead"] = over
         u, p = unprofiled.as_dict(), profiled.as_dict()
         if unprofiled.noisy or profiled.noisy:
+            out["profiler_overhead"] = None  # no ratio from a number that is not trustworthy
             flags.append("step times are noisy (" + "; ".join(unprofiled.noise + profiled.noise)
-                         + "): no verdict on the profiler's overhead")
+                         + f"): no verdict on the profiler's overhead (it would read {over:+.0%})")
+        elif over < 0 and not spreads_overlap(u, p) and -over > max_spread:
+            out["profiler_overhead"] = None  # a profiler never makes a step faster: kept out of the summary
+            flags.append(f"{IMPOSSIBLE}the profiled step ({profiled.median_ms:.4g} ms) is faster than the unprofiled "
+                         f"one ({unprofiled.median_ms:.4g} ms), {over:+.0%}: the unprofiled steps were slowed "
+                         "(a busy machine, first-call work, memory pressure); no profiler overhead is reported")
         elif not spreads_overlap(u, p) and abs(over) > max_spread:
             flags.append(f"profiled and unprofiled step times disagree beyond noise: {profiled.median_ms:.4g} ms "
                          f"profiled (p20-p80 {p['p20']:.4g}-{p['p80']:.4g}) against {unprofiled.median_ms:.4g} ms "
@@ -621,7 +638,7 @@ def _what_if(layers: list[dict], by_class: Counter, ceilings, step_ms: float) ->
         c = ceilings.compute(l["dtype"], ("measured",)) or ceilings.compute(l["dtype"], ("datasheet", "estimate"))
         if c is None:
             continue
-        used[l["dtype"]] = {"tflops": c.value, "source": c.source}
+        used[l["dtype"]] = {"tflops": c.value, "source": c.source + (", measured busy" if c.busy else "")}
         ideal = l["matrix_flops"] / (c.value * 1e12) * 1e3
         ideal_total += ideal
         saving_gemm += max(0.0, l["gemm_time_ms"] - ideal)
