@@ -249,3 +249,23 @@ def test_per_step_prediction_over_each_steps_own_activities():
     assert sum(s["source_busy_us"] for s in steps) == pytest.approx(doc["source"]["busy_us"], rel=0.01)
     assert doc["source"]["busy_us_per_step"] == pytest.approx(sum(s["source_busy_us"] for s in steps) / 2)
     assert all(s["target_busy_us"] > 0 for s in steps)
+
+
+def test_roofline_refuses_an_unusable_arch_json_path_before_any_work(tmp_path, capsys):
+    from microbench.roofline import main as roofline_main
+
+    assert roofline_main(["--arch-json", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "--arch-json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@needs_traces
+def test_trace_reads_tracelens_arch_json(tmp_path):
+    from microbench.trace import main as trace_main
+
+    arch = tmp_path / "H100.json"
+    arch.write_text(json.dumps({"name": "H100", "mem_bw_gbps": 3000, "max_achievable_tflops": {"matrix_bf16": 700}}))
+    out = tmp_path / "t.json"
+    assert trace_main([str(TRACES / "h100_bert_small.json.gz"), "--ceilings", str(arch), "--json", str(out)]) == 0
+    ops = json.loads(out.read_text())["ops"]
+    assert any(o.get("pct_of_measured") is not None for o in ops)  # judged against the file's 700 TFLOP/s
