@@ -310,3 +310,29 @@ def test_amd_build_list_is_every_candidate_once():
         conv = [(d, dt, c) for d, dt, c, _ in conv_triton.aot_variants(target)]
         assert len(set(conv)) == len(conv) and {dt for _, dt, _ in conv} == set(conv_triton.AOT_DTYPES)
     assert gemm_triton._flavour("fp8_e4m3", "gfx942") == "fp8e4b8" and gemm_triton._flavour("fp8_e4m3", "sm_90") == ""
+
+
+def test_a_transient_amd_link_failure_is_retried_once(monkeypatch):
+    """Triton 3.6 once failed to link an OCP fp8 tl.dot for gfx942 ("instruction not supported on this GPU")
+    and succeeded on the next try: aot_compile retries that failure once, and only that one."""
+    import triton
+
+    from kernels import gemm_triton
+    from kernels import triton_configs as cfgs
+    from kernels.triton_runtime import aot_compile
+
+    calls = []
+
+    def flaky(src, target=None, options=None):
+        calls.append(target.arch)
+        if len(calls) == 1:
+            raise RuntimeError("<instantiation>:1:1: error: instruction not supported on this GPU")
+        return "compiled"
+
+    monkeypatch.setattr(triton, "compile", flaky)
+    cfg = cfgs.gemm_default("cdna", "fp8_e4m3")
+    args = gemm_triton._aot_args("fp8_e4m3", cfg, False, "gfx942", "fp8e4nv")
+    assert aot_compile(gemm_triton._gemm_kernel, args, "gfx942", cfg.options()) == "compiled" and len(calls) == 2
+    monkeypatch.setattr(triton, "compile", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):
+        aot_compile(gemm_triton._gemm_kernel, args, "gfx942", cfg.options())

@@ -49,7 +49,9 @@ def load_inspect_files(paths: list[Path]) -> list[dict] | None:
 
 def _tile(config: str) -> str:
     m = _TILE.search(config)
-    return f"{m.group(1)}x{m.group(2)}x{m.group(3)}" if m else config
+    if not m:
+        return config
+    return f"{m.group(1)}x{m.group(2)}x{m.group(3)}" + (" persistent" if "persistent" in config.split() else "")
 
 
 def _dtype(r: dict) -> str:
@@ -90,7 +92,12 @@ def compare_inspect(records: list[dict], targets: tuple[str, ...] | None = None)
         for key in keys:
             row = rows.setdefault(key, {"kernel": key[0], "dtype": key[1], "pair": key[2], "cells": {}})
             row["cells"].setdefault(r["target"], _cell(r))
-    kept = [row for row in rows.values() if row["pair"] == "default" or len(row["cells"]) == len(targets)]
+    def same_as_default(row) -> bool:  # a tile pair that is just the defaults again
+        d = rows.get((row["kernel"], row["dtype"], "default"))
+        return bool(d) and all((d["cells"].get(t) or {}).get("config") == c["config"] for t, c in row["cells"].items())
+
+    kept = [row for row in rows.values() if row["pair"] == "default"
+            or (len(row["cells"]) == len(targets) and not same_as_default(row))]
     for row in kept:
         row["cells"] = {t: row["cells"].get(t) for t in targets}
     kept.sort(key=lambda row: (row["kernel"], row["dtype"], row["pair"] != "default", row["pair"]))
