@@ -330,9 +330,12 @@ def test_a_failing_plot_backend_is_one_line_and_keeps_the_rows(tmp_path, monkeyp
     from microbench.core.errors import PlotError
     from microbench.reports.figures import pyplot
 
-    monkeypatch.setenv("MPLBACKEND", "no-such-backend")
-    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)
-    monkeypatch.delitem(sys.modules, "matplotlib.pyplot", raising=False)
+    import matplotlib
+
+    def broken(*a, **k):  # what a bad MPLBACKEND or a broken install raises
+        raise ValueError("Key backend: 'no-such-backend' is not a valid value for backend")
+
+    monkeypatch.setattr(matplotlib, "use", broken)
     out = tmp_path / "out"
 
     def body():
