@@ -124,7 +124,7 @@ def _rank_entry(r: RankSummary, matched: set[int], strag: dict) -> dict:
             "kernel_span_ms": r.span_us / 1e3,
             "exposed_comm_share": r.exposed_comm_us / r.span_us if r.span_us else None,
             "median_step_us": statistics.median(steps) if steps else None,
-            "busy_us": w.get("busy_us"), "gpu_time": w, "steps": r.steps, **strag}
+            "busy_us": w.get("busy_us"), "gpu_time": w, "steps": r.steps, "outside_steps": r.outside_steps, **strag}
 
 
 def combine(ranks: list[RankSummary], failed: list[Failed]) -> dict:

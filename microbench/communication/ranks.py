@@ -67,6 +67,7 @@ class RankSummary:
     trace_bytes: int = 0  # decompressed (gzip's own record of it), else the file's size
     calls: list[Call] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)  # per step: STEP_FIELDS
+    outside_steps: dict = field(default_factory=dict)  # gpu_time's breakdown of the activity outside the steps
     whole: dict = field(default_factory=dict)  # gpu_time.breakdown over the whole trace
     comm_us: float = 0.0  # |U(comm kernels)|
     comm_kernels: int = 0
@@ -160,10 +161,11 @@ def calls_of(tl: Timeline, rank: int, world: int | None, path: Path) -> tuple[li
     return sorted(calls.values(), key=lambda c: c.cpu_ts), unlinked
 
 
-def _steps(tl: Timeline, step_range: str | None) -> list[dict]:
-    """The per-step GPU time breakdown of the trace report (the one definition), trimmed to its numbers."""
-    _, steps, _ = gpu_time.step_breakdowns(tl, step_range)
-    return [{k: s.get(k) for k in STEP_FIELDS} for s in steps]
+def _steps(tl: Timeline, step_range: str | None) -> tuple[list[dict], dict]:
+    """The per-step GPU time breakdown of the trace report (the one definition), trimmed to its numbers, and
+    what lies outside the steps (activity before the first step, between and after them)."""
+    _, steps, outside = gpu_time.step_breakdowns(tl, step_range)
+    return [{k: s.get(k) for k in STEP_FIELDS} for s in steps], outside
 
 
 def _trace_bytes(path: Path) -> int:
@@ -193,7 +195,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     comm = tl.class_mask("comm") & (k.category == KERNEL)
     s.comm_kernels, s.comm_us = int(comm.sum()), gpu_time.covered(k.ts_us[comm], k.end_us[comm])
     s.whole = gpu_time.breakdown(tl)
-    s.steps = _steps(tl, step_range)
+    s.steps, s.outside_steps = _steps(tl, step_range)
     if len(k):
         s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()), float(k.end_us.max())
     s.read_s, s.cpu_s = time.perf_counter() - t0, time.process_time() - c0
