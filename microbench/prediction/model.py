@@ -156,9 +156,10 @@ def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Sc
     return out, why
 
 
-def above_roof(w: KernelWork, tgt: Chip, t_us: np.ndarray, scenario: Scenario = Scenario()) -> np.ndarray:
-    """Rows predicted faster than the target's datasheet roofline allows: impossible, flagged."""
+def datasheet_roof_us(w: KernelWork, tgt: Chip, scenario: Scenario = Scenario()) -> np.ndarray:
+    """Per row: the fastest the target's datasheet roofline allows a matrix kernel (us), NaN for other kernels.
+    A prediction below it cannot be right."""
     prec_t, byte_factor = _target_precision(w, scenario)
     roof = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, True), tgt.peak_memory_tbs,
-                       np.ones(len(t_us)))
-    return np.isfinite(roof) & (roof > t_us * (1 + 1e-9)) & np.isin(w.group, MATRIX)
+                       np.ones(len(w.dur_us)))
+    return np.where(np.isin(w.group, MATRIX) & (w.flops > 0), roof, np.nan)

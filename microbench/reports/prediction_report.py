@@ -42,7 +42,7 @@ def headline(doc: dict) -> list[str]:
                      f"{_us(doc['unplaced_us'])} us")
     if doc.get("above_roof_kernels"):
         lines.append(f"flag: {doc['above_roof_kernels']} kernel(s) predicted faster than the target's datasheet "
-                     "roofline allows: impossible, check the inputs")
+                     "roofline allows: impossible, raised to it (check the inputs)")
     return lines
 
 
