@@ -336,3 +336,22 @@ def test_a_transient_amd_link_failure_is_retried_once(monkeypatch):
     monkeypatch.setattr(triton, "compile", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
     with pytest.raises(RuntimeError, match="other"):
         aot_compile(gemm_triton._gemm_kernel, args, "gfx942", cfg.options())
+
+
+def test_fp8_cases_take_the_flavour_of_the_chip():
+    """fp8_e4m3 operands: OCP e4m3 (float8_e4m3fn) off AMD; the e4m3 fnuz storage is a dtype of its own that our
+    Triton GEMM takes as fp8_e4m3 (same tiles, bf16 output), and gfx942's native flavour."""
+    import torch
+
+    from kernels import gemm_triton
+    from microbench.core import dtypes
+
+    fnuz = getattr(torch, "float8_e4m3fnuz", None)
+    if fnuz is None:
+        pytest.skip("this torch has no float8_e4m3fnuz")
+    assert dtypes.storage_dtype("fp8_e4m3", "cpu") == torch.float8_e4m3fn
+    assert dtypes.storage_dtype("bf16", "cpu") == torch.bfloat16
+    assert dtypes.name_of(fnuz) == "fp8_e4m3_fnuz" and dtypes.get("fp8_e4m3_fnuz").triton == targets.fp8_e4m3_flavour("gfx942")
+    assert gemm_triton.precision_key("fp8_e4m3_fnuz", False) == "fp8_e4m3"
+    assert gemm_triton._out_dtype(fnuz, None) == torch.bfloat16
+    assert "fp8_e4m3_fnuz" not in dtypes.CASE_DTYPES  # bench.toml still says fp8_e4m3
