@@ -148,6 +148,20 @@ def test_untimed_provider_gets_correctness_only(scratch_providers, tiny_config):
     assert row.status == "ok" and row.time_ms is None and row.tflops is None and row.reason.startswith("interpreted")
 
 
+def test_a_fallback_path_flags_the_row(scratch_providers, tiny_config):
+    """Evidence that the matrix units ran the case at another precision's rate (an AMD fp8 flavour upcast to
+    f16, fp32 without xf32) flags the row: the table and the roofline say it beside the figure."""
+    from microbench.harness.registry import Evidence
+    from microbench.harness.runner import FALLBACK
+
+    cfg = load_config(tiny_config)
+    why = "no xf32 (TF32) matrix instructions on gfx950: fp32 operands run as IEEE fp32"
+    provider("gemm", "t_fallback", evidence=lambda case, dev, call: Evidence("yes", "amdgcn ...", fallback=why))(
+        lambda a, b, *, allow_tf32=False: torch.matmul(a, b))
+    row = next(_runner(cfg).run(Case("gemm", GemmShape(8, 8, 8), "fp32"), [registry.get("gemm", "t_fallback")]))
+    assert row.status == "ok" and row.tensor_cores == "yes" and f"{FALLBACK}{why}" in row.flags
+
+
 def test_too_slow_case_skipped_by_estimate(tiny_config):
     cfg = load_config(tiny_config)
     # at a (pretend) measured 1,000 FLOP/s, a 64^3 GEMM (524,288 FLOPs) would take 524 s per call
