@@ -3,6 +3,8 @@
 - Plain `pytest` runs every benchmark test once, as a correctness smoke test (pytest-benchmark's
   --benchmark-disable); `pytest --benchmark-only` (or --benchmark-enable) times them for real.
 - Tests marked `gpu` are skipped, visibly, where PyTorch sees no CUDA or ROCm device.
+- No test writes into the checkout: Hypothesis keeps its example database and constants cache under the
+  system's temporary folder, not in `.hypothesis/` of the working directory.
 """
 from __future__ import annotations
 
@@ -15,6 +17,17 @@ import torch
 
 CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.harness.ceilings.CACHE_ENV (not imported here: torch-free start)
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _hypothesis_outside_the_checkout() -> None:
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        return
+    set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "dawnscope-hypothesis")
+
+
+_hypothesis_outside_the_checkout()
 
 
 def _find_shared() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -214,9 +215,13 @@ def test_bad_input_is_one_line_exit_2(argv, problem, capsys):
     assert rc == 2 and problem in err and err.startswith("error:") and "\n" not in err
 
 
-def test_roofline_model_option_delegates():
+def test_roofline_model_option_delegates(tmp_path):
+    # run from a temporary folder: the default output folder (results/decompose-MODEL) is made there, not in
+    # the checkout (its lock file used to stay behind in results/)
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
     p = subprocess.run([sys.executable, "-m", "microbench.roofline", "--model", "tests.ext_model:make_raises"],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": path})
     assert p.returncode == 2
     assert p.stderr.strip() == "error: --model = 'tests.ext_model:make_raises': the factory raised RuntimeError: no weights here"
 

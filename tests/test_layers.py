@@ -35,17 +35,17 @@ def _unit(module: str) -> str:
     return parts[0]
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(REPO).with_suffix("")
+def _module_name(path: Path, root: Path = REPO) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), filename=str(path))
-    mod = _module_name(path)
+    mod = _module_name(path, root)
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -64,22 +64,22 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def _sources() -> list[Path]:
-    return sorted(p for d in ("microbench", "kernels", "models") for p in (REPO / d).rglob("*.py"))
+def _sources(root: Path = REPO) -> list[Path]:
+    return sorted(p for d in ("microbench", "kernels", "models") for p in (root / d).rglob("*.py"))
 
 
-def _violations() -> list[str]:
+def _violations(root: Path = REPO) -> list[str]:
     bad = []
-    for path in _sources():
-        src_unit = _unit(_module_name(path))
+    for path in _sources(root):
+        src_unit = _unit(_module_name(path, root))
         assert src_unit in LEVELS, f"{path}: package {src_unit} has no layer in tests/test_layers.py"
-        for line, target in _imports(path):
+        for line, target in _imports(path, root):
             dst_unit = _unit(target)
             if dst_unit not in LEVELS or dst_unit == src_unit:
                 continue  # a third-party module, or the package itself
             if target == "microbench":
                 continue
-            where = f"{path.relative_to(REPO)}:{line} imports {target}"
+            where = f"{path.relative_to(root)}:{line} imports {target}"
             if src_unit == "models" and not target.startswith(MODELS_MAY_IMPORT):
                 bad.append(f"{where}: models/ imports only {MODELS_MAY_IMPORT}")
             elif LEVELS[dst_unit] >= LEVELS[src_unit]:
@@ -100,14 +100,13 @@ def test_core_imports_neither_kernels_nor_models():
             assert not target.startswith(("kernels", "models")), f"{path}:{line} imports {target}"
 
 
-def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
-    """The rule can fail: a core module importing the runner is reported."""
-    fake = REPO / "microbench" / "core" / "_layer_probe_tmp.py"
+def test_the_checker_sees_an_upward_import(tmp_path):
+    """The rule can fail: a core module importing the runner is reported (in a tree made here: no test
+    writes into the checkout)."""
+    fake = tmp_path / "microbench" / "core" / "_layer_probe_tmp.py"
+    fake.parent.mkdir(parents=True)
     fake.write_text("def f():\n    from microbench.harness.runner import CaseRunner\n")
-    try:
-        assert any("_layer_probe_tmp.py:2 imports microbench.harness.runner" in v for v in _violations())
-    finally:
-        fake.unlink()
+    assert any("_layer_probe_tmp.py:2 imports microbench.harness.runner" in v for v in _violations(tmp_path))
 
 
 @pytest.mark.parametrize("name", ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure",
