@@ -104,3 +104,17 @@ def test_gitignored_and_the_script_is_valid_bash():
 
     assert re.search(r"^\.whl/$", (REPO / ".gitignore").read_text(), re.M)
     subprocess.run(["bash", "-n", str(REPO / "scripts" / "gpu-wheels")], check=True)
+
+
+def test_what_a_simulation_of_the_image_installs(tmp_path):
+    """The declared requirements the image has and the carried wheels' requirements the image has, one line
+    per name (pip refuses a name twice); nothing carried, nothing served only by an equivalent."""
+    download, _ = _fake_index(tmp_path, {
+        "mlperf-logging": ("4.1", ["pandas>=1.0", "numpy>=1.17.3", "pyyaml"], 10),
+        "msgspec": ("0.23", ['pyyaml; extra == "yaml"'], 10)})
+    image = _image(["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc", "pytest"],
+                   {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]})
+    reqs = ["numpy>=1.26", "pytest>=8", "msgspec>=0.18", "nvidia-cuda-nvrtc-cu12>=12.4", "mlperf-logging>=3.0"]
+    wheels.write_wheels(tmp_path / "whl", image, reqs, download)
+    got = wheels.image_requirements(tmp_path / "whl", image, reqs)
+    assert got == ["numpy>=1.17.3,>=1.26", "pytest>=8", "pandas>=1.0", "pyyaml"]

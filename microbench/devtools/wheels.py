@@ -136,15 +136,44 @@ def write_wheels(dest: Path, image: dict | None = None, requirements: list[str] 
         return [Path(shutil.copy2(w, dest)) for w in wheels]
 
 
+def image_requirements(wheels_dir: Path, image: dict, requirements: list[str]) -> list[str]:
+    """What a simulation of the image must install besides its pinned torch / triton / numpy / CuPy / NVRTC:
+    the declared requirements the image itself has, and the requirements of the carried wheels the image
+    has (pandas for mlperf-logging, toolz for dask, ...). A requirement served by an equivalent is left to
+    the simulation's own pins; one carried in `wheels_dir` is not installed (it travels)."""
+    carried = {canonical(w.name.split("-", 1)[0]) for w in wheels_dir.glob("*.whl")}
+    reqs = list(requirements)
+    for w in sorted(wheels_dir.glob("*.whl")):
+        reqs += wheel_requirements(w, image)
+    from packaging.requirements import Requirement
+
+    have = {canonical(p) for p in image["image"]["packages"]}
+    merged: dict[str, Requirement] = {}  # one line per name (pip refuses a name twice): specifiers joined
+    for r in reqs:
+        req, name = Requirement(r), requirement_name(r)
+        if name not in have or name in carried:
+            continue
+        if name in merged:
+            merged[name].specifier &= req.specifier
+            merged[name].extras |= req.extras
+        else:
+            req.marker = None
+            merged[name] = req
+    return [str(r) for r in merged.values()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/gpu-wheels", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dest", type=Path, default=REPO / ".whl", help="where the wheels go (default: .whl/)")
     ap.add_argument("--list", action="store_true", help="only name the dependencies the image lacks (no network)")
+    ap.add_argument("--image-requirements", action="store_true",
+                    help="what a simulation of the image installs besides its pins (reads --dest; no network)")
     args = ap.parse_args(argv)
     image = load_image()
-    if args.list:
-        print("\n".join(lacking(runtime_requirements(), image)))
+    if args.list or args.image_requirements:
+        reqs = runtime_requirements()
+        print("\n".join(image_requirements(args.dest, image, reqs) if args.image_requirements else lacking(reqs, image)))
         return 0
     try:
         wheels = write_wheels(args.dest, image)
