@@ -126,6 +126,17 @@ def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     conv_layers = [l for l in doc["layers"] if l["module"] == "Conv2d" and l["gemm_time_ms"] > 0]
     assert all("oneDNN implementations" in l["tensor_core_evidence"] for l in conv_layers)
     assert all(l["tensor_cores"] in ("yes", "no") for l in conv_layers)
+    # the layer table read piped (120 columns): the layer, its phase and time never collapse
+    from rich.console import Console
+
+    from microbench.reports.decomposition import print_decomposition
+
+    console = Console(width=120, record=True, color_system=None)
+    print_decomposition(doc, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 120
+    top = max(doc["layers"], key=lambda l: l["time_ms"])
+    assert any(top["name"] in line and top["phase"] in line for line in text.splitlines())
 
 
 def test_onednn_problems_match_recorded_cases():

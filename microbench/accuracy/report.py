@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from microbench.reports.report import wide_console
 
 from .leaderboard import Leaderboard
 
@@ -22,19 +25,21 @@ def _f(v, spec: str = ".3g") -> str:
 
 
 def print_leaderboard(board: Leaderboard, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or wide_console()
     for (source, task), entries in board.by_task().items():
         mlperf = source == "mlperf"
         first = entries[0]
         title = (f"MLPerf {task}: score by the MLPerf rule" if mlperf
                  else f"DAWNBench {task}: {first.metric} >= {first.threshold:g}")
-        t = Table(title=escape(title), title_justify="left")
+        # No vertical rules (one space between columns) and a floor under each key column, so that at 120
+        # columns the rank, the time and the runs keep their width and only the submitters' free text is cut.
+        t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, padding=0)
         for col in ("#", "time-to-accuracy", "epoch", "cost (USD)", "hardware", "framework", "model / org", "runs",
                     "run spread (CoV)"):
             wide = col in ("hardware", "framework", "model / org")  # free text of the submitters: one line each
             t.add_column(col, justify="right" if col in ("#", "epoch", "cost (USD)", "runs") else "left",
-                         no_wrap=True, overflow="ellipsis", max_width=28 if wide else None,
-                         min_width=3 if col == "#" else None)
+                         no_wrap=True, overflow="ellipsis", max_width=18 if wide else None,
+                         min_width=None if wide else len(col))
         for i, e in enumerate(entries, 1):
             when = (f"{e.score_minutes:.2f} min" if e.score_minutes is not None else "no score") if mlperf else hms(e.tta_seconds)
             runs = (f"{len(e.runs)}" + (f"/{e.runs_required}" if e.runs_required else "")) if e.runs else "1"
@@ -61,7 +66,7 @@ def run_documents(doc: dict) -> list[dict]:
 def print_run(doc: dict, console: Console | None = None) -> None:
     """Per recipe the run table; then, where runs were also tested on a second test set, the generalization
     table (and the tuned-against-standard test when both recipes ran)."""
-    console = console or Console()
+    console = console or wide_console()
     for d in run_documents(doc):
         _print_one_run(d, console)
     if any("generalization" in d for d in run_documents(doc)):
@@ -166,7 +171,7 @@ def plot_accuracy(doc: dict, path: str | Path) -> Path:
 def print_thresholds(study, console: Console | None = None) -> None:
     """Per task: each entry's time and rank at the task's own threshold, its best and worst rank over the
     range, and the threshold at which it stops reaching; then how many entries reach / change rank."""
-    console = console or Console()
+    console = console or wide_console()
     for task in study.tasks:
         entries = [e for e in study.entries if (e["source"], e["task"]) == (task["source"], task["task"])]
         entries.sort(key=lambda e: (e["rank_at_official"] is None, e["rank_at_official"] or 0, e["entry"]))

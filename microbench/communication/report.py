@@ -28,12 +28,9 @@ def write_json(path: Path | None, doc) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from microbench.reports.report import wide_console
 
-    c = Console()
-    if not c.is_terminal:
-        c.width = max(c.width, 140)
-    return c
+    return wide_console()  # a terminal's width; piped: 120 columns or COLUMNS
 
 
 def _device(backend: str):

@@ -411,10 +411,7 @@ def print_compare(cmp: dict, console=None) -> None:
 
     from microbench.reports.report import rich_table, wide_console
 
-    if console is None:
-        console = wide_console()
-        if not console.is_terminal:  # a pipe or file: room for every machine's columns
-            console.width = max(console.width, 70 + 44 * len(cmp["machines"]))
+    console = console or wide_console()  # piped: 120 columns (or COLUMNS); the least needed columns go first
     for i, m in enumerate(cmp["machines"]):
         base = " (baseline)" if m["label"] == cmp["baseline"] else ""
         console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: {escape(m['fingerprint'])}  "

@@ -6,12 +6,35 @@ def _fmt(v, spec=".3g", none="-"):
     return none if v is None else format(v, spec)
 
 
+# Columns a narrow terminal drops first; layer, phase, the time and the headline numbers stay.
+LAYER_DROP_ORDER = ("replay ms", "FLOP/B", "bound", "module", "GFLOP", "top class", "TC", "%")
+
+
+def layer_cells(layers: list[dict], unit: str) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """The per-layer table as text cells (report.rich_table draws them); a flagged layer's % roof ends in "!"."""
+    from microbench.core.verdict import is_impossible, is_noisy
+
+    columns = [("layer", "left"), ("module", "left"), ("phase", "left"), (f"{unit} ms", "right"), ("%", "right"),
+               ("GFLOP", "right"), ("FLOP/B", "right"), ("TFLOP/s", "right"), ("% roof", "right"), ("bound", "left"),
+               ("TC", "left"), ("top class", "left"), ("replay ms", "right")]
+    rows = []
+    for l in layers:
+        cls = next(iter(l["time_by_class_ms"]), "-")
+        rp = " ".join(f"{p}:{v:.3g}" for p, v in (l.get("replay_ms") or {}).items()) or "-"
+        mark = " !" if l.get("flags") else ""
+        style = "red" if is_impossible(l) else ("yellow" if is_noisy(l) else None)
+        rows.append(([l["name"], l["module"], l["phase"], f"{l['time_ms']:.3g}", _fmt(l["pct_of_profiled"], ".1f"),
+                      _fmt(l["flops"] / 1e9 if l["flops"] else None), _fmt(l["intensity"], ".3g"), _fmt(l["tflops"]),
+                      _fmt(l["pct_of_ceiling"], ".0f") + mark, l["bound"] or "-", l["tensor_cores"], cls, rp], style))
+    return columns, rows
+
+
 def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     """The per-layer table (largest first), the step summary and the replay table."""
     from rich.table import Table
 
     from microbench.core.fingerprint import fingerprint_line
-    from microbench.reports.report import results_table, wide_console
+    from microbench.reports.report import results_table, rich_table, wide_console
 
     from rich.markup import escape
 
@@ -22,25 +45,17 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
         console.print(f"[bold red]warning:[/] {escape(warn)}")
     s = doc["summary"]
     run = doc["run"]
-    unit = "kernel" if s["profiled_unit"] == "kernel" else "op"
-    t = Table(title=f"{doc['model']['name']}: batch {run['batch']} {run['dtype']} on "
-                    f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
-    for col, just in [("layer", "left"), ("module", "left"), ("phase", "left"), (f"{unit} ms", "right"),
-                      ("%", "right"), ("GFLOP", "right"), ("FLOP/B", "right"), ("TFLOP/s", "right"),
-                      ("% roof", "right"), ("bound", "left"), ("TC", "left"), ("top class", "left"),
-                      ("replay ms", "right")]:
-        t.add_column(col, justify=just, no_wrap=col != "layer")
     layers = sorted(doc["layers"], key=lambda l: -l["time_ms"])
-    for l in layers[:top]:
-        cls = next(iter(l["time_by_class_ms"]), "-")
-        replay = l.get("replay_ms") or {}
-        rp = " ".join(f"{p}:{v:.3g}" for p, v in replay.items()) or "-"
-        t.add_row(l["name"], l["module"], l["phase"], f"{l['time_ms']:.3g}", _fmt(l["pct_of_profiled"], ".1f"),
-                  _fmt(l["flops"] / 1e9 if l["flops"] else None), _fmt(l["intensity"], ".3g"), _fmt(l["tflops"]),
-                  _fmt(l["pct_of_ceiling"], ".0f"), l["bound"] or "-", l["tensor_cores"], cls, rp)
+    columns, cells = layer_cells(layers[:top], "kernel" if s["profiled_unit"] == "kernel" else "op")
+    console.print(rich_table(columns, cells, f"{doc['model']['name']}: batch {run['batch']} {run['dtype']} on "
+                             f"{fingerprint_line(doc['hardware'], doc['software'])}", console.width, LAYER_DROP_ORDER))
     if len(layers) > top:
-        t.caption = f"{len(layers) - top} more (layer, phase) rows in decomposition.json"
-    console.print(t)
+        console.print(f"[dim]{len(layers) - top} more (layer, phase) rows in decomposition.json[/]")
+    flagged = [l for l in layers if l.get("flags")]
+    for l in flagged[:5]:  # "!" in the table; why, for the first few (every flag is in decomposition.json)
+        console.print(f"[bold red]flag:[/] {escape(l['name'])} {l['phase']}: {escape(l['flags'][0])}")
+    if len(flagged) > 5:
+        console.print(f"[dim]{len(flagged) - 5} more flagged layer rows in decomposition.json[/]")
     summary = Table(title="step summary", show_header=False)
     summary.add_column("what")
     summary.add_column("value", justify="right")

@@ -159,16 +159,45 @@ def rich_table(columns, rows, title: str | None = None, width: int | None = None
     return Group(*parts) if len(parts) > 1 else t
 
 
-def results_table(doc: dict, title: str | None = None, width: int | None = None):
+def providers_that_cannot_run(doc: dict) -> dict[str, tuple[int, str]]:
+    """Providers every row of which was skipped (a GPU provider on a CPU, a library that is not installed):
+    provider -> (rows, the reason, or the first of them). The terminal table shows them as one line each, so that
+    it shows what was measured."""
+    by: dict[str, list[dict]] = {}
+    for r in _dicts(doc["results"]):
+        by.setdefault(r.get("provider") or "", []).append(r)
+    return {p: (len(rs), rs[0].get("reason") or "skipped") for p, rs in by.items()
+            if p and len(rs) > 1 and all(r["status"] == "skipped" for r in rs)}
+
+
+def results_table(doc: dict, title: str | None = None, width: int | None = None, group_skipped: bool = False):
+    """The results table; with `group_skipped`, without the rows of providers_that_cannot_run (the caller says
+    them in one line each). The row numbers stay those of the file and the plot."""
     columns, rows = results_cells(doc)
+    if group_skipped and (gone := providers_that_cannot_run(doc)):
+        prov = [c[0] for c in columns].index("provider")
+        rows = [(cells, style) for cells, style in rows if cells[prov] not in gone]
     return rich_table(columns, rows, title, width)
 
 
-def wide_console() -> Console:
-    """A terminal keeps its width; a pipe or file gets room for the whole table."""
+PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: a log viewer, a CI page
+
+
+def piped_width() -> int:
+    """The width tables are laid out for when not on a terminal: COLUMNS if set to a number, else 120."""
+    import os
+
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) >= 40 else PIPED_WIDTH
+
+
+def wide_console(stderr: bool = False) -> Console:
+    """A terminal keeps its width; a pipe or a file gets piped_width() (tables drop their least important
+    columns to fit it, never the key ones)."""
     import sys
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=piped_width())
 
 
 def busy_line(doc: dict) -> str | None:
@@ -188,7 +217,10 @@ def print_report(doc: dict, console: Console | None = None) -> None:
     if (warn := busy_line(doc)):
         console.print(f"[bold red]warning:[/] {escape(warn)}")
     console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}",
-                                width=console.width))
+                                width=console.width, group_skipped=True))
+    if gone := providers_that_cannot_run(doc):
+        console.print(f"[dim]not in the table: the {sum(n for n, _ in gone.values())} rows of "
+                      f"{', '.join(gone)}, which cannot run here (why: the lines below)[/]")
     cols = [("name", "left"), ("value", "right"), ("unit", "left"), ("source", "left"), ("note", "left")]
     crow = [([c["name"], f"{c['value']:.4g}", c["unit"], c["source"],
               (c.get("note") or "") + ("; NOISY: " + "; ".join(c["noise"]) if c.get("noise") else "")],

@@ -1,0 +1,133 @@
+"""Every command's table where it is read: on a terminal at its width; piped, at 120 columns or COLUMNS. Nothing
+here runs a measurement: the tables are drawn from small documents, real traces and real leaderboard files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from microbench.reports.report import wide_console
+
+REPO = Path(__file__).resolve().parent.parent
+SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+def _fits(text: str, width: int = 120) -> None:
+    widest = max(_lines(text), key=len)
+    assert len(widest) <= width, f"{len(widest)} columns: {widest!r}"
+
+
+def test_piped_output_is_120_columns_and_honours_COLUMNS(monkeypatch, capsys):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert wide_console().width == 120  # capsys: stdout is not a terminal
+    monkeypatch.setenv("COLUMNS", "100")
+    assert wide_console().width == 100 and wide_console(stderr=True).width == 100
+
+
+def _rows_doc(provider_rows):
+    from microbench.core.results import KernelCaseRow
+    from microbench.core.stats import NoiseSettings, summarize
+    from microbench.core.ops.work import Work
+    from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+    from microbench.harness.judge import judge
+
+    ceil = Ceilings([Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05)),
+                     Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0))])
+    rows = []
+    for provider, status in provider_rows:
+        for shape in ("1000x1000x1000", "n8 c64 56x56 k256 1x1 s1 p0"):
+            r = KernelCaseRow(op="gemm", shape=shape, dtype="fp32", provider=provider, device="cpu",
+                              baseline=provider == "torch", status=status,
+                              reason="" if status == "ok" else "unavailable: needs a CUDA or ROCm GPU")
+            if status == "ok":
+                judge(r, Work(2 * 10**9, 12 * 10**6), summarize([4.0, 4.01, 3.99, 4.0, 4.02], NoiseSettings()), ceil)
+            rows.append(r)
+    return {"hardware": {"kind": "cpu", "name": "test cpu", "arch": "x86_64", "units": 2, "memory_gib": 1.0,
+                         "clock_mhz": 2000.0, "isa_flags": []},
+            "software": {"torch": "t", "triton": "t", "python": "3"}, "config": {"profile": "quick"},
+            "ceilings": [c.as_dict() for c in ceil.items], "notes": [], "conditions": {"busy": False},
+            "schema": "dawnscope.results/1", "results": [r.as_dict() for r in rows]}
+
+
+def test_roofline_groups_providers_that_cannot_run(monkeypatch, capsys):
+    """On a CPU most of the quick profile's rows were GPU providers that cannot run: one line per provider."""
+    from microbench.reports.report import print_report
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    doc = _rows_doc([("torch", "ok"), ("triton", "skipped"), ("cupy_blas", "skipped")])
+    print_report(doc)
+    out = capsys.readouterr().out
+    _fits(out)
+    table = [ln for ln in _lines(out) if "1000x1000x1000" in ln]
+    assert len(table) == 1 and "torch" in table[0]  # the skipped providers' rows are not in the table
+    assert "not in the table: the 4 rows of triton, cupy_blas" in out.replace("\n", " ")
+    assert "triton skipped: unavailable: needs a CUDA or ROCm GPU" in out
+
+
+def test_compare_fits_120_columns_piped(monkeypatch, capsys, tmp_path):
+    from microbench.reports.compare import compare, print_compare
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    files = []
+    for name in ("a machine with a long name, 2 sockets", "another machine with an even longer name"):
+        doc = _rows_doc([("torch", "ok"), ("triton_gemm_persistent", "ok")])
+        doc["hardware"]["name"] = name
+        path = tmp_path / f"{len(files)}.json"
+        path.write_text(json.dumps(doc))
+        files.append(path)
+    print_compare(compare(files))
+    out = capsys.readouterr().out
+    _fits(out)
+    assert "n8 c64 56x56 k256 1x1 s1 p0" in out
+
+
+def test_trace_fits_120_columns_piped(monkeypatch, capsys):
+    from microbench import trace
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert trace.main([str(SLICE)]) == 0
+    _fits(capsys.readouterr().out)
+
+
+def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
+    from microbench import comm
+    from microbench.communication.collectives import to_rows
+    from microbench.communication.report import print_collectives
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "100000000", "--workers", "1,8,128",
+                      "--fabric", "v100_nvlink", "--paper"]) == 0
+    out = capsys.readouterr().out
+    _fits(out)
+    rec = {"op": "allreduce", "requested_bytes": 2**24, "message_bytes": 2**24, "elements": 2**22, "nranks": 2,
+           "samples_ms": [1.0, 1.0, 1.01, 0.99, 1.0], "wrong": 0}
+    doc = {"comm": {"backend": "gloo", "nranks": 2}, "results": [r.as_dict() for r in to_rows([rec], "cpu", "gloo")],
+           "hardware": {"kind": "cpu", "name": "a long CPU name " * 4, "arch": "x86_64", "units": 2,
+                        "memory_gib": 1.0, "clock_mhz": None, "isa_flags": ["avx2", "avx512f", "amx_bf16"]},
+           "software": {"torch": "t", "triton": "t", "python": "3"}}
+    print_collectives(doc)
+    out = capsys.readouterr().out
+    _fits(out)
+    assert "allreduce" in out and "16777216" in out
+
+
+def test_tta_leaderboard_keeps_rank_and_runs_piped(monkeypatch, capsys, shared_dir):
+    from microbench.accuracy import leaderboard
+    from microbench.accuracy.report import print_leaderboard
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    tsvs = sorted((shared_dir / "dawnbench").rglob("*.tsv"))[:2]
+    if not tsvs:
+        pytest.skip("no DAWNBench files in the shared folder")
+    print_leaderboard(leaderboard.build(tsvs))
+    out = capsys.readouterr().out
+    _fits(out)
+    header = next(ln for ln in _lines(out) if "time-to-accuracy" in ln)
+    assert header.lstrip().startswith("#") and "runs" in header
+    times = [ln for ln in _lines(out) if ln.lstrip()[:1].isdigit()]
+    assert times and not any("0:0…" in ln or ":…" in ln for ln in times)
