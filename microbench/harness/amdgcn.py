@@ -23,6 +23,10 @@ _MFMA_NAME = re.compile(r"v_(?:mfma|smfmac)_(?:scale_)?(?P<acc>[a-z0-9]+)_(?P<m>
 _INFO = re.compile(r"^; (TotalNumSgprs|NumVgprs|NumAgprs|TotalNumVgprs|ScratchSize|Occupancy): (\d+)", re.MULTILINE)
 _LDS = re.compile(r"^; LDSByteSize: (\d+)", re.MULTILINE)
 _META = re.compile(r"^\s+\.(vgpr_spill_count|sgpr_spill_count|group_segment_fixed_size):\s+(\d+)", re.MULTILINE)
+# Spill code: scratch instructions (the private segment), or buffer ones LLVM marks as a spill / reload (Triton
+# also uses buffer_load / buffer_store for ordinary global memory: those are not counted).
+_SPILL_STORE = re.compile(r"^\s*(?:scratch_store_\w+|buffer_store_\w+[^\n]*Spill)", re.MULTILINE)
+_SPILL_LOAD = re.compile(r"^\s*(?:scratch_load_\w+|buffer_load_\w+[^\n]*Reload)", re.MULTILINE)
 _LABEL = re.compile(r"^(\.LBB\d+_\d+):")
 _BRANCH = re.compile(r"^\s*s_(?:c)?branch\w*\s+(\.LBB\d+_\d+)")
 
@@ -100,8 +104,7 @@ def inspect_amd_build(b: AotBuild) -> StaticRecord:
     waves = targets.amd_waves_per_simd(b.target, res["total_vgprs"]) if known else None
     occupancy = (min(waves, targets.amd_lds_waves_per_simd(b.target, lds, b.num_warps))
                  if known and b.num_warps else None)
-    stores = sum(1 for _ in re.finditer(r"^\s*(?:scratch|buffer)_store_\w+", asm, re.MULTILINE))
-    loads = sum(1 for _ in re.finditer(r"^\s*(?:scratch|buffer)_load_\w+", asm, re.MULTILINE))
+    stores, loads = len(_SPILL_STORE.findall(asm)), len(_SPILL_LOAD.findall(asm))
     total = sum(counts.values())
     return StaticRecord(
         kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default, wants_wgmma=False,
@@ -109,7 +112,7 @@ def inspect_amd_build(b: AotBuild) -> StaticRecord:
                                                                        re.MULTILINE)),
         registers=res["total_vgprs"], shared_bytes=res["static_lds_bytes"], dynamic_shared_bytes=b.dynamic_shared_bytes,
         stack_bytes=res["scratch_bytes"], local_bytes=0,
-        spill_stores=stores if res["scratch_bytes"] else 0, spill_loads=loads if res["scratch_bytes"] else 0,
+        spill_stores=stores, spill_loads=loads,
         tensor_core_instructions=total, note=b.note, matrix_instructions=total,
         matrix_instruction_kinds=[k["name"] for k in kinds], matrix_kinds=kinds,
         matrix_per_k_step=per_k_step(asm), matrix_cores=matrix_cores, fallback=fallback, vgprs=res["vgprs"],
