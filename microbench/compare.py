@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from microbench.core.cli import Parser
-from microbench.core.errors import InputError, run_command
+from microbench.core.errors import InputError, run_command, shown
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
@@ -58,9 +58,9 @@ def _run(args) -> int:
     (T.print_trace_compare if traces else print_compare)(cmp)
     if args.html:
         page = (T.trace_compare_html if traces else compare_html)(cmp)
-        print(f"wrote {write_file(args.html, page, '--html')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(cmp), '--json'))}", file=sys.stderr)
     return 0
 
 
@@ -78,7 +78,7 @@ def _inspect_files(args, paths) -> bool:
     cmp = I.compare_inspect(records, tuple(args.target) if args.target else None)
     I.print_inspect_compare(cmp)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(cmp), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(cmp), '--json'))}", file=sys.stderr)
     return True
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from microbench.core.cli import Parser, positive_int
-from microbench.core.errors import InputError, run_command
+from microbench.core.errors import InputError, run_command, shown
 
 WHAT_IF_DTYPES = ("bf16", "fp16")
 
@@ -97,9 +97,9 @@ def _run(args) -> int:
     doc = _predict(args, load_config(args.config))
     print_prediction(doc)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(doc), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
     if args.html:
-        print(f"wrote {write_file(args.html, prediction_html(doc), '--html')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.html, prediction_html(doc), '--html'))}", file=sys.stderr)
     return 0
 
 

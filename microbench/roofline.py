@@ -17,7 +17,7 @@ from pathlib import Path
 
 from microbench.core.cli import Parser
 from microbench.core.config import DEFAULT_CONFIG, load_config
-from microbench.core.errors import run_command
+from microbench.core.errors import run_command, shown
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +216,7 @@ def _write_arch(doc: dict, path: Path, console) -> None:
     if not arch["max_achievable_tflops"]:
         console.print(f"[yellow]no measured compute ceiling: {path} not written[/]")
         return
-    console.print(f"wrote {write_file(path, dumps(arch), '--arch-json')}")
+    console.print(f"wrote {shown(write_file(path, dumps(arch), '--arch-json'))}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from microbench.core.cli import positive_int
 from microbench.core.datasheet import measured_ceilings
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
-from microbench.core.errors import run_command
+from microbench.core.errors import run_command, shown
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
 
@@ -85,7 +85,7 @@ def _run(args) -> int:
                   graph_capture=args.graph_capture)
     print_trace_report(doc, top=args.top)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(doc), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
     return 0
 
 

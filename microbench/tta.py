@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from microbench.core.cli import MAX_COUNT, Parser, number
-from microbench.core.errors import run_command
+from microbench.core.errors import run_command, shown
 
 
 TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
@@ -77,7 +77,7 @@ def _leaderboard(args) -> int:
     board = build(args.dirs, check=not args.no_check)
     print_leaderboard(board)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(board.as_list()), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(board.as_list()), '--json'))}", file=sys.stderr)
     return 0
 
 
@@ -94,7 +94,7 @@ def _thresholds(args) -> int:
     result = study(args.dirs, args.task, user_range)
     print_thresholds(result)
     if args.json:
-        print(f"wrote {write_file(args.json, dumps(result.as_dict()), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(args.json, dumps(result.as_dict()), '--json'))}", file=sys.stderr)
     if args.plot:
         print(f"wrote {plot_thresholds(result, args.plot)}", file=sys.stderr)
     return 0

@@ -215,3 +215,123 @@ def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
         assert "\n" not in e.line()
         return
     assert_finite(cmp)
+
+
+# ---- issue 20: the Nsight readers, the time-to-accuracy readers and comm results read back as a fabric --------------
+from tests.conftest import SHARED  # noqa: E402
+
+NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
+NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"
+needs_nsight = pytest.mark.skipif(not NSYS.is_file() or not NCU.is_file(), reason=f"{SHARED / 'nsight'} is not here")
+# Each example reads a whole real export: fewer of them, each with a longer deadline.
+FUZZ_SLOW = settings(FUZZ, max_examples=max(FUZZ.max_examples // 4, 10), deadline=20000)
+SQL_ODD = ["'x'", "''", "NULL", "-1", "0.5", "1e300", "-9e18", "9223372036854775807", "X'00ff'", "'12'"]
+
+
+@st.composite
+def nsys_edits(draw):
+    """A few cells of the real export's tables that the reader reads, set to odd values."""
+    from microbench.timeline.nsys import FIELDS
+
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        table = draw(st.sampled_from(sorted(FIELDS)))
+        column = draw(st.sampled_from(sorted(FIELDS[table])))
+        edits.append((table, column, draw(st.sampled_from(SQL_ODD)), draw(st.integers(0, 50))))
+    return edits
+
+
+@needs_nsight
+@FUZZ_SLOW
+@given(edits=nsys_edits())
+def test_nsys_reader_on_a_mutated_real_export(tmp_path, edits):
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "t.sqlite"
+    shutil.copy(NSYS, path)
+    os.chmod(path, 0o644)
+    con = sqlite3.connect(path)
+    for table, column, value, k in edits:
+        try:
+            con.execute(f'UPDATE "{table}" SET "{column}" = {value} WHERE rowid = '
+                        f'(SELECT rowid FROM "{table}" ORDER BY rowid LIMIT 1 OFFSET {k})')
+        except sqlite3.Error:  # a NOT NULL column, a table this export lacks: that edit is not made
+            pass
+    con.commit()
+    con.close()
+    try:
+        doc = analyze(path, _config())
+    except InputError as e:
+        assert "\n" not in e.line()
+        return
+    assert_finite(doc)
+
+
+@needs_nsight
+@FUZZ_SLOW
+@given(data=mutated(NCU.read_bytes() if NCU.is_file() else b"",
+                    odd=ODD_VALUES + ["n/a", "1,2,3", "9.9.9", "-5", "1e400"]))
+def test_ncu_reader_on_a_mutated_real_export(tmp_path, data):
+    doc = one_line_or_result(_analyze, tmp_path / "k.ncu.csv", data)
+    if doc is not None:
+        assert_finite(doc)
+
+
+def _mllog_doc(key, t, value=None, **meta):
+    return {"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key, "value": value,
+            "metadata": {"file": "x.py", "lineno": 1, **meta}}
+
+
+MLLOG_RUN = [_mllog_doc("submission_benchmark", 0, "resnet"), _mllog_doc("submission_org", 0, "org"),
+             _mllog_doc("submission_platform", 0, "sys"), _mllog_doc("run_start", 1000),
+             _mllog_doc("eval_accuracy", 5000, 0.76, epoch_num=3), _mllog_doc("run_stop", 9000, status="success")]
+
+
+def _board_is_writable(root):
+    """The leaderboard over `root`: every file an entry or listed as unreadable, and its JSON writable."""
+    from microbench.accuracy.leaderboard import build
+
+    board = build([root], check=False)
+    dumps(board.as_list())  # refuses NaN / Infinity
+    return board
+
+
+@FUZZ
+@given(doc=restructured(MLLOG_RUN))
+def test_mlperf_reader_on_a_restructured_log(tmp_path, doc):
+    d = tmp_path / "results" / "sys" / "resnet"
+    d.mkdir(parents=True, exist_ok=True)
+    lines = json.loads(doc)
+    (d / "result_0.txt").write_text("\n".join(":::MLLOG " + json.dumps(ll) for ll in lines) + "\n")
+    board = _board_is_writable(tmp_path)
+    assert len(board.entries) + len(board.unreadable) == 1
+
+
+DAWN_TSV = b"epoch\thours\ttop1Accuracy\n1\t0.1\t80.5\n2\t0.2\t94.3\n3\t0.3\t95.1\n"
+DAWN_JSON = json.dumps({"author": "a", "hardware": "8 V100", "framework": "pytorch", "costPerHour": 24.48}).encode()
+
+
+@FUZZ
+@given(tsv=mutated(DAWN_TSV, odd=ODD_VALUES + ["soon", "1e400"]), meta=mutated(DAWN_JSON))
+def test_dawnbench_reader_on_mutated_files(tmp_path, tsv, meta):
+    d = tmp_path / "CIFAR10" / "train"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "x.tsv").write_bytes(tsv)
+    (d / "x.json").write_bytes(meta)
+    board = _board_is_writable(tmp_path)
+    assert len(board.entries) + len(board.unreadable) == 1
+
+
+FABRIC_RESULTS = {"results": [{"op": "allreduce", "bytes": b, "nranks": 2, "time_ms": {"median": t}, "busbw_gbps": bw,
+                               "status": "ok"} for b, t, bw in ((8, 0.01, 0.0008), (1 << 20, 0.5, 2.1))]}
+
+
+@FUZZ
+@given(data=restructured(FABRIC_RESULTS))
+def test_comm_results_read_back_as_a_fabric(tmp_path, data):
+    from microbench.communication.scale import Workload, fabric_from_results, sweep
+
+    fabric = one_line_or_result(fabric_from_results, tmp_path / "results.json", data)
+    if fabric is not None:
+        assert_finite(sweep(Workload(10.0, 10**6), [1, 2, 8, 64], fabric))

@@ -21,10 +21,11 @@ def check_json(path: Path | None) -> None:
 
 def write_json(path: Path | None, doc) -> None:
     if path is not None:
+        from microbench.core.errors import shown
         from microbench.core.jsonio import dumps
         from microbench.core.outdir import write_file
 
-        print(f"wrote {write_file(path, dumps(doc, default=str), '--json')}", file=sys.stderr)
+        print(f"wrote {shown(write_file(path, dumps(doc, default=str), '--json'))}", file=sys.stderr)
 
 
 def _console():

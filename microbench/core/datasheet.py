@@ -10,6 +10,9 @@ from microbench.core.dtypes import PRECISION_OF, PRECISIONS
 from microbench.core.errors import InputError
 
 
+MAX_CEILING_TFLOPS = 1e6  # an exaFLOP/s from one device: beyond any chip, a typo
+
+
 def norm_tokens(name: str) -> set[str]:
     """Device name -> upper-case tokens split at non-alphanumerics (the datasheet matching rule). Here, not in
     core.device, so that matching a trace's device name does not import torch."""
@@ -67,8 +70,8 @@ def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float
             tflops = float(value)
         except ValueError:
             tflops = -1.0
-        if prec not in PRECISIONS or not (math.isfinite(tflops) and tflops > 0):
+        if prec not in PRECISIONS or not (math.isfinite(tflops) and 0 < tflops <= MAX_CEILING_TFLOPS):
             raise InputError(None, f"expected PREC=TFLOPS with PREC one of {', '.join(PRECISIONS)} and a "
-                                   "finite positive number", key="--ceiling", value=pair)
+                                   f"finite positive number up to {MAX_CEILING_TFLOPS:g}", key="--ceiling", value=pair)
         out[prec] = tflops
     return out
