@@ -41,15 +41,53 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
 def decompose_step(model, options=None, **kw) -> dict:
     """A model's training step decomposed into kernels or operators (see microbench.step.analysis).
     `options`: a DecomposeOptions; or its fields as keyword arguments (batch=, dtype=, device=, out=, ...),
-    which also override those of `options`. An unknown keyword is a TypeError, as for any function."""
+    which also override those of `options`. An unknown keyword is a TypeError, as for any function. With `out`
+    (a folder, or an entered microbench.core.outdir.OutputDir) the files are written there too, replacing an
+    earlier run's only when this one completes: the library returns data, this writes it."""
     from dataclasses import replace
 
-    from microbench.step.analysis import DecomposeOptions, decompose_step as _decompose_step
+    from microbench.core.outdir import OutputDir
+    from microbench.step.analysis import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
 
     _load_providers()
     if kw.get("providers") is not None:
         kw["providers"] = tuple(kw["providers"])
-    return _decompose_step(model, replace(options or DecomposeOptions(), **kw))
+    opts = replace(options or DecomposeOptions(), **kw)
+    if opts.out is None:
+        return run_decomposition(model, opts).doc
+    if not isinstance(opts.out, OutputDir):
+        with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
+            return decompose_step(model, replace(opts, out=out_dir))
+    d = run_decomposition(model, opts)
+    d.doc["files"] = write_decomposition(d.doc, d.rows + d.replay_rows, opts.out, d.cfg.path, opts.plot)
+    return d.doc
+
+
+def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:
+    """decomposition.json, results.json / .csv (the layer and replay rows) and the roofline plot, into an entered
+    OutputDir's staging folder (which already holds the profiler's trace.json.gz), then committed."""
+    import datetime as _dt
+
+    from microbench.core.jsonio import dumps
+    from microbench.core.results import ResultsWriter, results_header
+    from microbench.reports.report import plot_roofline
+
+    header = results_header(doc["hardware"], doc["software"], config_file,
+                            {"model": doc["model"]["name"], "run": doc["run"],
+                             "profile": f"model:{doc['model']['name']}"},
+                            doc["started"], doc["ceilings"], doc["notes"])
+    with ResultsWriter(out.staging, header) as writer:
+        writer.add_many(rows)
+        writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
+    files = {"decomposition": str(out.final("decomposition.json")), "results": str(out.final("results.json")),
+             "results_csv": str(out.final("results.csv")), "trace": str(out.final("trace.json.gz"))}
+    if plot:
+        plot_roofline(writer.doc, out.file("roofline"))
+        files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
+    doc["files"] = files
+    out.file("decomposition.json").write_text(dumps(doc))
+    out.commit()
+    return files
 
 
 def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:

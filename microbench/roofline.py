@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import sys
 import time
 from dataclasses import asdict
@@ -49,9 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _config_block(cfg, profile) -> dict:
-    return {"profile": profile.name, "description": profile.description, "file": str(cfg.path),
-            "sha256": hashlib.sha256(cfg.path.read_bytes()).hexdigest(), "providers": list(profile.providers),
+def _config_block(profile, cfg) -> dict:
+    return {"profile": profile.name, "description": profile.description, "providers": list(profile.providers),
             "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(profile.cases)}
 
 
@@ -106,7 +104,7 @@ def _run(args, cfg, profile, out) -> int:
 
     import kernels
     from microbench.core import device as devmod
-    from microbench.core.results import ResultsWriter
+    from microbench.core.results import ResultsWriter, results_header
 
     kernels.load_all()
     console = Console(stderr=True)
@@ -124,9 +122,8 @@ def _run(args, cfg, profile, out) -> int:
     conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     if dev.kind == "cpu":
         conditions.fit_threads()
-    header = {"hardware": devmod.fingerprint(dev), "software": devmod.software(),
-              "config": _config_block(cfg, profile), "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-              "conditions": {"before": conditions.before}, "ceilings": [], "notes": []}
+    header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(profile, cfg),
+                            _dt.datetime.now(_dt.timezone.utc).isoformat(), conditions={"before": conditions.before})
     writer = ResultsWriter(out.staging, header)
     try:
         _measure(writer, dev, cfg, profile, console, conditions.busy_now())

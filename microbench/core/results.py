@@ -282,6 +282,18 @@ def csv_record(row: ResultRow) -> dict:
     return {k: d.get(k) for k in CSV_FIELDS}
 
 
+def results_header(hardware: dict, software: dict, config_file: str | Path, config: dict, started: str,
+                   ceilings: list | None = None, notes: list | None = None, **extra) -> dict:
+    """The header of every results.json (roofline's and decompose's): the machine, the configuration (its file
+    and that file's sha256, then what the command ran of it), when, the ceilings and the notes."""
+    import hashlib
+
+    path = Path(config_file)
+    block = {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **config}
+    return {"hardware": hardware, "software": software, "config": block, "started": started,
+            "ceilings": list(ceilings or []), "notes": list(notes or []), **extra}
+
+
 class ResultsWriter:
     """results.json (rewritten atomically after every row) and results.csv (appended and flushed), in
     `out_dir`: for a command, the staging folder of a microbench.core.outdir.OutputDir, so an earlier run's

@@ -1,7 +1,8 @@
 """A model's training step, decomposed into its kernels (GPU) or operators (CPU), attributed to layers and
 phases, counted (FLOPs, bytes), classified, judged against the ceilings, and replayed GEMM by GEMM through
 every available provider: `decompose_step(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
-record, profile, attribute, count, judge, replay, write) over one Decomposition.
+record, profile, attribute, count, judge, replay, document) over one Decomposition and returns data; the files
+are written by the caller (microbench.api.decompose_step, the command).
 
 The command is `python -m microbench.decompose --model NAME` (or `python -m microbench.roofline --model NAME`);
 the public API takes the options as keyword arguments:
@@ -148,7 +149,7 @@ class DecomposeOptions:
     batch: int | None = None  # None: the benchmark's batch (GPU) or its CPU batch (models/benchmarks.toml)
     dtype: str = "fp32"  # a training-step dtype of microbench.core.dtypes: fp32 (IEEE), bf16, fp16 (autocast)
     device: str = "auto"
-    out: object = None  # a folder or an entered microbench.core.outdir.OutputDir; None: return the document only
+    out: object = None  # where the profiler's trace goes: a folder or an entered OutputDir (its staging); None: a temporary one
     config: str | Path | None = None
     replay: bool = True  # replay the step's GEMMs and convolutions through the providers
     providers: tuple[str, ...] | None = None  # replay through these; None: `profile`'s, else all registered
@@ -204,29 +205,29 @@ class Decomposition:
 
 def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
-    a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple). Returns the decomposition document
-    (what decomposition.json holds); with `options.out` (a folder, or an entered microbench.core.outdir.OutputDir),
-    writes the files too, replacing an earlier run's only when this one completes. Bad input raises InputError.
+    a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple): the decomposition document (what
+    decomposition.json holds). Bad input raises InputError. Writes no file but the profiler's trace (into
+    `options.out`, else a temporary folder): the files are the caller's (microbench.api.decompose_step)."""
+    return run_decomposition(model, options).doc
 
-    Stages, in order: load, record, profile, attribute, count, judge, replay, write."""
+
+def run_decomposition(model, options: DecomposeOptions | None = None) -> Decomposition:
+    """The stages, in order (load, record, profile, attribute, count, judge, replay, document), over one
+    Decomposition: its `doc`, and its `rows` and `replay_rows` for a results.json."""
     import torch
 
-    from microbench.core.outdir import OutputDir
-
     opts = options or DecomposeOptions()
-    if opts.out is not None and not isinstance(opts.out, OutputDir):
-        with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
-            return decompose_step(model, replace(opts, out=out_dir))
     d = Decomposition(model, opts)
     saved_benchmark = torch.backends.cudnn.benchmark
     tmp = None
     try:
         if d.opts.out is None:  # the profiler's trace needs a place even when no files are asked for
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
-        d.out_dir = d.opts.out.staging if d.opts.out is not None else Path(tmp.name)
+        out = d.opts.out
+        d.out_dir = Path(tmp.name) if out is None else (out.staging if hasattr(out, "staging") else Path(out))
         for stage in STAGES:
             stage(d)
-        return d.doc
+        return d
     finally:
         torch.backends.cudnn.benchmark = saved_benchmark
         if d.step is not None:
@@ -400,12 +401,9 @@ def stage_replay(d: Decomposition) -> None:
         _attach_replay(d.layers, d.replay_doc)
 
 
-def stage_write(d: Decomposition) -> None:
-    """Stage write: the decomposition document, and with `out` its files (decomposition.json, results.json /
-    .csv, the roofline plot; the trace is already there)."""
+def stage_document(d: Decomposition) -> None:
+    """Stage document: the decomposition document (decomposition.json's content)."""
     d.doc = _document(d)
-    if d.opts.out is not None:
-        d.doc["files"] = _write(d.doc, d.rows + d.replay_rows, d.opts.out, d.cfg, d.opts.plot)
 
 
 def _document(d: Decomposition) -> dict:
@@ -433,7 +431,7 @@ def _document(d: Decomposition) -> dict:
     }
 
 
-STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay, stage_write)
+STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay, stage_document)
 
 
 def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=None):
@@ -743,31 +741,3 @@ def _attach_replay(layers: list[dict], replay_doc: dict) -> None:
             if ts and all(t is not None for t in ts):
                 per[provider] = sum(ts)
         l["replay_ms"] = per
-
-
-# ---- output ----------------------------------------------------------------------------------------------
-def _write(doc: dict, rows: list, out, cfg, plot: bool) -> dict:
-    """The files, into the OutputDir's staging folder (which already holds trace.json.gz), then committed."""
-    import hashlib
-
-    from microbench.core.jsonio import dumps
-    from microbench.core.results import ResultsWriter
-    from microbench.reports.report import plot_roofline
-
-    header = {"hardware": doc["hardware"], "software": doc["software"],
-              "config": {"model": doc["model"]["name"], "file": str(cfg.path),
-                         "sha256": hashlib.sha256(cfg.path.read_bytes()).hexdigest(), "run": doc["run"],
-                         "profile": f"model:{doc['model']['name']}"},
-              "started": doc["started"], "ceilings": doc["ceilings"], "notes": doc["notes"]}
-    with ResultsWriter(out.staging, header) as writer:
-        writer.add_many(rows)
-        writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
-    files = {"decomposition": str(out.final("decomposition.json")), "results": str(out.final("results.json")),
-             "results_csv": str(out.final("results.csv")), "trace": str(out.final("trace.json.gz"))}
-    if plot:
-        plot_roofline(writer.doc, out.file("roofline"))
-        files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
-    doc["files"] = files
-    out.file("decomposition.json").write_text(dumps(doc))
-    out.commit()
-    return files
