@@ -275,7 +275,7 @@ def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys):
     row = next(r for r in cmp["rows"] if r["pair"] == "default")
     assert row["cells"]["sm_90"]["matrix_per_k_step"] == 4 and row["cells"]["gfx942"]["registers"] == "v204 a0 s44"
     text = capsys.readouterr().out
-    assert "32768" in text and "98304" in text and "waves/SIMD" in text
+    assert "32768" in text and "98304" in text and "2 w/SIMD" in text and "8 w/SM" in text
     assert compare.main([str(a), "--target", "gfx950"]) == 2
 
 

@@ -108,22 +108,30 @@ def _fmt_cell(c: dict | None) -> list[str]:
     if c is None:
         return ["-"] * 6
     spills = f"{c['stack_bytes']} B" if c["spills"] else "none"
-    occ = f"{c['occupancy']} {c['occupancy_unit']}" if c["occupancy"] is not None else "-"
-    verdict = f"fallback: {c['fallback']}" if c["fallback"] else (c["matrix_cores"] or "-")
+    unit = {"warps/SM": "w/SM", "waves/SIMD": "w/SIMD"}.get(c["occupancy_unit"], c["occupancy_unit"])
+    occ = f"{c['occupancy']} {unit}" if c["occupancy"] is not None else "-"
+    verdict = c["matrix_cores"] or "-"  # a fallback's reason: below the table
     perk = "-" if c["matrix_per_k_step"] is None else str(c["matrix_per_k_step"])
     return [c["registers"], spills, str(c["smem_bytes"]), perk, occ, verdict]
 
 
+def _short_config(config: str) -> str:
+    """The tile, warps, stages and variant words of a configuration label: not its dtype (a column of its own),
+    the group size or the backend options (JSON keeps the whole label)."""
+    words = config.split()[1:]
+    return " ".join(w for w in words if "=" not in w and not re.fullmatch(r"G\d+", w))
+
+
 def inspect_table_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
     """One line per target under each (kernel, dtype, pair): the targets of a pair read down, not across."""
-    cols = ["kernel", "dtype", "pair", "target", "config", "regs", "spills", "smem/LDS B", "matrix/K step",
+    cols = ["kernel", "dtype", "pair", "target", "config", "regs", "spills", "smem/LDS B", "MMA/K",
             "occupancy", "matrix cores"]
     rows = []
     for row in cmp["rows"]:
         for i, t in enumerate(cmp["targets"]):
             c = row["cells"][t]
-            head = [row["kernel"], row["dtype"], row["pair"]] if i == 0 else ["", "", ""]
-            rows.append(head + [t, c["config"] if c else "-", *_fmt_cell(c)])
+            head = [row["kernel"].removeprefix("triton_"), row["dtype"], row["pair"]] if i == 0 else ["", "", ""]
+            rows.append(head + [t, _short_config(c["config"]) if c else "-", *_fmt_cell(c)])
     return cols, rows
 
 
@@ -136,7 +144,11 @@ def print_inspect_compare(cmp: dict, console=None) -> None:
     t = Table(title=f"one kernel, {len(cmp['targets'])} targets: {' vs '.join(cmp['targets'])} (static, compiled "
                     "ahead of time; no GPU ran these)", header_style="bold")
     for c in cols:
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold", no_wrap=c in ("kernel", "target", "regs"))
     for r in rows:
         t.add_row(*r)
-    (console or wide_console()).print(t)
+    out = console or wide_console()
+    out.print(t)
+    reasons = {(t, c["fallback"]) for row in cmp["rows"] for t, c in row["cells"].items() if c and c["fallback"]}
+    for target, why in sorted(reasons):
+        out.print(f"fallback on {target}: {why}")
