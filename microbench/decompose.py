@@ -72,12 +72,18 @@ def _run(args, out_dir) -> int:
 
     console = Console(stderr=True)
     providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) if args.providers else None
-    with console.status("decomposing") as status:
+    from microbench.core.cli import Heartbeat
+
+    with console.status("decomposing") as status, Heartbeat(f"decompose {args.model}") as beat:
+        def progress(msg):
+            status.update(msg)
+            beat.update(msg)  # piped: a line per stage, and one every 10 s within a long stage
+
         opts = DecomposeOptions(batch=args.batch, dtype=args.dtype, device=args.device, out=out_dir,
                                 config=args.config, replay=not args.no_replay, providers=providers,
                                 profile=args.profile, measure_ceilings=not args.no_measure_ceilings,
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
-                                on_progress=lambda msg: status.update(msg))
+                                on_progress=progress)
         doc = decompose_step(args.model, opts)
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})

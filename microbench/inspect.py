@@ -135,13 +135,17 @@ def _run(args) -> int:
     if args.json:
         check_file(args.json, "--json")  # before minutes of compiling
 
+    from microbench.core.cli import Heartbeat
+
     def progress(name, target, result):
+        beat.update(f"inspected {name} for {target}")
         for f in result.failures:
             if (f["module"], f["target"]) == (name, target):
                 print(f"inspect: {name} for {target} FAILED: {f['error']}", file=sys.stderr)
 
-    result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
-                 progress=progress)
+    with Heartbeat("inspect: compiling our kernels and reading their SASS") as beat:
+        result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
+                     progress=progress)
     if not result.records and not result.failures:
         raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
     wide_console().print(_table(result.records))

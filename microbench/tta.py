@@ -101,7 +101,7 @@ def _thresholds(args) -> int:
 
 
 def _run(args) -> int:
-    from rich.console import Console
+    from .reports.report import wide_console
 
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
@@ -115,7 +115,7 @@ def _run(args) -> int:
     recipes = check_recipes(spec, args.recipe.split(",") if args.recipe else ())
     epochs = sum(args.epochs or spec.with_recipe(r).epochs for r in recipes)
     ds = load(spec.dataset, args.data, args.new_test)  # before the progress bar: a bad --data is one line
-    console = Console(stderr=True)
+    console = wide_console(stderr=True)  # piped: 120 columns (or COLUMNS), one plain line per epoch
     with out:
         doc = _train(args, recipes, epochs, ds, out.staging, console)
         out.file("tta.json").write_text(dumps(doc, default=str))
@@ -148,7 +148,7 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
                 (f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: acc "
                 f"{rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
                 + (f", reached at epoch {run.epochs_to_target}" if run.epochs_to_target else "")))
-            progress.console.log((f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
+            progress.console.print((f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
                                  f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
 
         return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,

@@ -131,3 +131,51 @@ def test_tta_leaderboard_keeps_rank_and_runs_piped(monkeypatch, capsys, shared_d
     assert header.lstrip().startswith("#") and "runs" in header
     times = [ln for ln in _lines(out) if ln.lstrip()[:1].isdigit()]
     assert times and not any("0:0…" in ln or ":…" in ln for ln in times)
+
+
+# ---- quiet and alive -----------------------------------------------------------------------------------------
+def test_heartbeat_prints_each_stage_and_keeps_long_work_alive():
+    import io
+    import time
+
+    from microbench.core.cli import Heartbeat
+
+    out = io.StringIO()
+    with Heartbeat("decompose resnet9", every_s=0.05, stream=out, force=True) as beat:
+        beat.update("record")
+        deadline = time.monotonic() + 30  # a loaded machine may be slow to run the thread: wait for it, no bound
+        while "(still working)" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("] record")  # nothing before the first stage: an error at once stays one line
+    assert any(line.endswith("] record (still working)") for line in lines[1:])
+
+
+def test_heartbeat_is_silent_on_a_terminal():
+    import io
+
+    from microbench.core.cli import Heartbeat
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    with Heartbeat("x", every_s=0.01, stream=out) as beat:
+        beat.update("y")
+    assert out.getvalue() == ""
+
+
+def test_no_kineto_usdt_lines_from_our_profiling():
+    """torch.profiler's Kineto writes `USDT:... profiler_start` lines to stderr; the commands' profiling does not."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom microbench.core.device import quiet_profiler\nquiet_profiler()\n"
+            "from torch.profiler import profile\nwith profile():\n    torch.mm(torch.ones(8, 8), torch.ones(8, 8))\n")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "USDT" not in res.stderr and "STAGE" not in res.stderr

@@ -168,6 +168,10 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from microbench.core.device import quiet_profiler
+
+    quiet_profiler()
+
     import models
     from models.step import TrainingStep
 

@@ -104,8 +104,11 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
     from . import world
     from .collectives import bench_rank
 
+    from microbench.core.cli import Heartbeat
+
     look = _look(backend)
-    records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
+    with Heartbeat(f"comm collectives: {len(plan.ops)} ops x {len(plan.sizes_bytes)} sizes"):
+        records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
         return 0
     header = {"hardware": devmod.fingerprint(_device(backend)), "software": devmod.software(),
@@ -190,8 +193,11 @@ def run_ddp(args) -> int:
     backend = _backend(args)
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
+    from microbench.core.cli import Heartbeat
+
     look = _look(backend)
-    doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
+    with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
+        doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
         return 0
     from microbench.core import device as devmod

@@ -51,3 +51,49 @@ def non_negative_int(text: str) -> int:
 
 # A timeout in seconds: positive and finite, at most a week (beyond it C++ timeouts overflow).
 positive_seconds = number(float, 0, 7 * 86400, low_open=True)
+
+
+class Heartbeat:
+    """Progress for a pipe or a log file, where a spinner prints nothing: each new stage as one line on stderr,
+    and while the work lasts, a line at least every `every_s` seconds (long work is never silent). On a terminal
+    it prints nothing (the command's own progress display shows there). A context manager; `update(msg)` names
+    the stage."""
+
+    def __init__(self, what: str, every_s: float = 10.0, stream=None, force: bool = False):
+        import sys
+        import threading
+        import time
+
+        self.stream = stream or sys.stderr
+        self.on = force or not self.stream.isatty()
+        self.msg, self.every_s, self._time = what, every_s, time.monotonic
+        self.t0 = self.last = self._time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._lock = threading.Lock()
+
+    def _emit(self, text: str) -> None:
+        with self._lock:
+            self.last = self._time()
+            print(f"[{self.last - self.t0:6.1f} s] {text}", file=self.stream, flush=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            if self._time() - self.last >= self.every_s:
+                self._emit(f"{self.msg} (still working)")
+
+    def update(self, msg: str) -> None:
+        self.msg = msg
+        if self.on:
+            self._emit(msg)
+
+    def __enter__(self) -> "Heartbeat":
+        if self.on:  # nothing printed yet: bad input found at once stays one line
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return False

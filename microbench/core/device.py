@@ -189,3 +189,10 @@ def fingerprint(device: Device) -> dict:
     d["memory_gib"] = round(device.memory_bytes / 2**30, 1)
     d["host_cpu"] = _cpuinfo().get("model name")
     return d
+
+
+def quiet_profiler() -> None:
+    """Keep Kineto's start/stop log lines (`USDT:... profiler_start`, `STAGE:...`) out of the commands' output:
+    they are written to stderr at its default log level by every torch.profiler session. Read when the profiler
+    first starts, so this runs before each `profile(...)`; a KINETO_LOG_LEVEL the user set wins."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above Kineto's highest (USDT) level

@@ -26,6 +26,9 @@ def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:
     """Kernel name -> total device time (us) of one call of `call`."""
     from torch.profiler import ProfilerActivity, profile
 
+    from microbench.core.device import quiet_profiler
+
+    quiet_profiler()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         call()

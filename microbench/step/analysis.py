@@ -129,6 +129,9 @@ def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> No
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from microbench.core.device import quiet_profiler
+
+    quiet_profiler()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_gpu else [])
     # One cycle (repeat=1), written when it completes: a second cycle would clear the first one's events.
     with profile(activities=activities, schedule=schedule(wait=0, warmup=n_warmup, active=n_active, repeat=1),
