@@ -87,6 +87,7 @@ def test_expected_values_are_independent():
 
 # --- real collectives on gloo ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_collectives_correct_odd_sizes(nproc, hang_guard):
     plan = C.Plan(ops=busbw.OPS, sizes_bytes=(4, 7 * 4, 123 * 4, 1001 * 4), warmup=0, iters=1, reps=2)
@@ -165,12 +166,14 @@ def _never_joins(info):
     dist.all_reduce(torch.ones(4))
 
 
+@pytest.mark.slow
 def test_dead_rank_is_one_line(hang_guard):
     with pytest.raises(CommError) as e:
         world.run_local(_dies_before_allreduce, (), 2, "gloo", timeout_s=20)
     assert e.value.line() == "rank 1 died (exit code 3)"
 
 
+@pytest.mark.slow
 def test_collective_timeout_is_one_line(hang_guard):
     with pytest.raises(CommError) as e:
         world.run_local(_never_joins, (), 2, "gloo", timeout_s=3)
@@ -198,6 +201,7 @@ def test_cli_error_exit_code(capsys):
 
 # --- DDP step -------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ddp_step_split(hang_guard):
     from microbench.communication.ddp import DdpPlan, ddp_rank
     from tests.ext_model import Tiny
@@ -330,6 +334,7 @@ def _sleeps_alone(info):
     time.sleep(60)
 
 
+@pytest.mark.slow
 def test_run_deadline_is_one_line(hang_guard):
     with pytest.raises(CommError) as e:
         world.run_local(_sleeps_alone, (), 1, "gloo", timeout_s=5, deadline_s=1, startup_s=5)

@@ -97,6 +97,7 @@ def our_benchmark_json(tmp_path_factory, request) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_our_benchmark_json_shows_device_profile_and_versions(tmp_path, our_benchmark_json):
     doc = json.loads(our_benchmark_json.read_text())
     assert [b["extra_info"]["provider"] for b in doc["benchmarks"]] == ["torch"]

@@ -12,7 +12,7 @@ from kernels import triton_runtime as tr
 from microbench.devtools.compiles import count, plan_cases
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
-pytestmark = pytest.mark.inspect
+pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # compiles for sm_80 and sm_90
 
 GEMMS = [Case("gemm", GemmShape(512, 512, 512), "bf16"), Case("gemm", GemmShape(2048, 2048, 2048), "bf16"),
          Case("gemm", GemmShape(127, 33, 7), "bf16")]

@@ -21,7 +21,7 @@ from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.harness.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
-pytestmark = pytest.mark.inspect  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # .ci/run's image simulation selects inspect; the builds take minutes
 
 MODULES = (gemm_cupy, conv_cupy)
 HAS_GPU = torch.cuda.is_available()

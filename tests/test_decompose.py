@@ -77,6 +77,7 @@ def _trace_total_us(path: Path) -> float:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", models.names())
 def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     w, batch = _small(name)
@@ -100,6 +101,7 @@ def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     assert s["time_by_phase_ms"]["optimizer"] > 0
 
 
+@pytest.mark.slow
 def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     w, _ = _small("resnet9")
     doc = decompose_step(w, batch=2, dtype="bf16", device="cpu", out=tmp_path,
@@ -158,6 +160,7 @@ def test_onednn_problems_match_recorded_cases():
     assert ev == {("Conv2d", "forward"): {"flops": {"yes": 2 * 2 * 8 * 9 * 9 * 3 * 9}, "impls": {line.impl: 1}}}
 
 
+@pytest.mark.slow
 def test_replay_cases_are_the_steps_gemms(tmp_path):
     """Every GEMM and convolution of the step becomes a case with its exact shape and operand layout, in
     every direction it ran, and the replay rows come back tagged with their layer and phase."""
@@ -185,6 +188,7 @@ def test_replay_cases_are_the_steps_gemms(tmp_path):
 needs_v100 = pytest.mark.skipif(not V100_TRACE.is_file(), reason=f"{V100_TRACE} not here (a real trace beside the repo)")
 
 
+@pytest.mark.slow
 @needs_v100
 def test_attribution_on_a_real_v100_trace():
     """A ResNet training step captured on a V100 (fp32): every kernel, memcpy and memset is attributed,
@@ -226,6 +230,7 @@ def test_bad_input_is_one_line_exit_2(argv, problem, capsys):
     assert rc == 2 and problem in err and err.startswith("error:") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_roofline_model_option_delegates(tmp_path):
     # run from a temporary folder: the default output folder (results/decompose-MODEL) is made there, not in
     # the checkout (its lock file used to stay behind in results/)

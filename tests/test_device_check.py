@@ -27,6 +27,7 @@ def test_script_is_valid_bash():
     subprocess.run(["bash", "-n", str(REPO / "scripts" / "device-check")], check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would really run")
 def test_refuses_without_gpu_and_creates_nothing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DEVICE_CHECK_DRY_RUN"}
@@ -42,6 +43,7 @@ def _script(tmp_path, name: str, body: str) -> list[str]:
     return [sys.executable, str(path)]
 
 
+@pytest.mark.slow
 def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -78,6 +80,7 @@ def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
     assert "==== stage 3: pytest" in (out / "stages.log").read_text()
 
 
+@pytest.mark.slow
 def test_the_deadline_skips_what_no_longer_fits(tmp_path):
     """A stage runs at least until its limit, so after a 2 s stage no second stage fits a 5.5 s deadline
     (2 s kept for the summary, 1 s of grace): it is skipped and says why. Only lower bounds of time here."""
@@ -88,6 +91,7 @@ def test_the_deadline_skips_what_no_longer_fits(tmp_path):
     assert late.rc is None and late.skipped == "no time left before the deadline"
 
 
+@pytest.mark.slow
 def test_dry_run_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DEVICE_CHECK_DEADLINE_S": "30"}
@@ -134,6 +138,7 @@ def _counter(tmp_path, name: str) -> list[str]:
     return ["sh", "-c", f"printf x >> {tmp_path / (name + '.runs')}"]
 
 
+@pytest.mark.slow
 def test_a_second_run_into_the_same_outdir_runs_only_what_the_first_did_not_finish(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -154,6 +159,7 @@ def test_a_second_run_into_the_same_outdir_runs_only_what_the_first_did_not_fini
     assert dc.finished_stages(out, dry=False) == {}  # a dry run's record never counts for a real run
 
 
+@pytest.mark.slow
 def test_gpu_tests_xml_is_merged_as_each_stage_ends(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -185,6 +191,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_stage_processes_do_not_outlive_device_check(tmp_path, sig):
     """The stage runs in its own session (so that device-check alone decides when it gets SIGINT); stopped
@@ -246,6 +253,7 @@ def _wheel(folder, name: str, version: str, module_source: str, requires: tuple[
     return path
 
 
+@pytest.mark.slow
 def test_carried_wheels_are_installed_for_the_stages(tmp_path):
     wheels = tmp_path / "whl"
     wheels.mkdir()

@@ -22,7 +22,7 @@ from microbench.harness.registry import bind
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
-pytestmark = pytest.mark.inspect  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # .ci/run's image simulation selects inspect; the builds take minutes
 
 MODULES = (gemm_triton, conv_triton)
 

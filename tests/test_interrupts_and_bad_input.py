@@ -108,6 +108,7 @@ def test_a_run_in_another_process_holds_the_lock(tiny_config, tmp_path, capsys):
     assert holder.returncode == 0
 
 
+@pytest.mark.slow
 def test_sigterm_from_outside(tiny_config, tmp_path):
     """A real SIGTERM from another process, as `timeout` or a batch scheduler sends it."""
     tiny_config.write_text(tiny_config.read_text().replace('"cupy_blas"', '"t_wait"'))

@@ -16,6 +16,7 @@ from models.step import TrainingStep, Workload, image_inputs
 RESNET50_FORWARD_GFLOP = 8.2
 
 
+@pytest.mark.slow
 def test_resnet50_forward_flops_match_reference():
     w = models.load("resnet50")
     x = torch.randn(1, 3, 224, 224)

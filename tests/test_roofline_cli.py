@@ -16,6 +16,7 @@ REQUIRED_ROW_KEYS = {"op", "shape", "dtype", "provider", "device", "time_ms", "f
                      "rel_err", "status", "reason"}
 
 
+@pytest.mark.slow
 def test_main_job_writes_everything(tiny_config, tmp_path, capsys):
     out = tmp_path / "out"
     assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--device", "cpu"]) == 0

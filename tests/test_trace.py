@@ -66,6 +66,7 @@ SOURCES_COUNTS = [  # SOURCES.md: sum of cat == "kernel" durations, counted inde
 ]
 
 
+@pytest.mark.slow
 @needs_traces
 @pytest.mark.parametrize("name,count,time_us", SOURCES_COUNTS)
 def test_kernel_counts_and_time_match_sources(cfg, name, count, time_us):
@@ -105,6 +106,7 @@ def test_torchrec_nccl_share_and_exposed_communication(cfg):
     assert 0 < s["exposed_comm_us"] < s["comm_time_us"]  # some of the SendRecv time hides behind compute
 
 
+@pytest.mark.slow
 @needs_traces
 def test_tensor_core_attribution_on_real_traces(cfg):
     alex = analyzed("a100_alexnet_forward.json.gz", cfg)[0]
@@ -163,6 +165,7 @@ def test_steps_and_annotations_partition_kernel_time(cfg):
     assert rec["summary"]["unattributed_kernels"] == 0
 
 
+@pytest.mark.slow
 @needs_traces
 def test_every_real_trace_reads_and_triton_kernel_is_elementwise(cfg):
     for path in sorted(TRACES.glob("*.json.gz")):

@@ -24,7 +24,7 @@ from microbench.core.config import load_config
 from microbench.harness.registry import Unsupported
 from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 
-pytestmark = pytest.mark.interpreter  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+pytestmark = [pytest.mark.interpreter, pytest.mark.slow]  # .ci/run's image simulation selects interpreter; minutes in all
 
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()

@@ -25,7 +25,7 @@ from microbench.core.device import cpu_device
 from microbench.harness.registry import Unsupported
 from microbench.core.shapes import Case, GemmShape
 
-pytestmark = pytest.mark.interpreter  # selected by the second toolchain of .ci/run (-m "interpreter or inspect")
+pytestmark = pytest.mark.interpreter  # selected by .ci/run's simulation of the GPU image (-m "interpreter or inspect")
 
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()

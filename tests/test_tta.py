@@ -240,6 +240,7 @@ def digits_run(tmp_path_factory):
     return out, doc
 
 
+@pytest.mark.slow
 def test_digits_run_reaches_target(digits_run):
     out, doc = digits_run
     s = doc["summary"]
@@ -286,6 +287,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     assert len(err.splitlines()) == 1 and words in err
 
 
+@pytest.mark.slow
 def test_profile_decomposes_one_epoch(tmp_path):
     from microbench.accuracy.run import run_tta
 
