@@ -86,15 +86,21 @@ def interrupts_as_keyboard_interrupt():
         return
     if Interrupts.depth == 0:
         Interrupts.signum = None
-        old = signal.signal(signal.SIGTERM, _on_term), signal.signal(signal.SIGINT, _on_int)
+        # A signal the caller ignores (a background job's SIGINT, nohup) stays ignored.
+        old = tuple(signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT))
+        if old[0] is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, _on_term)
+        if old[1] is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, _on_int)
     Interrupts.depth += 1
     try:
         yield Interrupts
     finally:
         Interrupts.depth -= 1
         if Interrupts.depth == 0:
-            signal.signal(signal.SIGTERM, old[0])
-            signal.signal(signal.SIGINT, old[1])
+            for sig, handler in zip((signal.SIGTERM, signal.SIGINT), old):
+                if handler is not None:  # None: a handler not set from Python, which was never replaced
+                    signal.signal(sig, handler)
 
 
 # An OSError that says the path given is wrong (bad input, exit 2), not that the machine failed (exit 1).
