@@ -264,9 +264,10 @@ def test_carried_wheels_are_installed_for_the_stages(tmp_path):
         import carried_probe_pkg
         open({str(tmp_path / "used.txt")!r}, "w").write(carried_probe_pkg.WHERE)
         """)
-    plan = [*dc._wheels_stage(wheels), dc.Stage("use", 30, [], use, 60)]
+    plan = [*dc._wheels_stage(wheels, python="3.12"), dc.Stage("use", 30, [], use, 60)]  # the image's Python
     assert plan[0].name == "carried wheels" and plan[0].every_run
     results = dc.run_all(out, dry=True, deadline_s=300, plan=plan, grace_s=5)
     assert [r.rc for r in results] == [0, 0], (out / "stages.log").read_text()[-2000:]
     assert (tmp_path / "used.txt").read_text() == "carried"
-    assert dc._wheels_stage(tmp_path / "none") == []  # no .whl/: nothing to install, no stage
+    assert dc._wheels_stage(tmp_path / "none", python="3.12") == []  # no .whl/: nothing to install, no stage
+    assert dc._wheels_stage(wheels, python="3.11") == []  # not the image's Python: its own packages serve

@@ -76,10 +76,16 @@ _TRITON_TESTS = ("tests/test_triton_gemm.py", "tests/test_triton_conv.py")
 _CUDA_TESTS = ("tests/test_cuda_kernels.py", "tests/test_cuda_wrappers.py")
 
 
-def _wheels_stage(wheels_dir: Path) -> list[Stage]:
-    """pip --target of the carried wheels into this run's temporary site folder (on every stage's PYTHONPATH)."""
+def _wheels_stage(wheels_dir: Path, python: str | None = None) -> list[Stage]:
+    """pip --target of the carried wheels into this run's temporary site folder (on every stage's PYTHONPATH).
+    None where there are no wheels or this Python is not the image's they were built for (a 3.12 wheel of
+    msgspec in front of a 3.11 environment's own would hide it)."""
+    from microbench.devtools.wheels import load_image
+
     wheels = sorted(str(w) for w in wheels_dir.glob("*.whl"))
-    if not wheels:
+    if python is None:
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not wheels or python != load_image()["python"]:
         return []
     cmd = _py("-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
               "--target", "{site}", *wheels)
