@@ -262,3 +262,21 @@ def test_scale_table_says_where_the_step_time_came_from(capsys):
 
     assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "1000000", "--workers", "1,8"]) == 0
     assert "(--step-ms)" in capsys.readouterr().out.replace("\n", " ")
+
+
+# ---- Nsight Compute exports said fully ------------------------------------------------------------------------
+def test_ncu_export_names_its_device_and_places_kernels_by_its_dram_throughput(shared_dir, cfg):
+    """The export has no device name, only the CC column: the device is named by its architecture (no product
+    guessed, so no datasheet picked), and each kernel goes on the roofline by the export's own DRAM traffic."""
+    from microbench.timeline.analysis import analyze
+
+    path = shared_dir / "nsight" / "copy_blocked.ncu.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    doc = analyze(path, cfg)
+    (dev,) = doc["devices"]
+    assert dev["name"] == "NVIDIA Turing GPU, compute capability 7.5 (the export's CC column)"
+    assert dev["compute_capability"] == "7.5" and dev["datasheet"]["entry"] is None  # not guessed as a T4
+    (k,) = doc["kernels"]
+    # Memory Workload Analysis: Memory Throughput 196,456,177,859.63 byte/s over the kernel's duration
+    assert k["gbps"] == pytest.approx(196.456, rel=1e-3) and k["params"]["roofline_from"].startswith("the export's")

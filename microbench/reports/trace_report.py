@@ -10,11 +10,37 @@ def _short(name: str, width: int = 96) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+# Columns a narrow terminal drops first: the kernel, its time and share, TC and TFLOP/s stay.
+KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "calls", "class", "DRAM GB/s")
+
+
+def _kernel_cells(doc: dict, top: int):
+    """The top kernels as text cells (columns, rows) for report.rich_table; with counters, the export's DRAM
+    throughput and intensity (the kernel's place on the roofline)."""
+    counted = any("counted_flops" in k["params"] for k in doc["kernels"])
+    dram = any(k.get("gbps") for k in doc["kernels"])
+    cols = [("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
+            ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")]
+    cols += [("DRAM GB/s", "right"), ("FLOP/B", "right")] if dram else []
+    cols += [("model GFLOP", "right"), ("counted GFLOP", "right")] if counted else []
+    rows = []
+    for k in doc["kernels"][:top]:
+        p = k["params"]
+        ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
+        flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
+        rows.append(([_short(p["kernel"], 48), p["class"], k["tensor_cores"], ev, str(p["calls"]),
+                      f"{p['kernel_time_us']:,.1f}", _pct(p["share"]),
+                      _num(p.get("achieved_tflops") or k.get("tflops"), ".3g"),
+                      *([_num(k.get("gbps"), ",.1f"), _num(k.get("intensity"), ".3g")] if dram else []),
+                      *(flops if counted else [])], None))
+    return cols, rows
+
+
 def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from microbench.reports.report import wide_console
+    from microbench.reports.report import rich_table, wide_console
 
     console = console or wide_console()
     s = doc["summary"]
@@ -49,21 +75,9 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
         t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]))
     console.print(t)
 
-    t = Table(title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has them, "
-                    "else the name rule)", header_style="bold")
-    counted = any("counted_flops" in k["params"] for k in doc["kernels"])
-    cols = [("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
-            ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")]
-    for c, j in cols + ([("model GFLOP", "right"), ("counted GFLOP", "right")] if counted else []):
-        t.add_column(c, justify=j, no_wrap=c != "kernel")
-    for k in doc["kernels"][:top]:
-        p = k["params"]
-        ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
-        flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
-        t.add_row(escape(_short(p["kernel"])), p["class"], k["tensor_cores"], ev, str(p["calls"]),
-                  f"{p['kernel_time_us']:,.1f}", _pct(p["share"]), _num(p.get("achieved_tflops"), ".3g"),
-                  *(flops if counted else []))
-    console.print(t)
+    console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
+                             title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
+                                   "trace has them, else the name rule)"))
     _print_steps(console, doc)
     _print_ops(console, doc, top)
     if doc["annotations"]:
@@ -89,15 +103,13 @@ def _num(v, spec: str) -> str:
 def _print_steps(console, doc: dict) -> None:
     """Per step and over the whole trace: the GPU time breakdown (kernel intervals merged across streams) and
     MFU."""
-    from rich.table import Table
+    from microbench.reports.report import rich_table
 
     g, m = doc["summary"].get("gpu_time") or {}, doc.get("mfu") or {}
-    t = Table(title="GPU time per step (us; each GPU activity in the one step that launched it; busy = computation + "
-                    "exposed communication + exposed memcpy/memset; idle = span - busy)", header_style="bold")
-    cols = ("step", "wall", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
-            "TFLOP/s", "MFU")
-    for c in cols:
-        t.add_column(c, justify="left" if c == "step" else "right")
+    cols = [(c, "left" if c == "step" else "right") for c in (
+        "step", "wall", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
+        "TFLOP/s", "MFU")]
+    cells = []
     rows = [(st["name"], st["wall_us"], str(st["kernel_count"]), st) for st in doc["steps"]]
     out = doc.get("outside_steps") or {}
     for key, label in (("before_first_step", "before the first step"), ("outside_steps", "outside the steps")):
@@ -105,10 +117,13 @@ def _print_steps(console, doc: dict) -> None:
             rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
     rows.append(("whole trace", m.get("window_us"), str(doc["summary"]["kernel_count"]), g | m))
     for name, wall, n, st in rows:
-        t.add_row(name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
+        cells.append(([name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
             "gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")),
-            _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu")))
-    console.print(t)
+            _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
+    # the step's name never truncates: the least needed columns go first at a narrow width
+    console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
+                             title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
+                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"))
 
 
 def _print_ops(console, doc: dict, top: int) -> None:

@@ -414,6 +414,7 @@ def kernel_evidence(kernels: list[dict], kernel_rows: dict, kernel_flops: np.nda
         if c is None:
             continue
         p["counters"], p["counted_flops"] = c["counters"], c["counted_flops"]
+        _place_by_counters(row, p, flops or c["counted_flops"])
         v = c["verdict"]
         if v.tensor_cores is None:
             p["counter_note"] = v.evidence
@@ -423,6 +424,21 @@ def kernel_evidence(kernels: list[dict], kernel_rows: dict, kernel_flops: np.nda
             p["name_verdict"] = c["name_verdict"]
         row["tensor_cores"], row["tensor_core_evidence"], p["evidence"] = v.tensor_cores, v.evidence, "counters"
     return found
+
+
+def _place_by_counters(row: dict, p: dict, flops: float | None) -> None:
+    """A kernel with hardware counters goes on the roofline from the export's own numbers: its DRAM bytes
+    (dram__bytes, or the Memory Throughput x duration; summed over its calls) over its measured time, and its
+    FLOPs (the model's where the trace has shapes, else the counted SASS FLOPs)."""
+    nbytes = (p.get("counters") or {}).get("dram_bytes")
+    seconds = p["kernel_time_us"] * 1e-6
+    if not nbytes or seconds <= 0:
+        return
+    row["bytes"], row["gbps"] = nbytes, nbytes / seconds / 1e9
+    if flops:
+        row["flops"], row["tflops"], row["intensity"] = flops, flops / seconds / 1e12, flops / nbytes
+    p["roofline_from"] = ("the export's DRAM bytes and "
+                          + ("the model's FLOPs" if p.get("model_flops") else "its counted SASS FLOPs"))
 
 
 def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:

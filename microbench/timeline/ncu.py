@@ -249,7 +249,7 @@ def read(path: str | Path):
         dev = k.device if k.device is not None else 0
         if k.cc and dev not in b.device_properties:
             major, _, minor = k.cc.partition(".")
-            b.device_properties[dev] = {"id": dev, "name": None, "computeMajor": int(major),
+            b.device_properties[dev] = {"id": dev, "name": device_name(k.cc), "computeMajor": int(major),
                                         "computeMinor": int(minor or 0)}
         b.add_kernel(k.name, t, dur_ns * 1e-3, dev, _stream(k.stream), NO_ID, NO_ID, KERNEL)
         b.add_counters(k.values() | _derived(k))
@@ -257,6 +257,17 @@ def read(path: str | Path):
         t += dur_ns * 1e-3
     b.meta["serialized"] = "Nsight Compute replays kernels one at a time: no timestamps"
     return b.build()
+
+
+def device_name(cc: str) -> str:
+    """The device an export names only by its compute capability: its architecture (microbench/data/
+    compute_capabilities.toml), never one product, so that no datasheet peak is picked from it."""
+    import tomllib
+
+    table = tomllib.loads((Path(__file__).resolve().parent.parent / "data" / "compute_capabilities.toml")
+                          .read_text())["cc"]
+    arch = table.get(cc, "").split(" (")[0]  # the architecture only: product names would pick a datasheet entry
+    return f"NVIDIA {arch + ' ' if arch else ''}GPU, compute capability {cc} (the export's CC column)"
 
 
 def _derived(k: NcuKernel) -> dict[str, float]:
