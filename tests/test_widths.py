@@ -179,3 +179,16 @@ def test_no_kineto_usdt_lines_from_our_profiling():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "USDT" not in res.stderr and "STAGE" not in res.stderr
+
+
+def test_roof_labels_never_overlap():
+    from microbench.reports.report import LABEL_PT, label_lifts
+
+    values = [1.30, 1.33, 0.30, 0.0042, 1.31]  # bf16 measured / estimate / datasheet close together
+    lifts = label_lifts(values, 1e-4, 10.0)
+    import math
+
+    per_decade = 430.0 / math.log10(10.0 / 1e-4)
+    ys = sorted(math.log10(v) * per_decade + lift for v, lift in zip(values, lifts))
+    assert all(b - a >= LABEL_PT - 1e-9 for a, b in zip(ys, ys[1:]))
+    assert lifts[3] == 0.0 and lifts[2] == 0.0  # far apart: left where they were

@@ -290,6 +290,26 @@ def _dashes(comps: list[dict]) -> tuple[dict[int, object], list[list[int]]]:
     return out, list(groups.values())
 
 
+LABEL_PT = 9.0  # a 7-point label's height with its gap
+PLOT_HEIGHT_PT = 430.0  # the axes' height in the 11 x 7 inch figure, in points
+
+
+def label_lifts(values: list[float], y_lo: float, y_hi: float) -> list[float]:
+    """Points to raise each roof's label (placed just above its line at the right end) so that no two overlap:
+    on the log axis from y_lo to y_hi, labels closer than LABEL_PT are stacked upwards, lowest roof first
+    ("bf16 estimate" no longer sits on "bf16 measured")."""
+    if not values or y_hi <= y_lo or y_lo <= 0:
+        return [0.0] * len(values)
+    per_decade = PLOT_HEIGHT_PT / math.log10(y_hi / y_lo)
+    at = [math.log10(max(v, y_lo)) * per_decade for v in values]
+    lifts = [0.0] * len(values)
+    last = -math.inf
+    for i in sorted(range(len(values)), key=lambda k: at[k]):
+        y = max(at[i], last + LABEL_PT)
+        lifts[i], last = y - at[i], y
+    return lifts
+
+
 def roofline_figure(doc: dict):
     """The roofline as a matplotlib figure: log-log, the memory roof and one compute roof per dtype present
     (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
@@ -320,14 +340,15 @@ def roofline_figure(doc: dict):
         x0 = max(c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo, x_lo)  # the ridge point
         ax.plot([x0, x_hi], [c["value"]] * 2, color=color, ls=styles[i], lw=1.6,
                 label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})")
-    for idx in groups:  # one label per line: "fp32 / fp16 estimate"
+    bottom = min([r["tflops"] for r in rows] + [top]) / 10
+    lifts = label_lifts([comps[idx[0]]["value"] for idx in groups], bottom, top * 3)
+    for idx, lift in zip(groups, lifts):  # one label per line: "fp32 / fp16 estimate", none on another
         c = comps[idx[0]]
         ax.annotate(f"{' / '.join(comps[i]['dtype'] for i in idx)} {c['source']}", (x_hi, c["value"]),
-                    xytext=(-4, 2), textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                    xytext=(-4, 2 + lift), textcoords="offset points", ha="right", va="bottom", fontsize=7,
                     color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black")
     _points(ax, numbered)
     ax.set_xlim(x_lo, x_hi)
-    bottom = min([r["tflops"] for r in rows] + [top]) / 10
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")
