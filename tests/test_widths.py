@@ -192,3 +192,16 @@ def test_roof_labels_never_overlap():
     ys = sorted(math.log10(v) * per_decade + lift for v, lift in zip(values, lifts))
     assert all(b - a >= LABEL_PT - 1e-9 for a, b in zip(ys, ys[1:]))
     assert lifts[3] == 0.0 and lifts[2] == 0.0  # far apart: left where they were
+
+
+def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
+    from microbench.reports.trace_compare import compare_traces, trace_compare_html
+    from microbench.timeline.analysis import analyze
+
+    amd = REPO / "tests" / "data" / "amd_mi300x_synthetic.json"
+    docs = [(p, json.loads(json.dumps(analyze(p), default=str))) for p in (amd, SLICE)]
+    html = trace_compare_html(compare_traces(docs))
+    body, glossary = html.split("<h2>glossary</h2>")
+    assert "exposed communication" in body and "exposed_comm_us" not in body and "gpu_span_us" not in body
+    assert "<code>exposed_comm_us</code>" in glossary and "<code>tc_gemm</code>" in glossary
+    assert ">tc_gemm<" not in body

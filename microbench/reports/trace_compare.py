@@ -11,6 +11,10 @@ from microbench.core.errors import InputError
 SCHEMA = "dawnscope.trace_compare/1"
 TRACE_SCHEMA = "dawnscope.trace/1"
 GPU_FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
+# What a person reads for each key of the trace report's GPU time (the HTML glossary gives the key beside it).
+GPU_LABELS = {"gpu_span_us": "GPU span (first to last GPU activity)", "busy_us": "GPU busy",
+              "computation_us": "computation", "exposed_comm_us": "exposed communication",
+              "exposed_memcpy_us": "exposed copies (memcpy / memset)", "idle_us": "GPU idle"}
 
 
 def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
@@ -62,7 +66,9 @@ def _machine(path: Path, doc: dict) -> dict:
         ops[key] = {"kernel_time_us": number(o.get("kernel_time_us"), path, f"ops[{i}].kernel_time_us") or 0.0,
                     "flops": number(o.get("flops"), path, f"ops[{i}].flops")}
     mfu = of_type(doc.get("mfu"), dict, path, "mfu", {})
+    labels = of_type(doc.get("classes"), dict, path, "classes", {})
     return {"label": name or Path(path).name, "file": str(path),
+            "class_labels": {str(k): str(v) for k, v in labels.items() if isinstance(v, str)},
             "kernel_time_us": number(s.get("kernel_time_us"), path, "summary.kernel_time_us") or 0.0,
             "time_by_class_us": time_by_class, "flops_by_class": flops_by_class, "ops": ops,
             "gpu_time": {f: number(gpu_time.get(f), path, f"summary.gpu_time.{f}") for f in GPU_FIELDS},
@@ -113,6 +119,7 @@ def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -
             "machines": [{"label": m["label"], "file": m["file"], "kernel_time_us": m["kernel_time_us"],
                           "tensor_core_share": m["tensor_core_share"], "mfu": m["mfu"]} for m in ms],
             "classes": class_rows, "ops": op_rows, "gpu_time": gpu,
+            "class_labels": {k: v for m in ms for k, v in m["class_labels"].items()},
             "gpu_time_ratio": {m["label"]: {f: _ratio(gpu[base["label"]].get(f), gpu[m["label"]].get(f))
                                             for f in GPU_FIELDS} for m in ms}}
 
@@ -142,14 +149,15 @@ def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
     for i, _ in enumerate(labels):
         t = f"[{i + 1}]"
         per += [(f"{t} time us", "right"), (f"{t} share %", "right"), (f"{t} TFLOP/s", "right"), (f"{t} vs base", "right")]
-    cls = [[r["class"]] + _cells_for(r["cells"], labels) for r in cmp["classes"]]
+    names = cmp.get("class_labels") or {}
+    cls = [[names.get(r["class"], r["class"])] + _cells_for(r["cells"], labels) for r in cmp["classes"]]
     ops = [[r["op"], r["shape"], r["dtype"]] + _cells_for(r["cells"], labels) for r in cmp["ops"]]
     gcols = [("GPU time", "left")] + [c for i in range(len(labels))
                                       for c in ((f"[{i + 1}] us", "right"), (f"[{i + 1}] vs base", "right"))]
     base = cmp["gpu_time"][cmp["baseline"]]
     g = []
     for f in GPU_FIELDS:
-        cells = [f]
+        cells = [GPU_LABELS[f]]
         for lab in labels:
             v = cmp["gpu_time"][lab].get(f)
             r = _ratio(base.get(f), v)
@@ -168,9 +176,7 @@ def print_trace_compare(cmp: dict, console=None) -> None:
 
     from microbench.reports.report import wide_console
 
-    console = console or wide_console()
-    if not console.is_terminal:
-        console.width = max(console.width, 90 + 44 * len(cmp["machines"]))
+    console = console or wide_console()  # piped: 120 columns or COLUMNS
     for i, m in enumerate(cmp["machines"]):
         base = " (baseline)" if m["label"] == cmp["baseline"] else ""
         console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: kernel time "
@@ -194,5 +200,9 @@ def trace_compare_html(cmp: dict) -> str:
              "the baseline); TFLOP/s: model FLOPs (recorded shapes) over kernel time.</p>"]
     for title, cols, rows in tables(cmp):
         parts.append(f"<h2>{H.esc(title)}</h2>" + H.table(cols, [(r, None) for r in rows]))
+    keys = [(label, key) for key, label in (cmp.get("class_labels") or {}).items() if label != key]
+    keys += [(label, key) for key, label in GPU_LABELS.items()]
+    parts.append("<h2>glossary</h2><dl>" + "".join(f"<dt>{H.esc(label)}</dt><dd>the trace report's key "
+                                                   f"<code>{H.esc(key)}</code></dd>" for label, key in keys) + "</dl>")
     return H.page(f"dawnscope: one workload on {len(cmp['machines'])} machines, baseline {cmp['baseline']}",
                   "\n".join(parts))
