@@ -84,26 +84,34 @@ def records(modules=None, targets=TARGETS, kernel_filter: str | None = None) -> 
     return run(modules, targets, kernel_filter).records
 
 
-def _table(recs: list[StaticRecord]):
-    from rich.table import Table
+# Columns a narrow terminal (or a pipe: 120 columns) drops first; --json keeps everything.
+DROP_ORDER = ("note", "kinds", "FFMA", "occupancy", "per K")
 
-    t = Table(title="static inspection (SASS / AMDGCN from ahead-of-time compilation; no GPU ran these)",
-              header_style="bold")
-    for col in ("kernel", "config", "target", "matrix", "per K", "kinds", "FFMA", "regs", "smem/LDS B", "occupancy",
-                "spills", "matrix cores", "note"):
-        t.add_column(col, justify="right" if col in ("matrix", "per K", "FFMA", "smem/LDS B") else "left")
+
+def _table(recs: list[StaticRecord], width: int | None = None):
+    from microbench.reports.report import rich_table
+
+    # MMA: matrix instructions (Tensor Core / MFMA), per K: of them per warp or wave and K step, cores: the verdict
+    cols = [(c, "right" if c in ("MMA", "per K", "FFMA", "smem B") else "left")
+            for c in ("kernel", "config", "target", "MMA", "per K", "kinds", "FFMA", "regs", "smem B", "occupancy",
+                      "spills", "cores", "note")]
+    rows = []
     for r in recs:
         smem = r.dynamic_shared_bytes if r.dynamic_shared_bytes is not None else r.shared_bytes
         if r.lds_bytes is not None:
             smem = r.lds_bytes
-        regs = (f"v{r.vgprs} a{r.agprs} s{r.sgprs}" if r.vgprs is not None else str(r.registers))
-        verdict = "[yellow]fallback[/]" if r.matrix_cores == "fallback" else r.matrix_cores
-        t.add_row(r.kernel, r.config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
-                  " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
-                  f"{r.occupancy} {r.occupancy_unit}" if r.occupancy is not None else "-",
-                  f"[red]{r.spill_stores}st/{r.spill_loads}ld, stack {r.stack_bytes}[/]" if r.spills else "none",
-                  verdict, r.fallback or r.note)
-    return t
+        regs = f"v{r.vgprs} a{r.agprs} s{r.sgprs}" if r.vgprs is not None else str(r.registers)
+        unit = {"warps/SM": "w/SM", "waves/SIMD": "w/SIMD"}.get(r.occupancy_unit, r.occupancy_unit)
+        # backend options and the group size: in the JSON
+        config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and w[1:].isdigit()))
+        rows.append(([r.kernel, config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
+                      " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
+                      f"{r.occupancy} {unit}" if r.occupancy is not None else "-",
+                      f"{r.stack_bytes} B ({r.spill_stores}st/{r.spill_loads}ld)" if r.spills else "none",
+                      r.matrix_cores, r.fallback or r.note],
+                     "red" if r.spills else "yellow" if r.matrix_cores == "fallback" else None))
+    return rich_table(cols, rows, title="static inspection (SASS / AMDGCN from ahead-of-time compilation; no GPU "
+                      "ran these)", width=width, drop_order=DROP_ORDER, kept_in="the --json file")
 
 
 def _opt(v) -> str:
@@ -148,7 +156,8 @@ def _run(args) -> int:
                      progress=progress)
     if not result.records and not result.failures:
         raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
-    wide_console().print(_table(result.records))
+    console = wide_console()
+    console.print(_table(result.records, width=console.width))
     if args.json:
         print(f"wrote {len(result.records)} records and {len(result.failures)} failures to {args.json}")
     if result.failures:

@@ -132,7 +132,8 @@ def _natural_width(t: Table) -> int:
     return Console(width=100_000).measure(t).maximum
 
 
-def rich_table(columns, rows, title: str | None = None, width: int | None = None, drop_order=DROP_ORDER):
+def rich_table(columns, rows, title: str | None = None, width: int | None = None, drop_order=DROP_ORDER,
+               kept_in: str = "report.html and results.json"):
     """A compact rich table (no vertical rules) of text cells. At `width`, the least important columns
     (drop_order) go first, so that op, shape, dtype and provider are never cut. The title is a wrapped
     line above the table (a title wider than the columns would make rich squeeze them). Returns the table,
@@ -154,7 +155,7 @@ def rich_table(columns, rows, title: str | None = None, width: int | None = None
         t = _table(columns, rows)
     parts = ([Text(title, style="bold")] if title else []) + [t]
     if dropped:  # a caption wider than the columns would squeeze them too
-        parts.append(Text(f"narrow terminal: columns {', '.join(dropped)} are in report.html and results.json",
+        parts.append(Text(f"narrow terminal: columns {', '.join(dropped)} are in {kept_in}",
                           style="dim"))
     return Group(*parts) if len(parts) > 1 else t
 
