@@ -68,8 +68,10 @@ def _scenario(args):
 
 def _predict(args, cfg) -> dict:
     from microbench.core.datasheet import ceilings_file
+    from microbench.prediction.chips import find_entry
 
-    measured = ceilings_file(args.ceilings) if args.ceilings else ({}, None)
+    measured = (ceilings_file(args.ceilings, find_entry(args.on, cfg.devices).name, cfg.devices) if args.ceilings
+                else ({}, None))
     if args.model is not None:
         if args.trace is not None:
             raise InputError(None, "give a trace or --model, not both", key="--model", value=args.model)
@@ -80,7 +82,9 @@ def _predict(args, cfg) -> dict:
         raise InputError(None, "give a trace file or --model NAME", key="TRACE")
     from microbench.prediction.from_trace import fabrics, from_trace
 
-    src_measured = ceilings_file(args.source_ceilings) if args.source_ceilings else ({}, None)
+    src_measured = (ceilings_file(args.source_ceilings, find_entry(args.source, cfg.devices, "--source").name,
+                                  cfg.devices) if args.source else
+                    ceilings_file(args.source_ceilings)) if args.source_ceilings else ({}, None)
     return from_trace(args.trace, args.on, cfg, measured, args.source, src_measured, _scenario(args),
                       fabrics(args.fabric, args.source_fabric))
 

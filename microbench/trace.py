@@ -8,7 +8,8 @@ from pathlib import Path
 
 from microbench.communication.report import add_job_arguments
 from microbench.core.cli import positive_int
-from microbench.core.datasheet import measured_ceilings
+from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, measured_ceilings
+from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import run_command, shown
@@ -81,8 +82,11 @@ def _run(args) -> int:
     if args.json:
         check_file(args.json, "--json")
     measured = measured_ceilings(args.ceiling, args.ceilings)
-    doc = analyze(args.file, load_config(args.config), step_range=args.steps, measured=measured,
-                  graph_capture=args.graph_capture)
+    cfg = load_config(args.config)
+    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
+    if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
+        for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
+            check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)

@@ -182,3 +182,19 @@ def test_interrupt_is_130(job_dir, capsys, monkeypatch):
     monkeypatch.setattr(job, "run_ranks", stop)
     assert comm.main(["ranks", str(job_dir)]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_missing_ranks_are_said(job_dir, shared_dir, tmp_path, capsys):
+    """Two ranks of a 128-rank job: the report says 126 have no trace, so its straggler is among two only."""
+    doc = job.analyze([job_dir], workers=0)
+    assert (doc["world_size"], doc["missing_ranks"]) == (RANKS, 0)
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    for k in (0, 1):
+        (pair / f"rank{k}.json.gz").write_bytes((shared_dir / "traces" / f"a100_torchrec_rank{k}.json.gz").read_bytes())
+    doc = job.analyze([pair], workers=0)
+    assert (doc["world_size"], doc["missing_ranks"]) == (128, 126) and doc["missing_rank_ids"][:3] == [2, 3, 4]
+    from microbench import trace
+
+    assert trace.main([str(pair), "--workers", "0"]) == 0
+    assert "126 of 128 ranks have no trace here" in capsys.readouterr().out

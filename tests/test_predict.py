@@ -175,7 +175,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
     trace = _tiny_trace(tmp_path, shapes=True)
     arch = tmp_path / "arch.json"
-    arch.write_text(json.dumps({"name": "mine", "mem_bw_gbps": 2000, "max_achievable_tflops": {"vector_fp32": 30}}))
+    arch.write_text(json.dumps({"name": "NVIDIA H100 80GB HBM3", "mem_bw_gbps": 2000,
+                                "max_achievable_tflops": {"vector_fp32": 30}}))
     out = tmp_path / "p.json"
     assert main([str(trace), "--on", "H100", "--ceilings", str(arch), "--json", str(out)]) == 0
     tgt = json.loads(out.read_text())["target"]["chip"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import statistics
 from pathlib import Path
 from typing import Callable
 
@@ -77,8 +78,16 @@ def summary_row(summary, shape: str, device: str, target: float, runs: list[Seed
                                                         "did not reach the target"]
     row = TimeToAccuracyRow(task=shape, provider=PROVIDER, device=device, dtype=dtype,
                             status="ok" if hit else "failed", reason="" if hit else "no run reached the target",
-                            flags=flags, params={"target": target, **summary.as_dict()})
+                            flags=flags, params={"target": target, "recipe": runs[0].recipe if runs else None,
+                                                 **_mean_accuracies(runs), **summary.as_dict()})
     return judge_timing(row, summarize(hit, noise or NoiseSettings())) if hit else row
+
+
+def _mean_accuracies(runs: list[SeedRun]) -> dict:
+    """The summary row's test and new-test accuracies: means over the seeds (None where not measured)."""
+    new = [r.new_test_accuracy for r in runs if r.new_test_accuracy is not None]
+    return {"test_accuracy": statistics.fmean(r.final_accuracy for r in runs) if runs else None,
+            "new_test_accuracy": statistics.fmean(new) if new else None}
 
 
 def check_recipes(spec, recipes) -> tuple[str | None, ...]:

@@ -22,6 +22,9 @@ def _names(paths) -> str:
     return ", ".join(paths[:MAX_NAMED]) + more
 
 
+MAX_MISSING_LISTED = 32  # rank ids listed in the JSON; the count is always whole
+
+
 def check_one_job(ranks: list[RankSummary]) -> None:
     """Refuse traces that are not ranks of one job, naming which: no collective calls, different world sizes,
     two traces of one rank, or GPU activity at times that never meet (another run of the job)."""
@@ -147,7 +150,18 @@ def combine(ranks: list[RankSummary], failed: list[Failed]) -> dict:
         found += outliers({e["rank"]: e["gpu_time"][metric] for e in per_rank if metric in e["gpu_time"]}, metric)
     return {"schema": SCHEMA, "ranks": per_rank, "collectives": records, "straggler_rank": worst,
             "outliers": found, "slowest_step": slowest_step(matrix), "heatmap": matrix,
-            "failed": [{"file": str(f.path), "reason": f.reason} for f in failed]}
+            "failed": [{"file": str(f.path), "reason": f.reason} for f in failed], **missing_ranks(ranks)}
+
+
+def missing_ranks(ranks: list[RankSummary]) -> dict:
+    """The job's size as its traces state it against the ranks read: a straggler and outliers found among 2 of
+    128 ranks are findings about those 2 only, and the report must say so."""
+    world = ranks[0].world_size if ranks else None
+    if not isinstance(world, int) or world < 1:
+        return {"world_size": None, "missing_ranks": None}
+    present = {r.rank for r in ranks}
+    absent = [k for k in range(world) if k not in present]
+    return {"world_size": world, "missing_ranks": len(absent), "missing_rank_ids": absent[:MAX_MISSING_LISTED]}
 
 
 def engine_section(run: EngineRun) -> dict:

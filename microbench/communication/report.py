@@ -305,6 +305,9 @@ def add_job_arguments(p) -> None:
 
 def _findings(doc: dict) -> list[str]:
     lines = [f"straggler: rank {doc['straggler_rank']} (most start wait caused across matched collectives)"]
+    if doc.get("missing_ranks"):
+        lines.insert(0, f"{doc['missing_ranks']} of {doc['world_size']} ranks have no trace here: the straggler, "
+                     "skews and outliers are among the ranks read only")
     lines += [f"outlier: rank {o['rank']}: {o['metric']} {o['value']:.4g} against a median of {o['median']:.4g} "
               f"({o['statistic']} = {o['z']:.1f}, threshold {o['threshold']})" for o in doc.get("outliers", [])]
     s = doc.get("slowest_step")

@@ -31,33 +31,70 @@ def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[Da
     return None, f"ambiguous device {name!r}: datasheet entries {keys} all match; measured ceilings only"
 
 
-def ceilings_file(path: Path) -> tuple[dict[str, float], float | None]:
+def ceilings_file(path: Path, device_name: str | None = None,
+                  devices: tuple[DatasheetDevice, ...] = ()) -> tuple[dict[str, float], float | None]:
     """Measured ceilings from a file: a results.json of microbench.roofline (its measured `ceilings`) or a
     TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
-    Anything else is one line naming the file."""
+    With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
+    own run judged noisy is not used. Anything else is one line naming the file."""
     from microbench.core.archjson import is_arch_json, read_arch
     from microbench.core.jsonio import load_json
 
     doc = load_json(path)
-    if is_arch_json(doc):
-        return read_arch(doc, path)
     ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
-    if not isinstance(ceilings, list):
+    if not is_arch_json(doc) and not isinstance(ceilings, list):
         raise InputError(path, "neither a results.json of microbench.roofline (no `ceilings` list) nor a TraceLens "
                                "GPU arch JSON (no `max_achievable_tflops`)", key="ceilings")
+    parsed = read_arch(doc, path) if is_arch_json(doc) else _measured(path, ceilings)
+    if device_name is not None:
+        check_ceilings_machine(path, ceilings_machine(doc), device_name, devices)
+    return parsed
+
+
+def _measured(path: Path, ceilings: list) -> tuple[dict[str, float], float | None]:
     out: dict[str, float] = {}
     memory_tbs = None
+    noisy = 0
     for c in ceilings:
         if not (isinstance(c, dict) and c.get("source") == "measured" and isinstance(c.get("value"), (int, float))
                 and math.isfinite(c["value"]) and c["value"] > 0):
             continue
-        if c.get("kind") == "compute" and c.get("dtype") in PRECISION_OF:
+        if c.get("noise") or c.get("flags"):  # its own run said the number cannot be trusted
+            noisy += 1
+        elif c.get("kind") == "compute" and c.get("dtype") in PRECISION_OF:
             out[PRECISION_OF[c["dtype"]]] = float(c["value"])
         elif c.get("kind") == "memory" and memory_tbs is None:
             memory_tbs = float(c["value"]) / 1e3  # GB/s
     if not out:
-        raise InputError(path, "no measured compute ceiling in its `ceilings`", key="ceilings")
+        raise InputError(path, "no measured compute ceiling in its `ceilings`" + (
+            f" that its run did not judge noisy ({noisy} noisy: measure again on a quiet machine)" if noisy else ""),
+            key="ceilings")
     return out, memory_tbs
+
+
+def ceilings_machine(doc) -> str | None:
+    """The machine a ceilings file was measured on: results.json's hardware name, an arch JSON's name."""
+    if not isinstance(doc, dict):
+        return None
+    name = (doc.get("hardware") or {}).get("name") if isinstance(doc.get("hardware"), dict) else doc.get("name")
+    return name if isinstance(name, str) and name.strip() else None
+
+
+def check_ceilings_machine(path: Path, file_machine: str | None, device_name: str,
+                           devices: tuple[DatasheetDevice, ...]) -> None:
+    """Measured ceilings are another machine's unless both names match the same datasheet entry (or, for a
+    device no entry knows, are the same name): judging an H100's kernels against a CPU's ceilings gives
+    percentages in the ten thousands, so it is refused (one line), never used silently."""
+    if file_machine is None:
+        raise InputError(path, "names no machine (no hardware.name / name): cannot tell whose ceilings these are",
+                         key="ceilings")
+    mine, _ = match_datasheet(file_machine, devices)
+    theirs, _ = match_datasheet(device_name, devices)
+    same = (mine.key == theirs.key) if (mine and theirs) else (
+        mine is None and theirs is None and norm_tokens(file_machine) == norm_tokens(device_name))
+    if not same:
+        raise InputError(path, f"ceilings measured on {file_machine!r}, not on {device_name!r}: "
+                               "give a file measured on that machine", key="ceilings")
 
 
 def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:

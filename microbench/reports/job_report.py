@@ -67,6 +67,9 @@ def job_html(doc: dict, fig) -> str:
     import matplotlib.pyplot as plt
 
     findings = [f"straggler: rank {doc['straggler_rank']} (most start wait caused across matched collectives)"]
+    if doc.get("missing_ranks"):
+        findings.insert(0, f"{doc['missing_ranks']} of {doc['world_size']} ranks have no trace here: the straggler, "
+                     "skews and outliers are among the ranks read only")
     findings += [f"outlier: rank {o['rank']} {o['metric']} = {o['value']:.4g} (median {o['median']:.4g}; "
                  f"{o['statistic']} = {o['z']:.1f} > {o['threshold']})" for o in doc["outliers"]]
     if doc.get("slowest_step"):
