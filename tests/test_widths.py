@@ -205,3 +205,24 @@ def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
     assert "exposed communication" in body and "exposed_comm_us" not in body and "gpu_span_us" not in body
     assert "<code>exposed_comm_us</code>" in glossary and "<code>tc_gemm</code>" in glossary
     assert ">tc_gemm<" not in body
+
+
+def test_compare_pages_draw_their_pictures(tmp_path):
+    """compare of results: the ratio per case; compare of two trace reports: time by class per machine."""
+    from microbench.reports.compare import compare, compare_html
+    from microbench.reports.trace_compare import compare_traces, trace_compare_html
+    from microbench.timeline.analysis import analyze
+
+    files = []
+    for name in ("machine a", "machine b"):
+        doc = _rows_doc([("torch", "ok")])
+        doc["hardware"]["name"] = name
+        path = tmp_path / f"{len(files)}.json"
+        path.write_text(json.dumps(doc))
+        files.append(path)
+    html = compare_html(compare(files))
+    assert "<h2>ratio per case</h2>" in html and "data:image/png;base64," in html
+    amd = REPO / "tests" / "data" / "amd_mi300x_synthetic.json"
+    docs = [(p, json.loads(json.dumps(analyze(p), default=str))) for p in (amd, SLICE)]
+    html = trace_compare_html(compare_traces(docs))
+    assert "<h2>time by class per machine</h2>" in html and "data:image/png;base64," in html

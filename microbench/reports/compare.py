@@ -430,6 +430,46 @@ def print_compare(cmp: dict, console=None) -> None:
         console.print(f"[yellow]note:[/] {escape(n)}")
 
 
+MAX_FIGURE_CASES = 60  # one bar row per case: beyond this the picture is unreadable (the table has them all)
+
+
+def ratio_figure(cmp: dict):
+    """The ratio to the baseline per case (baseline time / this time, log scale), one bar per other machine; a
+    case without a trustworthy ratio (noisy, flagged, missing) has no bar and says why. None with one machine.
+    The caller closes it."""
+    from microbench.reports.figures import pyplot
+
+    others = [m["label"] for m in cmp["machines"] if m["label"] != cmp["baseline"]]
+    cases = cmp["cases"][:MAX_FIGURE_CASES]
+    if not others or not cases:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.28 * len(cases) * len(others)))
+    h = 0.8 / len(others)
+    for j, label in enumerate(others):
+        for i, c in enumerate(cases):
+            y = i + j * h
+            cell = c["cells"].get(label) or {}
+            r = cell.get("ratio_to_baseline")
+            if r:
+                ax.barh(y, r, height=h, left=0, color=f"C{j}", label=label if i == 0 else None)
+                ax.annotate(f"{r:.2f}x", (r, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6)
+            else:
+                why = "missing" if label in c.get("missing_in", []) else (cell.get("verdict") or "no ratio")
+                ax.annotate(why, (1.0, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6,
+                            color="gray")
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(cases))])
+    ax.set_yticklabels([f"{ops.short_op(c['op'])} {c['shape']} {c['dtype']} {c['provider']}"[:60] for c in cases],
+                       fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"baseline time / this time (baseline: {cmp['baseline']}; > 1: faster than the baseline)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def compare_html(cmp: dict) -> str:
     from microbench.reports import html as H
 
@@ -441,6 +481,14 @@ def compare_html(cmp: dict) -> str:
     if cmp["flags"]:
         parts.append("<h2>flags</h2>" + H.notes_html(cmp["flags"], "flag"))
     columns, rows, classes = table_cells(cmp)
+    fig = ratio_figure(cmp)
+    if fig is not None:
+        from microbench.reports.figures import pyplot
+
+        try:
+            parts.append("<h2>ratio per case</h2>" + H.figure_img(fig, "ratio to the baseline per case"))
+        finally:
+            pyplot().close(fig)
     parts.append(f"<h2>cases</h2><p>{H.esc(COMPARE_LEGEND)}</p>"
                  + H.table(columns, rows, classes))
     if cmp["notes"]:

@@ -190,6 +190,29 @@ def print_trace_compare(cmp: dict, console=None) -> None:
         console.print(t)
 
 
+def class_time_figure(cmp: dict):
+    """Kernel time by class per machine: one stacked bar per machine (the same workload on each), so where the
+    time goes on each chip shows at a glance. The caller closes it."""
+    from microbench.reports.figures import pyplot
+
+    plt = pyplot()
+    labels = [m["label"] for m in cmp["machines"]]
+    names = cmp.get("class_labels") or {}
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.6 * len(labels)))
+    left = [0.0] * len(labels)
+    for k, row in enumerate(cmp["classes"]):
+        widths = [((row["cells"].get(lab) or {}).get("time_us") or 0.0) / 1e3 for lab in labels]
+        ax.barh(range(len(labels)), widths, left=left, color=f"C{k % 10}", label=names.get(row["class"], row["class"]))
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels([f"[{i + 1}] {lab}"[:40] for i, lab in enumerate(labels)], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("kernel time (ms) by class")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4)
+    fig.tight_layout()
+    return fig
+
+
 def trace_compare_html(cmp: dict) -> str:
     from microbench.reports import html as H
 
@@ -198,6 +221,13 @@ def trace_compare_html(cmp: dict) -> str:
                     for i, m in enumerate(cmp["machines"]))
     parts = [f"<h2>machines</h2><ul>{items}</ul><p>vs base: baseline time / this time (2.00x = twice as fast as "
              "the baseline); TFLOP/s: model FLOPs (recorded shapes) over kernel time.</p>"]
+    from microbench.reports.figures import pyplot
+
+    fig = class_time_figure(cmp)
+    try:
+        parts.append("<h2>time by class per machine</h2>" + H.figure_img(fig, "kernel time by class per machine"))
+    finally:
+        pyplot().close(fig)
     for title, cols, rows in tables(cmp):
         parts.append(f"<h2>{H.esc(title)}</h2>" + H.table(cols, [(r, None) for r in rows]))
     keys = [(label, key) for key, label in (cmp.get("class_labels") or {}).items() if label != key]
