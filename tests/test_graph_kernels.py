@@ -98,6 +98,10 @@ def test_real_vllm_mi300_pair(shared_dir):
     mm = next(o for o in ops if o["op"] == "aten::addmm" and o["input_dims"][1:3] == [[32, 2880], [2880, 5120]])
     assert mm["calls"] == 24 and mm["flops"] == 24 * 2 * 32 * 2880 * 5120
     assert mm["achieved_tflops"] == pytest.approx(mm["flops"] / (mm["kernel_time_us"] * 1e6))
+    # its deviceProperties entries have empty names: said as such, with what they do say, and no entry guessed
+    (dev,) = doc["devices"]
+    assert dev["name"] is None and dev["datasheet"]["entry"] is None
+    assert "has no name (computeMajor 9, computeMinor 4, numSms 304)" in dev["datasheet"]["note"]
 
 
 def test_bad_capture_path_one_line(tmp_path, capsys):

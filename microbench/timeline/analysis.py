@@ -297,10 +297,20 @@ def device_entries(tl: Timeline, cfg=None) -> list[dict]:
         if name and cfg is not None:
             entry["datasheet"] = _datasheet(name, cfg)
         elif not name:
-            entry["datasheet"] = {"entry": None, "note": f"the trace names no device {dev} (no deviceProperties "
-                                                        "entry): no datasheet peaks"}
+            entry["datasheet"] = {"entry": None, "note": _unnamed(dev, p)}
         out.append(entry)
     return out
+
+
+def _unnamed(dev: int, props: dict) -> str:
+    """Why a device has no datasheet peaks: no deviceProperties entry at all, or one with an empty name (ROCm
+    traces: compute capability and CU count are there, but one architecture and CU count can be several chips,
+    MI300X and MI325X both 9.4 with 304 CUs, so no entry is guessed from them)."""
+    if not props:
+        return f"the trace names no device {dev} (no deviceProperties entry): no datasheet peaks"
+    what = ", ".join(f"{k} {props[k]}" for k in ("computeMajor", "computeMinor", "numSms") if k in props)
+    return (f"device {dev}'s deviceProperties entry has no name ({what}): no datasheet entry is guessed from those; "
+            "no datasheet peaks (predict: give --source DEVICE)")
 
 
 def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict], dict[int, int]]:
