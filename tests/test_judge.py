@@ -127,12 +127,14 @@ def test_tta_summary_over_seeds_that_disagree_is_noisy():
 
     from microbench.accuracy.run import summary_row
 
-    runs = [SimpleNamespace(tta_s=s) for s in (10.0, 10.5, 60.0, 61.0, 10.2)]
+    def run(tta_s):
+        return SimpleNamespace(tta_s=tta_s, recipe=None, final_accuracy=0.95, new_test_accuracy=None)
+
+    runs = [run(s) for s in (10.0, 10.5, 60.0, 61.0, 10.2)]
     summary = SimpleNamespace(reached=5, runs=5, as_dict=lambda: {})
     row = summary_row(summary, "m/d/top1>=0.9", "cpu", 0.9, runs, ST)
     assert isinstance(row, TimeToAccuracyRow) and any(f.startswith(NOISY) for f in row.flags)
-    steady = summary_row(summary, "m/d/top1>=0.9", "cpu", 0.9, [SimpleNamespace(tta_s=10.0 + i / 10)
-                                                                for i in range(5)], ST)
+    steady = summary_row(summary, "m/d/top1>=0.9", "cpu", 0.9, [run(10.0 + i / 10) for i in range(5)], ST)
     assert steady.flags == []
 
 
