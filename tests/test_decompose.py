@@ -97,7 +97,10 @@ def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     assert s["forward_flops"] + s["backward_flops"] == s["flops_per_step"]
     # every GEMM / convolution landed in a layer, none in a phase's own bucket
     assert all(l["matrix_flops"] == 0 for l in doc["layers"] if l["name"].startswith("("))
-    assert 0.5 < s["backward_by_sequence_share"] <= 1.0  # the rest: gradient accumulation, engine start
+    # A share of time, which load moves (on a busy machine the operators no sequence number matches, gradient
+    # accumulation and the engine's start, take longer: ncf fell to 0.28 at load 50): only its range here; that
+    # every layer's backward was found is asserted above.
+    assert 0.0 < s["backward_by_sequence_share"] <= 1.0
     assert s["time_by_phase_ms"]["optimizer"] > 0
 
 
