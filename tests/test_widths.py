@@ -194,6 +194,21 @@ def test_roof_labels_never_overlap():
     assert lifts[3] == 0.0 and lifts[2] == 0.0  # far apart: left where they were
 
 
+def test_point_numbers_on_one_spot_share_one_label():
+    """Three providers of one shape land on one spot (the reviewer's rows 29, 35 and 41): one label for the three;
+    points a decade apart keep their own; no two groups' anchors closer than POINT_LABEL_PT."""
+    import math
+
+    from microbench.reports.report import PLOT_HEIGHT_PT, PLOT_WIDTH_PT, POINT_LABEL_PT, point_label_groups
+
+    pts = [(10.0, 0.5), (10.05, 0.502), (1.0, 0.05), (10.02, 0.499), (100.0, 0.5)]
+    groups = point_label_groups(pts, (0.05, 4000.0), (1e-4, 3.0))
+    assert groups == [[0, 1, 3], [2], [4]]
+    sx, sy = PLOT_WIDTH_PT / math.log10(4000 / 0.05), PLOT_HEIGHT_PT / math.log10(3 / 1e-4)
+    anchors = [(math.log10(pts[g[0]][0]) * sx, math.log10(pts[g[0]][1]) * sy) for g in groups]
+    assert all(math.dist(a, b) >= POINT_LABEL_PT for i, a in enumerate(anchors) for b in anchors[i + 1:])
+
+
 def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
     from microbench.reports.trace_compare import compare_traces, trace_compare_html
     from microbench.timeline.analysis import analyze

@@ -311,6 +311,28 @@ def label_lifts(values: list[float], y_lo: float, y_hi: float) -> list[float]:
     return lifts
 
 
+PLOT_WIDTH_PT = 720.0  # the axes' width in the same figure
+POINT_LABEL_PT = 10.0  # points nearer than this share one label: "29,35,41" instead of three numbers on one spot
+
+
+def point_label_groups(points: list[tuple[float, float]], x_range: tuple[float, float],
+                       y_range: tuple[float, float]) -> list[list[int]]:
+    """Indices of the points grouped so that each group gets one label: on the log-log axes, a point within
+    POINT_LABEL_PT of a group's first point joins that group (rows of one shape by several providers sit on
+    one spot), so no two numbers are drawn on top of each other."""
+    sx = PLOT_WIDTH_PT / math.log10(x_range[1] / x_range[0])
+    sy = PLOT_HEIGHT_PT / math.log10(y_range[1] / y_range[0])
+    at = [(math.log10(x) * sx, math.log10(y) * sy) for x, y in points]
+    groups: list[list[int]] = []
+    for i, (x, y) in enumerate(at):
+        home = next((g for g in groups if math.dist(at[g[0]], (x, y)) < POINT_LABEL_PT), None)
+        if home is None:
+            groups.append([i])
+        else:
+            home.append(i)
+    return groups
+
+
 def roofline_figure(doc: dict):
     """The roofline as a matplotlib figure: log-log, the memory roof and one compute roof per dtype present
     (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
@@ -328,6 +350,9 @@ def roofline_figure(doc: dict):
     ax.set_xscale("log")
     ax.set_yscale("log")
     mems, comps = _roofs(doc, rows)
+    ridges = [c["value"] * 1e12 / (m["value"] * 1e9) for c in comps
+              for m in [mems.get(c["source"]) or mems.get("measured")] if m and m["value"] > 0]
+    x_hi = max([x_hi] + [4 * r for r in ridges])  # every roof visible past its ridge, none an orphaned label
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
     top = max([c["value"] for c in comps] + [r["tflops"] for r in rows] + [1e-3])
     for src, c in mems.items():
@@ -348,7 +373,7 @@ def roofline_figure(doc: dict):
         ax.annotate(f"{' / '.join(comps[i]['dtype'] for i in idx)} {c['source']}", (x_hi, c["value"]),
                     xytext=(-4, 2 + lift), textcoords="offset points", ha="right", va="bottom", fontsize=7,
                     color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black")
-    _points(ax, numbered)
+    _points(ax, numbered, (x_lo, x_hi), (bottom, top * 3))
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
@@ -362,7 +387,7 @@ def roofline_figure(doc: dict):
     return fig
 
 
-def _points(ax, numbered: list[tuple[int, dict]]) -> None:
+def _points(ax, numbered: list[tuple[int, dict]], x_range, y_range) -> None:
     providers = sorted({r["provider"] for _, r in numbered})
     for n, r in numbered:
         m = PROVIDER_MARKERS[providers.index(r["provider"]) % len(PROVIDER_MARKERS)]
@@ -372,7 +397,10 @@ def _points(ax, numbered: list[tuple[int, dict]]) -> None:
         if _above(r):
             ax.scatter(r["intensity"], r["tflops"], marker="o", s=150, facecolors="none", edgecolors="red",
                        linewidths=1.4, zorder=4)
-        ax.annotate(str(n), (r["intensity"], r["tflops"]), xytext=(3, 3), textcoords="offset points", fontsize=6)
+    for g in point_label_groups([(r["intensity"], r["tflops"]) for _, r in numbered], x_range, y_range):
+        r = numbered[g[0]][1]
+        ax.annotate(",".join(str(numbered[i][0]) for i in g), (r["intensity"], r["tflops"]), xytext=(3, 3),
+                    textcoords="offset points", fontsize=6)
     for p in providers:
         m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
         ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")
