@@ -116,6 +116,32 @@ def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
     assert "allreduce" in out and "16777216" in out
 
 
+def test_inspect_table_fits_120_columns_piped(monkeypatch, capsys):
+    """inspect's table (records as the compiles give them: an sm_90 and a gfx942 one with a long fallback note) at
+    120 columns: kernel, config, target, the instruction count and the verdict are never cut."""
+    from microbench.harness.sass import StaticRecord
+    from microbench.inspect import _table
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    common = dict(default=True, wants_wgmma=False, hmma=0, hgmma=0, qgmma=0, imma=0, ffma=12, registers=168,
+                  shared_bytes=0, dynamic_shared_bytes=98304, stack_bytes=0, local_bytes=0, spill_stores=0,
+                  spill_loads=0, tensor_core_instructions=64)
+    recs = [StaticRecord("triton_gemm", "BM128 BN256 BK64 w8 s3 GM8", "sm_90", "bf16", hgmma=64, matrix_instructions=64,
+                         matrix_instruction_kinds=["HGMMA.64x256x16.F32.BF16"], matrix_per_k_step=4,
+                         matrix_cores="yes", occupancy=8, occupancy_unit="warps/SM",
+                         **{k: v for k, v in common.items() if k != "hgmma"}),
+            StaticRecord("triton_gemm", "BM256 BN256 BK64 w8 s2 GM8", "gfx942", "fp8_e4m3", matrix_instructions=128,
+                         matrix_instruction_kinds=["v_mfma_f32_32x32x8_f16"], matrix_per_k_step=8,
+                         matrix_cores="fallback", fallback="OCP fp8 (fp8e4nv) is not gfx942's native flavour: "
+                         "upcast to f16, run at the fp16 matrix rate", vgprs=256, agprs=128, sgprs=80,
+                         lds_bytes=65536, occupancy=2, occupancy_unit="waves/SIMD", **common)]
+    wide_console().print(_table(recs, width=120))
+    text = capsys.readouterr().out
+    _fits(text)
+    for cell in ("triton_gemm", "BM128 BN256 BK64", "sm_90", "gfx942", "fallback", "yes"):
+        assert cell in text, cell
+
+
 def test_tta_leaderboard_keeps_rank_and_runs_piped(monkeypatch, capsys, shared_dir):
     from microbench.accuracy import leaderboard
     from microbench.accuracy.report import print_leaderboard
