@@ -269,7 +269,9 @@ def test_unknown_kernels_are_listed_with_how_to_add_a_rule(cfg, capsys):
 @needs_traces
 def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, capsys):
     results = tmp_path / "results.json"
-    results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": [], "ceilings": [
+    # ceilings of the trace's own machine (another machine's, or a file naming none, is refused)
+    results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": [],
+                                   "hardware": {"name": "NVIDIA H100 80GB HBM3"}, "ceilings": [
         {"name": "measured bf16", "kind": "compute", "dtype": "bf16", "value": 780.0, "unit": "TFLOP/s",
          "source": "measured"},
         {"name": "datasheet bf16", "kind": "compute", "dtype": "bf16", "value": 989.0, "unit": "TFLOP/s",
