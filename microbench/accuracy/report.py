@@ -161,11 +161,7 @@ def plot_accuracy(doc: dict, path: str | Path) -> Path:
     ax.set_title(f"{doc['model']} on {doc['hardware']['name']}"[:80], fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    path = Path(path)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, dpi=120)
 
 
 def print_thresholds(study, console: Console | None = None) -> None:
@@ -236,8 +232,12 @@ def plot_thresholds(study, path: str | Path) -> Path:
         ax.grid(alpha=0.3, which="both")
         if len(by_entry) <= 12:
             ax.legend(fontsize=6)
+    return _save(plt, fig, path, dpi=110)
+
+
+def _save(plt, fig, path: str | Path, dpi: int) -> Path:
     path = Path(path)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
