@@ -198,3 +198,19 @@ def test_missing_ranks_are_said(job_dir, shared_dir, tmp_path, capsys):
 
     assert trace.main([str(pair), "--workers", "0"]) == 0
     assert "126 of 128 ranks have no trace here" in capsys.readouterr().out
+
+
+def test_large_job_prints_the_ranks_worth_a_look(job_dir, capsys, monkeypatch):
+    from microbench.communication import engine, report
+
+    doc = job.analyze([job_dir], workers=0)
+    assert report._ranks_to_show(doc) == doc["ranks"]  # a small job: every rank
+    settings = engine.job_settings()
+    settings["report"]["all_ranks_up_to"] = 2
+    monkeypatch.setattr(engine, "job_settings", lambda: settings)
+    shown = [r["rank"] for r in report._ranks_to_show(doc)]
+    busy = sorted(doc["ranks"], key=lambda r: r["gpu_time"]["busy_us"])
+    assert STRAGGLER in shown and busy[0]["rank"] in shown and busy[-1]["rank"] in shown
+    assert len(shown) < RANKS and shown == sorted(shown)
+    report.print_ranks(doc)
+    assert f"{len(shown)} of {RANKS} ranks" in " ".join(capsys.readouterr().out.split())

@@ -317,8 +317,24 @@ def _findings(doc: dict) -> list[str]:
     lines += [f"failed to read: {f['file']}: {f['reason']}" for f in doc.get("failed", [])]
     e = doc.get("engine")
     if e:
-        lines.append(f"read by {e['workers']} {e['kind']} worker(s) in {e['wall_s']:.3g} s")
+        how = {"processes": f"{e['workers']} worker process(es)", "dask": f"{e['workers']} Dask worker(s)",
+               "inline": "this process"}.get(e["kind"], f"{e['workers']} {e['kind']} worker(s)")
+        lines.append(f"read by {how} in {e['wall_s']:.3g} s")
     return lines
+
+
+def _ranks_to_show(doc: dict) -> list[dict]:
+    """Every rank of a small job; of a larger one (job.toml [report]) the ones worth a look, in rank order."""
+    from .engine import job_settings
+
+    ranks = doc["ranks"]
+    if len(ranks) <= job_settings()["report"]["all_ranks_up_to"]:
+        return ranks
+    by_busy = sorted(ranks, key=lambda r: r["gpu_time"].get("busy_us", 0))
+    keep = {o["rank"] for o in doc.get("outliers", [])} | {r["rank"] for r in ranks if r["times"]}
+    keep |= {doc["straggler_rank"], (doc.get("slowest_step") or {}).get("slowest_rank")}
+    keep |= {by_busy[0]["rank"], by_busy[len(by_busy) // 2]["rank"], by_busy[-1]["rank"]}
+    return [r for r in ranks if r["rank"] in keep]
 
 
 def print_ranks(doc: dict) -> None:
@@ -340,7 +356,11 @@ def print_ranks(doc: dict) -> None:
     for col in ("rank", "calls", "unmatched", "median step ms", "busy ms", "idle ms", "exposed comm ms",
                 "straggler (times)", "wait caused ms"):
         t.add_column(col, justify="right")
-    for r in doc["ranks"]:
+    shown = _ranks_to_show(doc)
+    if len(shown) < len(doc["ranks"]):
+        t.caption = (f"{len(shown)} of {len(doc['ranks'])} ranks: the outliers, stragglers, the slowest step's "
+                     "rank, the least, median and most busy; every rank is in --json and --out's job.html")
+    for r in shown:
         g = r["gpu_time"]
         t.add_row(str(r["rank"]), str(r["calls"]), str(r["unmatched_calls"]),
                   _f(r["median_step_us"] and r["median_step_us"] / 1e3, ".4g"), _f(g.get("busy_us", 0) / 1e3, ".4g"),
