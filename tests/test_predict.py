@@ -12,7 +12,7 @@ from microbench.core.archjson import read_arch, to_arch
 from microbench.core.config import load_config
 from microbench.prediction.chips import chip, find_entry
 from microbench.prediction.kernels import KernelWork
-from microbench.prediction.model import Scenario, Variant, predict_kernels, wave_factor
+from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels, wave_factor
 from microbench.predict import main
 
 from .conftest import TRACES
@@ -52,6 +52,36 @@ def test_memory_bound_kernel_scales_with_bandwidth_above_the_floor():
     assert t[0] == pytest.approx(3.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
     held, _ = predict_kernels(_work(["elementwise"], [12.0]), src, tgt, v=Variant(hold_floor=True))
     assert held[0] == pytest.approx(2.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
+
+
+def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_holds_its_slack():
+    src, tgt = _chip("H100", floor_us=2.0, floor_source="t"), _chip("MI300X", floor_us=3.0, floor_source="t")
+    nbytes = 20e6  # 20 MB: bytes / achievable bandwidth on the H100
+    roof_src, roof_tgt = nbytes / (src.memory_tbs * 1e6), nbytes / (tgt.memory_tbs * 1e6)
+    w = _work(["elementwise", "normalization"], [2.0 + roof_src + 5.0, 2.5], nbytes=[nbytes, 0.0])
+    t, why = predict_kernels(w, src, tgt)
+    assert list(why) == ["", ""]
+    assert t[0] == pytest.approx(3.0 + roof_tgt + 5.0)  # 5 us of slack held
+    assert t[1] == pytest.approx(3.0 + 0.5)  # no bytes to move: all of its time above the floor is slack
+    scaled, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))
+    assert scaled[0] == pytest.approx(3.0 + (roof_src + 5.0) * roof_tgt / roof_src)
+    roof = datasheet_roof_us(w, tgt)
+    assert roof[0] == pytest.approx(nbytes / (tgt.peak_memory_tbs * 1e6)) and roof[1] == 0.0
+
+
+@needs_traces
+def test_memory_bound_kernels_of_a_trace_get_their_operators_bytes():
+    from microbench.prediction.kernels import kernel_work
+    from microbench.timeline.analysis import read_trace
+
+    w = kernel_work(read_trace(TRACES / "h100_bert_small.json.gz"), {}, 128, 128)
+    gelu = [i for i, n in enumerate(w.names) if "Gelu" in n]
+    # aten::gelu of [1, 141, 2048] bf16 in the 4 layers and of [1, 141, 512] in the head: read once, written once
+    assert w.bytes[gelu].tolist() == [2 * 141 * 2048 * 2] * 4 + [2 * 141 * 512 * 2]
+    norms = w.group == "normalization"
+    assert norms.sum() == 10 and np.isfinite(w.bytes[norms]).all()
+    host = [i for i, n in enumerate(w.names) if "DtoH" in n]
+    assert np.isnan(w.bytes[host]).all()  # a host copy: no operator's bytes
 
 
 def test_matrix_kernel_roofline_part_scales_and_its_slack_is_held():

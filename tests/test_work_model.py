@@ -175,3 +175,69 @@ def test_every_modelled_operator_gives_the_same_work_both_ways(name):
     assert live.dims.get("causal", True)  # the causal flag was read at its position, both ways
     assert (live.family, live.dtype, live.flops, live.bytes_moved, live.dims) == \
         (traced.family, traced.dtype, traced.flops, traced.bytes_moved, traced.dims)
+
+
+class _LiveOther(TorchDispatchMode):
+    """Every call of an operator without a matrix model: (name, bytes) as the step recorder counts it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func._schema.name not in aten.modelled_ops():
+            r = analyse(func, args, kwargs or {}, out, None, None)
+            self.calls.append((r.op, r.bytes))
+        return out
+
+
+MEMORY_BOUND_CALLS = {
+    "add broadcast": lambda x, y, w, i: x + y[0],
+    "add_ in place": lambda x, y, w, i: x.clone().add_(y),
+    "mul scalar, gelu": lambda x, y, w, i: nn.functional.gelu(x * 3.0),
+    "layer norm": lambda x, y, w, i: nn.functional.layer_norm(x, (x.shape[-1],)),
+    "softmax": lambda x, y, w, i: torch.softmax(x, -1),
+    "sum over a dim": lambda x, y, w, i: x.sum(1),
+    "copy across dtypes": lambda x, y, w, i: x.to(torch.bfloat16),
+    "embedding": lambda x, y, w, i: nn.functional.embedding(i, w),
+    "index_select": lambda x, y, w, i: torch.index_select(w, 0, i.flatten()),
+}
+
+
+@pytest.mark.parametrize("case", list(MEMORY_BOUND_CALLS))
+def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
+    """Element-wise, normalization, reduction, gather and copy calls: the bytes a trace's recorded shapes give
+    (trace_other_work, which infers the outputs) are the bytes the live call moves (other_work)."""
+    from microbench.timeline.classify import classify_operator
+
+    fn = MEMORY_BOUND_CALLS[case]
+    args = (torch.randn(6, 32), torch.randn(6, 32), torch.randn(50, 16), torch.randint(0, 50, (3, 4)))
+    with _LiveOther() as live:
+        fn(*args)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn(*args)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    moving = {name for name, nbytes in live.calls if nbytes}
+    assert moving, "the case moves no bytes: it tests nothing"
+    traced = []
+    for e in json.loads(path.read_text())["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e["name"] in moving:
+            a = e["args"]
+            w = aten.trace_other_work(e["name"], classify_operator(e["name"]).cls, a.get("Input Dims"),
+                                      a.get("Input type"), a.get("Concrete Inputs"))
+            traced.append((e["name"], w and w[1]))
+    assert Counter(c for c in live.calls if c[0] in moving) == Counter(traced)
+
+
+def test_trace_other_work_says_none_where_the_trace_does_not_say():
+    bf16 = "c10::BFloat16"
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [5, 8], []], [bf16, bf16, "Scalar"]) is None
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8]], ["c10::Quint4x2"]) is None  # unknown type
+    assert aten.trace_other_work("aten::gather", "embedding", [[4, 8], [], [4, 2]], [bf16, "Scalar", "long int"],
+                                 ["", "1", ""]) is None  # which rows: not recorded
+    assert aten.trace_other_work("aten::add", "elementwise", None, None) is None
+    # broadcast: [4, 8] + [8] reads both and writes [4, 8]
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [8], []], [bf16, bf16, "Scalar"]) == \
+        (32, 2 * (32 + 8 + 32))

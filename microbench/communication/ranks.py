@@ -27,13 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core.errors import InputError
+from microbench.core.ops.aten import element_bytes
 from microbench.timeline import gpu_time
 from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, Timeline
 from .busbw import bus_factor, canonical_op
 
-ELEMENT_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long": 8,
-                 "long int": 8, "unsigned char": 1, "signed char": 1, "char": 1, "bool": 1, "short": 2,
-                 "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 SIZE_SYMMETRIC = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 BUS_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 STEP_FIELDS = ("name", "wall_us", "kernel_count") + gpu_time.FIELDS
@@ -97,7 +95,7 @@ def _message(tl: Timeline, row: int, path: Path) -> int | None:
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]):
         raise InputError(path, "expected integer dimensions", key=f"{tl.names[r.name[row]]}.args.Input Dims",
                          value=dims[0])
-    size = ELEMENT_BYTES.get((types or [None])[0]) if isinstance(types, list) else None
+    size = element_bytes((types or [None])[0]) if isinstance(types, list) else None
     return math.prod(dims[0]) * size if size else None
 
 

@@ -1,6 +1,6 @@
 """Each GPU activity of a trace as the prediction needs it: its group (the output classes), its FLOPs, bytes and
-precision where the one work model (timeline.opmetrics over core.ops.aten.trace_work) knows the operator that
-launched it, and its GEMM tile count for wave quantization."""
+precision where the one work model (timeline.opmetrics over core.ops.aten.trace_work, and trace_other_work for
+the memory-bound kernels) knows the operator that launched it, and its GEMM tile count for wave quantization."""
 from __future__ import annotations
 
 import math
@@ -20,6 +20,7 @@ _GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "
                    "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
                    "other": "other"}
 MATRIX = ("gemm_conv", "attention")
+MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 
 
 @dataclass
@@ -30,7 +31,7 @@ class KernelWork:
     dur_us: np.ndarray
     group: np.ndarray      # str per row (GROUPS)
     cls: np.ndarray        # the kernel-rule class per row
-    flops: np.ndarray      # 0: none known
+    flops: np.ndarray      # 0: none known (matrix kernels: their operator's; memory-bound ones: element-wise FLOPs)
     bytes: np.ndarray      # NaN: none known
     precision: np.ndarray  # str or None per row
     tiles: np.ndarray      # GEMM output tiles, 0: unknown
@@ -79,5 +80,8 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
         t = k.dur_us[matrix]
         if c.work.bytes_moved and t.sum() > 0:
             nbytes[matrix] = c.work.bytes_moved * t / t.sum()
+    other_flops, other_bytes = opmetrics.other_kernel_work(tl, model)
+    memory = np.isin(group, MEMORY_BOUND) & np.isfinite(other_bytes)
+    flops[memory], nbytes[memory] = other_flops[memory], other_bytes[memory]
     return KernelWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
                       precision, tiles, op_dtype, op_label, len(model.calls), list(model.notes))

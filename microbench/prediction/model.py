@@ -9,7 +9,9 @@
   factor (waves x SMs / tiles, from one full wave up), on each chip. The part of the time above the floor that
   the source's roofline explains scales by the ratio of the two roofline times; the slack beyond it (latency,
   tails, the library's choice of kernel) is held (scaling it too is the alternative of the range);
-- r, element-wise, normalization, reduction, embedding and copy kernels: the achievable bandwidth ratio;
+- element-wise, normalization, reduction, embedding and copy kernels whose operator's bytes are known: the same,
+  with the roofline time bytes / achievable bandwidth; where the trace does not give their bytes, all their time
+  above the floor scales by r, the achievable bandwidth ratio;
 - r, communication kernels: the fabric presets' bandwidth ratio above their latency (both fabrics given);
 - a kernel with no rule (class `other`), a GEMM-class kernel with no FLOPs and a host copy cannot be placed: it
   keeps its source time and is listed.
@@ -22,9 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.prediction.chips import Chip
-from microbench.prediction.kernels import MATRIX, KernelWork
+from microbench.prediction.kernels import MATRIX, MEMORY_BOUND, KernelWork
 
-MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 HOST_COPY = ("HtoD", "DtoH", "HtoH", "PtoP", "Host", "Pinned", "Pageable")
 
 
@@ -103,11 +104,11 @@ def _matrix_times(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, v: Va
     return t_src, t_tgt
 
 
-def _matrix_above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scale_slack: bool) -> np.ndarray:
-    """A matrix kernel's time above its floor on the target: the part its roofline explains scales with the
-    roofline; the slack beyond it (latency, tails, a library's choice) is held, or scaled too (the alternative)."""
+def _above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scale_slack: bool) -> np.ndarray:
+    """A kernel's time above its floor on the target: the part its roofline explains scales with the roofline;
+    the slack beyond it (latency, tails, a library's choice) is held, or scaled too (the alternative)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = roof_t / roof_s
+        r = np.where(roof_s == 0, 1.0, roof_t / roof_s)  # no work known to move: all of it is slack
     through = np.minimum(above, roof_s)
     slack = above - through
     return through * r + slack * (r if scale_slack else 1.0)
@@ -135,15 +136,18 @@ def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Sc
     floor_t = src.floor_us if v.hold_floor else tgt.floor_us
     bw_s = src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs
     bw_t = tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs
-    r = np.full(len(w.dur_us), bw_s / bw_t)
     prec_t, byte_factor = _target_precision(w, scenario)
-    r *= np.where(np.isin(w.group, MEMORY_BOUND), byte_factor, 1.0)
+    memory = np.isin(w.group, MEMORY_BOUND)
     above = np.maximum(w.dur_us - src.floor_us, 0.0)
-    out = floor_t + above * r * scenario.batch_scale
+    out = floor_t + above * (bw_s / bw_t) * np.where(memory, byte_factor, 1.0) * scenario.batch_scale
+    known = memory & np.isfinite(w.bytes)
+    if known.any():
+        moved = _above_floor(above, w.bytes / (bw_s * 1e6), w.bytes * byte_factor / (bw_t * 1e6), v.scale_slack)
+        out[known] = floor_t + moved[known] * scenario.batch_scale
     matrix = np.isin(w.group, MATRIX)
     if matrix.any():
         roof_s, roof_t = _matrix_times(w, src, tgt, scenario, v)
-        m_above = _matrix_above_floor(above, roof_s, roof_t, v.scale_slack)
+        m_above = _above_floor(above, roof_s, roof_t, v.scale_slack)
         ok = matrix & np.isfinite(m_above)
         out[ok] = floor_t + m_above[ok] * scenario.batch_scale
         why[matrix & ~np.isfinite(m_above) & (why == "")] = f"no achievable rate for its precision on {tgt.key}"
@@ -157,9 +161,12 @@ def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Sc
 
 
 def datasheet_roof_us(w: KernelWork, tgt: Chip, scenario: Scenario = Scenario()) -> np.ndarray:
-    """Per row: the fastest the target's datasheet roofline allows a matrix kernel (us), NaN for other kernels.
-    A prediction below it cannot be right."""
+    """Per row: the fastest the target's datasheet roofline allows a kernel whose work is known (us): a matrix
+    kernel's FLOPs and bytes, a memory-bound kernel's bytes; NaN for the others. A prediction below it cannot be
+    right."""
     prec_t, byte_factor = _target_precision(w, scenario)
     roof = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, True), tgt.peak_memory_tbs,
                        np.ones(len(w.dur_us)))
-    return np.where(np.isin(w.group, MATRIX) & (w.flops > 0), roof, np.nan)
+    memory = np.isin(w.group, MEMORY_BOUND) & np.isfinite(w.bytes)
+    roof[memory] = w.bytes[memory] * byte_factor[memory] / (tgt.peak_memory_tbs * 1e6)
+    return np.where((np.isin(w.group, MATRIX) & (w.flops > 0)) | memory, roof, np.nan)

@@ -28,9 +28,9 @@ import numpy as np
 from microbench.core import thresholds
 from microbench.core.dtypes import PRECISION_OF
 from microbench.timeline import eligibility
-from microbench.timeline.classify import class_set
+from microbench.timeline.classify import class_set, classify_operator
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
-from microbench.core.ops.aten import OpWork, modelled_ops, trace_work
+from microbench.core.ops.aten import OpWork, modelled_ops, trace_other_work, trace_work
 
 
 
@@ -145,6 +145,58 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
         why = next(c.work.note for c in calls if c.work.flops is None)
         notes.append(f"{unknown} of {len(calls)} modelled operator calls have no FLOP count ({why})")
     return OpModel(calls, kernel_flops, notes)
+
+
+def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_back: int = 8) -> np.ndarray:
+    """Per kernel of `kernels`: the row of `tl.cpu_ops` among `rows` innermost around its launch on the launching
+    thread (the latest-starting one that contains it, looking back past at most `max_back` operators that ended
+    before it: siblings that ran earlier inside the same parent), -1 for none."""
+    ops, li = tl.cpu_ops, tl.launch_index()[kernels]
+    owner = np.full(len(kernels), -1, dtype=np.int64)
+    has = li != NO_ID
+    l_ts = np.where(has, tl.launches.ts_us[np.where(has, li, 0)], np.nan)
+    l_thread = np.where(has, tl.launches.thread[np.where(has, li, 0)], -1)
+    for th in np.unique(ops.thread[rows]):
+        mine = rows[ops.thread[rows] == th]
+        mine = mine[np.lexsort((-ops.dur_us[mine], ops.ts_us[mine]))]  # by start; a parent before its child
+        starts, ends = ops.ts_us[mine], ops.ts_us[mine] + ops.dur_us[mine]
+        sel = np.flatnonzero(has & (l_thread == th))
+        pos = np.searchsorted(starts, l_ts[sel], "right") - 1
+        for _ in range(max_back):
+            ok = pos >= 0
+            hit = ok & (ends[np.maximum(pos, 0)] >= l_ts[sel])
+            owner[sel[hit]] = mine[pos[hit]]
+            sel, pos = sel[ok & ~hit], pos[ok & ~hit] - 1
+            if not len(sel):
+                break
+    return owner
+
+
+def other_kernel_work(tl: Timeline, model: OpModel) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel row: (FLOPs, bytes) of the kernels no modelled operator owns (element-wise, normalization,
+    reduction, gathers, copies), from the innermost recorded operator that launched each
+    (core.ops.aten.trace_other_work), spread over that operator's kernels by duration; 0 FLOPs and NaN bytes
+    where the trace does not say."""
+    n = len(tl.kernels)
+    flops, nbytes = np.zeros(n), np.full(n, np.nan)
+    owned = np.zeros(n, dtype=bool)
+    for c in model.calls:
+        owned[c.kernels] = True
+    kernels = np.flatnonzero(~owned & (tl.kernels.category == KERNEL))
+    rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID) if len(tl.cpu_ops) else np.empty(0, dtype=np.int64)
+    if not len(kernels) or not len(rows):
+        return flops, nbytes
+    owner = _innermost_owner(tl, rows, kernels)
+    for r in np.unique(owner[owner >= 0]):
+        mine = kernels[owner == r]
+        name = tl.names[tl.cpu_ops.name[r]]
+        work = trace_other_work(name, classify_operator(name).cls, _arg(tl, "input_dims", r),
+                                _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
+        t = tl.kernels.dur_us[mine]
+        if work is None or t.sum() <= 0:
+            continue
+        flops[mine], nbytes[mine] = work[0] * t / t.sum(), work[1] * t / t.sum()
+    return flops, nbytes
 
 
 def shape_label(work: OpWork) -> str:

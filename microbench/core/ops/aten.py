@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from microbench.core import dtypes
 from microbench.core.ops.work import attention_work, conv_work, gemm_work, norm_work
 from microbench.core.shapes import GemmShape
@@ -67,9 +69,10 @@ class Call:
 
 
 @lru_cache(maxsize=None)
-def _models(path: str = str(MODELS_PATH)) -> tuple[dict, dict]:
+def _models(path: str = str(MODELS_PATH)) -> tuple[dict, dict, dict, dict]:
     data = tomllib.loads(Path(path).read_text())
-    return data["ops"], data["dtypes"]
+    outputs = dict(data["trace_outputs"], scalar_types=data["scalar_types"])
+    return data["ops"], data["dtypes"], data["element_bytes"], outputs
 
 
 def modelled_ops() -> frozenset[str]:
@@ -91,6 +94,12 @@ def operands(op: str) -> tuple[int, int]:
 def dtype_of(type_name: str | None) -> str | None:
     """A profiler `Input type` string (c10::BFloat16) -> our dtype name (bf16); None when not a known one."""
     return _models()[1].get(type_name) if type_name else None
+
+
+def element_bytes(type_name: str | None) -> int | None:
+    """A profiler `Input type` string (float, c10::Half, long int, bool, ...) -> bytes per element; None when
+    not a tensor type we know."""
+    return _models()[2].get(type_name) if type_name else None
 
 
 # ---- the two entry points ----------------------------------------------------------------------------------
@@ -156,6 +165,8 @@ def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None
         return 0, 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
     if op in NO_TRAFFIC or view:
         return 0, 0
+    if op == "aten::copy_":
+        inputs = inputs[1:]  # it writes its destination (the result) without reading it
     nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
     if has_matrix_flops or dtype is None:
         return 0, nbytes
@@ -164,6 +175,98 @@ def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None
     if cls == "reduction":
         return sum(t.numel() for t in inputs), nbytes
     return 0, nbytes
+
+
+@dataclass(frozen=True)
+class RecordedTensor:
+    """A tensor argument as a trace records it: what other_work reads of a live tensor, from its shape and type."""
+
+    shape: tuple
+    itemsize: int
+    floating: bool
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.floating
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def trace_other_work(name: str, cls: str, input_dims: list | None, input_types: list | None,
+                     concrete_inputs: list | None = None) -> tuple[int, int] | None:
+    """(FLOPs, bytes) of a recorded call of an operator without a matrix model, by other_work's rules; `cls` is
+    the operator's class (timeline.classify.classify_operator), as the live path has it. A trace records no
+    outputs, so they are inferred: an in-place op (name ending in `_`, aten::copy_ among them) writes its first
+    operand, a gather the rows it looks up, a reduction's (small) result is left out, and anything else writes
+    one tensor of its operands' broadcast shape in the type of its first floating operand. None where the trace
+    does not say (no shapes, a type we do not know, shapes that do not broadcast)."""
+    tensors = _recorded_tensors(input_dims, input_types)
+    if not tensors:
+        return None
+    floats = [t for t in tensors if t.floating]
+    dtype = dtype_of(next((ty for ty in input_types or [] if ty in _models()[1]), None))
+    try:
+        inputs, outputs = _trace_outputs(name, cls, tensors, floats, concrete_inputs)
+    except (ValueError, IndexError, TypeError):
+        return None
+    return other_work(name, cls, inputs, outputs, dtype, view=False, has_matrix_flops=False)
+
+
+def _recorded_tensors(input_dims: list | None, input_types: list | None) -> list[RecordedTensor] | None:
+    """The tensor arguments of a recorded call; None when one of them has a type without a known size."""
+    out = []
+    for d, ty in zip(input_dims or [], input_types or []):
+        if not (isinstance(d, list) and all(isinstance(x, int) for x in d)):
+            continue
+        if not d:  # not a tensor (Scalar, ScalarList, ''), or 0-dim: as often a Python number the profiler
+            continue  # wrapped (`x * 3.0` records a 'double' []) as a real one; 8 bytes at most either way
+        size = element_bytes(ty)
+        if size is None:
+            return None  # a tensor of a type we do not know
+        out.append(RecordedTensor(tuple(d), size, dtype_of(ty) is not None))
+    return out
+
+
+def _trace_outputs(name: str, cls: str, tensors: list, floats: list, concrete_inputs) -> tuple[list, list]:
+    """(what the call reads, what it writes) of a recorded call: trace_other_work's inference."""
+    if name.endswith("_"):
+        return tensors, tensors[:1]
+    if name == "aten::embedding":
+        weight, index = tensors[0], tensors[1]
+        return tensors, [RecordedTensor(index.shape + weight.shape[-1:], weight.itemsize, True)]
+    if name == "aten::index_select":
+        dim, (src, index) = int(_concrete(concrete_inputs, 1)), tensors[:2]
+        shape = src.shape[:dim] + (index.numel(),) + src.shape[dim + 1:]
+        return tensors, [RecordedTensor(shape, src.itemsize, src.floating)]
+    if name in GATHER_OPS:
+        raise ValueError("the gathered rows are not recorded")
+    rules = _models()[3]
+    if name in rules["cast_dtype_argument"]:
+        ty = rules["scalar_types"].get(str(_concrete(concrete_inputs, rules["cast_dtype_argument"][name])))
+        src = tensors[0]
+        return tensors, [src if ty is None else RecordedTensor(src.shape, element_bytes(ty), dtype_of(ty) is not None)]
+    if cls == "reduction":
+        return tensors, [tensors[0] if name in rules["same_shape"] else _reduced(tensors[0], concrete_inputs)]
+    like = (floats or tensors)[0]
+    return tensors, [RecordedTensor(tuple(np.broadcast_shapes(*(t.shape for t in tensors))), like.itemsize,
+                                    like.floating)]
+
+
+def _reduced(src: RecordedTensor, concrete_inputs) -> RecordedTensor:
+    """The result of reducing `src` over the dimensions its call names right after it (`sum(x, [1])`,
+    `amax(x, 1)`); all of them where none are named. Kept dimensions or not, the same number of elements."""
+    dims = _concrete(concrete_inputs, 1)
+    dims = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else dims
+    if not isinstance(dims, list) or not dims:
+        return RecordedTensor((), src.itemsize, src.floating)
+    gone = {d % len(src.shape) for d in dims}
+    return RecordedTensor(tuple(x for i, x in enumerate(src.shape) if i not in gone), src.itemsize, src.floating)
 
 
 def _concrete(concrete: list | None, i: int):
