@@ -54,19 +54,23 @@ def test_memory_bound_kernel_scales_with_bandwidth_above_the_floor():
     assert held[0] == pytest.approx(2.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
 
 
-def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_holds_its_slack():
+def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_slack_by_regime():
     src, tgt = _chip("H100", floor_us=2.0, floor_source="t"), _chip("MI300X", floor_us=3.0, floor_source="t")
-    nbytes = 20e6  # 20 MB: bytes / achievable bandwidth on the H100
-    roof_src, roof_tgt = nbytes / (src.memory_tbs * 1e6), nbytes / (tgt.memory_tbs * 1e6)
-    w = _work(["elementwise", "normalization"], [2.0 + roof_src + 5.0, 2.5], nbytes=[nbytes, 0.0])
+    big, small = 20e6, 1e6  # bytes alone: ~7 us on the H100 (streams: >= its 2 us floor), ~0.35 us (latency-bound)
+    roof = {n: (n / (src.memory_tbs * 1e6), n / (tgt.memory_tbs * 1e6)) for n in (big, small)}
+    w = _work(["elementwise", "elementwise", "normalization"],
+              [2.0 + roof[big][0] + 5.0, 2.0 + roof[small][0] + 5.0, 2.5], nbytes=[big, small, 0.0])
     t, why = predict_kernels(w, src, tgt)
-    assert list(why) == ["", ""]
-    assert t[0] == pytest.approx(3.0 + roof_tgt + 5.0)  # 5 us of slack held
-    assert t[1] == pytest.approx(3.0 + 0.5)  # no bytes to move: all of its time above the floor is slack
-    scaled, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))
-    assert scaled[0] == pytest.approx(3.0 + (roof_src + 5.0) * roof_tgt / roof_src)
-    roof = datasheet_roof_us(w, tgt)
-    assert roof[0] == pytest.approx(nbytes / (tgt.peak_memory_tbs * 1e6)) and roof[1] == 0.0
+    assert list(why) == ["", "", ""]
+    ratio = roof[big][1] / roof[big][0]
+    assert t[0] == pytest.approx(3.0 + (roof[big][0] + 5.0) * ratio)  # streams: its efficiency carries over
+    assert t[1] == pytest.approx(3.0 + roof[small][1] + 5.0)  # latency-bound: 5 us of slack held
+    assert t[2] == pytest.approx(3.0 + 0.5)  # no bytes to move: all of its time above the floor is slack
+    flipped, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))  # the range's alternative
+    assert flipped[0] == pytest.approx(3.0 + roof[big][1] + 5.0)
+    assert flipped[1] == pytest.approx(3.0 + (roof[small][0] + 5.0) * ratio)
+    roofs = datasheet_roof_us(w, tgt)
+    assert roofs[0] == pytest.approx(big / (tgt.peak_memory_tbs * 1e6)) and roofs[2] == 0.0
 
 
 @needs_traces

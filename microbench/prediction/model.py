@@ -10,8 +10,9 @@
   the source's roofline explains scales by the ratio of the two roofline times; the slack beyond it (latency,
   tails, the library's choice of kernel) is held (scaling it too is the alternative of the range);
 - element-wise, normalization, reduction, embedding and copy kernels whose operator's bytes are known: the same,
-  with the roofline time bytes / achievable bandwidth; where the trace does not give their bytes, all their time
-  above the floor scales by r, the achievable bandwidth ratio;
+  with the roofline time bytes / achievable bandwidth, except that a kernel whose bytes alone take at least the
+  source's floor streams, and its slack scales too (its share of the bandwidth carries over); where the trace
+  does not give their bytes, all their time above the floor scales by r, the achievable bandwidth ratio;
 - r, communication kernels: the fabric presets' bandwidth ratio above their latency (both fabrics given);
 - a kernel with no rule (class `other`), a GEMM-class kernel with no FLOPs and a host copy cannot be placed: it
   keeps its source time and is listed.
@@ -104,14 +105,15 @@ def _matrix_times(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, v: Va
     return t_src, t_tgt
 
 
-def _above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scale_slack: bool) -> np.ndarray:
+def _above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scale_slack) -> np.ndarray:
     """A kernel's time above its floor on the target: the part its roofline explains scales with the roofline;
-    the slack beyond it (latency, tails, a library's choice) is held, or scaled too (the alternative)."""
+    the slack beyond it (latency, tails, a library's choice) is held, or scaled too where `scale_slack` (one
+    bool, or one per row) says so."""
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(roof_s == 0, 1.0, roof_t / roof_s)  # no work known to move: all of it is slack
     through = np.minimum(above, roof_s)
     slack = above - through
-    return through * r + slack * (r if scale_slack else 1.0)
+    return through * r + slack * np.where(scale_slack, r, 1.0)
 
 
 def placement(w: KernelWork, fabrics: Fabrics | None) -> np.ndarray:
@@ -142,7 +144,11 @@ def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Sc
     out = floor_t + above * (bw_s / bw_t) * np.where(memory, byte_factor, 1.0) * scenario.batch_scale
     known = memory & np.isfinite(w.bytes)
     if known.any():
-        moved = _above_floor(above, w.bytes / (bw_s * 1e6), w.bytes * byte_factor / (bw_t * 1e6), v.scale_slack)
+        roof_s = w.bytes / (bw_s * 1e6)
+        # A kernel whose bytes alone take a floor's time or more streams: its efficiency (the fraction of the
+        # bandwidth it reaches) carries over, so its slack scales too; a smaller one is latency-bound: held.
+        streaming = roof_s >= src.floor_us
+        moved = _above_floor(above, roof_s, w.bytes * byte_factor / (bw_t * 1e6), streaming != v.scale_slack)
         out[known] = floor_t + moved[known] * scenario.batch_scale
     matrix = np.isin(w.group, MATRIX)
     if matrix.any():
