@@ -69,8 +69,7 @@ def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_sl
     flipped, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))  # the range's alternative
     assert flipped[0] == pytest.approx(3.0 + roof[big][1] + 5.0)
     assert flipped[1] == pytest.approx(3.0 + (roof[small][0] + 5.0) * ratio)
-    roofs = datasheet_roof_us(w, tgt)
-    assert roofs[0] == pytest.approx(big / (tgt.peak_memory_tbs * 1e6)) and roofs[2] == 0.0
+    assert np.isnan(datasheet_roof_us(w, tgt)).all()  # DRAM bytes do not bound a kernel whose operands sit in L2
 
 
 @needs_traces
