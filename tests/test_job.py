@@ -214,3 +214,16 @@ def test_large_job_prints_the_ranks_worth_a_look(job_dir, capsys, monkeypatch):
     assert len(shown) < RANKS and shown == sorted(shown)
     report.print_ranks(doc)
     assert f"{len(shown)} of {RANKS} ranks" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_long_jobs_table_lists_the_most_frequent_stragglers_only():
+    from microbench.communication import report
+
+    ranks = [{"rank": i, "times": 1, "gpu_time": {"busy_us": float(i)}} for i in range(100)]
+    for i, times in ((7, 9), (8, 5), (9, 3)):
+        ranks[i]["times"] = times
+    doc = {"ranks": ranks, "outliers": [], "straggler_rank": 7, "slowest_step": {"slowest_rank": 50}}
+    # every rank was last once: the three most often last, the slowest step's, the least, median and most busy
+    assert [r["rank"] for r in report._ranks_to_show(doc)] == [0, 7, 8, 9, 50, 99]
+    del doc["straggler_rank"], doc["slowest_step"]  # a job without matched collectives or steps
+    assert [r["rank"] for r in report._ranks_to_show(doc)] == [0, 7, 8, 9, 50, 99]

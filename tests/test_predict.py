@@ -87,6 +87,24 @@ def test_memory_bound_kernels_of_a_trace_get_their_operators_bytes():
     assert np.isnan(w.bytes[host]).all()  # a host copy: no operator's bytes
 
 
+@needs_traces
+def test_inferred_bytes_never_beat_the_dram_bandwidth_beyond_l2():
+    """The bytes inferred for the A100 trace's memory kernels, judged by physics: a kernel whose operands do not
+    fit in the A100's 40 MB L2 cannot move them faster than its DRAM (2.04 TB/s; 10 % for the attribution of one
+    operator's bytes over its kernels by time). Smaller ones can, from L2: a sqrt over 16.8 MB runs at 2.2 TB/s.
+    Tensor lists, fills and scatters once gave 1.6 GB for a 156 us concatenation."""
+    from microbench.prediction.kernels import MEMORY_BOUND, kernel_work
+    from microbench.timeline.analysis import read_trace
+
+    w = kernel_work(read_trace(TRACES / "a100_torchrec_rank0.json.gz"), {}, 128, 128)
+    known = np.isin(w.group, MEMORY_BOUND) & np.isfinite(w.bytes)
+    assert known.sum() > 400  # most of its 822 memory kernels have their operator's bytes
+    beyond_l2 = known & (w.bytes > 40e6)
+    assert beyond_l2.sum() > 10
+    tbs = w.bytes[beyond_l2] / (w.dur_us[beyond_l2] * 1e6)
+    assert tbs.max() <= 2.039 * 1.1, [w.names[i][:60] for i in np.flatnonzero(beyond_l2)[tbs > 2.039 * 1.1]]
+
+
 def test_matrix_kernel_roofline_part_scales_and_its_slack_is_held():
     src, tgt = _chip("A100", floor_us=2.0, floor_source="t"), _chip("H100", floor_us=2.0, floor_source="t")
     flops = 1e12  # a compute-bound GEMM: 1 TFLOP at 271.2 TFLOP/s = 3,687 us on the A100's achievable rate
@@ -303,3 +321,43 @@ def test_trace_reads_tracelens_arch_json(tmp_path):
     assert trace_main([str(TRACES / "h100_bert_small.json.gz"), "--ceilings", str(arch), "--json", str(out)]) == 0
     ops = json.loads(out.read_text())["ops"]
     assert any(o.get("pct_of_measured") is not None for o in ops)  # judged against the file's 700 TFLOP/s
+
+
+def test_a_kernel_belongs_to_the_innermost_operator_around_its_launch(tmp_path):
+    from microbench.timeline import opmetrics
+    from microbench.timeline.analysis import read_trace
+    from microbench.timeline.model import NO_ID
+
+    events, launched = [], []
+
+    def op(name, ts, dur, tid=1):
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                       "args": {"Input Dims": [[4, 8]], "Input type": ["float"]}})
+
+    def launch(ts, owner, tid=1):
+        c = len(launched) + 1
+        launched.append(owner)
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": ts,
+                       "dur": 1, "args": {"correlation": c}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"elementwise_kernel_{c}", "pid": 0, "tid": 7,
+                       "ts": 1000 + 10 * c, "dur": 2, "args": {"correlation": c, "device": 0, "stream": 7}})
+
+    op("P", 0, 100), op("C1", 10, 10), op("C2", 30, 10)
+    launch(15, "C1")  # inside a child
+    launch(50, "P")  # after both children ended: their parent
+    op("Q", 0, 100, tid=2)
+    launch(60, "Q", tid=2)  # the other thread's operator, though P also spans that time
+    op("R", 200, 100)
+    for j in range(20):  # many earlier siblings, each with a child
+        op(f"G{j}", 201 + 4 * j, 3), op(f"H{j}", 202 + 4 * j, 1)
+    launch(290, "R")
+    op("S", 400, 10), op("S2", 400, 5)  # same start: the shorter one is inside
+    launch(402, "S2")
+    launch(500, None)  # no operator around it
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]}))
+    tl = read_trace(path)
+    rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID)
+    kernels = np.argsort([int(tl.names[n].rsplit("_", 1)[1]) for n in tl.kernels.name])
+    owner = opmetrics._innermost_owner(tl, rows, kernels)
+    assert [tl.names[tl.cpu_ops.name[o]] if o >= 0 else None for o in owner] == launched

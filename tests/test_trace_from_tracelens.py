@@ -63,3 +63,11 @@ def test_a_row_whose_totals_disagree_is_refused(tmp_path, capsys):
                         "--out", str(tmp_path / "t.json")])
     assert "ops.csv:3: aten::add" in str(e.value) and "7.500" in str(e.value)
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_cell_that_is_no_literal_is_one_line(tmp_path):
+    path = _csv(tmp_path / "ops.csv")
+    path.write_text(path.read_text().replace("((512,), (141, 512)", "((512,), (141, 512", 1))
+    with pytest.raises(SystemExit) as e:
+        _script().main([str(path), "--device", "mi300x", "--out", str(tmp_path / "t.json")])
+    assert str(e.value).startswith(f"{path}:2: aten::addmm: not a TraceLens ops_unique_args row")

@@ -202,7 +202,16 @@ MEMORY_BOUND_CALLS = {
     "copy across dtypes": lambda x, y, w, i: x.to(torch.bfloat16),
     "embedding": lambda x, y, w, i: nn.functional.embedding(i, w),
     "index_select": lambda x, y, w, i: torch.index_select(w, 0, i.flatten()),
+    "index_select, negative dim": lambda x, y, w, i: torch.index_select(w, -1, _COLUMNS),
+    "comparison": lambda x, y, w, i: x == y,
+    "fill_ writes only": lambda x, y, w, i: x.clone().fill_(1.0),
+    "index_add_ touches its rows": lambda x, y, w, i: w.clone().index_add_(0, _ROWS, _ADDED),
+    "sum over a dim list": lambda x, y, w, i: x.sum((0, 1)),
+    "amax over a dim": lambda x, y, w, i: x.amax(1),
+    "vector norm over a dim": lambda x, y, w, i: torch.linalg.vector_norm(x, 2, 1),
 }
+# operands made once, outside the recorded calls
+_COLUMNS, _ROWS, _ADDED = torch.tensor([1, 3, 5]), torch.tensor([0, 7, 7, 49]), torch.ones(4, 16)
 
 
 @pytest.mark.parametrize("case", list(MEMORY_BOUND_CALLS))
@@ -229,6 +238,24 @@ def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
                                       a.get("Input type"), a.get("Concrete Inputs"))
             traced.append((e["name"], w and w[1]))
     assert Counter(c for c in live.calls if c[0] in moving) == Counter(traced)
+
+
+def test_trace_other_work_infers_results_it_can_and_refuses_the_rest():
+    f32, f16, bf16 = "float", "c10::Half", "c10::BFloat16"
+    # promotion: half x float writes float; bf16 x half writes float too
+    assert aten.trace_other_work("aten::mul", "elementwise", [[4, 8], [4, 8]], [f16, f32])[1] == 32 * (2 + 4 + 4)
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [4, 8], []], [bf16, f16, "Scalar"])[1] == \
+        32 * (2 + 2 + 4)
+    # a tensor list's shapes are not recorded (aten::cat's 1.6 GB for a 156 us copy); nor is another library's op
+    assert aten.trace_other_work("aten::cat", "memcpy", [[2048, 160, 606], [], []], [f32, "TensorList", "Scalar"]) \
+        is None
+    assert aten.trace_other_work("fbgemm::FloatToHFP8Quantized", "elementwise", [[64, 64]], [f32]) is None
+    assert aten.trace_other_work("aten::max", "reduction", [[4, 8], [], []], [f32, "Scalar", "Scalar"],
+                                 ["", "1", "False"]) is None  # values and indices: not inferred
+    # a fill writes and does not read; an index_add_ of 2 rows into a 5000-row table touches those rows only
+    assert aten.trace_other_work("aten::fill_", "elementwise", [[1000], []], ["long int", "Scalar"])[1] == 8000
+    assert aten.trace_other_work("aten::index_add_", "elementwise", [[5000, 16], [], [2], [2, 16], []],
+                                 [f32, "Scalar", "long int", f32, "Scalar"])[1] == 2 * (2 * 16 * 4) + 2 * 8
 
 
 def test_trace_other_work_says_none_where_the_trace_does_not_say():

@@ -327,12 +327,14 @@ def _ranks_to_show(doc: dict) -> list[dict]:
     """Every rank of a small job; of a larger one (job.toml [report]) the ones worth a look, in rank order."""
     from .engine import job_settings
 
-    ranks = doc["ranks"]
-    if len(ranks) <= job_settings()["report"]["all_ranks_up_to"]:
+    ranks, report = doc["ranks"], job_settings()["report"]
+    if len(ranks) <= report["all_ranks_up_to"]:
         return ranks
     by_busy = sorted(ranks, key=lambda r: r["gpu_time"].get("busy_us", 0))
-    keep = {o["rank"] for o in doc.get("outliers", [])} | {r["rank"] for r in ranks if r["times"]}
-    keep |= {doc["straggler_rank"], (doc.get("slowest_step") or {}).get("slowest_rank")}
+    # the ranks most often last to a collective: in a long job nearly every rank is last once
+    stragglers = sorted((r for r in ranks if r["times"]), key=lambda r: -r["times"])[:report["stragglers_shown"]]
+    keep = {o["rank"] for o in doc.get("outliers", [])} | {r["rank"] for r in stragglers}
+    keep |= {doc.get("straggler_rank"), (doc.get("slowest_step") or {}).get("slowest_rank")}
     keep |= {by_busy[0]["rank"], by_busy[len(by_busy) // 2]["rank"], by_busy[-1]["rank"]}
     return [r for r in ranks if r["rank"] in keep]
 
@@ -358,8 +360,9 @@ def print_ranks(doc: dict) -> None:
         t.add_column(col, justify="right")
     shown = _ranks_to_show(doc)
     if len(shown) < len(doc["ranks"]):
-        t.caption = (f"{len(shown)} of {len(doc['ranks'])} ranks: the outliers, stragglers, the slowest step's "
-                     "rank, the least, median and most busy; every rank is in --json and --out's job.html")
+        t.caption = (f"{len(shown)} of {len(doc['ranks'])} ranks: the outliers, the most frequent "
+                     "stragglers, the slowest step's rank, the least, median and most busy; every rank is in --json "
+                     "and --out's job.html")
     for r in shown:
         g = r["gpu_time"]
         t.add_row(str(r["rank"]), str(r["calls"]), str(r["unmatched_calls"]),

@@ -147,10 +147,11 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
     return OpModel(calls, kernel_flops, notes)
 
 
-def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_back: int = 8) -> np.ndarray:
+def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_back: int = 64) -> np.ndarray:
     """Per kernel of `kernels`: the row of `tl.cpu_ops` among `rows` innermost around its launch on the launching
-    thread (the latest-starting one that contains it, looking back past at most `max_back` operators that ended
-    before it: siblings that ran earlier inside the same parent), -1 for none."""
+    thread: the latest-starting one that contains it. Looking back from the latest one started before the launch
+    passes the operators that ended before it (earlier siblings and their descendants), at most `max_back` of
+    them; -1 for none."""
     ops, li = tl.cpu_ops, tl.launch_index()[kernels]
     owner = np.full(len(kernels), -1, dtype=np.int64)
     has = li != NO_ID

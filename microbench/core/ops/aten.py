@@ -70,9 +70,9 @@ class Call:
 
 @lru_cache(maxsize=None)
 def _models(path: str = str(MODELS_PATH)) -> tuple[dict, dict, dict, dict]:
+    """(operators with a matrix model, type -> dtype, type -> bytes per element, the other tables)."""
     data = tomllib.loads(Path(path).read_text())
-    outputs = dict(data["trace_outputs"], scalar_types=data["scalar_types"])
-    return data["ops"], data["dtypes"], data["element_bytes"], outputs
+    return data["ops"], data["dtypes"], data["element_bytes"], data
 
 
 def modelled_ops() -> frozenset[str]:
@@ -149,9 +149,10 @@ def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None
     """(FLOPs, bytes) of a live call of an operator without a matrix model: `cls` its class of
     kernel_rules.toml (norm, elementwise, reduction, ...), `inputs` / `outputs` its tensors, `view` whether it
     returns an alias of an operand. Normalization: microbench.core.ops.work's formula; gathers read the rows
-    they return; views and allocations move nothing; everything else reads each tensor operand once and writes
-    each result once, with 1 FLOP per output element (element-wise) or per input element (reduction). Only
-    live calls: a trace records no outputs."""
+    they return; scatters (op_models.toml [traffic]) read their values and index and write as many elements;
+    views and allocations move nothing; write-only ops (fill_, copy_, ...) do not read what they write;
+    everything else reads each tensor operand once and writes each result once, with 1 FLOP per output element
+    (element-wise) or per input element (reduction). A recorded call's tensors: trace_other_work."""
     if cls == "norm" and dtype is not None and inputs:
         x = inputs[0]
         # Layer norm normalizes (and scales) the last dimension; batch, group, instance norm the channels
@@ -165,9 +166,13 @@ def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None
         return 0, 2 * out_bytes + index_bytes  # the gathered rows read, the result written, the indices read
     if op in NO_TRAFFIC or view:
         return 0, 0
-    if op == "aten::copy_":
-        inputs = inputs[1:]  # it writes its destination (the result) without reading it
-    nbytes = sum(t.numel() * t.element_size() for t in inputs + outputs)
+    traffic = _models()[3]["traffic"]
+    if op in traffic["scatter"]:
+        values = sum(_nbytes(t) for t in inputs[1:] if t.is_floating_point())
+        return 0, 2 * values + sum(_nbytes(t) for t in inputs[1:] if not t.is_floating_point())
+    if op in traffic["write_only"]:
+        inputs = inputs[1:]  # it writes its first operand (its result) without reading it
+    nbytes = sum(_nbytes(t) for t in inputs + outputs)
     if has_matrix_flops or dtype is None:
         return 0, nbytes
     if cls == "elementwise":
@@ -184,6 +189,7 @@ class RecordedTensor:
     shape: tuple
     itemsize: int
     floating: bool
+    type_name: str = ""  # the profiler's (c10::Half, float, ...): tells apart two floats of one size
 
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -198,75 +204,104 @@ class RecordedTensor:
         return len(self.shape)
 
 
+def recorded_tensor(shape, type_name: str) -> RecordedTensor | None:
+    """A tensor of a profiler type name (float, c10::Half, long int, ...); None for a type we do not know."""
+    size = element_bytes(type_name)
+    floating = type_name not in _models()[3]["tensor_types"]["integer"]
+    return None if size is None else RecordedTensor(tuple(shape), size, floating, type_name)
+
+
 def trace_other_work(name: str, cls: str, input_dims: list | None, input_types: list | None,
                      concrete_inputs: list | None = None) -> tuple[int, int] | None:
-    """(FLOPs, bytes) of a recorded call of an operator without a matrix model, by other_work's rules; `cls` is
-    the operator's class (timeline.classify.classify_operator), as the live path has it. A trace records no
-    outputs, so they are inferred: an in-place op (name ending in `_`, aten::copy_ among them) writes its first
-    operand, a gather the rows it looks up, a reduction's (small) result is left out, and anything else writes
-    one tensor of its operands' broadcast shape in the type of its first floating operand. None where the trace
-    does not say (no shapes, a type we do not know, shapes that do not broadcast)."""
+    """(FLOPs, bytes) of a recorded ATen call of an operator without a matrix model, by other_work's rules; `cls`
+    is the operator's class (timeline.classify.classify_operator), as the live path has it. A trace records no
+    outputs, so they are inferred (op_models.toml [trace_outputs]): an in-place op (name ending in `_`) writes its
+    first operand, a gather the rows it looks up, a reduction its reduced shape, a cast the type it names, a
+    comparison bools, anything else one tensor of its operands' broadcast shape in their promoted type. None
+    where the trace does not say: no shapes, a type we do not know, a tensor list (its shapes are not recorded),
+    a reduction whose dimensions we cannot read, shapes that do not broadcast, an operator outside ATen."""
     tensors = _recorded_tensors(input_dims, input_types)
-    if not tensors:
+    if not name.startswith("aten::") or not tensors:
         return None
-    floats = [t for t in tensors if t.floating]
     dtype = dtype_of(next((ty for ty in input_types or [] if ty in _models()[1]), None))
     try:
-        inputs, outputs = _trace_outputs(name, cls, tensors, floats, concrete_inputs)
-    except (ValueError, IndexError, TypeError):
+        inputs, outputs = _trace_outputs(name, cls, tensors, concrete_inputs)
+    except (ValueError, IndexError, TypeError, KeyError):
         return None
     return other_work(name, cls, inputs, outputs, dtype, view=False, has_matrix_flops=False)
 
 
 def _recorded_tensors(input_dims: list | None, input_types: list | None) -> list[RecordedTensor] | None:
-    """The tensor arguments of a recorded call; None when one of them has a type without a known size."""
+    """The tensor arguments of a recorded call; None when one of them has a type without a known size, or is a
+    list of tensors."""
     out = []
+    unrecorded = _models()[3]["trace_outputs"]["unrecorded_lists"]
     for d, ty in zip(input_dims or [], input_types or []):
+        if ty in unrecorded:
+            return None
         if not (isinstance(d, list) and all(isinstance(x, int) for x in d)):
             continue
         if not d:  # not a tensor (Scalar, ScalarList, ''), or 0-dim: as often a Python number the profiler
             continue  # wrapped (`x * 3.0` records a 'double' []) as a real one; 8 bytes at most either way
-        size = element_bytes(ty)
-        if size is None:
+        t = recorded_tensor(d, ty)
+        if t is None:
             return None  # a tensor of a type we do not know
-        out.append(RecordedTensor(tuple(d), size, dtype_of(ty) is not None))
+        out.append(t)
     return out
 
 
-def _trace_outputs(name: str, cls: str, tensors: list, floats: list, concrete_inputs) -> tuple[list, list]:
-    """(what the call reads, what it writes) of a recorded call: trace_other_work's inference."""
+def _trace_outputs(name: str, cls: str, tensors: list, concrete_inputs) -> tuple[list, list]:
+    """(what the call reads, what it writes) of a recorded call: trace_other_work's inference. Raises where the
+    trace does not say."""
+    rules = _models()[3]["trace_outputs"]
     if name.endswith("_"):
         return tensors, tensors[:1]
     if name == "aten::embedding":
         weight, index = tensors[0], tensors[1]
-        return tensors, [RecordedTensor(index.shape + weight.shape[-1:], weight.itemsize, True)]
+        return tensors, [RecordedTensor(index.shape + weight.shape[-1:], weight.itemsize, True, weight.type_name)]
     if name == "aten::index_select":
-        dim, (src, index) = int(_concrete(concrete_inputs, 1)), tensors[:2]
-        shape = src.shape[:dim] + (index.numel(),) + src.shape[dim + 1:]
-        return tensors, [RecordedTensor(shape, src.itemsize, src.floating)]
+        src, index = tensors[:2]
+        dim = int(_concrete(concrete_inputs, 1)) % len(src.shape)
+        return tensors, [RecordedTensor(src.shape[:dim] + (index.numel(),) + src.shape[dim + 1:], src.itemsize,
+                                        src.floating, src.type_name)]
     if name in GATHER_OPS:
         raise ValueError("the gathered rows are not recorded")
-    rules = _models()[3]
     if name in rules["cast_dtype_argument"]:
-        ty = rules["scalar_types"].get(str(_concrete(concrete_inputs, rules["cast_dtype_argument"][name])))
-        src = tensors[0]
-        return tensors, [src if ty is None else RecordedTensor(src.shape, element_bytes(ty), dtype_of(ty) is not None)]
+        ty = _models()[3]["scalar_types"].get(str(_concrete(concrete_inputs, rules["cast_dtype_argument"][name])))
+        return tensors, [tensors[0] if ty is None else recorded_tensor(tensors[0].shape, ty)]
+    if name in rules["same_shape"]:
+        return tensors, tensors[:1]
     if cls == "reduction":
-        return tensors, [tensors[0] if name in rules["same_shape"] else _reduced(tensors[0], concrete_inputs)]
-    like = (floats or tensors)[0]
-    return tensors, [RecordedTensor(tuple(np.broadcast_shapes(*(t.shape for t in tensors))), like.itemsize,
-                                    like.floating)]
+        return tensors, [_reduced(tensors[0], _concrete(concrete_inputs, rules["reduced_dims_argument"][name]))]
+    shape = tuple(np.broadcast_shapes(*(t.shape for t in tensors)))
+    if name in rules["bool_result"]:
+        return tensors, [recorded_tensor(shape, "bool")]
+    return tensors, [RecordedTensor(shape, *_promoted(tensors))]
 
 
-def _reduced(src: RecordedTensor, concrete_inputs) -> RecordedTensor:
-    """The result of reducing `src` over the dimensions its call names right after it (`sum(x, [1])`,
-    `amax(x, 1)`); all of them where none are named. Kept dimensions or not, the same number of elements."""
-    dims = _concrete(concrete_inputs, 1)
+def _promoted(tensors: list) -> tuple[int, bool]:
+    """(bytes per element, floating) of the result of an element-wise op on `tensors` (PyTorch's promotion,
+    simplified: the widest floating operand, and fp32 where two different 2-byte floats meet)."""
+    floats = {(t.itemsize, t.type_name) for t in tensors if t.floating}
+    if not floats:
+        return max(t.itemsize for t in tensors), False
+    widest = max(size for size, _ in floats)
+    return (4 if widest == 2 and len(floats) > 1 else widest), True
+
+
+def _reduced(src: RecordedTensor, dims) -> RecordedTensor:
+    """The result of reducing `src` over `dims` (a list or one int; none or empty: all of them). Kept dimensions
+    or not, the same number of elements."""
     dims = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else dims
     if not isinstance(dims, list) or not dims:
-        return RecordedTensor((), src.itemsize, src.floating)
+        return RecordedTensor((), src.itemsize, src.floating, src.type_name)
     gone = {d % len(src.shape) for d in dims}
-    return RecordedTensor(tuple(x for i, x in enumerate(src.shape) if i not in gone), src.itemsize, src.floating)
+    return RecordedTensor(tuple(x for i, x in enumerate(src.shape) if i not in gone), src.itemsize, src.floating,
+                          src.type_name)
+
+
+def _nbytes(t) -> int:
+    return t.numel() * t.element_size()
 
 
 def _concrete(concrete: list | None, i: int):
