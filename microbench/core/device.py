@@ -1,7 +1,6 @@
 """Which device we run on, and its fingerprint: hardware and software provenance for every result."""
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -11,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
+from microbench.core.fingerprint import installed_version
 
 # CPU flags that decide which vector / matrix units oneDNN and MKL can use.
 CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16",
@@ -160,23 +160,17 @@ def detect(requested: str = "auto") -> Device:
     return cpu_device()
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def software() -> dict:
-    cupy = next((v for d in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy") if (v := _version(d))), None)
+    cupy = next((v for d in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy") if (v := installed_version(d))),
+                None)
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "torch_hip": torch.version.hip,
-        "triton": _version("triton") or _version("pytorch-triton-rocm"),
+        "triton": installed_version("triton") or installed_version("pytorch-triton-rocm"),
         "cupy": cupy,
-        "numpy": _version("numpy"),
+        "numpy": installed_version("numpy"),
         "onednn": torch.backends.mkldnn.is_available(),
         "os": platform.platform(),
     }

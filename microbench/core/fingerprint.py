@@ -7,6 +7,7 @@ No torch here: compare reads files without it (the fingerprint itself is taken b
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -15,6 +16,14 @@ BENCHMARK_KEY = "dawnscope"
 # How `pytest --benchmark-only` is pointed at a profile, a configuration and a device (tests/test_benchmarks.py).
 PROFILE_ENV, CONFIG_ENV, DEVICE_ENV = "DAWNSCOPE_PROFILE", "DAWNSCOPE_CONFIG", "DAWNSCOPE_DEVICE"
 DEFAULT_BENCHMARK_PROFILE = "quick"
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of a distribution (`triton`, `cupy-cuda12x`), None where it is not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def fingerprint_line(hardware: dict, software_: dict) -> str:

@@ -4,12 +4,13 @@ Each item is recorded as found or as the one-line reason it is not: the probe ne
 """
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import platform
 import subprocess
 import sys
 from pathlib import Path
+
+from microbench.core.fingerprint import installed_version
 
 PACKAGES = ("torch", "triton", "numpy", "cupy-cuda12x", "cupy-cuda13x", "nvidia-cuda-nvrtc-cu12",
             "nvidia-cuda-nvrtc", "ml_dtypes", "nvtx", "msgspec", "mlperf-logging", "rich", "matplotlib", "pytest")
@@ -23,15 +24,9 @@ def _try(fn):
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
 
 def versions() -> dict:
-    out = {"python": platform.python_version(), **{p: _version(p) for p in PACKAGES}}
+    out = {"python": platform.python_version(), **{p: installed_version(p) for p in PACKAGES}}
     out["missing_dependencies"] = missing_dependencies()
     return out
 
@@ -45,7 +40,7 @@ def missing_dependencies(pyproject: Path = Path(__file__).resolve().parents[2] /
 
     equivalents = load_image().get("equivalents", {})
     names = [requirement_name(r) for r in runtime_requirements(pyproject)]
-    return [n for n in names if all(_version(e) is None for e in (n, *equivalents.get(n, [])))]
+    return [n for n in names if all(installed_version(e) is None for e in (n, *equivalents.get(n, [])))]
 
 
 def device(dry: bool) -> dict:
