@@ -28,6 +28,7 @@ def devices():
     ("AMD Instinct MI250X", "mi250x"),
     ("AMD Instinct MI300X", "mi300x"),
     ("AMD Instinct MI300X VF", "mi300x_vf"),  # the MI300X bert trace's deviceProperties (Azure SR-IOV)
+    ("NVIDIA A100-PG509-200", "a100_pg509_200"),  # the shared A100 traces' 40 GB board
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI355X", "mi355x"),
 ])
@@ -38,7 +39,6 @@ def test_known_names_match_one_entry(devices, name, key):
 
 
 @pytest.mark.parametrize("name", [
-    "NVIDIA A100-PG509-200",  # the A100 traces' board: neither SXM4 nor 80GB is in the name
     "NVIDIA A100-SXM4-40GB",  # other memory bandwidth than the 80GB entry
     "NVIDIA A100 80GB PCIe",
     "NVIDIA H100 NVL",

@@ -137,10 +137,11 @@ def test_devices_and_datasheet_from_trace_properties(cfg):
     assert [d["name"] for d in v100] == ["Tesla V100-SXM2-32GB"]
     assert v100[0]["datasheet"]["entry"] == "v100_sxm2"
     assert v100[0]["datasheet"]["peaks_tflops"]["fp32"] == 15.7
-    # The A100 traces' board name says neither SXM4 nor 80GB: no datasheet entry claims it, a note says so.
+    # The A100 traces' board (40 GB: 42.3 GB in their deviceProperties) has its own entry: the 80 GB part's compute,
+    # the 40 GB part's memory bandwidth.
     alex = analyzed("a100_alexnet_forward.json.gz", cfg)[0]["devices"]
-    assert alex[0]["name"] == "NVIDIA A100-PG509-200" and alex[0]["datasheet"]["entry"] is None
-    assert "unknown device" in alex[0]["datasheet"]["note"]
+    assert alex[0]["name"] == "NVIDIA A100-PG509-200" and alex[0]["datasheet"]["entry"] == "a100_pg509_200"
+    assert alex[0]["datasheet"]["peaks_tflops"]["tf32"] == 156.0
     # The TorchRec trace has no deviceProperties at all.
     rec = analyzed("a100_torchrec_rank0.json.gz", cfg)[0]["devices"]
     assert rec[0]["name"] is None and "no deviceProperties" in rec[0]["datasheet"]["note"]

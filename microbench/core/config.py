@@ -78,6 +78,7 @@ class DatasheetDevice:
     achievable_memory_tbs: float | None = None
     compute_units: int | None = None
     kernel_floor_us: float | None = None
+    aliases: tuple[str, ...] = ()  # short names that mean this entry where several entries match them (`A100`)
 
 
 @dataclass(frozen=True)
@@ -331,7 +332,7 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
     return tuple(devs)
 
 
-_DEVICE_SHAPE_KEYS = ("achievable", "achievable_memory_tbs", "compute_units", "kernel_floor_us")
+_DEVICE_SHAPE_KEYS = ("achievable", "achievable_memory_tbs", "compute_units", "kernel_floor_us", "aliases")
 
 
 def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
@@ -345,6 +346,7 @@ def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
         "compute_units": int(rd.num(t, "compute_units", where, integer=True, maximum=1_000_000))
         if "compute_units" in t else None,
         "kernel_floor_us": float(rd.num(t, "kernel_floor_us", where, maximum=1e6)) if "kernel_floor_us" in t else None,
+        "aliases": tuple(a.upper() for a in rd.strings(t, "aliases", where, default=[])),
     }
 
 

@@ -47,12 +47,15 @@ class Chip:
 
 
 def find_entry(name: str, devices, option: str = "--on"):
-    """A bench.toml [devices] entry by its key (`h100_sxm5`), a device name as a profiler writes it (`NVIDIA H100
-    80GB HBM3`), or a short name all of whose tokens one entry's `match` holds (`V100`, `MI300X`). Unknown or
-    ambiguous: one line naming the known entries."""
+    """A bench.toml [devices] entry by its key (`h100_sxm5`), a short name an entry lists in `aliases` (`A100`),
+    a device name as a profiler writes it (`NVIDIA H100 80GB HBM3`), or a short name all of whose tokens one
+    entry's `match` holds (`V100`, `MI300X`). Unknown or ambiguous: one line naming the known entries."""
     by_key = {d.key: d for d in devices}
     if name.lower() in by_key:
         return by_key[name.lower()]
+    aliased = [d for d in devices if name.upper() in d.aliases]
+    if len(aliased) == 1:
+        return aliased[0]
     entry, note = match_datasheet(name, devices)
     if entry is not None:
         return entry
