@@ -93,7 +93,7 @@ def test_probe_does_not_call_a_dependency_served_by_an_equivalent_missing(tmp_pa
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["nvidia-cuda-nvrtc-cu12>=12.4", "msgspec>=0.18"]\n')
     installed = {"nvidia-cuda-nvrtc": "13.0.88"}  # as on the image: CUDA 13's NVRTC, no cu12 wheel, no msgspec
-    monkeypatch.setattr(probe, "_version", lambda name: installed.get(name))
+    monkeypatch.setattr(probe, "installed_version", lambda name: installed.get(name))
     assert probe.missing_dependencies(pyproject) == ["msgspec"]
     installed.clear()
     assert probe.missing_dependencies(pyproject) == ["nvidia-cuda-nvrtc-cu12", "msgspec"]
