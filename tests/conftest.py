@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +19,14 @@ import torch
 
 CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.harness.ceilings.CACHE_ENV (not imported here: torch-free start)
 REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    """A script of scripts/ (no .py suffix, so not importable by name) as a module, for tests to call its main."""
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO / "scripts" / name))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
 
 
 def _hypothesis_outside_the_checkout() -> None:

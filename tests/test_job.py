@@ -4,26 +4,16 @@ LocalCluster), and the bad inputs."""
 from __future__ import annotations
 
 import gzip
-import importlib.machinery
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from microbench.communication import job
 from microbench.core.errors import InputError
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import load_script
+
 RANKS, STRAGGLER = 4, 2
-
-
-def _make_job_module():
-    loader = importlib.machinery.SourceFileLoader("make_job", str(REPO / "scripts" / "make-job"))
-    spec = importlib.util.spec_from_loader("make_job", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +21,7 @@ def job_dir(tmp_path_factory, shared_dir):
     bases = [shared_dir / "traces" / "a100_torchrec_rank0.json.gz"]  # one base: only the jitter tells ranks apart
     out = tmp_path_factory.mktemp("job")
     args = ["--ranks", str(RANKS), "--out", str(out), "--straggler", str(STRAGGLER), "--seed", "3"]
-    assert _make_job_module().main(args + sum((["--base", str(b)] for b in bases), [])) == 0
+    assert load_script("make-job").main(args + sum((["--base", str(b)] for b in bases), [])) == 0
     return out
 
 

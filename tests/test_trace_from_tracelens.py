@@ -3,25 +3,20 @@ prediction take (the held-out pairs of docs/predict.md are built this way)."""
 from __future__ import annotations
 
 import csv
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import load_script
+
 HEADER = ["name", "op category", "Input Dims", "Input type", "Concrete Inputs", "operation_count",
           "total_direct_kernel_time_sum", "kernel_details_summary"]
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>(Params)"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >(int)"
 
 
-def _script():
-    loader = importlib.machinery.SourceFileLoader("trace_from_tracelens", str(REPO / "scripts" / "trace-from-tracelens"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+def _rebuild(argv: list[str]) -> int:
+    return load_script("trace-from-tracelens").main(argv)
 
 
 def _kernels(name: str, count: int, mean: float) -> str:
@@ -47,7 +42,7 @@ def test_a_report_becomes_a_trace_the_prediction_reads(tmp_path):
     from microbench.timeline.analysis import read_trace
 
     out = tmp_path / "t.json.gz"
-    assert _script().main([str(_csv(tmp_path / "ops.csv")), "--device", "h100", "--out", str(out)]) == 0
+    assert _rebuild([str(_csv(tmp_path / "ops.csv")), "--device", "h100", "--out", str(out)]) == 0
     tl = read_trace(out)
     assert len(tl.kernels) == 5 and sorted(tl.kernels.dur_us.tolist()) == [2.0, 2.0, 2.0, 8.0, 8.0]
     doc = from_trace(out, "mi300x_vf", load_config())
@@ -59,7 +54,7 @@ def test_a_report_becomes_a_trace_the_prediction_reads(tmp_path):
 
 def test_a_row_whose_totals_disagree_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        _script().main([str(_csv(tmp_path / "ops.csv", add_total=7.5)), "--device", "h100",
+        _rebuild([str(_csv(tmp_path / "ops.csv", add_total=7.5)), "--device", "h100",
                         "--out", str(tmp_path / "t.json")])
     assert "ops.csv:3: aten::add" in str(e.value) and "7.500" in str(e.value)
     assert not (tmp_path / "t.json").exists()
@@ -69,5 +64,5 @@ def test_a_cell_that_is_no_literal_is_one_line(tmp_path):
     path = _csv(tmp_path / "ops.csv")
     path.write_text(path.read_text().replace("((512,), (141, 512)", "((512,), (141, 512", 1))
     with pytest.raises(SystemExit) as e:
-        _script().main([str(path), "--device", "mi300x", "--out", str(tmp_path / "t.json")])
+        _rebuild([str(path), "--device", "mi300x", "--out", str(tmp_path / "t.json")])
     assert str(e.value).startswith(f"{path}:2: aten::addmm: not a TraceLens ops_unique_args row")

@@ -17,15 +17,17 @@ from microbench.step.oprecord import analyse
 
 
 class _Live(TorchDispatchMode):
-    """Every modelled operator call's (name, flops, bytes) as the step recorder counts it."""
+    """Each call's (name, flops, bytes) as the step recorder counts it: of the modelled (matrix) operators, or with
+    `modelled=False` of all the others."""
 
-    def __init__(self):
+    def __init__(self, modelled: bool = True):
         super().__init__()
+        self.modelled = modelled
         self.calls = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func._schema.name in aten.modelled_ops():
+        if (func._schema.name in aten.modelled_ops()) == self.modelled:
             r = analyse(func, args, kwargs or {}, out, None, None)
             self.calls.append((r.op, r.flops, r.bytes))
         return out
@@ -177,21 +179,6 @@ def test_every_modelled_operator_gives_the_same_work_both_ways(name):
         (traced.family, traced.dtype, traced.flops, traced.bytes_moved, traced.dims)
 
 
-class _LiveOther(TorchDispatchMode):
-    """Every call of an operator without a matrix model: (name, bytes) as the step recorder counts it."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func._schema.name not in aten.modelled_ops():
-            r = analyse(func, args, kwargs or {}, out, None, None)
-            self.calls.append((r.op, r.bytes))
-        return out
-
-
 MEMORY_BOUND_CALLS = {
     "add broadcast": lambda x, y, w, i: x + y[0],
     "add_ in place": lambda x, y, w, i: x.clone().add_(y),
@@ -222,13 +209,13 @@ def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
 
     fn = MEMORY_BOUND_CALLS[case]
     args = (torch.randn(6, 32), torch.randn(6, 32), torch.randn(50, 16), torch.randint(0, 50, (3, 4)))
-    with _LiveOther() as live:
+    with _Live(modelled=False) as live:
         fn(*args)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
         fn(*args)
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))
-    moving = {name for name, nbytes in live.calls if nbytes}
+    moving = {name for name, _, nbytes in live.calls if nbytes}
     assert moving, "the case moves no bytes: it tests nothing"
     traced = []
     for e in json.loads(path.read_text())["traceEvents"]:
@@ -237,7 +224,7 @@ def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
             w = aten.trace_other_work(e["name"], classify_operator(e["name"]).cls, a.get("Input Dims"),
                                       a.get("Input type"), a.get("Concrete Inputs"))
             traced.append((e["name"], w and w[1]))
-    assert Counter(c for c in live.calls if c[0] in moving) == Counter(traced)
+    assert Counter((op, nbytes) for op, _, nbytes in live.calls if op in moving) == Counter(traced)
 
 
 def test_trace_other_work_infers_results_it_can_and_refuses_the_rest():
