@@ -75,27 +75,16 @@ def _outermost(tl: Timeline, rows: np.ndarray) -> np.ndarray:
 
 
 def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
-    """Per kernel row: the index into `tops` of the operator that launched it, -1 for none."""
+    """Per kernel row: the index into `tops` of the operator that launched it, -1 for none. `tops` do not nest,
+    so the latest one started before a launch owns it or none does (no look-back past an ended one)."""
     owner = np.full(len(tl.kernels), -1, dtype=np.int64)
-    li = tl.launch_index()
-    ok = (li != NO_ID) & (tl.kernels.category == KERNEL)
-    if not len(tops) or not ok.any():
+    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
+    if not len(tops) or not len(kernels):
         return owner
-    ops = tl.cpu_ops
-    l_ts, l_thread = tl.launches.ts_us[li[ok]], tl.launches.thread[li[ok]]
-    found = np.full(len(l_ts), -1, dtype=np.int64)
-    for th in np.unique(l_thread):
-        mine = tops[ops.thread[tops] == th]
-        if not len(mine):
-            continue
-        mine = mine[np.argsort(ops.ts_us[mine], kind="stable")]
-        starts, ends = ops.ts_us[mine], ops.ts_us[mine] + ops.dur_us[mine]
-        sel = np.flatnonzero(l_thread == th)
-        pos = np.searchsorted(starts, l_ts[sel], "right") - 1
-        inside = (pos >= 0) & (l_ts[sel] <= ends[np.maximum(pos, 0)])
-        index_of = {int(r): i for i, r in enumerate(tops)}
-        found[sel[inside]] = [index_of[int(r)] for r in mine[pos[inside]]]
-    owner[np.flatnonzero(ok)] = found
+    rows = _innermost_owner(tl, tops, kernels, max_back=1)
+    index_of = np.full(len(tl.cpu_ops), -1, dtype=np.int64)
+    index_of[tops] = np.arange(len(tops))
+    owner[kernels] = np.where(rows >= 0, index_of[np.maximum(rows, 0)], -1)
     return owner
 
 
