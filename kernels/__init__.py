@@ -5,12 +5,12 @@ import importlib
 # The provider modules; a module whose optional dependency is missing still imports and
 # registers its providers, which then report why they are unavailable.
 PROVIDER_MODULES = (
-    "kernels.gemm_vendor",
-    "kernels.conv_vendor",
-    "kernels.gemm_triton",
-    "kernels.conv_triton",
-    "kernels.gemm_cupy",
-    "kernels.conv_cupy",
+    "microbench.kernels.gemm_vendor",
+    "microbench.kernels.conv_vendor",
+    "microbench.kernels.gemm_triton",
+    "microbench.kernels.conv_triton",
+    "microbench.kernels.gemm_cupy",
+    "microbench.kernels.conv_cupy",
 )
 
 
@@ -22,8 +22,8 @@ def load_all() -> None:
 # Modules that define `aot_builds(target)` (see microbench/sass.py): compiled ahead of time for sm_80 and
 # sm_90 and inspected by `python -m microbench.inspect` without a GPU.
 STATIC_MODULES: tuple[str, ...] = (
-    "kernels.gemm_triton",
-    "kernels.conv_triton",
-    "kernels.gemm_cupy",
-    "kernels.conv_cupy",
+    "microbench.kernels.gemm_triton",
+    "microbench.kernels.conv_triton",
+    "microbench.kernels.gemm_cupy",
+    "microbench.kernels.conv_cupy",
 )

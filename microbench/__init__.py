@@ -10,6 +10,30 @@ do not need them (trace, compare).
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+from pathlib import Path
+
+# kernels/ and models/ sit beside microbench/ in the repository. A wheel installs them under this package
+# (pyproject's package mapping); a source checkout gets the same names from this finder, so there is one import
+# name, `microbench.kernels` / `microbench.models`, and never a top-level `kernels` or `models`.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+_MAPPED = ("kernels", "models")
+
+
+class _CheckoutFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        head, _, rest = fullname.partition(".")
+        if head != "microbench" or rest not in _MAPPED:
+            return None
+        init = _CHECKOUT / rest / "__init__.py"
+        return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
+
+
+if not (Path(__file__).parent / "kernels").is_dir() and (_CHECKOUT / "pyproject.toml").is_file() and all(
+        (_CHECKOUT / d / "__init__.py").is_file() for d in _MAPPED):
+    sys.meta_path.append(_CheckoutFinder())
 
 __all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace"]
 

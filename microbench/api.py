@@ -13,7 +13,7 @@ from microbench.core.shapes import Case
 
 
 def _load_providers() -> None:
-    import kernels
+    from microbench import kernels
 
     kernels.load_all()
 

@@ -66,7 +66,7 @@ def _main(args, out: Path) -> int:
 def _run(args, out_dir) -> int:
     from rich.console import Console
 
-    import kernels
+    from microbench import kernels
 
     kernels.load_all()  # the replay's providers
 

@@ -66,7 +66,7 @@ def _write_json(path: Path, result: Inspection) -> None:
 
 def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None,
         progress=None) -> Inspection:
-    import kernels
+    from microbench import kernels
 
     result = Inspection()
     for name in modules or kernels.STATIC_MODULES:
@@ -171,7 +171,7 @@ def profile_main(args) -> int:
     """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
-    from kernels.triton_configs import arch_family
+    from microbench.kernels.triton_configs import arch_family
     from microbench.core.config import load_config
 
     cases = load_config().profile(args.profile).cases

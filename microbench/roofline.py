@@ -102,7 +102,7 @@ def _run(args, cfg, profile, out) -> int:
     # Heavy imports only after the config is known to be good.
     from rich.console import Console
 
-    import kernels
+    from microbench import kernels
     from microbench.core import device as devmod
     from microbench.core.results import ResultsWriter, results_header
 

@@ -53,7 +53,7 @@ TRACES = SHARED / "traces" if (SHARED / "traces" / "SOURCES.md").is_file() else 
 
 
 def pytest_configure(config):
-    import kernels
+    from microbench import kernels
 
     kernels.load_all()  # the providers register on import; commands do the same (the core never imports kernels/)
     # Runs before pytest-benchmark's own (trylast) pytest_configure reads the options.

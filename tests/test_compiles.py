@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import triton
 
-from kernels import triton_configs as cfgs
-from kernels import triton_runtime as tr
+from microbench.kernels import triton_configs as cfgs
+from microbench.kernels import triton_runtime as tr
 from microbench.devtools.compiles import count, plan_cases
 from microbench.core.shapes import Case, ConvShape, GemmShape
 

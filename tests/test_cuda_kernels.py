@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
+from microbench.kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
 from microbench.harness import registry
 from microbench.harness import sass
 from microbench.core.cases import make_inputs, reference, rel_err
@@ -111,7 +111,7 @@ def test_every_kernel_uses_tensor_cores_without_spills(static_records, module, t
 
 @pytest.mark.parametrize("target", sass.TARGETS)
 def test_wgmma_variant_is_hgmma_on_sm90_only(static_records, target):
-    recs = [r for r in static_records[("kernels.gemm_cupy", target)] if r.wants_wgmma]
+    recs = [r for r in static_records[("microbench.kernels.gemm_cupy", target)] if r.wants_wgmma]
     if target != "sm_90":
         assert recs == []  # wgmma is sm_90a-only: nothing to build for other targets
         return
@@ -155,7 +155,7 @@ def test_function_sections_split_a_multi_kernel_cubin(static_records):
 
 
 def test_inspect_cli_lists_every_cuda_kernel(static_records, tmp_path, monkeypatch, capsys):
-    import kernels
+    from microbench import kernels
     from microbench import inspect
 
     monkeypatch.setattr(kernels, "STATIC_MODULES", tuple(m.__name__ for m in MODULES))
@@ -227,7 +227,7 @@ def test_wgmma_provider_wants_hopper():
         kind: str = "cuda"
         is_gpu: bool = True
 
-    from kernels import gemm_vendor
+    from microbench.kernels import gemm_vendor
 
     real = gemm_vendor.cupy_reason
     gemm_vendor.cupy_reason = lambda device: None  # pretend CuPy sees a GPU

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import conv_cupy, gemm_cupy
+from microbench.kernels import conv_cupy, gemm_cupy
 from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
@@ -147,7 +147,7 @@ def test_conv_plan_copies_nchw_inputs_to_nhwc():
 def test_tensors_cross_into_cupy_without_ml_dtypes(dtype, crosses_as):
     """CuPy 14 imports bf16 through DLPack only with ml_dtypes installed: bf16 goes as its int16 view, the
     same bytes at the same address (the kernels read only the pointer)."""
-    from kernels.cuda_kernels import dlpack_view
+    from microbench.kernels.cuda_kernels import dlpack_view
 
     t = torch.randn(5, 8).to(dtype)[:, 2:]  # a view with an offset and strides
     v = dlpack_view(t)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import models
+from microbench import models
 from microbench.step.attribution import attribute, load_trace
 from microbench.decompose import main
 from microbench.core.ops import of as spec_of
@@ -21,9 +21,9 @@ from microbench import decompose_step
 from microbench.step.analysis import cpu_matrix_evidence, onednn_key
 from microbench.harness.evidence import OneDnnExec
 from microbench.step.oprecord import OpRecorder
-from models.ranges import StepRanges
-from models.step import TrainingStep, image_inputs
-from models.transformer import make_inputs_for
+from microbench.models.ranges import StepRanges
+from microbench.models.step import TrainingStep, image_inputs
+from microbench.models.transformer import make_inputs_for
 
 from .conftest import SHARED
 
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
 def _small(name):
     """The benchmark models at sizes a 2-core CPU profiles in seconds: the same layers (the same module
     tree), smaller inputs and, for the Transformer and NCF, smaller vocabulary / user and item tables."""
-    from models import ncf, transformer
-    from models.step import Workload
+    from microbench.models import ncf, transformer
+    from microbench.models.step import Workload
 
     facts = models.facts(name)
     if name == "transformer":  # built small directly: the full vocabulary's embedding takes seconds to initialise

@@ -54,8 +54,8 @@ def _compile_dot(operand: str, target: str, precision: str | None = None):
         import triton
         import triton.language as tl
 
-        from kernels.triton_configs import COMPILE_OPTIONS
-        from kernels.triton_runtime import aot_compile
+        from microbench.kernels.triton_configs import COMPILE_OPTIONS
+        from microbench.kernels.triton_runtime import aot_compile
 
         if "kernel" not in _CACHE:
             @triton.jit
@@ -89,8 +89,8 @@ def _compile_in_a_fresh_process(operand: str, target: str, precision: str | None
     import subprocess
     import sys
 
-    from kernels.triton_configs import COMPILE_OPTIONS
-    from kernels.triton_runtime import aot_compile
+    from microbench.kernels.triton_configs import COMPILE_OPTIONS
+    from microbench.kernels.triton_runtime import aot_compile
 
     code = (f"from tests.test_inspect_amd import _compile_dot; _compile_dot({operand!r}, {target!r}, {precision!r})")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent,
@@ -136,9 +136,9 @@ def test_fp32_asked_as_ieee_on_gfx942_is_fp32_matrix_math():
 def ours():
     """Our GEMM (every dtype) and convolution forward (fp16, fp32, tf32) defaults, and the GEMM's fp8 default
     given the other flavour, for both AMD targets: 24 compiles, seconds each."""
-    from kernels import conv_triton, gemm_triton
-    from kernels import triton_configs as cfgs
-    from kernels.triton_runtime import aot_build
+    from microbench.kernels import conv_triton, gemm_triton
+    from microbench.kernels import triton_configs as cfgs
+    from microbench.kernels.triton_runtime import aot_build
 
     out = []
     for target in targets.AMD_TARGETS:
@@ -251,7 +251,7 @@ def test_waves_per_simd_follow_the_unified_register_file():
 
 
 def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeypatch, capsys):
-    import kernels
+    from microbench import kernels
     from microbench import inspect as cli
 
     listing = _LISTING.replace("ScratchSize: 16", "ScratchSize: 0").replace("\tscratch_store_dword off, v3, off offset:200 ; 4-byte Folded Spill\n", "")
@@ -291,7 +291,7 @@ def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys):
            "occupancy_unit": "waves/SIMD", "matrix_cores": "yes", "fallback": None}
     a, b = tmp_path / "nv.json", tmp_path / "amd.json"
     a.write_text(json.dumps([nv]))
-    b.write_text(json.dumps([amd, {"module": "kernels.gemm_cupy", "target": "gfx942", "error": "x"}]))
+    b.write_text(json.dumps([amd, {"module": "microbench.kernels.gemm_cupy", "target": "gfx942", "error": "x"}]))
     out = tmp_path / "cmp.json"
     assert compare.main([str(a), str(b), "--json", str(out)]) == 0
     cmp = json.loads(out.read_text())
@@ -306,7 +306,7 @@ def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys):
 def test_a_gpu_row_that_ran_a_fallback_is_flagged():
     """On an AMD GPU the evidence hook reads the kernel that ran: a fallback comes back as such, and the runner
     flags the row with it; on a CPU the static evidence names the AMD chips that would fall back."""
-    from kernels.triton_runtime import amdgcn_evidence, static_evidence
+    from microbench.kernels.triton_runtime import amdgcn_evidence, static_evidence
 
     listing = _LISTING.replace("v_mfma_f32_16x16x16_bf16", "v_mfma_f32_16x16x4_f32")
     ev = amdgcn_evidence(listing, "triton_gemm", "BM128", "gfx950", "tf32")
@@ -322,8 +322,8 @@ def test_a_gpu_row_that_ran_a_fallback_is_flagged():
 def test_amd_build_list_is_every_candidate_once():
     """What `inspect --target gfx942` builds, listed without compiling: every default and autotune candidate of
     every dtype, each (kernel, config) once, and the wrong-flavour fp8 build labelled apart."""
-    from kernels import conv_triton, gemm_triton
-    from kernels import triton_configs as cfgs
+    from microbench.kernels import conv_triton, gemm_triton
+    from microbench.kernels import triton_configs as cfgs
 
     for target in targets.AMD_TARGETS:
         gemm = [(n, f"{dt} {gemm_triton._flavour(dt, target)} {c.label()}") for n, dt, c, _ in gemm_triton.aot_variants(target)]
@@ -341,9 +341,9 @@ def test_a_transient_amd_link_failure_is_retried_once(monkeypatch):
     and succeeded on the next try: aot_compile retries that failure once, and only that one."""
     import triton
 
-    from kernels import gemm_triton
-    from kernels import triton_configs as cfgs
-    from kernels.triton_runtime import aot_compile
+    from microbench.kernels import gemm_triton
+    from microbench.kernels import triton_configs as cfgs
+    from microbench.kernels.triton_runtime import aot_compile
 
     calls = []
 
@@ -367,7 +367,7 @@ def test_fp8_cases_take_the_flavour_of_the_chip():
     Triton GEMM takes as fp8_e4m3 (same tiles, bf16 output), and gfx942's native flavour."""
     import torch
 
-    from kernels import gemm_triton
+    from microbench.kernels import gemm_triton
     from microbench.core import dtypes
 
     fnuz = getattr(torch, "float8_e4m3fnuz", None)

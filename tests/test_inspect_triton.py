@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from kernels import conv_triton, gemm_triton
+from microbench.kernels import conv_triton, gemm_triton
 from microbench import inspect as inspect_cli
 from microbench.harness import registry
 from microbench.harness import sass
@@ -93,10 +93,10 @@ def test_every_module_builds_for_both_targets(records):
 
 
 def test_cli_json_lists_one_record_per_kernel_config_target(tmp_path, records, monkeypatch):
-    import kernels
+    from microbench import kernels
 
     # Only this module's builds: other kernel modules have their own tests (and toolchains).
-    monkeypatch.setattr(kernels, "STATIC_MODULES", ("kernels.gemm_triton",))
+    monkeypatch.setattr(kernels, "STATIC_MODULES", ("microbench.kernels.gemm_triton",))
     out = tmp_path / "inspect.json"
     # NVIDIA targets: the AMD ones have their own tests (tests/test_inspect_amd.py), and their full set is minutes cold.
     assert inspect_cli.main(["--json", str(out), "--kernel", "triton_gemm", "--target", "sm_80", "--target", "sm_90"]) == 0
@@ -130,8 +130,8 @@ def test_cpu_rows_carry_static_evidence(records):
 def test_cdna_default_configurations_compile_to_mfma(dtype):
     """The AMD family's configurations are real ones: compiled ahead of time for MI300 (gfx942), the
     default GEMM and convolution tiles issue matrix-core instructions (v_mfma)."""
-    from kernels import triton_configs as cfgs
-    from kernels.triton_runtime import mfma_count
+    from microbench.kernels import triton_configs as cfgs
+    from microbench.kernels.triton_runtime import mfma_count
 
     try:
         gemm = gemm_triton._build("triton_gemm", dtype, cfgs.gemm_default("cdna", dtype), "gfx942")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from kernels import cuda_kernels as ck
-from kernels import triton_runtime
+from microbench.kernels import cuda_kernels as ck
+from microbench.kernels import triton_runtime
 from microbench.harness.launches import KernelLaunch, launch_record, report_launch
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import conv_cupy, gemm_cupy
+from microbench.kernels import conv_cupy, gemm_cupy
 
 REPO = Path(__file__).resolve().parent.parent
 KERNELS = REPO / "kernels"

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import models
-from models.ranges import LOSS_LAYER, PHASES, StepRanges
-from models.step import TrainingStep, Workload, image_inputs
+from microbench import models
+from microbench.models.ranges import LOSS_LAYER, PHASES, StepRanges
+from microbench.models.step import TrainingStep, Workload, image_inputs
 
 # ../shared/REFERENCE.md: "ResNet-50 at 224x224 is about 4.1 GMAC (8.2 GFLOP) per image forward".
 RESNET50_FORWARD_GFLOP = 8.2

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import nvrtc
+from microbench.kernels import nvrtc
 from microbench.harness import sass
 
 pytestmark = pytest.mark.inspect
@@ -108,7 +108,7 @@ def test_ptx_that_needs_the_newer_isa_says_why(tmp_path):
 def _fake_modules(monkeypatch, cubin: bytes):
     import types
 
-    import kernels
+    from microbench import kernels
 
     good, bad = types.ModuleType("fake_good_kernels"), types.ModuleType("fake_broken_kernels")
     good.aot_builds = lambda target: [sass.AotBuild(kernel="saxpy", config="-", target=target, cubin=cubin)]

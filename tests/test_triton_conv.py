@@ -15,8 +15,8 @@ import zlib
 import pytest
 import torch
 
-from kernels import conv_triton as ct
-from kernels import triton_configs as cfgs
+from microbench.kernels import conv_triton as ct
+from microbench.kernels import triton_configs as cfgs
 from microbench.harness import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes

@@ -15,9 +15,9 @@ import zlib
 import pytest
 import torch
 
-from kernels import gemm_triton as gt
-from kernels import triton_configs as cfgs
-from kernels import triton_runtime
+from microbench.kernels import gemm_triton as gt
+from microbench.kernels import triton_configs as cfgs
+from microbench.kernels import triton_runtime
 from microbench.harness import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.config import load_config

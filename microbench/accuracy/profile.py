@@ -16,7 +16,7 @@ from .train import SeedRun, build_model, build_optimizer
 
 def decompose_epoch(spec: TtaModel, ds: Dataset, device: str, on_progress: Callable[[str], None] | None = None) -> dict:
     """The decomposition document of `decompose` for one epoch's worth of steps of this model on a real batch."""
-    from models.step import Workload
+    from microbench.models.step import Workload
 
     from microbench.step.analysis import DecomposeOptions, decompose_step
 

@@ -8,8 +8,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from microbench.core.errors import ConfigError
+from microbench.core.resources import data_file
 
-RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "tta.toml"
+RULES_PATH = data_file("tta.toml")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ PROVIDER = "microbench.tta"
 
 
 def _bad(key: str, value, problem: str):
-    from models import ModelError
+    from microbench.models import ModelError
 
     return ModelError(None, problem, key=key, value=value)
 

@@ -180,9 +180,10 @@ DEFAULT_SIZES = "8,64,512,4K,32K,256K,2M,16M"
 def deepbench_sizes() -> list[int]:
     """DeepBench's all-reduce sizes (float32 element counts) in bytes."""
     import tomllib
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "data" / "deepbench.toml"
+    from microbench.core.resources import data_file
+
+    path = data_file("deepbench.toml")
     return [int(n) * ELEMENT_BYTES for n in tomllib.loads(path.read_text())["all_reduce"]["floats"]]
 
 
@@ -200,7 +201,7 @@ def parse_sizes(text: str) -> list[int]:
         if tok == "deepbench":
             out.update(deepbench_sizes())
         elif tok.startswith("buckets:"):
-            import models
+            from microbench import models
 
             from .ddp import bucket_sizes
 

@@ -172,8 +172,8 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
 
     quiet_profiler()
 
-    import models
-    from models.step import TrainingStep
+    from microbench import models
+    from microbench.models.step import TrainingStep
 
     torch.manual_seed(1234 + info.rank)
     workload = models.load(plan.model)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from microbench.core.errors import InputError
 from .ranks import RankSummary, summarize_rank
+from microbench.core.resources import data_file
 
-JOB_TOML = Path(__file__).resolve().parent.parent / "data" / "job.toml"
+JOB_TOML = data_file("job.toml")
 GLOB_CHARS = "*?["
 
 
@@ -137,7 +138,7 @@ def _dask(paths: list[Path], address: str, timeout_s: float, step_range: str | N
     try:
         from distributed import Client
     except ImportError:
-        raise InputError(None, "a Dask scheduler needs dask[distributed]: pip install 'dask[distributed]'",
+        raise InputError(None, "a Dask scheduler needs Dask distributed: pip install 'dawnscope[dask]'",
                          key="--scheduler", value=address) from None
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from microbench.core.errors import ConfigError
+from microbench.core.resources import data_file
 
-FABRICS_PATH = Path(__file__).resolve().parent.parent / "data" / "fabrics.toml"
+FABRICS_PATH = data_file("fabrics.toml")
 FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 ALGORITHMS = ("ring", "tree")
 OVERLAPS = ("buckets", "none")
@@ -225,8 +226,8 @@ def measured_step_ms(model_name: str, steps: int = 3) -> tuple[float, int]:
     import statistics
     import time
 
-    import models
-    from models.step import TrainingStep
+    from microbench import models
+    from microbench.models.step import TrainingStep
 
     w = models.load(model_name)
     batch = w.facts.cpu_batch if w.facts else 8
@@ -256,7 +257,7 @@ def scale_command(args) -> dict:
     if args.model is None and (grad is None or step_ms is None):
         raise ConfigError(None, "give --model, or both --step-ms and --gradient-bytes", key="--model")
     if args.model is not None and grad is None:
-        import models
+        from microbench import models
 
         from .ddp import grad_bytes
 

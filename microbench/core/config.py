@@ -17,10 +17,10 @@ from microbench.core.errors import ConfigError, InputError
 from microbench.core.ops import OpSpec
 from microbench.core.shapes import Case
 from microbench.core.stats import NoiseSettings
+from microbench.core.resources import data_file, default_config
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO_ROOT / "bench.toml"
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DEFAULT_CONFIG = default_config()
+DATA_DIR = data_file("")
 
 DTYPES = dt_table.CASE_DTYPES  # the dtypes of cases, each with its [tolerance] (microbench.core.dtypes)
 DEVICE_KINDS = ("cpu", "cuda", "rocm")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
-from pathlib import Path
+from microbench.core.resources import data_file
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "targets.toml"
+DATA = data_file("targets.toml")
 
 NVIDIA_TARGETS = ("sm_80", "sm_90")
 AMD_TARGETS = ("gfx942", "gfx950")

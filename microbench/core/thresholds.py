@@ -5,8 +5,9 @@ from __future__ import annotations
 import tomllib
 from functools import lru_cache
 from pathlib import Path
+from microbench.core.resources import data_file
 
-THRESHOLDS_PATH = Path(__file__).resolve().parents[1] / "data" / "thresholds.toml"
+THRESHOLDS_PATH = data_file("thresholds.toml")
 
 
 @lru_cache(maxsize=None)

@@ -38,8 +38,8 @@ def _unfilled_operands():
 
 def plan_cases(case_list, family: str, sms: int = 132) -> list:
     """The compiles of these cases on a GPU of `family` (with its `sms`), as recorded by the providers."""
-    import kernels
-    from kernels import triton_runtime
+    from microbench import kernels
+    from microbench.kernels import triton_runtime
     from microbench.core.cases import make_inputs
     from microbench.harness import registry
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args) -> int:
     from microbench.core.config import load_config
-    from kernels.triton_runtime import AUTOTUNE_ENV
+    from microbench.kernels.triton_runtime import AUTOTUNE_ENV
 
     cases = load_config(args.config).profile(args.profile).cases
     for setting in ("1", "0"):
@@ -116,7 +116,7 @@ def _aot_value(spec):
 
 
 def _kernel(name: str):
-    from kernels import conv_triton, gemm_triton
+    from microbench.kernels import conv_triton, gemm_triton
 
     if name == "triton_gemm":
         return gemm_triton._gemm_kernel
@@ -127,7 +127,7 @@ def _kernel(name: str):
 
 def inspect_one(plan, target: str) -> dict:
     """Compile one recorded plan for `target` and read its SASS (runs in a worker process)."""
-    from kernels.triton_runtime import aot_build, aot_compile
+    from microbench.kernels.triton_runtime import aot_build, aot_compile
     from microbench.harness.sass import inspect_build
 
     name, cfg, spec = plan

@@ -11,7 +11,7 @@ def _gemms(n: int) -> dict:
     """label -> a call running that GEMM once, its operands made here (outside the profiled window)."""
     import torch
 
-    from kernels import gemm_cupy, gemm_triton
+    from microbench.kernels import gemm_cupy, gemm_triton
 
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     a32, b32 = (torch.randn(n, n, device="cuda", dtype=torch.float32) for _ in range(2))

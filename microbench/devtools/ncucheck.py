@@ -21,8 +21,9 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from microbench.core.resources import data_file
 
-METRICS_TOML = Path(__file__).resolve().parents[1] / "data" / "ncu_metrics.toml"
+METRICS_TOML = data_file("ncu_metrics.toml")
 MARK_PREFIX = "dawnscope_mark_"
 
 

@@ -59,7 +59,7 @@ def _tool_version(path) -> str:
 
 def chain(arch: str) -> dict:
     """NVRTC -> PTX -> ptxas -> cubin -> cuobjdump for this device's architecture (sm_80 in a dry run)."""
-    from kernels import nvrtc
+    from microbench.kernels import nvrtc
     from microbench.harness import sass
 
     target = arch if arch.startswith("sm_") else "sm_80"

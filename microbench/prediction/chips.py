@@ -10,8 +10,9 @@ from pathlib import Path
 
 from microbench.core.datasheet import match_datasheet, norm_tokens
 from microbench.core.errors import InputError
+from microbench.core.resources import data_file
 
-ASSUMPTIONS_PATH = Path(__file__).resolve().parent.parent / "data" / "prediction.toml"
+ASSUMPTIONS_PATH = data_file("prediction.toml")
 MATRIX_PRECISIONS = ("tf32", "fp16", "bf16", "fp8", "int8")
 
 

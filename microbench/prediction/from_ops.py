@@ -25,11 +25,11 @@ def record_step(model: str, batch: int | None, dtype: str):
     """The operator records of one training step of `model` at `batch` (None: the benchmark's batch) in `dtype`,
     on fake CPU tensors. The fp16 gradient scaler's inf check reads a value, which fake tensors do not have: the
     step runs without the scaler (its few tiny kernels are missing)."""
-    import models
+    from microbench import models
     import torch
-    from models import ModelError
-    from models.ranges import StepRanges
-    from models.step import STEP_DTYPES, TrainingStep
+    from microbench.models import ModelError
+    from microbench.models.ranges import StepRanges
+    from microbench.models.step import STEP_DTYPES, TrainingStep
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from microbench.step.oprecord import OpRecorder

@@ -97,7 +97,7 @@ _OUT_OF_MEMORY = ("can't allocate", "out of memory", "not enough memory")
 def _step_error(what: str, e: BaseException, model_name: str, batch: int):
     """The one line for a training step that fails: an allocation failure names --batch (the argument to
     change), anything else --model."""
-    from models import ModelError
+    from microbench.models import ModelError
 
     if isinstance(e, MemoryError) or any(t in str(e).lower() for t in _OUT_OF_MEMORY):
         return ModelError(None, f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
@@ -240,7 +240,7 @@ def run_decomposition(model, options: DecomposeOptions | None = None) -> Decompo
 
 
 def _positive(key: str, v, minimum: int) -> None:
-    from models import ModelError
+    from microbench.models import ModelError
 
     if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
         raise ModelError(None, "must be a positive integer", key=key, value=v)
@@ -248,8 +248,8 @@ def _positive(key: str, v, minimum: int) -> None:
 
 def stage_load(d: Decomposition) -> None:
     """Stage load: the options checked, the configuration, the model's workload, the device, the batch."""
-    import models
-    from models import ModelError
+    from microbench import models
+    from microbench.models import ModelError
 
     from microbench.core import device as devmod
 
@@ -319,14 +319,14 @@ def stage_record(d: Decomposition) -> None:
 
 
 def _ranges(d: Decomposition, backward_ranges: bool = True):
-    from models.ranges import StepRanges
+    from microbench.models.ranges import StepRanges
 
     model = d.workload.model
     return StepRanges(model, root_name=type(model).__name__, backward_ranges=backward_ranges)
 
 
 def _build_step(d: Decomposition):
-    from models.step import TrainingStep
+    from microbench.models.step import TrainingStep
 
     try:
         return TrainingStep(d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d))
@@ -346,7 +346,7 @@ def stage_profile(d: Decomposition) -> None:
 
 def stage_attribute(d: Decomposition) -> None:
     """Stage attribute: the trace's kernels (GPU) or operators (CPU) attributed to layers and phases."""
-    from models.ranges import STEP_RANGE
+    from microbench.models.ranges import STEP_RANGE
 
     from microbench.core.stats import summarize
     from microbench.step.attribution import attribute, load_trace
@@ -672,7 +672,7 @@ def _backward_checks(att, ranges) -> dict:
 # ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
 def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
-    from models import ModelError
+    from microbench.models import ModelError
 
     from microbench.harness import registry
 

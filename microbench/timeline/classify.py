@@ -6,8 +6,9 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from microbench.core.resources import data_file
 
-RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "kernel_rules.toml"
+RULES_PATH = data_file("kernel_rules.toml")
 TENSOR_CORE_VALUES = ("yes", "no", "unknown")
 
 

@@ -8,8 +8,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from microbench.core.ops.aten import OpWork
+from microbench.core.resources import data_file
 
-RULES_PATH = Path(__file__).resolve().parent.parent / "data" / "eligibility.toml"
+RULES_PATH = data_file("eligibility.toml")
 CONDITION_KEYS = {"id", "dtypes", "families", "vendor", "min_cc", "below_cc", "autocast", "check", "multiple",
                   "reason", "remedy"}
 

@@ -264,8 +264,9 @@ def device_name(cc: str) -> str:
     compute_capabilities.toml), never one product, so that no datasheet peak is picked from it."""
     import tomllib
 
-    table = tomllib.loads((Path(__file__).resolve().parent.parent / "data" / "compute_capabilities.toml")
-                          .read_text())["cc"]
+    from microbench.core.resources import data_file
+
+    table = tomllib.loads(data_file("compute_capabilities.toml").read_text())["cc"]
     arch = table.get(cc, "").split(" (")[0]  # the architecture only: product names would pick a datasheet entry
     return f"NVIDIA {arch + ' ' if arch else ''}GPU, compute capability {cc} (the export's CC column)"
 

@@ -27,8 +27,9 @@ import numpy as np
 from microbench.core import dtypes
 from microbench.core.ops.work import attention_work, conv_work, gemm_work, norm_work
 from microbench.core.shapes import GemmShape
+from microbench.core.resources import data_file
 
-MODELS_PATH = Path(__file__).resolve().parents[2] / "data" / "op_models.toml"
+MODELS_PATH = data_file("op_models.toml")
 GEMM_FAMILIES = ("mm", "bmm", "matmul", "linear")
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
 NO_TRAFFIC = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like",

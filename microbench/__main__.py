@@ -1,0 +1,35 @@
+"""`dawnscope COMMAND ...` (the console script) and `python -m microbench COMMAND ...`: one door to the commands,
+each of which also runs as `python -m microbench.COMMAND`."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
+COMMANDS = {
+    "roofline": "microbench.roofline",
+    "trace": "microbench.trace",
+    "compare": "microbench.compare",
+    "decompose": "microbench.decompose",
+    "comm": "microbench.comm",
+    "predict": "microbench.predict",
+    "inspect": "microbench.inspect",
+    "tta": "microbench.tta",
+}
+USAGE = "usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"dawnscope: error: unknown command {command!r}; {USAGE.removeprefix('usage: ')}", file=sys.stderr)
+        return 2
+    return importlib.import_module(COMMANDS[command]).main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
