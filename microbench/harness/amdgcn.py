@@ -14,6 +14,7 @@ import re
 from collections import Counter
 
 from microbench.core import targets
+from microbench.core.dtypes import PRECISION_OF
 from microbench.harness.sass import AotBuild, StaticRecord
 
 # v_mfma_f32_32x32x8_bf16, v_mfma_f32_16x16x32_fp8_fp8, v_mfma_scale_f32_32x32x64_f8f6f4, v_mfma_f32_32x32x4_2b_f32
@@ -76,8 +77,6 @@ def resources(asm: str) -> dict:
 def verdict(kinds: list[dict], dtype: str, target: str) -> tuple[str, str | None]:
     """(matrix_cores, fallback): "yes" when every matrix instruction computes in the dtype's own precision,
     "fallback" (and why) when they compute in another one, "no" without any."""
-    from microbench.core.dtypes import PRECISION_OF
-
     if not kinds:
         return "no", None
     want = PRECISION_OF.get(dtype)
