@@ -26,6 +26,7 @@ deadline, SIGINT, the files. DEVICE_CHECK_DEADLINE_S overrides the global deadli
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -143,8 +144,6 @@ def _child_setup() -> None:
     # Python that starts with SIGINT ignored never raises KeyboardInterrupt (no report, no plot).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:  # Linux: the stage dies with device-check even when device-check is killed outright (SIGKILL)
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
