@@ -15,7 +15,7 @@ from microbench import tta
 from microbench.accuracy import datasets, leaderboard, mlperf, stats
 from microbench.core.errors import InputError
 
-# Thresholds as ../shared/dawnbench/SOURCES.md states them (not read from tta.toml).
+# Thresholds as the dawn-bench-entries README states them (not read from tta.toml).
 THRESHOLD = {"CIFAR10": ("top1accuracy", 94.0), "ImageNet": ("top5accuracy", 93.0), "SQuAD": ("f1score", 0.73)}
 DAWN_FILES = [
     "CIFAR10/train/davidcpage_resnet9_1v100-ec2_pytorch",  # tidy, with costPerHour

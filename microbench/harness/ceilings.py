@@ -135,7 +135,7 @@ def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None
     settings = cfg.ceilings.get(device.kind)
     if settings is None:
         return [], [f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings"]
-    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (DESIGN.md)
+    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (docs/design.md)
     out: list[Ceiling] = []
     notes: list[str] = []
     budget = budget_s if budget_s is not None else settings.budget_s
