@@ -47,7 +47,7 @@ def test_rules_on_shared_trace_names(trace, part, cls, tc):
     assert (c.cls, c.tensor_cores) == (cls, tc), (name, c.rule)
 
 
-@pytest.mark.skipif(not NSYS.is_file(), reason="tests/data/nsight not found beside the repo")
+@pytest.mark.skipif(not NSYS.is_file(), reason="tests/data/nsight is not in this checkout")
 def test_rules_on_nsys_kernel_names():
     """The T4 power-iteration export: fp64 cuBLAS GEMV and its split-K reduction, CUB reductions, CuPy
     element-wise kernels: none of them on Tensor Cores, and no name left unknown."""

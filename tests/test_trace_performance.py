@@ -16,7 +16,7 @@ from microbench.timeline.analysis import analyze, detect_format
 from .conftest import SHARED, TRACES, needs_traces
 
 NSIGHT = SHARED / "nsight"
-needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight not found")
+needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight is not in this checkout")
 
 
 def _events(name: str) -> list[dict]:
