@@ -36,6 +36,7 @@ from .gemm_triton import device_family, input_precision, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
+from microbench.harness.sass import inspect_build
 
 
 @triton.jit
@@ -478,8 +479,6 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(direction: str, dtype: str, target: str):
-    from microbench.harness.sass import inspect_build
-
     cfg = cfgs.conv_default(cfgs.arch_family(target), dtype)
     return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),
                                    default=True))

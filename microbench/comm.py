@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .communication.report import add_job_arguments, run_collectives, run_ddp, run_ranks, run_scale
 from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command
 
@@ -46,8 +47,6 @@ def _add_world(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .communication.report import add_job_arguments
-
     ap = Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
                                  epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
                                         "2 bad input or a failed rank (one line).")
@@ -91,7 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .communication.report import run_collectives, run_ddp, run_ranks, run_scale
 
     run = {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
     return run_command(lambda: run(args))

@@ -8,12 +8,16 @@ import re
 import sys
 from pathlib import Path
 
+from microbench import kernels
 from microbench.core.cli import Parser, non_negative_int, positive_int
+from microbench.core.cli import Heartbeat
 from microbench.core.config import DEFAULT_CONFIG
 from microbench.core.errors import run_command
+from microbench.core.outdir import OutputDir
 from microbench.reports.decomposition import print_decomposition
 from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
 from microbench.step.analysis import DecomposeOptions
+from microbench.step.analysis import DECOMPOSE_FILES
 
 
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
@@ -55,9 +59,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m microbench.decomp
 
 
 def _main(args, out: Path) -> int:
-    from microbench.core.outdir import OutputDir
-    from microbench.step.analysis import DECOMPOSE_FILES
-
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
         return _run(args, out_dir)
@@ -66,13 +67,11 @@ def _main(args, out: Path) -> int:
 def _run(args, out_dir) -> int:
     from rich.console import Console
 
-    from microbench import kernels
 
     kernels.load_all()  # the replay's providers
 
     console = Console(stderr=True)
     providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) if args.providers else None
-    from microbench.core.cli import Heartbeat
 
     with console.status("decomposing") as status, Heartbeat(f"decompose {args.model}") as beat:
         def progress(msg):

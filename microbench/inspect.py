@@ -20,10 +20,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microbench import kernels
 from microbench.core.cli import Parser
+from microbench.core.cli import Heartbeat
+from microbench.core.config import load_config
 from microbench.core.errors import InputError, run_command
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
 from microbench.core.targets import NVIDIA_TARGETS, TARGETS
 from microbench.harness.sass import StaticRecord, inspect_build
+from microbench.kernels.triton_configs import arch_family
 
 
 @dataclass
@@ -58,16 +64,11 @@ def inspect_module(name: str, target: str, kernel_filter: str | None, into: Insp
 
 def _write_json(path: Path, result: Inspection) -> None:
     """Atomic rewrite: a reader (or a run killed mid-write) never sees half a file."""
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-
     write_file(path, dumps(result.as_json()), "--json")
 
 
 def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None,
         progress=None) -> Inspection:
-    from microbench import kernels
-
     result = Inspection()
     for name in modules or kernels.STATIC_MODULES:
         for target in targets:
@@ -137,13 +138,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from microbench.core.outdir import check_file
     from microbench.reports.report import wide_console
 
     if args.json:
         check_file(args.json, "--json")  # before minutes of compiling
 
-    from microbench.core.cli import Heartbeat
 
     def progress(name, target, result):
         beat.update(f"inspected {name} for {target}")
@@ -171,8 +170,6 @@ def profile_main(args) -> int:
     """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
-    from microbench.kernels.triton_configs import arch_family
-    from microbench.core.config import load_config
 
     cases = load_config().profile(args.profile).cases
     rows, failed = [], 0
@@ -201,9 +198,6 @@ def _spec_word(spec: list) -> str:
 
 
 def _write_json_rows(path: Path, rows: list[dict]) -> None:
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-
     write_file(path, dumps(rows), "--json")
 
 

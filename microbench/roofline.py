@@ -14,9 +14,18 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from microbench import kernels
+from microbench.core.archjson import to_arch
 from microbench.core.cli import Parser
+from microbench.core.conditions import Conditions
 from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import OutputDir, write_file
+from microbench.core.outdir import check_file
+from microbench.core.results import ResultsWriter, results_header
+from microbench.decompose import main as decompose_main
+from microbench.reports.html import results_html, write as write_html
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,20 +86,14 @@ class _ProgressLines:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--model" or a.startswith("--model=") for a in argv):
-        from microbench.decompose import main as decompose_main
-
         return decompose_main(argv, prog="python -m microbench.roofline --model")
     args = build_parser().parse_args(argv)
     return run_command(lambda: _main(args))
 
 
 def _main(args) -> int:
-    from microbench.core.outdir import OutputDir
-
     out = OutputDir(args.out, OWNS)  # checks --out before any work
     if args.arch_json:
-        from microbench.core.outdir import check_file
-
         check_file(args.arch_json, "--arch-json")
     cfg = load_config(args.config)
     profile = cfg.profile(args.profile)
@@ -102,9 +105,7 @@ def _run(args, cfg, profile, out) -> int:
     # Heavy imports only after the config is known to be good.
     from rich.console import Console
 
-    from microbench import kernels
     from microbench.core import device as devmod
-    from microbench.core.results import ResultsWriter, results_header
 
     kernels.load_all()
     console = Console(stderr=True)
@@ -117,7 +118,6 @@ def _run(args, cfg, profile, out) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    from microbench.core.conditions import Conditions
 
     conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     if dev.kind == "cpu":
@@ -194,7 +194,6 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool) -> None:
 
 def _reports(doc: dict, out, no_plot: bool) -> None:
     """The terminal table, the plot and report.html, all into the staging folder."""
-    from microbench.reports.html import results_html, write as write_html
     from microbench.reports.report import plot_roofline, print_report
 
     print_report(doc)
@@ -204,10 +203,6 @@ def _reports(doc: dict, out, no_plot: bool) -> None:
 
 
 def _write_arch(doc: dict, path: Path, console) -> None:
-    from microbench.core.archjson import to_arch
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-
     hw = doc.get("hardware", {})
     arch = to_arch(hw.get("name") or "?", doc.get("ceilings", []), hw.get("memory_gib"))
     if not arch["max_achievable_tflops"]:

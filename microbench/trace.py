@@ -6,13 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.communication.engine import GLOB_CHARS
 from microbench.communication.report import add_job_arguments
+from microbench.communication.report import run_ranks
 from microbench.core.cli import positive_int
+from microbench.core.config import load_config
 from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, measured_ceilings
+from microbench.core.files import exists, is_folder
 from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
 from microbench.reports.trace_report import print_trace_report
 from microbench.timeline.analysis import analyze
 
@@ -56,9 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def is_job(files: list[str]) -> bool:
     """Several traces, a folder or a glob pattern: a job of ranks, not one trace."""
-    from microbench.communication.engine import GLOB_CHARS
-    from microbench.core.files import exists, is_folder
-
     one = Path(files[0])
     return len(files) > 1 or is_folder(one) or (any(c in files[0] for c in GLOB_CHARS) and not exists(one))
 
@@ -70,14 +73,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     if is_job(args.file):
-        from microbench.communication.report import run_ranks
-
         args.traces = args.file
         return run_ranks(args)
     args.file = Path(args.file[0])
-    from microbench.core.config import load_config
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import check_file, write_file
 
     if args.json:
         check_file(args.json, "--json")

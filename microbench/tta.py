@@ -18,6 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .accuracy.leaderboard import build
+from .accuracy.thresholds import check_range, study
+from .core.jsonio import dumps
+from .core.outdir import OutputDir, check_file, write_file
 from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command, shown
 
@@ -66,11 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _leaderboard(args) -> int:
-    from .accuracy.leaderboard import build
     from .accuracy.report import print_leaderboard
 
-    from .core.jsonio import dumps
-    from .core.outdir import check_file, write_file
 
     if args.json:
         check_file(args.json, "--json")
@@ -83,9 +84,6 @@ def _leaderboard(args) -> int:
 
 def _thresholds(args) -> int:
     from .accuracy.report import plot_thresholds, print_thresholds
-    from .accuracy.thresholds import check_range, study
-    from .core.jsonio import dumps
-    from .core.outdir import check_file, write_file
 
     user_range = check_range(args.lo, args.hi, args.step)
     for path, key in ((args.json, "--json"), (args.plot, "--plot")):
@@ -106,8 +104,6 @@ def _run(args) -> int:
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
     from .accuracy.run import check_options, check_recipes
-    from .core.jsonio import dumps
-    from .core.outdir import OutputDir
 
     out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
                                   on_interrupt="commit")  # the rows of finished seeds are kept

@@ -28,7 +28,7 @@ from microbench.harness.registry import Unsupported
 from microbench.core.results import KernelCaseRow
 from microbench.harness.runner import judge, too_slow
 from microbench.core.stats import summarize
-from microbench.core.ops.work import case_work
+from microbench.core.ops import case_work
 
 PROFILE, CONFIG, DEVICE = benchmark_selection()  # the environment variables above, read where conftest reads them
 

@@ -10,7 +10,7 @@ import pytest
 from microbench.timeline import gpu_time, kineto
 from microbench.timeline.analysis import read_trace
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
 GEMM, COPY, SET = "volta_sgemm_128x64_nn", "Memcpy HtoD (Pageable -> Device)", "Memset (Device)"
 
@@ -83,7 +83,7 @@ def test_a_window_clips_every_activity(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+@needs_traces
 def test_v100_resnet_ddp_steps_add_up():
     tl = read_trace(TRACES / "v100_resnet_ddp_rank0.json.gz")
     whole = gpu_time.breakdown(tl)

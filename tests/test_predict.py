@@ -15,9 +15,8 @@ from microbench.prediction.kernels import KernelWork
 from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels, wave_factor
 from microbench.predict import main
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 CFG = load_config()
 
 

@@ -13,11 +13,10 @@ from microbench import compare as compare_cli
 from microbench import trace as trace_cli
 from microbench.timeline.analysis import analyze, detect_format
 
-from .conftest import SHARED, TRACES
+from .conftest import SHARED, TRACES, needs_traces
 
 NSIGHT = SHARED / "nsight"
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
-needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="../shared/nsight not found")
+needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight is not in this checkout")
 
 
 def _events(name: str) -> list[dict]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import threading
+import time
 from typing import Callable
 
 from microbench.core.errors import shown
@@ -60,10 +63,6 @@ class Heartbeat:
     the stage."""
 
     def __init__(self, what: str, every_s: float = 10.0, stream=None, force: bool = False):
-        import sys
-        import threading
-        import time
-
         self.stream = stream or sys.stderr
         self.on = force or not self.stream.isatty()
         self.msg, self.every_s, self._time = what, every_s, time.monotonic

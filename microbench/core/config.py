@@ -14,6 +14,7 @@ from microbench.core import dtypes as dt_table
 from microbench.core import ops
 from microbench.core.conditions import ConditionSettings
 from microbench.core.errors import ConfigError, InputError
+from microbench.core.files import read_input
 from microbench.core.ops import OpSpec
 from microbench.core.shapes import Case
 from microbench.core.stats import NoiseSettings
@@ -238,8 +239,6 @@ def _data_file(rd: _Reader, fname: str, key: str, spec: str) -> Path:
 
 def _read_toml(path: Path) -> dict:
     """A TOML file, with every way it can be unreadable as one ConfigError."""
-    from microbench.core.files import read_input
-
     try:
         text = read_input(path, max_bytes=MAX_CONFIG_BYTES).decode("utf-8")
     except InputError as e:

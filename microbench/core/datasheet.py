@@ -5,9 +5,11 @@ import math
 import re
 from pathlib import Path
 
+from microbench.core.archjson import is_arch_json, read_arch
 from microbench.core.config import DatasheetDevice
 from microbench.core.dtypes import PRECISION_OF, PRECISIONS
 from microbench.core.errors import InputError
+from microbench.core.jsonio import load_json
 
 
 MAX_CEILING_TFLOPS = 1e6  # an exaFLOP/s from one device: beyond any chip, a typo
@@ -37,9 +39,6 @@ def ceilings_file(path: Path, device_name: str | None = None,
     TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
     With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
     own run judged noisy is not used. Anything else is one line naming the file."""
-    from microbench.core.archjson import is_arch_json, read_arch
-    from microbench.core.jsonio import load_json
-
     doc = load_json(path)
     ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
     if not is_arch_json(doc) and not isinstance(ceilings, list):

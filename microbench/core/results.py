@@ -8,6 +8,7 @@ needs no special case there."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -286,8 +287,6 @@ def results_header(hardware: dict, software: dict, config_file: str | Path, conf
                    ceilings: list | None = None, notes: list | None = None, **extra) -> dict:
     """The header of every results.json (roofline's and decompose's): the machine, the configuration (its file
     and that file's sha256, then what the command ran of it), when, the ceilings and the notes."""
-    import hashlib
-
     path = Path(config_file)
     block = {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **config}
     return {"hardware": hardware, "software": software, "config": block, "started": started,

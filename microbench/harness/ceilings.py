@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from microbench.core.conditions import Conditions
 from microbench.core.config import Config, DatasheetDevice
 from microbench.core.datasheet import match_datasheet
 from microbench.core.device import Device
@@ -134,7 +135,7 @@ def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None
     settings = cfg.ceilings.get(device.kind)
     if settings is None:
         return [], [f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings"]
-    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (DESIGN.md)
+    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (docs/design.md)
     out: list[Ceiling] = []
     notes: list[str] = []
     budget = budget_s if budget_s is not None else settings.budget_s
@@ -434,8 +435,6 @@ def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], No
 
 def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels) -> CachedCeilings:
     """The bounded search under a look at the machine's conditions, written to the cache."""
-    from microbench.core.conditions import Conditions
-
     look = Conditions(cfg.conditions, gpu_index=0 if device.kind == "cuda" else None).start()
     items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes)
     cond = look.stop()

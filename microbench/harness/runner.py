@@ -18,7 +18,8 @@ from microbench.harness.registry import Evidence, Provider, Unsupported
 from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
 from microbench.harness.timing import measure
-from microbench.core.ops.work import Work, case_work
+from microbench.core.ops import case_work
+from microbench.core.ops.work import Work
 from microbench.core.verdict import FALLBACK  # noqa: F401 - written on rows below
 from microbench.harness.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
 

@@ -8,6 +8,8 @@ import html
 import io
 from pathlib import Path
 
+from microbench.core.fingerprint import fingerprint_line
+
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #111; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
@@ -61,8 +63,6 @@ def figure_img(fig, alt: str) -> str:
 
 def fingerprint_text(hw: dict, sw: dict) -> str:
     """device.fingerprint_line, or what there is of it for another version's or a hand-made file."""
-    from microbench.core.fingerprint import fingerprint_line
-
     try:
         return fingerprint_line(hw, sw)
     except (KeyError, TypeError, ValueError):

@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+import re
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from microbench.core import dtypes, ops
+from microbench.core.conditions import busy_advice
+from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import ResultRow, rows_of
+from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
+from microbench.reports.figures import pyplot
 
 DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -30,8 +37,6 @@ _noisy, _above = is_noisy, is_above_roof  # the judge's verdicts (core.verdict),
 def baseline_ratios(rows) -> dict[int, str]:
     """Row index -> its speed relative to the baseline provider's row of the same case (baseline time / this
     time), as text: \"same\" where the two rows' p20-p80 spreads overlap, \"noise\" where either is noisy."""
-    from microbench.core.stats import spreads_overlap
-
     rows = _dicts(rows)
     base = {}
     for r in rows:
@@ -186,8 +191,6 @@ PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: 
 
 def piped_width() -> int:
     """The width tables are laid out for when not on a terminal: COLUMNS if set to a number, else 120."""
-    import os
-
     text = os.environ.get("COLUMNS", "")
     return int(text) if text.isdigit() and int(text) >= 40 else PIPED_WIDTH
 
@@ -195,16 +198,12 @@ def piped_width() -> int:
 def wide_console(stderr: bool = False) -> Console:
     """A terminal keeps its width; a pipe or a file gets piped_width() (tables drop their least important
     columns to fit it, never the key ones)."""
-    import sys
-
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=piped_width())
 
 
 def busy_line(doc: dict) -> str | None:
     """The warning a busy run's report starts with (results.json `conditions`), or None."""
-    from microbench.core.conditions import busy_advice
-
     cond = doc.get("conditions") or {}
     return busy_advice(cond) if cond.get("busy") else None
 
@@ -212,7 +211,6 @@ def busy_line(doc: dict) -> str | None:
 def print_report(doc: dict, console: Console | None = None) -> None:
     from rich.markup import escape
 
-    from microbench.core.fingerprint import fingerprint_line
 
     console = console or wide_console()
     if (warn := busy_line(doc)):
@@ -242,8 +240,6 @@ _NUMBER = r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])"  # not the 32 of fp32
 def reason_counts(rows) -> dict[str, int]:
     """Why rows were not timed, or were flagged, counted by reason. Numbers in a reason (sizes, percentages,
     estimates) differ from row to row: one cause is one line, each number shown as the range it took."""
-    import re
-
     groups: dict[str, list[list[str]]] = {}
     for r in _dicts(rows):
         if r["status"] != "ok" or r.get("flags"):
@@ -338,8 +334,6 @@ def roofline_figure(doc: dict):
     (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
     one point per timed row numbered as in the table (marker: provider; hollow: noisy; red ring: above its
     roof, flagged). The caller closes it."""
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
 
     numbered = [(i + 1, r) for i, r in enumerate(_dicts(doc["results"])) if r.get("tflops") and r.get("intensity")]

@@ -24,10 +24,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from microbench import models
 from microbench.core import dtypes, ops
+from microbench.core.conditions import Conditions
 from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
+from microbench.core.ops.work import Work
+from microbench.core.results import LayerRow
+from microbench.core.stats import NoiseSettings, spreads_overlap, summarize
+from microbench.core.verdict import IMPOSSIBLE
+from microbench.harness import registry
+from microbench.models import ModelError
+from microbench.step.attribution import attribute, load_trace
 from microbench.timeline.classify import class_set
+from microbench.timeline.classify import classify_cpu_impl
 
 SCHEMA = "dawnscope.decomposition/1"
 DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
@@ -54,7 +64,6 @@ def onednn_key(rec) -> tuple | None:
 
 def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
     """(layer, phase) -> FLOPs of its GEMM/conv cases by matrix-unit verdict, and the implementations seen."""
-    from microbench.timeline.classify import classify_cpu_impl
     from microbench.step.oprecord import bucket_name
 
     impls: dict[tuple, Counter] = defaultdict(Counter)
@@ -97,8 +106,6 @@ _OUT_OF_MEMORY = ("can't allocate", "out of memory", "not enough memory")
 def _step_error(what: str, e: BaseException, model_name: str, batch: int):
     """The one line for a training step that fails: an allocation failure names --batch (the argument to
     change), anything else --model."""
-    from microbench.models import ModelError
-
     if isinstance(e, MemoryError) or any(t in str(e).lower() for t in _OUT_OF_MEMORY):
         return ModelError(None, f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
                           key="--batch", value=batch)
@@ -240,17 +247,12 @@ def run_decomposition(model, options: DecomposeOptions | None = None) -> Decompo
 
 
 def _positive(key: str, v, minimum: int) -> None:
-    from microbench.models import ModelError
-
     if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
         raise ModelError(None, "must be a positive integer", key=key, value=v)
 
 
 def stage_load(d: Decomposition) -> None:
     """Stage load: the options checked, the configuration, the model's workload, the device, the batch."""
-    from microbench import models
-    from microbench.models import ModelError
-
     from microbench.core import device as devmod
 
     o = d.opts
@@ -274,7 +276,6 @@ def stage_load(d: Decomposition) -> None:
     d.batch = o.batch or ((facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts
                           else defaults["external_batch"])
     d.replay_providers = _replay_providers(d.cfg, o.providers, o.profile) if o.replay else ()
-    from microbench.core.conditions import Conditions
 
     d.conditions = Conditions(d.cfg.conditions, gpu_index=0 if d.dev.kind == "cuda" else None).start()
     if d.dev.kind == "cpu":
@@ -348,8 +349,6 @@ def stage_attribute(d: Decomposition) -> None:
     """Stage attribute: the trace's kernels (GPU) or operators (CPU) attributed to layers and phases."""
     from microbench.models.ranges import STEP_RANGE
 
-    from microbench.core.stats import summarize
-    from microbench.step.attribution import attribute, load_trace
 
     ranges = d.step.ranges
     d.timeline = load_trace(d.trace_path)
@@ -387,8 +386,6 @@ def stage_judge(d: Decomposition) -> None:
 
 def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
-    from microbench.core.stats import NoiseSettings
-
     d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype,
                                d.cfg.noise if d.cfg is not None else NoiseSettings())
     d.summary = step_summary(d)
@@ -441,10 +438,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
     """One entry (and one LayerRow) per (layer, phase) that took time or did work, each judged by the one judge
     (harness.judge) over its profiled steps' times (`noise`: the stability thresholds, [noise] in bench.toml)."""
     from microbench.step.oprecord import LayerWork
-    from microbench.core.results import LayerRow
     from microbench.harness.judge import judge, judge_timing
-    from microbench.core.stats import summarize
-    from microbench.core.ops.work import Work
 
     n = att.steps
     rep = att.median_step()
@@ -523,9 +517,6 @@ def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
 def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: float) -> dict:
     """How much the profiler slowed the step (profiled step wall time against the unprofiled one), how much of
     the profiled step its operators/kernels cover, and flags where they disagree beyond noise."""
-    from microbench.core.stats import spreads_overlap
-    from microbench.core.verdict import IMPOSSIBLE
-
     flags = []
     out = {"profiled_step_ms": profiled.median_ms, "profiled_step_spread": profiled.as_dict(),
            "profiler_overhead": None, "operator_coverage": operator_ms / profiled.median_ms if profiled.median_ms else None}
@@ -672,9 +663,6 @@ def _backward_checks(att, ranges) -> dict:
 # ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
 def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
-    from microbench.models import ModelError
-
-    from microbench.harness import registry
 
     known = registry.names()
     if providers:

@@ -11,8 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.core.datasheet import match_datasheet
+from microbench.core.files import open_input
+from microbench.core.results import TraceKernelRow
+from microbench.core.stats import summarize
 from microbench.timeline import counters as C
 from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
+from microbench.timeline import graphs, kineto, ncu, nsys
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
@@ -28,9 +33,6 @@ def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
     sqlite`), "ncu" (an `ncu --csv` export), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
-    from microbench.core.files import open_input
-    from microbench.timeline import ncu, nsys
-
     with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
         head = f.read(4096)
     if nsys.is_sqlite(head):
@@ -43,16 +45,12 @@ def detect_format(path: str | Path) -> str:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    from microbench.timeline import kineto, ncu, nsys
-
     return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
     """Graph-launched kernels: the summary keys, the per-capturing-op table given the capture trace (else None),
     and notes (microbench/timeline/graphs.py)."""
-    from microbench.timeline import graphs
-
     capture = read_trace(graph_capture) if graph_capture is not None else None
     gk = graphs.graph_kernels(tl, capture)
     keys = graphs.graph_summary(tl, gk, capture is not None)
@@ -264,8 +262,6 @@ def summary_of(tl: Timeline) -> dict:
 
 
 def _datasheet(name: str, cfg) -> dict:
-    from microbench.core.datasheet import match_datasheet
-
     entry, note = match_datasheet(name, cfg.devices)
     if entry is None:
         return {"entry": None, "note": note}
@@ -330,9 +326,6 @@ def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict
 def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:
     """One row per distinct kernel (name, device), most time first: a trace-kernel row of the project's one row
     type."""
-    from microbench.core.results import TraceKernelRow
-    from microbench.core.stats import summarize
-
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
