@@ -8,7 +8,7 @@ from pathlib import Path
 
 from microbench.communication.report import add_job_arguments
 from microbench.core.cli import positive_int
-from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, measured_ceilings
+from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, ceilings_from_args
 from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
@@ -81,7 +81,7 @@ def _run(args) -> int:
 
     if args.json:
         check_file(args.json, "--json")
-    measured = measured_ceilings(args.ceiling, args.ceilings)
+    measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)

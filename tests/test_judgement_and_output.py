@@ -310,10 +310,10 @@ def test_depthwise_model_backward_is_twice_forward():
     """The MobileNetV2-style test model through the decomposition: backward matrix FLOPs are twice the forward,
     less the stem convolution's backward-data (no gradient for the images)."""
     from microbench import kernels
-    from microbench.step.analysis import DecomposeOptions, decompose_step
+    from microbench.step.analysis import DecomposeOptions, decomposition_doc
 
     kernels.load_all()
-    doc = decompose_step("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
+    doc = decomposition_doc("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
                                                               timed_steps=1, profiled_steps=1, profiler_warmup_steps=1))
     s = doc["summary"]
     stem = 2 * 2 * 16 * 32 * 32 * 3 * 9  # 3x3 stride 2 conv, 3 -> 16 channels, 64x64 -> 32x32, batch 2

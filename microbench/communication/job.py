@@ -187,7 +187,7 @@ def engine_section(run: EngineRun) -> dict:
             "per_worker": sorted(per.values(), key=lambda w: w["worker"])}
 
 
-def analyze(specs: list, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
+def analyze_job(specs: list, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
             step_range: str | None = None) -> dict:
     """The report of a job from its rank traces: files, folders or glob patterns."""
     paths = find_traces(specs)

@@ -257,12 +257,12 @@ def run_ranks(args) -> int:
     """`comm ranks` and `trace` given a job: the ranks read in workers, combined, printed and written."""
     from microbench.core.outdir import check_dir
 
-    from .job import analyze
+    from .job import analyze_job
 
     check_json(args.json)
     if args.out is not None:
         check_dir(args.out)
-    doc = analyze(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+    doc = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                   step_range=getattr(args, "steps", None))
     print_ranks(doc)
     write_json(args.json, doc)
