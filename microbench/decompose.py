@@ -31,7 +31,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
                     help="fp32 (IEEE, no TF32), or bf16 / fp16 autocast (fp16 with a gradient scaler); default: %(default)s")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", type=Path, default=None, help="output directory; default: results/decompose-MODEL")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="output directory; default: results/decompose-MODEL")
     ap.add_argument("--config", type=Path, default=None, help=f"configuration file; default: {DEFAULT_CONFIG}")
     ap.add_argument("--providers", default=None,
                     help="comma-separated providers to replay the step's GEMMs/convolutions through; default: all registered")
@@ -43,6 +44,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--timed-steps", type=non_negative_int, default=None,
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
     ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
+    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
+                    help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
     return ap
 

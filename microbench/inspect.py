@@ -125,11 +125,14 @@ def _short_kind(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="python -m microbench.inspect", description=__doc__)
-    ap.add_argument("--json", type=Path, help="write one record per (kernel, config, target) to this file")
+    ap.add_argument("--json", type=Path, metavar="OUT",
+                    help="write one record per (kernel, config, target) to this file")
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
     ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
                                       "shapes (their argument specializations), as a GPU run compiles them")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="bench.toml whose --profile is read; default: the project's")
     args = ap.parse_args(argv)
     # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
     return run_command(lambda: profile_main(args) if args.profile else _run(args),
@@ -174,7 +177,7 @@ def profile_main(args) -> int:
     from microbench.kernels.triton_configs import arch_family
     from microbench.core.config import load_config
 
-    cases = load_config().profile(args.profile).cases
+    cases = load_config(args.config).profile(args.profile).cases
     rows, failed = [], 0
     for target in args.target or NVIDIA_TARGETS:  # AMD at real shapes: ask with --target gfx942
         plans = [p for p in default_plans(cases, arch_family(target)) if not args.kernel or args.kernel in p[0]]

@@ -32,11 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "(adds the DeepBench training sizes); default: %(default)s")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", default="results", type=Path,
+    ap.add_argument("--out", default="results", type=Path, metavar="DIR",
                     help="directory for results.json, results.csv, roofline.png, roofline.svg, report.html; "
                          "default: %(default)s")
     ap.add_argument("--config", default=None, type=Path,
                     help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
+    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
+                    help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true",
                     help="skip roofline.png / roofline.svg (and the plot in report.html)")
     ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",

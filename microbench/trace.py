@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
-    ap.add_argument("--steps", default=None, metavar="NAME",
-                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
+    ap.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
+                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N "
+                         "(was --steps)")
     ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
                          + ", ".join(PRECISIONS) + ")")

@@ -95,7 +95,7 @@ def test_a_job_of_one_trace_is_the_commands_error():
     from microbench.core.errors import InputError
 
     with pytest.raises(InputError, match="at least two ranks"):
-        Job(SLICE).report
+        _ = Job(SLICE).report
 
 
 def test_unknown_table_names_the_tables():

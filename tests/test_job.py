@@ -86,7 +86,7 @@ def test_dask_local_cluster_same_as_inline(job_dir):
 def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
     from microbench import comm
 
-    assert comm.main(["ranks", str(job_dir), "--workers", "0", "--json", str(tmp_path / "j.json"),
+    assert comm.main(["ranks", str(job_dir), "--readers", "0", "--json", str(tmp_path / "j.json"),
                       "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "out" / "job.html").read_text()
@@ -100,7 +100,7 @@ def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
 def test_trace_command_takes_a_folder(job_dir, capsys):
     from microbench import trace
 
-    assert trace.main([str(job_dir), "--workers", "0"]) == 0
+    assert trace.main([str(job_dir), "--readers", "0"]) == 0
     assert f"straggler: rank {STRAGGLER}" in capsys.readouterr().out
 
 
@@ -186,7 +186,7 @@ def test_missing_ranks_are_said(job_dir, shared_dir, tmp_path, capsys):
     assert (doc["world_size"], doc["missing_ranks"]) == (128, 126) and doc["missing_rank_ids"][:3] == [2, 3, 4]
     from microbench import trace
 
-    assert trace.main([str(pair), "--workers", "0"]) == 0
+    assert trace.main([str(pair), "--readers", "0"]) == 0
     assert "126 of 128 ranks have no trace here" in capsys.readouterr().out
 
 

@@ -33,7 +33,7 @@ def check_options(model: str, target: float | None, seeds: int, epochs: int | No
     if model not in known:
         raise _bad("--model", model, f"unknown model (known: {', '.join(known)})")
     if target is not None and not (isinstance(target, (int, float)) and math.isfinite(target) and 0 < target <= 1):
-        raise _bad("--target", target, "must be an accuracy in (0, 1]")
+        raise _bad("--target-accuracy", target, "must be an accuracy in (0, 1]")
     for key, v in (("--seeds", seeds), ("--epochs", epochs), ("--threads", threads)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise _bad(key, v, "must be a positive integer")

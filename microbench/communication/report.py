@@ -106,7 +106,7 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
 
     from microbench.core.cli import Heartbeat
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm collectives: {len(plan.ops)} ops x {len(plan.sizes_bytes)} sizes"):
         records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
@@ -116,13 +116,14 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(), "conditions": look.stop()}
-    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
+    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot, getattr(args, "config", None))
     written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 
 
-def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool) -> dict:
+def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool,
+                       config=None) -> dict:
     from microbench.core.fingerprint import fingerprint_line
     from microbench.core.results import ResultsWriter
 
@@ -131,7 +132,7 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
     from microbench.core.config import load_config
 
     with ResultsWriter(out.staging, header) as w:
-        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config().noise))
+        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config(config).noise))
     print_collectives(w.doc)
     if not no_plot:
         from .plots import plot_busbw
@@ -141,12 +142,12 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
     return w.doc
 
 
-def _look(backend: str):
-    """The machine's conditions, looked at before the ranks start (core.conditions)."""
+def _look(backend: str, config=None):
+    """The machine's conditions, looked at before the ranks start (core.conditions; `config`: --config)."""
     from microbench.core.conditions import Conditions
     from microbench.core.config import load_config
 
-    return Conditions(load_config().conditions, gpu_index=0 if backend == "nccl" else None).start()
+    return Conditions(load_config(config).conditions, gpu_index=0 if backend == "nccl" else None).start()
 
 
 def _busy_warning(doc: dict) -> None:
@@ -195,7 +196,7 @@ def run_ddp(args) -> int:
                    device="cpu" if backend == "gloo" else "cuda")
     from microbench.core.cli import Heartbeat
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
         doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
@@ -293,8 +294,8 @@ def add_job_arguments(p) -> None:
                    help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
     from microbench.core.cli import non_negative_int, positive_seconds
 
-    p.add_argument("--workers", type=non_negative_int, default=None, metavar="N",
-                   help="local worker processes reading the ranks; default: the CPUs; 0: in this process")
+    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
+                   help="local processes reading the ranks; default: the CPUs; 0: in this process (was --workers)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
                         "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
