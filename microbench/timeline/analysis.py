@@ -99,6 +99,11 @@ class TraceAnalysis:
     def model(self) -> opmetrics.OpModel:
         return opmetrics.op_model(self.tl, self.peaks)
 
+    @property
+    def work_model(self) -> opmetrics.OpModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
+        return self.model
+
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
         """Per kernel (name, device) with hardware counters: their sum, counted FLOPs, verdict, contradiction."""
