@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-plot", action="store_true", help="skip busbw.png")
     c.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
                    "default: the project's")
+    c.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write results.json's document here")
     d = sub.add_parser("ddp", help="a DDP training step split into compute and communication")
     _add_world(d)
     d.add_argument("--model", default="resnet9")

@@ -34,6 +34,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--out", type=Path, default=None, metavar="DIR",
                     help="output directory; default: results/decompose-MODEL")
     ap.add_argument("--config", type=Path, default=None, help=f"configuration file; default: {DEFAULT_CONFIG}")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the decomposition document (what decomposition.json holds) here")
     ap.add_argument("--providers", default=None,
                     help="comma-separated providers to replay the step's GEMMs/convolutions through; default: all registered")
     ap.add_argument("--profile", default=None, help="take the replay providers from this bench.toml profile instead")
@@ -61,6 +63,10 @@ def _main(args, out: Path) -> int:
     from microbench.core.outdir import OutputDir
     from microbench.step.analysis import DECOMPOSE_FILES
 
+    if args.json:
+        from microbench.core.outdir import check_file
+
+        check_file(args.json, "--json")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
         return _run(args, out_dir)
@@ -92,6 +98,11 @@ def _run(args, out_dir) -> int:
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
+    if args.json:
+        from microbench.core.jsonio import dumps
+        from microbench.core.outdir import write_file
+
+        console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
     return 0
 
 

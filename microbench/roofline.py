@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true",
                     help="skip roofline.png / roofline.svg (and the plot in report.html)")
+    ap.add_argument("--json", default=None, type=Path, metavar="OUT",
+                    help="also write the results document (what results.json holds) here")
     ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",
                     help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
                          "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
@@ -90,10 +92,11 @@ def _main(args) -> int:
     from microbench.core.outdir import OutputDir
 
     out = OutputDir(args.out, OWNS)  # checks --out before any work
-    if args.arch_json:
-        from microbench.core.outdir import check_file
+    from microbench.core.outdir import check_file
 
-        check_file(args.arch_json, "--arch-json")
+    for path, flag in ((args.arch_json, "--arch-json"), (args.json, "--json")):
+        if path:
+            check_file(path, flag)
     cfg = load_config(args.config)
     profile = cfg.profile(args.profile)
     with out:
@@ -147,6 +150,11 @@ def _run(args, cfg, profile, out) -> int:
     console.print("wrote " + ", ".join(str(p) for p in outputs))
     if args.arch_json:
         _write_arch(writer.doc, args.arch_json, console)
+    if args.json:
+        from microbench.core.jsonio import dumps
+        from microbench.core.outdir import write_file
+
+        console.print(f"wrote {write_file(args.json, dumps(writer.doc), '--json')}")
     if interrupted:
         console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
                       + (f"; the earlier run's files are in {out.final('previous')}[/]"

@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--epoch-breakdown", dest="profile", action="store_true",
                    help="decompose one epoch with the profiler: where its seconds went (was --profile)")
     r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
+    r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
     return ap
 
 
@@ -110,8 +111,10 @@ def _run(args) -> int:
     from .accuracy.report import plot_accuracy, print_run
     from .accuracy.run import check_options, check_recipes
     from .core.jsonio import dumps
-    from .core.outdir import OutputDir
+    from .core.outdir import OutputDir, check_file, write_file
 
+    if args.json:
+        check_file(args.json, "--json")
     out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
                                   on_interrupt="commit")  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
@@ -126,6 +129,8 @@ def _run(args) -> int:
         print_run(doc)
         written = out.commit()
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(doc, default=str), '--json')}")
     return 0
 
 

@@ -74,3 +74,20 @@ def test_plot_and_no_plot(build, head):
     assert build().parse_args(head).no_plot is False
     assert build().parse_args(head + ["--plot"]).no_plot is False
     assert build().parse_args(head + ["--no-plot"]).no_plot is True
+
+
+def test_roofline_json_is_the_results_document(tiny_config, tmp_path, capsys):
+    """`--json OUT` on a command with an `--out DIR`: the same document as the folder's results.json."""
+    out, doc = tmp_path / "out", tmp_path / "doc.json"
+    assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--device", "cpu",
+                          "--no-plot", "--json", str(doc)]) == 0
+    assert json.loads(doc.read_text()) == json.loads((out / "results.json").read_text())
+    assert json.loads(doc.read_text())["results"]
+
+
+def test_json_path_is_checked_before_any_work(tmp_path, capsys):
+    """A --json that cannot be written is one line before anything runs (a folder is not a file)."""
+    assert roofline.main(["--profile", "quick", "--out", str(tmp_path / "o"), "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json" in err[0]
+    assert not (tmp_path / "o").exists()

@@ -86,6 +86,7 @@ def run_collectives(args) -> int:
     from . import world
     from .collectives import DEFAULT_SIZES, Plan, parse_sizes
 
+    check_json(getattr(args, "json", None))
     backend = _backend(args)
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
@@ -119,6 +120,7 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
     doc = _write_collectives(out, header, records, backend, nranks, args.no_plot, getattr(args, "config", None))
     written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
+    write_json(getattr(args, "json", None), doc)  # --json OUT: the results document (results.json) there too
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 
 
