@@ -255,7 +255,7 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
         return lambda: None
 
     fake_measure.shape_of = lambda fns: captured["ab"]
-    monkeypatch.setattr(C, "measure", fake_measure)
+    monkeypatch.setattr(C, "time_calls", fake_measure)
     monkeypatch.setattr(registry, "bind", fake_bind)
     st = CeilingSettings({"fp32": (16, 32, 48, 64)}, (1,), budget_s=60.0, repeats=3, top=2)
     own = [GemmShape(7, 5, 3, batch=2, trans_a=True), GemmShape(4096, 4096, 4096)]  # the second: beyond the search
@@ -275,7 +275,7 @@ def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg
     from microbench.harness import ceilings as C
     from microbench.harness import registry
 
-    monkeypatch.setattr(C, "measure", lambda *a, **k: summarize([1.0] * 5, ST))
+    monkeypatch.setattr(C, "time_calls", lambda *a, **k: summarize([1.0] * 5, ST))
     st = CeilingSettings({"fp32": (16, 32)}, (1,), budget_s=0.0, repeats=2, top=1)
     search = C.GemmSearch(registry.baseline("gemm"), "fp32", cpu_device(), cfg)
     c = search.run(st.gemm_sizes["fp32"], [], 0.0, st)
