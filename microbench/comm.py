@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sizes", default=None, help="e.g. 8,4K,16M; deepbench; buckets:resnet9 (comma-separated)")
     c.add_argument("--iters", type=POSITIVE_INT, default=5, help="calls per timed sample")
     c.add_argument("--reps", type=POSITIVE_INT, default=5, help="timed samples per size")
-    c.add_argument("--out", type=Path, default=Path("results-comm"), metavar="DIR",
+    c.add_argument("--out", type=Path, default=Path("results") / "comm-collectives", metavar="DIR",
                    help="output directory (results.json, results.csv, busbw.png); default: %(default)s")
     c.add_argument("--plot", dest="no_plot", action="store_false", default=False, help="draw busbw.png (the default)")
     c.add_argument("--no-plot", action="store_true", help="skip busbw.png")
