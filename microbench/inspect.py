@@ -123,7 +123,7 @@ def _short_kind(name: str) -> str:
     return name.removeprefix("v_mfma_f32_").removeprefix("v_mfma_")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
     ap = Parser(prog="python -m microbench.inspect", description=__doc__)
     ap.add_argument("--json", type=Path, metavar="OUT",
                     help="write one record per (kernel, config, target) to this file")
@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                                       "shapes (their argument specializations), as a GPU run compiles them")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml whose --profile is read; default: the project's")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
     return run_command(lambda: profile_main(args) if args.profile else _run(args),
                        on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None)

@@ -91,3 +91,42 @@ def test_json_path_is_checked_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--json" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def _leaf_parsers():
+    """Every command's parser, a subcommand's own (comm ranks, tta run, ...), by its prog."""
+    import argparse
+
+    from microbench import compare, inspect, predict
+    from microbench.__main__ import COMMANDS
+
+    builds = {"roofline": roofline, "trace": trace, "compare": compare, "decompose": decompose, "comm": comm,
+              "predict": predict, "inspect": inspect, "tta": tta}
+    assert set(builds) == set(COMMANDS)
+    out = {}
+    for mod in builds.values():
+        ap = mod.build_parser()
+        subs = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
+        for p in ([ap] if not subs else list(subs[0].choices.values())):
+            out[p.prog.removeprefix("python -m microbench.")] = {s: a for a in p._actions for s in a.option_strings}
+    return out
+
+
+def test_one_meaning_per_flag_across_the_commands():
+    """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
+    `--step-range` a name; no old spelling left as a flag of its command's parser."""
+    parsers = _leaf_parsers()
+    assert len(parsers) == 13  # 6 commands, and the subcommands of comm (4) and tta (3)
+    reads_bench_toml = ("roofline", "trace", "decompose", "predict", "inspect", "comm collectives", "comm ddp")
+    assert all("--config" in parsers[p] for p in reads_bench_toml)
+    for prog, opts in parsers.items():
+        assert "--json" in opts and opts["--json"].metavar == "OUT", prog
+        for flag, metavar in (("--out", "DIR"), ("--html", "OUT"), ("--png", "OUT"), ("--step-range", "NAME")):
+            if flag in opts:
+                assert opts[flag].metavar == metavar, (prog, flag)
+        if "--steps" in opts:
+            assert opts["--steps"].type is not None and opts["--steps"].metavar is None, prog  # a count
+        if "--no-plot" in opts:
+            assert "--plot" in opts, prog
+        for old in RENAMED_FLAGS.get(prog, {}):
+            assert old not in opts, (prog, old)
