@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decompose one epoch with the profiler: where its seconds went (was --profile)")
     r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
     r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
+    r.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
+                   "default: the project's")
     return ap
 
 
@@ -161,7 +163,7 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
 
         return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
                        out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch,
+                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch, config=args.config,
                        on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
 
 

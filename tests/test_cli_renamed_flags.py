@@ -117,7 +117,8 @@ def test_one_meaning_per_flag_across_the_commands():
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
     assert len(parsers) == 13  # 6 commands, and the subcommands of comm (4) and tta (3)
-    reads_bench_toml = ("roofline", "trace", "decompose", "predict", "inspect", "comm collectives", "comm ddp")
+    reads_bench_toml = ("roofline", "trace", "decompose", "predict", "inspect", "comm collectives", "comm ddp",
+                        "tta run")
     assert all("--config" in parsers[p] for p in reads_bench_toml)
     for prog, opts in parsers.items():
         assert "--json" in opts and opts["--json"].metavar == "OUT", prog

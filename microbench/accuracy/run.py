@@ -105,7 +105,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             out: str | Path | None = None, include_eval: bool = False, threads: int | None = None,
             profile: bool = False, recipes=(None,), new_test: str | Path | None = None,
             on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
-            on_progress: Callable[[str], None] | None = None) -> dict:
+            on_progress: Callable[[str], None] | None = None, config: str | Path | None = None) -> dict:
     """Train `model` (a name of tta.toml) `seeds` times under each recipe of `recipes` (None: the model's keys
     as they are); returns the run document, or with several recipes one document holding a run document per
     recipe and their generalization comparison (and writes the rows into `out`). `dataset`: already loaded
@@ -118,7 +118,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     from microbench.core.conditions import Conditions
     from microbench.core.config import load_config
 
-    cfg = load_config()
+    cfg = load_config(config)  # bench.toml (--config): its noise and conditions settings
     look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     saved_threads = torch.get_num_threads()
     writer = None
