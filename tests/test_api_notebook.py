@@ -33,6 +33,7 @@ def test_trace_analysis_frames_on_the_h100_slice(cfg):
     from microbench.timeline.analysis import analyze
 
     a = TraceAnalysis.open(SLICE)
+    assert repr(a) == f"<TraceAnalysis of {SLICE} (kineto, 9 GPU activities)>"  # 8 kernels and a memcpy
     frames = a.frames()
     assert list(frames) == list(TraceAnalysis.TABLES)
     k = frames["kernels"]
@@ -75,7 +76,9 @@ def test_job_of_the_two_torchrec_ranks():
 
     paths = [TRACES / f"a100_torchrec_rank{r}.json.gz" for r in (0, 1)]
     job = Job(paths, workers=0)
+    assert repr(job).endswith("(not read yet)>")
     assert [r["rank"] for r in job.ranks] == [0, 1]
+    assert repr(job).endswith("(2 ranks read)>")
     frames = job.frames()
     assert list(frames) == list(Job.TABLES)
     assert frames["ranks"]["rank"].tolist() == [0, 1]

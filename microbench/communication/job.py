@@ -281,3 +281,7 @@ class Job:
     def frames(self) -> dict:
         """Every table of TABLES as a DataFrame, by name."""
         return {name: self.to_frame(name) for name in self.TABLES}
+
+    def __repr__(self) -> str:  # nothing read until a result is asked for
+        state = f"{len(self.ranks)} ranks read" if "report" in self.__dict__ else "not read yet"
+        return f"<Job of {', '.join(map(str, self.traces))} ({state})>"

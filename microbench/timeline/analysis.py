@@ -256,6 +256,9 @@ class TraceAnalysis:
         """Every table of TABLES as a DataFrame, by name."""
         return {name: self.to_frame(name) for name in self.TABLES}
 
+    def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
+
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
             graph_capture: str | Path | None = None) -> dict:
