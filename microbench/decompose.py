@@ -18,6 +18,9 @@ from microbench.reports.decomposition import print_decomposition
 from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
 from microbench.step.analysis import DecomposeOptions
 from microbench.step.analysis import DECOMPOSE_FILES
+from microbench.core.outdir import check_file
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import write_file
 
 
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
@@ -66,8 +69,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m microbench.decomp
 def _main(args, out: Path) -> int:
 
     if args.json:
-        from microbench.core.outdir import check_file
-
         check_file(args.json, "--json")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
@@ -99,9 +100,6 @@ def _run(args, out_dir) -> int:
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
     if args.json:
-        from microbench.core.jsonio import dumps
-        from microbench.core.outdir import write_file
-
         console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
     return 0
 

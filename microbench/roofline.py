@@ -152,9 +152,6 @@ def _run(args, cfg, profile, out) -> int:
     if args.arch_json:
         _write_arch(writer.doc, args.arch_json, console)
     if args.json:
-        from microbench.core.jsonio import dumps
-        from microbench.core.outdir import write_file
-
         console.print(f"wrote {write_file(args.json, dumps(writer.doc), '--json')}")
     if interrupted:
         console.print(f"[yellow]interrupted: kept {n_rows} measured rows"

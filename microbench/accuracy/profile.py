@@ -13,13 +13,12 @@ from .datasets import Dataset, batches
 from .rules import TtaModel
 from .train import SeedRun, build_model, build_optimizer
 from microbench.step.analysis import DecomposeOptions
+from microbench.step.analysis import decomposition_doc
 
 
 def decompose_epoch(spec: TtaModel, ds: Dataset, device: str, on_progress: Callable[[str], None] | None = None) -> dict:
     """The decomposition document of `decompose` for one epoch's worth of steps of this model on a real batch."""
     from microbench.models.step import Workload
-
-    from microbench.step.analysis import decomposition_doc
 
     steps = max(1, len(ds.y_train) // spec.batch)
     first = next(batches(ds, spec.batch, torch.Generator().manual_seed(0), torch.device("cpu")))

@@ -12,6 +12,8 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from .engine import EngineRun, Failed, find_traces, job_settings, run_ranks
 from .ranks import RankSummary, collective_record, match
+from microbench.core.frames import unknown_table
+from microbench.core.frames import frame
 
 SCHEMA = "dawnscope.comm.ranks/2"
 MAX_NAMED = 3  # files named per group in an error line
@@ -262,8 +264,6 @@ class Job:
 
     def table(self, name: str) -> list[dict]:
         """One of TABLES as a list of dicts; the ranks table without each rank's steps (the steps table)."""
-        from microbench.core.frames import unknown_table
-
         if name not in self.TABLES:
             raise unknown_table(name, self.TABLES, "a job")
         if name == "ranks":
@@ -274,8 +274,6 @@ class Job:
 
     def to_frame(self, name: str):
         """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`gpu_time.busy_us`)."""
-        from microbench.core.frames import frame
-
         return frame(self.table(name), name)
 
     def frames(self) -> dict:

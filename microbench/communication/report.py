@@ -27,6 +27,7 @@ from microbench.core.outdir import check_file
 from microbench.core.results import ResultsWriter
 from microbench.core.verdict import is_noisy
 from microbench.reports.job_report import heatmap_figure, job_html
+from .job import analyze_job
 
 STATUS_STYLE = {"ok": "", "wrong": "bold red"}
 
@@ -238,8 +239,6 @@ def _print_ddp_buckets(doc: dict) -> None:
 
 def run_ranks(args) -> int:
     """`comm ranks` and `trace` given a job: the ranks read in workers, combined, printed and written."""
-
-    from .job import analyze_job
 
     check_json(args.json)
     if args.out is not None:

@@ -20,6 +20,9 @@ from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
 from microbench.timeline import graphs, kineto, ncu, nsys
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
+from microbench.core.config import Config, load_config
+from microbench.core.frames import unknown_table
+from microbench.core.frames import frame
 
 SCHEMA = "dawnscope.trace/1"
 TOP_UNKNOWN = 8
@@ -225,15 +228,11 @@ class TraceAnalysis:
              graph_capture: str | Path | None = None) -> "TraceAnalysis":
         """As `python -m microbench.trace` reads a trace: with bench.toml's datasheet (`config`: a Config, a
         path, or None for the project's bench.toml), so devices have peaks and MFU is computed."""
-        from microbench.core.config import Config, load_config
-
         cfg = config if isinstance(config, Config) else load_config(config)
         return cls.of(path, cfg, step_range, measured, graph_capture)
 
     def table(self, name: str) -> list[dict]:
         """One of TABLES as a list of dicts (the document's own values)."""
-        from microbench.core.frames import unknown_table
-
         if name not in self.TABLES:
             raise unknown_table(name, self.TABLES, "a trace analysis")
         if name == "classes":
@@ -246,8 +245,6 @@ class TraceAnalysis:
 
     def to_frame(self, name: str):
         """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
-        from microbench.core.frames import frame
-
         return frame(self.table(name), name)
 
     def frames(self) -> dict:
