@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, TRACES
+from .conftest import REPO, TRACES, needs_traces
 
 SLICE = Path(__file__).parent / "data" / "h100_bert_small_slice.json"
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 pd = pytest.importorskip("pandas")
 
 
