@@ -2,6 +2,7 @@
 steps and annotations."""
 from __future__ import annotations
 
+
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.1%}"
 

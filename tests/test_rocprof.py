@@ -1,0 +1,89 @@
+"""rocprofv3 JSON (`rocprofiler-sdk-tool`) read into the one timeline, chosen by content (microbench/timeline/
+rocprof.py). Inputs: a 150-dispatch cut of the MI350X capture in ../shared/traces (AMD-AGI/TraceLens
+tests/rocprof/908_results.json.gz; tests/data/SOURCES.md) and, where present, the whole capture."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from microbench.core.errors import InputError
+from microbench.timeline import rocprof
+from microbench.timeline.analysis import analyze, detect_format, read_trace
+from microbench.timeline.model import NO_ID
+
+from .conftest import TRACES
+
+SLICE = Path(__file__).parent / "data" / "mi350x_rocprofv3_slice.json"
+WHOLE = TRACES / "mi350x_rocprofv3.json.gz" if TRACES else None
+
+
+def _doc() -> dict:
+    return json.loads(SLICE.read_text())
+
+
+def test_dispatches_become_kernels_named_by_their_symbols():
+    doc = _doc()["rocprofiler-sdk-tool"][0]
+    records = doc["buffer_records"]["kernel_dispatch"]
+    symbols = {s["kernel_id"]: s["formatted_kernel_name"] for s in doc["kernel_symbols"]}
+    tl = read_trace(SLICE)
+    assert tl.format == "rocprofv3" and len(tl.kernels) == len(records) == 150
+    assert [tl.names[n] for n in tl.kernels.name] == [symbols[r["dispatch_info"]["kernel_id"]] for r in records]
+    dur_ns = [r["end_timestamp"] - r["start_timestamp"] for r in records]
+    assert tl.kernels.dur_us.sum() == pytest.approx(sum(dur_ns) / 1000)
+    # the one GPU agent that ran them: gpu_index 0 of eight MI350X agents (two CPU agents come first)
+    assert set(tl.kernels.device.tolist()) == {0}
+    assert tl.device_properties[0]["name"] == "AMD Instinct MI350X"
+    assert (tl.device_properties[0]["gcnArchName"], tl.device_properties[0]["numSms"]) == ("gfx950", 256)
+    assert (tl.device_properties[0]["computeMajor"], tl.device_properties[0]["computeMinor"]) == (9, 5)
+
+
+def test_the_format_is_told_by_content_plain_or_gzip(tmp_path):
+    gz = tmp_path / "capture.json.gz"  # no name says rocprof
+    gz.write_bytes(gzip.compress(SLICE.read_bytes()))
+    assert detect_format(SLICE) == detect_format(gz) == "rocprofv3"
+    assert len(read_trace(gz).kernels) == 150
+
+
+def test_hip_calls_are_the_launches_of_their_dispatches(tmp_path):
+    doc = _doc()
+    proc = doc["rocprofiler-sdk-tool"][0]
+    hip = next(k["operations"] for k in proc["strings"]["buffer_records"] if k["kind"] == "HIP_RUNTIME_API")
+    first = proc["buffer_records"]["kernel_dispatch"][:3]
+    op = hip.index("hipLaunchKernel")
+    proc["buffer_records"]["hip_api"] = [
+        {"size": 64, "kind": 5, "operation": op, "thread_id": 908, "correlation_id": r["correlation_id"],
+         "start_timestamp": r["start_timestamp"] - 5000, "end_timestamp": r["start_timestamp"] - 1000} for r in first]
+    path = tmp_path / "with_hip.json"
+    path.write_text(json.dumps(doc))
+    tl = rocprof.read(path)
+    li = tl.launch_index()
+    assert (li[:3] != NO_ID).all() and (li[3:] == NO_ID).all()
+    assert {tl.names[n] for n in tl.launches.name} == {"hipLaunchKernel"}
+
+
+def test_a_broken_file_is_one_line(tmp_path):
+    doc = _doc()
+    doc["rocprofiler-sdk-tool"][0]["buffer_records"]["kernel_dispatch"][0]["start_timestamp"] = "soon"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as e:
+        read_trace(path)
+    assert "kernel_dispatch" in str(e.value) and "bad.json" in str(e.value)
+
+
+@pytest.mark.skipif(WHOLE is None or not WHOLE.is_file(), reason="../shared/traces not here")
+def test_the_whole_mi350x_capture(cfg):
+    doc = analyze(WHOLE, cfg)
+    assert doc["summary"]["kernel_count"] == 43_915  # the dispatches SOURCES.md counts
+    assert doc["devices"][0]["name"] == "AMD Instinct MI350X"
+    # rocprofv3 ran without --hip-trace: no launch for any dispatch, said before any figure
+    missing = {m["what"]: m for m in doc["integrity"]["missing"]}
+    assert missing["launches"]["detail"].startswith("43915 of 43915 kernels")
+    s = doc["summary"]
+    parts = s["computation_share"] + s["copy_share"] + s["exposed_comm_share"] + s["idle_share"]
+    assert parts == pytest.approx(1.0)
+    assert np.isclose(s["gpu_busy_share"], 1 - s["idle_share"])
