@@ -121,3 +121,29 @@ def test_the_whole_tensorboard_sample_matches_the_plugins_own_kernel_time():
     per_step = np.mean([s["computation_us"] for s in steps])
     assert per_step == pytest.approx(99_145, abs=1)
     assert outside["outside_steps"]["activities"] == 0 and outside["before_first_step"]["activities"] == 0
+
+
+@pytest.mark.parametrize("flow_category", ["async", "ac2g"])
+def test_flow_events_link_what_has_no_correlation_id(tmp_path, flow_category):
+    """A profiler that keeps the link in its flow events only (the `s` at the runtime call, the `f` at the
+    kernel, with the correlation id as the flow's id): the same launches are found."""
+    doc = _slice()
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("async", "ac2g"):
+            e["cat"] = flow_category
+        elif e.get("cat") in ("Kernel", "Memcpy", "Runtime"):
+            e["args"].pop("correlation", None)
+    tl = kineto.read(_write(tmp_path, doc))
+    assert _shape(tl) == _shape(kineto.read(SLICE_2021))
+    assert tl.meta["linked_by_flows"] == 48  # 24 activities and their 24 runtime calls
+
+
+KINETO_SHARED = sorted(p.name for p in TRACES.glob("*.json.gz") if "rocprof" not in p.name) if TRACES else []
+
+
+@pytest.mark.parametrize("name", KINETO_SHARED)
+def test_no_category_of_the_shared_traces_is_unknown(name):
+    # 2021 (Operator, Runtime, ...) to 2025 (cpu_op, cuda_runtime, cuda_driver, gpu_user_annotation, python_function,
+    # cuda_sync, cpu_instant_event, fwdbwd and ac2g flows): each is read or left out on purpose, none unnamed
+    tl = kineto.read(TRACES / name)
+    assert "unread_categories" not in tl.meta
