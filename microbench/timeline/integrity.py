@@ -5,6 +5,8 @@ totals cover enough of the matrix-kernel time to show them (`flop_coverage_min`,
 Figures below that share are withheld, never guessed (docs/traces.md, "Integrity")."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from microbench.core import thresholds
@@ -62,8 +64,21 @@ def _devices(devices: list[dict]) -> list[dict]:
     return out
 
 
+# What the profiler's own log says when it lost events: libkineto's CUPTI layer (CuptiActivityApi.cpp) logs
+# "Dropped N activity records" and "Exceeded max GPU buffer count (N >= M) - terminating tracing".
+DROPPED = re.compile(r"dropped|terminating tracing|buffer (count|overflow|full)", re.IGNORECASE)
+
+
 def _events(tl: Timeline) -> list[dict]:
     out = [_entry("events", f"the reader skipped {n} {what}", [ALL]) for what, n in tl.skipped.items()]
+    log = tl.meta.get("profiler_log") or []
+    lost = [f"{level}: {m}" for level, m in log if DROPPED.search(m)]
+    if lost:
+        out.append(_entry("events the profiler dropped", "; ".join(lost[:3]) + (f" (and {len(lost) - 3} more)"
+                                                                                if len(lost) > 3 else ""), [ALL]))
+    if len(log) > len(lost):
+        out.append(_entry("profiler log", f"{len(log) - len(lost)} other ERROR / WARNING messages in the trace, "
+                                          f"the first: {next(m for _, m in log if not DROPPED.search(m))[:160]}", []))
     unread = tl.meta.get("unread_categories") or {}
     if unread:
         names = ", ".join(f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))

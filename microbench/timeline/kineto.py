@@ -124,6 +124,10 @@ class _Meta(msgspec.Struct):
     cupti_version: Any = None
     roctracer_version: Any = None
     hip_runtime_version: Any = None
+    # libkineto's own log, written as top-level lists by severity (output_json.cpp finalizeTrace): its CUPTI
+    # layer logs "Dropped N activity records" and "Exceeded max GPU buffer count (...) - terminating tracing"
+    WARNING: Any = None
+    ERROR: Any = None
 
 
 class _Header(_Meta):
@@ -349,6 +353,10 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     if isinstance(head.distributedInfo, dict):
         b.distributed = head.distributedInfo
     b.meta.update({k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None})
+    log = [(level, m) for level in ("ERROR", "WARNING") if isinstance(getattr(head, level), list)
+           for m in getattr(head, level) if isinstance(m, str)]
+    if log:
+        b.meta["profiler_log"] = log
 
 
 def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw,
