@@ -404,11 +404,7 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
 
 def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
-    if s["kernel_count"] and s["unattributed_kernels"]:
-        notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
-                     "in the trace (no matching correlation id): they count in every total, in no annotation, and "
-                     "in the step whose GPU-side step annotation holds them where the trace has those, else outside "
-                     "the steps")
+    # kernels without a launch: an integrity line (timeline/integrity.py), said before any figure
     if not s["kernel_count"]:
         notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
                      "torch.profiler.ProfilerActivity.CUDA on a GPU?")
