@@ -22,14 +22,19 @@ def _entry(what: str, detail: str, unreliable: list[str]) -> dict:
 
 
 def _launches(tl: Timeline, s: dict, outside: dict, has_steps: bool) -> list[dict]:
-    n = s["unattributed_kernels"]
+    """GPU activities (kernels, copies) whose runtime call is not in the trace."""
+    n = int(np.isnan(tl.launch_time()[0]).sum())
     if not n:
         return []
+    what = (f"{s['unattributed_kernels']} of {s['kernel_count']} kernels" + (
+        f" and {n - s['unattributed_kernels']} memcpy / memset" if n > s["unattributed_kernels"] else ""))
     placed = outside.get("placed_by_gpu_annotation", 0)
     where = (f"; {placed} placed by the GPU-side step annotations, {outside.get('unlaunched_outside_steps', 0)} "
              "outside the steps" if has_steps else "")
-    return [_entry("launches", f"{n} of {s['kernel_count']} kernels have no launching runtime call in the trace{where}",
-                   ([STEPS] if has_steps else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
+    # placed by the step's GPU-side annotation, an activity is in the right step; outside them, in none
+    steps_hurt = has_steps and outside.get("unlaunched_outside_steps", 0) > 0
+    return [_entry("launches", f"{what} have no launching runtime call in the trace{where}",
+                   ([STEPS] if steps_hurt else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
 
 
 def _operators(tl: Timeline) -> list[dict]:
@@ -46,7 +51,7 @@ def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
         return [_entry("steps", "no ProfilerStep#N (or --steps) ranges: whole-trace figures only; MFU over the "
                                 "GPU span", [STEPS])]
     gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
-    if gpu_steps.any() or not s["unattributed_kernels"]:
+    if gpu_steps.any() or not np.isnan(tl.launch_time()[0]).any():
         return []  # only a kernel without a launch needs them
     return [_entry("GPU-side step annotations", "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
                                                 "are outside the steps, whichever launched them", [STEPS])]
