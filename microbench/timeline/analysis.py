@@ -171,7 +171,9 @@ class TraceAnalysis:
 
     @cached_property
     def integrity(self) -> dict:
-        return integrity.integrity_of(self.tl, summary_of(self.tl), self._steps[0], self._steps[2], self.devices,
+        counts = {"kernel_count": metrics.kernel_time(self.tl)[0],
+                  "unattributed_kernels": metrics.unlaunched_kernels(self.tl)}
+        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices,
                                       self.flop_coverage)
 
     @cached_property

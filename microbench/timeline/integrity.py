@@ -100,7 +100,8 @@ def coverage(cov: dict) -> dict:
 
 
 def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[dict], cov: dict) -> dict:
-    """The `integrity` key of the trace document: `missing` (what, detail, the figures it makes unreliable),
+    """The `integrity` key of the trace document (`s`: kernel_count and unattributed_kernels of the summary):
+    `missing` (what, detail, the figures it makes unreliable),
     `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
     missing = (_launches(tl, s, outside, bool(len(windows))) + _operators(tl) + _steps(tl, windows, s)
                + _devices(devices) + _events(tl))
