@@ -173,7 +173,7 @@ def test_without_launches_the_gpu_step_annotation_places_the_kernels(tmp_path):
     full = gpu_time.step_breakdowns(kineto.read(DATA / "mi300_bert_small_rocm_slice.json"))
     doc = json.loads((DATA / "mi300_bert_small_rocm_slice.json").read_text())
     doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
-    w, (step,), outside = gpu_time.step_breakdowns(kineto.read(_write(tmp_path, doc)))
+    _, (step,), outside = gpu_time.step_breakdowns(kineto.read(_write(tmp_path, doc)))
     assert outside["placed_by_gpu_annotation"] == 12 and outside["unlaunched_outside_steps"] == 0
     (before,) = full[1]
     assert {k: step[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")} == \

@@ -19,7 +19,6 @@ Timestamps are nanoseconds on one clock; the timeline's are microseconds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -81,11 +80,11 @@ class _Symbol(msgspec.Struct):
 
 class _Kind(msgspec.Struct):
     kind: str
-    operations: list[str] = []  # noqa: RUF012 - msgspec copies defaults
+    operations: list[str] = []
 
 
 class _Strings(msgspec.Struct, frozen=True):
-    buffer_records: list[_Kind] = []  # noqa: RUF012
+    buffer_records: list[_Kind] = []
 
 
 class _Meta(msgspec.Struct, frozen=True):
@@ -94,10 +93,10 @@ class _Meta(msgspec.Struct, frozen=True):
 
 class _Process(msgspec.Struct):
     metadata: _Meta = _Meta()
-    agents: list[_Agent] = []  # noqa: RUF012
+    agents: list[_Agent] = []
     strings: _Strings = _Strings()
-    kernel_symbols: list[_Symbol] = []  # noqa: RUF012
-    buffer_records: dict[str, list[msgspec.Raw]] = {}  # noqa: RUF012
+    kernel_symbols: list[_Symbol] = []
+    buffer_records: dict[str, list[msgspec.Raw]] = {}
 
 
 class _File(msgspec.Struct):
