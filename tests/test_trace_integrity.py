@@ -82,3 +82,24 @@ def test_mfu_is_shown_where_the_flops_cover_the_matrix_time(cfg):
     cov = out["integrity"]["flop_coverage"]
     assert cov["share"] >= cov["threshold"] and not cov["withheld"]
     assert out["mfu"]["mfu"] is not None
+
+
+def test_the_terminal_says_what_is_missing_before_the_headline_and_splits_the_span(cfg):
+    from rich.console import Console
+
+    from microbench.reports.trace_report import print_trace_report
+
+    doc = analyze(SLICE_2021, cfg)
+    console = Console(record=True, width=400)
+    print_trace_report(doc, console=console)
+    lines = console.export_text().splitlines()
+    first_figure = next(i for i, line in enumerate(lines) if " kernels, kernel time " in line)
+    said = [i for i, line in enumerate(lines) if line.startswith("integrity:")]
+    assert said and max(said) < first_figure
+    head = lines[first_figure]
+    s = doc["summary"]
+    for label, key in (("computation", "computation_share"), ("copies", "copy_share"),
+                       ("exposed communication", "exposed_comm_share"), ("idle", "idle_share")):
+        assert f"{label} {s[key]:.1%}" in head
+    assert "GPU busy" not in head
+    assert s["computation_share"] + s["copy_share"] + s["exposed_comm_share"] + s["idle_share"] == pytest.approx(1)
