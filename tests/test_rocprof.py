@@ -87,3 +87,30 @@ def test_the_whole_mi350x_capture(cfg):
     parts = s["computation_share"] + s["copy_share"] + s["exposed_comm_share"] + s["idle_share"]
     assert parts == pytest.approx(1.0)
     assert np.isclose(s["gpu_busy_share"], 1 - s["idle_share"])
+
+
+def test_memory_copies_are_copies_on_their_gpu(tmp_path):
+    """The capture here has no memory_copy records (rocprofv3 ran without --memory-copy-trace); these follow
+    rocprofiler-sdk's record (rocprofiler_buffer_tracing_memory_copy_record_t: operation, dst_agent_id,
+    src_agent_id, bytes), between the capture's own CPU agent and its first GPU agent."""
+    from microbench.timeline.model import MEMCPY
+
+    doc = _doc()
+    proc = doc["rocprofiler-sdk-tool"][0]
+    ops = next(k["operations"] for k in proc["strings"]["buffer_records"] if k["kind"] == "MEMORY_COPY")
+    cpu, gpu = (next(a["id"] for a in proc["agents"] if a["type"] == t) for t in (1, 2))
+    t0 = proc["buffer_records"]["kernel_dispatch"][0]["start_timestamp"]
+    proc["buffer_records"]["memory_copy"] = [
+        {"size": 80, "kind": 13, "operation": ops.index("MEMORY_COPY_HOST_TO_DEVICE"), "thread_id": 908,
+         "correlation_id": {"internal": 99_000_001, "external": 0}, "start_timestamp": t0 - 4000,
+         "end_timestamp": t0 - 1000, "dst_agent_id": gpu, "src_agent_id": cpu, "bytes": 1 << 20}]
+    tl = rocprof.read(_write_doc(tmp_path, doc))
+    copies = np.flatnonzero(tl.kernels.category == MEMCPY)
+    assert len(copies) == 1 and tl.names[tl.kernels.name[copies[0]]] == "Memcpy HtoD"
+    assert tl.kernels.device[copies[0]] == 0 and tl.kernels.dur_us[copies[0]] == pytest.approx(3.0)
+
+
+def _write_doc(tmp_path: Path, doc: dict) -> Path:
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(doc))
+    return p
