@@ -110,6 +110,16 @@ def test_memory_copies_are_copies_on_their_gpu(tmp_path):
     assert tl.kernels.device[copies[0]] == 0 and tl.kernels.dur_us[copies[0]] == pytest.approx(3.0)
 
 
+def test_records_no_rule_reads_are_named(cfg, tmp_path):
+    # roctx ranges (`marker_api` buffer records) are not read: the annotations would miss them, and it says so
+    doc = _doc()
+    proc = doc["rocprofiler-sdk-tool"][0]
+    proc["buffer_records"]["marker_api"] = proc["buffer_records"]["kernel_dispatch"][:2]
+    out = analyze(_write_doc(tmp_path, doc), cfg)
+    m = {e["what"]: e for e in out["integrity"]["missing"]}["records not read"]
+    assert "marker_api (2)" in m["detail"] and m["unreliable"] == ["annotations"]
+
+
 def _write_doc(tmp_path: Path, doc: dict) -> Path:
     p = tmp_path / "r.json"
     p.write_text(json.dumps(doc))

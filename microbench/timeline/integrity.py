@@ -81,6 +81,11 @@ def _events(tl: Timeline) -> list[dict]:
     if lost:
         out.append(_entry("events the profiler dropped", "; ".join(lost[:3]) + (f" (and {len(lost) - 3} more)"
                                                                                 if len(lost) > 3 else ""), [ALL]))
+    records = tl.meta.get("unread_records") or {}
+    if records:  # rocprofv3 buffer kinds the reader does not read (roctx markers: the annotations)
+        names = ", ".join(f"{k} ({n:,})" for k, n in sorted(records.items(), key=lambda kv: -kv[1]))
+        out.append(_entry("records not read", f"rocprofv3 records the reader leaves out: {names}",
+                          [ANNOTATIONS] if "marker_api" in records else []))
     if len(log) > len(lost):
         out.append(_entry("profiler log", f"{len(log) - len(lost)} other ERROR / WARNING messages in the trace, "
                                           f"the first: {next(m for _, m in log if not DROPPED.search(m))[:160]}", []))
