@@ -2,6 +2,7 @@
 steps and annotations."""
 from __future__ import annotations
 
+
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.1%}"
 
@@ -59,13 +60,16 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     dist = doc["trace"].get("distributed")
     if dist:
         console.print("distributed: " + ", ".join(f"{k} {v}" for k, v in dist.items()))
+    _print_integrity(console, doc.get("integrity"))
     console.print(
         f"{s['kernel_count']} kernels, kernel time {s['kernel_time_us']:,.1f} us; Tensor Core share "
         f"{_pct(s['tensor_core_share'])} (unknown {_pct(s['tensor_core_unknown_share'])}); communication "
         f"{_pct(s['comm_share'])} of kernel time; over the GPU span (first to last GPU activity"
         f"{', summed over devices' if s.get('devices_with_kernels', 1) > 1 else ''}) of {s.get('gpu_span_us', 0.0):,.1f} us: "
-        f"GPU busy {_pct(s['gpu_busy_share'])}, exposed communication {s['exposed_comm_us']:,.1f} us = "
-        f"{_pct(s['exposed_comm_share'])}; the traced span, CPU events included, is {s['wall_span_us']:,.1f} us")
+        f"computation {_pct(s.get('computation_share'))}, copies {_pct(s.get('copy_share'))}, exposed communication "
+        f"{_pct(s['exposed_comm_share'])} ({s['exposed_comm_us']:,.1f} us), idle {_pct(s.get('idle_share'))} "
+        f"(busy {_pct(s['gpu_busy_share'])}: the first three); the traced span, CPU events included, is "
+        f"{s['wall_span_us']:,.1f} us")
 
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
@@ -81,7 +85,8 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_steps(console, doc)
     _print_ops(console, doc, top)
     if doc["annotations"]:
-        t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)",
+        t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)"
+                        + _unreliable(doc, "annotations"),
                   header_style="bold")
         for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us"):
             t.add_column(c, justify="left" if c == "annotation" else "right")
@@ -94,6 +99,30 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def _unreliable(doc: dict, figure: str) -> str:
+    """A table title's mark where the integrity lines name its figures unreliable."""
+    ig = doc.get("integrity") or {}
+    return f" [unreliable: {', '.join(m['what'] for m in ig.get('missing', []) if figure in m['unreliable'])} missing]" \
+        if figure in ig.get("unreliable", []) else ""
+
+
+def _print_integrity(console, ig: dict | None) -> None:
+    """What the trace lacks and which figures that makes unreliable or withholds: before any figure."""
+    from rich.markup import escape
+
+    if not ig:
+        return
+    for m in ig["missing"]:
+        hurt = f" -> unreliable: {', '.join(m['unreliable'])}" if m["unreliable"] else ""
+        console.print(f"[bold yellow]integrity:[/] missing {escape(m['what'])}: {escape(m['detail'])}{hurt}")
+    cov = ig.get("flop_coverage") or {}
+    if cov.get("share") is not None:
+        verdict = f"withheld (under {cov['threshold']:.0%})" if cov.get("withheld") else "shown"
+        console.print(f"[bold yellow]integrity:[/] the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time "
+                      f"({cov['covered_us']:,.1f} of {cov['matrix_kernel_time_us']:,.1f} us): MFU, achieved TFLOP/s "
+                      f"and per-op totals {verdict}")
 
 
 def _num(v, spec: str) -> str:
@@ -123,7 +152,8 @@ def _print_steps(console, doc: dict) -> None:
     # the step's name never truncates: the least needed columns go first at a narrow width
     console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
                              title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
-                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"))
+                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"
+                                   + _unreliable(doc, "per-step values")))
 
 
 def _print_ops(console, doc: dict, top: int) -> None:
@@ -132,7 +162,8 @@ def _print_ops(console, doc: dict, top: int) -> None:
 
     if doc.get("ops"):
         t = Table(title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the op's kernels' "
-                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s",
+                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s"
+                        + _unreliable(doc, "per-op totals"),
                   header_style="bold")
         for c in ("op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
                   "% datasheet", "% measured"):

@@ -18,11 +18,15 @@ from microbench.core.stats import summarize
 from microbench.timeline import counters as C
 from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
 from microbench.timeline import graphs, kineto, ncu, nsys
+from microbench.timeline import integrity
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 from microbench.core.config import Config, load_config
 from microbench.core.frames import unknown_table
 from microbench.core.frames import frame
+from microbench.timeline import rocprof
+import gzip
+import zlib
 
 SCHEMA = "dawnscope.trace/1"
 TOP_UNKNOWN = 8
@@ -34,7 +38,7 @@ HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml
 
 def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
-    sqlite`), "ncu" (an `ncu --csv` export), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
+    sqlite`), "ncu" (an `ncu --csv` export), "rocprofv3" (rocprofv3 JSON), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
     with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
         head = f.read(4096)
@@ -42,13 +46,29 @@ def detect_format(path: str | Path) -> str:
         return "nsys"
     if not head.startswith(b"\x1f\x8b") and ncu.looks_like_ncu_csv(head.decode("utf-8", errors="replace")):
         return "ncu"
+    if rocprof.looks_like_rocprof(_decompressed_head(path, head)):
+        return "rocprofv3"
     return "kineto"
+
+
+def _decompressed_head(path: str | Path, head: bytes) -> bytes:
+    """The first bytes of the text (gunzipped where the file is gzip); empty where it cannot be read (the
+    Kineto reader then words the error)."""
+    if not head.startswith(b"\x1f\x8b"):
+        return head
+
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(256)
+    except (OSError, EOFError, zlib.error):
+        return b""
 
 
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
+    return {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
+            "kineto": kineto.read}[detect_format(path)](path)
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
@@ -153,6 +173,18 @@ class TraceAnalysis:
         return gpu_time.step_breakdowns(self.tl, self.step_range)
 
     @cached_property
+    def flop_coverage(self) -> dict:
+        """The share of matrix-kernel time the model's FLOPs cover, and whether the figures built on them are shown."""
+        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.model.kernel_flops))
+
+    @cached_property
+    def integrity(self) -> dict:
+        counts = {"kernel_count": metrics.kernel_time(self.tl)[0],
+                  "unattributed_kernels": metrics.unlaunched_kernels(self.tl)}
+        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices,
+                                      self.flop_coverage)
+
+    @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
         m = opmetrics.mfu(self.evidence, self.model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
@@ -160,6 +192,11 @@ class TraceAnalysis:
             at_meas, _, _ = opmetrics.time_at_peak_us(self.model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
             m["measured_ceilings_tflops"] = self.measured
+        m["flop_coverage"] = self.flop_coverage["share"]
+        if self.flop_coverage["withheld"]:
+            withhold(m, self.flop_coverage, ("mfu", "achieved_tflops", "of_measured"))
+            for st in m["steps"]:
+                withhold(st, self.flop_coverage, ("mfu", "achieved_tflops"))
         return m
 
     @property
@@ -173,7 +210,12 @@ class TraceAnalysis:
 
     @cached_property
     def ops(self) -> list[dict]:
-        return opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        rows = opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        if self.flop_coverage["withheld"]:
+            for r in rows:
+                withhold(r, self.flop_coverage, ("op_tflops", "kernel_tflops", "pct_of_datasheet", "pct_of_measured",
+                                                 "kernel_pct_of_datasheet", "kernel_pct_of_measured"))
+        return rows
 
     @cached_property
     def eligibility(self) -> dict:
@@ -204,6 +246,7 @@ class TraceAnalysis:
                      | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
                         if dist else {}),
             "devices": self.devices,
+            "integrity": self.integrity,
             "summary": self.summary,
             "classes": class_labels(),
             "kernels": self.kernels,
@@ -263,6 +306,15 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
     return TraceAnalysis.of(path, cfg, step_range, measured, graph_capture).document()
 
 
+def withhold(d: dict, cov: dict, keys: tuple[str, ...]) -> None:
+    """Figures built on FLOPs that cover too little of the matrix work: None, with the reason beside them."""
+    for k in keys:
+        if k in d:
+            d[k] = None
+    d["withheld"] = (f"the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time, under "
+                     f"{cov['threshold']:.0%} (flop_coverage_min, microbench/data/thresholds.toml)")
+
+
 def _share(x: float, total: float):
     return x / total if total > 0 else None
 
@@ -295,6 +347,11 @@ def summary_of(tl: Timeline) -> dict:
         "gpu_span_us": span,
         "gpu_busy_us": whole["busy_us"],
         "gpu_busy_share": _share(whole["busy_us"], span),
+        # the headline: the GPU span split four ways (they sum to 1): computation, copies nothing hides (memcpy,
+        # memset), communication nothing hides, idle; busy is the first three
+        "computation_share": _share(whole["computation_us"], span),
+        "copy_share": _share(whole["exposed_memcpy_us"], span),
+        "idle_share": _share(whole["idle_us"], span),
         "gpu_time": whole,
         "devices_with_kernels": len(metrics.devices_with_kernels(tl)),
         "memcpy_count": copies["memcpy"][0],
@@ -388,10 +445,7 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
 
 def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
-    if s["kernel_count"] and s["unattributed_kernels"]:
-        notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
-                     "in the trace (no matching correlation id): they count in every total, in no annotation, and "
-                     "in the step whose CPU window holds their own start, if any")
+    # kernels without a launch: an integrity line (timeline/integrity.py), said before any figure
     if not s["kernel_count"]:
         notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
                      "torch.profiler.ProfilerActivity.CUDA on a GPU?")
