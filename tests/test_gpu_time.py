@@ -161,12 +161,12 @@ def test_devices_are_broken_down_apart_and_summed():
     assert all(whole[f] == dev[0][f] + dev[1][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
 
 
-@pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+@needs_traces
 def test_work_from_before_the_step_stays_out_of_it(tmp_path):
     """The MI300X bert-small trace (TraceLens' test data) with 20 of its kernels copied, without their launch,
     into the 449 us between the CPU step's start and its GPU-side annotation, as an MI300X trace whose first 463
     kernels were still running from before the profiled step: the step keeps TraceLens' figures (3.496 ms span,
-    3.105 ms idle: ../shared/traces/SOURCES.md), the copies go outside the steps."""
+    3.105 ms idle: tests/data/traces/SOURCES.md), the copies go outside the steps."""
     import gzip
 
     doc = json.loads(gzip.decompress((TRACES / "mi300_bert_small.json.gz").read_bytes()))
