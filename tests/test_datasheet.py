@@ -82,3 +82,19 @@ def test_amd_peaks_follow_cus_clock_and_flops_per_clock(devices):
             assert by_key[key].peaks_tflops[prec] == pytest.approx(cus * ghz * flops / 1000, rel=1e-3), (key, prec)
     assert by_key["mi300x_vf"].peaks_tflops == by_key["mi300x"].peaks_tflops
     assert "tf32" not in by_key["mi355x"].peaks_tflops  # CDNA 4 has no XF32
+
+
+def _tier_of(flags: set[str]):
+    return next(t for t in load_config().cpu_tiers if set(t.requires) <= flags)
+
+
+def test_cpu_tiers_use_intels_bf16_amx_figure_and_have_avx512_fp16():
+    """Intel's AMX figure for bf16 (and AMX-FP16) is 1024 FLOP per cycle per core (2048 is INT8's); Sapphire
+    Rapids' flags (amx_bf16 and avx512_fp16, no amx_fp16: the fingerprint of docs/amd.md's Xeon) run fp16 on
+    AVX512-FP16 at 128 FLOP per cycle (32 lanes x 2 FMA ports x 2)."""
+    spr = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"}
+    assert _tier_of(spr).flops_per_cycle == {"fp32": 64, "bf16": 1024, "fp16": 128}
+    assert _tier_of(spr | {"amx_fp16"}).flops_per_cycle == {"fp32": 64, "bf16": 1024, "fp16": 1024}
+    assert _tier_of(spr - {"avx512_fp16"}).flops_per_cycle["fp16"] == 64  # fp16 converts to fp32
+    # this 2-core AMD EPYC (avx512_bf16, no avx512_fp16): bf16 dot products, fp16 at the fp32 rate
+    assert _tier_of({"avx2", "fma", "avx512f", "avx512_bf16"}).flops_per_cycle == {"fp32": 64, "bf16": 128, "fp16": 64}

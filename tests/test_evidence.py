@@ -69,3 +69,13 @@ def test_operator_rules(op, cls):
     from microbench.timeline.classify import classify_operator
 
     assert classify_operator(op).cls == cls
+
+
+@pytest.mark.parametrize("impl, tc", [
+    ("brg_matmul:avx10_1_512_amx", "yes"),  # oneDNN 3.5+: bf16 on AMX
+    ("brg_matmul:avx10_1_512", "yes"),  # oneDNN 3.5+: fp16 on AVX512-FP16 (the former avx512_core_fp16)
+    ("brg_matmul:avx512_core_fp16", "yes"),
+    ("brg_matmul:avx512_core", "no"),  # fp32 on vector FMA
+])
+def test_onednn_avx10_names(impl, tc):
+    assert from_onednn([("matmul", impl)]).tensor_cores == tc
