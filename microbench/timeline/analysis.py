@@ -13,7 +13,7 @@ import numpy as np
 from microbench.core import thresholds
 from microbench.timeline import counters as C
 from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
-from microbench.timeline.classify import class_labels
+from microbench.timeline.classify import INFERRED, class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
 SCHEMA = "dawnscope.trace/1"
@@ -127,6 +127,10 @@ class TraceAnalysis:
     @cached_property
     def summary(self) -> dict:
         s = summary_of(self.evidence)
+        layers = metrics.tensor_core_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
+        s["tensor_core_evidence_us"] = layers
+        s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
+                                                 s["kernel_time_us"])
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
         s["mfu"] = self.mfu["mfu"]
         return s | self.graphs[0]
@@ -336,13 +340,15 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
-        evidence = (f"kernel name matched {c.rule}: {c.note}" if c.rule != "unknown"
-                    else "kernel name matched no rule")
+        evidence = (f"kernel name matched no rule" if c.rule == "unknown" else
+                    f"{c.basis}: kernel name matched {c.rule}: {c.note}" if c.basis in INFERRED else
+                    f"kernel name matched {c.rule}: {c.note}")
         row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
                              device=dev_names.get(g.device, ""),
                              time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
                              tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
-                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "evidence": c.basis,
+                                     "device_index": g.device,
                                      "calls": len(g.durations_us), "kernel_time_us": g.total_us,
                                      "share": _share(g.total_us, kernel_time_us)})
         rows.append(row.as_dict())
