@@ -209,6 +209,7 @@ class TraceAnalysis:
         notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops)
+        notes += eligible_note(self.eligibility["by_operator"])
         return notes + self.graphs[2]
 
     def document(self) -> dict:
@@ -502,6 +503,17 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
             "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
     return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
+
+
+def eligible_note(by_op: dict) -> list[str]:
+    """The TensorBoard plugin's recommendation, from eligibility without shapes (opmetrics.eligible_by_operator)."""
+    share = by_op.get("unused_share") or 0.0
+    if share <= thresholds.value("eligible_unused_note_share"):
+        return []
+    untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
+    return [f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
+            "(torch.autocast) or TF32 where the GPU has it"]
 
 
 def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:
