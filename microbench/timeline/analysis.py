@@ -43,9 +43,10 @@ def detect_format(path: str | Path) -> str:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    from microbench.timeline import kineto, ncu, nsys
+    from microbench.timeline import kineto, launchers, ncu, nsys
 
-    return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
+    tl = {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
+    return launchers.by_launcher(tl)  # kernels no name rule settles, by the operator or range that launched them
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:

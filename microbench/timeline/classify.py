@@ -26,7 +26,8 @@ class Rule:
     cls: str
     tensor_cores: str
     note: str
-    applies_to: tuple[str, ...] = ()  # [[structure]] only: the name-rule classes it may settle
+    applies_to: tuple[str, ...] = ()  # [[structure]] / [[launcher]]: the name-rule classes it may settle
+    dtypes: tuple[tuple[str, float], ...] = ()  # [[launcher]]: dtype -> lowest NVIDIA compute capability
 
     @property
     def rule_id(self) -> str:
@@ -62,7 +63,7 @@ def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[
     classes = dict(data["classes"])
     unknown_default = set(data["class_sets"]["tensor_cores_unknown_by_default"])
     sections: dict[str, tuple[Rule, ...]] = {}
-    for section in ("kernel", "structure", "cpu_impl", "operator"):
+    for section in ("kernel", "structure", "launcher", "cpu_impl", "operator"):
         rules = []
         for i, r in enumerate(data.get(section, [])):
             cls = r.get("class", "other")
@@ -71,7 +72,7 @@ def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[
             if cls not in classes or tc not in TENSOR_CORE_VALUES or not set(applies) <= set(classes):
                 raise ValueError(f"{path}: {section}[{i}]: bad class {cls!r}, tensor_cores {tc!r} or applies_to")
             rules.append(Rule(section, i, re.compile(r["pattern"], re.IGNORECASE), cls, tc, r.get("note", ""),
-                              applies))
+                              applies, tuple((k, float(v)) for k, v in r.get("dtypes", {}).items())))
         sections[section] = tuple(rules)
     return classes, sections
 
@@ -149,3 +150,42 @@ def classify_operator(name: str) -> Classification:
 def classify_cpu_impl(impl: str) -> Classification:
     """A oneDNN implementation name (`brg_matmul:avx512_core_bf16`) -> whether a CPU matrix unit ran it."""
     return _first("cpu_impl", impl)
+
+
+def is_launcher(name: str) -> bool:
+    """Whether an operator or range name is one a [[launcher]] rule reads (a collective, a matrix operator)."""
+    return any(r.pattern.search(name) for r in _load()[1]["launcher"])
+
+
+def _name_dtype(name: str) -> str | None:
+    for dtype, pattern in _data()["launcher_name_dtypes"].items():
+        if re.search(pattern, name, re.IGNORECASE):
+            return dtype
+    return None
+
+
+def _dtype_holds(rule: Rule, launcher: str, dtype: str | None, vendor: str | None, cc: float | None) -> bool:
+    """A [[launcher]] rule's dtype condition: the operator's type (recorded, else in its name) is one only the
+    chip's Tensor Cores run, on a chip known to have them for it."""
+    if not rule.dtypes:
+        return True
+    min_cc = dict(rule.dtypes).get(dtype or _name_dtype(launcher) or "")
+    if min_cc is None or vendor not in ("nvidia", "amd"):
+        return False
+    return vendor == "amd" or (cc is not None and cc >= min_cc)
+
+
+@lru_cache(maxsize=4096)
+def classify_by_launcher(c: Classification, launcher: str, dtype: str | None = None, vendor: str | None = None,
+                         cc: float | None = None) -> Classification | None:
+    """Where a kernel's name leaves it unsettled (class `other`, or a GEMM of unknown unit): the first [[launcher]]
+    rule for its class whose pattern is in the launching operator's or range's name and whose dtype condition
+    holds; an inference, labelled `operator (inferred)`. None: the launcher says nothing."""
+    for rule in _load()[1]["launcher"]:
+        if c.cls not in rule.applies_to or (rule.dtypes and c.tensor_cores != "unknown"):
+            continue
+        if rule.pattern.search(launcher) and _dtype_holds(rule, launcher, dtype, vendor, cc):
+            return Classification(rule.cls, rule.tensor_cores, f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
+                                  f"inferred from the launching operator {launcher!r}: {rule.note}",
+                                  "operator (inferred)")
+    return None

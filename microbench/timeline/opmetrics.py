@@ -293,8 +293,11 @@ def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu
             "precisions_without_peak": missing, "steps": per_step}
 
 
-def _first_float_dtype(tl: Timeline, row: int) -> str | None:
-    for t in _arg(tl, "input_types", row) or []:
+def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | None:
+    """The first floating-point `Input type` of a CPU operator (or range) row, as our dtype name; None if none."""
+    ids = getattr(getattr(tl, table), "input_types", None)
+    types = tl.arg_values[ids[row]] if ids is not None and ids[row] != NO_ID else None
+    for t in types or []:
         d = dtype_of(t) if isinstance(t, str) else None
         if d is not None:
             return d
@@ -319,7 +322,7 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
         name = tl.names[tl.cpu_ops.name[r]]
         if not eligibility.operator_could_use_tensor_cores(name):
             continue
-        dtype = _first_float_dtype(tl, int(r))
+        dtype = first_float_dtype(tl, int(r))
         if not eligibility.dtype_could_use_tensor_cores(dtype, device):
             continue
         mine = kernels[owner == r]
