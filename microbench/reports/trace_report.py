@@ -84,7 +84,7 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
 
     console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
                              title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
-                                   "trace has them, else the name rule)"))
+                                   "trace has them, else the name rule, else inferred from the name's structure or the launching operator)"))
     _print_steps(console, doc)
     _print_ops(console, doc, top)
     if doc["annotations"]:

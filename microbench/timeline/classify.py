@@ -152,6 +152,7 @@ def classify_cpu_impl(impl: str) -> Classification:
     return _first("cpu_impl", impl)
 
 
+@lru_cache(maxsize=65536)
 def is_launcher(name: str) -> bool:
     """Whether an operator or range name is one a [[launcher]] rule reads (a collective, a matrix operator)."""
     return any(r.pattern.search(name) for r in _load()[1]["launcher"])

@@ -25,7 +25,8 @@ def _range_owner(tl: Timeline, kernels: np.ndarray) -> np.ndarray:
     """Per kernel: the latest-starting CPU range (record_function) with a launcher name around its launch on the
     launching thread, -1 for none. Such ranges are few (nccl:*), so each is a mask over the kernels' launches."""
     r = tl.ranges
-    rows = [i for i in np.flatnonzero(r.kind == CPU_RANGE) if is_launcher(str(tl.names[r.name[i]]))]
+    cpu = np.flatnonzero(r.kind == CPU_RANGE)
+    rows = cpu[_launcher_rows(tl.names, r.name[cpu])]
     owner = np.full(len(kernels), -1, dtype=np.int64)
     li = tl.launch_index()[kernels]
     has = li != NO_ID
@@ -35,6 +36,13 @@ def _range_owner(tl: Timeline, kernels: np.ndarray) -> np.ndarray:
         inside = has & (thread == r.thread[i]) & (ts >= r.ts_us[i]) & (ts <= r.ts_us[i] + r.dur_us[i])
         owner[inside] = i
     return owner
+
+
+def _launcher_rows(names, name_ids: np.ndarray) -> np.ndarray:
+    """Indices into `name_ids` whose name a [[launcher]] rule reads; each distinct name tested once."""
+    distinct = np.unique(name_ids)
+    hits = [n for n in distinct if is_launcher(str(names[n]))]
+    return np.flatnonzero(np.isin(name_ids, hits))
 
 
 def _device(tl: Timeline) -> eligibility.Device:
@@ -48,7 +56,7 @@ def by_launcher(tl: Timeline) -> Timeline:
     kernels = _candidates(tl)
     if not len(kernels) or not (len(tl.cpu_ops) or len(tl.ranges)):
         return tl
-    ops = np.flatnonzero([is_launcher(str(tl.names[n])) for n in tl.cpu_ops.name]) if len(tl.cpu_ops) else np.empty(0, int)
+    ops = _launcher_rows(tl.names, tl.cpu_ops.name)
     op_owner = _innermost_owner(tl, ops, kernels) if len(ops) else np.full(len(kernels), -1)
     range_owner = _range_owner(tl, kernels)
     dev = _device(tl)
