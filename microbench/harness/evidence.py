@@ -51,7 +51,9 @@ def from_kernel_names(times_us: dict[str, float]) -> Evidence:
     top = max(matrix, key=matrix.get)
     share = matrix[top] / sum(times_us.values())
     c = classify_kernel(top)
-    return Evidence(c.tensor_cores, f"kernel name {top!r} ({share:.0%} of the call's kernel time) matched {c.rule}")
+    # the layer is named: a library name rule, or the name's structure (an inference, classify.EVIDENCE_LAYERS)
+    how = "inferred from its structure" if c.basis == "structure (inferred)" else "matched"
+    return Evidence(c.tensor_cores, f"kernel name {top!r} ({share:.0%} of the call's kernel time) {how} {c.rule}")
 
 
 class _CaptureStdout:

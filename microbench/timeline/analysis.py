@@ -5,28 +5,36 @@ eligibility, annotations, graphs) are each computed once from the timeline on fi
 microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
+import gzip
+import zlib
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.core.config import Config, load_config
 from microbench.core.datasheet import match_datasheet
 from microbench.core.files import open_input
+from microbench.core.frames import frame, unknown_table
 from microbench.core.results import TraceKernelRow
 from microbench.core.stats import summarize
 from microbench.timeline import counters as C
-from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
-from microbench.timeline import graphs, kineto, ncu, nsys
-from microbench.timeline import integrity
-from microbench.timeline.classify import class_labels
+from microbench.timeline import (
+    eligibility,
+    gpu_time,
+    graphs,
+    integrity,
+    kineto,
+    launchers,
+    metrics,
+    ncu,
+    nsys,
+    opmetrics,
+    rocprof,
+)
+from microbench.timeline.classify import INFERRED, class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
-from microbench.core.config import Config, load_config
-from microbench.core.frames import unknown_table
-from microbench.core.frames import frame
-from microbench.timeline import rocprof
-import gzip
-import zlib
 
 SCHEMA = "dawnscope.trace/1"
 TOP_UNKNOWN = 8
@@ -67,8 +75,9 @@ def _decompressed_head(path: str | Path, head: bytes) -> bytes:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    return {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
-            "kineto": kineto.read}[detect_format(path)](path)
+    tl = {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
+          "kineto": kineto.read}[detect_format(path)](path)
+    return launchers.by_launcher(tl)  # kernels no name rule settles, by the operator or range that launched them
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
@@ -153,6 +162,10 @@ class TraceAnalysis:
     @cached_property
     def summary(self) -> dict:
         s = summary_of(self.evidence)
+        layers = metrics.tensor_core_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
+        s["tensor_core_evidence_us"] = layers
+        s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
+                                                 s["kernel_time_us"])
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
         s["mfu"] = self.mfu["mfu"]
         return s | self.graphs[0]
@@ -233,6 +246,7 @@ class TraceAnalysis:
         notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops)
+        notes += eligible_note(self.eligibility["by_operator"])
         return notes + self.graphs[2]
 
     def document(self) -> dict:
@@ -430,13 +444,15 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
-        evidence = (f"kernel name matched {c.rule}: {c.note}" if c.rule != "unknown"
-                    else "kernel name matched no rule")
+        evidence = (f"kernel name matched no rule" if c.rule == "unknown" else
+                    f"{c.basis}: kernel name matched {c.rule}: {c.note}" if c.basis in INFERRED else
+                    f"kernel name matched {c.rule}: {c.note}")
         row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
                              device=dev_names.get(g.device, ""),
                              time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
                              tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
-                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "evidence": c.basis,
+                                     "device_index": g.device,
                                      "calls": len(g.durations_us), "kernel_time_us": g.total_us,
                                      "share": _share(g.total_us, kernel_time_us)})
         rows.append(row.as_dict())
@@ -551,6 +567,17 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
             "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
     return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
+
+
+def eligible_note(by_op: dict) -> list[str]:
+    """The TensorBoard plugin's recommendation, from eligibility without shapes (opmetrics.eligible_by_operator)."""
+    share = by_op.get("unused_share") or 0.0
+    if share <= thresholds.value("eligible_unused_note_share"):
+        return []
+    untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
+    return [f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
+            "(torch.autocast) or TF32 where the GPU has it"]
 
 
 def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:

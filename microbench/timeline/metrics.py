@@ -44,6 +44,22 @@ def tensor_core_time(tl: Timeline) -> dict[str, float]:
     return {v: float(x) for v, x in zip(TC_VALUES, t)}
 
 
+def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
+    """Kernel time by the evidence layer of its Tensor Core verdict (classify.EVIDENCE_LAYERS: counters where
+    `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
+    each split by verdict. Inferred time is this table's, never folded silently into a rule's."""
+    rows = kernel_rows(tl)
+    basis = np.array([c.basis for c in tl.classes], dtype=object)[tl.kernels.cls[rows]] if len(rows) else np.array([])
+    if counter_settled is not None and len(rows):
+        basis = np.where(counter_settled[rows], "counters", basis)
+    out: dict[str, dict[str, float]] = {}
+    for layer in dict.fromkeys(basis.tolist()):
+        sel = rows[basis == layer]
+        t = np.bincount(tl.kernels.tensor_cores[sel], weights=tl.kernels.dur_us[sel], minlength=len(TC_VALUES))
+        out[layer] = {v: float(x) for v, x in zip(TC_VALUES, t) if x}
+    return out
+
+
 def comm_time(tl: Timeline) -> float:
     """Kernel time in communication kernels (NCCL, RCCL, gloo)."""
     rows = kernel_rows(tl)
