@@ -226,7 +226,8 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     peaks = next((dict(d.peaks_tflops) for d in cfg.devices if d.key == key), {})
     model = opmetrics.op_model(tl, peaks)
     if not model.calls:
-        raise InputError(path, "no GEMM / convolution / attention operator with recorded shapes: record with "
+        why = f" ({model.notes[0]})" if model.notes and "record_shapes" not in model.notes[0] else ""
+        raise InputError(path, f"no GEMM / convolution / attention operator with recorded shapes{why}: record with "
                                "torch.profiler.profile(record_shapes=True)", key="Input Dims")
     replayable = _replayable_rows(tl)
     groups: dict[tuple, CaseGroup] = {}

@@ -276,8 +276,8 @@ def replay_lines(rp: dict) -> list[str]:
     """The summary's sentences: the comparison, the whole trace's matrix time with the best providers, what was
     left out."""
     dev = rp.get("trace_device") or "a device it does not name"
-    lines = [f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; "
-             f"{rp['comparison']}"]
+    lines = [(f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; "
+              f"{rp['comparison']}")]
     here = rp.get("matrix_here_us")
     total = (f"{here:,.1f} us here" if here is not None else "not placed here as a whole")
     lines.append(f"the trace's matrix time {rp['trace_matrix_us']:,.1f} us; with the best provider here: {total} "
