@@ -132,6 +132,8 @@ def test_grouped_conv_and_its_backward_from_a_recorded_run(tmp_path, full_cfg):
             json.loads(concrete[3]), json.loads(concrete[4]), json.loads(concrete[5]), int(concrete[8])]
     bwd = next(g for g in tc.groups if len(g.cases) == 2)
     assert bwd.operators == {"aten::convolution_backward": 1}
+    # the recorded NCHW layout is not the one measured (the conv2d spec's NHWC): said on every row
+    assert all("channels_last" in tc.source(g)["layout"][0] for g in tc.groups)
 
 
 def test_no_shapes_is_one_line_exit_2(tmp_path, capsys):
@@ -166,6 +168,8 @@ def test_bert_replayed_on_this_cpu(replay_config, tmp_path, capsys):
     assert rp["matrix_here_us"] is None and rp["rest_how"].startswith("not placed")  # no datasheet for this CPU
     printed = capsys.readouterr().out
     assert "side by side with the trace" in printed and "left out: aten::scaled_dot_product_attention" in printed
+    html = (out / "report.html").read_text()
+    assert "side by side with the trace" in html and "the best provider here" in html
 
 
 def _rows_for(tc, ms: float) -> list[dict]:

@@ -54,6 +54,26 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(out))
 
 
+def _packed(a: RecordedArg) -> bool:
+    """Row-major, or column-major in the last two dimensions (what a GEMM case's transposes express)."""
+    if a.dim() < 2 or a.strides == contiguous_strides(a.shape):
+        return True
+    swapped = contiguous_strides(a.shape[:-2] + (a.shape[-1], a.shape[-2]))
+    return a.strides == swapped[:-2] + (swapped[-1], swapped[-2])
+
+
+def layout_notes(family: str, args: list) -> list[str]:
+    """Where a case's layout is not the recorded one: a GEMM operand with strides no transpose expresses (a padded
+    leading dimension: measured packed), a convolution recorded NCHW (conv2d cases run channels_last, the spec's
+    layout)."""
+    tensors = [a for a in args if isinstance(a, RecordedArg)]
+    if family == "gemm":
+        return [f"operand {list(a.shape)} with strides {list(a.strides)}: measured packed"
+                for a in tensors if not _packed(a)]
+    x = next((a for a in tensors if a.dim() == 4 and a.strides == contiguous_strides(a.shape)), None)
+    return ["recorded NCHW (contiguous) operands: measured channels_last (NHWC, the conv2d spec's layout)"] if x else []
+
+
 @dataclass
 class CaseGroup:
     """The calls of the trace that compute the same cases (one call: one GEMM, or a convolution backward's
@@ -65,6 +85,7 @@ class CaseGroup:
     kernel_time_us: float = 0.0
     kernels: list[int] = field(default_factory=list)  # kernel rows of tl.kernels
     strides_recorded: bool = True
+    layout: set[str] = field(default_factory=set)  # where the measured layout is not the recorded one
 
     @property
     def us_per_call(self) -> float:
@@ -100,7 +121,8 @@ class TraceCases:
                 "trace_kernel_time_us": g.kernel_time_us, "trace_us_per_call": g.us_per_call,
                 "device": self.device, "group": g.label(), "group_cases": len(g.cases),
                 "share_pct": 100.0 * g.kernel_time_us / self.matrix_time_us if self.matrix_time_us else None,
-                **({} if g.strides_recorded else {"note": "no Input Strides recorded: row-major operands assumed"})}
+                **({} if g.strides_recorded else {"note": "no Input Strides recorded: row-major operands assumed"}),
+                **({"layout": sorted(g.layout)} if g.layout else {})}
 
 
 def _arg(tl: Timeline, col: str, row: int):
@@ -123,8 +145,9 @@ def _inner(tl: Timeline, row: int, replayable: np.ndarray) -> np.ndarray:
     return opmetrics._outermost(tl, inside) if len(inside) else inside
 
 
-def _cases_of(tl: Timeline, row: int, dtype: str) -> tuple[list[Case], str, bool]:
-    """The cases of one replayable recorded call, why none, and whether its strides were recorded."""
+def _cases_of(tl: Timeline, row: int, dtype: str) -> tuple[list[Case], str, bool, list[str]]:
+    """The cases of one replayable recorded call, why none, whether its strides were recorded, and its layout
+    notes."""
     name = tl.names[tl.cpu_ops.name[row]]
     call = trace_call(name, _arg(tl, "input_dims", row), _arg(tl, "input_types", row),
                       _arg(tl, "concrete_inputs", row))
@@ -136,39 +159,42 @@ def _cases_of(tl: Timeline, row: int, dtype: str) -> tuple[list[Case], str, bool
             continue
         st = strides[i] if strides and i < len(strides) and isinstance(strides[i], list) else []
         args.append(RecordedArg(tuple(shape), tuple(st) if len(st) == len(shape) else contiguous_strides(shape)))
+    spec = ops.for_aten(name)
     try:
-        cases, why = ops.for_aten(name).aten_cases(name, args, dtype)
+        cases, why = spec.aten_cases(name, args, dtype)
     except (IndexError, TypeError, ValueError, KeyError) as e:
-        return [], f"{name}: arguments {call.values} do not make a case ({type(e).__name__}: {e})", bool(strides)
-    return cases, why, bool(strides)
+        return [], f"{name}: arguments {call.values} do not make a case ({type(e).__name__}: {e})", bool(strides), []
+    return cases, why, bool(strides), layout_notes(spec.family, args) if strides else []
 
 
-def _call_cases(tl: Timeline, c, replayable, dtypes_known) -> tuple[tuple[Case, ...], str, bool]:
-    """The cases of one modelled call (outermost operator), or () and why not."""
+def _call_cases(tl: Timeline, c, replayable, dtypes_known) -> tuple[tuple[Case, ...], str, bool, list[str]]:
+    """The cases of one modelled call (outermost operator), or () and why not; whether its strides were recorded,
+    its layout notes."""
     if c.work.family == "attention":
-        return (), "attention: no attention op family to measure it (core/ops has gemm and conv2d)", True
+        return (), "attention: no attention op family to measure it (core/ops has gemm and conv2d)", True, []
     if c.work.flops is None:
-        return (), c.work.note or "no FLOP count", True
+        return (), c.work.note or "no FLOP count", True, []
     dtype = "tf32" if c.precision == "tf32" and c.work.dtype == "fp32" else c.work.dtype
     if dtype not in dtypes_known:
-        return (), f"dtype {dtype}: no tolerance for it in the configuration (no cases of it)", True
+        return (), f"dtype {dtype}: no tolerance for it in the configuration (no cases of it)", True, []
     inner = _inner(tl, c.row, replayable)
     if not len(inner):
-        return (), f"no GEMM / convolution call inside {c.name} to replay", True
-    cases, whys, recorded = [], [], True
+        return (), f"no GEMM / convolution call inside {c.name} to replay", True, []
+    cases, whys, recorded, notes = [], [], True, []
     for r in inner:
-        got, why, rec = _cases_of(tl, int(r), dtype)
+        got, why, rec, layout = _cases_of(tl, int(r), dtype)
         cases += got
         recorded &= rec
+        notes += layout
         if why:
             whys.append(why)
     if whys or not cases:
-        return (), "; ".join(whys) or "no case", recorded
+        return (), "; ".join(whys) or "no case", recorded, []
     flops = sum(case_work(k).flops for k in cases)
     if flops != c.work.flops:
         return (), (f"its cases do {flops:,} FLOPs, the work model {c.work.flops:,} for {c.name}: not the same "
-                    "problem, not replayed"), recorded
-    return tuple(cases), "", recorded
+                    "problem, not replayed"), recorded, []
+    return tuple(cases), "", recorded, notes
 
 
 def _left(out: dict, c, why: str) -> None:
@@ -233,7 +259,7 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     groups: dict[tuple, CaseGroup] = {}
     left: dict[tuple, dict] = {}
     for c in model.calls:
-        cases, why, recorded = _call_cases(tl, c, replayable, set(cfg.tolerance))
+        cases, why, recorded, layout = _call_cases(tl, c, replayable, set(cfg.tolerance))
         if why:
             _left(left, c, why)
             continue
@@ -243,6 +269,7 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         g.kernel_time_us += c.kernel_time_us
         g.kernels += [int(k) for k in c.kernels]
         g.strides_recorded &= recorded
+        g.layout.update(layout)
     unowned = _unowned_matrix_us(tl, model)
     if unowned > 0:
         left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,
