@@ -109,6 +109,7 @@ class TraceCases:
     left_out: list[dict]
     selection: str
     timeline: Timeline = field(repr=False, default=None)
+    matrix_kernels: np.ndarray = field(repr=False, default=None)  # per kernel row: counted in matrix_time_us
 
     @property
     def cases(self) -> tuple[Case, ...]:
@@ -205,14 +206,15 @@ def _left(out: dict, c, why: str) -> None:
     g["time_us"] += c.kernel_time_us
 
 
-def _unowned_matrix_us(tl: Timeline, model) -> float:
-    """GEMM-class kernels no modelled operator with shapes launched."""
+def _matrix_kernels(tl: Timeline, model) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel row: whether it is matrix work (launched by a modelled operator with shapes, or GEMM-class), and
+    whether it is a GEMM-class kernel no such operator launched."""
     owned = np.zeros(len(tl.kernels), dtype=bool)
     for c in model.calls:
         owned[c.kernels] = True
     gemm = np.isin(tl.kernels.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
-    mask = gemm & ~owned & (tl.kernels.category == KERNEL)
-    return float(tl.kernels.dur_us[mask].sum())
+    unowned = gemm & ~owned & (tl.kernels.category == KERNEL)
+    return owned | unowned, unowned
 
 
 def _select(groups: list[CaseGroup], total_us: float, top: int | None, min_share_pct: float | None):
@@ -270,7 +272,8 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         g.kernels += [int(k) for k in c.kernels]
         g.strides_recorded &= recorded
         g.layout.update(layout)
-    unowned = _unowned_matrix_us(tl, model)
+    matrix, unowned_rows = _matrix_kernels(tl, model)
+    unowned = float(tl.kernels.dur_us[unowned_rows].sum())
     if unowned > 0:
         left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,
                        "why": "launched by no operator with recorded shapes"}
@@ -278,10 +281,10 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         raise InputError(path, "no GEMM or convolution operator with shapes that makes a case: "
                                + next(iter(left.values()))["why"], key="Input Dims")
     ranked = sorted(groups.values(), key=lambda g: -g.kernel_time_us)
-    total = sum(c.kernel_time_us for c in model.calls) + unowned
+    total = float(tl.kernels.dur_us[matrix].sum())
     chosen, below, how = _select(ranked, total, top, min_share_pct)
     return TraceCases(str(path), name, key, total, chosen, below,
-                      sorted(left.values(), key=lambda d: -d["time_us"]), how, tl)
+                      sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix)
 
 
 def profile_name(path: str | Path) -> str:

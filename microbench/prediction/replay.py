@@ -15,7 +15,7 @@ from microbench.core.datasheet import _measured, match_datasheet
 from microbench.core.errors import InputError
 from microbench.harness.trace_cases import TraceCases
 from microbench.prediction.chips import assumptions, chip
-from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.kernels import kernel_work
 from microbench.prediction.model import predict_kernels
 
 
@@ -52,7 +52,7 @@ def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) ->
     src_entry = next((d for d in cfg.devices if d.key == tc.datasheet_key), None)
     d = assumptions()["defaults"]
     w = kernel_work(tc.timeline, dict(src_entry.peaks_tflops) if src_entry else {}, d["tile_m"], d["tile_n"])
-    rest = np.isin(w.group, MATRIX) & ~replayed
+    rest = tc.matrix_kernels & ~replayed  # the matrix-kernel time the replay did not measure
     trace_us = float(w.dur_us[rest].sum())
     if same:
         return trace_us, trace_us, "held at the trace's time (same chip: the prediction's ratio is 1)"
