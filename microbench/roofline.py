@@ -3,7 +3,8 @@ machine's device, judge each result against measured and datasheet ceilings, dra
 
 Writes results.json, results.csv, roofline.png, roofline.svg and report.html (self-contained: tables and
 plot in one file) into --out; rows are written as they are measured, so an interrupted run (Ctrl-C) keeps
-what it measured.
+what it measured. With --from-trace, the cases are a profiler trace's GEMMs and convolutions
+(microbench.harness.trace_cases), each row beside the trace's own time (docs/replay.md).
 """
 from __future__ import annotations
 
