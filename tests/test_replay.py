@@ -85,8 +85,9 @@ def test_bert_cases_are_the_traces_gemms(chip, full_cfg):
     assert sum(times) + tc.left_out[0]["time_us"] == pytest.approx(tc.matrix_time_us)
 
 
-def test_torchrec_cases_come_from_recorded_gemms(full_cfg):
-    path = TRACES / "a100_torchrec_rank0.json.gz"
+@pytest.mark.parametrize("rank", [0, 1])
+def test_torchrec_cases_come_from_recorded_gemms(rank, full_cfg):
+    path = TRACES / f"a100_torchrec_rank{rank}.json.gz"
     tc = trace_cases(path, full_cfg, top=1000)
     recorded, ours = _recorded_gemms(path), _ours(tc)
     assert len(ours) > 50 and set(ours) <= set(recorded)
