@@ -191,6 +191,7 @@ def test_same_chip_is_compared_and_the_rest_held(full_cfg):
     assert rp["replayed_here_us"] == pytest.approx(here)
     assert rp["rest_here_us"] == rp["rest_trace_us"] == pytest.approx(tc.matrix_time_us - rp["replayed_trace_us"])
     assert rp["matrix_here_us"] == pytest.approx(here + rp["rest_trace_us"])
+    assert [r["ratio_vs_trace"] for r in rp["groups"]] == pytest.approx([4.0 / g.us_per_call for g in tc.groups])
 
 
 def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
@@ -200,6 +201,7 @@ def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
     rp = summary(tc, _rows_for(tc, 0.01), "AMD Instinct MI300X VF", full_cfg, [], same, why)
     assert rp["rest_how"] == "predicted h100_sxm5 -> mi300x_vf (prediction.model)"
     assert rp["rest_here_us"] > 0 and rp["rest_here_us"] != pytest.approx(rp["rest_trace_us"])
+    assert all(r["ratio_vs_trace"] is None for r in rp["groups"])  # another chip: for reference only
     assert rp["matrix_here_us"] == pytest.approx(rp["replayed_here_us"] + rp["rest_here_us"])
 
 

@@ -32,15 +32,18 @@ def best_times(rows: list[dict]) -> dict[tuple, tuple[str, float]]:
     return best
 
 
-def _group_rows(tc: TraceCases, best: dict) -> list[dict]:
+def _group_rows(tc: TraceCases, best: dict, same: bool) -> list[dict]:
+    """Per selected group: the best provider of each of its cases, their time per call summed (a convolution
+    backward's two gradients: one operator's time in the trace), and ours / the trace's where the chip is the same."""
     out = []
     for g in tc.groups:
         picks = [best.get((c.op, c.shape.label(), c.dtype)) for c in g.cases]
         ours_us = sum(p[1] for p in picks) * 1e3 if all(picks) else None
+        ratio = ours_us / g.us_per_call if same and ours_us is not None and g.us_per_call > 0 else None
         out.append({"group": g.label(), "operators": dict(g.operators), "calls": g.calls,
                     "trace_us_per_call": g.us_per_call, "trace_us": g.kernel_time_us,
                     "best": [p[0] if p else None for p in picks], "ours_us_per_call": ours_us,
-                    "ours_us": ours_us * g.calls if ours_us is not None else None})
+                    "ours_us": ours_us * g.calls if ours_us is not None else None, "ratio_vs_trace": ratio})
     return out
 
 
@@ -73,7 +76,7 @@ def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) ->
 def summary(tc: TraceCases, rows: list[dict], machine: str, cfg, ceilings: list, same: bool, why: str) -> dict:
     """The `replay` block of results.json: the trace, the comparison's verdict, per group the best provider and
     time here, the left-out operators, and the whole trace's matrix time with the best providers."""
-    groups = _group_rows(tc, best_times(rows))
+    groups = _group_rows(tc, best_times(rows), same)
     rest_here, rest_trace, how = _rest_here(tc, same, machine, cfg, ceilings)
     replayed_here = [g["ours_us"] for g in groups]
     replayed_trace = sum(g["trace_us"] for g in groups)

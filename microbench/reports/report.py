@@ -265,9 +265,12 @@ def replay_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str]
 def replay_summary_cells(rp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
     """Per case group of the trace: the best provider here and the trace's calls of it, here and in the trace."""
     columns = [("case", "left"), ("calls", "right"), ("best here", "left"), ("us/call here", "right"),
-               ("trace us/call", "right"), ("total here us", "right"), ("total trace us", "right")]
+               ("trace us/call", "right"), ("here / trace", "right"), ("total here us", "right"),
+               ("total trace us", "right")]
     rows = [([g["group"], str(g["calls"]), " + ".join(b or "none correct" for b in g["best"]),
-              _us(g["ours_us_per_call"]), _us(g["trace_us_per_call"]), _us(g["ours_us"]), _us(g["trace_us"])],
+              _us(g["ours_us_per_call"]), _us(g["trace_us_per_call"]),
+              f"{g['ratio_vs_trace']:.2f}x" if g.get("ratio_vs_trace") is not None else "ref",
+              _us(g["ours_us"]), _us(g["trace_us"])],
              None if g["ours_us"] is not None else "dim") for g in rp["groups"]]
     return columns, rows
 
