@@ -75,13 +75,18 @@ def _profile(cfg: Config):
         except Exception as e:  # noqa: BLE001 - argparse's ArgumentTypeError: one line
             raise pytest.UsageError(f"error: {TRACE_TOP_ENV}: {e}") from None
         try:
-            _TRACE_PROFILE = profile_of(trace_cases(TRACE, cfg, top))
+            tc = trace_cases(TRACE, cfg, top)
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_TRACE)") from None
+        _TRACE_PROFILE = profile_of(tc)
+        for g in tc.groups:  # where each case came from, for the benchmark's extra_info (a row's trace_source)
+            for c in g.cases:
+                _TRACE_SOURCE.setdefault(c, tc.source(g))
     return _TRACE_PROFILE
 
 
 _TRACE_PROFILE = None
+_TRACE_SOURCE: dict = {}
 
 
 @dataclass
@@ -140,6 +145,8 @@ def test_benchmark(benchmark, bench_case, bench_env):
     benchmark.extra_info.update(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name,
                                 device=dev.name, flops=work.flops, bytes=work.bytes_moved, rel_err=err,
                                 tf32_allowed=case.dtype == "tf32", profile=PROFILE)
+    if case in _TRACE_SOURCE:
+        benchmark.extra_info["trace_source"] = _TRACE_SOURCE[case]
     benchmark(timed_call)
 
     if benchmark.stats is not None:  # timed (not --benchmark-disable)

@@ -206,11 +206,19 @@ def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
 
 
 @pytest.mark.slow
-def test_benchmarks_run_a_traces_cases(tmp_path):
+def test_benchmarks_run_a_traces_cases(tmp_path, replay_config):
+    """DAWNSCOPE_TRACE: pytest-benchmark times the trace's cases, each with its trace_source (the tests' short timing,
+    a ceilings cache of their own)."""
     env = {**os.environ, "DAWNSCOPE_TRACE": str(TRACES / BERT["mi300"]), "DAWNSCOPE_TRACE_TOP": "1",
-           "DAWNSCOPE_DEVICE": "cpu"}
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                        str(REPO / "tests" / "test_benchmarks.py")], env=env, cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300, check=False)
-    ids = [line for line in p.stdout.splitlines() if "test_benchmark[" in line]
-    assert p.returncode == 0 and ids and all("gemm-141x512x512_B^T-bf16-" in line for line in ids)
+           "DAWNSCOPE_DEVICE": "cpu", "DAWNSCOPE_CONFIG": str(replay_config),
+           "DAWNSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "bench.json"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only",
+                        f"--benchmark-json={out}", str(REPO / "tests" / "test_benchmarks.py")], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stdout[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["machine_info"]["dawnscope"]["profile"] == "trace:mi300_bert_small.json.gz"
+    timed = doc["benchmarks"]
+    assert timed and all(b["extra_info"]["shape"] == "141x512x512 B^T" for b in timed)
+    assert all(b["extra_info"]["trace_source"]["operators"] == {"aten::linear": 17} for b in timed)
