@@ -48,12 +48,28 @@ def _recorded_gemms(path: Path) -> Counter:
     return out
 
 
-def _ours(tc) -> Counter:
+def _recorded_attention(path: Path) -> Counter:
+    """(batch x heads, query length, key length, head dim, causal) -> calls of aten::scaled_dot_product_attention
+    (q, k, v [B, H, L, D]; is_causal its 6th argument)."""
+    out = Counter()
+    for e in _events(path):
+        a = e.get("args", {})
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention" and a.get("Input Dims"):
+            (b, h, lq, d), lk = a["Input Dims"][0], a["Input Dims"][1][2]
+            out[(b * h, lq, lk, d, a["Concrete Inputs"][5] == "True")] += 1
+    return out
+
+
+def _ours(tc, op: str = "gemm") -> Counter:
     out = Counter()
     for g in tc.groups + tc.below:
         for c in g.cases:
             s = c.shape
-            out[(s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b)] += g.calls
+            if c.op != op:
+                continue
+            key = ((s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b) if op == "gemm"
+                   else (s.batch_heads, s.q_len, s.kv_len, s.head_dim, s.causal))
+            out[key] += g.calls
     return out
 
 
@@ -76,13 +92,13 @@ def test_bert_cases_are_the_traces_gemms(chip, full_cfg):
     path = TRACES / BERT[chip]
     tc = trace_cases(path, full_cfg, top=1000)
     assert _ours(tc) == _recorded_gemms(path)  # every linear's addmm, its calls, B transposed as recorded
+    assert _ours(tc, "attention") == _recorded_attention(path) != Counter()  # the outer SDPA, once per call
     assert {c.dtype for c in tc.cases} == {"bf16"} and tc.datasheet_key in ("h100_sxm5", "mi300x_vf")
     times = [g.kernel_time_us for g in tc.groups]
     assert times == sorted(times, reverse=True) and all(t > 0 for t in times)
-    # attention has no op family here: listed with its time, not replayed, not guessed
-    assert [lo["op"] for lo in tc.left_out] == ["aten::scaled_dot_product_attention"]
-    assert tc.left_out[0]["calls"] == 4 and tc.left_out[0]["time_us"] > 0
-    assert sum(times) + tc.left_out[0]["time_us"] == pytest.approx(tc.matrix_time_us)
+    assert tc.left_out == [] and sum(times) == pytest.approx(tc.matrix_time_us)
+    att = next(g for g in tc.groups if g.cases[0].op == "attention")
+    assert "measured contiguous" in tc.source(att)["layout"][0]  # recorded [B, H, L, D] over a [B, L, H, D] buffer
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -168,9 +184,22 @@ def test_bert_replayed_on_this_cpu(replay_config, tmp_path, capsys):
     assert rp["groups"][0]["ours_us"] == pytest.approx(rp["groups"][0]["ours_us_per_call"] * 17)
     assert rp["matrix_here_us"] is None and rp["rest_how"].startswith("not placed")  # no datasheet for this CPU
     printed = capsys.readouterr().out
-    assert "side by side with the trace" in printed and "left out: aten::scaled_dot_product_attention" in printed
+    assert "side by side with the trace" in printed and "below the selection: 4 case group(s)" in printed
     html = (out / "report.html").read_text()
     assert "side by side with the trace" in html and "the best provider here" in html
+
+
+def test_mi300_attention_replayed_on_this_cpu(replay_config, tmp_path):
+    """The MI300X trace's biggest matrix operator is its attention: measured through both SDPA providers."""
+    out = tmp_path / "out"
+    assert roofline.main(["--from-trace", str(TRACES / BERT["mi300"]), "--top", "1", "--config", str(replay_config),
+                          "--out", str(out), "--device", "cpu", "--no-plot"]) == 0
+    rows = json.loads((out / "results.json").read_text())["results"]
+    assert {(r["op"], r["shape"], r["dtype"]) for r in rows} == {("attention", "bh8 q141 kv141 d64", "bf16")}
+    assert {r["provider"] for r in rows} == {"torch", "torch_math"}
+    assert all(r["status"] == "ok" and r["rel_err"] <= r["tolerance"] for r in rows)
+    assert all(r["trace_source"]["operators"] == {"aten::scaled_dot_product_attention": 4} for r in rows)
+    assert all(r["flops"] == 2 * 8 * 141 * 141 * (64 + 64) for r in rows)
 
 
 def _rows_for(tc, ms: float) -> list[dict]:

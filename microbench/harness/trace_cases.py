@@ -24,7 +24,7 @@ from microbench.core.datasheet import match_datasheet
 from microbench.core.errors import InputError
 from microbench.core.ops.aten import trace_call
 from microbench.core.ops.work import case_work
-from microbench.core.shapes import Case
+from microbench.core.shapes import AttentionShape, Case
 from microbench.timeline import opmetrics
 from microbench.timeline.analysis import device_entries, read_trace
 from microbench.timeline.classify import class_set
@@ -168,16 +168,33 @@ def _cases_of(tl: Timeline, row: int, dtype: str) -> tuple[list[Case], str, bool
     return cases, why, bool(strides), layout_notes(spec.family, args) if strides else []
 
 
+def _attention_case(tl: Timeline, c, dtype: str) -> tuple[tuple[Case, ...], str, bool, list[str]]:
+    """An attention call's case, from the work model's dims (batch x heads, query and key lengths, head dim)."""
+    d = c.work.dims
+    if "backward" in c.name:
+        return (), "attention backward: the attention cases are forward only", True, []
+    if d.get("dv", d["k"]) != d["k"]:
+        return (), f"value dim {d['dv']} != head dim {d['k']}: the attention cases have one head dim", True, []
+    case = Case("attention", AttentionShape(d["batch"], d["m"], d["n"], d["k"], bool(d.get("causal"))), dtype)
+    if case_work(case).flops != c.work.flops:
+        return (), f"its case does {case_work(case).flops:,} FLOPs, the work model {c.work.flops:,}", True, []
+    strides, dims = _arg(tl, "input_strides", c.row), _arg(tl, "input_dims", c.row)
+    note = []
+    if strides and dims and strides[0] != list(contiguous_strides(dims[0])):
+        note = [f"Q {dims[0]} with strides {strides[0]}: measured contiguous [batch x heads, length, head dim]"]
+    return (case,), "", bool(strides), note
+
+
 def _call_cases(tl: Timeline, c, replayable, dtypes_known) -> tuple[tuple[Case, ...], str, bool, list[str]]:
     """The cases of one modelled call (outermost operator), or () and why not; whether its strides were recorded,
     its layout notes."""
-    if c.work.family == "attention":
-        return (), "attention: no attention op family to measure it (core/ops has gemm and conv2d)", True, []
     if c.work.flops is None:
         return (), c.work.note or "no FLOP count", True, []
     dtype = "tf32" if c.precision == "tf32" and c.work.dtype == "fp32" else c.work.dtype
     if dtype not in dtypes_known:
         return (), f"dtype {dtype}: no tolerance for it in the configuration (no cases of it)", True, []
+    if c.work.family == "attention":
+        return _attention_case(tl, c, dtype)
     inner = _inner(tl, c.row, replayable)
     if not len(inner):
         return (), f"no GEMM / convolution call inside {c.name} to replay", True, []

@@ -445,4 +445,4 @@ def _attention(spec: dict, call: Call, dtype) -> OpWork:
     causal = _truthy(call.value(spec.get("causal_arg")))
     work = attention_work(b * h, lq, lk, d, dv, _known(dtype), "bwd" if spec.get("backward") else "fwd", causal)
     return OpWork("attention", dtype, work.flops, _bytes_of(work, dtype),
-                  {"batch": b * h, "m": lq, "n": lk, "k": d, "causal": causal})
+                  {"batch": b * h, "m": lq, "n": lk, "k": d, "dv": dv, "causal": causal})
