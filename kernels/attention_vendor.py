@@ -10,6 +10,12 @@ from microbench.core.tf32 import tf32_allowed
 from microbench.harness.registry import Unsupported, provider
 
 
+def _sdpa(q: torch.Tensor, kv: torch.Tensor, causal: bool) -> torch.Tensor:
+    # 4-D [1, BH, L, D]: PyTorch's fused backends (flash, memory-efficient) take only 4-D inputs and would send a
+    # 3-D call to the math path
+    return F.scaled_dot_product_attention(q[None], kv[0][None], kv[1][None], is_causal=causal)[0]
+
+
 def _check(q: torch.Tensor, allow_tf32: bool) -> None:
     if allow_tf32 and q.device.type != "cuda":
         raise Unsupported("TF32 is a GPU Tensor Core format; this device has none")
@@ -22,7 +28,7 @@ def _check(q: torch.Tensor, allow_tf32: bool) -> None:
 def attention_torch(q: torch.Tensor, kv: torch.Tensor, *, causal: bool = False, allow_tf32: bool = False):
     _check(q, allow_tf32)
     with tf32_allowed(allow_tf32):
-        return F.scaled_dot_product_attention(q, kv[0], kv[1], is_causal=causal)
+        return _sdpa(q, kv, causal)
 
 
 @provider("attention", "torch_math", library="torch scaled_dot_product_attention, math backend (unfused)")
@@ -31,4 +37,4 @@ def attention_torch_math(q: torch.Tensor, kv: torch.Tensor, *, causal: bool = Fa
 
     _check(q, allow_tf32)
     with tf32_allowed(allow_tf32), sdpa_kernel(SDPBackend.MATH):
-        return F.scaled_dot_product_attention(q, kv[0], kv[1], is_causal=causal)
+        return _sdpa(q, kv, causal)

@@ -251,3 +251,24 @@ def test_benchmarks_run_a_traces_cases(tmp_path, replay_config):
     timed = doc["benchmarks"]
     assert timed and all(b["extra_info"]["shape"] == "141x512x512 B^T" for b in timed)
     assert all(b["extra_info"]["trace_source"]["operators"] == {"aten::linear": 17} for b in timed)
+
+
+def test_attention_providers_match_the_float64_reference(cfg):
+    """The attention family (the trace's attention calls' cases): both SDPA providers against the written-out
+    float64 attention, causal and not; the mask changes the result and halves the FLOPs."""
+    from microbench.core.cases import make_inputs, reference, rel_err
+    from microbench.core.ops.work import case_work
+    from microbench.core.shapes import AttentionShape, Case
+    from microbench.harness import registry
+    from microbench.harness.registry import bind
+
+    outs = {}
+    for causal in (False, True):
+        case = Case("attention", AttentionShape(3, 17, 17, 16, causal), "fp32")
+        a, b = make_inputs(case)
+        ref = outs[causal] = reference(case, a, b)
+        for p in registry.for_op("attention"):
+            assert rel_err(bind(p, case, a, b)(), ref) <= cfg.tolerance["fp32"], p.name
+    assert rel_err(outs[True], outs[False]) > 0.1
+    full, causal = (case_work(Case("attention", AttentionShape(3, 17, 17, 16, c), "fp32")).flops for c in (0, 1))
+    assert full == 2 * 3 * 17 * 17 * 32 and causal == full // 2
