@@ -313,7 +313,7 @@ def profile_of(tc: TraceCases) -> Profile:
     for `python -m microbench.roofline --from-trace` and `pytest --benchmark-only` with DAWNSCOPE_TRACE alike."""
     from microbench.harness import registry
 
-    return Profile(profile_name(tc.path), f"the GEMM / convolution cases of {tc.path} ({tc.selection})",
+    return Profile(profile_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
                    tuple(registry.names()), tc.cases)
 
 
