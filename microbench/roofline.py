@@ -44,9 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
                          "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
     ap.add_argument("--from-trace", default=None, type=Path, metavar="TRACE",
-                    help="measure the GEMM, convolution and attention shapes a profiler trace (recorded with shapes) ran, "
-                         "instead of a profile's, through every provider here, beside the trace's own time "
-                         "(docs/replay.md)")
+                    help="measure the GEMM, convolution and attention shapes a profiler trace (recorded with "
+                         "shapes) ran, instead of a profile's, through every provider here, beside the trace's own "
+                         "time (docs/replay.md)")
     ap.add_argument("--top", default=None, type=positive_int, metavar="N",
                     help="--from-trace: the N case groups with the most kernel time; default: those covering 90 %% "
                          "of the trace's matrix-kernel time")

@@ -37,7 +37,9 @@ def _recorded_gemms(path: Path) -> Counter:
     out = Counter()
     for e in _events(path):
         a = e.get("args", {})
-        if e.get("cat") != "cpu_op" or e["name"] not in ("aten::addmm", "aten::mm", "aten::bmm") or not a.get("Input Dims"):
+        if e.get("cat") != "cpu_op" or e["name"] not in ("aten::addmm", "aten::mm", "aten::bmm"):
+            continue
+        if not a.get("Input Dims"):
             continue
         dims, strides = a["Input Dims"], a.get("Input Strides")
         ia, ib = (1, 2) if e["name"] == "aten::addmm" else (0, 1)

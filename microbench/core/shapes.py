@@ -96,7 +96,8 @@ class AttentionShape:
     causal: bool = False
 
     def label(self) -> str:
-        return f"bh{self.batch_heads} q{self.q_len} kv{self.kv_len} d{self.head_dim}" + (" causal" if self.causal else "")
+        s = f"bh{self.batch_heads} q{self.q_len} kv{self.kv_len} d{self.head_dim}"
+        return s + " causal" if self.causal else s
 
     def as_dict(self) -> dict:
         return {"batch_heads": self.batch_heads, "q_len": self.q_len, "kv_len": self.kv_len,
