@@ -11,6 +11,7 @@ PROVIDER_MODULES = (
     "microbench.kernels.conv_triton",
     "microbench.kernels.gemm_cupy",
     "microbench.kernels.conv_cupy",
+    "microbench.kernels.attention_vendor",
 )
 
 

@@ -3,7 +3,8 @@ machine's device, judge each result against measured and datasheet ceilings, dra
 
 Writes results.json, results.csv, roofline.png, roofline.svg and report.html (self-contained: tables and
 plot in one file) into --out; rows are written as they are measured, so an interrupted run (Ctrl-C) keeps
-what it measured.
+what it measured. With --from-trace, the cases are a profiler trace's GEMMs and convolutions
+(microbench.harness.trace_cases), each row beside the trace's own time (docs/replay.md).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from microbench import kernels
 from microbench.core.archjson import to_arch
 from microbench.core.cli import Parser
 from microbench.core.conditions import Conditions
+from microbench.core.cli import number, positive_int
 from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import run_command, shown
 from microbench.core.jsonio import dumps
@@ -26,6 +28,11 @@ from microbench.core.outdir import check_file
 from microbench.core.results import ResultsWriter, results_header
 from microbench.decompose import main as decompose_main
 from microbench.reports.html import results_html, write as write_html
+from microbench.core.errors import InputError
+from microbench.harness.trace_cases import trace_cases
+from microbench.harness.trace_cases import profile_of
+from microbench.harness.trace_cases import compare, same_device_reason
+from microbench.prediction.replay import summary
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",
                     help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
                          "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
+    ap.add_argument("--from-trace", default=None, type=Path, metavar="TRACE",
+                    help="measure the GEMM, convolution and attention shapes a profiler trace (recorded with "
+                         "shapes) ran, instead of a profile's, through every provider here, beside the trace's own "
+                         "time (docs/replay.md)")
+    ap.add_argument("--top", default=None, type=positive_int, metavar="N",
+                    help="--from-trace: the N case groups with the most kernel time; default: those covering 90 %% "
+                         "of the trace's matrix-kernel time")
+    ap.add_argument("--min-share", default=None, type=number(float, 0, 100), metavar="PCT",
+                    help="--from-trace: leave out case groups under PCT %% of the trace's matrix-kernel time")
     ap.add_argument("--model", default=None,
                     help="decompose this model's training step instead (python -m microbench.decompose: --batch, "
                          "--dtype and its other options apply)")
@@ -102,12 +118,24 @@ def _main(args) -> int:
         if path:
             check_file(path, flag)
     cfg = load_config(args.config)
-    profile = cfg.profile(args.profile)
+    if (args.top is not None or args.min_share is not None) and args.from_trace is None:
+        raise InputError(None, "only with --from-trace TRACE", key="--top" if args.top is not None else "--min-share")
+    replay = _trace_cases(args, cfg) if args.from_trace else None
+    profile = replay_profile(replay) if replay else cfg.profile(args.profile)
     with out:
-        return _run(args, cfg, profile, out)
+        return _run(args, cfg, profile, out, replay)
 
 
-def _run(args, cfg, profile, out) -> int:
+def _trace_cases(args, cfg):
+    return trace_cases(args.from_trace, cfg, args.top, args.min_share)
+
+
+def replay_profile(replay):
+    kernels.load_all()  # every registered provider
+    return profile_of(replay)
+
+
+def _run(args, cfg, profile, out, replay=None) -> int:
     # Heavy imports only after the config is known to be good.
     from rich.console import Console
 
@@ -132,10 +160,12 @@ def _run(args, cfg, profile, out) -> int:
                             _dt.datetime.now(_dt.timezone.utc).isoformat(), conditions={"before": conditions.before})
     writer = ResultsWriter(out.staging, header)
     try:
-        _measure(writer, dev, cfg, profile, console, conditions.busy_now())
+        _measure(writer, dev, cfg, profile, console, conditions.busy_now(), _row_source(replay, dev, cfg))
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
         interrupted = True
+    if replay is not None:
+        _replay_summary(writer, replay, dev, cfg)
     writer.set("conditions", conditions.stop())
     writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
     if interrupted:
@@ -161,7 +191,31 @@ def _run(args, cfg, profile, out) -> int:
     return 0
 
 
-def _measure(writer, dev, cfg, profile, console, busy_now: bool) -> None:
+def _row_source(replay, dev, cfg):
+    """Per row of a trace's case: its trace_source, the trace's time per call beside ours."""
+    if replay is None:
+        return None
+
+    same, why = same_device_reason(replay, dev.name, cfg)
+    group_of = {}
+    for g in replay.groups:
+        for c in g.cases:
+            group_of.setdefault((c.op, c.shape.label(), c.dtype), g)
+
+    def attach(row) -> None:
+        g = group_of.get((row.op, row.shape, row.dtype))
+        if g is not None:
+            row.trace_source = compare(replay.source(g), (row.time_ms or {}).get("median"), same, why)
+    return attach
+
+
+def _replay_summary(writer, replay, dev, cfg) -> None:
+    same, why = same_device_reason(replay, dev.name, cfg)
+    writer.set("replay", summary(replay, writer.doc["results"], dev.name, cfg, writer.doc.get("ceilings", []),
+                                 same, why))
+
+
+def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from microbench.harness.ceilings import machine_ceilings
@@ -191,6 +245,8 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool) -> None:
         done_ops = set()
 
         def on_row(row):
+            if attach:
+                attach(row)
             writer.add(row)
             key = (row.op, row.shape, row.dtype)
             if key not in done_ops:

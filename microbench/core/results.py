@@ -121,6 +121,11 @@ class KernelCaseRow(ResultRow):
     baseline: bool = False
     layer: str | None = None
     phase: str | None = None
+    # Replayed from a profiler trace (roofline --from-trace): the trace file, its operators and calls, its kernel
+    # time per call and device, and ours beside it (microbench/harness/trace_cases.py); results.json only, not a
+    # results.csv column. Not `source`: that key is every row's kind marker on file (files from before kinds are
+    # read by it).
+    trace_source: dict | None = None
 
     @property
     def is_baseline(self) -> bool:

@@ -103,11 +103,22 @@ def results_html(doc: dict, plot: bool = True) -> str:
                    c.get("note", ""), "; ".join(c.get("noise") or []) or "-"], "red" if c.get("noise") else None)
                  for c in doc.get("ceilings", [])]
     parts.append("<h2>ceilings</h2>" + table(ceil_cols, ceil_rows))
+    if doc.get("replay"):
+        parts.append(replay_html(doc))
     if doc.get("conditions"):
         parts.append("<h2>conditions</h2>" + conditions_html(doc["conditions"]))
     if doc.get("notes"):
         parts.append("<h2>notes</h2>" + notes_html(doc["notes"]))
     return page(f"dawnscope roofline: {hw.get('name', '?')}", "\n".join(parts))
+
+
+def replay_html(doc: dict) -> str:
+    """roofline --from-trace: the rows beside the trace's time, the best provider per case, the summary."""
+    from microbench.reports.report import replay_cells, replay_lines, replay_summary_cells
+
+    return ("<h2>side by side with the trace</h2>" + table(*replay_cells(doc))
+            + "<h2>per case: the best provider here</h2>" + table(*replay_summary_cells(doc["replay"]))
+            + notes_html(replay_lines(doc["replay"]), "fp"))
 
 
 def glossary_html(columns: list[str]) -> str:

@@ -232,6 +232,80 @@ def print_report(doc: dict, console: Console | None = None) -> None:
         console.print(f"[yellow]note:[/] {escape(note)}")
     for msg, n in reason_counts(doc["results"]).items():
         console.print(f"[dim]{n} row(s): {escape(msg)}[/]")
+    if doc.get("replay"):
+        print_replay(doc, console)
+
+
+def _us(v) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def replay_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """Side by side with the trace (roofline --from-trace): per timed row of a trace's case, our time per call,
+    the trace's, and ours / trace where the trace ran on this chip ("ref" where it did not: the trace's time is
+    shown for reference)."""
+    columns = [("#", "right"), ("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
+               ("us/call here", "right"), ("trace us/call", "right"), ("here / trace", "right"), ("calls", "right"),
+               ("trace operators", "left")]
+    out = []
+    for i, r in enumerate(_dicts(doc["results"])):
+        src = r.get("trace_source")
+        if not src or r["status"] != "ok" or not r.get("time_ms"):
+            continue
+        ratio = src.get("ratio_vs_trace")
+        out.append(([str(i + 1), ops.short_op(r["op"] or ""), r["shape"] or "", r["dtype"] or "", r["provider"] or "",
+                     _us(src.get("ours_us_per_call")), _us(src.get("trace_us_per_call")),
+                     f"{ratio:.2f}x" if ratio is not None else "ref", str(src.get("calls")),
+                     ", ".join(f"{k} x{v}" for k, v in (src.get("operators") or {}).items())], None))
+    return columns, out
+
+
+def replay_summary_cells(rp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """Per case group of the trace: the best provider here and the trace's calls of it, here and in the trace."""
+    columns = [("case", "left"), ("calls", "right"), ("best here", "left"), ("us/call here", "right"),
+               ("trace us/call", "right"), ("here / trace", "right"), ("total here us", "right"),
+               ("total trace us", "right")]
+    rows = [([g["group"], str(g["calls"]), " + ".join(b or "none correct" for b in g["best"]),
+              _us(g["ours_us_per_call"]), _us(g["trace_us_per_call"]),
+              f"{g['ratio_vs_trace']:.2f}x" if g.get("ratio_vs_trace") is not None else "ref",
+              _us(g["ours_us"]), _us(g["trace_us"])],
+             None if g["ours_us"] is not None else "dim") for g in rp["groups"]]
+    return columns, rows
+
+
+def replay_lines(rp: dict) -> list[str]:
+    """The summary's sentences: the comparison, the whole trace's matrix time with the best providers, what was
+    left out."""
+    dev = rp.get("trace_device") or "a device it does not name"
+    lines = [(f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; "
+              f"{rp['comparison']}")]
+    here = rp.get("matrix_here_us")
+    total = (f"{here:,.1f} us here" if here is not None else "not placed here as a whole")
+    lines.append(f"the trace's matrix time {rp['trace_matrix_us']:,.1f} us; with the best provider here: {total} "
+                 f"(replayed cases {_us(rp.get('replayed_here_us'))} us here vs {_us(rp['replayed_trace_us'])} us in "
+                 f"the trace; the other matrix kernels {_us(rp.get('rest_here_us'))} us here vs "
+                 f"{_us(rp['rest_trace_us'])} us in the trace: {rp['rest_how']})")
+    if rp.get("below_selection"):
+        b = rp["below_selection"]
+        lines.append(f"below the selection: {len(b)} case group(s), {sum(g['trace_us'] for g in b):,.1f} us "
+                     "in the trace (--top / --min-share to measure them)")
+    for lo in rp.get("left_out", []):
+        calls = f"{lo['calls']} call(s), " if lo.get("calls") else ""
+        lines.append(f"left out: {lo['op']} {lo['shape']} {lo.get('dtype') or ''}: {calls}{lo['time_us']:,.1f} us "
+                     f"in the trace: {lo['why']}")
+    return lines
+
+
+def print_replay(doc: dict, console: Console) -> None:
+    from rich.markup import escape
+
+    rp = doc["replay"]
+    console.print("[bold]side by side with the trace[/]")
+    console.print(rich_table(*replay_cells(doc), width=console.width, drop_order=("trace operators", "calls")))
+    console.print("[bold]per case: the best provider here[/]")
+    console.print(rich_table(*replay_summary_cells(rp), width=console.width))
+    for line in replay_lines(rp):
+        console.print(escape(line))
 
 
 _NUMBER = r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])"  # not the 32 of fp32

@@ -7,12 +7,12 @@ step recorder and the reports ask the spec.
 """
 from __future__ import annotations
 
-from microbench.core.ops import conv2d, gemm
+from microbench.core.ops import attention, conv2d, gemm
 from microbench.core.ops.base import OpSpec
 from microbench.core.ops.work import Work
 from microbench.core.shapes import Case
 
-FAMILIES: dict[str, OpSpec] = {s.family: s for s in (gemm.SPEC, conv2d.SPEC)}
+FAMILIES: dict[str, OpSpec] = {s.family: s for s in (gemm.SPEC, conv2d.SPEC, attention.SPEC)}
 
 
 def family(name: str) -> OpSpec:
