@@ -18,9 +18,9 @@ from microbench.core.errors import InputError
 from microbench.harness.trace_cases import compare, same_device_reason, trace_cases
 from microbench.prediction.replay import summary
 
-from .conftest import REPO, TRACES
+from .conftest import REPO, TRACES, needs_traces
 
-pytestmark = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+pytestmark = needs_traces
 BERT = {"h100": "h100_bert_small.json.gz", "mi300": "mi300_bert_small.json.gz"}
 
 
@@ -261,7 +261,7 @@ def test_attention_providers_match_the_float64_reference(cfg):
     """The attention family (the trace's attention calls' cases): both SDPA providers against the written-out
     float64 attention, causal and not; the mask changes the result and halves the FLOPs."""
     from microbench.core.cases import make_inputs, reference, rel_err
-    from microbench.core.ops.work import case_work
+    from microbench.core.ops import case_work
     from microbench.core.shapes import AttentionShape, Case
     from microbench.harness import registry
     from microbench.harness.registry import bind

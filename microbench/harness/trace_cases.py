@@ -23,7 +23,7 @@ from microbench.core.config import Profile
 from microbench.core.datasheet import match_datasheet
 from microbench.core.errors import InputError
 from microbench.core.ops.aten import trace_call
-from microbench.core.ops.work import case_work
+from microbench.core.ops import case_work
 from microbench.core.shapes import AttentionShape, Case
 from microbench.timeline import opmetrics
 from microbench.timeline.analysis import device_entries, read_trace
