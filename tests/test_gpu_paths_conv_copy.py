@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from microbench.kernels import conv_triton as ct
+from microbench.kernels.triton_runtime import planning
 from torch.profiler import ProfilerActivity, profile
 
 from microbench.core.shapes import ConvShape
-from microbench.kernels import conv_triton as ct
-from microbench.kernels.triton_runtime import planning
 
 SHAPE = ConvShape(1, 8, 6, 6, 8, 3, 3, pad=(1, 1))
 COPIES = ("aten::contiguous", "aten::clone", "aten::copy_")

@@ -61,5 +61,5 @@ def test_a_caller_who_set_the_new_api_first():
         assert (m.allow_tf32, c.allow_tf32) == (True, False)
         print("ok")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -69,7 +69,7 @@ class FakeEvent:
     def query(self) -> bool:
         return self.at is not None and self.at <= self.stream.host
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         return end.at - self.at
 
 

@@ -29,7 +29,7 @@ def _new_switch(path: str):
         if obj is None:
             return None
     try:
-        obj.fp32_precision
+        _ = obj.fp32_precision
     except (AttributeError, RuntimeError):  # a PyTorch before the fp32_precision strings
         return None
     return obj

@@ -713,8 +713,9 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         done[0] += 1
         _progress(on_progress, f"replay {done[0]}/{len(cases)}: {case.label()}")
 
+    stopped = None  # a replayed call that lost the device context ends the replay (harness/runner.py)
     if cases:
-        run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+        stopped = run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
     by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
     tagged = []
     for row in unique_rows:
@@ -724,6 +725,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     doc = {"enabled": True, "providers": list(names), "cases": len(cases),
            "occurrences": sum(len(v) for v in occurrences.values()),
            "not_replayed": dict(skipped),
+           **({"stopped": stopped} if stopped else {}),
            "rows": [r.as_dict() for r in unique_rows],
            "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()}}
     return doc, tagged
