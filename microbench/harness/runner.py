@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 import torch
 
 from microbench.harness import registry
-from microbench.core import dtypes
+from microbench.core import dtypes, vendor
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
 from microbench.harness.ceilings import Ceilings
@@ -74,6 +74,12 @@ class CaseRunner:
                          tolerance=self.cfg.tolerance[case.dtype], **kw)
 
     def run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
+        """One row per provider; the vendor libraries set up as every kernel-comparing command sets them
+        (core.vendor, [kernels] of data/vendor_settings.toml), put back afterwards."""
+        with vendor.settings_for("kernels"):
+            yield from self._run(case, providers)
+
+    def _run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
         work = case_work(case)
         dev = self.device.torch_device
         inputs = ref = None

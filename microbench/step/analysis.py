@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from microbench.core import dtypes, ops
+from microbench.core import dtypes, ops, vendor
 from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
 from microbench.timeline.classify import class_set
@@ -187,6 +187,7 @@ class Decomposition:
     unprofiled: object = None  # the step timed without the profiler (core.stats.Timing), or None
     profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
     conditions: object = None  # core.conditions.Conditions, started when the device is known
+    vendor_step: dict = field(default_factory=dict)  # [step]'s vendor settings as applied (core.vendor)
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
     flops_per_step: int = 0  # our formulas (oprecord.matrix_work)
     flop_counter_flops: int = 0  # torch.utils.flop_counter's total, for reference only
@@ -217,22 +218,22 @@ def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
 def run_decomposition(model, options: DecomposeOptions | None = None) -> Decomposition:
     """The stages, in order (load, record, profile, attribute, count, judge, replay, document), over one
     Decomposition: its `doc`, and its `rows` and `replay_rows` for a results.json."""
-    import torch
-
     opts = options or DecomposeOptions()
     d = Decomposition(model, opts)
-    saved_benchmark = torch.backends.cudnn.benchmark
     tmp = None
     try:
         if d.opts.out is None:  # the profiler's trace needs a place even when no files are asked for
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
         out = d.opts.out
         d.out_dir = Path(tmp.name) if out is None else (out.staging if hasattr(out, "staging") else Path(out))
-        for stage in STAGES:
-            stage(d)
+        # The vendor libraries as the model's users train it ([step] of data/vendor_settings.toml: the PyTorch
+        # DAWNBench entries let cuDNN pick its fastest algorithms, which decides Tensor Core use), put back at
+        # the end; the replay sets [kernels] for each case (harness/runner).
+        with vendor.settings_for("step") as d.vendor_step:
+            for stage in STAGES:
+                stage(d)
         return d
     finally:
-        torch.backends.cudnn.benchmark = saved_benchmark
         if d.step is not None:
             d.step.ranges.remove()  # the caller's model keeps no hooks of ours
         if tmp is not None:
@@ -291,11 +292,9 @@ def stage_record(d: Decomposition) -> None:
     from microbench.harness.timing import measure
     from microbench.step.oprecord import OpRecorder
 
-    if d.dev.is_gpu:
-        # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
-        # Tensor Core use, so pick them the same way.
-        torch.backends.cudnn.benchmark = True
-        d.notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
+    if d.dev.is_gpu:  # set for the whole decomposition by run_decomposition
+        d.notes.append("vendor libraries as [step] of data/vendor_settings.toml: "
+                       + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items()))
     if d.opts.dtype == "fp32":
         d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
     d.opts.progress("building the step")
