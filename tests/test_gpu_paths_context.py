@@ -102,6 +102,12 @@ def test_preflight_names_a_child_that_dies():
     assert list(got.values()) == ["the pre-flight process was ended by SIGABRT in this call"]
 
 
+def test_preflight_ends_a_child_that_hangs():
+    pairs = [preflight.Pair(Case("gemm", GemmShape(4, 4, 4), "fp32"), "t_absent", "tests.gpu_paths_hang")]
+    got = preflight.faults(pairs, "cpu", timeout_s=3.0)
+    assert list(got.values()) == ["the pre-flight process hung (ended after its timeout) in this call"]
+
+
 def test_roofline_keeps_the_rows_and_says_where_it_stopped(sticky, tiny_config, tmp_path):
     text = tiny_config.read_text().replace('providers = ["torch", "cupy_blas"]', 'providers = ["t_ok", "t_fault"]')
     text = text.replace("{ m = 64, n = 48, k = 32 }", "{ m = 64, n = 48, k = 32 }, { m = 16, n = 8, k = 8 }")

@@ -22,6 +22,11 @@ def isolated_providers() -> tuple[str, ...]:
     return tuple(_table().get("isolate", ()))
 
 
+def call_timeout_s() -> float:
+    """The longest one pre-flight call may take before its process is ended as hung."""
+    return float(_table().get("call_timeout_s", 120.0))
+
+
 def _chain_text(e: BaseException | str) -> str:
     """The exception's type and text, with its causes and contexts (PyTorch re-raises CUDA errors)."""
     if isinstance(e, str):

@@ -13,11 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from microbench.core.shapes import Case
-from microbench.harness.faults import lost_context
+from microbench.harness.faults import call_timeout_s, lost_context
 
-# The longest one call may take in the child (its first call compiles the kernel: NVRTC, a few seconds) before
-# the child is ended and that call is reported as hung.
-CHILD_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -58,39 +55,46 @@ def _run_child(pairs: Sequence[Pair], device_kind: str, timeout_s: float) -> tup
     proc = ctx.Process(target=_check_pairs, args=(list(pairs), device_kind, child), daemon=True)
     proc.start()
     child.close()
-    last_started, done = None, -1
-    while parent.poll(timeout_s):
+    last_started, done, hung = None, -1, False
+    while True:
+        if not parent.poll(timeout_s):
+            hung = True  # silent for longer than one call may take
+            break
         try:
             msg = parent.recv()
-        except EOFError:
+        except EOFError:  # the child ended: done, or died
             break
-        if msg[0] == "start":
-            last_started = msg[1]
-        elif msg[0] == "done":
-            done = msg[1]
-        else:
+        if msg[0] == "lost":
             proc.join(timeout_s)
             return msg[1], msg[2]
-    proc.join(5)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
+        last_started, done = (msg[1], done) if msg[0] == "start" else (last_started, msg[1])
+    _end(proc, now=hung)
     if done == len(pairs) - 1:
         return len(pairs), None
     culprit = last_started if last_started is not None else done + 1
-    return culprit, f"the pre-flight process {_how(proc.exitcode)} in this call"
+    return culprit, f"the pre-flight process {_how(None if hung else proc.exitcode)} in this call"
+
+
+def _end(proc, now: bool) -> None:
+    if not now:
+        proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
 
 
 def _how(exitcode: int | None) -> str:
-    if exitcode is None or exitcode == -signal.SIGKILL:
+    if exitcode is None:
         return "hung (ended after its timeout)"
     if exitcode < 0:
         return f"was ended by {signal.Signals(-exitcode).name}"
     return f"ended with exit status {exitcode}"
 
 
-def faults(pairs: Sequence[Pair], device_kind: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict[tuple, str]:
-    """(case, provider) -> why it lost the device context in its pre-flight process; pairs not named ran."""
+def faults(pairs: Sequence[Pair], device_kind: str, timeout_s: float | None = None) -> dict[tuple, str]:
+    """(case, provider) -> why it lost the device context in its pre-flight process; pairs not named ran.
+    `timeout_s`: the longest one call may take (default: call_timeout_s of data/gpu_faults.toml)."""
+    timeout_s = call_timeout_s() if timeout_s is None else timeout_s
     out: dict[tuple, str] = {}
     start = 0
     while start < len(pairs):
