@@ -234,7 +234,9 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
     _check(a, b, s, direction, allow_tf32)
     _, _, out_shape = _expected_shapes(s, direction)
     if out is None:
-        out = torch.empty(out_shape, dtype=a.dtype, device=a.device).contiguous(memory_format=torch.channels_last)
+        # Allocated channels-last: empty(...).contiguous(channels_last) allocates NCHW and copies it inside
+        # every timed call.
+        out = torch.empty(out_shape, dtype=a.dtype, device=a.device, memory_format=torch.channels_last)
     elif tuple(out.shape) != out_shape or out.dtype != a.dtype or out.device != a.device:
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {out_shape} {a.dtype}")
     if out.numel() == 0:

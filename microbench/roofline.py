@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure GEMM and conv2d through the vendor libraries (and our Triton / CuPy kernels where "
                     "they can run) on this machine, check every result against a float64 reference, time it, "
                     "and place it on the roofline of measured and datasheet ceilings.",
-        epilog="Exit codes: 0 done, 2 bad input (config, profile, device, --out; another run writing into --out), "
+        epilog="Exit codes: 0 done, 1 stopped early because a kernel lost the device context (the rows measured "
+               "before it are written, results.json's `stopped` names the case and provider), "
+               "2 bad input (config, profile, device, --out; another run writing into --out), "
                "130 interrupted by Ctrl-C, 143 by SIGTERM (measured rows kept, marked interrupted).")
     ap.add_argument("--profile", default="default",
                     help="profile of bench.toml to run: quick (under a minute on a 2-core CPU), default, or full "
@@ -159,8 +161,9 @@ def _run(args, cfg, profile, out, replay=None) -> int:
     header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(profile, cfg),
                             _dt.datetime.now(_dt.timezone.utc).isoformat(), conditions={"before": conditions.before})
     writer = ResultsWriter(out.staging, header)
+    stopped = None  # why the run ended early: a call lost the device context (harness/runner.py)
     try:
-        _measure(writer, dev, cfg, profile, console, conditions.busy_now(), _row_source(replay, dev, cfg))
+        stopped = _measure(writer, dev, cfg, profile, console, conditions.busy_now(), _row_source(replay, dev, cfg))
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
         interrupted = True
@@ -170,6 +173,8 @@ def _run(args, cfg, profile, out, replay=None) -> int:
     writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
     if interrupted:
         writer.set("interrupted", True)
+    if stopped:
+        writer.set("stopped", stopped)
     writer.close()
     n_rows = len(writer.doc["results"])
     if interrupted and not n_rows:
@@ -188,6 +193,9 @@ def _run(args, cfg, profile, out, replay=None) -> int:
                       + (f"; the earlier run's files are in {out.final('previous')}[/]"
                          if (out.final("previous")).is_dir() else "[/]"))
         return out.exit_code()
+    if stopped:
+        console.print(f"[red]{stopped}[/]")
+        return 1
     return 0
 
 
@@ -215,7 +223,7 @@ def _replay_summary(writer, replay, dev, cfg) -> None:
                                  same, why))
 
 
-def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) -> None:
+def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) -> str | None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from microbench.harness.ceilings import machine_ceilings
@@ -253,7 +261,7 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) ->
                 done_ops.add(key)
                 progress.advance(task)
 
-        run_profile(profile, dev, cfg, ceilings, on_row=on_row, on_case=on_case)
+        return run_profile(profile, dev, cfg, ceilings, on_row=on_row, on_case=on_case)
 
 
 def _reports(doc: dict, out, no_plot: bool) -> None:

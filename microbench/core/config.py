@@ -50,6 +50,7 @@ class TimingSettings:
     input_sets: int = 3
     flush_l2: bool = True
     max_case_seconds: float = 10.0
+    gpu_lead_max_ms: float = 50.0  # GPU: the longest sleep ahead of one batch of timed repeats (harness/timing)
 
 
 @dataclass(frozen=True)
@@ -368,7 +369,8 @@ def load_config(path: str | Path | None = None) -> Config:
         input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True, maximum=MAX_INPUT_SETS),
         flush_l2=rd.flag(t, "flush_l2", "timing", d.flush_l2),
         max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds,
-                                      maximum=MAX_CASE_SECONDS)))
+                                      maximum=MAX_CASE_SECONDS)),
+        gpu_lead_max_ms=float(rd.num(t, "gpu_lead_max_ms", "timing", d.gpu_lead_max_ms, maximum=MAX_TIMING_MS)))
     if timing.min_reps > timing.max_reps:
         rd.fail("timing.min_reps", timing.min_reps, f"larger than timing.max_reps = {timing.max_reps}")
 

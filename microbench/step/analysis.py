@@ -27,6 +27,7 @@ from typing import Callable
 from microbench import models
 from microbench.core import dtypes, ops
 from microbench.core.conditions import Conditions
+from microbench.core import vendor
 from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
 from microbench.core.ops.work import Work
@@ -194,6 +195,7 @@ class Decomposition:
     unprofiled: object = None  # the step timed without the profiler (core.stats.Timing), or None
     profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
     conditions: object = None  # core.conditions.Conditions, started when the device is known
+    vendor_step: dict = field(default_factory=dict)  # [step]'s vendor settings as applied (core.vendor)
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
     flops_per_step: int = 0  # our formulas (oprecord.matrix_work)
     flop_counter_flops: int = 0  # torch.utils.flop_counter's total, for reference only
@@ -224,22 +226,22 @@ def decomposition_doc(model, options: DecomposeOptions | None = None) -> dict:
 def run_decomposition(model, options: DecomposeOptions | None = None) -> Decomposition:
     """The stages, in order (load, record, profile, attribute, count, judge, replay, document), over one
     Decomposition: its `doc`, and its `rows` and `replay_rows` for a results.json."""
-    import torch
-
     opts = options or DecomposeOptions()
     d = Decomposition(model, opts)
-    saved_benchmark = torch.backends.cudnn.benchmark
     tmp = None
     try:
         if d.opts.out is None:  # the profiler's trace needs a place even when no files are asked for
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
         out = d.opts.out
         d.out_dir = Path(tmp.name) if out is None else (out.staging if hasattr(out, "staging") else Path(out))
-        for stage in STAGES:
-            stage(d)
+        # The vendor libraries as the model's users train it ([step] of data/vendor_settings.toml: the PyTorch
+        # DAWNBench entries let cuDNN pick its fastest algorithms, which decides Tensor Core use), put back at
+        # the end; the replay sets [kernels] for each case (harness/runner).
+        with vendor.settings_for("step") as d.vendor_step:
+            for stage in STAGES:
+                stage(d)
         return d
     finally:
-        torch.backends.cudnn.benchmark = saved_benchmark
         if d.step is not None:
             d.step.ranges.remove()  # the caller's model keeps no hooks of ours
         if tmp is not None:
@@ -285,18 +287,15 @@ def stage_load(d: Decomposition) -> None:
 def stage_record(d: Decomposition) -> None:
     """Stage record: the training step built and run once, timed, and every operator of one step recorded
     (FLOPs, bytes, cases; on a CPU, oneDNN's record of which implementation ran)."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from microbench.harness.evidence import onednn_records
     from microbench.harness.timing import time_calls
     from microbench.step.oprecord import OpRecorder
 
-    if d.dev.is_gpu:
-        # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
-        # Tensor Core use, so pick them the same way.
-        torch.backends.cudnn.benchmark = True
-        d.notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
+    if d.dev.is_gpu:  # set for the whole decomposition by run_decomposition
+        d.notes.append("vendor libraries as [step] of data/vendor_settings.toml: "
+                       + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items()))
     if d.opts.dtype == "fp32":
         d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
     d.opts.progress("building the step")
@@ -701,8 +700,9 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         done[0] += 1
         _progress(on_progress, f"replay {done[0]}/{len(cases)}: {case.label()}")
 
+    stopped = None  # a replayed call that lost the device context ends the replay (harness/runner.py)
     if cases:
-        run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+        stopped = run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
     by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
     tagged = []
     for row in unique_rows:
@@ -712,6 +712,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     doc = {"enabled": True, "providers": list(names), "cases": len(cases),
            "occurrences": sum(len(v) for v in occurrences.values()),
            "not_replayed": dict(skipped),
+           **({"stopped": stopped} if stopped else {}),
            "rows": [r.as_dict() for r in unique_rows],
            "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()}}
     return doc, tagged
