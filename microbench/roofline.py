@@ -119,7 +119,7 @@ def _run(args, cfg, profile, out) -> int:
 
     from microbench.core.conditions import Conditions
 
-    conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
+    conditions = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     if dev.kind == "cpu":
         conditions.fit_threads()
     header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(profile, cfg),

@@ -119,7 +119,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     from microbench.core.config import load_config
 
     cfg = load_config()
-    look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
+    look = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     saved_threads = torch.get_num_threads()
     writer = None
     try:

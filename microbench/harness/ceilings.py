@@ -436,7 +436,7 @@ def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels) -> Cach
     """The bounded search under a look at the machine's conditions, written to the cache."""
     from microbench.core.conditions import Conditions
 
-    look = Conditions(cfg.conditions, gpu_index=0 if device.kind == "cuda" else None).start()
+    look = Conditions(cfg.conditions, gpu_index=0 if device.is_gpu else None).start()
     items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes)
     cond = look.stop()
     now = time.time()
