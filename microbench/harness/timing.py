@@ -24,6 +24,20 @@ from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 _MIN_FLUSH_BYTES = 256 * 2**20
 
 
+def flush_bytes(device: Device) -> int:
+    """The L2 flush buffer for `device`: twice every cache in front of its memory, at least _MIN_FLUSH_BYTES.
+    The device's properties give the L2 (hipDeviceProp_t.l2CacheSize, cudaDeviceProp.l2CacheSize); an AMD
+    chip's Infinity Cache (256 MB on MI300X, larger than the old fixed 256 MiB minimum's margin) is not among
+    them and comes from microbench/data/amd_chips.toml by gcnArchName and CU count."""
+    cache = device.l2_bytes or 0
+    if device.kind == "rocm":
+        from microbench.core.datasheet import amd_chips
+
+        cache += max((c["infinity_cache_bytes"] for c in amd_chips() if c["arch"] == device.arch.split(":")[0]),
+                     default=0)
+    return max(_MIN_FLUSH_BYTES, 2 * cache)
+
+
 class _Clock:
     """Times one call; the GPU version records events and reads them at the end (one sync per batch)."""
 
@@ -32,7 +46,7 @@ class _Clock:
         self.gpu = device.is_gpu
         self.flush_buf = None
         if self.gpu and flush:
-            nbytes = max(_MIN_FLUSH_BYTES, 2 * (device.l2_bytes or 0))
+            nbytes = flush_bytes(device)
             self.flush_buf = torch.empty(nbytes, dtype=torch.int8, device=device.torch_device)
 
     def run(self, fns: Sequence[Callable[[], object]], reps: int) -> list[float]:
