@@ -171,7 +171,8 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool) -> None:
                 lines.step(msg)
 
         ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s,
-                                    shapes=profile.cases, busy_now=busy_now)
+                                    shapes=profile.cases, busy_now=busy_now,
+                                    dtypes=tuple(sorted({c.dtype for c in profile.cases})))  # only what it judges
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 
