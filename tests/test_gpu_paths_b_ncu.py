@@ -11,7 +11,7 @@ import re
 import pytest
 
 from microbench.devtools import ncucheck
-from tests.test_device_check_ncu import GEMMS, _labelled_export, fake_ncu, real_export  # noqa: F401 - fixtures
+from .test_device_check_ncu import GEMMS, _labelled_export, fake_ncu, real_export  # noqa: F401 - fixtures
 
 HANG = '''
 if label == os.environ.get("FAKE_NCU_HANG"):
