@@ -39,6 +39,8 @@ CLOCK_EVENTS = {
     "nvmlClocksEventReasonSwThermalSlowdown": ("software thermal slowdown", True),
     "nvmlClocksEventReasonHwThermalSlowdown": ("hardware thermal slowdown", True),
     "nvmlClocksEventReasonHwPowerBrakeSlowdown": ("power brake", True),
+    "nvmlClocksEventReasonBoardLimit": ("board limit", True),  # newer NVML only (absent: never matched)
+    "nvmlClocksEventReasonReliability": ("reliability limit", True),
 }
 # amdsmi_get_violation_status's accumulated counters (amdsmi_violation_status_t; MI300 and newer): (label,
 # judged). PPT is the package power limit (the power cap, not judged); the thermal ones are.
