@@ -8,6 +8,7 @@ from microbench.core.ops.conv2d import convolution
 from microbench.harness.evidence import vendor_evidence
 from microbench.harness.registry import Unsupported, provider
 
+from microbench.core.dtypes import is_fp8
 from microbench.core.tf32 import tf32_allowed
 
 
@@ -16,7 +17,7 @@ from microbench.core.tf32 import tf32_allowed
 def conv2d_torch(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allow_tf32: bool = False) -> torch.Tensor:
     if allow_tf32 and a.device.type != "cuda":
         raise Unsupported("TF32 is a GPU Tensor Core format; this device has none")
-    if a.dtype == getattr(torch, "float8_e4m3fn", None):
-        raise Unsupported("no fp8 convolution in PyTorch")
+    if is_fp8(a.dtype):  # every flavour: gfx942's cases are stored as float8_e4m3fnuz
+        raise Unsupported(f"no fp8 convolution in PyTorch ({a.dtype})")
     with tf32_allowed(allow_tf32):
         return convolution(direction, a, b, shape)

@@ -23,9 +23,10 @@ from typing import Callable, Sequence
 
 from microbench.harness import launches
 from microbench.harness.registry import Evidence
-from microbench.harness.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch
+from microbench.harness.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch, toolchain
 
 from . import nvrtc
+import json
 
 # mma.sync.m16n8k16 with bf16 operands and cp.async both need sm_80 (PTX ISA 9.7.14.5, 9.7.9.25).
 MIN_SM = 80
@@ -93,8 +94,14 @@ class Module:
 def build(source_file: str, exprs: tuple[str, ...], target: str) -> Module:
     """NVRTC -> PTX -> cubin for `target` (any sm_XY that ptxas knows). One program for all of a file's
     configurations: NVRTC and ptxas pay their start-up once, and cuobjdump disassembles once. Raises
-    NvrtcError (with NVRTC's log) on a compile error; without ptxas, cubin is None and the error says why."""
+    NvrtcError (with NVRTC's log) on a compile error; without ptxas, cubin is None and the error says why.
+    A finished build is also kept on disk (cubin_cache_dir(), keyed by disk_key): the next process (the
+    device check runs our kernels in several) loads it instead of compiling again."""
     src, headers = nvrtc.kernel_source(source_file)
+    key = disk_key(src, headers, exprs, target)
+    cached = _read_cached(key, source_file, target)
+    if cached is not None:
+        return cached
     prog = nvrtc.compile_ptx(src, name=source_file, arch=virtual_arch(target), name_expressions=exprs,
                              headers=headers)
     try:
@@ -102,7 +109,73 @@ def build(source_file: str, exprs: tuple[str, ...], target: str) -> Module:
         err = ""
     except ToolchainError as e:
         cubin, log, err = None, "", str(e)
-    return Module(source_file, target, prog.ptx, dict(prog.lowered), cubin, log, err)
+    mod = Module(source_file, target, prog.ptx, dict(prog.lowered), cubin, log, err)
+    if cubin is not None:
+        _write_cached(key, mod)
+    return mod
+
+
+CUBIN_CACHE_ENV = "DAWNSCOPE_CUBIN_CACHE"  # a folder, or "0" for none
+
+
+def cubin_cache_dir() -> Path | None:
+    """$DAWNSCOPE_CUBIN_CACHE, else `cubins/` in the measured ceilings' cache folder (never the checkout)."""
+    env = os.environ.get(CUBIN_CACHE_ENV)
+    if env == "0":
+        return None
+    if env:
+        return Path(env)
+    from microbench.harness.ceilings import cache_dir
+
+    return cache_dir() / "cubins"
+
+
+def disk_key(src: str, headers: dict[str, str], exprs: tuple[str, ...], target: str) -> str:
+    """What a cubin depends on: the source and its headers, the name expressions, the target, NVRTC's version
+    and the ptxas binary (its path, size and time: another Triton's ptxas is another key)."""
+    h = hashlib.sha256()
+    for part in (src, *(f"{k}\0{v}" for k, v in sorted(headers.items())), *exprs, target, repr(nvrtc.version())):
+        h.update(part.encode() + b"\0")
+    try:
+        ptxas = toolchain()["ptxas"]
+        st = ptxas.stat()
+        h.update(f"{ptxas}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    except (ToolchainError, OSError):
+        h.update(b"no ptxas")
+    return h.hexdigest()[:24]
+
+
+def _read_cached(key: str, source_file: str, target: str) -> Module | None:
+    folder = cubin_cache_dir()
+    if folder is None:
+        return None
+    try:
+        meta = json.loads((folder / f"{key}.json").read_text())
+        cubin = (folder / f"{key}.cubin").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
+        return None  # a torn write: compile again
+    return Module(source_file, target, meta["ptx"], dict(meta["symbols"]), cubin, meta["ptxas_log"], "")
+
+
+def _write_cached(key: str, mod: Module) -> None:
+    """The cubin, then its record (written last, naming the cubin's hash): each by a rename, so a reader sees
+    a whole pair or none. A read-only cache folder only costs the next process a compile."""
+    folder = cubin_cache_dir()
+    if folder is None:
+        return
+    meta = {"source": mod.source, "target": mod.target, "ptx": mod.ptx, "symbols": mod.symbols,
+            "ptxas_log": mod.ptxas_log, "cubin_sha256": hashlib.sha256(mod.cubin).hexdigest()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in ((f"{key}.cubin", mod.cubin), (f"{key}.json", json.dumps(meta).encode())):
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, folder / name)
+    except OSError:
+        pass
 
 
 def build_many(jobs: Sequence[tuple[str, tuple[str, ...], str]]) -> list[Module]:

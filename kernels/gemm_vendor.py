@@ -7,6 +7,7 @@ import torch
 from microbench.harness.evidence import vendor_evidence
 from microbench.harness.registry import Unsupported, provider
 
+from microbench.core.dtypes import is_fp8
 from microbench.core.tf32 import tf32_allowed
 
 
@@ -18,8 +19,8 @@ def gemm_torch(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) ->
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
     if allow_tf32 and a.device.type != "cuda":
         raise Unsupported("TF32 is a GPU Tensor Core format; this device has none")
-    if a.dtype == getattr(torch, "float8_e4m3fn", None):
-        raise Unsupported("fp8 GEMM through torch.matmul does not exist (torch._scaled_mm is not wired up)")
+    if is_fp8(a.dtype):  # every flavour: gfx942's cases are stored as float8_e4m3fnuz
+        raise Unsupported(f"fp8 GEMM through torch.matmul does not exist (torch._scaled_mm is not wired up) ({a.dtype})")
     with tf32_allowed(allow_tf32):
         return torch.matmul(a, b)
 

@@ -13,7 +13,6 @@ with `module`, `target` and `error` beside the records.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys

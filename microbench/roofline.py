@@ -155,7 +155,7 @@ def _run(args, cfg, profile, out, replay=None) -> int:
         return 2
 
 
-    conditions = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
+    conditions = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     if dev.kind == "cpu":
         conditions.fit_threads()
     header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(profile, cfg),
@@ -241,7 +241,8 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) ->
                 lines.step(msg)
 
         ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s,
-                                    shapes=profile.cases, busy_now=busy_now)
+                                    shapes=profile.cases, busy_now=busy_now,
+                                    dtypes=tuple(sorted({c.dtype for c in profile.cases})))  # only what it judges
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 

@@ -137,6 +137,9 @@ class TrainingStep:
         self.optimizer = workload.build_optimizer(self.model.parameters())
         self.scaler = torch.amp.GradScaler(self.device.type) if dtype == "fp16" else None
         self.last_loss: torch.Tensor | None = None
+        # Called as the last thing inside the `step` range (a profiled step: torch.cuda.synchronize), so that
+        # the range closes when the GPU has finished the step, not when the CPU has launched it.
+        self.sync_at_end = None
 
     def _layout(self, t):
         if self.workload.uses_channels_last and isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point():
@@ -167,4 +170,6 @@ class TrainingStep:
                 else:
                     self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
+            if self.sync_at_end is not None:
+                self.sync_at_end()
         self.last_loss = loss.detach()

@@ -106,7 +106,7 @@ def test_dry_run_end_to_end(tmp_path):
     assert summary.startswith("DRY RUN on a CPU")
     names = [s.name for s in dc.stages()]
     assert names[0] in ("carried wheels", "probe") and "hardware counters (ncu)" in names
-    assert names.index("wgmma (unverified kernel, alone)") < names.index("quick profile")
+    assert names[-1] == "wgmma (unverified kernel, alone)"  # a hang there costs no other stage
     positions = [summary.index(n) for n in names]
     assert positions == sorted(positions)  # reported in the order they ran
     probe = json.loads((out / "probe.json").read_text())

@@ -18,13 +18,29 @@ from microbench.devtools import devicecheck as dc
 from microbench.devtools import ncucheck
 
 FAKE_NCU = """#!{python}
-import os, shutil, sys
+import csv, io, os, sys
 args = sys.argv[1:]
 if "--query-metrics" in args:
     sys.stdout.write(open(os.environ["FAKE_NCU_QUERY"]).read())
-    sys.exit(0)
-open(os.environ["FAKE_NCU_ARGS"], "w").write("\\n".join(args))
-shutil.copyfile(os.environ["FAKE_NCU_CSV"], args[args.index("--log-file") + 1])
+    sys.exit(int(os.environ.get("FAKE_NCU_QUERY_RC", "0")))
+open(os.environ["FAKE_NCU_ARGS"], "a").write("\\n".join(args) + "\\n----\\n")
+if os.environ.get("FAKE_NCU_SAY"):
+    print(os.environ["FAKE_NCU_SAY"])
+    sys.exit(1)
+# as ncu profiling `--app --only LABEL`: the export's kernels from that label's marker to the next marker
+label = args[args.index("--only") + 1]
+rows = list(csv.reader(io.StringIO(open(os.environ["FAKE_NCU_CSV"]).read())))
+names = {{r[0]: r[4] for r in rows[1:] if len(r) > 4}}
+keep, on = set(), not any(n.startswith("dawnscope_mark_") for n in names.values())
+for kid in sorted(names, key=int):
+    if names[kid].startswith("dawnscope_mark_"):
+        on = names[kid] == "dawnscope_mark_" + label
+    if on:
+        keep.add(kid)
+if keep:
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL).writerows([rows[0]] + [r for r in rows[1:] if r[0] in keep])
+    open(args[args.index("--log-file") + 1], "w").write('==PROF== Connected to process 1\\n' + out.getvalue())
 """
 
 # As `ncu --query-metrics` prints its table on a Hopper chip: base names, then a description.
@@ -108,8 +124,11 @@ def test_counter_stage_with_a_fake_ncu_replaying_a_real_export(fake_ncu, real_ex
     export = _labelled_export(real_export, tmp_path / "labelled.csv", GEMMS)
     monkeypatch.setenv("FAKE_NCU_CSV", str(export))
     out = tmp_path / "ncu.csv"
-    assert ncucheck.main([str(out)]) == 0
-    args = (tmp_path / "args.txt").read_text().split("\n")
+    assert ncucheck.main([str(out)]) == 1  # two of the five GEMMs are not in the export: not profiled
+    runs = [r.strip("\n").split("\n") for r in (tmp_path / "args.txt").read_text().split("----") if r.strip()]
+    assert [r[r.index("--only") + 1] for r in runs] == [g["label"] for g in ncucheck.settings()["gemm"]]
+    args = runs[0]  # one ncu run per GEMM, each ending the program after a few kernels
+    assert args[args.index("--launch-count") + 1] == "6" and args[args.index("--kill") + 1] == "yes"
     assert args[args.index("--clock-control") + 1] == "none"
     assert args[args.index("--profile-from-start") + 1] == "off"
     asked = args[args.index("--metrics") + 1].split(",")
@@ -117,7 +136,7 @@ def test_counter_stage_with_a_fake_ncu_replaying_a_real_export(fake_ncu, real_ex
     assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in asked
     assert "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" in asked
     assert not any(m.startswith(("sm__pipe_tc_", "sm__pipe_tensor_cycles")) for m in asked)
-    assert args[-2:] == ["microbench.devtools.ncucheck", "--app"]  # the profiled program
+    assert args[-4:] == ["microbench.devtools.ncucheck", "--app", "--only", "cublas_bf16"]  # the profiled program
 
     rows = ncucheck.evidence(out)
     got = {r["label"]: (r["counters_say"], r["as_expected"]) for r in rows}
@@ -136,7 +155,8 @@ def test_the_real_export_unlabelled_is_read_and_said_so(fake_ncu, real_export, t
     out = tmp_path / "ncu.csv"
     assert ncucheck.main([str(out)]) == 0
     rows = ncucheck.evidence(out)
-    assert [(r["label"], r["expected"], r["as_expected"]) for r in rows] == [("before any marker", None, None)]
+    # each of the five runs profiled the same unmarked kernel: five kernels, none known by a label
+    assert [(r["label"], r["expected"], r["as_expected"]) for r in rows] == [("before any marker", None, None)] * 5
     assert rows[0]["kernel"].startswith("copy_blocked")
 
 
@@ -166,7 +186,9 @@ def test_metrics_asked_are_those_the_chip_lists():
     asked, offered = ncucheck.choose_metrics(listed, cfg)
     assert all(m.split(".")[0] in listed for m in asked)
     assert "sm__inst_executed_pipe_tensor_op_gmma" in offered
-    everything, _ = ncucheck.choose_metrics(set(), cfg)  # the query failed: every candidate
-    assert everything == cfg["always"] + cfg["tensor"]
+    hopper, _ = ncucheck.choose_metrics(set(), cfg, "sm_90")  # the query failed: Hopper's candidates only
+    assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in hopper
+    assert not any(m.startswith(("sm__pipe_tc_", "sm__pipe_tensor_cycles", "sm__inst_executed_pipe_tensor.")) for m in hopper)
+    assert ncucheck.choose_metrics(set(), cfg, None)[0] == cfg["always"]  # an unknown chip: no tensor guess
     assert [g["label"] for g in cfg["gemm"]][-1] == "cupy_wgmma_bf16"  # the unverified kernel last
     assert {g["label"]: g["expect"] for g in cfg["gemm"]}["cublas_fp32_no_tf32"] == "no"

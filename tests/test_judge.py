@@ -168,7 +168,7 @@ def fake_search(monkeypatch, tmp_path):
     """measured_ceilings replaced by a counter (the search itself is tested in test_ceilings / test_trust)."""
     calls = []
 
-    def measured(device, cfg, on_step=None, budget_s=None, shapes=()):
+    def measured(device, cfg, on_step=None, budget_s=None, shapes=(), dtypes=None):
         calls.append(shapes)
         return [Ceiling("measured fp32", COMPUTE, "fp32", 0.3, "TFLOP/s", "measured", "fake", (0.29, 0.31))], []
 

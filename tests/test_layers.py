@@ -227,7 +227,7 @@ def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):
 # of these at module level (the closure below), so `python -m microbench.trace` never loads torch.
 LAZY_THIRD_PARTY = {"torch", "triton", "cupy", "cupyx", "matplotlib", "dask", "distributed", "rich", "scipy",
                     "sklearn", "pandas", "mlperf_logging", "pynvml", "nvtx", "packaging", "multiprocessing",
-                    "concurrent", "hypothesis", "pytest"}
+                    "concurrent", "hypothesis", "pytest", "amdsmi"}
 
 
 def _module_level_imports(tree: ast.Module) -> list[ast.AST]:

@@ -117,7 +117,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     dev = _device(device)
 
     cfg = load_config(config)  # bench.toml (--config): its noise and conditions settings
-    look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
+    look = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     saved_threads = torch.get_num_threads()
     writer = None
     try:

@@ -5,8 +5,10 @@ Recorded before and during a run (results.json `conditions`):
   minus this process's own (/proc/self/stat), as a number of cores they kept busy; a virtual machine's
   stolen time (the hypervisor ran someone else) counts as theirs;
 - the thread count the CPU ops use and why (torch.get_num_threads against the cores this process may use);
-- on an NVIDIA GPU, through NVML (nvidia-ml-py) where it is present: clocks, temperature, power and the
-  reasons the driver gives for holding the clocks down, and other processes on the GPU.
+- on a GPU (core.gpumon: NVML on NVIDIA, amdsmi on AMD, where installed): clocks, temperature, power, the
+  reasons the driver gives for holding the clocks down and other processes on the GPU, at the start and the
+  end, and between them from the driver's cumulative counters (energy, the time each limit held the clocks
+  down), so that a slowdown in the middle of the run is seen.
 
 `busy` is the judgement: true when any threshold of [conditions] in bench.toml is exceeded. A busy run's
 report starts with a warning line saying what to do.
@@ -18,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from microbench.core import vendor
+from microbench.core.gpumon import gpu_state, gpu_window
 
 # /proc/stat cpu line: user nice system idle iowait irq softirq steal (guest time is inside user)
 _IDLE_FIELDS = (3, 4)
@@ -163,7 +166,7 @@ class Conditions:
         self.before.pop("own_cores", None)
         if self.gpu_index is not None:
             self.before["gpu"] = gpu_state(self.gpu_index)
-        self.window = CpuWindow()
+        self.window = CpuWindow()  # the GPU sample just taken is also the window's first: the counters at the start
         self.vendor_mark = vendor.mark()  # the vendor-library settings applied from here on are recorded
         return self
 
@@ -199,7 +202,7 @@ class Conditions:
         during = self.window.stop() if self.window else {}
         during["loadavg"] = loadavg()
         if self.gpu_index is not None:
-            during["gpu"] = gpu_state(self.gpu_index)
+            during["gpu"] = gpu_window(self.before.get("gpu") or {}, gpu_state(self.gpu_index), during.get("wall_s") or 0.0)
         doc = {"before": self.before, "during": during, "threads": threads_block(), "cores": _cores(),
                "thresholds": {"max_other_cores": self.st.max_other_cores,
                               "max_load_per_core": self.st.max_load_per_core,
@@ -253,59 +256,3 @@ def busy_advice(doc: dict) -> str:
     return ("machine busy: " + "; ".join(doc.get("reasons", [])) + ". Timings and ceilings are unreliable: rerun "
             "when `uptime` shows a load under the core count and `top` shows no other busy process, and compare "
             "two versions within one run, not across runs")
-
-
-# ---- NVIDIA GPU through NVML ------------------------------------------------------------------------------
-# NVML's clock event (throttle) reasons: (label, whether it makes a run untrustworthy). A software power cap is
-# what a GPU running GEMMs flat out normally hits, so it is recorded but not judged; thermal and hardware
-# slowdowns, the power brake and reliability limits are.
-_THROTTLE = {
-    "nvmlClocksEventReasonSwPowerCap": ("software power cap", False),
-    "nvmlClocksEventReasonSyncBoost": ("sync boost", False),
-    "nvmlClocksEventReasonHwSlowdown": ("hardware slowdown", True),
-    "nvmlClocksEventReasonSwThermalSlowdown": ("software thermal slowdown", True),
-    "nvmlClocksEventReasonHwThermalSlowdown": ("hardware thermal slowdown", True),
-    "nvmlClocksEventReasonHwPowerBrakeSlowdown": ("power brake", True),
-}
-
-
-def gpu_state(index: int = 0) -> dict:
-    """Clocks, temperature, power, throttle reasons and other processes of NVIDIA GPU `index`, through NVML.
-    {"available": False, "why": ...} where nvidia-ml-py or the driver is missing (a CPU machine, ROCm)."""
-    try:
-        import pynvml as nv
-    except ImportError:
-        return {"available": False, "why": "not available: nvidia-ml-py is not installed"}
-    try:
-        nv.nvmlInit()
-    except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...: no NVIDIA driver
-        return {"available": False, "why": f"not available: {type(e).__name__}"}
-    try:
-        return _read_gpu(nv, nv.nvmlDeviceGetHandleByIndex(index))
-    except Exception as e:  # noqa: BLE001 - an NVML call this driver does not support
-        return {"available": False, "why": f"not available: {type(e).__name__}: {e}"}
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def _read_gpu(nv, h) -> dict:
-    get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-    mask = int(get_reasons(h))
-    seen = [(label, judged) for attr, (label, judged) in _THROTTLE.items() if mask & getattr(nv, attr, 0)]
-    procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-    return {
-        "available": True,
-        "sm_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-        "mem_clock_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-        "max_sm_clock_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
-        "temperature_c": nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
-        "power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
-        "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,
-        "clock_event_mask": mask,
-        "clock_events": [label for label, _ in seen],
-        "throttle": [label for label, judged in seen if judged],
-        "other_processes": sum(1 for p in procs if p.pid != os.getpid()),
-    }

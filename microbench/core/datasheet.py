@@ -10,6 +10,8 @@ from microbench.core.config import DatasheetDevice
 from microbench.core.dtypes import PRECISION_OF, PRECISIONS
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json
+import tomllib
+from microbench.core.resources import data_file
 
 
 MAX_CEILING_TFLOPS = 1e6  # an exaFLOP/s from one device: beyond any chip, a typo
@@ -19,6 +21,21 @@ def norm_tokens(name: str) -> set[str]:
     """Device name -> upper-case tokens split at non-alphanumerics (the datasheet matching rule). Here, not in
     core.device, so that matching a trace's device name does not import torch."""
     return {t for t in re.split(r"[^A-Z0-9]+", name.upper()) if t}
+
+
+def amd_chips() -> list[dict]:
+    """microbench/data/amd_chips.toml's [[chip]] entries."""
+    return tomllib.loads(data_file("amd_chips.toml").read_text())["chip"]
+
+
+def amd_product_name(arch: str, compute_units: int, memory_bytes: int) -> str | None:
+    """The product an AMD device is, from gcnArchName (feature suffix dropped), its CU count and memory: for a
+    device ROCm names generically ("AMD Radeon Graphics"), before the datasheet's name matching. None unless
+    exactly one entry fits."""
+    gib = memory_bytes / 2**30
+    hits = [c["product"] for c in amd_chips() if c["arch"] == arch.split(":")[0]
+            and c["compute_units"] == compute_units and c["memory_gib"][0] <= gib <= c["memory_gib"][1]]
+    return hits[0] if len(hits) == 1 else None
 
 
 def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[DatasheetDevice | None, str]:

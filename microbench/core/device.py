@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
+from microbench.core.datasheet import amd_product_name
 from microbench.core.fingerprint import installed_version
 
 # CPU flags that decide which vector / matrix units oneDNN and MKL can use.
@@ -138,7 +139,13 @@ def gpu_device(index: int = 0) -> Device:
         extra["cudnn"] = torch.backends.cudnn.version()
     except Exception:  # noqa: BLE001 - optional library; absence is recorded, not fatal
         extra["cudnn"] = None
-    return Device(kind="rocm" if rocm else "cuda", torch_device=f"cuda:{index}", name=props.name, arch=arch,
+    name = props.name
+    if rocm and not any(ch.isdigit() for ch in name):  # "AMD Radeon Graphics": no model in the name
+        product = amd_product_name(arch, props.multi_processor_count, props.total_memory)
+        if product:
+            extra["reported_name"] = name
+            name = product
+    return Device(kind="rocm" if rocm else "cuda", torch_device=f"cuda:{index}", name=name, arch=arch,
                   units=props.multi_processor_count, memory_bytes=props.total_memory, clock_mhz=clock,
                   l2_bytes=getattr(props, "L2_cache_size", None), extra=extra)
 

@@ -88,6 +88,11 @@ def storage_dtype(name: str, device=None):
     return next((getattr(torch, d.torch_name) for d in TABLE if d.triton == flavour and hasattr(torch, d.torch_name)), t)
 
 
+def is_fp8(torch_dtype_) -> bool:
+    """Any fp8 flavour (OCP e4m3 / e5m2, gfx942's e4m3 fnuz): what a library without fp8 must skip, not fail."""
+    return PRECISION_OF.get(name_of(torch_dtype_)) == "fp8"
+
+
 def name_of(torch_dtype_) -> str | None:
     """A torch storage dtype -> our name (float32 -> fp32), None for one the table does not know."""
     return _by_torch().get(torch_dtype_)

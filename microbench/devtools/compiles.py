@@ -9,7 +9,6 @@ file and architecture (two in all), whatever the profile.
 """
 from __future__ import annotations
 
-import argparse
 from contextlib import ExitStack
 import os
 import sys

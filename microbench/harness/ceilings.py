@@ -15,10 +15,10 @@ from typing import Callable
 import torch
 
 from microbench.core.conditions import Conditions
-from microbench.core.config import Config, DatasheetDevice
+from microbench.core.config import Config
 from microbench.core.datasheet import match_datasheet
 from microbench.core.device import Device
-from microbench.core import dtypes, ops
+from microbench.core import dtypes
 from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, GemmShape
 from microbench.harness import registry
@@ -128,10 +128,12 @@ def cpu_estimate(device: Device, cfg: Config) -> tuple[list[Ceiling], str]:
 
 
 def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None] | None = None,
-                      budget_s: float | None = None, shapes: tuple[Case, ...] = ()) -> tuple[list[Ceiling], list[str]]:
+                      budget_s: float | None = None, shapes: tuple[Case, ...] = (),
+                      dtypes: tuple[str, ...] | None = None) -> tuple[list[Ceiling], list[str]]:
     """Per dtype, the best vendor GEMM throughput found by a bounded search over shapes (GemmSearch), and
     the best copy bandwidth over several sizes. `shapes`: the profile's cases, whose GEMM shapes join the
-    search so that no row of the vendor library can beat the ceiling of its own shape."""
+    search so that no row of the vendor library can beat the ceiling of its own shape. `dtypes`: only these
+    (a profile's own: the quick profile has no tf32 case, so no tf32 search); None: every dtype of gemm_sizes."""
     settings = cfg.ceilings.get(device.kind)
     if settings is None:
         return [], [f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings"]
@@ -140,6 +142,8 @@ def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None
     notes: list[str] = []
     budget = budget_s if budget_s is not None else settings.budget_s
     for dt, sizes in settings.gemm_sizes.items():
+        if dtypes is not None and dt not in dtypes:
+            continue
         own = [c.shape for c in shapes if c.op == "gemm" and c.dtype == dt]
         search = GemmSearch(gemm, dt, device, cfg, on_step)
         try:
@@ -405,7 +409,7 @@ def stale_reason(entry: CachedCeilings | None, shapes: list[str], max_age_h: flo
 
 def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], None] | None = None,
                      budget_s: float | None = None, shapes: tuple[Case, ...] = (), busy_now: bool | None = None,
-                     refresh: bool = False) -> Ceilings:
+                     refresh: bool = False, dtypes: tuple[str, ...] | None = None) -> Ceilings:
     """The one source of ceilings for roofline, decompose and pytest-benchmark: the datasheet (or CPU estimate)
     and the measured ceilings of build_ceilings' bounded search, taken from the cache of this machine
     (cache_dir()) unless stale_reason says to measure again. Measured ceilings carry the conditions they were
@@ -417,7 +421,8 @@ def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], No
         return base
     key, what = cache_key(device, cfg)
     path = cache_dir() / f"ceilings-{device.kind}-{key}.json"
-    labels = _shape_labels(shapes)
+    searched = tuple(d for d in settings.gemm_sizes if dtypes is None or d in dtypes)
+    labels = sorted(_shape_labels(shapes) + [f"searched {d}" for d in searched])  # a subset's entry is stale for more
     entry = read_cache(path)
     why = "asked to measure again (refresh)" if refresh else stale_reason(entry, labels, settings.max_age_h, busy_now)
     if why is None:
@@ -426,17 +431,17 @@ def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], No
         base.notes.append(f"measured ceilings from the cache {path} (measured {_iso(entry.measured_at_s)}, "
                           f"{entry.age_h():.1f} h ago, on a {'busy' if entry.busy else 'quiet'} machine)")
         return base
-    entry = _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels)
+    entry = _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels, searched)
     base.items += entry.items
     base.notes += entry.notes
     base.notes.append(f"measured ceilings now ({why}); cached in {path}")
     return base
 
 
-def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels) -> CachedCeilings:
+def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels, dtypes=None) -> CachedCeilings:
     """The bounded search under a look at the machine's conditions, written to the cache."""
-    look = Conditions(cfg.conditions, gpu_index=0 if device.kind == "cuda" else None).start()
-    items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes)
+    look = Conditions(cfg.conditions, gpu_index=0 if device.is_gpu else None).start()
+    items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes, dtypes)
     cond = look.stop()
     now = time.time()
     busy = tuple(cond.get("reasons") or ()) if cond.get("busy") else ()

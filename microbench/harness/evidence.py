@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -20,6 +20,8 @@ import torch
 from microbench.timeline.classify import classify_cpu_impl, classify_kernel
 from microbench.core.device import Device
 from microbench.harness.registry import Evidence
+import tomllib
+from microbench.core.resources import data_file
 
 
 def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:
@@ -126,7 +128,42 @@ def vendor_evidence(case, device: Device, call: Callable[[], object]) -> Evidenc
     """The `evidence` hook of the vendor-library providers."""
     try:
         if device.is_gpu:
-            return from_kernel_names(gpu_kernels(call))
+            return _with_tf32_check(from_kernel_names(gpu_kernels(call)), case, device)
         return from_onednn(onednn_implementations(call))
     except Exception as e:  # noqa: BLE001 - evidence is best effort; the measurement stands without it
         return Evidence("unknown", f"could not profile the call: {type(e).__name__}: {e}")
+
+
+_TF32_RAN: dict[str, tuple[bool, float]] = {}  # torch device -> (reduced precision ran, its relative error)
+
+
+def tf32_ran(torch_device: str) -> tuple[bool, float]:
+    """Whether torch.matmul with TF32 allowed really computes in reduced precision on this device, from its
+    error against float64 (microbench/data/amd_chips.toml [tf32_probe]). On ROCm PyTorch's switch is not
+    enough: hipBLASLt takes TF32 (xf32) only with HIPBLASLT_ALLOW_TF32=1 in some PyTorch versions, and gfx950
+    has no xf32 at all; otherwise the call silently runs in IEEE fp32. Once per device and process."""
+    if torch_device not in _TF32_RAN:
+        from microbench.core.tf32 import tf32_allowed
+
+        probe = tomllib.loads(data_file("amd_chips.toml").read_text())["tf32_probe"]
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a, b = (torch.randn(probe["size"], probe["size"], generator=g, dtype=torch.float64) for _ in range(2))
+        with tf32_allowed(True):
+            got = torch.matmul(a.float().to(torch_device), b.float().to(torch_device)).double().cpu()
+        ref = a.float().double() @ b.float().double()
+        err = float((got - ref).norm() / ref.norm())
+        _TF32_RAN[torch_device] = (err > probe["min_tf32_rel_err"], err)
+    return _TF32_RAN[torch_device]
+
+
+def _with_tf32_check(ev: Evidence, case, device: Device) -> Evidence:
+    """A vendor tf32 GEMM row on ROCm says which precision ran; flagged as a fallback when it was IEEE fp32."""
+    if device.kind != "rocm" or getattr(case, "dtype", None) != "tf32" or getattr(case, "op", None) != "gemm":
+        return ev
+    ran, err = tf32_ran(device.torch_device)
+    said = f"{ev.evidence}; tf32 probe: relative error {err:.2g} vs float64: {'TF32 (xf32)' if ran else 'IEEE fp32'} ran"
+    if ran:
+        return replace(ev, evidence=said)
+    env = os.environ.get("HIPBLASLT_ALLOW_TF32")
+    return replace(ev, evidence=said, fallback="tf32 requested, IEEE fp32 ran (hipBLASLt: HIPBLASLT_ALLOW_TF32="
+                                               f"{env if env is not None else 'unset'}; gfx950 has no xf32)")

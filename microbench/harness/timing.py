@@ -25,6 +25,7 @@ from microbench.core.config import TimingSettings
 from microbench.core.device import Device
 from microbench.core.conditions import sched_ns
 from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
+from microbench.core.datasheet import amd_chips
 
 # An L2 flush buffer at least this large, and at least twice the reported L2 size.
 _MIN_FLUSH_BYTES = 256 * 2**20
@@ -101,6 +102,18 @@ class _Lead:
                 f"(host launch time may lie between the events)")
 
 
+def flush_bytes(device: Device) -> int:
+    """The L2 flush buffer for `device`: twice every cache in front of its memory, at least _MIN_FLUSH_BYTES.
+    The device's properties give the L2 (hipDeviceProp_t.l2CacheSize, cudaDeviceProp.l2CacheSize); an AMD
+    chip's Infinity Cache (256 MB on MI300X, larger than the old fixed 256 MiB minimum's margin) is not among
+    them and comes from microbench/data/amd_chips.toml by gcnArchName and CU count."""
+    cache = device.l2_bytes or 0
+    if device.kind == "rocm":
+        cache += max((c["infinity_cache_bytes"] for c in amd_chips() if c["arch"] == device.arch.split(":")[0]),
+                     default=0)
+    return max(_MIN_FLUSH_BYTES, 2 * cache)
+
+
 class _Clock:
     """Times one call; the GPU version records events and reads them at the end (one sync per batch)."""
 
@@ -111,7 +124,7 @@ class _Clock:
         self.ops = ops or (CudaOps() if self.gpu else None)
         self.lead = _Lead(self.ops, lead_max_ms) if self.gpu else None
         if self.gpu and flush:
-            nbytes = max(_MIN_FLUSH_BYTES, 2 * (device.l2_bytes or 0))
+            nbytes = flush_bytes(device)
             self.flush_buf = torch.empty(nbytes, dtype=torch.int8, device=device.torch_device)
 
     def run(self, fns: Sequence[Callable[[], object]], reps: int) -> list[float]:

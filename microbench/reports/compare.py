@@ -11,10 +11,7 @@ profiles, configurations or software versions are flagged.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -13,7 +13,7 @@ from rich.table import Table
 from microbench.core import dtypes, ops
 from microbench.core.conditions import busy_advice
 from microbench.core.fingerprint import fingerprint_line
-from microbench.core.results import ResultRow, rows_of
+from microbench.core.results import rows_of
 from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
 from microbench.reports.figures import pyplot

@@ -191,6 +191,18 @@ def assign_steps(tl: Timeline, windows: Windows) -> StepAssignment:
     return StepAssignment(windows, step, by_gpu)
 
 
+def step_ends(tl: Timeline, windows: Windows) -> np.ndarray:
+    """Each step's end: the later of its CPU window's end and the end of the last GPU activity it owns
+    (assign_steps: by launch). A step whose CPU range closes before the GPU has finished its work (the
+    launches are asynchronous) thus lasts until that work is done, as an event-timed step does."""
+    a = assign_steps(tl, windows)
+    ends = windows.end_us.astype(float).copy()
+    mine = a.step >= 0
+    if mine.any():
+        np.maximum.at(ends, a.step[mine], tl.kernels.end_us[mine])
+    return ends
+
+
 def _paint(seg_owner: np.ndarray, i0: np.ndarray, i1: np.ndarray, keys: np.ndarray, free=None) -> None:
     """Give each segment (of one device's elementary segments) the smallest key among the intervals [i0, i1)
     (in segment indices) covering it, where it has none yet (-1) and `free` allows."""
