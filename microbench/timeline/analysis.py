@@ -151,6 +151,8 @@ class TraceAnalysis:
         s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
                                                  s["kernel_time_us"])
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
+        # without shapes (the TensorBoard plugin's measure): eligible operators' kernel time not on Tensor Cores
+        s["eligible_unused_by_operator_share"] = self.eligibility["by_operator"]["unused_share"]
         s["mfu"] = self.mfu["mfu"]
         return s | self.graphs[0]
 
