@@ -31,7 +31,7 @@ def devices():
     ("NVIDIA A100-PG509-200", "a100_pg509_200"),  # the shared A100 traces' 40 GB board
     ("AMD Instinct MI325X", "mi325x"),
     ("AMD Instinct MI355X", "mi355x"),
-    # issue 29's vendor variants: the 2021-schema ResNet-50 sample's device (../shared/traces), names as torch,
+    # vendor variants: the 2021-schema ResNet-50 sample's device (tests/data/traces), names as torch,
     # nvidia-smi and ROCm report them
     ("Tesla V100-DGXS-32GB", "v100_dgxs"),  # v100_resnet50_tbplugin_2021schema.json.gz's deviceProperties
     ("Tesla V100-SXM3-32GB", "v100_sxm3"),

@@ -83,7 +83,7 @@ def test_the_2021_schema_cut_counts_only_convolution_kernels():
     assert e["unused_time_us"] == e["eligible_time_us"] > 0
 
 
-@pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="../shared/traces not found")
+@pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="tests/data/traces not found")
 def test_the_plugins_own_sample_gives_its_68_percent():
     """SOURCES.md: the plugin says "Kernels with 68% time are launched by Tensor Cores eligible operators" (0.0 %
     of kernel time on Tensor Cores): the same figure within 3 points, from the launching operators alone."""

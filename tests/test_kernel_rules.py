@@ -21,7 +21,7 @@ def test_real_name_gets_its_class_and_verdict(entry):
     assert c.basis == entry.get("basis", "unknown" if c.tensor_cores == "unknown" else "name rule"), c.rule
 
 
-# Rules that came without a real kernel name (issue 13's; named by the start of their pattern): a real name
+# Rules that came without a real kernel name (those added with the Nsight readers; named by the start of their pattern): a real name
 # for each is wanted, and a new rule is not to join this list.
 NO_REAL_NAME_YET = ("fmha_cutlass[FB]_f32", "^cupy_(sum|prod|")
 

@@ -1,4 +1,4 @@
-"""microbench.trace on the four real GPU traces of ../shared/traces (counts checked against SOURCES.md and
+"""microbench.trace on the four real GPU traces of tests/data/traces (counts checked against SOURCES.md and
 against independent computations from the whole file), on a hand-written AMD trace, and on broken files."""
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from microbench.timeline import kineto
 from microbench.timeline.classify import classify_kernel, kernel_signature_name
 from microbench.core.config import load_config
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
 
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 
 
 @pytest.fixture(scope="module")

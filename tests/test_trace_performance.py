@@ -13,11 +13,10 @@ from microbench import compare as compare_cli
 from microbench import trace as trace_cli
 from microbench.timeline.analysis import analyze, detect_format
 
-from .conftest import SHARED, TRACES
+from .conftest import SHARED, TRACES, needs_traces
 
 NSIGHT = SHARED / "nsight"
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
-needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="../shared/nsight not found")
+needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight is not in this checkout")
 
 
 def _events(name: str) -> list[dict]:
@@ -304,11 +303,11 @@ def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, ca
 
 @pytest.mark.parametrize("value", ["bf16=inf", "bf16=nan", "bf16=-5", "bf16=0", "fp8=1e400"])
 def test_a_ceiling_must_be_finite_and_positive(value):
-    from microbench.core.datasheet import measured_ceilings
+    from microbench.core.datasheet import ceilings_from_args
     from microbench.core.errors import InputError
 
     with pytest.raises(InputError, match="finite positive"):
-        measured_ceilings([value], None)
+        ceilings_from_args([value], None)
 
 
 @pytest.mark.parametrize("top", ["-1", "0", "x"])

@@ -1,7 +1,7 @@
 """How we know whether a vendor-library call used Tensor Cores (GPU) or matrix units (CPU).
 
 GPU: run the call once under torch.profiler, read the names of the kernels it launched and classify them
-with the shared kernel rules (evidence 3 of DESIGN.md: the kernel name). CPU: run it once with oneDNN's
+with the shared kernel rules (evidence 3 of docs/design.md: the kernel name). CPU: run it once with oneDNN's
 verbose mode on and classify the implementation oneDNN reports (`brg_matmul:avx512_core_bf16`). Our own
 kernels bring stronger evidence (their SASS) through their provider's `evidence` hook instead.
 """

@@ -5,14 +5,34 @@ eligibility, annotations, graphs) are each computed once from the timeline on fi
 microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
+import gzip
+import zlib
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.core.config import Config, load_config
+from microbench.core.datasheet import match_datasheet
+from microbench.core.files import open_input
+from microbench.core.frames import frame, unknown_table
+from microbench.core.results import TraceKernelRow
+from microbench.core.stats import summarize
 from microbench.timeline import counters as C
-from microbench.timeline import eligibility, gpu_time, integrity, metrics, opmetrics
+from microbench.timeline import (
+    eligibility,
+    gpu_time,
+    graphs,
+    integrity,
+    kineto,
+    launchers,
+    metrics,
+    ncu,
+    nsys,
+    opmetrics,
+    rocprof,
+)
 from microbench.timeline.classify import INFERRED, class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
@@ -28,9 +48,6 @@ def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
     sqlite`), "ncu" (an `ncu --csv` export), "rocprofv3" (rocprofv3 JSON), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
-    from microbench.core.files import open_input
-    from microbench.timeline import ncu, nsys, rocprof
-
     with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
         head = f.read(4096)
     if nsys.is_sqlite(head):
@@ -47,8 +64,6 @@ def _decompressed_head(path: str | Path, head: bytes) -> bytes:
     Kineto reader then words the error)."""
     if not head.startswith(b"\x1f\x8b"):
         return head
-    import gzip
-    import zlib
 
     try:
         with gzip.open(path, "rb") as f:
@@ -60,8 +75,6 @@ def _decompressed_head(path: str | Path, head: bytes) -> bytes:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    from microbench.timeline import kineto, launchers, ncu, nsys, rocprof
-
     tl = {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
           "kineto": kineto.read}[detect_format(path)](path)
     return launchers.by_launcher(tl)  # kernels no name rule settles, by the operator or range that launched them
@@ -70,8 +83,6 @@ def read_trace(path: str | Path) -> Timeline:
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
     """Graph-launched kernels: the summary keys, the per-capturing-op table given the capture trace (else None),
     and notes (microbench/timeline/graphs.py)."""
-    from microbench.timeline import graphs
-
     capture = read_trace(graph_capture) if graph_capture is not None else None
     gk = graphs.graph_kernels(tl, capture)
     keys = graphs.graph_summary(tl, gk, capture is not None)
@@ -117,6 +128,11 @@ class TraceAnalysis:
     @cached_property
     def model(self) -> opmetrics.OpModel:
         return opmetrics.op_model(self.tl, self.peaks)
+
+    @property
+    def work_model(self) -> opmetrics.OpModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
+        return self.model
 
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
@@ -261,6 +277,42 @@ class TraceAnalysis:
             "notes": self.notes,
         }
 
+    # For notebooks (docs/api.md): the document's tables, each a list of dicts and, with pandas (the `frames`
+    # extra), a DataFrame. "classes" is the summary's time, count and share per kernel class; "eligibility" its
+    # findings; the others are the document's keys of the same name.
+    TABLES = ("kernels", "classes", "ops", "steps", "annotations", "devices", "eligibility")
+
+    @classmethod
+    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
+             graph_capture: str | Path | None = None) -> "TraceAnalysis":
+        """As `python -m microbench.trace` reads a trace: with bench.toml's datasheet (`config`: a Config, a
+        path, or None for the project's bench.toml), so devices have peaks and MFU is computed."""
+        cfg = config if isinstance(config, Config) else load_config(config)
+        return cls.of(path, cfg, step_range, measured, graph_capture)
+
+    def table(self, name: str) -> list[dict]:
+        """One of TABLES as a list of dicts (the document's own values)."""
+        if name not in self.TABLES:
+            raise unknown_table(name, self.TABLES, "a trace analysis")
+        if name == "classes":
+            s = self.summary
+            return [{"class": c, "count": s["count_by_class"][c], "time_us": s["time_by_class_us"][c],
+                     "share": s["share_by_class"][c]} for c in s["time_by_class_us"]]
+        if name == "eligibility":
+            return list(self.eligibility["findings"])
+        return list(getattr(self, name))
+
+    def to_frame(self, name: str):
+        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
+        return frame(self.table(name), name)
+
+    def frames(self) -> dict:
+        """Every table of TABLES as a DataFrame, by name."""
+        return {name: self.to_frame(name) for name in self.TABLES}
+
+    def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
+
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
             graph_capture: str | Path | None = None) -> dict:
@@ -327,8 +379,6 @@ def summary_of(tl: Timeline) -> dict:
 
 
 def _datasheet(name: str, cfg) -> dict:
-    from microbench.core.datasheet import match_datasheet
-
     entry, note = match_datasheet(name, cfg.devices)
     if entry is None:
         return {"entry": None, "note": note}
@@ -393,9 +443,6 @@ def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict
 def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:
     """One row per distinct kernel (name, device), most time first: a trace-kernel row of the project's one row
     type."""
-    from microbench.core.results import TraceKernelRow
-    from microbench.core.stats import summarize
-
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.timeline.model import CATEGORIES, GPU_RANGE, KERNEL, NO_ID, TC_VALUES, EPS_US, Timeline, Windows
+from microbench.timeline.classify import class_set
 
 
 def kernel_rows(tl: Timeline) -> np.ndarray:
@@ -207,8 +208,6 @@ def matrix_flop_coverage(tl: Timeline, kernel_flops: np.ndarray) -> dict:
     """The matrix kernels' time (classes of kernel_rules.toml [class_sets] gemm) and the part of it in kernels
     that model FLOPs are attributed to (`kernel_flops`, per kernel row): the share of the matrix work that
     MFU, achieved TFLOP/s and the per-op totals can see."""
-    from microbench.timeline.classify import class_set
-
     gemm = [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")]
     rows = np.flatnonzero((tl.kernels.category == KERNEL) & np.isin(tl.kernels.cls, gemm))
     total = float(tl.kernels.dur_us[rows].sum())
