@@ -87,6 +87,8 @@ def test_the_2021_schema_cut_counts_only_convolution_kernels():
 def test_the_plugins_own_sample_gives_its_68_percent():
     """SOURCES.md: the plugin says "Kernels with 68% time are launched by Tensor Cores eligible operators" (0.0 %
     of kernel time on Tensor Cores): the same figure within 3 points, from the launching operators alone."""
-    e = TraceAnalysis.of(TB_SAMPLE, load_config()).eligibility["by_operator"]
+    a = TraceAnalysis.of(TB_SAMPLE, load_config())
+    e = a.eligibility["by_operator"]
     assert e["unused_share"] == pytest.approx(0.68, abs=0.03)
+    assert a.summary["eligible_unused_by_operator_share"] == e["unused_share"]
     assert e["untyped_time_us"] == 0  # the sample records Input type

@@ -86,7 +86,10 @@ def test_every_structure_rule_settles_a_real_name():
 def test_structure_never_calls_element_wise_routing_copy_or_cast_work_tensor_core():
     """Issue 29's target: no element-wise, routing, copy or cast kernel called Tensor Core work, whatever the
     structure rules would read in its name (fp8 in a quantize kernel, `bf16` in a cast)."""
-    casts = ["void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda, "
-             "c10::Float8_e4m3fn>", "fp8_quantize_kernel", "_combined_routing_memset"]
+    # and an FP8 / FP4 GEMM on CUDA cores is no Tensor Core work, though the FP8 structure rule would read one
+    assert classify_kernel("void tensorrt_llm::kernels::cudaCoreGemm<__nv_fp8_e4m3, __nv_bfloat16, 1, 2, 128>"
+                           ).tensor_cores == "no"
+    casts = [("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda, "
+              "c10::Float8_e4m3fn>"), "fp8_quantize_kernel", "_combined_routing_memset"]
     for n in NOT_MATRIX + casts:
         assert classify_kernel(n).tensor_cores == "no", (n, classify_kernel(n).rule)

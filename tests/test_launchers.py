@@ -79,6 +79,7 @@ def test_the_report_counts_launcher_inferred_time_apart(tmp_path):
     a = TraceAnalysis.of(_trace(tmp_path), load_config())
     s = a.summary
     assert s["comm_time_us"] == 40.0 and s["comm_share"] == pytest.approx(40.0 / 165.0)
+    assert s["exposed_comm_us"] == 40.0  # nothing runs beside it: all of it exposed
     inferred = s["tensor_core_evidence_us"]["operator (inferred)"]
     assert inferred == {"yes": 80.0, "no": 40.0}  # 30 + 50 us of GEMMs; the 40 us all-to-all (no)
     assert s["tensor_core_inferred_share"] == pytest.approx(80.0 / 165.0)
@@ -93,3 +94,12 @@ def test_launcher_rules_name_their_sources():
     rules = _load()[1]["launcher"]
     assert rules and all("PyTorch" in r.note or "autograd" in r.note for r in rules)
     assert classify_by_launcher(classify_kernel(ELEMENTWISE), "nccl:all_reduce") is None
+
+
+def test_the_job_view_reads_the_same_class(tmp_path):
+    """A rank's summary (python -m microbench.comm ranks / the job view) counts the all-to-all that only its
+    nccl:all_to_all range names as communication, as the trace report does."""
+    from microbench.communication.ranks import summarize_rank
+
+    s = summarize_rank(_trace(tmp_path), 0)
+    assert s.comm_kernels == 1 and s.comm_us == 40.0

@@ -167,6 +167,8 @@ class TraceAnalysis:
         s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
                                                  s["kernel_time_us"])
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
+        # without shapes (the TensorBoard plugin's measure): eligible operators' kernel time not on Tensor Cores
+        s["eligible_unused_by_operator_share"] = self.eligibility["by_operator"]["unused_share"]
         s["mfu"] = self.mfu["mfu"]
         return s | self.graphs[0]
 
@@ -444,7 +446,7 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
-        evidence = (f"kernel name matched no rule" if c.rule == "unknown" else
+        evidence = ("kernel name matched no rule" if c.rule == "unknown" else
                     f"{c.basis}: kernel name matched {c.rule}: {c.note}" if c.basis in INFERRED else
                     f"kernel name matched {c.rule}: {c.note}")
         row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
@@ -575,9 +577,9 @@ def eligible_note(by_op: dict) -> list[str]:
     if share <= thresholds.value("eligible_unused_note_share"):
         return []
     untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
-    return [f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
-            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
-            "(torch.autocast) or TF32 where the GPU has it"]
+    return [(f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+             f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
+             "(torch.autocast) or TF32 where the GPU has it")]
 
 
 def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from microbench.timeline import eligibility
-from microbench.timeline.classify import Classification, classify_by_launcher, is_launcher
+from microbench.timeline.classify import (
+    Classification,
+    classify_by_launcher,
+    is_launcher,
+)
 from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, Timeline
 from microbench.timeline.opmetrics import _innermost_owner, first_float_dtype
 
