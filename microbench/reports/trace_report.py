@@ -89,8 +89,9 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_steps(console, doc)
     _print_ops(console, doc, top)
     if doc["annotations"]:
-        t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)"
-                        + _unreliable(doc, "annotations"),
+        # escaped: the unreliable mark's brackets would otherwise be read as rich markup and vanish
+        t = Table(title=escape("user annotations (record_function ranges; kernels by launch time, any thread)"
+                               + _unreliable(doc, "annotations")),
                   header_style="bold")
         for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us"):
             t.add_column(c, justify="left" if c == "annotation" else "right")
@@ -162,22 +163,25 @@ def _print_steps(console, doc: dict) -> None:
 
 def _print_ops(console, doc: dict, top: int) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from microbench.reports.report import rich_table
 
     if doc.get("ops"):
-        t = Table(title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the op's kernels' "
-                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s"
-                        + _unreliable(doc, "per-op totals"),
-                  header_style="bold")
-        for c in ("op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
-                  "% datasheet", "% measured"):
-            t.add_column(c, justify="left" if c in ("op", "shape", "dtype") else "right")
-        for o in doc["ops"][:top]:
-            t.add_row(escape(o["op"]), escape(o["shape"]), o["dtype"] or "?", str(o["calls"]),
-                      _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), f"{o['kernel_time_us']:,.1f}",
-                      f"{o['math_kernel_time_us']:,.1f}", _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
-                      _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f"))
-        console.print(t)
+        cols = [(c, "left" if c in ("op", "shape", "dtype") else "right") for c in (
+            "op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
+            "% datasheet", "% measured")]
+        cells = [([o["op"], o["shape"], o["dtype"] or "?", str(o["calls"]),
+                   _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), f"{o['kernel_time_us']:,.1f}",
+                   f"{o['math_kernel_time_us']:,.1f}", _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
+                   _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f")], None)
+                 for o in doc["ops"][:top]]
+        # op and shape are the row's key: a narrow terminal drops the least needed figures, never cuts them
+        console.print(rich_table(cols, cells, width=console.width, kept_in="the JSON report (--json OUT)",
+                                 drop_order=("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet",
+                                             "op us"),
+                                 title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the "
+                                       "op's kernels' time (op us); kernel TFLOP/s = FLOPs / its math kernels' time "
+                                       "(math us); % of op TFLOP/s" + _unreliable(doc, "per-op totals")))
     el = doc.get("eligibility") or {}
     if el.get("findings"):
         console.print(f"[bold]Tensor Core eligible but not used:[/] {el['eligible_unused_us']:,.1f} us of kernel time")

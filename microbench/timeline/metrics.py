@@ -168,7 +168,8 @@ def annotation_times(tl: Timeline) -> list[dict]:
         a["wall_us"] += float(r.dur_us[row])
         a["kernel_count"] += int(tot.count[j])
         a["kernel_time_us"] += float(tot.time_us[j])
-    for row in np.flatnonzero(r.kind == GPU_RANGE):
+    # a step's GPU-side range is the step table's, as its CPU range is: no row of 0 calls beside it
+    for row in np.flatnonzero((r.kind == GPU_RANGE) & ~np.isin(r.name, step_ids)):
         name = tl.names[r.name[row]]
         a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0,
                                   "kernel_time_us": 0.0})

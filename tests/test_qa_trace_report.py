@@ -1,0 +1,57 @@
+"""What a user reading `trace` at 120 and 80 columns (a pipe, a CI log) must see: the operator table's key columns
+whole, the unreliable marks the integrity lines promise, no annotation row that repeats a step with 0 calls."""
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from microbench.reports.trace_report import print_trace_report
+from microbench.timeline import metrics
+from microbench.timeline.analysis import analyze
+from tests.conftest import DATA, TRACES, needs_traces
+
+
+def _report(doc: dict, width: int) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    print_trace_report(doc, console=console)
+    return console.export_text()
+
+
+@needs_traces
+@pytest.mark.parametrize("width", [120, 80])
+def test_op_and_shape_never_cut(cfg, width):
+    doc = analyze(TRACES / "h100_bert_small.json.gz", cfg)
+    text = _report(doc, width)
+    table = text[text.index("operators with a work model"):]
+    for o in doc["ops"][:15]:  # each op's name and shape whole, on one line
+        assert any(o["op"] in line and o["shape"] in line for line in table.splitlines()), (o["op"], o["shape"])
+    assert max(len(line) for line in text.splitlines()) <= width
+
+
+@needs_traces
+def test_annotation_table_shows_its_unreliable_mark(cfg):
+    # the CUPTI range-profiler trace has no launches: the integrity line says annotations are unreliable, and the
+    # table's title must say so too (its brackets were once eaten as rich markup)
+    doc = analyze(TRACES / "a100_cupti_counters.json.gz", cfg)
+    assert "annotations" in doc["integrity"]["unreliable"]
+    text = _report(doc, 120)
+    title = next(line for line in text.splitlines() if "user annotations" in line)
+    assert "[unreliable: launches missing]" in title
+
+
+@needs_traces
+def test_a_step_is_not_an_annotation_row(cfg):
+    # h100_bert_small's only GPU-side user annotation is ProfilerStep#6: the step table's, not a row of 0 calls
+    doc = analyze(TRACES / "h100_bert_small.json.gz", cfg)
+    steps = {s["name"] for s in doc["steps"]}
+    assert steps == {"ProfilerStep#6"}
+    assert not [a for a in doc["annotations"] if a["name"] in steps]
+
+
+def test_gpu_annotations_that_are_not_steps_stay():
+    from microbench.timeline.analysis import read_trace
+
+    # the DDP slice's GPU-side range DistributedDataParallel.forward is no step: it keeps its row and its time
+    rows = {a["name"]: a for a in metrics.annotation_times(read_trace(DATA / "v100_resnet_ddp_2023schema_slice.json"))}
+    assert rows["DistributedDataParallel.forward"]["gpu_annotation_us"] > 0
+    assert not any(n.startswith("ProfilerStep#") for n in rows)
