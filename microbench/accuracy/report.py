@@ -26,6 +26,25 @@ def _f(v, spec: str = ".3g") -> str:
     return "-" if v is None else format(v, spec)
 
 
+LEADERBOARD_COLUMNS = ("#", "time-to-accuracy", "epoch", "cost (USD)", "hardware", "framework", "model / org", "runs",
+                       "run spread (CoV)")
+FREE_TEXT = ("hardware", "framework", "model / org")  # the submitters' free text: one line each, cut to fit
+
+
+def _free_text_widths(columns, rows, width: int) -> dict[int, int]:
+    """Column index -> the most characters each free-text column gets: what the other columns leave of `width`
+    (one space between columns and at each edge), shared so that a short column gives its unused share to the
+    others (hardware was cut at a fixed 18 with 20 columns to spare)."""
+    natural = [max([len(c)] + [len(r[j]) for r in rows]) for j, c in enumerate(columns)]
+    free = [j for j, c in enumerate(columns) if c in FREE_TEXT]
+    left = width - sum(w for j, w in enumerate(natural) if j not in free) - len(columns) - 1
+    out: dict[int, int] = {}
+    for n, j in enumerate(sorted(free, key=lambda j: natural[j])):  # the narrowest first: it may not need its share
+        out[j] = max(5, min(natural[j], left // (len(free) - n)))
+        left -= out[j]
+    return out
+
+
 def print_leaderboard(board: Leaderboard, console: Console | None = None) -> None:
     console = console or wide_console()
     for (source, task), entries in board.by_task().items():
@@ -36,18 +55,19 @@ def print_leaderboard(board: Leaderboard, console: Console | None = None) -> Non
         # No vertical rules (one space between columns) and a floor under each key column, so that at 120
         # columns the rank, the time and the runs keep their width and only the submitters' free text is cut.
         t = Table(title=escape(title), title_justify="left", box=box.SIMPLE_HEAD, padding=0)
-        for col in ("#", "time-to-accuracy", "epoch", "cost (USD)", "hardware", "framework", "model / org", "runs",
-                    "run spread (CoV)"):
-            wide = col in ("hardware", "framework", "model / org")  # free text of the submitters: one line each
-            t.add_column(col, justify="right" if col in ("#", "epoch", "cost (USD)", "runs") else "left",
-                         no_wrap=True, overflow="ellipsis", max_width=18 if wide else None,
-                         min_width=None if wide else len(col))
+        rows = []
         for i, e in enumerate(entries, 1):
             when = (f"{e.score_minutes:.2f} min" if e.score_minutes is not None else "no score") if mlperf else hms(e.tta_seconds)
             runs = (f"{len(e.runs)}" + (f"/{e.runs_required}" if e.runs_required else "")) if e.runs else "1"
-            t.add_row(str(i), when, _f(e.epoch, "g"), _f(e.cost_usd, ".2f"), escape(e.hardware or "-"),
-                      escape(e.framework or "-"), escape(" / ".join(x for x in (e.model, e.author) if x) or "-"), runs,
-                      _f(e.spread_cov, ".1%"))
+            rows.append([str(i), when, _f(e.epoch, "g"), _f(e.cost_usd, ".2f"), e.hardware or "-", e.framework or "-",
+                         " / ".join(x for x in (e.model, e.author) if x) or "-", runs, _f(e.spread_cov, ".1%")])
+        widths = _free_text_widths(LEADERBOARD_COLUMNS, rows, console.width)
+        for j, col in enumerate(LEADERBOARD_COLUMNS):
+            t.add_column(col, justify="right" if col in ("#", "epoch", "cost (USD)", "runs") else "left",
+                         no_wrap=True, overflow="ellipsis", max_width=widths.get(j),
+                         min_width=None if j in widths else len(col))
+        for cells in rows:
+            t.add_row(*[escape(c) for c in cells])
         console.print(t)
         for e in entries:
             for n in e.notes if (mlperf or e.tta_seconds is None) else []:
