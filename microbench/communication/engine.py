@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -109,12 +110,33 @@ def run_ranks(paths: list[Path], workers: int | None = None, scheduler: str | No
     if address:
         results, n = _dask(paths, address, timeout_s, step_range)
         return EngineRun("dask", n, time.perf_counter() - t0, results, address)
-    if workers == 0:
+    _quit_if_a_reader_reruns_main()
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if workers == 0 or (main_file and not os.path.isfile(main_file)):  # `python -` : a reader cannot re-run it
         results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     n = min(workers or os.cpu_count() or 1, len(paths))
-    results = _pool(paths, n, step_range)
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        results = _pool(paths, n, step_range)
+    except BrokenProcessPool:  # the readers died starting (see _quit_if_a_reader_reruns_main): read them here
+        print("note: the reader processes could not start (a script that builds a Job at its top level, without "
+              "`if __name__ == \"__main__\":`): the ranks are read in this process",
+              file=sys.stderr)
+        results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
+        return EngineRun("inline", 1, time.perf_counter() - t0, results)
     return EngineRun("processes", n, time.perf_counter() - t0, results)
+
+
+def _quit_if_a_reader_reruns_main() -> None:
+    """A spawned reader first runs the caller's __main__ script again; where that script builds a Job at its
+    top level, the reader would start readers of its own (multiprocessing refuses, with a traceback per
+    reader). The reader ends there, quietly; the caller reads the ranks itself (run_ranks)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a spawned child imports main
+        raise SystemExit(1)
 
 
 def _pool(paths: list[Path], n: int, step_range: str | None) -> list:
