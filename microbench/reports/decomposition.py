@@ -62,9 +62,12 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     summary.add_column("value", justify="right")
     summary.add_column("note")
     sp = s["step_time_spread"]
+    # --timed-steps 0 times no unprofiled step: the step time is then the profiled steps' (analysis.py says so)
+    timed = ("unprofiled steps" if (doc.get("run") or {}).get("timed_steps", 1)
+             else "profiled steps (--timed-steps 0: profiler overhead included)")
     ceiling_text = ", ".join(f"{k} {v['tflops']:.3g} TFLOP/s ({v['source']})" for k, v in s["gemm_ceilings"].items())
     rows = [
-        ("step time", f"{s['step_time_ms']:.4g} ms", f"median of {sp['reps']} unprofiled steps, p20-p80 "
+        ("step time", f"{s['step_time_ms']:.4g} ms", f"median of {sp['reps']} {timed}, p20-p80 "
                                                      f"{sp['p20']:.4g}-{sp['p80']:.4g} ms, cov {sp['cov']:.0%}"),
         ("profiled step", f"{_fmt(s.get('profiled_step_ms'), '.4g')} ms",
          f"wall time of the profiled steps' `step` ranges; profiler overhead "

@@ -1,0 +1,28 @@
+"""`decompose --timed-steps 0` times no unprofiled step: the step summary's step-time line said "median of 1
+unprofiled steps" while the note below said the step time was the profiled steps'. It names the profiled steps."""
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from microbench.reports.decomposition import print_decomposition
+from microbench import decompose_step
+
+pytestmark = pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+
+
+def _summary_text(**steps) -> str:
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", replay=False, measure_ceilings=False,
+                         plot=False, profiled_steps=1, profiler_warmup_steps=0, **steps)
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))
+    print_decomposition(doc, console)
+    return console.export_text()
+
+
+def test_step_time_line_names_the_steps_it_timed():
+    profiled = _summary_text(timed_steps=0)
+    line = next(ln for ln in profiled.splitlines() if ln.lstrip("│ ").startswith("step time"))
+    assert "unprofiled" not in line and "profiled steps (--timed-steps 0" in line
+    timed = _summary_text(timed_steps=3)
+    line = next(ln for ln in timed.splitlines() if ln.lstrip("│ ").startswith("step time"))
+    assert "median of 3 unprofiled steps" in line
