@@ -55,3 +55,15 @@ def test_gpu_annotations_that_are_not_steps_stay():
     rows = {a["name"]: a for a in metrics.annotation_times(read_trace(DATA / "v100_resnet_ddp_2023schema_slice.json"))}
     assert rows["DistributedDataParallel.forward"]["gpu_annotation_us"] > 0
     assert not any(n.startswith("ProfilerStep#") for n in rows)
+
+
+@needs_traces
+def test_withheld_rates_are_withheld_per_kernel_too(cfg):
+    # the 2021-schema V100 trace's FLOPs cover 0.1% of its matrix-kernel time: the integrity line withholds
+    # achieved TFLOP/s, and the top-kernel table printed 0.0908 for volta_sgemm_128x32_nt all the same
+    doc = analyze(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", cfg)
+    assert "achieved_tflops" in doc["integrity"]["withheld"]
+    modelled = [k["params"] for k in doc["kernels"] if k["params"].get("model_flops")]
+    assert modelled and all(p["achieved_tflops"] is None and p["withheld"] for p in modelled)
+    shown = analyze(TRACES / "h100_bert_small.json.gz", cfg)  # 100% covered: every modelled kernel's rate shown
+    assert all(k["params"]["achieved_tflops"] > 0 for k in shown["kernels"] if k["params"].get("model_flops"))

@@ -177,6 +177,9 @@ class TraceAnalysis:
         names = {d["id"]: d["name"] or f"device {d['id']}" for d in self.devices}
         rows = kernel_table(self.tl, names, metrics.kernel_time(self.tl)[1])
         found = kernel_evidence(rows, by_kernel(self.tl), self.model.kernel_flops, self.counters)
+        if self.flop_coverage["withheld"]:  # a kernel's model rate too, as the integrity line says (counters' stay)
+            for p in (r["params"] for r in rows if r["params"].get("achieved_tflops") is not None):
+                withhold(p, self.flop_coverage, ("achieved_tflops",))
         return rows, found
 
     @property
