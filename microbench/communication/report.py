@@ -326,7 +326,7 @@ def print_ranks(doc: dict) -> None:
     for c in doc["collectives"][:40]:
         sizes = sorted(set(c["bytes"].values()), key=lambda v: (v is None, v))
         t.add_row(c["name"], "/".join(map(str, sizes[:4])), str(c["group_size"]), _f(c["time_ms"], ".4g"),
-                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["skew_us"], ".4g"),
+                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["skew_us"], ",.0f"),
                   _f(c["end_skew_ms"], ".3g"), str(c["straggler_rank"]))
     con.print(t)
     t = Table(title="per rank (exposed: communication kernels not overlapped by computation; busy / idle over "
