@@ -67,3 +67,19 @@ def test_withheld_rates_are_withheld_per_kernel_too(cfg):
     assert modelled and all(p["achieved_tflops"] is None and p["withheld"] for p in modelled)
     shown = analyze(TRACES / "h100_bert_small.json.gz", cfg)  # 100% covered: every modelled kernel's rate shown
     assert all(k["params"]["achieved_tflops"] > 0 for k in shown["kernels"] if k["params"].get("model_flops"))
+
+
+@needs_traces
+def test_class_table_accounts_for_the_tensor_core_share(cfg):
+    # vLLM's MI300 decode: the mxfp4 MoE GEMMs keep their name rule's class ("other GEMM/conv", 65.9%) while the
+    # structure rule puts them on matrix cores: the headline said 83.6% on Tensor Cores beside a class table whose
+    # "Tensor Core GEMM/conv" row held 17.7%. The table's new column shows where the rest is.
+    doc = analyze(TRACES / "mi300_vllm_decode_graph_execution.json.gz", cfg)
+    s = doc["summary"]
+    by_class = s["tensor_core_time_by_class_us"]
+    assert sum(by_class.values()) == pytest.approx(s["tensor_core_time_us"])
+    assert by_class["gemm"] == pytest.approx(s["time_by_class_us"]["gemm"])  # every other-GEMM kernel: inferred yes
+    text = _report(doc, 120)
+    row = next(line for line in text.splitlines() if "other GEMM/conv" in line)
+    assert row.split("│")[-2].strip() == "100.0%"
+    assert next(line for line in text.splitlines() if "element-wise" in line).split("│")[-2].strip() == "-"

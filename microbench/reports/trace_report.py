@@ -77,10 +77,13 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
 
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
-    for c, j in (("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right")):
+    for c, j in (("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right"),
+                 ("on Tensor Cores", "right")):
         t.add_column(c, justify=j)
+    on_tc = s.get("tensor_core_time_by_class_us") or {}  # the Tensor Core share, class by class: they add up to it
     for cls, tm in s["time_by_class_us"].items():
-        t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]))
+        t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]),
+                  _pct(on_tc[cls] / tm) if on_tc.get(cls) and tm else "-")
     console.print(t)
 
     console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,

@@ -355,6 +355,7 @@ def summary_of(tl: Timeline) -> dict:
         "count_by_class": {c: k for c, (k, _) in by_class.items()},
         "tensor_core_share": _share(tc["yes"], total),
         "tensor_core_time_us": tc["yes"],
+        "tensor_core_time_by_class_us": metrics.tensor_core_time_by_class(tl),
         "non_tensor_core_share": _share(tc["no"], total),
         "tensor_core_unknown_share": _share(tc["unknown"], total),
         "comm_time_us": comm,

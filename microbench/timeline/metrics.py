@@ -44,6 +44,19 @@ def tensor_core_time(tl: Timeline) -> dict[str, float]:
     return {v: float(x) for v, x in zip(TC_VALUES, t)}
 
 
+def tensor_core_time_by_class(tl: Timeline) -> dict[str, float]:
+    """Kernel class -> the time of its kernels whose verdict is yes: a class keeps its name rule's label (`gemm`,
+    "other GEMM/conv") where an inference or counters put its kernels on Tensor Cores, so the class table says how
+    much of each class the Tensor Core share holds."""
+    rows = kernel_rows(tl)
+    yes = rows[tl.kernels.tensor_cores[rows] == TC_VALUES.index("yes")]
+    times = np.bincount(tl.kernels.cls[yes], weights=tl.kernels.dur_us[yes], minlength=len(tl.classes))
+    out: dict[str, float] = {}
+    for c, t in zip(tl.classes, times):
+        out[c.cls] = out.get(c.cls, 0.0) + float(t)
+    return out
+
+
 def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
     """Kernel time by the evidence layer of its Tensor Core verdict (classify.EVIDENCE_LAYERS: counters where
     `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
