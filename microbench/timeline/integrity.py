@@ -48,7 +48,7 @@ def _operators(tl: Timeline) -> list[dict]:
 
 def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
     if not len(windows):
-        return [_entry("steps", "no ProfilerStep#N (or --steps) ranges: whole-trace figures only; MFU over the "
+        return [_entry("steps", "no ProfilerStep#N (or --step-range) ranges: whole-trace figures only; MFU over the "
                                 "GPU span", [STEPS])]
     gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
     if gpu_steps.any() or not np.isnan(tl.launch_time()[0]).any():
