@@ -19,3 +19,13 @@ def test_skew_in_plain_microseconds(tmp_path, capsys, monkeypatch):
     assert "e+0" not in table
     widest = max(json.loads(out.read_text())["collectives"], key=lambda c: c["skew_us"])
     assert widest["skew_us"] > 10_000 and f"{widest['skew_us']:,.0f}" in table
+
+
+def test_every_rank_unreadable_is_one_line_naming_the_first(tmp_path, capsys):
+    empty, cut = tmp_path / "rank0.json", tmp_path / "rank1.json.gz"
+    empty.write_text("")
+    cut.write_bytes(b"\x1f\x8b\x08\x00")
+    assert comm.main(["ranks", str(empty), str(cut), "--readers", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    # the file once, first (it said "error: .: ...; rank0.json: rank0.json: empty file" for relative paths)
+    assert err == f"error: {empty}: 2 of 2 rank traces failed to read: fewer than two ranks left; this one: empty file"

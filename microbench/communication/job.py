@@ -201,9 +201,12 @@ def analyze_job(specs: list, workers: int | None = None, scheduler: str | None =
     ok = [r for r in run.results if isinstance(r, RankSummary)]
     failed = [r for r in run.results if isinstance(r, Failed)]
     if len(ok) < 2:
-        why = f"; {failed[0].path.name}: {failed[0].reason}" if failed else ""
-        raise InputError(paths[0].parent, f"{len(failed)} of {len(paths)} rank traces failed to read: fewer "
-                                          f"than two ranks left{why}")
+        # named by the first that failed (its reason once: a reader's reason already starts with its path)
+        first = failed[0] if failed else None
+        why = "" if first is None else \
+            "; this one: " + first.reason.removeprefix(f"{first.path}: ").removeprefix(f"{first.path.name}: ")
+        raise InputError(first.path if first else paths[0].parent, f"{len(failed)} of {len(paths)} rank traces "
+                                                                   f"failed to read: fewer than two ranks left{why}")
     doc = combine(ok, failed)
     doc["engine"] = engine_section(run)
     return doc
