@@ -26,3 +26,16 @@ def test_step_time_line_names_the_steps_it_timed():
     timed = _summary_text(timed_steps=3)
     line = next(ln for ln in timed.splitlines() if ln.lstrip("│ ").startswith("step time"))
     assert "median of 3 unprofiled steps" in line
+
+
+def test_narrow_footnotes_name_files_decompose_writes():
+    # at 80 columns the layer table drops columns and says where they are: decompose writes decomposition.json
+    # and results.json, never report.html (the footnote named it)
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", replay=False, measure_ceilings=False,
+                         plot=False, profiled_steps=1, profiler_warmup_steps=0, timed_steps=0)
+    console = Console(width=80, record=True, color_system=None, file=open("/dev/null", "w"))
+    print_decomposition(doc, console)
+    lines = console.export_text().splitlines()
+    notes = [" ".join(lines[i:i + 2]) for i, ln in enumerate(lines) if ln.startswith("narrow terminal")]  # wrapped
+    assert notes and all("report.html" not in n for n in notes)
+    assert any("decomposition.json" in n for n in notes)

@@ -49,7 +49,8 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     layers = sorted(doc["layers"], key=lambda l: -l["time_ms"])
     columns, cells = layer_cells(layers[:top], "kernel" if s["profiled_unit"] == "kernel" else "op")
     console.print(rich_table(columns, cells, f"{doc['model']['name']}: batch {run['batch']} {run['dtype']} on "
-                             f"{fingerprint_line(doc['hardware'], doc['software'])}", console.width, LAYER_DROP_ORDER))
+                             f"{fingerprint_line(doc['hardware'], doc['software'])}", console.width, LAYER_DROP_ORDER,
+                             kept_in="decomposition.json"))  # the files decompose writes (no report.html)
     if len(layers) > top:
         console.print(f"[dim]{len(layers) - top} more (layer, phase) rows in decomposition.json[/]")
     flagged = [l for l in layers if l.get("flags")]
@@ -99,6 +100,7 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     if rep.get("enabled") and rep["rows"]:
         console.print(results_table({"results": rep["rows"], "hardware": doc["hardware"]}, width=console.width,
                                     title=f"replay: {rep['cases']} GEMM/conv cases of the step "
-                                          f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}"))
+                                          f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}",
+                                    kept_in="results.json"))
     for note in doc["notes"]:
         console.print(f"[yellow]note:[/] {note}")

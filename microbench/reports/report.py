@@ -176,14 +176,15 @@ def providers_that_cannot_run(doc: dict) -> dict[str, tuple[int, str]]:
             if p and len(rs) > 1 and all(r["status"] == "skipped" for r in rs)}
 
 
-def results_table(doc: dict, title: str | None = None, width: int | None = None, group_skipped: bool = False):
+def results_table(doc: dict, title: str | None = None, width: int | None = None, group_skipped: bool = False,
+                  kept_in: str = "report.html and results.json"):
     """The results table; with `group_skipped`, without the rows of providers_that_cannot_run (the caller says
     them in one line each). The row numbers stay those of the file and the plot."""
     columns, rows = results_cells(doc)
     if group_skipped and (gone := providers_that_cannot_run(doc)):
         prov = [c[0] for c in columns].index("provider")
         rows = [(cells, style) for cells, style in rows if cells[prov] not in gone]
-    return rich_table(columns, rows, title, width)
+    return rich_table(columns, rows, title, width, kept_in=kept_in)
 
 
 PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: a log viewer, a CI page
