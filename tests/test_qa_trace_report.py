@@ -83,3 +83,13 @@ def test_class_table_accounts_for_the_tensor_core_share(cfg):
     row = next(line for line in text.splitlines() if "other GEMM/conv" in line)
     assert row.split("│")[-2].strip() == "100.0%"
     assert next(line for line in text.splitlines() if "element-wise" in line).split("│")[-2].strip() == "-"
+
+
+@needs_traces
+def test_annotation_names_whole_at_80_columns(cfg):
+    # the TorchRec rank's record_function names were cut to "DistributedD…" at 80 columns
+    doc = analyze(TRACES / "a100_torchrec_rank0.json.gz", cfg)
+    text = _report(doc, 80)
+    table = text[text.index("user annotations"):]
+    for a in doc["annotations"][:15]:
+        assert any(line.lstrip().startswith(a["name"]) for line in table.splitlines()), a["name"]

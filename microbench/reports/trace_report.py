@@ -92,21 +92,26 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_steps(console, doc)
     _print_ops(console, doc, top)
     if doc["annotations"]:
-        # escaped: the unreliable mark's brackets would otherwise be read as rich markup and vanish
-        t = Table(title=escape("user annotations (record_function ranges; kernels by launch time, any thread)"
-                               + _unreliable(doc, "annotations")),
-                  header_style="bold")
-        for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us"):
-            t.add_column(c, justify="left" if c == "annotation" else "right")
-        for a in doc["annotations"][:top]:
-            g = a.get("gpu_annotation_us")
-            t.add_row(escape(_short(a["name"], 60)), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
-                      f"{a['kernel_time_us']:,.1f}", "-" if g is None else f"{g:,.1f}")
-        console.print(t)
+        _print_annotations(console, doc, top)
     _print_graphs(console, doc, top)
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def _print_annotations(console, doc: dict, top: int) -> None:
+    """Time per user annotation: the name is the row's key, never cut; a narrow terminal drops figures first."""
+    from microbench.reports.report import rich_table
+
+    cols = [(c, "left" if c == "annotation" else "right")
+            for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us")]
+    cells = [([_short(a["name"], 60), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
+               f"{a['kernel_time_us']:,.1f}", _num(a.get("gpu_annotation_us"), ",.1f")], None)
+             for a in doc["annotations"][:top]]
+    console.print(rich_table(cols, cells, width=console.width, kept_in="the JSON report (--json OUT)",
+                             drop_order=("GPU annotation us", "calls", "wall us", "kernels"),
+                             title="user annotations (record_function ranges; kernels by launch time, any thread)"
+                                   + _unreliable(doc, "annotations")))
 
 
 def _unreliable(doc: dict, figure: str) -> str:
