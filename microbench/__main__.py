@@ -16,7 +16,21 @@ COMMANDS = {
     "inspect": "microbench.inspect",
     "tta": "microbench.tta",
 }
-USAGE = "usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each)"
+USAGE = ("usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; "
+         "dawnscope --version)")
+
+
+def version() -> str:
+    """The installed distribution's version; in a source checkout that is not installed, pyproject.toml's."""
+    import importlib.metadata
+    import tomllib
+    from pathlib import Path
+
+    try:
+        return importlib.metadata.version("dawnscope")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"] + " (source checkout)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"dawnscope {version()}")
+        return 0
     command, rest = args[0], args[1:]
     if command not in COMMANDS:
         print(f"dawnscope: error: unknown command {command!r}; {USAGE.removeprefix('usage: ')}", file=sys.stderr)
