@@ -93,3 +93,17 @@ def test_annotation_names_whole_at_80_columns(cfg):
     table = text[text.index("user annotations"):]
     for a in doc["annotations"][:15]:
         assert any(line.lstrip().startswith(a["name"]) for line in table.splitlines()), a["name"]
+
+
+@needs_traces
+def test_both_eligibility_measures_are_named_together(cfg):
+    # the V100 ResNet-50: 129,154 us (21.7%) eligible by the operators with shapes, 67.8% by launching operator in
+    # the note below; the headline names its measure and gives the other beside it
+    doc = analyze(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", cfg)
+    s = doc["summary"]
+    text = " ".join(_report(doc, 200).split())
+    share = s["eligible_unused_us"] / s["kernel_time_us"]
+    assert (f"Tensor Core eligible but not used: {s['eligible_unused_us']:,.1f} us of kernel time ({share:.1%}: "
+            f"the operators with recorded shapes; by launching operator, with or without shapes: "
+            f"{s['eligible_unused_by_operator_share']:.1%})") in text
+    assert f"kernels with {s['eligible_unused_by_operator_share']:.1%} of kernel time are launched" in text
