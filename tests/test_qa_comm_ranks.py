@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from microbench import comm
 from tests.conftest import TRACES, needs_traces
 
@@ -19,6 +21,19 @@ def test_skew_in_plain_microseconds(tmp_path, capsys, monkeypatch):
     assert "e+0" not in table
     widest = max(json.loads(out.read_text())["collectives"], key=lambda c: c["skew_us"])
     assert widest["skew_us"] > 10_000 and f"{widest['skew_us']:,.0f}" in table
+
+
+@needs_traces
+@pytest.mark.parametrize("width", ["120", "80"])
+def test_collective_and_sizes_never_cut(capsys, monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", width)
+    assert comm.main(["ranks", str(TRACES / "a100_torchrec_rank0.json.gz"), str(TRACES / "a100_torchrec_rank1.json.gz"),
+                      "--readers", "0"]) == 0
+    text = capsys.readouterr().out
+    table = text[:text.index("per rank")]
+    assert max(len(line) for line in text.splitlines()) <= int(width)
+    # the all-to-all's two sizes (it read "339738624/41943…" at 120 columns)
+    assert "nccl:all_to_all" in table and "339738624/419430400" in table
 
 
 def test_every_rank_unreadable_is_one_line_naming_the_first(tmp_path, capsys):

@@ -318,17 +318,21 @@ def _ranks_to_show(doc: dict) -> list[dict]:
 def print_ranks(doc: dict) -> None:
     from rich.table import Table
 
+    from microbench.reports.report import rich_table
+
     con = _console()
-    t = Table(title="collective calls matched across ranks (time: the fastest rank's kernel)", header_style="bold")
-    for col in ("op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "skew us", "end skew ms",
-                "straggler"):
-        t.add_column(col, justify="left" if col == "op" else "right")
+    cols = [(c, "left" if c == "op" else "right") for c in (
+        "op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "skew us", "end skew ms", "straggler")]
+    cells = []
     for c in doc["collectives"][:40]:
         sizes = sorted(set(c["bytes"].values()), key=lambda v: (v is None, v))
-        t.add_row(c["name"], "/".join(map(str, sizes[:4])), str(c["group_size"]), _f(c["time_ms"], ".4g"),
-                  _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["skew_us"], ",.0f"),
-                  _f(c["end_skew_ms"], ".3g"), str(c["straggler_rank"]))
-    con.print(t)
+        cells.append(([c["name"], "/".join(map(str, sizes[:4])), str(c["group_size"]), _f(c["time_ms"], ".4g"),
+                       _f(c["algbw_gbps"]), _f(c["busbw_gbps"]), _f(c["skew_us"], ",.0f"),
+                       _f(c["end_skew_ms"], ".3g"), str(c["straggler_rank"])], None))
+    # the collective and its sizes are the row's key: never cut (they were, "339738624/41943…", at 120 columns)
+    con.print(rich_table(cols, cells, width=con.width, kept_in="the JSON report (--json OUT)",
+                         drop_order=("end skew ms", "group", "algbw GB/s", "straggler", "time ms"),
+                         title="collective calls matched across ranks (time: the fastest rank's kernel)"))
     t = Table(title="per rank (exposed: communication kernels not overlapped by computation; busy / idle over "
                     "the rank's GPU span)", header_style="bold")
     for col in ("rank", "calls", "unmatched", "median step ms", "busy ms", "idle ms", "exposed comm ms",
