@@ -3,7 +3,10 @@ each of which also runs as `python -m microbench.COMMAND`."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
+import tomllib
+from pathlib import Path
 
 # command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
 COMMANDS = {
@@ -22,10 +25,6 @@ USAGE = ("usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND
 
 def version() -> str:
     """The installed distribution's version; in a source checkout that is not installed, pyproject.toml's."""
-    import importlib.metadata
-    import tomllib
-    from pathlib import Path
-
     try:
         return importlib.metadata.version("dawnscope")
     except importlib.metadata.PackageNotFoundError:
