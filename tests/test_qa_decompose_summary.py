@@ -39,3 +39,18 @@ def test_narrow_footnotes_name_files_decompose_writes():
     notes = [" ".join(lines[i:i + 2]) for i, ln in enumerate(lines) if ln.startswith("narrow terminal")]  # wrapped
     assert notes and all("report.html" not in n for n in notes)
     assert any("decomposition.json" in n for n in notes)
+
+
+def test_replay_table_says_unavailable_providers_in_one_line():
+    # on a CPU the CuPy providers cannot run: one line per provider, as roofline says them, not a skipped row for
+    # every replayed case (the replay table of resnet9 had 20 "cupy skipped" rows among 60)
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", replay=True, measure_ceilings=False,
+                         plot=False, profiled_steps=1, profiler_warmup_steps=0, timed_steps=0)
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))
+    print_decomposition(doc, console)
+    text = console.export_text()
+    table = text[text.index("replay:"):]
+    rows = [ln.split() for ln in table.splitlines() if ln.strip()[:1].isdigit()]
+    assert rows and not [r for r in rows if r[0].isdigit() and "cupy" in r]
+    (line,) = [ln for ln in table.splitlines() if ln.startswith("not in the table: ")]
+    assert "cupy (" in line and "unavailable" in line

@@ -35,7 +35,7 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     """The per-layer table (largest first), the step summary and the replay table."""
     from rich.table import Table
 
-    from microbench.reports.report import results_table, rich_table, wide_console
+    from microbench.reports.report import providers_that_cannot_run, results_table, rich_table, wide_console
 
     from rich.markup import escape
 
@@ -98,9 +98,12 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
                                                  for c, v in s["time_by_class_ms"].items()))
     rep = doc.get("replay") or {}
     if rep.get("enabled") and rep["rows"]:
-        console.print(results_table({"results": rep["rows"], "hardware": doc["hardware"]}, width=console.width,
+        rows = {"results": rep["rows"], "hardware": doc["hardware"]}
+        console.print(results_table(rows, width=console.width, group_skipped=True, kept_in="results.json",
                                     title=f"replay: {rep['cases']} GEMM/conv cases of the step "
-                                          f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}",
-                                    kept_in="results.json"))
+                                          f"({rep['occurrences']} occurrences) through {', '.join(rep['providers'])}"))
+        if gone := providers_that_cannot_run(rows):  # one line each, as roofline says them, not a skipped row per case
+            console.print("[dim]not in the table: " + "; ".join(f"{escape(p)} ({n} rows): {escape(why)}"
+                                                                 for p, (n, why) in gone.items()) + "[/]")
     for note in doc["notes"]:
         console.print(f"[yellow]note:[/] {note}")
