@@ -23,6 +23,7 @@ from pathlib import Path
 from microbench import kernels
 from microbench.core.cli import Parser
 from microbench.core.cli import Heartbeat
+from microbench.core.cli import digits
 from microbench.core.config import load_config
 from microbench.core.errors import InputError, run_command
 from microbench.core.jsonio import dumps
@@ -104,7 +105,7 @@ def _table(recs: list[StaticRecord], width: int | None = None):
         regs = f"v{r.vgprs} a{r.agprs} s{r.sgprs}" if r.vgprs is not None else str(r.registers)
         unit = {"warps/SM": "w/SM", "waves/SIMD": "w/SIMD"}.get(r.occupancy_unit, r.occupancy_unit)
         # backend options and the group size: in the JSON
-        config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and w[1:].isdigit()))
+        config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and digits(w[1:])))
         rows.append(([r.kernel, config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
                       " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
                       f"{r.occupancy} {unit}" if r.occupancy is not None else "-",

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from microbench.core import dtypes, ops
+from microbench.core.cli import digits
 from microbench.core.conditions import busy_advice
 from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import ResultRow, rows_of
@@ -192,7 +193,7 @@ PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: 
 def piped_width() -> int:
     """The width tables are laid out for when not on a terminal: COLUMNS if set to a number, else 120."""
     text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isdigit() and int(text) >= 40 else PIPED_WIDTH
+    return int(text) if digits(text) and int(text) >= 40 else PIPED_WIDTH
 
 
 def wide_console(stderr: bool = False) -> Console:
