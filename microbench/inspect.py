@@ -31,6 +31,7 @@ from microbench.core.outdir import check_file, write_file
 from microbench.core.targets import NVIDIA_TARGETS, TARGETS
 from microbench.harness.sass import StaticRecord, inspect_build
 from microbench.kernels.triton_configs import arch_family
+from microbench.reports.cells import or_dash
 
 
 @dataclass
@@ -117,7 +118,7 @@ def _table(recs: list[StaticRecord], width: int | None = None):
 
 
 def _opt(v) -> str:
-    return "-" if v is None else str(v)
+    return or_dash(v, "")
 
 
 def _short_kind(name: str) -> str:

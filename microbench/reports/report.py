@@ -17,14 +17,11 @@ from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import ResultRow, rows_of
 from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
+from microbench.reports.cells import or_dash as _fmt
 from microbench.reports.figures import pyplot
 
 DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-
-
-def _fmt(v, spec: str = ".3g", none: str = "-") -> str:
-    return none if v is None else format(v, spec)
 
 
 def _dicts(rows) -> list[dict]:

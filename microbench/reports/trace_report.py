@@ -2,8 +2,12 @@
 steps and annotations."""
 from __future__ import annotations
 
+from microbench.reports.cells import or_dash
+from microbench.reports.cells import or_dash as _num
+
+
 def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
+    return or_dash(v, ".1%")
 
 
 def _short(name: str, width: int = 96) -> str:
@@ -94,10 +98,6 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
-
-
-def _num(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def _print_steps(console, doc: dict) -> None:
