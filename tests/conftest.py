@@ -63,6 +63,9 @@ class _Corpus(type(Path())):
 
 SHARED = _Corpus(DATA)
 TRACES = SHARED / "traces"
+NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"  # Nsight Systems SQLite export of a T4 (nsight/SOURCES.md)
+NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"  # Nsight Compute CSV (long form) of a copy kernel
+SLICE = DATA / "h100_bert_small_slice.json"  # 47 events of the H100 bert-small trace (tests/data/SOURCES.md)
 needs_traces = pytest.mark.skipif(not (TRACES / "SOURCES.md").is_file(),
                                   reason="tests/data/traces (real GPU traces) is not in this checkout")
 

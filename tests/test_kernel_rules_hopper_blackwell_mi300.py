@@ -12,9 +12,7 @@ import pytest
 
 from microbench.timeline.classify import classify_kernel
 
-from .conftest import SHARED, TRACES, needs_traces
-
-NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
+from .conftest import NSYS, TRACES, needs_traces
 
 
 def _kernel_names(trace: str) -> set[str]:

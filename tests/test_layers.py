@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import REPO
+
 
 # Lowest first. A package may import its own modules and any lower layer; packages on one level are
 # independent of each other.

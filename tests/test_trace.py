@@ -17,11 +17,8 @@ from microbench.core.config import load_config
 
 from .conftest import TRACES, needs_traces
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
-
-
 
 
 @pytest.fixture(scope="module")
