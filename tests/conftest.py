@@ -5,6 +5,10 @@
 - Tests marked `gpu` are skipped, visibly, where PyTorch sees no CUDA or ROCm device.
 - No test writes into the checkout: Hypothesis keeps its example database and constants cache under the
   system's temporary folder, not in `.hypothesis/` of the working directory.
+- Real inputs are in the repository: `TRACES` (tests/data/traces), `NSYS`, `NCU`, `SLICE`, and `SHARED` /
+  `shared_dir` for any folder of tests/data; a folder no licence lets us copy (the DAWNBench entries) comes from
+  ../shared beside the repository when it is there, and its tests (`needs_shared`) say why they skip otherwise.
+- Helpers for more than one test file live here: `needs_traces`, `needs_shared`, `load_script`, `tiny_config`.
 """
 from __future__ import annotations
 
