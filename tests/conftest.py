@@ -76,8 +76,8 @@ needs_traces = pytest.mark.skipif(not (TRACES / "SOURCES.md").is_file(),
 
 def needs_shared(folder: str):
     """A test of inputs only the optional ../shared corpus holds: skipped, with the reason, without it."""
-    return pytest.mark.skipif(not (SHARED / folder).is_dir(),
-                              reason=f"{folder}: not in tests/data (no licence to copy it) and no ../shared/{folder} here")
+    return pytest.mark.skipif(not (SHARED / folder).is_dir(), reason=f"{folder}: not in tests/data (no licence to "
+                                                                    f"copy it) and no ../shared/{folder} here")
 
 
 def pytest_configure(config):
