@@ -18,6 +18,9 @@ from microbench.reports.decomposition import print_decomposition
 from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
 from microbench.step.analysis import DecomposeOptions
 from microbench.step.analysis import DECOMPOSE_FILES
+from microbench.core.outdir import check_file
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import write_file
 
 
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
@@ -35,8 +38,11 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
                     help="fp32 (IEEE, no TF32), or bf16 / fp16 autocast (fp16 with a gradient scaler); default: %(default)s")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", type=Path, default=None, help="output directory; default: results/decompose-MODEL")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="output directory; default: results/decompose-MODEL")
     ap.add_argument("--config", type=Path, default=None, help=f"configuration file; default: {DEFAULT_CONFIG}")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the decomposition document (what decomposition.json holds) here")
     ap.add_argument("--providers", default=None,
                     help="comma-separated providers to replay the step's GEMMs/convolutions through; default: all registered")
     ap.add_argument("--profile", default=None, help="take the replay providers from this bench.toml profile instead")
@@ -47,6 +53,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--timed-steps", type=non_negative_int, default=None,
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
     ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
+    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
+                    help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
     return ap
 
@@ -59,6 +67,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m microbench.decomp
 
 
 def _main(args, out: Path) -> int:
+
+    if args.json:
+        check_file(args.json, "--json")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
         return _run(args, out_dir)
@@ -88,6 +99,8 @@ def _run(args, out_dir) -> int:
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
     return 0
 
 

@@ -126,14 +126,21 @@ def _short_kind(name: str) -> str:
     return name.removeprefix("v_mfma_f32_").removeprefix("v_mfma_")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
     ap = Parser(prog="python -m microbench.inspect", description=__doc__)
-    ap.add_argument("--json", type=Path, help="write one record per (kernel, config, target) to this file")
+    ap.add_argument("--json", type=Path, metavar="OUT",
+                    help="write one record per (kernel, config, target) to this file")
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
     ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
                                       "shapes (their argument specializations), as a GPU run compiles them")
-    args = ap.parse_args(argv)
+    ap.add_argument("--config", type=Path, default=None,
+                    help="bench.toml whose --profile is read; default: the project's")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
     return run_command(lambda: profile_main(args) if args.profile else _run(args),
                        on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None)
@@ -173,7 +180,7 @@ def profile_main(args) -> int:
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
 
-    cases = load_config().profile(args.profile).cases
+    cases = load_config(args.config).profile(args.profile).cases
     rows, failed = [], 0
     for target in args.target or NVIDIA_TARGETS:  # AMD at real shapes: ask with --target gfx942
         plans = [p for p in default_plans(cases, arch_family(target)) if not args.kernel or args.kernel in p[0]]

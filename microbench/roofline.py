@@ -41,13 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "(adds the DeepBench training sizes); default: %(default)s")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", default="results", type=Path,
+    ap.add_argument("--out", default="results", type=Path, metavar="DIR",
                     help="directory for results.json, results.csv, roofline.png, roofline.svg, report.html; "
                          "default: %(default)s")
     ap.add_argument("--config", default=None, type=Path,
                     help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
+    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
+                    help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true",
                     help="skip roofline.png / roofline.svg (and the plot in report.html)")
+    ap.add_argument("--json", default=None, type=Path, metavar="OUT",
+                    help="also write the results document (what results.json holds) here")
     ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",
                     help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
                          "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
@@ -93,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args) -> int:
     out = OutputDir(args.out, OWNS)  # checks --out before any work
-    if args.arch_json:
-        check_file(args.arch_json, "--arch-json")
+
+    for path, flag in ((args.arch_json, "--arch-json"), (args.json, "--json")):
+        if path:
+            check_file(path, flag)
     cfg = load_config(args.config)
     profile = cfg.profile(args.profile)
     with out:
@@ -145,6 +151,8 @@ def _run(args, cfg, profile, out) -> int:
     console.print("wrote " + ", ".join(str(p) for p in outputs))
     if args.arch_json:
         _write_arch(writer.doc, args.arch_json, console)
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(writer.doc), '--json')}")
     if interrupted:
         console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
                       + (f"; the earlier run's files are in {out.final('previous')}[/]"

@@ -11,8 +11,9 @@ from microbench.communication.report import add_job_arguments
 from microbench.communication.report import run_ranks
 from microbench.core.cli import positive_int
 from microbench.core.config import load_config
-from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, measured_ceilings
+from microbench.core.datasheet import ceilings_machine, check_ceilings_machine
 from microbench.core.files import exists, is_folder
+from microbench.core.datasheet import ceilings_from_args
 from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
-    ap.add_argument("--steps", default=None, metavar="NAME",
-                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
+    ap.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
+                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N "
+                         "(was --steps)")
     ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
                          + ", ".join(PRECISIONS) + ")")
@@ -79,7 +81,7 @@ def _run(args) -> int:
 
     if args.json:
         check_file(args.json, "--json")
-    measured = measured_ceilings(args.ceiling, args.ceilings)
+    measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)

@@ -46,10 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
                     "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
-    th.add_argument("--plot", type=Path, default=None, metavar="PNG", help="draw time-to-accuracy against threshold")
+    th.add_argument("--png", dest="plot", type=Path, default=None, metavar="OUT",
+                    help="draw time-to-accuracy against threshold into this PNG (was --plot)")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
-    r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument("--target-accuracy", dest="target", type=float, default=None,
+                   help="test top-1 accuracy to reach, in (0, 1]; default: the model's (was --target)")
     r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
     r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
@@ -64,8 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
     r.add_argument("--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's")
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
-    r.add_argument("--profile", action="store_true", help="decompose one epoch: where its seconds went")
-    r.add_argument("--out", type=Path, default=None, help="output folder; default: results/tta-MODEL")
+    r.add_argument("--epoch-breakdown", dest="profile", action="store_true",
+                   help="decompose one epoch with the profiler: where its seconds went (was --profile)")
+    r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
+    r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
+    r.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
+                   "default: the project's")
     return ap
 
 
@@ -86,7 +92,7 @@ def _thresholds(args) -> int:
     from .accuracy.report import plot_thresholds, print_thresholds
 
     user_range = check_range(args.lo, args.hi, args.step)
-    for path, key in ((args.json, "--json"), (args.plot, "--plot")):
+    for path, key in ((args.json, "--json"), (args.plot, "--png")):
         if path:
             check_file(path, key)
     result = study(args.dirs, args.task, user_range)
@@ -105,6 +111,8 @@ def _run(args) -> int:
     from .accuracy.report import plot_accuracy, print_run
     from .accuracy.run import check_device, check_options, check_recipes
 
+    if args.json:
+        check_file(args.json, "--json")
     out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
                                   on_interrupt="commit")  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
@@ -120,6 +128,8 @@ def _run(args) -> int:
         print_run(doc)
         written = out.commit()
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(doc, default=str), '--json')}")
     return 0
 
 
@@ -150,7 +160,7 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
 
         return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
                        out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch,
+                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch, config=args.config,
                        on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
 
 

@@ -291,11 +291,11 @@ def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, ca
 
 @pytest.mark.parametrize("value", ["bf16=inf", "bf16=nan", "bf16=-5", "bf16=0", "fp8=1e400"])
 def test_a_ceiling_must_be_finite_and_positive(value):
-    from microbench.core.datasheet import measured_ceilings
+    from microbench.core.datasheet import ceilings_from_args
     from microbench.core.errors import InputError
 
     with pytest.raises(InputError, match="finite positive"):
-        measured_ceilings([value], None)
+        ceilings_from_args([value], None)
 
 
 @pytest.mark.parametrize("top", ["-1", "0", "x"])

@@ -279,8 +279,8 @@ def test_compare_puts_two_tta_files_side_by_side(digits_run, tmp_path):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["run", "--model", "digits", "--target", "1.5"], "--target = 1.5"),
-    (["run", "--model", "digits", "--target", "nan"], "--target = nan"),
+    (["run", "--model", "digits", "--target-accuracy", "1.5"], "--target-accuracy = 1.5"),
+    (["run", "--model", "digits", "--target-accuracy", "nan"], "--target-accuracy = nan"),
     (["run", "--model", "mnist_giant"], "unknown model"),
     (["run", "--model", "resnet9"], "--data"),
     (["leaderboard", "/no/such/dir"], "/no/such/dir"),

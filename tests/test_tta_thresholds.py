@@ -87,7 +87,7 @@ def test_mlperf_resnet_scored_by_the_rule_at_each_threshold(shared_dir):
 def test_command_writes_json_and_plot(shared_dir, tmp_path, capsys):
     out, png = tmp_path / "th.json", tmp_path / "th.png"
     assert tta.main(["thresholds", str(shared_dir / "dawnbench"), "--task", "imagenet", "--json", str(out),
-                     "--plot", str(png)]) == 0
+                     "--png", str(png)]) == 0
     doc = json.loads(out.read_text())
     assert {r["task"] for r in doc["rows"]} == {"ImageNet"}
     assert {"file", "task", "threshold", "tta_seconds", "rank"} <= set(doc["rows"][0])

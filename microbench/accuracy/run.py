@@ -36,7 +36,7 @@ def check_options(model: str, target: float | None, seeds: int, epochs: int | No
     if model not in known:
         raise _bad("--model", model, f"unknown model (known: {', '.join(known)})")
     if target is not None and not (isinstance(target, (int, float)) and math.isfinite(target) and 0 < target <= 1):
-        raise _bad("--target", target, "must be an accuracy in (0, 1]")
+        raise _bad("--target-accuracy", target, "must be an accuracy in (0, 1]")
     for key, v in (("--seeds", seeds), ("--epochs", epochs), ("--threads", threads)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise _bad(key, v, "must be a positive integer")
@@ -105,7 +105,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             out: str | Path | None = None, include_eval: bool = False, threads: int | None = None,
             profile: bool = False, recipes=(None,), new_test: str | Path | None = None,
             on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
-            on_progress: Callable[[str], None] | None = None) -> dict:
+            on_progress: Callable[[str], None] | None = None, config: str | Path | None = None) -> dict:
     """Train `model` (a name of tta.toml) `seeds` times under each recipe of `recipes` (None: the model's keys
     as they are); returns the run document, or with several recipes one document holding a run document per
     recipe and their generalization comparison (and writes the rows into `out`). `dataset`: already loaded
@@ -116,7 +116,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     ds = dataset if dataset is not None else datasets.load(base.dataset, data, new_test)
     dev = check_device(device)
 
-    cfg = load_config()
+    cfg = load_config(config)  # bench.toml (--config): its noise and conditions settings
     look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     saved_threads = torch.get_num_threads()
     writer = None

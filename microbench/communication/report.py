@@ -14,7 +14,6 @@ from .busbw import canonical_op
 from .collectives import DEFAULT_SIZES, Plan, bench_rank, counts, parse_sizes, to_rows
 from .ddp import DdpPlan, ddp_rank
 from . import engine, scale  # modules, not names: tests replace engine.job_settings and scale.scale_command
-from .job import analyze
 from .plots import plot_busbw
 from microbench.core.cli import Heartbeat, non_negative_int, positive_seconds
 from microbench.core.conditions import Conditions, busy_advice, conditions_line
@@ -29,6 +28,7 @@ from microbench.core.results import ResultsWriter
 from microbench.core.verdict import is_noisy
 from microbench.reports.cells import or_dash as _f
 from microbench.reports.job_report import heatmap_figure, job_html
+from .job import analyze_job
 
 STATUS_STYLE = {"ok": "", "wrong": "bold red"}
 
@@ -90,6 +90,7 @@ COLLECTIVE_FILES = ("results.json", "results.csv", "busbw.png")
 
 def run_collectives(args) -> int:
 
+    check_json(getattr(args, "json", None))
     backend = _backend(args)
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
@@ -107,7 +108,7 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
     from microbench.core import device as devmod
 
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm collectives: {len(plan.ops)} ops x {len(plan.sizes_bytes)} sizes"):
         records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
@@ -117,17 +118,20 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(), "conditions": look.stop()}
-    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
+    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot, getattr(args, "config", None))
     written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
+    write_json(getattr(args, "json", None), doc)  # --json OUT: the results document (results.json) there too
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 
 
-def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool) -> dict:
+def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool,
+                       config=None) -> dict:
+
 
 
     with ResultsWriter(out.staging, header) as w:
-        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config().noise))
+        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config(config).noise))
     print_collectives(w.doc)
     if not no_plot:
         title = f"{backend}, {nranks} ranks: {fingerprint_line(w.doc['hardware'], w.doc['software'])}"
@@ -135,9 +139,10 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
     return w.doc
 
 
-def _look(backend: str):
-    """The machine's conditions, looked at before the ranks start (core.conditions)."""
-    return Conditions(load_config().conditions, gpu_index=0 if backend == "nccl" else None).start()
+def _look(backend: str, config=None):
+    """The machine's conditions, looked at before the ranks start (core.conditions; `config`: --config)."""
+
+    return Conditions(load_config(config).conditions, gpu_index=0 if backend == "nccl" else None).start()
 
 
 def _busy_warning(doc: dict) -> None:
@@ -174,7 +179,7 @@ def run_ddp(args) -> int:
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
         doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
@@ -235,7 +240,7 @@ def run_ranks(args) -> int:
     check_json(args.json)
     if args.out is not None:
         check_dir(args.out)
-    doc = analyze(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+    doc = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                   step_range=getattr(args, "steps", None))
     print_ranks(doc)
     write_json(args.json, doc)
@@ -263,8 +268,8 @@ def add_job_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
 
-    p.add_argument("--workers", type=non_negative_int, default=None, metavar="N",
-                   help="local worker processes reading the ranks; default: the CPUs; 0: in this process")
+    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
+                   help="local processes reading the ranks; default: the CPUs; 0: in this process (was --workers)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
                         "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "

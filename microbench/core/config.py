@@ -28,7 +28,7 @@ DEVICE_KINDS = ("cpu", "cuda", "rocm")
 DATASHEET_PRECISIONS = dt_table.PRECISIONS
 
 # Upper bounds of numbers read from a config: beyond them a value is a typo, not a wish, and would hang a
-# run (warmup_ms = 1e12) or overflow later arithmetic. README ("What happens when") lists them.
+# run (warmup_ms = 1e12) or overflow later arithmetic. docs/failures.md lists them.
 MAX_TIMING_MS = 60_000.0  # timing.warmup_ms, timing.rep_ms: one minute per case
 MAX_CASE_SECONDS = 3600.0  # timing.max_case_seconds
 MAX_REPS = 1_000_000  # timing.min_reps, timing.max_reps

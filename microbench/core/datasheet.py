@@ -96,7 +96,7 @@ def check_ceilings_machine(path: Path, file_machine: str | None, device_name: st
                                "give a file measured on that machine", key="ceilings")
 
 
-def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
+def ceilings_from_args(pairs: list[str], results: Path | None) -> dict[str, float]:
     """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings, or a TraceLens GPU arch
     JSON) then --ceiling."""
     out: dict[str, float] = dict(ceilings_file(results)[0]) if results is not None else {}

@@ -24,7 +24,7 @@ from microbench.core.shapes import Case, GemmShape
 from microbench.harness import registry
 from microbench.core.stats import Timing
 from microbench.core.ops.work import gemm_work
-from microbench.harness.timing import measure
+from microbench.harness.timing import time_calls
 
 COMPUTE, MEMORY = "compute", "memory"
 
@@ -176,7 +176,7 @@ class GemmSearch:
         case = Case("gemm", shape, self.dt)
         try:
             a, b = make_inputs(case, self.device.torch_device, seed=shape.m + shape.n + shape.k)
-            t = measure(registry.bind(self.gemm, case, a, b), self.device, self.cfg.timing, self.cfg.noise)
+            t = time_calls(registry.bind(self.gemm, case, a, b), self.device, self.cfg.timing, self.cfg.noise)
         except (RuntimeError, MemoryError) as e:
             self.notes.append(f"ceiling gemm {self.dt} {shape.label()} failed: {type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}")
@@ -267,7 +267,7 @@ def copy_ceiling(device: Device, cfg: Config, settings, on_step=None) -> Ceiling
             on_step(f"ceiling copy {mb} MiB")
         src = torch.randn(mb * 2**20 // 4, device=device.torch_device)
         dst = torch.empty_like(src)
-        t = measure(lambda: dst.copy_(src), device, cfg.timing, cfg.noise)
+        t = time_calls(lambda: dst.copy_(src), device, cfg.timing, cfg.noise)
         del src, dst
         return t
 

@@ -17,9 +17,9 @@ from microbench.core.errors import ConfigError
 from microbench.harness.registry import Evidence, Provider, Unsupported
 from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
-from microbench.harness.timing import measure
 from microbench.core.ops import case_work
 from microbench.core.ops.work import Work
+from microbench.harness.timing import time_calls
 from microbench.core.verdict import FALLBACK  # noqa: F401 - written on rows below
 from microbench.harness.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
 
@@ -108,7 +108,7 @@ class CaseRunner:
             try:
                 calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
                                   for i in range(1, self._input_sets(inputs))]
-                judge(row, work, measure(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
+                judge(row, work, time_calls(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
             except Exception as e:  # noqa: BLE001
                 row.status, row.reason = "failed", f"while timing: {_first_line(e)}"
             yield row

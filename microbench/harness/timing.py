@@ -56,14 +56,14 @@ class _Clock:
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def measure(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
+def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
             settings: TimingSettings, noise: NoiseSettings | None = None) -> Timing:
     """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
     the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
     tick is a CPU matter, so a GPU's repeats are judged without it."""
     fns = [calls] if callable(calls) else list(calls)
     if not fns:
-        raise ValueError("measure() needs at least one callable")
+        raise ValueError("time_calls() needs at least one callable")
     clock = _Clock(device, settings.flush_l2)
     # First call outside any budget: compilation, autotuning and lazy initialisation land here.
     fns[0]()

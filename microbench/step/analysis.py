@@ -1,6 +1,6 @@
 """A model's training step, decomposed into its kernels (GPU) or operators (CPU), attributed to layers and
 phases, counted (FLOPs, bytes), classified, judged against the ceilings, and replayed GEMM by GEMM through
-every available provider: `decompose_step(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
+every available provider: `decomposition_doc(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
 record, profile, attribute, count, judge, replay, document) over one Decomposition and returns data; the files
 are written by the caller (microbench.api.decompose_step, the command).
 
@@ -90,7 +90,7 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
 
 # ---- the decomposition -----------------------------------------------------------------------------------
 def _timing_settings(cfg, steps: int) -> TimingSettings:
-    # Exactly `steps` timed steps after measure()'s own untimed first call and probe; no L2 flush between
+    # Exactly `steps` timed steps after time_calls()'s own untimed first call and probe; no L2 flush between
     # steps (a training step's own working set is far larger than L2, and steps follow each other directly).
     return replace(cfg.timing, warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
 
@@ -178,9 +178,9 @@ class DecomposeOptions:
 
 @dataclass
 class Decomposition:
-    """What the stages of `decompose_step` hand to each other, filled in stage by stage."""
+    """What the stages of `decomposition_doc` hand to each other, filled in stage by stage."""
 
-    model: object  # what `decompose_step` was given
+    model: object  # what `decomposition_doc` was given
     opts: DecomposeOptions
     cfg: object = None
     workload: object = None
@@ -213,7 +213,7 @@ class Decomposition:
     doc: dict = field(default_factory=dict)
 
 
-def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
+def decomposition_doc(model, options: DecomposeOptions | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
     a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple): the decomposition document (what
     decomposition.json holds). Bad input raises InputError. Writes no file but the profiler's trace (into
@@ -289,7 +289,7 @@ def stage_record(d: Decomposition) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     from microbench.harness.evidence import onednn_records
-    from microbench.harness.timing import measure
+    from microbench.harness.timing import time_calls
     from microbench.step.oprecord import OpRecorder
 
     if d.dev.is_gpu:
@@ -305,7 +305,7 @@ def stage_record(d: Decomposition) -> None:
     _run_first_step(d.step, lambda backward_ranges=True: _ranges(d, backward_ranges), d.notes)
     if d.steps["timed_steps"]:
         d.opts.progress(f"timing {d.steps['timed_steps']} steps")
-        d.step_timing = measure(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
+        d.step_timing = time_calls(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
         d.unprofiled = d.step_timing
     d.opts.progress("counting FLOPs and bytes, operator by operator")
     d.step.ranges.reset()

@@ -20,6 +20,9 @@ from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
 from microbench.timeline import graphs, kineto, ncu, nsys
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
+from microbench.core.config import Config, load_config
+from microbench.core.frames import unknown_table
+from microbench.core.frames import frame
 
 SCHEMA = "dawnscope.trace/1"
 TOP_UNKNOWN = 8
@@ -96,6 +99,11 @@ class TraceAnalysis:
     @cached_property
     def model(self) -> opmetrics.OpModel:
         return opmetrics.op_model(self.tl, self.peaks)
+
+    @property
+    def work_model(self) -> opmetrics.OpModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
+        return self.model
 
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
@@ -209,6 +217,42 @@ class TraceAnalysis:
             "graphs": self.graphs[1],
             "notes": self.notes,
         }
+
+    # For notebooks (docs/api.md): the document's tables, each a list of dicts and, with pandas (the `frames`
+    # extra), a DataFrame. "classes" is the summary's time, count and share per kernel class; "eligibility" its
+    # findings; the others are the document's keys of the same name.
+    TABLES = ("kernels", "classes", "ops", "steps", "annotations", "devices", "eligibility")
+
+    @classmethod
+    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
+             graph_capture: str | Path | None = None) -> "TraceAnalysis":
+        """As `python -m microbench.trace` reads a trace: with bench.toml's datasheet (`config`: a Config, a
+        path, or None for the project's bench.toml), so devices have peaks and MFU is computed."""
+        cfg = config if isinstance(config, Config) else load_config(config)
+        return cls.of(path, cfg, step_range, measured, graph_capture)
+
+    def table(self, name: str) -> list[dict]:
+        """One of TABLES as a list of dicts (the document's own values)."""
+        if name not in self.TABLES:
+            raise unknown_table(name, self.TABLES, "a trace analysis")
+        if name == "classes":
+            s = self.summary
+            return [{"class": c, "count": s["count_by_class"][c], "time_us": s["time_by_class_us"][c],
+                     "share": s["share_by_class"][c]} for c in s["time_by_class_us"]]
+        if name == "eligibility":
+            return list(self.eligibility["findings"])
+        return list(getattr(self, name))
+
+    def to_frame(self, name: str):
+        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
+        return frame(self.table(name), name)
+
+    def frames(self) -> dict:
+        """Every table of TABLES as a DataFrame, by name."""
+        return {name: self.to_frame(name) for name in self.TABLES}
+
+    def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
 
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
