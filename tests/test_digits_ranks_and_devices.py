@@ -90,7 +90,7 @@ def test_a_rank_that_is_not_a_rank_number_is_one_line(tmp_path, capsys, info, ke
     good = tmp_path / "rank0.json.gz"
     good.write_bytes((TRACES / "a100_torchrec_rank0.json.gz").read_bytes())
     bad = _rank_trace(tmp_path, 1, info)
-    assert comm.main(["ranks", str(good), str(bad), "--workers", "0"]) == 2
+    assert comm.main(["ranks", str(good), str(bad), "--readers", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{bad}: {key} = {value}" in err and "\n" not in err, err
 
