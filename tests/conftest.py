@@ -8,12 +8,14 @@
 - Real inputs are in the repository: `TRACES` (tests/data/traces), `NSYS`, `NCU`, `SLICE`, and `SHARED` /
   `shared_dir` for any folder of tests/data; a folder no licence lets us copy (the DAWNBench entries) comes from
   ../shared beside the repository when it is there, and its tests (`needs_shared`) say why they skip otherwise.
-- Helpers for more than one test file live here: `needs_traces`, `needs_shared`, `load_script`, `tiny_config`.
+- Helpers for more than one test file live here: `needs_traces`, `needs_shared`, `load_script`, `mllog_events`,
+  `tiny_config`.
 """
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -31,6 +33,13 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     loader.exec_module(module)
     return module
+
+
+def mllog_events(path: Path) -> list[dict]:
+    """The `:::MLLOG {json}` events of an MLPerf result log, in order: read here, apart from the project's reader,
+    for tests to compute what they expect."""
+    return [json.loads(line.split(":::MLLOG", 1)[1]) for line in path.read_text(encoding="latin-1").splitlines()
+            if ":::MLLOG" in line]
 
 
 def _hypothesis_outside_the_checkout() -> None:
