@@ -136,3 +136,10 @@ def test_nothing_points_outside_the_repository():
     found = [f"{p.relative_to(REPO)}:{n}" for p in files if str(p.relative_to(REPO)) not in MAY_NAME_THE_CORPUS
              for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
     assert found == []
+
+
+def test_no_issue_numbers_nobody_outside_can_look_up():
+    """An issue number in prose points into a tracker that is not part of the repository: say what it was."""
+    issue = re.compile(r"\b[Ii]ssues? ?#?\d+")
+    found = [f"{p.relative_to(REPO)}:{line}" for p in _documents(REPO) for line, text in _prose(p) if issue.search(text)]
+    assert found == []
