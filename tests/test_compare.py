@@ -19,6 +19,8 @@ from microbench.reports import compare
 from microbench.core.device import cpu_device, fingerprint, software
 from microbench.core.results import KernelCaseRow, ResultsWriter
 
+from .conftest import REPO
+
 CASES = [  # (op, shape, dtype, median ms, flops)
     ("gemm", "512x512x512", "fp32", 4.0, 2 * 512**3),
     ("gemm", "512x512x512", "bf16", 2.0, 2 * 512**3),
@@ -71,9 +73,6 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return out
-
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

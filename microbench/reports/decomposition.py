@@ -4,10 +4,7 @@ from __future__ import annotations
 from microbench.core.fingerprint import fingerprint_line
 
 from microbench.core.verdict import is_impossible, is_noisy
-
-
-def _fmt(v, spec=".3g", none="-"):
-    return none if v is None else format(v, spec)
+from microbench.reports.cells import or_dash as _fmt
 
 
 # Columns a narrow terminal drops first; layer, phase, the time and the headline numbers stay.

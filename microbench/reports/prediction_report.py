@@ -3,15 +3,16 @@ class, the totals with their range and dominant assumption, the kernels not plac
 same tables."""
 from __future__ import annotations
 
+from microbench.reports.cells import or_dash
 from microbench.reports.html import esc, notes_html, page, table
 
 
 def _us(v) -> str:
-    return "-" if v is None else f"{v:,.1f}"
+    return or_dash(v, ",.1f")
 
 
 def _ratio(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return or_dash(v, ".2f") + ("x" if v is not None else "")
 
 
 def figures(chip: dict | None) -> str:

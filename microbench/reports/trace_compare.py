@@ -9,6 +9,7 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json, number, of_type, text
 from microbench.reports import html as H
+from microbench.reports.cells import or_dash as _f
 from microbench.reports.compare import unique_labels
 from microbench.reports.figures import pyplot
 
@@ -120,10 +121,6 @@ def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -
             "class_labels": {k: v for m in ms for k, v in m["class_labels"].items()},
             "gpu_time_ratio": {m["label"]: {f: _ratio(gpu[base["label"]].get(f), gpu[m["label"]].get(f))
                                             for f in GPU_FIELDS} for m in ms}}
-
-
-def _f(v, spec):
-    return "-" if v is None else format(v, spec)
 
 
 def _cells_for(row_cells: dict, labels: list[str]) -> list[str]:

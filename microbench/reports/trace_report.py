@@ -2,9 +2,12 @@
 steps and annotations."""
 from __future__ import annotations
 
+from microbench.reports.cells import or_dash
+from microbench.reports.cells import or_dash as _num
+
 
 def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
+    return or_dash(v, ".1%")
 
 
 def _short(name: str, width: int = 96) -> str:
@@ -127,10 +130,6 @@ def _print_integrity(console, ig: dict | None) -> None:
         console.print(f"[bold yellow]integrity:[/] the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time "
                       f"({cov['covered_us']:,.1f} of {cov['matrix_kernel_time_us']:,.1f} us): MFU, achieved TFLOP/s "
                       f"and per-op totals {verdict}")
-
-
-def _num(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def _print_steps(console, doc: dict) -> None:
