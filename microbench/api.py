@@ -94,6 +94,6 @@ def analyze_trace(path: str | Path, config=None, steps: str | None = None, measu
     """What a profiler trace says about the GPU (see microbench.timeline): a Kineto JSON, an Nsight Systems
     SQLite export or an Nsight Compute CSV. `steps`: the name of the step ranges; `measured`: measured compute
     ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
-    from microbench.timeline.analysis import analyze
+    from microbench.prediction.findings import analyze  # the trace document with its findings first
 
     return analyze(path, load_config(config), step_range=steps, measured=measured)

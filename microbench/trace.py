@@ -14,7 +14,7 @@ from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import run_command, shown
 from microbench.reports.trace_report import print_trace_report
-from microbench.timeline.analysis import analyze
+from microbench.prediction.findings import analyze
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "export or an Nsight Compute CSV; several, a folder or a glob pattern of rank traces: the "
                          "whole job (as `comm ranks`: each rank read in a worker, then combined)")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
+    ap.add_argument("--html", type=Path, default=None, metavar="OUT",
+                    help="also write the report as one self-contained HTML page here (findings, step breakdown, "
+                         "kernels, operators, roofline, communication, notes)")
     ap.add_argument("--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
@@ -79,8 +82,9 @@ def _run(args) -> int:
     from microbench.core.jsonio import dumps
     from microbench.core.outdir import check_file, write_file
 
-    if args.json:
-        check_file(args.json, "--json")
+    for opt, path in (("--json", args.json), ("--html", args.html)):
+        if path:
+            check_file(path, opt)
     measured = measured_ceilings(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
@@ -90,6 +94,10 @@ def _run(args) -> int:
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
+    if args.html:
+        from microbench.reports.trace_html import trace_page
+
+        print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
     return 0
 
 

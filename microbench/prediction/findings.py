@@ -20,15 +20,15 @@ import numpy as np
 
 from microbench.core.resources import data_file
 from microbench.prediction.chips import assumptions
+from microbench.prediction.document import VARIANTS
 from microbench.prediction.kernels import MATRIX, kernel_work
 from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels
 from microbench.timeline import gpu_time
 from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
 
 RULES_PATH = data_file("findings.toml")
-# The prediction's alternative assumptions (prediction/document.py VARIANTS): the range of a dtype saving.
-ALTERNATIVES = {"compute": Variant(datasheet_compute=True), "memory": Variant(datasheet_memory=True),
-                "floor": Variant(hold_floor=True), "waves": Variant(no_waves=True), "slack": Variant(scale_slack=True)}
+# The prediction's alternative assumptions (its one list, prediction/document.py): the range of a dtype saving.
+ALTERNATIVES = VARIANTS
 NEEDS_WHY = {"steps": "no steps (no ProfilerStep# ranges; record with torch.profiler.schedule and prof.step(), or "
                       "name the step ranges with --steps)",
              "launches": "no runtime launch calls in the trace (no cudaLaunchKernel / hipLaunchKernel events)",
@@ -385,3 +385,19 @@ def findings_of(ta, cfg=None) -> dict:
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked,
             "step_time_us": f.step_us, "per": f.per}
+
+
+def with_findings(doc: dict, result: dict) -> dict:
+    """The trace document with the findings first (after its schema and file): `findings` in rank order,
+    `findings_not_checked`, and the step time and unit (`per`) the savings and shares are of."""
+    head = {k: doc[k] for k in ("schema", "file") if k in doc}
+    return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
+                   "findings_step_time_us": result["step_time_us"], "findings_per": result["per"]} | doc
+
+
+def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None) -> dict:
+    """timeline.analysis.analyze with the findings (the trace command's and the API's document)."""
+    from microbench.timeline.analysis import TraceAnalysis
+
+    ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture)
+    return with_findings(ta.document(), findings_of(ta, cfg))
