@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--graph-capture", type=Path, default=None, metavar="TRACE",
                     help="the trace of the capture of the CUDA/HIP graphs this trace replays (as vLLM and SGLang "
                          "record it): each replayed kernel is attributed to the operator that captured it")
+    ap.add_argument("--source", default=None, metavar="DEVICE",
+                    help="the chip the trace ran on, where the trace does not name it (a bench.toml [devices] key or "
+                         "name): the findings' predictions need its rates")
     add_job_arguments(ap)
     return ap
 
@@ -87,7 +90,8 @@ def _run(args) -> int:
             check_file(path, opt)
     measured = measured_ceilings(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
-    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
+    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,
+                  source=args.source)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)

@@ -12,17 +12,22 @@ This sits in `prediction` (level 6) because the dtype findings need the predicti
 from __future__ import annotations
 
 import re
-import tomllib
-from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from dataclasses import dataclass
+from functools import cache, cached_property
 
 import numpy as np
+import tomllib
 
 from microbench.core.resources import data_file
 from microbench.prediction.chips import assumptions
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.kernels import MATRIX, kernel_work
-from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels
+from microbench.prediction.model import (
+    Scenario,
+    Variant,
+    datasheet_roof_us,
+    predict_kernels,
+)
 from microbench.timeline import gpu_time
 from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
 
@@ -35,8 +40,11 @@ NEEDS_WHY = {"steps": "no steps (no ProfilerStep# ranges; record with torch.prof
              "shapes": "no operator shapes (record with torch.profiler.profile(record_shapes=True))",
              "cpu_ops": "no CPU operators in the trace"}
 
+NO_CHIP = ("the trace's device has no bench.toml datasheet entry (or names no device): no Tensor Core rate to "
+           "predict with (trace --source DEVICE names it)")
 
-@lru_cache(maxsize=None)
+
+@cache
 def rules(path: str = str(RULES_PATH)) -> dict:
     from pathlib import Path
 
@@ -60,7 +68,7 @@ class Facts:
 
     ta: object
     cfg: object = None
-    notes: list[str] = field(default_factory=list)
+    source: str | None = None  # the trace's chip where the trace does not name it (a bench.toml key or name)
 
     @cached_property
     def steps(self) -> list[dict]:
@@ -111,7 +119,11 @@ class Facts:
 
     @cached_property
     def entry(self):
-        """The trace's chip's bench.toml entry (None: no datasheet entry matched its name)."""
+        """The trace's chip's bench.toml entry (None: no datasheet entry matched its name): `source` where given."""
+        if self.source is not None and self.cfg is not None:
+            from microbench.prediction.chips import find_entry
+
+            return find_entry(self.source, self.cfg.devices, "--source")
         key = next((d["datasheet"]["entry"] for d in self.ta.devices if (d.get("datasheet") or {}).get("entry")), None)
         if key is None or self.cfg is None:
             return None
@@ -206,21 +218,22 @@ def _amp_dtype(f: Facts) -> str:
 
 def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     if f.chip is None:
-        return "the device has no bench.toml datasheet entry: no Tensor Core rate to predict with"
+        return NO_CHIP
     rows = _fp32_matrix_rows(f)
     if not len(rows):
         return None
     dtype = _amp_dtype(f)
     time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels "
-            f"that {dtype} autocast would move to Tensor Cores")
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 / TF32 GEMM / convolution "
+            f"kernels: {dtype} autocast moves them to the {dtype} Tensor Core rate and halves the activation bytes of "
+            "the kernels around them")
     return _finding("amp", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, dtype),
                     dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype])
 
 
 def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
     if f.chip is None:
-        return "the device has no bench.toml datasheet entry: no Tensor Core rate to predict with"
+        return NO_CHIP
     if not f.chip.peak_tflops.get("tf32"):
         return None  # no TF32 on this chip: AMP is the finding
     w = f.work
@@ -362,10 +375,11 @@ def _not_checked_amp(f: Facts) -> str:
             "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm else NEEDS_WHY["shapes"]
 
 
-def findings_of(ta, cfg=None) -> dict:
+def findings_of(ta, cfg=None, source: str | None = None) -> dict:
     """The findings of one analysis (module docstring): `findings` in rank order, `not_checked` (id, why), the step
-    time the shares are of, and whether the savings are per step or for the whole trace."""
-    f = Facts(ta, cfg)
+    time the shares are of, and whether the savings are per step or for the whole trace. `source`: the chip the
+    trace ran on where the trace does not name it."""
+    f = Facts(ta, cfg, source)
     made, not_checked = [], []
     if not len(ta.tl.kernels):
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
@@ -374,7 +388,7 @@ def findings_of(ta, cfg=None) -> dict:
         rule = rules()["rules"][rid]
         lacking = [n for n in rule.get("needs", []) if n in f.missing]
         if lacking:
-            why = _not_checked_amp(f) if rid == "amp" and lacking == ["shapes"] else "; ".join(f.missing[n] for n in lacking)
+            why = _not_checked_amp(f) if rid in ("amp", "tf32") and lacking == ["shapes"] else "; ".join(f.missing[n] for n in lacking)
             not_checked.append({"id": rid, "why": why})
             continue
         out = fn(f, rule)
@@ -395,9 +409,10 @@ def with_findings(doc: dict, result: dict) -> dict:
                    "findings_step_time_us": result["step_time_us"], "findings_per": result["per"]} | doc
 
 
-def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None) -> dict:
+def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None,
+            source: str | None = None) -> dict:
     """timeline.analysis.analyze with the findings (the trace command's and the API's document)."""
     from microbench.timeline.analysis import TraceAnalysis
 
     ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture)
-    return with_findings(ta.document(), findings_of(ta, cfg))
+    return with_findings(ta.document(), findings_of(ta, cfg, source))

@@ -34,8 +34,8 @@ def not_checked_lines(doc: dict) -> list[str]:
 def headline(doc: dict) -> str:
     n = len(doc.get("findings") or [])
     if not n:
-        return ("no finding: no rule of data/findings.toml that this trace supports would save 2 % of a "
-                f"{doc.get('findings_per', 'step')}")
+        of = "a step" if doc.get("findings_per", "step") == "step" else "the GPU span"
+        return f"no finding: no rule of data/findings.toml that this trace supports would save 2 % of {of}"
     return (f"findings ({n}, ranked by the time the fix would save per {doc.get('findings_per', 'step')}; "
             f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us; ranges: "
             "the prediction's alternative assumptions or the trace's own intervals)")

@@ -8,7 +8,13 @@ from __future__ import annotations
 import io
 import re
 
-from microbench.reports.findings_report import evidence_text, headline, not_checked_lines, saving_text, validation_line
+from microbench.reports.findings_report import (
+    evidence_text,
+    headline,
+    not_checked_lines,
+    saving_text,
+    validation_line,
+)
 from microbench.reports.html import esc, notes_html, page, table
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
@@ -31,7 +37,7 @@ def svg_of(fig) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
     text = text[text.index("<svg"):]
-    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
     return re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
 
 

@@ -39,7 +39,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.timeline.metrics import union
-from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, KERNEL, MEMCPY, MEMSET, Timeline, Windows
+from microbench.timeline.model import (
+    CATEGORIES,
+    CPU_RANGE,
+    EPS_US,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    Timeline,
+    Windows,
+)
 
 COMPUTE, COMM, MEMORY = 0, 1, 2
 KINDS = ("compute", "comm", "memory")
@@ -267,6 +276,7 @@ HOST_CATEGORIES = ("sync", "runtime", "dataloader", "cpu_ops", "other")
 
 def _host_rules() -> dict:
     import re
+
     import tomllib
 
     from microbench.core.resources import data_file

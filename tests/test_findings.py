@@ -1,0 +1,188 @@
+"""Findings first (issue 30): the per-step breakdown in the TensorBoard plugin's categories and the GPU idle split by
+what the host was doing (timeline/gpu_time.host_breakdown), the findings and their savings from the prediction
+model (prediction/findings.py), the terminal section and the trace's HTML page, on the shared real traces."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from microbench import trace as trace_cli
+from microbench.core.config import load_config
+from microbench.prediction import findings as F
+from microbench.timeline import gpu_time
+from microbench.timeline.analysis import TraceAnalysis, read_trace
+from microbench.timeline.metrics import union
+
+from .conftest import TRACES
+
+pytestmark = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(None)
+
+
+@pytest.fixture(scope="module")
+def bert(config):
+    return TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config)
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small", "v100_resnet_ddp_rank0", "a100_torchrec_rank0"])
+def test_breakdown_adds_up_to_the_step_and_idle_split_to_its_host_part(name):
+    tl = read_trace(TRACES / f"{name}.json.gz")
+    _, steps, _ = gpu_time.step_breakdowns(tl)
+    assert steps
+    lo, hi = gpu_time.plugin_windows(tl, tl.step_windows())
+    k = tl.kernels
+    for st, a, b in zip(steps, lo, hi):
+        parts = st["breakdown_us"]
+        assert set(parts) == set(gpu_time.PLUGIN_CATEGORIES)
+        assert sum(parts.values()) == pytest.approx(st["breakdown_span_us"], rel=1e-9)
+        assert st["breakdown_span_us"] == pytest.approx(b - a)
+        idle = st["idle_by_host_us"]
+        assert sum(idle.values()) == pytest.approx(parts["runtime"] + parts["dataloader"] + parts["cpu_exec"]
+                                                   + parts["other"], rel=1e-9, abs=1e-6)
+        # kernel time in the window: the union of the kernels' intervals clipped to it (GPU first)
+        on = k.category == 0
+        s, e = union(np.clip(k.ts_us[on], a, b), np.clip(k.end_us[on], a, b))
+        assert parts["kernel"] == pytest.approx(float((e - s).sum()), rel=1e-9)
+
+
+def test_the_bert_step_splits_its_idle_by_host_activity():
+    """H100 BERT (one step, 4,426 us CPU; 307 us of kernels): the step owns its sync (.item() and the
+    cudaDeviceSynchronize / cudaStreamSynchronize calls) apart from the other runtime calls."""
+    tl = read_trace(TRACES / "h100_bert_small.json.gz")
+    (st,) = gpu_time.step_breakdowns(tl)[1]
+    assert st["breakdown_us"]["kernel"] == pytest.approx(st["computation_us"], rel=1e-6)
+    assert st["idle_by_host_us"]["sync"] > 0
+    assert st["idle_by_host_us"]["dataloader"] == 0.0  # no DataLoader in an inference trace
+    host = gpu_time.host_intervals(tl)
+    assert len(host["sync_runtime"][0]) == 3 and len(host["sync_ops"][0]) >= 1
+
+
+def test_bert_is_launch_bound_first_with_a_range_inside_its_idle(bert, config):
+    r = F.findings_of(bert, config)
+    top = r["findings"][0]
+    assert top["id"] == "launch_bound" and r["per"] == "step"
+    s = top["saving_us"]
+    st = bert.steps[0]
+    assert 0 < s["low"] <= s["expected"] <= s["high"] <= st["breakdown_span_us"] - st["busy_us"] + 1e-6
+    assert s["expected"] <= st["idle_us"] + 1e-6  # never more than the idle the trace shows
+    assert "CUDA graph" in top["fix"] and set(top) >= {"id", "what", "share", "evidence", "fix", "saving_us"}
+    assert f"{st['breakdown_span_us']:,.0f} us step" in top["what"]  # the what names the step it is a share of
+    # the bf16 trace has nothing to move to Tensor Cores: no AMP finding, and AMP is not "not checked" either
+    assert "amp" not in {f["id"] for f in r["findings"]} | {n["id"] for n in r["not_checked"]}
+
+
+def test_a_trace_without_shapes_says_why_amp_is_not_checked(config):
+    ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    r = F.findings_of(ta, config)
+    why = {n["id"]: n["why"] for n in r["not_checked"]}
+    assert "record_shapes=True" in why["amp"] and "62.9%" in why["amp"]
+    assert not any(f["id"] in ("amp", "tf32") for f in r["findings"])
+
+
+def test_a_trace_without_steps_checks_only_what_needs_no_steps(config):
+    ta = TraceAnalysis.of(TRACES / "a100_alexnet_forward.json.gz", config)
+    r = F.findings_of(ta, config)
+    assert r["per"] == "trace" and not r["findings"]
+    stopped = {n["id"] for n in r["not_checked"] if "no steps" in n["why"]}
+    assert stopped == {rid for rid, rule in F.rules()["rules"].items() if "steps" in rule["needs"]}
+
+
+def test_amp_saving_is_the_prediction_models_with_its_range(config):
+    """The TorchRec rank (A100-class; the trace names no device, so it is given): its fp32 / TF32 GEMMs moved to
+    bf16 by the prediction model on the same chip. The saving is the busy time the model removes; the range is
+    the model's alternative assumptions, and it moves with the chip's rates (no fixed percentage)."""
+    ta = TraceAnalysis.of(TRACES / "a100_torchrec_rank0.json.gz", config)
+    f = F.Facts(ta, config, "a100_sxm4_80gb")
+    s = F.dtype_saving(f, "bf16")
+    assert 0 < s["low"] <= s["expected"] <= s["high"]
+    kernel_us = f.per_step(ta.tl.kernels.dur_us) * f.overlap
+    assert s["high"] < kernel_us  # a saving is never the whole busy time
+    amp = F.rule_amp(f, F.rules()["rules"]["amp"])
+    assert amp["saving_us"] == s and "bfloat16" in amp["fix"]
+    # fp16 on the same chip: the same datasheet rate, the same expected saving
+    assert F.dtype_saving(f, "fp16")["expected"] == pytest.approx(s["expected"], rel=1e-6)
+    # without the chip nothing is predicted: it is "not checked", with why
+    r = F.findings_of(ta, config)
+    assert "datasheet" in {n["id"]: n["why"] for n in r["not_checked"]}["amp"]
+
+
+def test_terminal_opens_with_findings_and_groups_not_checked(capsys):
+    assert trace_cli.main([str(TRACES / "a100_alexnet_forward.json.gz")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("no finding:")
+    grouped = [ln for ln in out if ln.startswith("not checked (6:")]
+    assert len(grouped) == 1 and "launch_bound" in grouped[0]
+    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("findings (")
+    assert next(ln for ln in out if ln[:2] == "1.").startswith("1. launch_bound")
+
+
+def test_json_carries_the_findings_in_rank_order(tmp_path):
+    out = tmp_path / "t.json"
+    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc)[:3] == ["schema", "file", "findings"]
+    savings = [f["saving_us"]["expected"] for f in doc["findings"]]
+    assert savings == sorted(savings, reverse=True) and len(savings) <= 5
+    assert {"breakdown_us", "idle_by_host_us", "breakdown_span_us"} <= set(doc["steps"][0])
+
+
+EXTERNAL = re.compile(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|@import|url\((?!#)", re.IGNORECASE)  # url(#id): a local clip path
+
+
+def _page(tmp_path, name: str = "h100_bert_small"):
+    page = tmp_path / f"{name}.html"
+    assert trace_cli.main([str(TRACES / f"{name}.json.gz"), "--html", str(page)]) == 0
+    return page
+
+
+def test_the_html_page_is_self_contained_with_its_sections(tmp_path):
+    text = _page(tmp_path).read_text()
+    assert text.startswith("<!DOCTYPE html>") and not EXTERNAL.search(text), EXTERNAL.search(text)
+    for src in re.findall(r'(?:src|href)="([^"]*)"', text):
+        assert src.startswith(("data:", "#")), src
+    for h in ("findings", "GPU summary", "step breakdown", "kernels by class", "top operators", "roofline",
+              "communication and overlap", "integrity notes"):
+        assert f"<h2>{h}" in text
+    assert text.count("<svg") == 2  # the stacked bars and the roofline
+    assert "launch_bound" in text and "aten::linear" in text and "ProfilerStep#6" in text
+
+
+def chromium() -> str | None:
+    return next((p for n in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(n))), None)
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_path):
+    import matplotlib.image as mpimg
+
+    page = _page(tmp_path)
+    png = tmp_path / "page.png"
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--screenshot={png}", "--window-size=1280,2400", page.resolve().as_uri()]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
+    img = mpimg.imread(png)[..., :3]
+    assert img.shape[:2] == (2400, 1280)
+    ink = (img < 0.9).any(axis=-1)
+    assert ink.mean() > 0.02
+    # the stacked bar's kernel blue (#4e79a7) and cpu_exec yellow (#edc948) are on the page: the chart rendered
+    for rgb in ((0x4e, 0x79, 0xa7), (0xed, 0xc9, 0x48)):
+        near = (np.abs(img - np.array(rgb) / 255.0) < 0.04).all(axis=-1)
+        assert near.sum() > 200, rgb
+    # the tables' header background (#e8eef6) fills rows: the tables rendered
+    head = (np.abs(img - np.array((0xe8, 0xee, 0xf6)) / 255.0) < 0.02).all(axis=-1)
+    assert head.sum() > 5000
+    # nothing is wider than the 1280 px window: no horizontal overflow column is all ink at the right edge
+    assert not ink[:, -3:].all(axis=0).any()
