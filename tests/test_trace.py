@@ -236,14 +236,17 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     assert s["memcpy_time_us"] == 20
     assert doc["devices"][0]["datasheet"]["entry"] == "mi300x"
     assert doc["trace"]["distributed"] == {"backend": "nccl", "rank": 0, "world_size": 8}
-    # the memcpy [700, 720) has no launch: placed in the step by its own start. Compute [100, 600) and RCCL
-    # [250, 650): busy 570 = 500 computation + 50 exposed communication + 20 exposed memcpy, idle [650, 700);
-    # no shapes, no model FLOPs.
+    # the memcpy [700, 720) has no launch and the trace no GPU-side step annotation: outside the step, never
+    # placed by its own start. Compute [100, 600) and RCCL [250, 650): the step's busy 550 = 500 computation +
+    # 50 exposed communication; the idle [650, 700) lies between the step's GPU span and the copy; no shapes,
+    # no model FLOPs.
     assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
-                             "gpu_span_us": 620, "gpu_time_us": 920, "busy_us": 570, "computation_us": 500,
-                             "exposed_comm_us": 50, "exposed_memcpy_us": 20, "idle_us": 50, "comm_us": 400,
+                             "gpu_span_us": 550, "gpu_time_us": 900, "busy_us": 550, "computation_us": 500,
+                             "exposed_comm_us": 50, "exposed_memcpy_us": 0, "idle_us": 0, "comm_us": 400,
                              "overlapped_comm_us": 350, "model_flops": 0, "achieved_tflops": None, "mfu": None}]
-    assert doc["outside_steps"]["placed_by_start_time"] == 1
+    out = doc["outside_steps"]
+    assert (out["outside_steps"]["activities"], out["outside_steps"]["exposed_memcpy_us"]) == (1, 20)
+    assert out["unlaunched_outside_steps"] == 1 and out["between_steps_idle_us"] == 50
     fwd = next(a for a in doc["annotations"] if a["name"] == "## forward ##")
     assert (fwd["kernel_count"], fwd["kernel_time_us"]) == (3, 400)
 

@@ -62,13 +62,16 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     dist = doc["trace"].get("distributed")
     if dist:
         console.print("distributed: " + ", ".join(f"{k} {v}" for k, v in dist.items()))
+    _print_integrity(console, doc.get("integrity"))
     console.print(
         f"{s['kernel_count']} kernels, kernel time {s['kernel_time_us']:,.1f} us; Tensor Core share "
         f"{_pct(s['tensor_core_share'])} (unknown {_pct(s['tensor_core_unknown_share'])}); communication "
         f"{_pct(s['comm_share'])} of kernel time; over the GPU span (first to last GPU activity"
         f"{', summed over devices' if s.get('devices_with_kernels', 1) > 1 else ''}) of {s.get('gpu_span_us', 0.0):,.1f} us: "
-        f"GPU busy {_pct(s['gpu_busy_share'])}, exposed communication {s['exposed_comm_us']:,.1f} us = "
-        f"{_pct(s['exposed_comm_share'])}; the traced span, CPU events included, is {s['wall_span_us']:,.1f} us")
+        f"computation {_pct(s.get('computation_share'))}, copies {_pct(s.get('copy_share'))}, exposed communication "
+        f"{_pct(s['exposed_comm_share'])} ({s['exposed_comm_us']:,.1f} us), idle {_pct(s.get('idle_share'))} "
+        f"(busy {_pct(s['gpu_busy_share'])}: the first three); the traced span, CPU events included, is "
+        f"{s['wall_span_us']:,.1f} us")
 
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
@@ -97,6 +100,23 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def _print_integrity(console, ig: dict | None) -> None:
+    """What the trace lacks and which figures that makes unreliable or withholds: before any figure."""
+    from rich.markup import escape
+
+    if not ig:
+        return
+    for m in ig["missing"]:
+        hurt = f" -> unreliable: {', '.join(m['unreliable'])}" if m["unreliable"] else ""
+        console.print(f"[bold yellow]integrity:[/] missing {escape(m['what'])}: {escape(m['detail'])}{hurt}")
+    cov = ig.get("flop_coverage") or {}
+    if cov.get("share") is not None:
+        verdict = f"withheld (under {cov['threshold']:.0%})" if cov.get("withheld") else "shown"
+        console.print(f"[bold yellow]integrity:[/] the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time "
+                      f"({cov['covered_us']:,.1f} of {cov['matrix_kernel_time_us']:,.1f} us): MFU, achieved TFLOP/s "
+                      f"and per-op totals {verdict}")
 
 
 def _num(v, spec: str) -> str:

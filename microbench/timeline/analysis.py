@@ -12,7 +12,7 @@ import numpy as np
 
 from microbench.core import thresholds
 from microbench.timeline import counters as C
-from microbench.timeline import eligibility, gpu_time, metrics, opmetrics
+from microbench.timeline import eligibility, gpu_time, integrity, metrics, opmetrics
 from microbench.timeline.classify import class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
@@ -147,6 +147,16 @@ class TraceAnalysis:
         return gpu_time.step_breakdowns(self.tl, self.step_range)
 
     @cached_property
+    def flop_coverage(self) -> dict:
+        """The share of matrix-kernel time the model's FLOPs cover, and whether the figures built on them are shown."""
+        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.model.kernel_flops))
+
+    @cached_property
+    def integrity(self) -> dict:
+        return integrity.integrity_of(self.tl, summary_of(self.tl), self._steps[0], self._steps[2], self.devices,
+                                      self.flop_coverage)
+
+    @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
         m = opmetrics.mfu(self.evidence, self.model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
@@ -154,6 +164,11 @@ class TraceAnalysis:
             at_meas, _, _ = opmetrics.time_at_peak_us(self.model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
             m["measured_ceilings_tflops"] = self.measured
+        m["flop_coverage"] = self.flop_coverage["share"]
+        if self.flop_coverage["withheld"]:
+            withhold(m, self.flop_coverage, ("mfu", "achieved_tflops", "of_measured"))
+            for st in m["steps"]:
+                withhold(st, self.flop_coverage, ("mfu", "achieved_tflops"))
         return m
 
     @property
@@ -167,7 +182,12 @@ class TraceAnalysis:
 
     @cached_property
     def ops(self) -> list[dict]:
-        return opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        rows = opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        if self.flop_coverage["withheld"]:
+            for r in rows:
+                withhold(r, self.flop_coverage, ("op_tflops", "kernel_tflops", "pct_of_datasheet", "pct_of_measured",
+                                                 "kernel_pct_of_datasheet", "kernel_pct_of_measured"))
+        return rows
 
     @cached_property
     def eligibility(self) -> dict:
@@ -198,6 +218,7 @@ class TraceAnalysis:
                      | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
                         if dist else {}),
             "devices": self.devices,
+            "integrity": self.integrity,
             "summary": self.summary,
             "classes": class_labels(),
             "kernels": self.kernels,
@@ -219,6 +240,15 @@ def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured:
     the ranges that are steps (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by
     datasheet column; `graph_capture`: the trace of the capture of the CUDA/HIP graphs this trace replays."""
     return TraceAnalysis.of(path, cfg, step_range, measured, graph_capture).document()
+
+
+def withhold(d: dict, cov: dict, keys: tuple[str, ...]) -> None:
+    """Figures built on FLOPs that cover too little of the matrix work: None, with the reason beside them."""
+    for k in keys:
+        if k in d:
+            d[k] = None
+    d["withheld"] = (f"the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time, under "
+                     f"{cov['threshold']:.0%} (flop_coverage_min, microbench/data/thresholds.toml)")
 
 
 def _share(x: float, total: float):
@@ -253,6 +283,11 @@ def summary_of(tl: Timeline) -> dict:
         "gpu_span_us": span,
         "gpu_busy_us": whole["busy_us"],
         "gpu_busy_share": _share(whole["busy_us"], span),
+        # the headline: the GPU span split four ways (they sum to 1): computation, copies nothing hides (memcpy,
+        # memset), communication nothing hides, idle; busy is the first three
+        "computation_share": _share(whole["computation_us"], span),
+        "copy_share": _share(whole["exposed_memcpy_us"], span),
+        "idle_share": _share(whole["idle_us"], span),
         "gpu_time": whole,
         "devices_with_kernels": len(metrics.devices_with_kernels(tl)),
         "memcpy_count": copies["memcpy"][0],
@@ -354,7 +389,8 @@ def notes_of(tl: Timeline, s: dict) -> list[str]:
     if s["kernel_count"] and s["unattributed_kernels"]:
         notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
                      "in the trace (no matching correlation id): they count in every total, in no annotation, and "
-                     "in the step whose CPU window holds their own start, if any")
+                     "in the step whose GPU-side step annotation holds them where the trace has those, else outside "
+                     "the steps")
     if not s["kernel_count"]:
         notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
                      "torch.profiler.ProfilerActivity.CUDA on a GPU?")

@@ -22,8 +22,12 @@ Several devices: each quantity summed over devices.
 
 Per step (`per_step`), every activity belongs to exactly one step (`assign_steps`): the step whose CPU window
 contains its launch (same correlation id, same process, the timeline's window rule); an activity without a
-launch in the trace, by its own start time; else it is outside the steps (before the first step, or after a
-step's end), reported, not dropped. A step's numbers are then a partition of the device's timeline, so that
+launch in the trace, the step whose GPU-side step annotation (Kineto's `gpu_user_annotation` ProfilerStep#N,
+the span of the GPU work that step launched) holds its start, where the trace has them; else it is outside
+the steps (before the first step, or after a step's end, or launched where the trace does not show), reported,
+not dropped. An activity without a launch is never put into a step by its own start time alone: work still
+running from before the profiled step (an MI300X trace whose first 463 kernels, 13 ms, have no launch) would
+stretch the step's span and idle time past what the step launched. A step's numbers are then a partition of the device's timeline, so that
 steps whose GPU work overlaps (pipelined runs: the next step's copies start while this one computes) count
 nothing twice: each busy instant goes to the kind that wins it (compute, then comm, then memory) and to the
 earliest step with an activity of that kind there; each idle instant to the earliest step whose own GPU span
@@ -39,16 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.timeline.metrics import union
-from microbench.timeline.model import (
-    CATEGORIES,
-    CPU_RANGE,
-    EPS_US,
-    KERNEL,
-    MEMCPY,
-    MEMSET,
-    Timeline,
-    Windows,
-)
+from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, GPU_RANGE, KERNEL, MEMCPY, MEMSET, Timeline, Windows
 
 COMPUTE, COMM, MEMORY = 0, 1, 2
 KINDS = ("compute", "comm", "memory")
@@ -133,11 +128,11 @@ def per_device(tl: Timeline) -> dict[int, dict[str, float]]:
 @dataclass
 class StepAssignment:
     """Per activity (row of `tl.kernels`): its step (index into `windows`), or BEFORE_FIRST_STEP /
-    OUTSIDE_STEPS; and whether it was placed by its own start time (no launch in the trace)."""
+    OUTSIDE_STEPS; and whether it was placed by a GPU-side step annotation (no launch in the trace)."""
 
     windows: Windows
     step: np.ndarray
-    by_start_time: np.ndarray
+    by_gpu_annotation: np.ndarray
 
 
 def _window_of(t: np.ndarray, pid: np.ndarray, w: Windows) -> np.ndarray:
@@ -156,20 +151,44 @@ def _window_of(t: np.ndarray, pid: np.ndarray, w: Windows) -> np.ndarray:
     return out
 
 
+def gpu_step_windows(tl: Timeline, windows: Windows) -> Windows:
+    """The GPU-side annotations of the steps (Kineto's `gpu_user_annotation` named as a step), each given the
+    index of its step in `windows` (by name; the first step of that name) as its `pid`; empty without any."""
+    r = tl.ranges
+    index = {}
+    for j, n in enumerate(windows.names):
+        index.setdefault(n, j)
+    ids = {tl.names.find(n): j for n, j in index.items()}
+    rows = np.flatnonzero((r.kind == GPU_RANGE) & np.isin(r.name, list(ids)))
+    rows = rows[np.argsort(r.ts_us[rows], kind="stable")]
+    step = np.array([ids[int(n)] for n in r.name[rows]], dtype=np.int64)
+    return Windows([tl.names[n] for n in r.name[rows]], r.ts_us[rows], r.dur_us[rows], step)
+
+
+def _gpu_window_of(t: np.ndarray, g: Windows) -> np.ndarray:
+    """Per activity start: the step of the latest-starting GPU step annotation holding it, else OUTSIDE_STEPS."""
+    out = np.full(len(t), OUTSIDE_STEPS, dtype=np.int64)
+    if not len(g):
+        return out
+    j = np.searchsorted(g.ts_us, t, "right") - 1
+    inside = j >= 0
+    inside[inside] = t[inside] <= (g.end_us + EPS_US)[j[inside]]
+    out[inside] = g.pid[j[inside]]
+    return out
+
+
 def assign_steps(tl: Timeline, windows: Windows) -> StepAssignment:
-    """Every activity to exactly one step (module docstring): by its launch, else by its own start time."""
+    """Every activity to exactly one step (module docstring): by its launch, else by the GPU-side step
+    annotation holding it, else outside the steps."""
     k = tl.kernels
     launch_ts, launch_pid = tl.launch_time()
     step = _window_of(launch_ts, launch_pid, windows)
     unlaunched = np.isnan(launch_ts)
-    by_start = np.zeros(len(k), dtype=bool)
+    by_gpu = np.zeros(len(k), dtype=bool)
     if unlaunched.any() and len(windows):
-        # no launch, so no process either: the windows of any process, by the activity's own start
-        any_pid = np.full(int(unlaunched.sum()), windows.pid[0])
-        flat = Windows(windows.names, windows.ts_us, windows.dur_us, np.full(len(windows), windows.pid[0]))
-        step[unlaunched] = _window_of(k.ts_us[unlaunched], any_pid, flat)
-        by_start[unlaunched] = step[unlaunched] >= 0
-    return StepAssignment(windows, step, by_start)
+        step[unlaunched] = _gpu_window_of(k.ts_us[unlaunched], gpu_step_windows(tl, windows))
+        by_gpu[unlaunched] = step[unlaunched] >= 0
+    return StepAssignment(windows, step, by_gpu)
 
 
 def _paint(seg_owner: np.ndarray, i0: np.ndarray, i1: np.ndarray, keys: np.ndarray, free=None) -> None:
@@ -230,8 +249,9 @@ def _as_fields(row: np.ndarray) -> dict[str, float]:
 def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     """Each step's breakdown over its own activities (module docstring), in `windows` order, with its
     `kernel_count`, `kernel_time_us` and `gpu_time_us` (summed activity time); and what lies outside the steps:
-    `before_first_step` and `outside_steps` (their own breakdowns and activity counts), `between_steps_idle_us`
-    and `placed_by_start_time` (activities without a launch, placed by their start)."""
+    `before_first_step` and `outside_steps` (their own breakdowns and activity counts), `between_steps_idle_us`,
+    `placed_by_gpu_annotation` (activities without a launch, placed by a GPU-side step annotation) and
+    `unlaunched_outside_steps` (activities without a launch that no GPU-side step annotation holds)."""
     a = assign_steps(tl, windows)
     n_steps = len(windows)
     # owners: the steps in order, then before-the-first-step, then outside: steps win shared instants
@@ -252,7 +272,8 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     outside = {"before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
                "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
                "between_steps_idle_us": float(total[n_steps + 2, 3]),
-               "placed_by_start_time": int(a.by_start_time.sum())}
+               "placed_by_gpu_annotation": int(a.by_gpu_annotation.sum()),
+               "unlaunched_outside_steps": int((np.isnan(tl.launch_time()[0]) & (a.step < 0)).sum()) if n_steps else 0}
     return rows[:n_steps], outside
 
 

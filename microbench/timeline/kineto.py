@@ -9,17 +9,26 @@ columns and dropped. Memory stays a few chunks plus the columns whatever the fil
 whole text). A file the piecewise reading cannot cut, and every broken file, is read whole instead
 (`_read_whole`), which words the one-line errors.
 
-Which event goes where (docs/traces.md, "One timeline"):
+Which event goes where (docs/traces.md, "One timeline"). Categories are compared in lower case: every
+schema torch.profiler has written since 1.8 is read (the 2021 schema of PyTorch 1.8/1.9 writes `Operator`,
+`Runtime`, `Kernel`, `Memcpy`, `Memset` and a kernel's `external id` in lower case: the TensorBoard plugin's
+ResNet-50 sample, pytorch/kineto tb_plugin/samples/resnet50_num_workers_4; later schemas `cpu_op`,
+`cuda_runtime` / `cuda_driver` / `hip_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`, `External id`):
 - complete events (`ph: X`) only; their extent makes the traced span, except the profiler's own `Trace`
   envelope, which also covers its warm-up;
 - `kernel`, `gpu_memcpy` / `memcpy`, `gpu_memset` / `memset` -> kernels (category kernel / memcpy / memset);
-- a category ending in `_runtime` or `_driver` (cuda_runtime, cuda_driver, hip_runtime) with an integer
-  `correlation` -> launches;
-- `ProfilerStep#N`, as a `user_annotation` or (older profilers) a `cpu_op` -> a CPU range, never an operator;
-- `user_annotation` -> CPU ranges; `gpu_user_annotation` -> GPU ranges; `cpu_op` -> CPU operators (with
-  `Input Dims`, `Input type`, `Concrete Inputs`, `Input Strides` where recorded);
-- `cuda_profiler_range` (CUPTI range-profiler mode) -> a kernel with the hardware counters of its `args`.
-Everything else (python_function, cuda_sync, flow events, counters) is left out.
+- `runtime`, `driver` or a category ending in `_runtime` or `_driver` (cuda_runtime, cuda_driver, hip_runtime)
+  with an integer `correlation` -> launches;
+- `ProfilerStep#N` in any host category (`user_annotation`, `cpu_op`, the 2021 `Operator`) -> a CPU range,
+  never an operator, once per (process, start) where a profiler wrote it twice;
+- `user_annotation` -> CPU ranges; `gpu_user_annotation` -> GPU ranges; `cpu_op` / `operator` -> CPU operators
+  (with `Input Dims`, `Input type`, `Concrete Inputs`, `Input Strides` where recorded);
+- `cuda_profiler_range` (CUPTI range-profiler mode) -> a kernel with the hardware counters of its `args`;
+- flow events (`ph` s / f; `cat` `ac2g` since 2022, `async` named `launch` before): their id is the correlation
+  id; they are counted (`meta["flow_events"]`) and link a launch and a kernel only where an event's `args`
+  has no `correlation` (the flow's start binds the runtime call at its ts and thread, its end the kernel).
+Everything else (python_function, cuda_sync, counters) is left out; the device categories no rule knows are
+counted by name (`meta["unread_device_categories"]`).
 """
 from __future__ import annotations
 
@@ -44,6 +53,19 @@ BATCH_EVENTS = 1_000
 HEADER_KEYS = ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cuda_runtime_version",
                "cuda_driver_version", "cupti_version", "roctracer_version", "hip_runtime_version")
 COPY_CATEGORIES = {"gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET, "memset": MEMSET}
+# Host operators: `cpu_op` since PyTorch 1.10, `Operator` in the 2021 schema (lower-cased here).
+OPERATOR_CATEGORIES = ("cpu_op", "operator")
+# Runtime / driver calls: `cuda_runtime`, `cuda_driver`, `hip_runtime`, ...; the 2021 schema's `Runtime`.
+RUNTIME_CATEGORIES = ("runtime", "driver")
+# Flow events: `ac2g` (async CPU to GPU) since Kineto 2022; `async` (name `launch`) in the 2021 schema.
+FLOW_CATEGORIES = ("ac2g", "async")
+# Host-side categories a profiler step can be filed under; every other category's ProfilerStep#N is GPU work.
+HOST_CATEGORIES = ("user_annotation", "cpu_op", "operator", "python_function", "cpu_instant_event", "")
+# Complete events left out on purpose (host-side, or the profiler's own); any other category is counted by name,
+# so that device work in a category no reader knows (an MTIA trace's `mtia_ccp_events`, a future profiler's)
+# is named in the report, not silently missing (libkineto ActivityType.cpp lists the names).
+LEFT_OUT_CATEGORIES = ("python_function", "cuda_sync", "overhead", "cpu_instant_event", "trace", "python",
+                       "memory", "fwdbwd", "external_correlation", "")
 # Events whose times the report cannot do without: a non-numeric ts/dur there is an error, elsewhere a skip.
 NEEDS_TIMES = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation")
 _NUM = (int, float)
@@ -67,6 +89,7 @@ class Args(msgspec.Struct):
     device: Any = None
     stream: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
+    external_id_2021: Any = msgspec.field(default=None, name="external id")  # kernels and runtime, 2021 schema
     seq: Any = msgspec.field(default=None, name="Sequence number")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
@@ -82,6 +105,7 @@ class Event(msgspec.Struct):
     dur: Any = None
     pid: Any = None
     tid: Any = None
+    id: Any = None  # a flow event's id: the correlation id
     args: Union[Args, None, list, str, float, int, bool] = None
 
 
@@ -394,6 +418,8 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
     try:
         for i, ev in enumerate(events):
             if ev.ph != "X":
+                if ev.ph in ("s", "f") and type(ev.cat) is str and ev.cat.lower() in FLOW_CATEGORIES:
+                    b.meta["flow_events"] = b.meta.get("flow_events", 0) + 1
                 continue
             cat = ev.cat.lower() if type(ev.cat) is str else ""
             ts, dur = ev.ts, ev.dur
@@ -416,32 +442,42 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
                 raise _FloatId(ev.pid)
             if cat != "trace":
                 b.cover(ts, ts + dur)
-            name = ev.name if type(ev.name) is str else str(ev.name)
-            args = ev.args if type(ev.args) is Args else _NO_ARGS
-            if cat == PROFILER_RANGE and raws is not None:
-                _add_counter_range(b, name, ts, dur, ev, raws[i], path, base + i)
-            elif cat == "kernel" or cat in COPY_CATEGORIES:
-                device = _int(args.device, _int(ev.pid, 0))
-                b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
-                             _int(args.external_id), COPY_CATEGORIES.get(cat, KERNEL))
-            elif cat.endswith(("_runtime", "_driver")):
-                if type(args.correlation) is float:
-                    raise _FloatId(args.correlation)
-                if type(args.correlation) is int:
-                    pid = b.process(ev.pid)
-                    b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
-                                 args.kernel if type(args.kernel) is str else None)
-            elif cat == "user_annotation" or (cat == "cpu_op" and STEP_RE.match(name)):
-                pid = b.process(ev.pid)
-                b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
-                            _arg(b, args.input_types))
-            elif cat == "gpu_user_annotation":
-                pid = b.process(ev.pid)
-                b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)
-            elif cat == "cpu_op":
-                pid = b.process(ev.pid)
-                b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
-                             _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
-                             _arg(b, args.input_strides))
+            _add_one(path, b, ev, cat, raws[i] if cat == PROFILER_RANGE and raws is not None else None, base + i)
     except _FloatId:
         raise _float_id_error(path, events[i], base + i) from None
+
+
+def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: int) -> None:
+    """One complete event with valid times into its table, by category (module docstring)."""
+    ts, dur = ev.ts, ev.dur
+    name = ev.name if type(ev.name) is str else str(ev.name)
+    args = ev.args if type(ev.args) is Args else _NO_ARGS
+    if raw is not None:
+        _add_counter_range(b, name, ts, dur, ev, raw, path, index)
+    elif cat == "kernel" or cat in COPY_CATEGORIES:
+        device = _int(args.device, _int(ev.pid, 0))
+        b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
+                     _int(args.external_id, _int(args.external_id_2021)), COPY_CATEGORIES.get(cat, KERNEL))
+    elif cat in RUNTIME_CATEGORIES or cat.endswith(("_runtime", "_driver")):
+        if type(args.correlation) is float:
+            raise _FloatId(args.correlation)
+        if type(args.correlation) is int:
+            pid = b.process(ev.pid)
+            b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
+                         args.kernel if type(args.kernel) is str else None)
+    elif cat == "user_annotation" or (cat in HOST_CATEGORIES and STEP_RE.match(name)):
+        pid = b.process(ev.pid)
+        if STEP_RE.match(name) and not b.first_step(name, pid, ts):
+            return
+        b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
+                    _arg(b, args.input_types))
+    elif cat == "gpu_user_annotation":
+        pid = b.process(ev.pid)
+        b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)
+    elif cat in OPERATOR_CATEGORIES:
+        pid = b.process(ev.pid)
+        b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
+                     _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
+                     _arg(b, args.input_strides))
+    elif cat not in LEFT_OUT_CATEGORIES:
+        b.unread_category(str(ev.cat))

@@ -185,3 +185,16 @@ def top_kernels(tl: Timeline) -> list[KernelGroup]:
     out = [KernelGroup(tl.names[k.name[rows[f]]], int(k.device[rows[f]]), int(k.cls[rows[f]]), d, float(d.sum()))
            for f, d in groups]
     return sorted(out, key=lambda g: -g.total_us)
+
+
+def matrix_flop_coverage(tl: Timeline, kernel_flops: np.ndarray) -> dict:
+    """The matrix kernels' time (classes of kernel_rules.toml [class_sets] gemm) and the part of it in kernels
+    that model FLOPs are attributed to (`kernel_flops`, per kernel row): the share of the matrix work that
+    MFU, achieved TFLOP/s and the per-op totals can see."""
+    from microbench.timeline.classify import class_set
+
+    gemm = [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")]
+    rows = np.flatnonzero((tl.kernels.category == KERNEL) & np.isin(tl.kernels.cls, gemm))
+    total = float(tl.kernels.dur_us[rows].sum())
+    covered = float(tl.kernels.dur_us[rows][kernel_flops[rows] > 0].sum()) if len(kernel_flops) else 0.0
+    return {"matrix_kernel_time_us": total, "covered_us": covered, "share": covered / total if total > 0 else None}

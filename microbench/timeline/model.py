@@ -285,6 +285,21 @@ class TimelineBuilder:
         self.span_lo, self.span_hi = float("inf"), float("-inf")
         self.skipped: dict[str, int] = {}
         self.counters: dict[int, dict] = {}
+        self._steps_seen: set = set()
+
+    def first_step(self, name: str, pid: int, ts: float) -> bool:
+        """Whether a ProfilerStep#N range of this process and start is new (a profiler that files it under two
+        categories writes it twice: one window, not two)."""
+        key = (name, pid, ts)
+        if key in self._steps_seen:
+            return False
+        self._steps_seen.add(key)
+        return True
+
+    def unread_category(self, cat: str) -> None:
+        """Count a complete event in a category no rule of the reader knows (`meta["unread_categories"]`)."""
+        seen = self.meta.setdefault("unread_categories", {})
+        seen[cat] = seen.get(cat, 0) + 1
 
     def skip(self, what: str) -> None:
         self.skipped[what] = self.skipped.get(what, 0) + 1

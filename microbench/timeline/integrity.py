@@ -1,0 +1,89 @@
+"""What a trace lacks, said before any figure: per trace, each thing missing (launches, shapes, steps,
+GPU-side step annotations, device properties, events the reader skipped, device work in categories no reader
+knows) and which figures it makes unreliable; and whether the FLOPs behind MFU, achieved TFLOP/s and the per-op
+totals cover enough of the matrix-kernel time to show them (`flop_coverage_min`, microbench/data/thresholds.toml).
+Figures below that share are withheld, never guessed (docs/traces.md, "Integrity")."""
+from __future__ import annotations
+
+import numpy as np
+
+from microbench.core import thresholds
+from microbench.timeline.model import GPU_RANGE, Timeline
+
+# The figures an entry can name (the report's words for the document's keys).
+STEPS, ANNOTATIONS, OPS, MFU, ELIGIBILITY, PEAKS, ALL = ("per-step values", "annotations", "per-op totals", "MFU",
+                                                         "Tensor Core eligibility", "% of peak", "every figure")
+
+
+def _entry(what: str, detail: str, unreliable: list[str]) -> dict:
+    return {"what": what, "detail": detail, "unreliable": unreliable}
+
+
+def _launches(tl: Timeline, s: dict, outside: dict, has_steps: bool) -> list[dict]:
+    n = s["unattributed_kernels"]
+    if not n:
+        return []
+    placed = outside.get("placed_by_gpu_annotation", 0)
+    where = (f"; {placed} placed by the GPU-side step annotations, {outside.get('unlaunched_outside_steps', 0)} "
+             "outside the steps" if has_steps else "")
+    return [_entry("launches", f"{n} of {s['kernel_count']} kernels have no launching runtime call in the trace{where}",
+                   ([STEPS] if has_steps else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
+
+
+def _operators(tl: Timeline) -> list[dict]:
+    if not len(tl.cpu_ops):
+        return [_entry("operators", "no CPU operators in the trace", [OPS, MFU, ELIGIBILITY])]
+    if (tl.cpu_ops.input_dims == -1).all():
+        return [_entry("shapes", "no operator has Input Dims (recorded without record_shapes=True)",
+                       [OPS, MFU, ELIGIBILITY])]
+    return []
+
+
+def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
+    if not len(windows):
+        return [_entry("steps", "no ProfilerStep#N (or --steps) ranges: whole-trace figures only; MFU over the "
+                                "GPU span", [STEPS])]
+    gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
+    if gpu_steps.any() or not s["unattributed_kernels"]:
+        return []  # only a kernel without a launch needs them
+    return [_entry("GPU-side step annotations", "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
+                                                "are outside the steps, whichever launched them", [STEPS])]
+
+
+def _devices(devices: list[dict]) -> list[dict]:
+    out = []
+    for d in devices:
+        ds = d.get("datasheet") or {}
+        if not d.get("name"):
+            out.append(_entry("device properties", ds.get("note") or f"device {d['id']} is not named in the trace",
+                              [MFU, PEAKS, ELIGIBILITY]))
+        elif "datasheet" in d and not ds.get("entry"):
+            out.append(_entry("device datasheet", ds.get("note") or f"no datasheet entry for {d['name']}", [MFU, PEAKS]))
+    return out
+
+
+def _events(tl: Timeline) -> list[dict]:
+    out = [_entry("events", f"the reader skipped {n} {what}", [ALL]) for what, n in tl.skipped.items()]
+    unread = tl.meta.get("unread_categories") or {}
+    if unread:
+        names = ", ".join(f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))
+        out.append(_entry("device work in unknown categories", f"events in categories no reader knows: {names}; "
+                          "if they are device work, it is not in any figure", [ALL]))
+    return out
+
+
+def coverage(cov: dict) -> dict:
+    """The FLOP coverage with its threshold and whether MFU, achieved TFLOP/s and the per-op totals are shown."""
+    least = thresholds.value("flop_coverage_min")
+    share = cov["share"]
+    return cov | {"threshold": least, "withheld": share is not None and share < least}
+
+
+def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[dict], cov: dict) -> dict:
+    """The `integrity` key of the trace document: `missing` (what, detail, the figures it makes unreliable),
+    `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
+    missing = (_launches(tl, s, outside, bool(len(windows))) + _operators(tl) + _steps(tl, windows, s)
+               + _devices(devices) + _events(tl))
+    unreliable = list(dict.fromkeys(u for m in missing for u in m["unreliable"]))
+    withheld = ["mfu", "achieved_tflops", "per-op totals"] if cov["withheld"] else []
+    return {"missing": missing, "unreliable": unreliable, "flop_coverage": cov, "withheld": withheld}

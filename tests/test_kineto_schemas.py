@@ -1,0 +1,123 @@
+"""Every Kineto schema torch.profiler has written since 1.8, read into the same timeline (docs/traces.md,
+"Profiler schemas"). The seed is a cut of a real 2021-schema trace, the TensorBoard plugin's ResNet-50 sample
+(pytorch/kineto tb_plugin/samples/resnet50_num_workers_4, V100; tests/data/SOURCES.md): categories `Operator`,
+`Runtime`, `Kernel`, `Memcpy`, `Memset`, `ProfilerStep#N` as an `Operator`, `async` flows named `launch`, a
+kernel's `external id` in lower case. The later schemas' spellings are the same events renamed the way later
+profilers name them (`cpu_op`, `cuda_runtime` / `cuda_driver`, `kernel`, `gpu_memcpy`, `gpu_memset`, `ac2g`
+flows, `External id`, the step as a `user_annotation`): each must give the same timeline."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from microbench.timeline import kineto
+from microbench.timeline.model import KERNEL, MEMCPY, NO_ID
+
+from .conftest import TRACES
+
+DATA = Path(__file__).parent / "data"
+SLICE_2021 = DATA / "v100_resnet50_2021schema_slice.json"
+TB_SAMPLE = TRACES / "v100_resnet50_tbplugin_2021schema.json.gz" if TRACES else None
+# The 2021 names and what PyTorch 1.10+ writes for the same events (libkineto ActivityType.cpp).
+LATER_NAMES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
+               "Memset": "gpu_memset", "async": "ac2g"}
+
+
+def _slice() -> dict:
+    return json.loads(SLICE_2021.read_text())
+
+
+def _write(tmp_path: Path, doc: dict, name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def _later_schema(doc: dict, step_category: str = "user_annotation", runtime: str = "cuda_runtime") -> dict:
+    out = copy.deepcopy(doc)
+    for e in out["traceEvents"]:
+        cat = e.get("cat")
+        if cat in LATER_NAMES:
+            e["cat"] = LATER_NAMES[cat]
+        if cat == "Runtime":
+            e["cat"] = runtime
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["cat"] = step_category
+        args = e.get("args")
+        if isinstance(args, dict) and "external id" in args:
+            args["External id"] = args.pop("external id")
+    return out
+
+
+def _shape(tl) -> dict:
+    li = tl.launch_index()
+    return {"kernels": len(tl.kernels), "copies": int((tl.kernels.category == MEMCPY).sum()),
+            "launched": int((li != NO_ID).sum()), "launches": len(tl.launches), "ops": len(tl.cpu_ops),
+            "steps": tl.step_windows().names, "external": tl.kernels.external_id.tolist(),
+            "op_names": sorted({tl.names[n] for n in tl.cpu_ops.name})}
+
+
+def test_the_2021_schema_reads_operators_launches_and_steps():
+    tl = kineto.read(SLICE_2021)
+    s = _shape(tl)
+    assert s["steps"] == ["ProfilerStep#5", "ProfilerStep#6"]
+    assert s["kernels"] == 24 and s["copies"] == 4
+    assert s["launched"] == 24  # every activity's `Runtime` call (cudaLaunchKernel, cudaMemcpyAsync) is found
+    assert {tl.names[n] for n in tl.launches.name} >= {"cudaLaunchKernel", "cudaMemcpyAsync"}
+    assert "aten::cudnn_convolution" in s["op_names"] and not any(n.startswith("ProfilerStep") for n in s["op_names"])
+    assert NO_ID not in s["external"]  # `external id`, lower case, on the 2021 kernels
+    assert tl.meta["flow_events"] == 48  # one `s` and one `f` per activity
+    assert "unread_categories" not in tl.meta
+
+
+@pytest.mark.parametrize("step_category", ["user_annotation", "cpu_op"])
+@pytest.mark.parametrize("runtime", ["cuda_runtime", "cuda_driver", "hip_runtime"])
+def test_later_schemas_give_the_same_timeline(tmp_path, step_category, runtime):
+    old = _shape(kineto.read(SLICE_2021))
+    new = _shape(kineto.read(_write(tmp_path, _later_schema(_slice(), step_category, runtime))))
+    assert new == old
+
+
+def test_a_step_written_under_two_categories_is_one_step(tmp_path):
+    doc = _later_schema(_slice(), "cpu_op")
+    doc["traceEvents"] += [e | {"cat": "user_annotation"} for e in doc["traceEvents"]
+                           if str(e.get("name", "")).startswith("ProfilerStep#")]
+    w = kineto.read(_write(tmp_path, doc)).step_windows()
+    assert w.names == ["ProfilerStep#5", "ProfilerStep#6"]
+
+
+def test_upper_case_kernel_and_lower_case_kernel_are_one_category(tmp_path):
+    doc = _slice()
+    k = [e for e in doc["traceEvents"] if e.get("cat") == "Kernel"]
+    for e in k[::2]:
+        e["cat"] = "kernel"
+    tl = kineto.read(_write(tmp_path, doc))
+    assert int((tl.kernels.category == KERNEL).sum()) == len(k)
+
+
+def test_device_work_in_an_unknown_category_is_counted_by_name(tmp_path):
+    # Meta's MTIA traces file device work as `mtia_ccp_events` (libkineto ActivityType MTIA_CCP_EVENTS)
+    doc = _slice()
+    doc["traceEvents"] += [e | {"cat": "mtia_ccp_events"} for e in doc["traceEvents"] if e.get("cat") == "Kernel"][:3]
+    tl = kineto.read(_write(tmp_path, doc))
+    assert tl.meta["unread_categories"] == {"mtia_ccp_events": 3}
+    assert len(tl.kernels) == 24
+
+
+@pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="../shared/traces not here")
+def test_the_whole_tensorboard_sample_matches_the_plugins_own_kernel_time():
+    from microbench.timeline import gpu_time
+
+    tl = kineto.read(TB_SAMPLE)
+    assert (tl.launch_index() != NO_ID).all()
+    w, steps, outside = gpu_time.step_breakdowns(tl)
+    assert w.names == [f"ProfilerStep#{i}" for i in range(5, 11)]
+    # the plugin's overview (tb_plugin/test/result_check_file.txt): Kernel 99,145 us per step on average;
+    # its kernel time is the union of kernel intervals, our computation time
+    per_step = np.mean([s["computation_us"] for s in steps])
+    assert per_step == pytest.approx(99_145, abs=1)
+    assert outside["outside_steps"]["activities"] == 0 and outside["before_first_step"]["activities"] == 0
