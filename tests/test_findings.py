@@ -186,3 +186,33 @@ def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_pa
     assert head.sum() > 5000
     # nothing is wider than the 1280 px window: no horizontal overflow column is all ink at the right edge
     assert not ink[:, -3:].all(axis=0).any()
+
+
+# The TensorBoard plugin's own overview of its ResNet-50 sample (../shared/traces/SOURCES.md: its test
+# expectations, tb_plugin/test/result_check_file.txt): the average step and its parts, in us.
+PLUGIN_STEP_US = 141_068
+PLUGIN_BREAKDOWN_US = {"kernel": 99_145, "memcpy": 3_160, "memset": 98, "runtime": 10_564, "dataloader": 1_186,
+                       "cpu_exec": 22_665, "other": 4_251}
+
+
+def test_the_plugins_step_breakdown_is_reproduced_within_2_percent_of_the_step():
+    tl = read_trace(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz")
+    _, steps, _ = gpu_time.step_breakdowns(tl)
+    assert len(steps) == 6
+    step = np.mean([st["breakdown_span_us"] for st in steps])
+    assert abs(step - PLUGIN_STEP_US) <= 0.02 * PLUGIN_STEP_US
+    for cat, us in PLUGIN_BREAKDOWN_US.items():
+        ours = np.mean([st["breakdown_us"][cat] for st in steps])
+        assert abs(ours - us) <= 0.02 * PLUGIN_STEP_US, (cat, ours, us)
+
+
+def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
+    """The plugin recommends AMP for this fp32 V100 run; so do the findings, with the saving the prediction model
+    gives for the convolutions and GEMMs whose FLOPs the trace gives (the forward convolutions' it does not)."""
+    ta = TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config)
+    r = F.findings_of(ta, config)
+    top = r["findings"][0]
+    assert top["id"] == "amp" and "float16" in top["fix"]  # V100: fp16 Tensor Cores, no bf16
+    s = top["saving_us"]
+    assert 0 < s["low"] < s["expected"] < s["high"] < top["time_us"] < PLUGIN_STEP_US
+    assert "no FLOP count" in top["what"]

@@ -212,6 +212,19 @@ def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
             "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
 
 
+def _unmoved(f: Facts, rows: np.ndarray) -> str:
+    """What of those kernels the model cannot move (no FLOPs: their operator's shapes do not give them), said in
+    the finding: the saving is of the rest only."""
+    from microbench.prediction.model import placement
+
+    why = placement(f.work, None)[rows]
+    left = rows[why != ""]
+    if not len(left):
+        return ""
+    us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), left), f.work.dur_us, 0.0))
+    return f"; {us:,.0f} us of them have no FLOP count ({why[why != ''][0]}): kept as they are, not in the saving"
+
+
 def _amp_dtype(f: Facts) -> str:
     return "bf16" if f.chip.rate("bf16", True) else "fp16"
 
@@ -226,7 +239,7 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 / TF32 GEMM / convolution "
             f"kernels: {dtype} autocast moves them to the {dtype} Tensor Core rate and halves the activation bytes of "
-            "the kernels around them")
+            "the kernels around them") + _unmoved(f, rows)
     return _finding("amp", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, dtype),
                     dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype])
 
@@ -242,7 +255,7 @@ def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
         return None
     time_us = f.per_step(np.where(np.isin(np.arange(len(w.dur_us)), rows), w.dur_us, 0.0))
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
-            "CUDA cores, on a chip with TF32 Tensor Cores")
+            "CUDA cores, on a chip with TF32 Tensor Cores") + _unmoved(f, rows)
     return _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))
 
 
