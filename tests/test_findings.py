@@ -216,3 +216,35 @@ def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
     s = top["saving_us"]
     assert 0 < s["low"] < s["expected"] < s["high"] < top["time_us"] < PLUGIN_STEP_US
     assert "no FLOP count" in top["what"]
+
+
+@pytest.mark.parametrize("columns", [120, 80])
+def test_compare_keeps_operator_and_shape_readable_and_names_only_what_exists(tmp_path, monkeypatch, capsys, columns):
+    from microbench import compare as compare_cli
+
+    docs = []
+    for name in ("h100_bert_small", "mi300_bert_small"):
+        docs.append(tmp_path / f"{name}.json")
+        assert trace_cli.main([str(TRACES / f"{name}.json.gz"), "--json", str(docs[-1])]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert compare_cli.main([str(d) for d in docs]) == 0
+    out = capsys.readouterr().out
+    assert "aten::scaled_dot_product_attention" in out and "M=141 N=30522 K=512" in out
+    assert "report.html" not in out and "results.json" not in out
+    assert max(len(ln) for ln in out.splitlines()) <= columns
+
+
+def test_trace_footnotes_name_no_file_it_did_not_write(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert trace_cli.main([str(TRACES / "v100_resnet_ddp_rank0.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "narrow terminal" in out and "report.html" not in out and "results.json" not in out
+
+
+def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config):
+    doc = F.analyze(TRACES / "h100_bert_small.json.gz", config)
+    (st,) = doc["steps"]
+    (a,) = [a for a in doc["annotations"] if a["name"] == st["name"]]
+    assert (a["calls"], a["wall_us"], a["kernel_count"]) == (1, st["wall_us"], st["kernel_count"]) == (1, 4426.114, 60)
+    assert a["kernel_time_us"] == pytest.approx(st["kernel_time_us"])
