@@ -54,13 +54,30 @@ def decompose_step(model, options=None, **kw) -> dict:
         kw["providers"] = tuple(kw["providers"])
     opts = replace(options or DecomposeOptions(), **kw)
     if opts.out is None:
-        return run_decomposition(model, opts).doc
+        d = run_decomposition(model, opts)
+        return _with_findings(d)
     if not isinstance(opts.out, OutputDir):
         with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
             return decompose_step(model, replace(opts, out=out_dir))
     d = run_decomposition(model, opts)
+    d.doc = _with_findings(d)
     d.doc["files"] = write_decomposition(d.doc, d.rows + d.replay_rows, opts.out, d.cfg.path, opts.plot)
     return d.doc
+
+
+def _with_findings(d) -> dict:
+    """The decomposition with the findings of its own profiler trace first (prediction/findings.py), and the
+    trace's analysis for the report page (`trace`)."""
+    from microbench.models.ranges import STEP_RANGE
+    from microbench.prediction.findings import findings_of, with_findings
+    from microbench.timeline.analysis import TraceAnalysis
+
+    ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
+    tdoc = ta.document()
+    doc = with_findings(d.doc, findings_of(ta, d.cfg))
+    doc["trace_analysis"] = {k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes",
+                                                   "classes", "mfu")}
+    return doc
 
 
 def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:
@@ -84,6 +101,10 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     if plot:
         plot_roofline(writer.doc, out.file("roofline"))
         files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
+    from microbench.reports.trace_html import decompose_page
+
+    out.file("report.html").write_text(decompose_page(doc), encoding="utf-8")
+    files["report_html"] = str(out.final("report.html"))
     doc["files"] = files
     out.file("decomposition.json").write_text(dumps(doc))
     out.commit()

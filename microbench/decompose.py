@@ -85,6 +85,10 @@ def _run(args, out_dir) -> int:
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
                                 on_progress=progress)
         doc = decompose_step(args.model, opts)
+    from microbench.reports.findings_report import print_findings
+    from microbench.reports.report import wide_console
+
+    print_findings(wide_console(), doc)  # the findings first (issue 30)
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))

@@ -27,12 +27,17 @@ def not_checked_lines(doc: dict) -> list[str]:
     """One line per reason: `not checked (REASON): id, id` (a reason shared by several rules is said once)."""
     by_why: dict[str, list[str]] = {}
     for n in doc.get("findings_not_checked") or []:
+        if n["id"] == "all":
+            continue  # said in the headline
         by_why.setdefault(n["why"], []).append(n["id"])
     return [f"not checked ({len(ids)}: {', '.join(ids)}): {why}" for why, ids in by_why.items()]
 
 
 def headline(doc: dict) -> str:
     n = len(doc.get("findings") or [])
+    whole = [x["why"] for x in doc.get("findings_not_checked") or [] if x["id"] == "all"]
+    if whole:
+        return f"no finding checked: {whole[0]}"
     if not n:
         of = "a step" if doc.get("findings_per", "step") == "step" else "the GPU span"
         return f"no finding: no rule of data/findings.toml that this trace supports would save 2 % of {of}"

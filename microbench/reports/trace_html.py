@@ -77,6 +77,8 @@ def breakdown_figure(steps: list[dict]):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(11, 0.5 + 0.45 * max(len(steps), 2)))
     names = [st["name"] for st in steps]
+    if len(set(names)) < len(names):  # decompose's steps are all "step": number them
+        names = [f"{n} {i + 1}" for i, n in enumerate(names)]
     left = [0.0] * len(steps)
     for cat, colour in BREAKDOWN:
         vals = [st["breakdown_us"][cat] / 1000.0 for st in steps]
@@ -216,3 +218,14 @@ def write_trace_page(path, doc: dict, title: str | None = None):
     from microbench.reports.html import write
 
     return write(path, trace_page(doc, title))
+
+
+def decompose_page(doc: dict) -> str:
+    """decompose's report.html: the same page, over the analysis of its own profiler trace (`trace_analysis`),
+    with the decomposition's findings first."""
+    t = doc.get("trace_analysis") or {}
+    tdoc = {"file": (doc.get("files") or {}).get("trace", "trace.json.gz"), "annotations": [], **t,
+            **{k: doc[k] for k in doc if k.startswith("findings")}}
+    run = doc.get("run") or {}
+    return trace_page(tdoc, f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} "
+                            f"{run.get('dtype', '')} on {run.get('device', '?')}")
