@@ -79,7 +79,14 @@ def _run(args) -> int:
         from microbench.communication.report import run_ranks
 
         args.traces = args.file
-        return run_ranks(args)
+        if args.html:
+            from microbench.core.outdir import check_file
+
+            check_file(args.html, "--html")
+        rc = run_ranks(args)
+        if args.html:
+            _job_page(args)
+        return rc
     args.file = Path(args.file[0])
     from microbench.core.config import load_config
     from microbench.core.jsonio import dumps
@@ -103,6 +110,28 @@ def _run(args) -> int:
 
         print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
     return 0
+
+
+def _job_page(args) -> None:
+    """A job's --html: the trace page of its straggler rank (else its first), with the job's cross-rank lines
+    (straggler, outliers, slowest step) above it."""
+    from microbench.communication.job import analyze as analyze_job
+    from microbench.communication.report import _findings
+    from microbench.core.config import load_config
+    from microbench.core.outdir import write_file
+    from microbench.reports.trace_html import trace_page
+
+    job = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+                      step_range=args.steps)
+    ranks = job.get("ranks") or []
+    if not ranks:
+        return
+    rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0])
+    cfg = load_config(args.config)
+    doc = analyze(rank["file"], cfg, step_range=args.steps, source=args.source)
+    title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
+    page = trace_page(doc, title, job_lines=_findings(job))
+    print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -248,3 +248,33 @@ def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config
     (a,) = [a for a in doc["annotations"] if a["name"] == st["name"]]
     assert (a["calls"], a["wall_us"], a["kernel_count"]) == (1, st["wall_us"], st["kernel_count"]) == (1, 4426.114, 60)
     assert a["kernel_time_us"] == pytest.approx(st["kernel_time_us"])
+
+
+def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
+    """A CPU decomposition: its own profiler trace has no GPU activity, so no finding is checked, and it says so
+    in one line; report.html is the trace page over that trace, with the host breakdown per step."""
+    from microbench import decompose_step
+
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
+                         measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
+    assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
+    assert doc["findings_not_checked"] == [{"id": "all", "why": "no GPU activity in the trace"}]
+    from microbench.reports.findings_report import headline, not_checked_lines
+
+    assert headline(doc) == "no finding checked: no GPU activity in the trace" and not not_checked_lines(doc)
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>step breakdown</h2>" in page and page.count("<svg") == 1 and "cpu_exec" in page
+    saved = json.loads((tmp_path / "decomposition.json").read_text())
+    assert saved["files"]["report_html"].endswith("report.html")
+    (st,) = saved["trace_analysis"]["steps"]
+    assert sum(st["breakdown_us"].values()) == pytest.approx(st["breakdown_span_us"])
+    assert st["breakdown_us"]["cpu_exec"] > 0 and st["breakdown_us"]["kernel"] == 0
+
+
+def test_a_jobs_page_is_its_straggler_ranks_page_with_the_job_first(tmp_path):
+    page = tmp_path / "job.html"
+    ranks = [str(TRACES / f"a100_torchrec_rank{r}.json.gz") for r in (0, 1)]
+    assert trace_cli.main([*ranks, "--workers", "0", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.index("<h2>the job</h2>") < text.index("<h2>findings</h2>")
+    assert "straggler: rank 1" in text and "rank 1&#x27;s page" in text and "<svg" in text

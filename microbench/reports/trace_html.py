@@ -203,9 +203,11 @@ def comm_html(doc: dict) -> str:
     return table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows]) + per
 
 
-def trace_page(doc: dict, title: str | None = None) -> str:
-    """The whole page of one trace document (timeline.analysis + prediction.findings)."""
-    sections = [("findings", findings_html(doc)), ("GPU summary", summary_html(doc)),
+def trace_page(doc: dict, title: str | None = None, job_lines: list[str] | None = None) -> str:
+    """The whole page of one trace document (timeline.analysis + prediction.findings); `job_lines`: a job's
+    cross-rank lines (straggler, outliers), shown first where the page is one rank's of a job."""
+    sections = [("the job", notes_html(job_lines, "job"))] if job_lines else []
+    sections += [("findings", findings_html(doc)), ("GPU summary", summary_html(doc)),
                 ("step breakdown", steps_html(doc)), ("kernels by class, Tensor Cores and evidence", kernels_html(doc)),
                 ("top operators", ops_html(doc)), ("roofline of the operators", roofline_html(doc)),
                 ("communication and overlap", comm_html(doc)),
