@@ -278,3 +278,33 @@ def test_a_jobs_page_is_its_straggler_ranks_page_with_the_job_first(tmp_path):
     text = page.read_text()
     assert text.index("<h2>the job</h2>") < text.index("<h2>findings</h2>")
     assert "straggler: rank 1" in text and "rank 1&#x27;s page" in text and "<svg" in text
+
+
+def test_a_flag_shared_by_many_layer_rows_is_one_line_with_its_count():
+    from rich.console import Console
+
+    from microbench.reports.decomposition import flag_groups
+
+    why = "impossible: above the datasheet peak"
+    layers = [{"name": f"layer{i}", "phase": "forward", "flags": [why]} for i in range(7)]
+    layers.append({"name": "fc", "phase": "backward", "flags": ["noisy: repeats disagree"]})
+    groups = flag_groups(layers)
+    assert [(t, len(rows)) for t, rows in groups] == [(why, 7), ("noisy: repeats disagree", 1)]
+    console = Console(width=120, record=True)
+    from microbench.reports import decomposition
+
+    for text, rows in groups:  # the lines the report prints (print_decomposition's loop)
+        console.print(f"flag ({len(rows)} layer rows): {text}")
+    assert console.export_text().count(why) == 1 and decomposition.flag_groups is flag_groups
+
+
+def test_predicts_range_says_how_often_it_held():
+    from microbench.prediction.chips import assumptions
+    from microbench.reports.prediction_report import headline
+
+    v = assumptions()["validation"]
+    assert (v["held"], v["checks"]) == (2, 8)
+    doc = {"source": {"device": "a", "busy_us": 1.0, "kernel_time_us": 1.0, "idle_us": 0.0, "steps": 1},
+           "target": {"device": "b", "busy_us": 1.0, "busy_us_low": 0.5, "busy_us_high": 2.0, "idle_us": 0.0},
+           "range": {"assumptions": [], "dominant": None, "validation": v}}
+    assert "the range held the measured time in 2 of 8 checks" in headline(doc)[1]
