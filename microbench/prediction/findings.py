@@ -411,7 +411,7 @@ def findings_of(ta, cfg=None, source: str | None = None) -> dict:
             made.append(out)
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked,
-            "step_time_us": f.step_us, "per": f.per}
+            "step_time_us": f.step_us, "per": f.per, "validation": rules().get("validation")}
 
 
 def with_findings(doc: dict, result: dict) -> dict:
@@ -419,7 +419,8 @@ def with_findings(doc: dict, result: dict) -> dict:
     `findings_not_checked`, and the step time and unit (`per`) the savings and shares are of."""
     head = {k: doc[k] for k in ("schema", "file") if k in doc}
     return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
-                   "findings_step_time_us": result["step_time_us"], "findings_per": result["per"]} | doc
+                   "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
+                   "findings_validation": result.get("validation")} | doc
 
 
 def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None,

@@ -50,6 +50,8 @@ def validation_line(doc: dict) -> str | None:
     v = doc.get(VALIDATION_NOTE_KEY)
     if not v:
         return None
+    if not v.get("checks"):
+        return f"the saving ranges have not yet been checked against a fix's measured saving ({v['where']})"
     return f"the ranges held the measured saving in {v['held']} of {v['checks']} checks ({v['where']})"
 
 
