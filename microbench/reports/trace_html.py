@@ -23,7 +23,7 @@ BREAKDOWN = (("kernel", "#4e79a7"), ("memcpy", "#f28e2b"), ("memset", "#e15759")
 TOP = 20
 _CSS = """
 body { max-width: 1240px; } .finding { border-left: 4px solid #4e79a7; padding: 0.2em 0.8em; margin: 0.6em 0; }
-.finding .save { font-weight: bold; } svg { max-width: 100%; height: auto; } td { overflow-wrap: anywhere; }
+.finding .save { font-weight: bold; } svg { max-width: 100%; height: auto; } td { overflow-wrap: anywhere; } td.r { white-space: nowrap; }
 """
 
 
