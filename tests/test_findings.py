@@ -308,3 +308,24 @@ def test_predicts_range_says_how_often_it_held():
            "target": {"device": "b", "busy_us": 1.0, "busy_us_low": 0.5, "busy_us_high": 2.0, "idle_us": 0.0},
            "range": {"assumptions": [], "dominant": None, "validation": v}}
     assert "the range held the measured time in 2 of 8 checks" in headline(doc)[1]
+
+
+@pytest.mark.parametrize("name,source", [("v100_resnet50_tbplugin_2021schema", None), ("h100_bert_small", None),
+                                         ("mi300_bert_small", None), ("a100_torchrec_rank0", "a100_sxm4_80gb")])
+def test_findings_agree_with_the_numbers_below_them(config, name, source):
+    """Each finding's range is ordered and inside the step; its share is its time over the step time the report
+    names; its what prints that time; the launch-bound idle share is the step table's (1 - GPU time / window)."""
+    doc = F.analyze(TRACES / f"{name}.json.gz", config, source=source)
+    step = doc["findings_step_time_us"]
+    assert step == pytest.approx(np.mean([st["breakdown_span_us"] for st in doc["steps"]]))
+    assert doc["findings"]
+    for f in doc["findings"]:
+        s = f["saving_us"]
+        assert 0 <= s["low"] <= s["expected"] <= s["high"] <= step
+        assert f["share"] == pytest.approx(f["time_us"] / step)
+        assert f"{f['time_us']:,.0f} us" in f["what"] or f["id"] == "launch_bound"
+        if f["id"] == "launch_bound":
+            busy = np.mean([1 - sum(st["breakdown_us"][c] for c in ("kernel", "memcpy", "memset"))
+                            / st["breakdown_span_us"] for st in doc["steps"]])
+            assert f"{busy:.1%}" in f["what"] and f"{f['time_us']:,.0f} us" in f["what"]
+            assert s["expected"] <= np.mean([st["idle_us"] for st in doc["steps"]]) + 1e-6

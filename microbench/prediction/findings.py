@@ -371,8 +371,7 @@ def rule_channels_last(f: Facts, rule: dict) -> dict | None:
     ev = {"layer": "kernel names (layout transposes)", "kernels": _top_kernels(f, np.flatnonzero(mask))}
     # channels_last removes them, except the input batch's own conversion (at most the longest one per step)
     low = t - (_longest_per_step(f, mask) if f.steps else float(dur[mask].max()))
-    return _finding("channels_last", rule, t * f.overlap, f, what, ev, saving(low * f.overlap, t * f.overlap,
-                                                                              t * f.overlap))
+    return _finding("channels_last", rule, t, f, what, ev, saving(low * f.overlap, t * f.overlap, t * f.overlap))
 
 
 RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "dataloader": rule_dataloader,
