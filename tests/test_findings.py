@@ -329,3 +329,22 @@ def test_findings_agree_with_the_numbers_below_them(config, name, source):
                             / st["breakdown_span_us"] for st in doc["steps"]])
             assert f"{busy:.1%}" in f["what"] and f"{f['time_us']:,.0f} us" in f["what"]
             assert s["expected"] <= np.mean([st["idle_us"] for st in doc["steps"]]) + 1e-6
+
+
+def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_numbers(config, monkeypatch):
+    """With every threshold at 0 (findings.toml's are the reasons a rule applies), the dataloader rule on the
+    plugin's sample gives the plugin's own DataLoader time (1,186 us per step), the sync rule on BERT the step's
+    sync idle, and the channels_last rule the NCHW <-> NHWC transposes' time per step."""
+    monkeypatch.setattr(F, "threshold", lambda name: 0.0)
+    rule = F.rules()["rules"]
+    plugin = F.Facts(TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config), config)
+    dl = F.rule_dataloader(plugin, rule["dataloader"])
+    assert dl["saving_us"]["expected"] == pytest.approx(1186, abs=1) and "num_workers" in dl["fix"]
+    cl = F.rule_channels_last(plugin, rule["channels_last"])
+    k = plugin.ta.tl.kernels
+    mask = plugin.name_mask(rule["channels_last"]["pattern"])
+    assert cl["time_us"] == pytest.approx(plugin.per_step(np.where(mask, k.dur_us, 0.0)))
+    assert cl["saving_us"]["low"] < cl["saving_us"]["high"] and "channels_last" in cl["fix"]
+    bert = F.Facts(TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config), config)
+    sync = F.rule_sync(bert, rule["sync"])
+    assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
