@@ -44,6 +44,9 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
     ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
+    ap.add_argument("--html", type=Path, default=None, metavar="OUT",
+                    help="also write the report page here (the same page as report.html in --out: findings, step "
+                         "breakdown, kernels or operators, roofline, notes)")
     return ap
 
 
@@ -58,6 +61,10 @@ def _main(args, out: Path) -> int:
     from microbench.core.outdir import OutputDir
     from microbench.step.analysis import DECOMPOSE_FILES
 
+    if args.html:
+        from microbench.core.outdir import check_file
+
+        check_file(args.html, "--html")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
         return _run(args, out_dir)
@@ -93,6 +100,11 @@ def _run(args, out_dir) -> int:
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
+    if args.html:
+        from microbench.core.outdir import write_file
+        from microbench.reports.trace_html import decompose_page
+
+        console.print(f"wrote {write_file(args.html, decompose_page(doc), '--html')}")
     return 0
 
 
