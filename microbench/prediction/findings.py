@@ -286,8 +286,10 @@ def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
     # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
     gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
+    parts = ", ".join(f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}" for k, label in (
+        ("runtime", "runtime calls"), ("cpu_ops", "CPU operators"), ("other", "nothing traced (Python, waits)")))
     what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
-            "is in runtime calls, CPU operators or untraced Python between launches")
+            f"is between launches ({parts} us)")
     return _finding("launch_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
                     saving(in_span - gaps, in_span, host))
 
