@@ -71,3 +71,25 @@ def print_findings(console, doc: dict) -> None:
         console.print(f"   {escape(line)}")
     for line in not_checked_lines(doc):
         console.print(f"[yellow]{escape(line)}[/]")
+
+
+BREAKDOWN_COLUMNS = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def print_step_breakdown(console, doc: dict, kept_in: str) -> None:
+    """Per step, the TensorBoard plugin's categories (adding up to the step) and the GPU idle time spent in a
+    synchronize, apart (docs/findings.md, "Where idle time comes from")."""
+    from microbench.reports.report import rich_table
+
+    steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
+    if not steps:
+        return
+    cols = [("step", "left"), ("step us", "right")] + [(c, "right") for c in BREAKDOWN_COLUMNS] + \
+           [("idle in sync", "right")]
+    rows = [([st["name"], f"{st['breakdown_span_us']:,.1f}"] + [f"{st['breakdown_us'][c]:,.1f}" for c in BREAKDOWN_COLUMNS]
+             + [f"{st['idle_by_host_us']['sync']:,.1f}"], None) for st in steps]
+    console.print(rich_table(cols, rows, width=console.width, kept_in=kept_in,
+                             drop_order=("idle in sync", "memset", "memcpy"),
+                             title="step time by what ran (us; each instant to the first active: GPU kernel, "
+                                   "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
+                                   "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)"))

@@ -88,6 +88,9 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
                              title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
                                    "trace has them, else the name rule)"))
     _print_steps(console, doc)
+    from microbench.reports.findings_report import print_step_breakdown
+
+    print_step_breakdown(console, doc, KEPT_IN)
     _print_ops(console, doc, top)
     if doc["annotations"]:
         t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)",
