@@ -121,3 +121,60 @@ def test_the_whole_tensorboard_sample_matches_the_plugins_own_kernel_time():
     per_step = np.mean([s["computation_us"] for s in steps])
     assert per_step == pytest.approx(99_145, abs=1)
     assert outside["outside_steps"]["activities"] == 0 and outside["before_first_step"]["activities"] == 0
+
+
+@pytest.mark.parametrize("flow_category", ["async", "ac2g"])
+def test_flow_events_link_what_has_no_correlation_id(tmp_path, flow_category):
+    """A profiler that keeps the link in its flow events only (the `s` at the runtime call, the `f` at the
+    kernel, with the correlation id as the flow's id): the same launches are found."""
+    doc = _slice()
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("async", "ac2g"):
+            e["cat"] = flow_category
+        elif e.get("cat") in ("Kernel", "Memcpy", "Runtime"):
+            e["args"].pop("correlation", None)
+    tl = kineto.read(_write(tmp_path, doc))
+    assert _shape(tl) == _shape(kineto.read(SLICE_2021))
+    assert tl.meta["linked_by_flows"] == 48  # 24 activities and their 24 runtime calls
+
+
+KINETO_SHARED = sorted(p.name for p in TRACES.glob("*.json.gz") if "rocprof" not in p.name) if TRACES else []
+
+
+@pytest.mark.parametrize("name", KINETO_SHARED)
+def test_no_category_of_the_shared_traces_is_unknown(name):
+    # 2021 (Operator, Runtime, ...) to 2025 (cpu_op, cuda_runtime, cuda_driver, gpu_user_annotation, python_function,
+    # cuda_sync, cpu_instant_event, fwdbwd and ac2g flows): each is read or left out on purpose, none unnamed
+    tl = kineto.read(TRACES / name)
+    assert "unread_categories" not in tl.meta
+
+
+# Cuts of real traces in the later schemas (tests/data/SOURCES.md): HTA's V100 ResNet DDP trace (2023: cpu_op,
+# cuda_runtime, gpu_memcpy, ac2g flows, ProfilerStep#N as a user_annotation) and TraceLens' MI300X bert-small
+# (ROCm 2025: the same names, kernels on device 2, the step's GPU copy as a gpu_user_annotation)
+LATER_CUTS = [("v100_resnet_ddp_2023schema_slice.json", ["ProfilerStep#101", "ProfilerStep#102"], 60),
+              ("mi300_bert_small_rocm_slice.json", ["ProfilerStep#6"], 12)]
+
+
+@pytest.mark.parametrize("name,steps,activities", LATER_CUTS)
+def test_later_schema_cuts_read_steps_operators_and_launches(name, steps, activities):
+    tl = kineto.read(DATA / name)
+    s = _shape(tl)
+    assert s["steps"] == steps and s["kernels"] == activities and s["launched"] == activities
+    assert s["ops"] > 0 and not any(n.startswith("ProfilerStep") for n in s["op_names"])
+    assert "unread_categories" not in tl.meta
+
+
+def test_without_launches_the_gpu_step_annotation_places_the_kernels(tmp_path):
+    """The MI300X cut with its hipLaunchKernel calls taken out: the step's GPU-side annotation (Kineto's
+    gpu_user_annotation ProfilerStep#6) still places every kernel in the step, with the same GPU figures."""
+    from microbench.timeline import gpu_time
+
+    full = gpu_time.step_breakdowns(kineto.read(DATA / "mi300_bert_small_rocm_slice.json"))
+    doc = json.loads((DATA / "mi300_bert_small_rocm_slice.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "cuda_runtime"]
+    _, (step,), outside = gpu_time.step_breakdowns(kineto.read(_write(tmp_path, doc)))
+    assert outside["placed_by_gpu_annotation"] == 12 and outside["unlaunched_outside_steps"] == 0
+    (before,) = full[1]
+    assert {k: step[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")} == \
+           {k: before[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")}

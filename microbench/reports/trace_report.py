@@ -2,6 +2,7 @@
 steps and annotations."""
 from __future__ import annotations
 
+
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.1%}"
 
@@ -93,7 +94,8 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     print_step_breakdown(console, doc, KEPT_IN)
     _print_ops(console, doc, top)
     if doc["annotations"]:
-        t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)",
+        t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)"
+                        + _unreliable(doc, "annotations"),
                   header_style="bold")
         for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us"):
             t.add_column(c, justify="left" if c == "annotation" else "right")
@@ -106,6 +108,13 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     _print_unknown(console, doc)
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
+
+
+def _unreliable(doc: dict, figure: str) -> str:
+    """A table title's mark where the integrity lines name its figures unreliable."""
+    ig = doc.get("integrity") or {}
+    return f" [unreliable: {', '.join(m['what'] for m in ig.get('missing', []) if figure in m['unreliable'])} missing]" \
+        if figure in ig.get("unreliable", []) else ""
 
 
 def _print_integrity(console, ig: dict | None) -> None:
@@ -153,7 +162,8 @@ def _print_steps(console, doc: dict) -> None:
     console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
                              kept_in=KEPT_IN,
                              title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
-                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"))
+                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"
+                                   + _unreliable(doc, "per-step values")))
 
 
 def _print_ops(console, doc: dict, top: int) -> None:
@@ -162,7 +172,8 @@ def _print_ops(console, doc: dict, top: int) -> None:
 
     if doc.get("ops"):
         t = Table(title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the op's kernels' "
-                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s",
+                        "time (op us); kernel TFLOP/s = FLOPs / its math kernels' time (math us); % of op TFLOP/s"
+                        + _unreliable(doc, "per-op totals"),
                   header_style="bold")
         for c in ("op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
                   "% datasheet", "% measured"):

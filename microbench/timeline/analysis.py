@@ -26,10 +26,10 @@ HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml
 
 def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
-    sqlite`), "ncu" (an `ncu --csv` export), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
+    sqlite`), "ncu" (an `ncu --csv` export), "rocprofv3" (rocprofv3 JSON), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
     from microbench.core.files import open_input
-    from microbench.timeline import ncu, nsys
+    from microbench.timeline import ncu, nsys, rocprof
 
     with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
         head = f.read(4096)
@@ -37,15 +37,33 @@ def detect_format(path: str | Path) -> str:
         return "nsys"
     if not head.startswith(b"\x1f\x8b") and ncu.looks_like_ncu_csv(head.decode("utf-8", errors="replace")):
         return "ncu"
+    if rocprof.looks_like_rocprof(_decompressed_head(path, head)):
+        return "rocprofv3"
     return "kineto"
+
+
+def _decompressed_head(path: str | Path, head: bytes) -> bytes:
+    """The first bytes of the text (gunzipped where the file is gzip); empty where it cannot be read (the
+    Kineto reader then words the error)."""
+    if not head.startswith(b"\x1f\x8b"):
+        return head
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read(256)
+    except (OSError, EOFError, zlib.error):
+        return b""
 
 
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    from microbench.timeline import kineto, ncu, nsys
+    from microbench.timeline import kineto, ncu, nsys, rocprof
 
-    return {"nsys": nsys.read, "ncu": ncu.read, "kineto": kineto.read}[detect_format(path)](path)
+    return {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
+            "kineto": kineto.read}[detect_format(path)](path)
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
@@ -153,7 +171,9 @@ class TraceAnalysis:
 
     @cached_property
     def integrity(self) -> dict:
-        return integrity.integrity_of(self.tl, summary_of(self.tl), self._steps[0], self._steps[2], self.devices,
+        counts = {"kernel_count": metrics.kernel_time(self.tl)[0],
+                  "unattributed_kernels": metrics.unlaunched_kernels(self.tl)}
+        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices,
                                       self.flop_coverage)
 
     @cached_property
@@ -386,11 +406,7 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
 
 def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
-    if s["kernel_count"] and s["unattributed_kernels"]:
-        notes.append(f"{s['unattributed_kernels']} of {s['kernel_count']} kernels have no launching runtime call "
-                     "in the trace (no matching correlation id): they count in every total, in no annotation, and "
-                     "in the step whose GPU-side step annotation holds them where the trace has those, else outside "
-                     "the steps")
+    # kernels without a launch: an integrity line (timeline/integrity.py), said before any figure
     if not s["kernel_count"]:
         notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
                      "torch.profiler.ProfilerActivity.CUDA on a GPU?")

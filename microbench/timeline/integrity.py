@@ -5,6 +5,8 @@ totals cover enough of the matrix-kernel time to show them (`flop_coverage_min`,
 Figures below that share are withheld, never guessed (docs/traces.md, "Integrity")."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from microbench.core import thresholds
@@ -20,14 +22,19 @@ def _entry(what: str, detail: str, unreliable: list[str]) -> dict:
 
 
 def _launches(tl: Timeline, s: dict, outside: dict, has_steps: bool) -> list[dict]:
-    n = s["unattributed_kernels"]
+    """GPU activities (kernels, copies) whose runtime call is not in the trace."""
+    n = int(np.isnan(tl.launch_time()[0]).sum())
     if not n:
         return []
+    what = (f"{s['unattributed_kernels']} of {s['kernel_count']} kernels" + (
+        f" and {n - s['unattributed_kernels']} memcpy / memset" if n > s["unattributed_kernels"] else ""))
     placed = outside.get("placed_by_gpu_annotation", 0)
     where = (f"; {placed} placed by the GPU-side step annotations, {outside.get('unlaunched_outside_steps', 0)} "
              "outside the steps" if has_steps else "")
-    return [_entry("launches", f"{n} of {s['kernel_count']} kernels have no launching runtime call in the trace{where}",
-                   ([STEPS] if has_steps else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
+    # placed by the step's GPU-side annotation, an activity is in the right step; outside them, in none
+    steps_hurt = has_steps and outside.get("unlaunched_outside_steps", 0) > 0
+    return [_entry("launches", f"{what} have no launching runtime call in the trace{where}",
+                   ([STEPS] if steps_hurt else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
 
 
 def _operators(tl: Timeline) -> list[dict]:
@@ -44,7 +51,7 @@ def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
         return [_entry("steps", "no ProfilerStep#N (or --steps) ranges: whole-trace figures only; MFU over the "
                                 "GPU span", [STEPS])]
     gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
-    if gpu_steps.any() or not s["unattributed_kernels"]:
+    if gpu_steps.any() or not np.isnan(tl.launch_time()[0]).any():
         return []  # only a kernel without a launch needs them
     return [_entry("GPU-side step annotations", "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
                                                 "are outside the steps, whichever launched them", [STEPS])]
@@ -62,8 +69,26 @@ def _devices(devices: list[dict]) -> list[dict]:
     return out
 
 
+# What the profiler's own log says when it lost events: libkineto's CUPTI layer (CuptiActivityApi.cpp) logs
+# "Dropped N activity records" and "Exceeded max GPU buffer count (N >= M) - terminating tracing".
+DROPPED = re.compile(r"dropped|terminating tracing|buffer (count|overflow|full)", re.IGNORECASE)
+
+
 def _events(tl: Timeline) -> list[dict]:
     out = [_entry("events", f"the reader skipped {n} {what}", [ALL]) for what, n in tl.skipped.items()]
+    log = tl.meta.get("profiler_log") or []
+    lost = [f"{level}: {m}" for level, m in log if DROPPED.search(m)]
+    if lost:
+        out.append(_entry("events the profiler dropped", "; ".join(lost[:3]) + (f" (and {len(lost) - 3} more)"
+                                                                                if len(lost) > 3 else ""), [ALL]))
+    records = tl.meta.get("unread_records") or {}
+    if records:  # rocprofv3 buffer kinds the reader does not read (roctx markers: the annotations)
+        names = ", ".join(f"{k} ({n:,})" for k, n in sorted(records.items(), key=lambda kv: -kv[1]))
+        out.append(_entry("records not read", f"rocprofv3 records the reader leaves out: {names}",
+                          [ANNOTATIONS] if "marker_api" in records else []))
+    if len(log) > len(lost):
+        out.append(_entry("profiler log", f"{len(log) - len(lost)} other ERROR / WARNING messages in the trace, "
+                                          f"the first: {next(m for _, m in log if not DROPPED.search(m))[:160]}", []))
     unread = tl.meta.get("unread_categories") or {}
     if unread:
         names = ", ".join(f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))
@@ -80,7 +105,8 @@ def coverage(cov: dict) -> dict:
 
 
 def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[dict], cov: dict) -> dict:
-    """The `integrity` key of the trace document: `missing` (what, detail, the figures it makes unreliable),
+    """The `integrity` key of the trace document (`s`: kernel_count and unattributed_kernels of the summary):
+    `missing` (what, detail, the figures it makes unreliable),
     `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
     missing = (_launches(tl, s, outside, bool(len(windows))) + _operators(tl) + _steps(tl, windows, s)
                + _devices(devices) + _events(tl))

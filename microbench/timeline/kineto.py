@@ -26,7 +26,8 @@ ResNet-50 sample, pytorch/kineto tb_plugin/samples/resnet50_num_workers_4; later
 - `cuda_profiler_range` (CUPTI range-profiler mode) -> a kernel with the hardware counters of its `args`;
 - flow events (`ph` s / f; `cat` `ac2g` since 2022, `async` named `launch` before): their id is the correlation
   id; they are counted (`meta["flow_events"]`) and link a launch and a kernel only where an event's `args`
-  has no `correlation` (the flow's start binds the runtime call at its ts and thread, its end the kernel).
+  has no `correlation` (the flow's start binds the runtime call at its ts and thread, its end the kernel at
+  its ts and stream; `meta["linked_by_flows"]`).
 Everything else (python_function, cuda_sync, counters) is left out; the device categories no rule knows are
 counted by name (`meta["unread_device_categories"]`).
 """
@@ -123,6 +124,10 @@ class _Meta(msgspec.Struct):
     cupti_version: Any = None
     roctracer_version: Any = None
     hip_runtime_version: Any = None
+    # libkineto's own log, written as top-level lists by severity (output_json.cpp finalizeTrace): its CUPTI
+    # layer logs "Dropped N activity records" and "Exceeded max GPU buffer count (...) - terminating tracing"
+    WARNING: Any = None
+    ERROR: Any = None
 
 
 class _Header(_Meta):
@@ -348,6 +353,10 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     if isinstance(head.distributedInfo, dict):
         b.distributed = head.distributedInfo
     b.meta.update({k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None})
+    log = [(level, m) for level in ("ERROR", "WARNING") if isinstance(getattr(head, level), list)
+           for m in getattr(head, level) if isinstance(m, str)]
+    if log:
+        b.meta["profiler_log"] = log
 
 
 def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw,
@@ -420,6 +429,8 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
             if ev.ph != "X":
                 if ev.ph in ("s", "f") and type(ev.cat) is str and ev.cat.lower() in FLOW_CATEGORIES:
                     b.meta["flow_events"] = b.meta.get("flow_events", 0) + 1
+                    if type(ev.id) is int and type(ev.ts) in _NUM:
+                        b.add_flow(ev.ph == "s", ev.pid, ev.tid, ev.ts, ev.id)
                 continue
             cat = ev.cat.lower() if type(ev.cat) is str else ""
             ts, dur = ev.ts, ev.dur
@@ -456,15 +467,20 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
         _add_counter_range(b, name, ts, dur, ev, raw, path, index)
     elif cat == "kernel" or cat in COPY_CATEGORIES:
         device = _int(args.device, _int(ev.pid, 0))
-        b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), _int(args.correlation),
+        corr = _int(args.correlation)
+        b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), corr,
                      _int(args.external_id, _int(args.external_id_2021)), COPY_CATEGORIES.get(cat, KERNEL))
+        if corr == NO_ID:
+            b.add_unlinked_kernel(ev.pid, ev.tid, ts)
     elif cat in RUNTIME_CATEGORIES or cat.endswith(("_runtime", "_driver")):
         if type(args.correlation) is float:
             raise _FloatId(args.correlation)
+        pid = b.process(ev.pid)
+        kernel = args.kernel if type(args.kernel) is str else None
         if type(args.correlation) is int:
-            pid = b.process(ev.pid)
-            b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation,
-                         args.kernel if type(args.kernel) is str else None)
+            b.add_launch(name, ts, dur, pid, b.thread(pid, ev.tid), args.correlation, kernel)
+        else:
+            b.add_unlinked_launch(ev.pid, ev.tid, name, ts, dur, pid, b.thread(pid, ev.tid), kernel)
     elif cat == "user_annotation" or (cat in HOST_CATEGORIES and STEP_RE.match(name)):
         pid = b.process(ev.pid)
         if STEP_RE.match(name) and not b.first_step(name, pid, ts):

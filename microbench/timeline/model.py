@@ -286,6 +286,11 @@ class TimelineBuilder:
         self.skipped: dict[str, int] = {}
         self.counters: dict[int, dict] = {}
         self._steps_seen: set = set()
+        # flow events (start or end, the (pid, tid) key of their thread or stream, ts, id) and the activities and
+        # runtime calls whose own args carry no correlation id, linked through them at build()
+        self.flows = {k: array(c) for k, c in (("start", "b"), ("key", "q"), ("ts", "d"), ("id", "q"))}
+        self.unlinked_kernels: list[tuple[int, int, float]] = []
+        self.unlinked_launches: list[tuple] = []
 
     def first_step(self, name: str, pid: int, ts: float) -> bool:
         """Whether a ProfilerStep#N range of this process and start is new (a profiler that files it under two
@@ -295,6 +300,41 @@ class TimelineBuilder:
             return False
         self._steps_seen.add(key)
         return True
+
+    def add_flow(self, start: bool, pid, tid, ts: float, flow_id: int) -> None:
+        """A flow event (Chrome trace `ph` s / f): its id is the correlation id of the launch it starts at and
+        the activity it ends at. Kept compactly; used only for events that have no correlation of their own."""
+        for k, v in (("start", start), ("key", hash((str(pid), str(tid)))), ("ts", ts), ("id", flow_id)):
+            self.flows[k].append(v)
+
+    def add_unlinked_kernel(self, pid, tid, ts: float) -> None:
+        """The kernel row added last has no correlation id in its args: link it by the flow ending at it."""
+        self.unlinked_kernels.append((len(self.cols[Kernels]["name"]) + len(self._rows[Kernels]) - 1,
+                                      hash((str(pid), str(tid))), ts))
+
+    def add_unlinked_launch(self, raw_pid, raw_tid, name: str, ts: float, dur: float, pid: int, thread: int,
+                            kernel: str | None) -> None:
+        """A runtime call without a correlation id in its args: a launch if a flow starts at it."""
+        self.unlinked_launches.append((hash((str(raw_pid), str(raw_tid))), name, ts, dur, pid, thread, kernel))
+
+    def _link_by_flows(self) -> None:
+        """Correlation ids from flow events where the events' args have none (the flow's start binds the runtime
+        call at its thread and ts, its end the activity at its stream and ts); counted in meta["linked_by_flows"]."""
+        if not (self.unlinked_kernels or self.unlinked_launches) or not len(self.flows["id"]):
+            return
+        f = self.flows
+        ends = {(k, t): i for s, k, t, i in zip(f["start"], f["key"], f["ts"], f["id"]) if not s}
+        starts = {(k, t): i for s, k, t, i in zip(f["start"], f["key"], f["ts"], f["id"]) if s}
+        corr, linked = self.cols[Kernels]["correlation"], 0
+        for row, key, ts in self.unlinked_kernels:
+            if (i := ends.get((key, ts))) is not None:
+                corr[row], linked = i, linked + 1
+        for key, name, ts, dur, pid, thread, kernel in self.unlinked_launches:
+            if (i := starts.get((key, ts))) is not None:
+                self.add_launch(name, ts, dur, pid, thread, i, kernel)
+                linked += 1
+        self.flush()
+        self.meta["linked_by_flows"] = linked
 
     def unread_category(self, cat: str) -> None:
         """Count a complete event in a category no rule of the reader knows (`meta["unread_categories"]`)."""
@@ -361,6 +401,7 @@ class TimelineBuilder:
     def build(self, decode_arg=lambda key: key) -> Timeline:
         """The finished timeline. `decode_arg` turns an interned argument key back into its value."""
         self.flush()
+        self._link_by_flows()
         c = self.cols[Kernels]
         c["cls"], c["tensor_cores"] = array("h"), array("b")
         classes: list[Classification] = []
