@@ -102,6 +102,10 @@ def _run(args) -> int:
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
+    from microbench.reports.findings_report import print_findings
+    from microbench.reports.report import wide_console
+
+    print_findings(wide_console(), doc)  # the report opens with its findings (issue 30)
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)

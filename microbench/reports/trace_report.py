@@ -48,9 +48,6 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console = console or wide_console()
     s = doc["summary"]
     console.print(f"[bold]trace[/] {escape(doc['file'])}")
-    from microbench.reports.findings_report import print_findings
-
-    print_findings(console, doc)  # the findings first (issue 30)
     for d in doc["devices"]:
         ds = d.get("datasheet") or {}
         peaks = ""
