@@ -11,6 +11,7 @@ PROVIDER_MODULES = (
     "microbench.kernels.conv_triton",
     "microbench.kernels.gemm_cupy",
     "microbench.kernels.conv_cupy",
+    "microbench.kernels.attention_vendor",
 )
 
 
@@ -19,7 +20,7 @@ def load_all() -> None:
         importlib.import_module(name)
 
 
-# Modules that define `aot_builds(target)` (see microbench/sass.py): compiled ahead of time for sm_80 and
+# Modules that define `aot_builds(target)` (see microbench/harness/sass.py): compiled ahead of time for sm_80 and
 # sm_90 and inspected by `python -m microbench.inspect` without a GPU.
 STATIC_MODULES: tuple[str, ...] = (
     "microbench.kernels.gemm_triton",

@@ -36,6 +36,7 @@ from .gemm_triton import device_family, input_precision, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
+from microbench.harness.sass import inspect_build
 
 
 @triton.jit
@@ -233,7 +234,9 @@ def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str
     _check(a, b, s, direction, allow_tf32)
     _, _, out_shape = _expected_shapes(s, direction)
     if out is None:
-        out = torch.empty(out_shape, dtype=a.dtype, device=a.device).contiguous(memory_format=torch.channels_last)
+        # Allocated channels-last: empty(...).contiguous(channels_last) allocates NCHW and copies it inside
+        # every timed call.
+        out = torch.empty(out_shape, dtype=a.dtype, device=a.device, memory_format=torch.channels_last)
     elif tuple(out.shape) != out_shape or out.dtype != a.dtype or out.device != a.device:
         raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {out_shape} {a.dtype}")
     if out.numel() == 0:
@@ -478,8 +481,6 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(direction: str, dtype: str, target: str):
-    from microbench.harness.sass import inspect_build
-
     cfg = cfgs.conv_default(cfgs.arch_family(target), dtype)
     return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),
                                    default=True))

@@ -24,6 +24,7 @@ from . import triton_configs as cfgs
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
+from microbench.harness.sass import inspect_build
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 # Both e4m3 flavours: OCP (NVIDIA, gfx950) and fnuz (gfx942's matrix cores; microbench.core.dtypes.storage_dtype)
@@ -459,8 +460,6 @@ def aot_builds(target: str):
 
 @functools.lru_cache(maxsize=None)
 def _static_record(dtype: str, target: str):
-    from microbench.harness.sass import inspect_build
-
     cfg = cfgs.gemm_default(cfgs.arch_family(target), dtype)
     return inspect_build(aot_build("triton_gemm", dtype, cfg, target, _build("triton_gemm", dtype, cfg, target),
                                    default=True, note=_fp8_note(dtype, target), variant=_flavour(dtype, target)))

@@ -49,5 +49,9 @@ def gemm_cupy_blas(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False
         raise Unsupported("cupy.matmul's TF32 switch is the CUPY_TF32 environment variable, fixed at import")
     if a.dtype not in (torch.float32, torch.float16):
         raise Unsupported(f"cupy.matmul has no {a.dtype}")
-    c = cupy.matmul(cupy.from_dlpack(a), cupy.from_dlpack(b))
-    return torch.from_dlpack(c)
+    # On torch's current stream, as our kernels (cuda_kernels.launch): CuPy's own default stream is another
+    # stream, so torch's timing events would not bracket the GEMM and later torch work would not wait for it.
+    stream = torch.cuda.current_stream(a.device)
+    with cupy.cuda.Device(a.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, a.device.index):
+        c = cupy.matmul(cupy.from_dlpack(a), cupy.from_dlpack(b))
+        return torch.from_dlpack(c)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import os
 import threading
 import types
 from typing import Callable
@@ -29,8 +31,12 @@ import torch
 import triton
 import triton.language as tl
 
+from .triton_configs import TileConfig, wants_wgmma
+from microbench.core import targets
 from microbench.harness import launches
+from microbench.harness.amdgcn import inspect_amd_build, matrix_instructions
 from microbench.harness.registry import Evidence
+from microbench.harness.sass import AotBuild, inspect_build
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
 # million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
@@ -59,8 +65,6 @@ def squeeze_scalar_index() -> bool:
     `tl.program_id(0)`, failed. Triton 3.9 converts `int(array.squeeze())`. Where the installed
     interpreter has the old form, its tensor patch is wrapped to set the squeezing one; the kernels and
     their compiled code stay as they are. Returns True when it patched (False: nothing to do)."""
-    import inspect
-
     from triton.runtime import interpreter
 
     original = getattr(interpreter, "_patch_lang_tensor", None)
@@ -248,9 +252,6 @@ def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, defau
               variant: str = ""):
     """A compiled kernel as the static-inspection record it becomes (`microbench.harness.sass.AotBuild`): its
     cubin (NVIDIA) or AMDGCN assembly (AMD). `variant` joins the configuration label (e.g. an fp8 flavour)."""
-    from microbench.harness.sass import AotBuild
-
-    from .triton_configs import wants_wgmma
 
     amd = target.startswith("gfx")
     return AotBuild(kernel=kernel_name, config=" ".join(w for w in (dtype, variant, cfg.label()) if w), target=target,
@@ -263,25 +264,18 @@ def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, defau
 # Evidence
 
 def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: str, how: str) -> Evidence:
-    from microbench.harness.sass import AotBuild, inspect_build
-
     rec = inspect_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=target, cubin=cubin, dtype=dtype))
     return Evidence("yes" if rec.tensor_core_instructions else "no", f"{how}: {rec.evidence()}")
 
 
 def mfma_count(amdgcn: str) -> int:
     """AMD matrix-core instructions in an amdgcn listing."""
-    from microbench.harness.amdgcn import matrix_instructions
-
     return sum(matrix_instructions(amdgcn).values())
 
 
 def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str, dtype: str) -> Evidence:
     """The kernel that ran on an AMD GPU: its matrix instructions, and a fallback (an fp8 flavour the chip
     upcasts, fp32 without xf32) said as such; the verdict stays "yes" (matrix cores did run it)."""
-    from microbench.harness.amdgcn import inspect_amd_build
-    from microbench.harness.sass import AotBuild
-
     rec = inspect_amd_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=arch, cubin=b"", amdgcn=asm,
                                      dtype=dtype))
     return Evidence("no" if rec.matrix_cores == "no" else "yes", f"amdgcn of the kernel that ran: {rec.evidence()}",
@@ -318,8 +312,6 @@ def static_evidence(records: list, dtype: str) -> Evidence:
 def amd_fallback_note(dtype: str) -> str:
     """The AMD chips on which our kernels would run `dtype` on a fallback path, from the targets' data (the rule
     tests/test_inspect_amd.py checks against real assembly), without compiling for them here."""
-    from microbench.core import targets
-
     said = [f"{t}: {why}" for t in targets.AMD_TARGETS if (why := targets.predicted_fallback(t, dtype))]
     return f"; on AMD, a fallback path: {'; '.join(said)}" if said else ""
 
@@ -368,8 +360,6 @@ AUTOTUNE_ENV = "DAWNSCOPE_AUTOTUNE"
 def autotune_enabled() -> bool:
     """DAWNSCOPE_AUTOTUNE=0 turns the autotuner off: the wrappers use their family's default configuration
     (a few compiles instead of hundreds: scripts/device-check runs with it)."""
-    import os
-
     return os.environ.get(AUTOTUNE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -424,7 +414,6 @@ def record_plan(kernel, name: str, args: tuple, meta: dict, configs: list, prune
 
 
 def TileConfig_of(config):  # noqa: N802 - a late import keeps triton_configs free of triton_runtime
-    from .triton_configs import TileConfig
 
     return TileConfig.of(config)
 

@@ -3,6 +3,7 @@
 The public API (everything else is internal and may move; docs/ARCHITECTURE.md shows the layers):
 
     from microbench import provider, Unsupported, shapes, Case, ResultRow, measure, decompose_step, analyze_trace
+    from microbench import TraceAnalysis, Job     # notebooks: analyses with DataFrames (docs/api.md)
 
 Names are resolved on first use, so `import microbench` stays cheap (no torch, no Triton) for the commands that
 do not need them (trace, compare).
@@ -35,7 +36,8 @@ if not (Path(__file__).parent / "kernels").is_dir() and (_CHECKOUT / "pyproject.
         (_CHECKOUT / d / "__init__.py").is_file() for d in _MAPPED):
     sys.meta_path.append(_CheckoutFinder())
 
-__all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace"]
+__all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace",
+           "TraceAnalysis", "Job"]
 
 _WHERE = {
     "provider": ("microbench.harness.registry", "provider"),
@@ -46,6 +48,8 @@ _WHERE = {
     "measure": ("microbench.api", "measure"),
     "decompose_step": ("microbench.api", "decompose_step"),
     "analyze_trace": ("microbench.api", "analyze_trace"),
+    "TraceAnalysis": ("microbench.timeline.analysis", "TraceAnalysis"),
+    "Job": ("microbench.communication.job", "Job"),
 }
 
 

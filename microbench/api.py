@@ -5,16 +5,25 @@ only know through the registry, then calls one library per job.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+import datetime as _dt
 from pathlib import Path
 
+from microbench import kernels
 from microbench.core.config import load_config
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import OutputDir
 from microbench.core.results import ResultRow
+from microbench.core.results import ResultsWriter, results_header
 from microbench.core.shapes import Case
+from microbench.harness import registry
+from microbench.step.analysis import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
+from microbench.prediction.findings import analyze, findings_of, with_findings  # the trace document with its findings first
+from microbench.reports.trace_html import decompose_page
+from microbench.timeline.analysis import TraceAnalysis
 
 
 def _load_providers() -> None:
-    from microbench import kernels
-
     kernels.load_all()
 
 
@@ -23,7 +32,6 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     """One case through the named providers (default: every registered provider of its op family): checked
     against float64, timed, counted and judged; one row per provider."""
     from microbench.core import device as devmod
-    from microbench.harness import registry
     from microbench.harness.ceilings import build_ceilings, machine_ceilings
     from microbench.harness.runner import CaseRunner
 
@@ -44,10 +52,6 @@ def decompose_step(model, options=None, **kw) -> dict:
     which also override those of `options`. An unknown keyword is a TypeError, as for any function. With `out`
     (a folder, or an entered microbench.core.outdir.OutputDir) the files are written there too, replacing an
     earlier run's only when this one completes: the library returns data, this writes it."""
-    from dataclasses import replace
-
-    from microbench.core.outdir import OutputDir
-    from microbench.step.analysis import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
 
     _load_providers()
     if kw.get("providers") is not None:
@@ -69,9 +73,6 @@ def _with_findings(d) -> dict:
     """The decomposition with the findings of its own profiler trace first (prediction/findings.py), and the
     trace's analysis for the report page (`trace`)."""
     from microbench.models.ranges import STEP_RANGE
-    from microbench.prediction.findings import findings_of, with_findings
-    from microbench.timeline.analysis import TraceAnalysis
-
     ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
     tdoc = ta.document()
     doc = with_findings(d.doc, findings_of(ta, d.cfg))
@@ -83,10 +84,6 @@ def _with_findings(d) -> dict:
 def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:
     """decomposition.json, results.json / .csv (the layer and replay rows) and the roofline plot, into an entered
     OutputDir's staging folder (which already holds the profiler's trace.json.gz), then committed."""
-    import datetime as _dt
-
-    from microbench.core.jsonio import dumps
-    from microbench.core.results import ResultsWriter, results_header
     from microbench.reports.report import plot_roofline
 
     header = results_header(doc["hardware"], doc["software"], config_file,
@@ -101,8 +98,6 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     if plot:
         plot_roofline(writer.doc, out.file("roofline"))
         files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
-    from microbench.reports.trace_html import decompose_page
-
     out.file("report.html").write_text(decompose_page(doc), encoding="utf-8")
     files["report_html"] = str(out.final("report.html"))
     doc["files"] = files
@@ -115,6 +110,4 @@ def analyze_trace(path: str | Path, config=None, steps: str | None = None, measu
     """What a profiler trace says about the GPU (see microbench.timeline): a Kineto JSON, an Nsight Systems
     SQLite export or an Nsight Compute CSV. `steps`: the name of the step ranges; `measured`: measured compute
     ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
-    from microbench.prediction.findings import analyze  # the trace document with its findings first
-
     return analyze(path, load_config(config), step_range=steps, measured=measured)

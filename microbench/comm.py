@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .communication.report import add_job_arguments, run_collectives, run_ddp, run_ranks, run_scale
 from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command
 
@@ -46,8 +47,6 @@ def _add_world(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .communication.report import add_job_arguments
-
     ap = Parser(prog="python -m microbench.comm", description=__doc__.split("\n\n")[0],
                                  epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
                                         "2 bad input or a failed rank (one line).")
@@ -58,8 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sizes", default=None, help="e.g. 8,4K,16M; deepbench; buckets:resnet9 (comma-separated)")
     c.add_argument("--iters", type=POSITIVE_INT, default=5, help="calls per timed sample")
     c.add_argument("--reps", type=POSITIVE_INT, default=5, help="timed samples per size")
-    c.add_argument("--out", type=Path, default=Path("results-comm"))
-    c.add_argument("--no-plot", action="store_true")
+    c.add_argument("--out", type=Path, default=Path("results") / "comm-collectives", metavar="DIR",
+                   help="output directory (results.json, results.csv, busbw.png); default: %(default)s")
+    c.add_argument("--plot", dest="no_plot", action="store_false", default=False, help="draw busbw.png (the default)")
+    c.add_argument("--no-plot", action="store_true", help="skip busbw.png")
+    c.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
+                   "default: the project's")
+    c.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write results.json's document here")
     d = sub.add_parser("ddp", help="a DDP training step split into compute and communication")
     _add_world(d)
     d.add_argument("--model", default="resnet9")
@@ -67,10 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=POSITIVE_INT, default=3, help="profiled steps (after one warm-up step)")
     d.add_argument("--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
+    d.add_argument("--config", type=Path, default=None, help="bench.toml (its conditions settings); default: the "
+                   "project's")
     r = sub.add_parser("ranks", help="a whole job: the traces of its ranks (files, a folder or a glob pattern)")
     r.add_argument("traces", nargs="+", help="rank traces: files, folders of them, or glob patterns ('run/*.json.gz')")
     r.add_argument("--json", type=Path, default=None, metavar="OUT")
-    r.add_argument("--steps", default=None, metavar="NAME", help="the name of the step ranges; default: ProfilerStep#N")
+    r.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
+                   help="the name of the step ranges; default: ProfilerStep#N (was --steps)")
     add_job_arguments(r)
     s = sub.add_parser("scale", help="predict step time, comm_share and speed-up per worker count")
     s.add_argument("--model", default=None, help="one of our models: its gradient bytes (and CPU step time)")
@@ -91,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .communication.report import run_collectives, run_ddp, run_ranks, run_scale
 
     run = {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
     return run_command(lambda: run(args))

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
+from microbench.reports import inspect_compare as I, trace_compare as T
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
@@ -42,13 +45,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import check_file, write_file
-
     for opt, path in (("--html", args.html), ("--json", args.json)):
         if path:
             check_file(path, opt)
-    from microbench.reports import trace_compare as T
 
     paths = [resolve_results(p) for p in args.results]  # a results directory: its results.json
     if _inspect_files(args, paths):
@@ -66,10 +65,6 @@ def _run(args) -> int:
 
 def _inspect_files(args, paths) -> bool:
     """Inspect files (microbench.inspect --json): one kernel on several targets. False when the inputs are not."""
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-    from microbench.reports import inspect_compare as I
-
     records = I.load_inspect_files(paths)
     if records is None:
         return False

@@ -8,12 +8,22 @@ import re
 import sys
 from pathlib import Path
 
+from microbench import kernels
 from microbench.core.cli import Parser, non_negative_int, positive_int
+from microbench.core.cli import Heartbeat
 from microbench.core.config import DEFAULT_CONFIG
 from microbench.core.errors import run_command
+from microbench.core.outdir import OutputDir
 from microbench.reports.decomposition import print_decomposition
 from microbench.api import decompose_step  # the public function: options as an object or as keyword arguments
 from microbench.step.analysis import DecomposeOptions
+from microbench.step.analysis import DECOMPOSE_FILES
+from microbench.core.outdir import check_file
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import write_file
+from microbench.reports.findings_report import print_findings
+from microbench.reports.trace_html import decompose_page
+from microbench.reports.report import wide_console
 
 
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
@@ -31,8 +41,11 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
                     help="fp32 (IEEE, no TF32), or bf16 / fp16 autocast (fp16 with a gradient scaler); default: %(default)s")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", type=Path, default=None, help="output directory; default: results/decompose-MODEL")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="output directory; default: results/decompose-MODEL")
     ap.add_argument("--config", type=Path, default=None, help=f"configuration file; default: {DEFAULT_CONFIG}")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the decomposition document (what decomposition.json holds) here")
     ap.add_argument("--providers", default=None,
                     help="comma-separated providers to replay the step's GEMMs/convolutions through; default: all registered")
     ap.add_argument("--profile", default=None, help="take the replay providers from this bench.toml profile instead")
@@ -43,6 +56,8 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--timed-steps", type=non_negative_int, default=None,
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
     ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
+    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
+                    help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
     ap.add_argument("--html", type=Path, default=None, metavar="OUT",
                     help="also write the report page here (the same page as report.html in --out: findings, step "
@@ -58,12 +73,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m microbench.decomp
 
 
 def _main(args, out: Path) -> int:
-    from microbench.core.outdir import OutputDir
-    from microbench.step.analysis import DECOMPOSE_FILES
 
+    if args.json:
+        check_file(args.json, "--json")
     if args.html:
-        from microbench.core.outdir import check_file
-
         check_file(args.html, "--html")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
@@ -73,13 +86,11 @@ def _main(args, out: Path) -> int:
 def _run(args, out_dir) -> int:
     from rich.console import Console
 
-    from microbench import kernels
 
     kernels.load_all()  # the replay's providers
 
     console = Console(stderr=True)
     providers = tuple(p.strip() for p in args.providers.split(",") if p.strip()) if args.providers else None
-    from microbench.core.cli import Heartbeat
 
     with console.status("decomposing") as status, Heartbeat(f"decompose {args.model}") as beat:
         def progress(msg):
@@ -92,18 +103,14 @@ def _run(args, out_dir) -> int:
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
                                 on_progress=progress)
         doc = decompose_step(args.model, opts)
-    from microbench.reports.findings_report import print_findings
-    from microbench.reports.report import wide_console
-
     print_findings(wide_console(), doc)  # the findings first (issue 30)
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
     if args.html:
-        from microbench.core.outdir import write_file
-        from microbench.reports.trace_html import decompose_page
-
         console.print(f"wrote {write_file(args.html, decompose_page(doc), '--html')}")
     return 0
 

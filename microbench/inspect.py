@@ -20,10 +20,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from microbench import kernels
 from microbench.core.cli import Parser
+from microbench.core.cli import Heartbeat
+from microbench.core.config import load_config
 from microbench.core.errors import InputError, run_command
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
 from microbench.core.targets import NVIDIA_TARGETS, TARGETS
 from microbench.harness.sass import StaticRecord, inspect_build
+from microbench.kernels.triton_configs import arch_family
 
 
 @dataclass
@@ -58,16 +64,11 @@ def inspect_module(name: str, target: str, kernel_filter: str | None, into: Insp
 
 def _write_json(path: Path, result: Inspection) -> None:
     """Atomic rewrite: a reader (or a run killed mid-write) never sees half a file."""
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-
     write_file(path, dumps(result.as_json()), "--json")
 
 
 def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None,
         progress=None) -> Inspection:
-    from microbench import kernels
-
     result = Inspection()
     for name in modules or kernels.STATIC_MODULES:
         for target in targets:
@@ -123,27 +124,32 @@ def _short_kind(name: str) -> str:
     return name.removeprefix("v_mfma_f32_").removeprefix("v_mfma_")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> Parser:
     ap = Parser(prog="python -m microbench.inspect", description=__doc__)
-    ap.add_argument("--json", type=Path, help="write one record per (kernel, config, target) to this file")
+    ap.add_argument("--json", type=Path, metavar="OUT",
+                    help="write one record per (kernel, config, target) to this file")
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
     ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
                                       "shapes (their argument specializations), as a GPU run compiles them")
-    args = ap.parse_args(argv)
+    ap.add_argument("--config", type=Path, default=None,
+                    help="bench.toml whose --profile is read; default: the project's")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
     return run_command(lambda: profile_main(args) if args.profile else _run(args),
                        on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None)
 
 
 def _run(args) -> int:
-    from microbench.core.outdir import check_file
     from microbench.reports.report import wide_console
 
     if args.json:
         check_file(args.json, "--json")  # before minutes of compiling
 
-    from microbench.core.cli import Heartbeat
 
     def progress(name, target, result):
         beat.update(f"inspected {name} for {target}")
@@ -171,10 +177,8 @@ def profile_main(args) -> int:
     """Spills at real shapes: 4096^3 (the representative builds) can hide what an odd shape's specialization
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
-    from microbench.kernels.triton_configs import arch_family
-    from microbench.core.config import load_config
 
-    cases = load_config().profile(args.profile).cases
+    cases = load_config(args.config).profile(args.profile).cases
     rows, failed = [], 0
     for target in args.target or NVIDIA_TARGETS:  # AMD at real shapes: ask with --target gfx942
         plans = [p for p in default_plans(cases, arch_family(target)) if not args.kernel or args.kernel in p[0]]
@@ -201,9 +205,6 @@ def _spec_word(spec: list) -> str:
 
 
 def _write_json_rows(path: Path, rows: list[dict]) -> None:
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import write_file
-
     write_file(path, dumps(rows), "--json")
 
 

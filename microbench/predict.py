@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 
 from microbench.core.cli import Parser, positive_int
+from microbench.core.config import load_config
+from microbench.core.datasheet import ceilings_file
 from microbench.core.errors import InputError, run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
+from microbench.prediction.chips import find_entry
+from microbench.prediction.from_ops import from_model
+from microbench.prediction.from_trace import fabrics, from_trace
+from microbench.prediction.model import Scenario
+from microbench.reports.prediction_report import prediction_html, print_prediction
 
 WHAT_IF_DTYPES = ("bf16", "fp16")
 
@@ -54,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _scenario(args):
-    from microbench.prediction.model import Scenario
-
     if args.dtype is not None and args.dtype not in WHAT_IF_DTYPES:
         raise InputError(None, f"a trace's what-if dtype is one of {', '.join(WHAT_IF_DTYPES)}", key="--dtype",
                          value=args.dtype)
@@ -67,20 +74,15 @@ def _scenario(args):
 
 
 def _predict(args, cfg) -> dict:
-    from microbench.core.datasheet import ceilings_file
-    from microbench.prediction.chips import find_entry
-
     measured = (ceilings_file(args.ceilings, find_entry(args.on, cfg.devices).name, cfg.devices) if args.ceilings
                 else ({}, None))
     if args.model is not None:
         if args.trace is not None:
             raise InputError(None, "give a trace or --model, not both", key="--model", value=args.model)
-        from microbench.prediction.from_ops import from_model
 
         return from_model(args.model, args.on, cfg, batch=args.batch, dtype=args.dtype or "fp32", measured=measured)
     if args.trace is None:
         raise InputError(None, "give a trace file or --model NAME", key="TRACE")
-    from microbench.prediction.from_trace import fabrics, from_trace
 
     src_measured = (ceilings_file(args.source_ceilings, find_entry(args.source, cfg.devices, "--source").name,
                                   cfg.devices) if args.source else
@@ -90,11 +92,6 @@ def _predict(args, cfg) -> dict:
 
 
 def _run(args) -> int:
-    from microbench.core.config import load_config
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import check_file, write_file
-    from microbench.reports.prediction_report import prediction_html, print_prediction
-
     for path, opt in ((args.json, "--json"), (args.html, "--html")):
         if path:
             check_file(path, opt)

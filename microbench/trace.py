@@ -6,15 +6,27 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.communication.engine import GLOB_CHARS
 from microbench.communication.report import add_job_arguments
+from microbench.communication.report import run_ranks
 from microbench.core.cli import positive_int
-from microbench.core.datasheet import ceilings_machine, check_ceilings_machine, measured_ceilings
+from microbench.core.config import load_config
+from microbench.core.datasheet import ceilings_machine, check_ceilings_machine
+from microbench.core.files import exists, is_folder
+from microbench.core.datasheet import ceilings_from_args
 from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import check_file, write_file
 from microbench.reports.trace_report import print_trace_report
 from microbench.prediction.findings import analyze
+from microbench.communication.job import analyze_job
+from microbench.communication.report import _findings
+from microbench.reports.findings_report import print_findings
+from microbench.reports.report import wide_console
+from microbench.reports.trace_html import trace_page
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
-    ap.add_argument("--steps", default=None, metavar="NAME",
-                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
+    ap.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
+                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N "
+                         "(was --steps)")
     ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
                          + ", ".join(PRECISIONS) + ")")
@@ -62,9 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def is_job(files: list[str]) -> bool:
     """Several traces, a folder or a glob pattern: a job of ranks, not one trace."""
-    from microbench.communication.engine import GLOB_CHARS
-    from microbench.core.files import exists, is_folder
-
     one = Path(files[0])
     return len(files) > 1 or is_folder(one) or (any(c in files[0] for c in GLOB_CHARS) and not exists(one))
 
@@ -76,42 +86,30 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     if is_job(args.file):
-        from microbench.communication.report import run_ranks
-
         args.traces = args.file
         if args.html:
-            from microbench.core.outdir import check_file
-
             check_file(args.html, "--html")
         rc = run_ranks(args)
         if args.html:
             _job_page(args)
         return rc
     args.file = Path(args.file[0])
-    from microbench.core.config import load_config
-    from microbench.core.jsonio import dumps
-    from microbench.core.outdir import check_file, write_file
 
     for opt, path in (("--json", args.json), ("--html", args.html)):
         if path:
             check_file(path, opt)
-    measured = measured_ceilings(args.ceiling, args.ceilings)
+    measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,
                   source=args.source)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
-    from microbench.reports.findings_report import print_findings
-    from microbench.reports.report import wide_console
-
     print_findings(wide_console(), doc)  # the report opens with its findings (issue 30)
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
     if args.html:
-        from microbench.reports.trace_html import trace_page
-
         print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
     return 0
 
@@ -119,12 +117,6 @@ def _run(args) -> int:
 def _job_page(args) -> None:
     """A job's --html: the trace page of its straggler rank (else its first), with the job's cross-rank lines
     (straggler, outliers, slowest step) above it."""
-    from microbench.communication.job import analyze as analyze_job
-    from microbench.communication.report import _findings
-    from microbench.core.config import load_config
-    from microbench.core.outdir import write_file
-    from microbench.reports.trace_html import trace_page
-
     job = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                       step_range=args.steps)
     ranks = job.get("ranks") or []

@@ -18,6 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from .accuracy.leaderboard import build
+from .accuracy.thresholds import check_range, study
+from .core.jsonio import dumps
+from .core.outdir import OutputDir, check_file, write_file
 from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command, shown
 
@@ -42,10 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
                     "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
-    th.add_argument("--plot", type=Path, default=None, metavar="PNG", help="draw time-to-accuracy against threshold")
+    th.add_argument("--png", dest="plot", type=Path, default=None, metavar="OUT",
+                    help="draw time-to-accuracy against threshold into this PNG (was --plot)")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
-    r.add_argument("--target", type=float, default=None, help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument("--target-accuracy", dest="target", type=float, default=None,
+                   help="test top-1 accuracy to reach, in (0, 1]; default: the model's (was --target)")
     r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
     r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
@@ -60,17 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
     r.add_argument("--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's")
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
-    r.add_argument("--profile", action="store_true", help="decompose one epoch: where its seconds went")
-    r.add_argument("--out", type=Path, default=None, help="output folder; default: results/tta-MODEL")
+    r.add_argument("--epoch-breakdown", dest="profile", action="store_true",
+                   help="decompose one epoch with the profiler: where its seconds went (was --profile)")
+    r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
+    r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
+    r.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
+                   "default: the project's")
     return ap
 
 
 def _leaderboard(args) -> int:
-    from .accuracy.leaderboard import build
     from .accuracy.report import print_leaderboard
 
-    from .core.jsonio import dumps
-    from .core.outdir import check_file, write_file
 
     if args.json:
         check_file(args.json, "--json")
@@ -83,12 +90,9 @@ def _leaderboard(args) -> int:
 
 def _thresholds(args) -> int:
     from .accuracy.report import plot_thresholds, print_thresholds
-    from .accuracy.thresholds import check_range, study
-    from .core.jsonio import dumps
-    from .core.outdir import check_file, write_file
 
     user_range = check_range(args.lo, args.hi, args.step)
-    for path, key in ((args.json, "--json"), (args.plot, "--plot")):
+    for path, key in ((args.json, "--json"), (args.plot, "--png")):
         if path:
             check_file(path, key)
     result = study(args.dirs, args.task, user_range)
@@ -106,9 +110,9 @@ def _run(args) -> int:
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
     from .accuracy.run import check_options, check_recipes
-    from .core.jsonio import dumps
-    from .core.outdir import OutputDir
 
+    if args.json:
+        check_file(args.json, "--json")
     out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
                                   on_interrupt="commit")  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
@@ -123,6 +127,8 @@ def _run(args) -> int:
         print_run(doc)
         written = out.commit()
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if args.json:
+        console.print(f"wrote {write_file(args.json, dumps(doc, default=str), '--json')}")
     return 0
 
 
@@ -153,7 +159,7 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
 
         return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
                        out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch,
+                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch, config=args.config,
                        on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
 
 

@@ -40,16 +40,37 @@ def _hypothesis_outside_the_checkout() -> None:
 _hypothesis_outside_the_checkout()
 
 
+DATA = REPO / "tests" / "data"  # real traces and exports in the repository (tests/data/SOURCES.md), with their licences
+
+
 def _find_shared() -> Path:
-    """../shared beside the repository (CI, the main checkout); a git worktree may sit deeper."""
+    """../shared beside the repository: an optional larger corpus (what no licence lets us copy here, such as the
+    DAWNBench submissions); a git worktree may sit deeper."""
     for parent in REPO.parents:
         if (parent / "shared" / "traces").is_dir():
             return parent / "shared"
     return REPO.parent / "shared"
 
 
-SHARED = _find_shared()
-TRACES = SHARED / "traces" if (SHARED / "traces" / "SOURCES.md").is_file() else None
+class _Corpus(type(Path())):
+    """The test inputs: `SHARED / "traces"` is tests/data/traces, and a folder not copied into tests/data (dawnbench,
+    gpu-image) is ../shared's, when there is one."""
+
+    def __truediv__(self, part):
+        here = DATA / part
+        return here if here.exists() else _find_shared() / part
+
+
+SHARED = _Corpus(DATA)
+TRACES = SHARED / "traces"
+needs_traces = pytest.mark.skipif(not (TRACES / "SOURCES.md").is_file(),
+                                  reason="tests/data/traces (real GPU traces) is not in this checkout")
+
+
+def needs_shared(folder: str):
+    """A test of inputs only the optional ../shared corpus holds: skipped, with the reason, without it."""
+    return pytest.mark.skipif(not (SHARED / folder).is_dir(),
+                              reason=f"{folder}: not in tests/data (no licence to copy it) and no ../shared/{folder} here")
 
 
 def pytest_configure(config):
@@ -89,8 +110,7 @@ def cfg():
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is not here (the project runs without it; these tests read real inputs from it)")
+    """The test inputs (tests/data, then ../shared for what is not copied): see SHARED."""
     return SHARED
 
 

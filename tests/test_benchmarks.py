@@ -3,6 +3,7 @@
     pytest --benchmark-only                                   # time the `quick` profile on the default device
     DAWNSCOPE_PROFILE=default pytest --benchmark-only --benchmark-json=out.json
     pytest --benchmark-only --benchmark-compare               # against the last saved run (--benchmark-autosave)
+    DAWNSCOPE_TRACE=run.json.gz DAWNSCOPE_TRACE_TOP=5 pytest --benchmark-only   # a trace's cases (docs/replay.md)
 
 Each benchmark checks its provider's result against the float64 reference first, synchronizes the device inside
 the timed call, rotates among input sets, and puts flops, bytes, tflops and the percentage of the ceiling into
@@ -23,14 +24,17 @@ from microbench.harness.ceilings import Ceilings, build_ceilings, machine_ceilin
 from microbench.core.config import Config, load_config
 from microbench.core.device import DEVICE_REQUESTS, Device, detect
 from microbench.core.errors import InputError
-from microbench.core.fingerprint import benchmark_selection
+from microbench.core.fingerprint import TRACE_TOP_ENV, benchmark_selection, trace_selection
 from microbench.harness.registry import Unsupported
 from microbench.core.results import KernelCaseRow
 from microbench.harness.runner import judge, too_slow
 from microbench.core.stats import summarize
-from microbench.core.ops.work import case_work
+from microbench.core.ops import case_work
+from microbench.core import vendor
+from microbench.harness.timing import time_calls
 
 PROFILE, CONFIG, DEVICE = benchmark_selection()  # the environment variables above, read where conftest reads them
+TRACE, TRACE_TOP = trace_selection()
 
 
 def _load() -> Config:
@@ -45,11 +49,7 @@ def pytest_generate_tests(metafunc):
         return
     if DEVICE not in DEVICE_REQUESTS:  # a usage error before any test, as a bad DAWNSCOPE_PROFILE is
         raise pytest.UsageError(f"error: DAWNSCOPE_DEVICE = {DEVICE!r}: expected one of {', '.join(DEVICE_REQUESTS)}")
-    cfg = _load()
-    try:
-        profile = cfg.profile(PROFILE)
-    except InputError as e:
-        raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
+    profile = _profile(_load())
     params, ids = [], []
     for case in profile.cases:
         names = {p.name for p in registry.for_op(case.family)}
@@ -58,6 +58,37 @@ def pytest_generate_tests(metafunc):
                 params.append((case, name))
                 ids.append(f"{case.op}-{case.shape.label().replace(' ', '_')}-{case.dtype}-{name}")
     metafunc.parametrize("bench_case", params, ids=ids)
+
+
+def _profile(cfg: Config):
+    """DAWNSCOPE_PROFILE's profile, or DAWNSCOPE_TRACE's cases (the same as roofline --from-trace; once a session)."""
+    global _TRACE_PROFILE
+    if TRACE is None:
+        try:
+            return cfg.profile(PROFILE)
+        except InputError as e:
+            raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
+    if _TRACE_PROFILE is None:
+        from microbench.core.cli import positive_int
+        from microbench.harness.trace_cases import profile_of, trace_cases
+
+        try:
+            top = positive_int(TRACE_TOP) if TRACE_TOP else None
+        except Exception as e:  # noqa: BLE001 - argparse's ArgumentTypeError: one line
+            raise pytest.UsageError(f"error: {TRACE_TOP_ENV}: {e}") from None
+        try:
+            tc = trace_cases(TRACE, cfg, top)
+        except InputError as e:
+            raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_TRACE)") from None
+        _TRACE_PROFILE = profile_of(tc)
+        for g in tc.groups:  # where each case came from, for the benchmark's extra_info (a row's trace_source)
+            for c in g.cases:
+                _TRACE_SOURCE.setdefault(c, tc.source(g))
+    return _TRACE_PROFILE
+
+
+_TRACE_PROFILE = None
+_TRACE_SOURCE: dict = {}
 
 
 @dataclass
@@ -78,7 +109,7 @@ def bench_env(request) -> BenchEnv:
     # The cached ceilings of this machine, the same `python -m microbench.roofline` uses (with the profile's
     # GEMM shapes in their search); the conditions were looked at when the session started (conftest.py).
     conditions = getattr(request.config, "dawnscope_conditions", None)
-    ceilings = machine_ceilings(device, cfg, shapes=cfg.profile(PROFILE).cases,
+    ceilings = machine_ceilings(device, cfg, shapes=_profile(cfg).cases,
                                 busy_now=conditions.busy_now() if conditions else None)
     return BenchEnv(cfg, device, ceilings, True)
 
@@ -97,6 +128,12 @@ def test_benchmark(benchmark, bench_case, bench_env):
                                                        bench_env.cfg.timing.max_case_seconds)):
         pytest.skip(slow)
 
+    with vendor.settings_for("kernels"):  # the vendor libraries as every kernel-comparing command sets them
+        _bench(benchmark, case, name, p, work, bench_env)
+
+
+def _bench(benchmark, case, name, p, work, bench_env):
+    dev = bench_env.device
     inputs = [make_inputs(case, dev.torch_device, seed=i) for i in range(bench_env.cfg.timing.input_sets)]
     calls = [bind(p, case, *x) for x in inputs]
     try:
@@ -116,14 +153,30 @@ def test_benchmark(benchmark, bench_case, bench_env):
     benchmark.extra_info.update(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name,
                                 device=dev.name, flops=work.flops, bytes=work.bytes_moved, rel_err=err,
                                 tf32_allowed=case.dtype == "tf32", profile=PROFILE)
+    if case in _TRACE_SOURCE:
+        benchmark.extra_info["trace_source"] = _TRACE_SOURCE[case]
     benchmark(timed_call)
 
     if benchmark.stats is not None:  # timed (not --benchmark-disable)
-        samples_ms = [s * 1e3 for s in benchmark.stats.stats.data]
         row = KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name, device=dev.name)
-        judge(row, work, summarize(samples_ms, bench_env.cfg.noise), bench_env.ceilings)
+        timer, timing = _judged_timing(benchmark, calls, bench_env)
+        judge(row, work, timing, bench_env.ceilings)
+        benchmark.extra_info["timer"] = timer
         benchmark.extra_info.update(tflops=row.tflops, gbps=row.gbps, intensity=row.intensity,
                                     ceiling=row.ceiling, ceiling_tflops=row.ceiling_tflops,
                                     pct_of_ceiling=row.pct_of_ceiling, pct_of_measured=row.pct_of_measured,
                                     pct_of_datasheet=row.pct_of_datasheet, bound=row.bound, flags=row.flags,
                                     time_ms=row.time_ms)
+
+
+def _judged_timing(benchmark, calls, bench_env):
+    """The times the row is judged on, timed as the ceilings were. pytest-benchmark's own figures are wall clock
+    around a synchronized call (launch, Python and the synchronization included); a GPU's ceilings are timed with
+    events (harness.timing), so there the row is timed again with the same events and judged on those. A CPU's
+    ceilings are timed with perf_counter, as pytest-benchmark times: its samples are judged."""
+    dev, cfg = bench_env.device, bench_env.cfg
+    if dev.is_gpu:
+        return ("events (harness.timing.time_calls, as the ceilings); pytest-benchmark's stats are wall clock",
+                time_calls(calls, dev, cfg.timing, cfg.noise))
+    samples_ms = [t * 1e3 for t in benchmark.stats.stats.data]
+    return "wall clock (perf_counter, as the CPU ceilings)", summarize(samples_ms, cfg.noise)

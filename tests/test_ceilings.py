@@ -27,7 +27,7 @@ def test_datasheet_match(cfg, name, key):
 @pytest.mark.parametrize("name, word", [
     ("NVIDIA A100-SXM4-40GB", "unknown device"),   # other memory: other bandwidth; not guessed
     ("NVIDIA GeForce RTX 4090", "unknown device"),
-    ("NVIDIA H100 NVL", "unknown device"),
+    ("NVIDIA H20", "unknown device"),   # no public datasheet: no entry
 ])
 def test_datasheet_unknown_falls_back(cfg, name, word):
     entry, note = match_datasheet(name, cfg.devices)

@@ -246,7 +246,7 @@ def _allreduce_kernel(events, elements):
 
 
 def test_rank_pair(shared_dir):
-    from microbench.communication.job import analyze
+    from microbench.communication.job import analyze_job as analyze
 
     paths = [shared_dir / "traces" / f"a100_torchrec_rank{r}.json.gz" for r in (1, 0)]  # order does not matter
     doc = analyze(paths, workers=0)
@@ -269,7 +269,7 @@ def test_rank_pair(shared_dir):
 
 
 def test_ranks_needs_two():
-    from microbench.communication.job import analyze
+    from microbench.communication.job import analyze_job as analyze
 
     with pytest.raises(Exception, match="at least two"):
         analyze(["x.json"])

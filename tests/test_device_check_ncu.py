@@ -1,5 +1,5 @@
 """The hardware-counter stage of scripts/device-check (microbench.devtools.ncucheck), on a CPU with a fake `ncu` on
-PATH that replays a real Nsight Compute export (../shared/nsight/copy_blocked.ncu.csv): the metrics asked are
+PATH that replays a real Nsight Compute export (tests/data/nsight/copy_blocked.ncu.csv): the metrics asked are
 those the chip lists, the run is at the chip's own clocks, and the export is read by the project's ncu reader
 into a verdict per labelled GEMM against the expected one (the fp32 GEMM with TF32 off is the negative control).
 The labelled export is the real one with its kernel cloned under the marker and GEMM names, tensor-pipe

@@ -69,3 +69,20 @@ def test_operator_rules(op, cls):
     from microbench.timeline.classify import classify_operator
 
     assert classify_operator(op).cls == cls
+
+
+@pytest.mark.parametrize("impl, tc", [
+    ("brg_matmul:avx10_1_512_amx", "yes"),  # oneDNN 3.5+: bf16 on AMX
+    ("brg_matmul:avx10_1_512", "yes"),  # oneDNN 3.5+: fp16 on AVX512-FP16 (the former avx512_core_fp16)
+    ("brg_matmul:avx512_core_fp16", "yes"),
+    ("brg_matmul:avx512_core", "no"),  # fp32 on vector FMA
+])
+def test_onednn_avx10_names(impl, tc):
+    assert from_onednn([("matmul", impl)]).tensor_cores == tc
+
+
+def test_a_structural_verdict_says_it_is_inferred():
+    """cuBLAS's FFMA GEMM (issue 29's H100 export): settled by the name's structure, and the evidence says so."""
+    ev = from_kernel_names({"sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_"
+                            "aligna4_alignc4_execute_kernel__5x_cublas": 10.0})
+    assert ev.tensor_cores == "no" and "inferred from its structure" in ev.evidence and "structure[0]" in ev.evidence

@@ -217,7 +217,7 @@ def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
     assert_finite(cmp)
 
 
-# ---- issue 20: the Nsight readers, the time-to-accuracy readers and comm results read back as a fabric --------------
+# ---- the Nsight readers, the time-to-accuracy readers and comm results read back as a fabric --------------
 from tests.conftest import SHARED  # noqa: E402
 
 NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"

@@ -12,7 +12,7 @@ from microbench.core.config import TimingSettings
 from microbench.core.device import detect, fingerprint
 from microbench.harness.evidence import vendor_evidence
 from microbench.core.shapes import Case, GemmShape
-from microbench.harness.timing import measure
+from microbench.harness.timing import time_calls
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def test_fingerprint_and_datasheet(cfg):
 def test_event_timing_with_l2_flush():
     dev = detect("cuda")
     a = torch.randn(2048, 2048, device=dev.torch_device, dtype=torch.bfloat16)
-    t = measure(lambda: a @ a, dev, TimingSettings(warmup_ms=5, rep_ms=20, min_reps=5))
+    t = time_calls(lambda: a @ a, dev, TimingSettings(warmup_ms=5, rep_ms=20, min_reps=5))
     assert t.reps >= 5 and 0 < t.p20_ms <= t.median_ms <= t.p80_ms
 
 

@@ -10,7 +10,7 @@ import pytest
 from microbench.timeline import gpu_time, kineto
 from microbench.timeline.analysis import read_trace
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
 GEMM, COPY, SET = "volta_sgemm_128x64_nn", "Memcpy HtoD (Pageable -> Device)", "Memset (Device)"
 
@@ -104,7 +104,7 @@ def test_a_window_clips_every_activity(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+@needs_traces
 def test_v100_resnet_ddp_steps_add_up():
     tl = read_trace(TRACES / "v100_resnet_ddp_rank0.json.gz")
     whole = gpu_time.breakdown(tl)
@@ -161,12 +161,12 @@ def test_devices_are_broken_down_apart_and_summed():
     assert all(whole[f] == dev[0][f] + dev[1][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
 
 
-@pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+@needs_traces
 def test_work_from_before_the_step_stays_out_of_it(tmp_path):
     """The MI300X bert-small trace (TraceLens' test data) with 20 of its kernels copied, without their launch,
     into the 449 us between the CPU step's start and its GPU-side annotation, as an MI300X trace whose first 463
     kernels were still running from before the profiled step: the step keeps TraceLens' figures (3.496 ms span,
-    3.105 ms idle: ../shared/traces/SOURCES.md), the copies go outside the steps."""
+    3.105 ms idle: tests/data/traces/SOURCES.md), the copies go outside the steps."""
     import gzip
 
     doc = json.loads(gzip.decompress((TRACES / "mi300_bert_small.json.gz").read_bytes()))

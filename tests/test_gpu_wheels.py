@@ -65,7 +65,8 @@ def test_over_the_budget_is_refused_and_the_earlier_set_stays(tmp_path):
 
 
 def test_the_image_data_is_the_shared_list(shared_dir):
-    """microbench/data/gpu_image.toml holds ../shared/gpu-image/packages.txt's names, in its order."""
+    """microbench/data/gpu_image.toml holds the names of the lent image's package list, in its order
+    (gpu-image/packages.txt of the optional corpus beside the repository)."""
     listed = shared_dir / "gpu-image" / "packages.txt"
     if not listed.is_file():
         pytest.skip(f"{listed} is not here")

@@ -1,4 +1,4 @@
-"""Hostile inputs and faults, one test per class (issue 20): every reader checks each field where it reads it,
+"""Hostile inputs and faults, one test per class: every reader checks each field where it reads it,
 only regular files are read or replaced, every command's argument errors are one line, numbers are bounded,
 and a fault after rows were measured keeps them. Each class is fixed at one place (core.files,
 core.errors.run_command, core.cli, core.outdir), so each test stands for every input of its class.

@@ -292,7 +292,7 @@ def test_config_numbers_out_of_their_domain(tiny_config, section, key, value, pr
 
 
 def test_timing_maximum_is_documented():
-    assert f"at most {MAX_TIMING_MS:g}" in (REPO / "README.md").read_text()
+    assert f"at most {MAX_TIMING_MS:g}" in (REPO / "docs" / "failures.md").read_text()
 
 
 def test_non_utf8_config(tmp_path, capsys):

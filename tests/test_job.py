@@ -34,7 +34,7 @@ def _same_report(a: dict, b: dict) -> None:
 
 
 def test_planted_straggler_found(job_dir):
-    doc = job.analyze([job_dir], workers=0)
+    doc = job.analyze_job([job_dir], workers=0)
     assert [r["rank"] for r in doc["ranks"]] == list(range(RANKS))
     assert doc["straggler_rank"] == STRAGGLER
     assert doc["collectives"] and all({"straggler_rank", "skew_us"} <= c.keys() for c in doc["collectives"])
@@ -57,15 +57,15 @@ def test_planted_straggler_found(job_dir):
 
 
 def test_glob_and_files_agree(job_dir):
-    a = job.analyze([str(job_dir / "rank-*.json.gz")], workers=0)
-    b = job.analyze(sorted(job_dir.iterdir()), workers=0)
+    a = job.analyze_job([str(job_dir / "rank-*.json.gz")], workers=0)
+    b = job.analyze_job(sorted(job_dir.iterdir()), workers=0)
     _same_report(a, b)
 
 
 @pytest.mark.slow
 def test_process_pool_same_as_inline(job_dir):
-    a = job.analyze([job_dir], workers=0)
-    b = job.analyze([job_dir], workers=2)
+    a = job.analyze_job([job_dir], workers=0)
+    b = job.analyze_job([job_dir], workers=2)
     assert b["engine"]["kind"] == "processes" and b["engine"]["workers"] == 2
     assert sum(w["ranks"] for w in b["engine"]["per_worker"]) == RANKS
     _same_report(a, b)
@@ -74,10 +74,10 @@ def test_process_pool_same_as_inline(job_dir):
 @pytest.mark.slow
 def test_dask_local_cluster_same_as_inline(job_dir):
     distributed = pytest.importorskip("distributed")
-    a = job.analyze([job_dir], workers=0)
+    a = job.analyze_job([job_dir], workers=0)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                   processes=True) as cluster:
-        b = job.analyze([job_dir], scheduler=cluster.scheduler_address, timeout_s=30)
+        b = job.analyze_job([job_dir], scheduler=cluster.scheduler_address, timeout_s=30)
     assert b["engine"]["kind"] == "dask" and b["engine"]["workers"] == 2
     _same_report(a, b)
 
@@ -86,7 +86,7 @@ def test_dask_local_cluster_same_as_inline(job_dir):
 def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
     from microbench import comm
 
-    assert comm.main(["ranks", str(job_dir), "--workers", "0", "--json", str(tmp_path / "j.json"),
+    assert comm.main(["ranks", str(job_dir), "--readers", "0", "--json", str(tmp_path / "j.json"),
                       "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "out" / "job.html").read_text()
@@ -100,7 +100,7 @@ def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
 def test_trace_command_takes_a_folder(job_dir, capsys):
     from microbench import trace
 
-    assert trace.main([str(job_dir), "--workers", "0"]) == 0
+    assert trace.main([str(job_dir), "--readers", "0"]) == 0
     assert f"straggler: rank {STRAGGLER}" in capsys.readouterr().out
 
 
@@ -121,7 +121,7 @@ def test_a_rank_that_fails_is_listed(job_dir, tmp_path):
     for p in sorted(job_dir.iterdir())[:3]:
         (bad / p.name).write_bytes(p.read_bytes())
     (bad / "rank-99999.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "kernel"'))
-    doc = job.analyze([bad], workers=0)
+    doc = job.analyze_job([bad], workers=0)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2]
     assert len(doc["failed"]) == 1 and doc["failed"][0]["file"].endswith("rank-99999.json.gz")
     assert doc["failed"][0]["reason"]
@@ -136,7 +136,7 @@ def test_different_jobs_mixed_named(job_dir, tmp_path, shared_dir):
     other["distributedInfo"]["rank"] = 7
     (mixed / "other-job.json.gz").write_bytes(gzip.compress(json.dumps(other).encode()))
     with pytest.raises(InputError, match=r"world_size 128: other-job.json.gz; world_size 4: rank-00000"):
-        job.analyze([mixed], workers=0)
+        job.analyze_job([mixed], workers=0)
 
 
 def test_unreachable_scheduler_one_line(job_dir, capsys):
@@ -176,24 +176,24 @@ def test_interrupt_is_130(job_dir, capsys, monkeypatch):
 
 def test_missing_ranks_are_said(job_dir, shared_dir, tmp_path, capsys):
     """Two ranks of a 128-rank job: the report says 126 have no trace, so its straggler is among two only."""
-    doc = job.analyze([job_dir], workers=0)
+    doc = job.analyze_job([job_dir], workers=0)
     assert (doc["world_size"], doc["missing_ranks"]) == (RANKS, 0)
     pair = tmp_path / "pair"
     pair.mkdir()
     for k in (0, 1):
         (pair / f"rank{k}.json.gz").write_bytes((shared_dir / "traces" / f"a100_torchrec_rank{k}.json.gz").read_bytes())
-    doc = job.analyze([pair], workers=0)
+    doc = job.analyze_job([pair], workers=0)
     assert (doc["world_size"], doc["missing_ranks"]) == (128, 126) and doc["missing_rank_ids"][:3] == [2, 3, 4]
     from microbench import trace
 
-    assert trace.main([str(pair), "--workers", "0"]) == 0
+    assert trace.main([str(pair), "--readers", "0"]) == 0
     assert "126 of 128 ranks have no trace here" in capsys.readouterr().out
 
 
 def test_large_job_prints_the_ranks_worth_a_look(job_dir, capsys, monkeypatch):
     from microbench.communication import engine, report
 
-    doc = job.analyze([job_dir], workers=0)
+    doc = job.analyze_job([job_dir], workers=0)
     assert report._ranks_to_show(doc) == doc["ranks"]  # a small job: every rank
     settings = engine.job_settings()
     settings["report"]["all_ranks_up_to"] = 2

@@ -255,7 +255,7 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
         return lambda: None
 
     fake_measure.shape_of = lambda fns: captured["ab"]
-    monkeypatch.setattr(C, "measure", fake_measure)
+    monkeypatch.setattr(C, "time_calls", fake_measure)
     monkeypatch.setattr(registry, "bind", fake_bind)
     st = CeilingSettings({"fp32": (16, 32, 48, 64)}, (1,), budget_s=60.0, repeats=3, top=2)
     own = [GemmShape(7, 5, 3, batch=2, trans_a=True), GemmShape(4096, 4096, 4096)]  # the second: beyond the search
@@ -275,7 +275,7 @@ def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg
     from microbench.harness import ceilings as C
     from microbench.harness import registry
 
-    monkeypatch.setattr(C, "measure", lambda *a, **k: summarize([1.0] * 5, ST))
+    monkeypatch.setattr(C, "time_calls", lambda *a, **k: summarize([1.0] * 5, ST))
     st = CeilingSettings({"fp32": (16, 32)}, (1,), budget_s=0.0, repeats=2, top=1)
     search = C.GemmSearch(registry.baseline("gemm"), "fp32", cpu_device(), cfg)
     c = search.run(st.gemm_sizes["fp32"], [], 0.0, st)
@@ -310,10 +310,10 @@ def test_depthwise_model_backward_is_twice_forward():
     """The MobileNetV2-style test model through the decomposition: backward matrix FLOPs are twice the forward,
     less the stem convolution's backward-data (no gradient for the images)."""
     from microbench import kernels
-    from microbench.step.analysis import DecomposeOptions, decompose_step
+    from microbench.step.analysis import DecomposeOptions, decomposition_doc
 
     kernels.load_all()
-    doc = decompose_step("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
+    doc = decomposition_doc("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
                                                               timed_steps=1, profiled_steps=1, profiler_warmup_steps=1))
     s = doc["summary"]
     stem = 2 * 2 * 16 * 32 * 32 * 3 * 9  # 3x3 stride 2 conv, 3 -> 16 channels, 64x64 -> 32x32, batch 2

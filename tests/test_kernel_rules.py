@@ -17,9 +17,11 @@ NAMES = tomllib.loads((Path(__file__).parent / "data" / "kernel_names.toml").rea
 def test_real_name_gets_its_class_and_verdict(entry):
     c = classify_kernel(entry["name"])
     assert (c.cls, c.tensor_cores) == (entry["class"], entry["tensor_cores"]), c.rule
+    # the evidence layer: a name rule, or the name's structure (an inference, labelled so)
+    assert c.basis == entry.get("basis", "unknown" if c.tensor_cores == "unknown" else "name rule"), c.rule
 
 
-# Rules that came without a real kernel name (issue 13's; named by the start of their pattern): a real name
+# Rules that came without a real kernel name (those added with the Nsight readers; named by the start of their pattern): a real name
 # for each is wanted, and a new rule is not to join this list.
 NO_REAL_NAME_YET = ("fmha_cutlass[FB]_f32", "^cupy_(sum|prod|")
 
@@ -70,3 +72,21 @@ def test_communication_kernels_are_comm():
     comm = [e["name"] for e in NAMES if e["class"] == "comm"]
     assert len(comm) >= 10 and all(is_comm(n) for n in comm)
     assert not any(is_comm(n) for n in NOT_MATRIX if n not in comm)
+
+
+def test_every_structure_rule_settles_a_real_name():
+    """Each [[structure]] rule (the name's instruction family or element type: an inferred verdict) is what
+    settles at least one real name of kernel_names.toml, and its verdict says it is inferred."""
+    got = [classify_kernel(e["name"]) for e in NAMES]
+    hit = {c.rule.split(" + ")[1].split(" ")[0] for c in got if c.basis == "structure (inferred)"}
+    assert hit == {r.rule_id for r in _load()[1]["structure"]}
+    assert all(c.note.startswith("inferred") for c in got if c.basis == "structure (inferred)")
+
+
+def test_structure_never_calls_element_wise_routing_copy_or_cast_work_tensor_core():
+    """Issue 29's target: no element-wise, routing, copy or cast kernel called Tensor Core work, whatever the
+    structure rules would read in its name (fp8 in a quantize kernel, `bf16` in a cast)."""
+    casts = ["void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda, "
+             "c10::Float8_e4m3fn>", "fp8_quantize_kernel", "_combined_routing_memset"]
+    for n in NOT_MATRIX + casts:
+        assert classify_kernel(n).tensor_cores == "no", (n, classify_kernel(n).rule)

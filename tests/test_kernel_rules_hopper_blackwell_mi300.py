@@ -1,5 +1,5 @@
 """Kernel rules for Hopper, Blackwell and MI300 (microbench/data/kernel_rules.toml), each checked on real kernel
-names: the names of ../shared/traces and ../shared/nsight are read from the files themselves; names from
+names: the names of tests/data/traces and tests/data/nsight are read from the files themselves; names from
 Blackwell and newer library kernels, which no shared trace holds, are copied verbatim from public profiles
 (each with where it was seen)."""
 from __future__ import annotations
@@ -12,9 +12,8 @@ import pytest
 
 from microbench.timeline.classify import classify_kernel
 
-from .conftest import SHARED, TRACES
+from .conftest import SHARED, TRACES, needs_traces
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
 
 
@@ -48,7 +47,7 @@ def test_rules_on_shared_trace_names(trace, part, cls, tc):
     assert (c.cls, c.tensor_cores) == (cls, tc), (name, c.rule)
 
 
-@pytest.mark.skipif(not NSYS.is_file(), reason="../shared/nsight not found beside the repo")
+@pytest.mark.skipif(not NSYS.is_file(), reason="tests/data/nsight is not in this checkout")
 def test_rules_on_nsys_kernel_names():
     """The T4 power-iteration export: fp64 cuBLAS GEMV and its split-K reduction, CUB reductions, CuPy
     element-wise kernels: none of them on Tensor Cores, and no name left unknown."""

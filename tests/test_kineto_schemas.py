@@ -108,7 +108,7 @@ def test_device_work_in_an_unknown_category_is_counted_by_name(tmp_path):
     assert len(tl.kernels) == 24
 
 
-@pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="../shared/traces not here")
+@pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="tests/data/traces not here")
 def test_the_whole_tensorboard_sample_matches_the_plugins_own_kernel_time():
     from microbench.timeline import gpu_time
 

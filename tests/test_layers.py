@@ -1,5 +1,6 @@
 """The architecture, enforced: every import in microbench/, kernels/ and models/ (module level or inside a
-function) goes down the layers of docs/ARCHITECTURE.md, never up or sideways, so there is no cycle."""
+function) goes down the layers of docs/ARCHITECTURE.md, never up or sideways; no cycle at any depth (between the
+modules of one package too); and an import inside a function only of what is slow to import."""
 from __future__ import annotations
 
 import ast
@@ -119,3 +120,201 @@ def test_public_api(name):
 
     assert name in microbench.__all__
     assert getattr(microbench, name) is not None
+
+
+# --- cycles, at every depth -------------------------------------------------------------------------------
+# import-linter's layers and acyclic_siblings contracts would say the same, but its graph builder (grimp) skips
+# namespace packages: core/, harness/, timeline/, reports/ and step/ have no __init__.py, and `kernels/` and
+# `models/` install under microbench from beside it, so grimp saw 49 of our ~130 modules. This reads them all.
+
+def _module_files(root: Path = REPO) -> dict[str, Path]:
+    return {_module_name(p, root): p for p in _sources(root)}
+
+
+def _grimp_targets(mod: str, node: ast.AST, files: dict[str, Path]) -> list[str]:
+    """The modules an import names, as import-linter counts them: `from pkg import sub` imports pkg.sub (not
+    pkg); `from pkg import name` imports pkg; third-party modules are left out."""
+    is_pkg = files[mod].name == "__init__.py"
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name in files]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+    target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+    subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in files]
+    names = [a for a in node.names if f"{target}.{a.name}" not in files]
+    return subs + ([target] if names and target in files else [])
+
+
+def _import_graph(root: Path = REPO, function_level: bool = True) -> dict[str, set[str]]:
+    """Our modules and the modules each imports, at module level and (function_level) inside functions."""
+    files = _module_files(root)
+    graph = {}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        nodes = ast.walk(tree) if function_level else _module_level_imports(tree)
+        graph[mod] = {t for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
+                      for t in _grimp_targets(mod, n, files) if t != mod}
+    return graph
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of a directed graph (its nodes in order), or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(v):
+        state[v], _ = 1, path.append(v)
+        for w in sorted(edges.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        state[v], _ = 2, path.pop()
+        return None
+
+    return next((c for v in sorted(edges) if v not in state and (c := visit(v))), None)
+
+
+def _sibling_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """For each package at every depth, the graph of its children (each with everything below it squashed
+    into it): a cycle there is a cycle between siblings, however deep the modules that make it."""
+    packages = {".".join(m.split(".")[:i]) for m in graph for i in range(1, len(m.split(".")))}
+    bad = []
+    for pkg in sorted(packages):
+        prefix = pkg + "." if pkg else ""
+
+        def child(m):  # the package's own __init__ is a sibling of its modules: it may close a cycle too
+            if m == pkg:
+                return f"{pkg}.__init__"
+            return prefix + m[len(prefix):].split(".")[0] if m.startswith(prefix) else None
+
+        edges: dict[str, set[str]] = {}
+        for src, dsts in graph.items():
+            for dst in dsts:
+                a, b = child(src), child(dst)
+                if a and b and a != b:
+                    edges.setdefault(a, set()).add(b)
+        if cycle := _cycle(edges):
+            bad.append(f"in {pkg or 'the top level'}: " + " -> ".join(cycle))
+    return bad
+
+
+def test_no_import_cycle_at_any_depth():
+    """Function-level imports count: an import inside a function that closes a cycle only moves the failure
+    to the first call."""
+    assert _sibling_cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):
+    pkg = tmp_path / "microbench" / "core" / "probe"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from microbench.core.probe.b import B\nA = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from microbench.core.probe import a\nB = 2\n")
+    for d in ("kernels", "models"):
+        (tmp_path / d).mkdir()
+    assert _sibling_cycles(_import_graph(tmp_path)) == [
+        "in microbench.core.probe: microbench.core.probe.a -> microbench.core.probe.b -> microbench.core.probe.a"]
+
+
+# --- imports inside functions --------------------------------------------------------------------------------
+# An import goes inside a function only when importing it costs start-up time that a command which never calls
+# the function should not pay. Measured here with `python -X importtime -c "import NAME"` (cumulative, this
+# 2-core CPU): torch ~1.5 s, sklearn 2.4 s, pandas 540 ms, nvtx 380 ms, mlperf_logging 106 ms, scipy 91 ms,
+# rich.progress 56 ms (rich.console 40 ms), pynvml 31 ms, multiprocessing 12 ms, concurrent.futures 10 ms;
+# triton, cupy, matplotlib, dask and distributed are heavier than torch or start a runtime. `packaging` is not a
+# runtime dependency (devtools only). hypothesis and pytest: test-only. Our own module is lazy when it imports one
+# of these at module level (the closure below), so `python -m microbench.trace` never loads torch.
+LAZY_THIRD_PARTY = {"torch", "triton", "cupy", "cupyx", "matplotlib", "dask", "distributed", "rich", "scipy",
+                    "sklearn", "pandas", "mlperf_logging", "pynvml", "nvtx", "packaging", "multiprocessing",
+                    "concurrent", "hypothesis", "pytest"}
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.AST]:
+    """The imports that run when the module is imported: not those inside functions, nor under TYPE_CHECKING."""
+    out = []
+
+    def visit(body):
+        for n in body:
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                out.append(n)
+            elif isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test):
+                visit(n.orelse)
+            elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit([s for s in getattr(n, field, []) if isinstance(s, ast.stmt | ast.excepthandler)])
+
+    visit(tree.body)
+    return out
+
+
+def _loads_on_import(root: Path = REPO) -> dict[str, set[str]]:
+    """Each of our modules -> the top-level names of everything importing it loads (third party included)."""
+    files = _module_files(root)
+    direct = {}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        names = set()
+        for n in _module_level_imports(tree):
+            for _, target in _imports_of(n, mod, files):
+                parts = target.split(".")
+                names |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        direct[mod] = names - {mod}
+    closure = {}
+    for mod in files:
+        seen, todo = set(), [mod]
+        while todo:
+            for t in direct.get(todo.pop(), ()):
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        closure[mod] = {t.split(".")[0] if t not in files else t for t in seen}
+    return closure
+
+
+def _imports_of(node: ast.AST, mod: str, files: dict[str, Path]) -> list[tuple[int, str]]:
+    if isinstance(node, ast.Import):
+        return [(node.lineno, a.name) for a in node.names]
+    package = mod if files[mod].name == "__init__.py" else mod.rpartition(".")[0]
+    base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+    target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+    return [(node.lineno, target)] + [(node.lineno, f"{target}.{a.name}") for a in node.names
+                                       if f"{target}.{a.name}" in files]
+
+
+def _needless_function_imports(root: Path = REPO) -> list[str]:
+    files, loads = _module_files(root), _loads_on_import(root)
+
+    def lazy(target):
+        return target.split(".")[0] in LAZY_THIRD_PARTY or bool(loads.get(target, set()) & LAZY_THIRD_PARTY)
+
+    bad = []
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        inner = {id(n): n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for node in inner.values():
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                continue
+            targets = _imports_of(node, mod, files)
+            if not any(lazy(t) for _, t in targets):
+                bad.append(f"{path.relative_to(root)}:{node.lineno}: `{ast.unparse(node)}` costs no start-up "
+                           "time: import it at module level")
+    return bad
+
+
+def test_imports_inside_functions_are_only_of_what_is_slow_to_import():
+    assert _needless_function_imports() == []
+
+
+def test_the_function_import_check_sees_a_cheap_lazy_import(tmp_path):
+    core = tmp_path / "microbench" / "core"
+    core.mkdir(parents=True)
+    (core / "slow.py").write_text("import torch\n")
+    (core / "cheap.py").write_text("import json\n")
+    (core / "user.py").write_text("def f():\n    from microbench.core import slow\n\n"
+                                  "def g():\n    from microbench.core.cheap import json\n    import math\n")
+    for d in ("kernels", "models"):
+        (tmp_path / d).mkdir()
+    found = _needless_function_imports(tmp_path)
+    assert [line.split(": ")[0] for line in found] == ["microbench/core/user.py:5", "microbench/core/user.py:6"]

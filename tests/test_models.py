@@ -12,7 +12,7 @@ from microbench import models
 from microbench.models.ranges import LOSS_LAYER, PHASES, StepRanges
 from microbench.models.step import TrainingStep, Workload, image_inputs
 
-# ../shared/REFERENCE.md: "ResNet-50 at 224x224 is about 4.1 GMAC (8.2 GFLOP) per image forward".
+# docs/reference.md: "ResNet-50 at 224x224 is about 4.1 GMAC (8.2 GFLOP) per image forward".
 RESNET50_FORWARD_GFLOP = 8.2
 
 

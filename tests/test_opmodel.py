@@ -10,9 +10,8 @@ import pytest
 from microbench.timeline.eligibility import Device, check, device_of
 from microbench.core.ops.aten import trace_work as op_work
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 
 
 def _ops(trace: str, name: str) -> list[dict]:

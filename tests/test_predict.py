@@ -15,9 +15,8 @@ from microbench.prediction.kernels import KernelWork
 from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels, wave_factor
 from microbench.predict import main
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 CFG = load_config()
 
 
@@ -237,7 +236,7 @@ def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
 def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
     from rich.console import Console
 
-    from microbench.core.datasheet import ceilings_file, measured_ceilings
+    from microbench.core.datasheet import ceilings_file, ceilings_from_args
     from microbench.roofline import _write_arch
 
     doc = {"hardware": {"name": "NVIDIA H200", "memory_gib": 139.8},
@@ -249,7 +248,7 @@ def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
     assert arch["name"] == "NVIDIA H200" and arch["memory_gb"] == 139.8
     assert arch["max_achievable_tflops"] == {"matrix_bf16": 780.0} and arch["mem_bw_gbps"] == 4300.0
     assert ceilings_file(path) == ({"bf16": 780.0}, 4.3)
-    assert measured_ceilings([], path) == {"bf16": 780.0}  # what `trace --ceilings` uses
+    assert ceilings_from_args([], path) == {"bf16": 780.0}  # what `trace --ceilings` uses
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Readers of NVIDIA's profilers on the real exports in ../shared/nsight, with expected values computed here
+"""Readers of NVIDIA's profilers on the real exports in tests/data/nsight, with expected values computed here
 independently: the Nsight Compute CSV with the csv module, the Nsight Systems SQLite file by SQL over its tables."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .conftest import SHARED
 NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"
 NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
 needs_nsight = pytest.mark.skipif(not NCU.is_file() or not NSYS.is_file(),
-                                  reason="../shared/nsight (real Nsight exports) not found beside the repo")
+                                  reason="tests/data/nsight (real Nsight exports) is not in this checkout")
 
 
 def _long_rows():
@@ -135,7 +135,7 @@ def test_ncu_bad_input_is_one_line(tmp_path):
 @pytest.fixture(scope="module")
 def sql():
     if not NSYS.is_file():
-        pytest.skip("../shared/nsight not found beside the repo")
+        pytest.skip("tests/data/nsight is not in this checkout")
     con = sqlite3.connect(f"file:{NSYS}?mode=ro", uri=True)
     yield lambda q, *a: con.execute(q, a).fetchall()
     con.close()
@@ -144,7 +144,7 @@ def sql():
 @pytest.fixture(scope="module")
 def export():
     if not NSYS.is_file():
-        pytest.skip("../shared/nsight not found beside the repo")
+        pytest.skip("tests/data/nsight is not in this checkout")
     return read_nsys_sqlite(NSYS)
 
 

@@ -1,5 +1,5 @@
 """rocprofv3 JSON (`rocprofiler-sdk-tool`) read into the one timeline, chosen by content (microbench/timeline/
-rocprof.py). Inputs: a 150-dispatch cut of the MI350X capture in ../shared/traces (AMD-AGI/TraceLens
+rocprof.py). Inputs: a 150-dispatch cut of the MI350X capture in tests/data/traces (AMD-AGI/TraceLens
 tests/rocprof/908_results.json.gz; tests/data/SOURCES.md) and, where present, the whole capture."""
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_a_broken_file_is_one_line(tmp_path):
     assert "kernel_dispatch" in str(e.value) and "bad.json" in str(e.value)
 
 
-@pytest.mark.skipif(WHOLE is None or not WHOLE.is_file(), reason="../shared/traces not here")
+@pytest.mark.skipif(WHOLE is None or not WHOLE.is_file(), reason="tests/data/traces not here")
 def test_the_whole_mi350x_capture(cfg):
     doc = analyze(WHOLE, cfg)
     assert doc["summary"]["kernel_count"] == 43_915  # the dispatches SOURCES.md counts

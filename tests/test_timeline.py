@@ -16,11 +16,10 @@ from microbench.timeline import gpu_time, kineto, metrics
 from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
                                        Timeline)
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
 REPO = Path(__file__).resolve().parents[1]
 AMD = Path(__file__).resolve().parent / "data" / "amd_mi300x_synthetic.json"
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from microbench.core.config import TimingSettings
 from microbench.core.device import cpu_device
 from microbench.core.stats import summarize
-from microbench.harness.timing import measure
+from microbench.harness.timing import time_calls
 
 
 def test_summarize_quantiles_and_cov():
@@ -33,7 +33,7 @@ def test_measure_cpu_sleep_and_rotation():
         return fn
 
     settings = TimingSettings(warmup_ms=4.0, rep_ms=20.0, min_reps=4, max_reps=50)
-    t = measure([make(0), make(1), make(2)], cpu_device(), settings)
+    t = time_calls([make(0), make(1), make(2)], cpu_device(), settings)
     assert 1.9 <= t.median_ms < 50  # sleep(2 ms) never returns early
     assert t.p20_ms <= t.median_ms <= t.p80_ms
     assert settings.min_reps <= t.reps <= settings.max_reps
@@ -42,10 +42,10 @@ def test_measure_cpu_sleep_and_rotation():
 
 def test_measure_honours_min_reps_for_slow_calls():
     settings = TimingSettings(warmup_ms=0.0001, rep_ms=0.001, min_reps=7, max_reps=9)
-    t = measure(lambda: time.sleep(0.001), cpu_device(), settings)
+    t = time_calls(lambda: time.sleep(0.001), cpu_device(), settings)
     assert t.reps == 7
 
 
 def test_measure_rejects_no_calls():
     with pytest.raises(ValueError):
-        measure([], cpu_device(), TimingSettings())
+        time_calls([], cpu_device(), TimingSettings())

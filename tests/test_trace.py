@@ -1,4 +1,4 @@
-"""microbench.trace on the four real GPU traces of ../shared/traces (counts checked against SOURCES.md and
+"""microbench.trace on the four real GPU traces of tests/data/traces (counts checked against SOURCES.md and
 against independent computations from the whole file), on a hand-written AMD trace, and on broken files."""
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from microbench.timeline import kineto
 from microbench.timeline.classify import classify_kernel, kernel_signature_name
 from microbench.core.config import load_config
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
 
 
-needs_traces = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
 
 
 @pytest.fixture(scope="module")
@@ -355,9 +354,9 @@ def test_bad_traces_exit_2_with_one_line(tmp_path, capsys):
     ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "gemm", "no"),
     ("cudnn_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "gemm", "no"),
     ("volta_sgemm_64x64_nt", "gemm", "no"),
-    ("ampere_gcgemm_64x64_nt", "gemm", "unknown"),
+    ("ampere_gcgemm_64x64_nt", "gemm", "no"),  # structure (inferred): cuBLAS's complex fp32 GEMM family
     ("void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*, int, int, int, int, int, int, "
-     "int, int, int, float, float, cudnn::reduced_divisor, bool, float*, float*, int2, int, int)", "gemm", "unknown"),
+     "int, int, int, float, float, cudnn::reduced_divisor, bool, float*, float*, int2, int, int)", "gemm", "no"),
     ("void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*, "
      "int, int, unsigned char*, bool)", "elementwise", "no"),
     ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>("

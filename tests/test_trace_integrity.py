@@ -76,7 +76,7 @@ def test_mfu_is_withheld_when_its_flops_cover_little_of_the_matrix_time(cfg):
     assert all(r["op_tflops"] is None and "withheld" in r for r in out["ops"])
 
 
-@pytest.mark.skipif(TRACES is None, reason="../shared/traces not here")
+@pytest.mark.skipif(TRACES is None, reason="tests/data/traces not here")
 def test_mfu_is_shown_where_the_flops_cover_the_matrix_time(cfg):
     out = analyze(TRACES / "mi300_bert_small.json.gz", cfg)
     cov = out["integrity"]["flop_coverage"]

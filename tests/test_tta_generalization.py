@@ -86,7 +86,7 @@ def test_compare_drops_is_welchs_one_sided_test():
 def two_recipes(tmp_path_factory):
     out = tmp_path_factory.mktemp("recipes")
     assert tta.main(["run", "--model", "digits", "--recipe", "tuned,standard", "--seeds", "2", "--epochs", "2",
-                     "--threads", "1", "--target", "0.5", "--device", "cpu", "--out", str(out)]) == 0
+                     "--threads", "1", "--target-accuracy", "0.5", "--device", "cpu", "--out", str(out)]) == 0
     return out
 
 

@@ -10,6 +10,8 @@ import pytest
 from microbench import tta
 from microbench.accuracy import thresholds as T
 
+from .conftest import needs_shared
+
 
 def _curve_by_hand(tsv, column):
     """(seconds, accuracy) rows of a DAWNBench TSV, read by hand: BOM and CR dropped, columns by name."""
@@ -23,6 +25,7 @@ def _first(curve, thr):
     return next((t for t, a in curve if a >= thr), None)
 
 
+@needs_shared("dawnbench")
 def test_cifar10_times_and_ranks_at_each_threshold(shared_dir):
     train = shared_dir / "dawnbench" / "CIFAR10" / "train"
     study = T.study([train], user_range=(92.0, 95.0, 0.5))
@@ -45,6 +48,7 @@ def test_cifar10_times_and_ranks_at_each_threshold(shared_dir):
                                 for t in task["thresholds"]]
 
 
+@needs_shared("dawnbench")
 def test_squad_f1_is_scaled_to_percent_and_default_range_is_around_its_threshold(shared_dir):
     study = T.study([shared_dir / "dawnbench" / "SQuAD"])
     (task,) = study.tasks
@@ -79,10 +83,11 @@ def test_mlperf_resnet_scored_by_the_rule_at_each_threshold(shared_dir):
     assert row["tta_seconds"] is None  # the runs stop at the target: none reaches 76 %
 
 
+@needs_shared("dawnbench")
 def test_command_writes_json_and_plot(shared_dir, tmp_path, capsys):
     out, png = tmp_path / "th.json", tmp_path / "th.png"
     assert tta.main(["thresholds", str(shared_dir / "dawnbench"), "--task", "imagenet", "--json", str(out),
-                     "--plot", str(png)]) == 0
+                     "--png", str(png)]) == 0
     doc = json.loads(out.read_text())
     assert {r["task"] for r in doc["rows"]} == {"ImageNet"}
     assert {"file", "task", "threshold", "tta_seconds", "rank"} <= set(doc["rows"][0])
@@ -102,6 +107,7 @@ def test_our_runs_curves_are_entries(tmp_path):
                    ("seed 0 (tuned)", 95.0): (None, None), ("seed 1 (tuned)", 95.0): (None, None)}
 
 
+@needs_shared("dawnbench")
 def test_files_without_a_curve_are_listed_and_the_others_go_on(shared_dir, tmp_path):
     bad = tmp_path / "CIFAR10" / "train"
     bad.mkdir(parents=True)
@@ -123,6 +129,7 @@ def test_files_without_a_curve_are_listed_and_the_others_go_on(shared_dir, tmp_p
     (["--from", "nan", "--to", "95", "--step", "1"], "--from: nan is not a finite number"),
     (["--task", "nope"], "--task: 'nope': no entry of that task"),
 ])
+@needs_shared("dawnbench")
 def test_bad_ranges_are_one_line_and_exit_2(shared_dir, argv, words, capsys):
     assert tta.main(["thresholds", str(shared_dir / "dawnbench" / "SQuAD"), *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -9,6 +9,8 @@ import pytest
 
 from microbench.reports.report import wide_console
 
+from .conftest import needs_shared
+
 REPO = Path(__file__).resolve().parent.parent
 SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
 
@@ -142,6 +144,7 @@ def test_inspect_table_fits_120_columns_piped(monkeypatch, capsys):
         assert cell in text, cell
 
 
+@needs_shared("dawnbench")
 def test_tta_leaderboard_keeps_rank_and_runs_piped(monkeypatch, capsys, shared_dir):
     from microbench.accuracy import leaderboard
     from microbench.accuracy.report import print_leaderboard

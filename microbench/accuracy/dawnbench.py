@@ -14,6 +14,8 @@ from pathlib import Path
 
 from .entry import Entry, Unreadable
 from .rules import DawnTask, dawn_tasks
+from microbench.core.errors import InputError
+from microbench.core.files import exists, read_input
 
 
 # A submission's TSV or JSON: a few kilobytes; beyond these the file is no submission (or a device).
@@ -22,9 +24,6 @@ MAX_VALUE = 1e9  # any epoch, hours or accuracy: beyond it (or nan, inf) a broke
 
 
 def read_text(path: Path) -> str:
-    from microbench.core.errors import InputError
-    from microbench.core.files import read_input
-
     try:
         raw = read_input(path, max_bytes=MAX_FILE_BYTES)  # a regular file only, bounded
     except InputError as e:
@@ -79,8 +78,6 @@ def read_tsv(path: Path, metric: str) -> list[dict]:
 
 def read_meta(tsv: Path, notes: list[str]) -> dict:
     """The submission's JSON beside the TSV; without it (or unreadable) the entry has no hardware or cost."""
-    from microbench.core.files import exists
-
     path = tsv.with_suffix(".json")
     if not exists(path):
         notes.append("no JSON beside the TSV: hardware and cost unknown")

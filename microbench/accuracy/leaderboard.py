@@ -8,6 +8,7 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from . import dawnbench, mlperf
 from .entry import Entry, Unreadable
+from microbench.core.files import check_input, exists, is_folder, open_input
 
 MLLOG_TOKEN = b":::MLLOG"
 
@@ -36,8 +37,6 @@ class Leaderboard:
 
 
 def _is_mllog(path: Path) -> bool:
-    from microbench.core.files import open_input
-
     try:
         with open_input(path) as f:  # a FIFO or a device is not read (it would hang): the reader lists it
             return MLLOG_TOKEN in f.read(1 << 16)
@@ -46,8 +45,6 @@ def _is_mllog(path: Path) -> bool:
 
 
 def _files(roots: list[str | Path]) -> list[Path]:
-    from microbench.core.files import check_input, exists, is_folder
-
     out = []
     for root in roots:
         p = Path(root)

@@ -8,11 +8,14 @@ parser already takes the untidy lines: rank prefixes before `:::MLLOG`, CR LF, a
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from pathlib import Path
 
 from .entry import Entry, Unreadable
 from .rules import mlperf_drop_each_side, mlperf_ruleset, mlperf_runs_required, mlperf_usage
+from microbench.core.errors import InputError
+from microbench.core.files import read_input
 
 
 def olympic_score(minutes: list[float], aborted: int, drop_each_side: int) -> float | None:
@@ -56,8 +59,6 @@ def _parse(path: Path, ruleset: str) -> tuple[list, list]:
     """mlperf-logging's parse of one result file, its lines checked: (log lines, unparsable lines)."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
 
-    from microbench.core.errors import InputError
-    from microbench.core.files import read_input
 
     try:
         data = read_input(path, max_bytes=MAX_LOG_BYTES)  # a regular file, bounded
@@ -80,8 +81,6 @@ def _parse(path: Path, ruleset: str) -> tuple[list, list]:
 def _check_line(ll) -> None:
     """One parsed line, checked where it is read: a string key, a finite time, metadata an object, the values
     the leaderboard reads of the right type (an Unreadable naming the line otherwise)."""
-    import math
-
     meta, value = ll.value.get("metadata"), ll.value.get("value")
     problem = None
     if not isinstance(ll.key, str):
@@ -101,8 +100,6 @@ def _check_line(ll) -> None:
 
 
 def _finite(v) -> bool:
-    import math
-
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

@@ -12,13 +12,13 @@ import torch
 from .datasets import Dataset, batches
 from .rules import TtaModel
 from .train import SeedRun, build_model, build_optimizer
+from microbench.step.analysis import DecomposeOptions
+from microbench.step.analysis import decomposition_doc
 
 
 def decompose_epoch(spec: TtaModel, ds: Dataset, device: str, on_progress: Callable[[str], None] | None = None) -> dict:
     """The decomposition document of `decompose` for one epoch's worth of steps of this model on a real batch."""
     from microbench.models.step import Workload
-
-    from microbench.step.analysis import DecomposeOptions, decompose_step
 
     steps = max(1, len(ds.y_train) // spec.batch)
     first = next(batches(ds, spec.batch, torch.Generator().manual_seed(0), torch.device("cpu")))
@@ -30,7 +30,7 @@ def decompose_epoch(spec: TtaModel, ds: Dataset, device: str, on_progress: Calla
     wl = Workload(name=spec.name, model=build_model(spec, ds.num_classes), make_inputs=make_inputs,
                   loss_fn=torch.nn.functional.cross_entropy, optimizer=lambda p: build_optimizer(spec, p),
                   channels_last=False)  # our training loop runs the default memory format too
-    return decompose_step(wl, DecomposeOptions(batch=spec.batch, device=device, replay=False, measure_ceilings=False,
+    return decomposition_doc(wl, DecomposeOptions(batch=spec.batch, device=device, replay=False, measure_ceilings=False,
                                           plot=False, timed_steps=steps, profiled_steps=steps, profiler_warmup_steps=1,
                                           on_progress=on_progress))
 

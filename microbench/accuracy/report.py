@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from microbench.core.conditions import busy_advice, conditions_line
+from microbench.reports.figures import pyplot
 from microbench.reports.report import wide_console
 
 from .leaderboard import Leaderboard
@@ -114,8 +116,6 @@ def _print_one_run(doc: dict, console: Console) -> None:
         console.print(f"  [dim]{escape(note)}[/]")
     cond = doc.get("conditions")
     if cond:
-        from microbench.core.conditions import busy_advice, conditions_line
-
         console.print(f"[bold red]warning:[/] {escape(busy_advice(cond))}" if cond.get("busy")
                       else f"[dim]{escape(conditions_line(cond))}[/]")
     if "profile" in doc:
@@ -143,8 +143,6 @@ def print_profile(p: dict, console: Console) -> None:
 
 def plot_accuracy(doc: dict, path: str | Path) -> Path:
     """Test accuracy over the time-to-accuracy clock, one line per seed, the target as a dashed line."""
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))

@@ -1,6 +1,7 @@
 """The rules of the leaderboards and the models of our own runs, read from microbench/data/tta.toml."""
 from __future__ import annotations
 
+from dataclasses import replace
 import re
 import tomllib
 from dataclasses import dataclass
@@ -43,8 +44,6 @@ class TtaModel:
 
     def with_recipe(self, name: str | None) -> "TtaModel":
         """This model under a recipe of tta.toml (its keys override the model's)."""
-        from dataclasses import replace
-
         if name is None:
             return self
         over = _doc()["models"][self.name].get("recipes", {}).get(name)

@@ -2,6 +2,7 @@
 epoch profile) and rows in the results files (op="tta"), written as each seed finishes."""
 from __future__ import annotations
 
+from dataclasses import replace
 import datetime as _dt
 import math
 import statistics
@@ -10,12 +11,16 @@ from typing import Callable
 
 import torch
 
+from microbench.core.conditions import Conditions
+from microbench.core.config import load_config
 from microbench.core.results import ResultsWriter, TimeToAccuracyRow
 from microbench.core.stats import summarize
 from . import datasets
 from .rules import tta_models
 from .stats import compare_drops, generalization, summarize_runs
 from .train import EpochRecord, SeedRun, train_seed
+from microbench.core.stats import NoiseSettings
+from microbench.models import ModelError
 
 SCHEMA = "dawnscope.tta/1"
 RECIPES_SCHEMA = "dawnscope.tta-recipes/1"
@@ -23,8 +28,6 @@ PROVIDER = "microbench.tta"
 
 
 def _bad(key: str, value, problem: str):
-    from microbench.models import ModelError
-
     return ModelError(None, problem, key=key, value=value)
 
 
@@ -33,7 +36,7 @@ def check_options(model: str, target: float | None, seeds: int, epochs: int | No
     if model not in known:
         raise _bad("--model", model, f"unknown model (known: {', '.join(known)})")
     if target is not None and not (isinstance(target, (int, float)) and math.isfinite(target) and 0 < target <= 1):
-        raise _bad("--target", target, "must be an accuracy in (0, 1]")
+        raise _bad("--target-accuracy", target, "must be an accuracy in (0, 1]")
     for key, v in (("--seeds", seeds), ("--epochs", epochs), ("--threads", threads)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise _bad(key, v, "must be a positive integer")
@@ -46,8 +49,6 @@ def case_shape(model: str, dataset: str, target: float, recipe: str | None = Non
 
 def choose_precision(spec, dev) -> tuple[object, str | None]:
     """A recipe's bf16 only where the device runs it natively; elsewhere fp32, and a note that says so."""
-    from dataclasses import replace
-
     if spec.precision == "bf16" and not dev.native_bf16:
         return replace(spec, precision="fp32"), f"recipe {spec.recipe} asks for bf16; {dev.name} has no native bf16: fp32"
     return spec, None
@@ -70,7 +71,6 @@ def summary_row(summary, shape: str, device: str, target: float, runs: list[Seed
                 dtype: str = "fp32", noise=None) -> TimeToAccuracyRow:
     """The row over the seeds, judged by the one judge (harness.judge): seeds whose times disagree beyond the
     [noise] thresholds make it `noisy` (the DAWNBench analysis's run-to-run spread, made a verdict)."""
-    from microbench.core.stats import NoiseSettings
     from microbench.harness.judge import judge_timing
 
     hit = [r.tta_s * 1e3 for r in runs if r.tta_s is not None]
@@ -105,7 +105,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             out: str | Path | None = None, include_eval: bool = False, threads: int | None = None,
             profile: bool = False, recipes=(None,), new_test: str | Path | None = None,
             on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
-            on_progress: Callable[[str], None] | None = None) -> dict:
+            on_progress: Callable[[str], None] | None = None, config: str | Path | None = None) -> dict:
     """Train `model` (a name of tta.toml) `seeds` times under each recipe of `recipes` (None: the model's keys
     as they are); returns the run document, or with several recipes one document holding a run document per
     recipe and their generalization comparison (and writes the rows into `out`). `dataset`: already loaded
@@ -115,10 +115,8 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     target = base.target if target is None else float(target)
     ds = dataset if dataset is not None else datasets.load(base.dataset, data, new_test)
     dev = _device(device)
-    from microbench.core.conditions import Conditions
-    from microbench.core.config import load_config
 
-    cfg = load_config()
+    cfg = load_config(config)  # bench.toml (--config): its noise and conditions settings
     look = Conditions(cfg.conditions, gpu_index=0 if dev.kind == "cuda" else None).start()
     saved_threads = torch.get_num_threads()
     writer = None

@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .dawnbench import read_text
 from microbench.core.errors import InputError
 from . import dawnbench, mlperf
 from .entry import Unreadable
@@ -96,8 +97,6 @@ def mlperf_curve(folder: Path, files: list[Path], unreadable: list[dict]) -> Cur
 
 def our_curves(path: Path) -> list[Curve]:
     """Every seed of one of our runs (tta.json) as an entry of the task `ours:MODEL/DATASET`."""
-    from .dawnbench import read_text
-
     try:
         doc = json.loads(read_text(path))  # a regular file, bounded (a FIFO named tta.json is listed, not read)
     except (json.JSONDecodeError, RecursionError) as e:

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+import tomllib
 
 from .busbw import OPS, algbw_gbps, bus_factor
+from .ddp import bucket_sizes
+from microbench import models
+from microbench.core.errors import InputError
+from microbench.core.resources import data_file
+from microbench.core.results import CollectiveRow
+from microbench.core.stats import NoiseSettings, summarize
 
 ELEMENT_BYTES = 4  # float32 buffers, as DeepBench's all-reduce sizes and DDP gradient buckets are
 
@@ -151,8 +158,6 @@ def to_rows(records: list[dict], device_name: str, backend: str, noise=None) -> 
     """Benchmark records -> result rows: op = the collective, shape = "bytes=B ranks=N", flops = 0, bytes
     = the message bytes, gbps = algbw, busbw_gbps = busbw (None unless correct and timed). Each row's time is
     judged by the one judge (harness.judge): `noise`, the stability thresholds ([noise] in bench.toml)."""
-    from microbench.core.results import CollectiveRow
-    from microbench.core.stats import NoiseSettings, summarize
     from microbench.harness.judge import judge_timing
 
     rows = []
@@ -179,9 +184,6 @@ DEFAULT_SIZES = "8,64,512,4K,32K,256K,2M,16M"
 
 def deepbench_sizes() -> list[int]:
     """DeepBench's all-reduce sizes (float32 element counts) in bytes."""
-    import tomllib
-
-    from microbench.core.resources import data_file
 
     path = data_file("deepbench.toml")
     return [int(n) * ELEMENT_BYTES for n in tomllib.loads(path.read_text())["all_reduce"]["floats"]]
@@ -194,16 +196,11 @@ MAX_MESSAGE_BYTES = 2**36
 def parse_sizes(text: str) -> list[int]:
     """'8,4K,16M' (binary units), 'deepbench' (DeepBench's all-reduce sizes) and 'buckets:MODEL' (the DDP
     gradient buckets of one of our models), comma-separated -> sorted distinct byte counts."""
-    from microbench.core.errors import InputError
-
     out: set[int] = set()
     for tok in (t.strip() for t in text.split(",") if t.strip()):
         if tok == "deepbench":
             out.update(deepbench_sizes())
         elif tok.startswith("buckets:"):
-            from microbench import models
-
-            from .ddp import bucket_sizes
 
             out.update(bucket_sizes(models.load(tok.split(":", 1)[1]).model))
         else:

@@ -24,6 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
+from microbench import models
+
+from microbench.timeline import gpu_time
+
+from microbench.timeline.analysis import read_trace
+
+from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID
+
 STEP_RANGE = "dawnscope.ddp_step"
 DEFAULT_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's default
 
@@ -79,9 +87,6 @@ def _bucket(since_step_us: float, b: dict) -> dict:
 
 def _gpu_split(tl, w) -> list[dict]:
     """NCCL / RCCL: each step's breakdown over its own activities; each all-reduce kernel a bucket's window."""
-    from microbench.timeline import gpu_time
-    from microbench.timeline.model import KERNEL
-
     steps, _ = gpu_time.per_step(tl, w)
     owner = gpu_time.assign_steps(tl, w).step
     k = tl.kernels
@@ -100,9 +105,6 @@ def _gpu_split(tl, w) -> list[dict]:
 def _cpu_intervals(tl, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """gloo: the collectives (ranges or operators named `gloo:*` / `nccl:*`) as communication, the training
     thread's `aten::` operators as compute; starts, ends, kinds and names."""
-    from microbench.timeline import gpu_time
-    from microbench.timeline.model import CPU_RANGE
-
     parts = []
     for table, cpu in ((tl.ranges, tl.ranges.kind == CPU_RANGE), (tl.cpu_ops, np.ones(len(tl.cpu_ops), bool))):
         names = [tl.names[n] for n in table.name]
@@ -119,8 +121,6 @@ def _cpu_intervals(tl, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def _cpu_split(tl, w) -> list[dict]:
     """gloo: each step's breakdown over the CPU intervals within its range; each all-reduce a bucket's window."""
-    from microbench.timeline import gpu_time
-
     main_thread = tl.ranges.thread[tl.step_rows(STEP_RANGE)[0]]
     starts, ends, kinds, names = _cpu_intervals(tl, main_thread)
     out = []
@@ -138,9 +138,6 @@ def _cpu_split(tl, w) -> list[dict]:
 def split_steps(path: str | Path) -> list[dict]:
     """Per profiled step of a trace written by `ddp_rank`: the split defined above (times in ms), with the
     step's buckets (each all-reduce in start order: its communication and exposed time)."""
-    from microbench.timeline.analysis import read_trace
-    from microbench.timeline.model import KERNEL, NO_ID
-
     tl = read_trace(path)
     if tl.names.find(STEP_RANGE) == NO_ID:
         return []
@@ -172,7 +169,6 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
 
     quiet_profiler()
 
-    from microbench import models
     from microbench.models.step import TrainingStep
 
     torch.manual_seed(1234 + info.rank)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -96,8 +97,6 @@ def dask_address(scheduler: str | None) -> str | None:
 
 def _ignore_interrupt() -> None:
     """A pool worker leaves Ctrl-C to the command (one line, exit 130), not a traceback of its own."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

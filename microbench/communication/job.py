@@ -6,11 +6,14 @@ Definitions: docs/comm.md, "A whole job"."""
 from __future__ import annotations
 
 import statistics
+from functools import cached_property
 from pathlib import Path
 
 from microbench.core.errors import InputError
 from .engine import EngineRun, Failed, find_traces, job_settings, run_ranks
 from .ranks import RankSummary, collective_record, match
+from microbench.core.frames import unknown_table
+from microbench.core.frames import frame
 
 SCHEMA = "dawnscope.comm.ranks/2"
 MAX_NAMED = 3  # files named per group in an error line
@@ -187,7 +190,7 @@ def engine_section(run: EngineRun) -> dict:
             "per_worker": sorted(per.values(), key=lambda w: w["worker"])}
 
 
-def analyze(specs: list, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
+def analyze_job(specs: list, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
             step_range: str | None = None) -> dict:
     """The report of a job from its rank traces: files, folders or glob patterns."""
     paths = find_traces(specs)
@@ -204,3 +207,79 @@ def analyze(specs: list, workers: int | None = None, scheduler: str | None = Non
     doc = combine(ok, failed)
     doc["engine"] = engine_section(run)
     return doc
+
+
+class Job:
+    """A job of many ranks for notebooks (docs/api.md): the report `python -m microbench.comm ranks` prints
+    (`analyze_job`: the traces found, each rank read in a worker, combined), computed once on first use, with
+    its tables as lists of dicts and, with pandas (the `frames` extra), DataFrames. `traces`: files, folders or
+    glob patterns; `workers`: local reader processes (default: the CPUs; 0: in this process); `scheduler`: a
+    Dask scheduler address instead; `step_range`: the name of the step ranges (default: ProfilerStep#N)."""
+
+    TABLES = ("ranks", "steps", "stragglers", "collectives", "outliers", "failed")
+
+    def __init__(self, traces, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
+                 step_range: str | None = None):
+        self.traces = [traces] if isinstance(traces, (str, Path)) else list(traces)
+        self.workers, self.scheduler, self.timeout_s, self.step_range = workers, scheduler, timeout_s, step_range
+
+    @cached_property
+    def report(self) -> dict:
+        """The combined report (schema dawnscope.comm.ranks/2), as `comm ranks --json` writes it."""
+        return analyze_job(self.traces, self.workers, self.scheduler, self.timeout_s, self.step_range)
+
+    @property
+    def ranks(self) -> list[dict]:
+        """Per rank, in rank order: its file, calls, communication and exposed communication, GPU time, steps."""
+        return self.report["ranks"]
+
+    @property
+    def steps(self) -> list[dict]:
+        """One row per rank and step: the rank's GPU time breakdown of that step (gpu_time, as `trace` shows)."""
+        return [{"rank": r["rank"]} | st for r in self.ranks for st in r["steps"]]
+
+    @property
+    def straggler_rank(self) -> int | None:
+        """The rank that caused the most start wait across matched collectives (None without any)."""
+        return self.report["straggler_rank"]
+
+    @property
+    def stragglers(self) -> list[dict]:
+        """Per rank: how often it was a matched collective's last to start and the wait that caused, most first."""
+        rows = [{"rank": r["rank"], "times": r["times"], "wait_caused_ms": r["wait_caused_ms"]} for r in self.ranks]
+        return sorted(rows, key=lambda r: (-r["wait_caused_ms"], r["rank"]))
+
+    @property
+    def collectives(self) -> list[dict]:
+        """Per collective matched across ranks: its size, start skew and straggler rank."""
+        return self.report["collectives"]
+
+    @property
+    def outliers(self) -> list[dict]:
+        return self.report["outliers"]
+
+    @property
+    def slowest_step(self) -> dict | None:
+        return self.report["slowest_step"]
+
+    def table(self, name: str) -> list[dict]:
+        """One of TABLES as a list of dicts; the ranks table without each rank's steps (the steps table)."""
+        if name not in self.TABLES:
+            raise unknown_table(name, self.TABLES, "a job")
+        if name == "ranks":
+            return [{k: v for k, v in r.items() if k not in ("steps", "outside_steps")} for r in self.ranks]
+        if name == "failed":
+            return list(self.report["failed"])
+        return list(getattr(self, name))
+
+    def to_frame(self, name: str):
+        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`gpu_time.busy_us`)."""
+        return frame(self.table(name), name)
+
+    def frames(self) -> dict:
+        """Every table of TABLES as a DataFrame, by name."""
+        return {name: self.to_frame(name) for name in self.TABLES}
+
+    def __repr__(self) -> str:  # nothing read until a result is asked for
+        state = f"{len(self.ranks)} ranks read" if "report" in self.__dict__ else "not read yet"
+        return f"<Job of {', '.join(map(str, self.traces))} ({state})>"

@@ -4,10 +4,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from microbench.reports.figures import pyplot
+
 
 def busbw_figure(rows: list[dict], title: str):
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.2))

@@ -29,6 +29,7 @@ import numpy as np
 from microbench.core.errors import InputError
 from microbench.core.ops.aten import element_bytes
 from microbench.timeline import gpu_time
+from microbench.timeline.analysis import read_trace
 from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, Timeline
 from .busbw import bus_factor, canonical_op
 
@@ -178,8 +179,6 @@ def _trace_bytes(path: Path) -> int:
 
 def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None = None) -> RankSummary:
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
-    from microbench.timeline.analysis import read_trace
-
     t0, c0 = time.perf_counter(), time.process_time()
     path = Path(path)
     tl = read_trace(path)

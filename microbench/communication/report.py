@@ -1,12 +1,33 @@
 """What the `comm` subcommands do and print: run the library, write the files, show rich tables."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 import datetime as _dt
 import os
+import statistics
 import sys
 from pathlib import Path
 
+from . import world
 from .busbw import OPS
+from .busbw import canonical_op
+from .collectives import DEFAULT_SIZES, Plan, bench_rank, counts, parse_sizes, to_rows
+from .ddp import DdpPlan, ddp_rank
+from . import engine, scale  # modules, not names: tests replace engine.job_settings and scale.scale_command
+from .plots import plot_busbw
+from microbench.core.cli import Heartbeat, non_negative_int, positive_seconds
+from microbench.core.conditions import Conditions, busy_advice, conditions_line
+from microbench.core.config import load_config
+from microbench.core.errors import InputError
+from microbench.core.errors import shown
+from microbench.core.fingerprint import fingerprint_line
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import OutputDir, check_dir, write_file
+from microbench.core.outdir import check_file
+from microbench.core.results import ResultsWriter
+from microbench.core.verdict import is_noisy
+from microbench.reports.job_report import heatmap_figure, job_html
+from .job import analyze_job
 
 STATUS_STYLE = {"ok": "", "wrong": "bold red"}
 
@@ -14,17 +35,11 @@ STATUS_STYLE = {"ok": "", "wrong": "bold red"}
 def check_json(path: Path | None) -> None:
     """Before any work: a --json path we can write."""
     if path is not None:
-        from microbench.core.outdir import check_file
-
         check_file(path, "--json")
 
 
 def write_json(path: Path | None, doc) -> None:
     if path is not None:
-        from microbench.core.errors import shown
-        from microbench.core.jsonio import dumps
-        from microbench.core.outdir import write_file
-
         print(f"wrote {shown(write_file(path, dumps(doc, default=str), '--json'))}", file=sys.stderr)
 
 
@@ -41,9 +56,6 @@ def _device(backend: str):
 
 
 def _ops(text: str) -> tuple[str, ...]:
-    from microbench.core.errors import InputError
-    from .busbw import canonical_op
-
     ops = tuple(canonical_op(o) for o in text.split(",") if o.strip())
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -55,8 +67,6 @@ def _backend(args) -> str:
     """--backend, or the default; nccl only where PyTorch sees a GPU (else a CUDA call fails deep in a rank)."""
     import torch
 
-    from microbench.core.errors import InputError
-    from . import world
 
     backend = args.backend or world.default_backend()
     if backend == "nccl" and not torch.cuda.is_available():
@@ -66,8 +76,6 @@ def _backend(args) -> str:
 
 def _note_rounded(plan, nranks: int) -> None:
     """Say which sizes the split ops move less of than asked (rounded to a multiple of the ranks)."""
-    from .collectives import counts
-
     for op in plan.ops:
         moved = {s: counts(op, s, nranks)[1] for s in plan.sizes_bytes}
         changed = [f"{s}->{m}" for s, m in moved.items() if m != s]
@@ -80,12 +88,8 @@ COLLECTIVE_FILES = ("results.json", "results.csv", "busbw.png")
 
 
 def run_collectives(args) -> int:
-    from contextlib import nullcontext
 
-    from microbench.core.outdir import OutputDir
-    from . import world
-    from .collectives import DEFAULT_SIZES, Plan, parse_sizes
-
+    check_json(getattr(args, "json", None))
     backend = _backend(args)
     plan = Plan(_ops(args.ops), tuple(parse_sizes(args.sizes or DEFAULT_SIZES)), iters=args.iters, reps=args.reps,
                 device="cpu" if backend == "gloo" else "cuda")
@@ -101,12 +105,9 @@ def run_collectives(args) -> int:
 
 def _measure_collectives(args, plan, backend: str, out) -> int:
     from microbench.core import device as devmod
-    from . import world
-    from .collectives import bench_rank
 
-    from microbench.core.cli import Heartbeat
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm collectives: {len(plan.ops)} ops x {len(plan.sizes_bytes)} sizes"):
         records, nranks = world.run(bench_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if records is None:  # a torchrun rank other than 0
@@ -116,42 +117,34 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
               "comm": {"backend": backend, "nranks": nranks, "ops": list(plan.ops), "iters": plan.iters,
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(), "conditions": look.stop()}
-    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot)
+    doc = _write_collectives(out, header, records, backend, nranks, args.no_plot, getattr(args, "config", None))
     written = out.commit()
     print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
+    write_json(getattr(args, "json", None), doc)  # --json OUT: the results document (results.json) there too
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 
 
-def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool) -> dict:
-    from microbench.core.fingerprint import fingerprint_line
-    from microbench.core.results import ResultsWriter
+def _write_collectives(out, header: dict, records: list[dict], backend: str, nranks: int, no_plot: bool,
+                       config=None) -> dict:
 
-    from .collectives import to_rows
 
-    from microbench.core.config import load_config
 
     with ResultsWriter(out.staging, header) as w:
-        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config().noise))
+        w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config(config).noise))
     print_collectives(w.doc)
     if not no_plot:
-        from .plots import plot_busbw
-
         title = f"{backend}, {nranks} ranks: {fingerprint_line(w.doc['hardware'], w.doc['software'])}"
         plot_busbw(w.doc["results"], title, out.file("busbw.png"))
     return w.doc
 
 
-def _look(backend: str):
-    """The machine's conditions, looked at before the ranks start (core.conditions)."""
-    from microbench.core.conditions import Conditions
-    from microbench.core.config import load_config
+def _look(backend: str, config=None):
+    """The machine's conditions, looked at before the ranks start (core.conditions; `config`: --config)."""
 
-    return Conditions(load_config().conditions, gpu_index=0 if backend == "nccl" else None).start()
+    return Conditions(load_config(config).conditions, gpu_index=0 if backend == "nccl" else None).start()
 
 
 def _busy_warning(doc: dict) -> None:
-    from microbench.core.conditions import busy_advice, conditions_line
-
     cond = doc.get("conditions")
     if cond:
         print(("warning: " + busy_advice(cond)) if cond.get("busy") else conditions_line(cond), file=sys.stderr)
@@ -164,11 +157,9 @@ def _f(v, spec=".3g"):
 def print_collectives(doc: dict) -> None:
     from rich.table import Table
 
-    from microbench.core.fingerprint import fingerprint_line
 
     t = Table(title=f"{doc['comm']['backend']}, {doc['comm']['nranks']} ranks; "
                     f"{fingerprint_line(doc['hardware'], doc['software'])}", header_style="bold")
-    from microbench.core.verdict import is_noisy
 
     for col in ("op", "bytes", "status", "time ms (median)", "cov", "algbw GB/s", "busbw GB/s", "wrong"):
         t.add_column(col, justify="left" if col in ("op", "status") else "right")
@@ -186,16 +177,12 @@ def print_collectives(doc: dict) -> None:
 
 
 def run_ddp(args) -> int:
-    from . import world
-    from .ddp import DdpPlan, ddp_rank
-
     check_json(args.json)
     backend = _backend(args)
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
                    device="cpu" if backend == "gloo" else "cuda")
-    from microbench.core.cli import Heartbeat
 
-    look = _look(backend)
+    look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
         doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
@@ -212,7 +199,6 @@ def run_ddp(args) -> int:
 def print_ddp(doc: dict) -> None:
     from rich.table import Table
 
-    from microbench.core.fingerprint import fingerprint_line
 
     t = Table(title=f"DDP step of {doc['model']}, batch {doc['batch_per_rank']} per rank, {doc['nranks']} ranks "
                     f"({doc['backend']}): gradients {doc['gradient_bytes'] / 2**20:.2f} MiB in {doc['buckets']} "
@@ -234,8 +220,6 @@ def print_ddp(doc: dict) -> None:
 def _print_ddp_buckets(doc: dict) -> None:
     """Per rank and all-reduce (one per bucket, in start order): the medians over the steps of its time and of
     the part no compute hid."""
-    import statistics
-
     from rich.table import Table
 
     t = Table(title="per bucket all-reduce (medians over the steps; exposed: not hidden by compute)",
@@ -255,14 +239,11 @@ def _print_ddp_buckets(doc: dict) -> None:
 
 def run_ranks(args) -> int:
     """`comm ranks` and `trace` given a job: the ranks read in workers, combined, printed and written."""
-    from microbench.core.outdir import check_dir
-
-    from .job import analyze
 
     check_json(args.json)
     if args.out is not None:
         check_dir(args.out)
-    doc = analyze(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+    doc = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                   step_range=getattr(args, "steps", None))
     print_ranks(doc)
     write_json(args.json, doc)
@@ -275,8 +256,6 @@ def write_job_files(out: Path, doc: dict) -> None:
     """The heat map (heatmap.png) and the HTML report with it (job.html) in `out`."""
     import matplotlib.pyplot as plt
 
-    from microbench.core.outdir import write_file
-    from microbench.reports.job_report import heatmap_figure, job_html
 
     out.mkdir(parents=True, exist_ok=True)
     title = f"per rank and step, {len(doc['ranks'])} ranks"
@@ -291,10 +270,9 @@ def add_job_arguments(p) -> None:
     """The options of a job's traces (shared by `comm ranks` and `trace`)."""
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
-    from microbench.core.cli import non_negative_int, positive_seconds
 
-    p.add_argument("--workers", type=non_negative_int, default=None, metavar="N",
-                   help="local worker processes reading the ranks; default: the CPUs; 0: in this process")
+    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
+                   help="local processes reading the ranks; default: the CPUs; 0: in this process (was --workers)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
                         "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
@@ -325,9 +303,7 @@ def _findings(doc: dict) -> list[str]:
 
 def _ranks_to_show(doc: dict) -> list[dict]:
     """Every rank of a small job; of a larger one (job.toml [report]) the ones worth a look, in rank order."""
-    from .engine import job_settings
-
-    ranks, report = doc["ranks"], job_settings()["report"]
+    ranks, report = doc["ranks"], engine.job_settings()["report"]
     if len(ranks) <= report["all_ranks_up_to"]:
         return ranks
     by_busy = sorted(ranks, key=lambda r: r["gpu_time"].get("busy_us", 0))
@@ -375,10 +351,8 @@ def print_ranks(doc: dict) -> None:
 
 
 def run_scale(args) -> int:
-    from .scale import scale_command
-
     check_json(args.json)
-    doc = scale_command(args)
+    doc = scale.scale_command(args)
     print_scale(doc)
     write_json(args.json, doc)
     return 0

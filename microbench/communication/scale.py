@@ -17,11 +17,17 @@ with the global batch, which large batches can break: not modelled).
 from __future__ import annotations
 
 import math
+import statistics
+import time
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .ddp import grad_bytes
+from microbench import models
 from microbench.core.errors import ConfigError
+from microbench.core.files import exists
+from microbench.core.jsonio import load_json, number, of_type
 from microbench.core.resources import data_file
 
 FABRICS_PATH = data_file("fabrics.toml")
@@ -170,8 +176,6 @@ def scenario(name: str, path: Path = FABRICS_PATH) -> tuple[dict, dict]:
 def fabric_from_results(path: Path) -> Fabric:
     """A one-node fabric from measured all-reduce rows of `comm collectives`: bandwidth = the best busbw,
     latency = the smallest message's time / 2(n-1) (the ring's latency term)."""
-    from microbench.core.jsonio import load_json, number, of_type
-
     doc = of_type(load_json(path), dict, path, "(top level)")
     rows = []
     for i, r in enumerate(of_type(doc.get("results"), list, path, "results", default=[])):
@@ -223,10 +227,6 @@ def parse_workers(text: str) -> list[int]:
 
 def measured_step_ms(model_name: str, steps: int = 3) -> tuple[float, int]:
     """(median CPU step time of the model at its CPU batch, that batch): the single-worker compute."""
-    import statistics
-    import time
-
-    from microbench import models
     from microbench.models.step import TrainingStep
 
     w = models.load(model_name)
@@ -243,7 +243,6 @@ def measured_step_ms(model_name: str, steps: int = 3) -> tuple[float, int]:
 
 def _fabric(spec: str) -> Fabric:
     p = Path(spec)
-    from microbench.core.files import exists
 
     return fabric_from_results(p) if p.suffix == ".json" or exists(p, "--fabric") else load_fabric(spec)
 
@@ -257,9 +256,6 @@ def scale_command(args) -> dict:
     if args.model is None and (grad is None or step_ms is None):
         raise ConfigError(None, "give --model, or both --step-ms and --gradient-bytes", key="--model")
     if args.model is not None and grad is None:
-        from microbench import models
-
-        from .ddp import grad_bytes
 
         grad = grad_bytes(models.load(args.model).model)
     if step_ms is None and not fabric.name.startswith("measured:"):

@@ -12,6 +12,7 @@ import datetime
 import math
 import os
 import pickle
+import sys
 import tempfile
 import time
 import traceback
@@ -93,8 +94,6 @@ def _spawned_rank_main(rank: int, *args) -> None:
     ("terminate called without an active exception", exit code -6: about one run in 18), which the parent
     would report as a dead rank. `os._exit` skips it; the process group is already destroyed and the file
     already replaced, so nothing is lost. (`_rank_main` itself returns normally: tests call it in-process.)"""
-    import sys
-
     try:
         _rank_main(rank, *args)
     finally:

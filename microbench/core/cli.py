@@ -4,17 +4,60 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import threading
+import time
 from typing import Callable
 
 from microbench.core.errors import shown
 
+# Flags renamed for one meaning per flag name across the eight commands (docs/ARCHITECTURE.md, "Glossary"):
+# per command (its parser's prog after PROG_PREFIX; a subcommand as "comm ranks"), old spelling -> new. The old
+# spelling still works for one release, with a one-line notice on stderr; then the entry goes.
+RENAMED_FLAGS: dict[str, dict[str, str]] = {
+    "trace": {"--steps": "--step-range", "--workers": "--readers"},  # a range name; reader processes
+    "comm ranks": {"--steps": "--step-range", "--workers": "--readers"},  # (`--steps N`, `--workers N,..` are counts)
+    "tta run": {"--profile": "--epoch-breakdown", "--target": "--target-accuracy"},  # the profiler; an accuracy
+    "tta thresholds": {"--plot": "--png"},  # a PNG path (`--plot` / `--no-plot` elsewhere: draw or not)
+}
+PROG_PREFIX = "python -m microbench."
+
+
+def renamed_flags(prog: str | None) -> dict[str, str]:
+    """The old -> new flags of the command whose parser has this prog."""
+    return RENAMED_FLAGS.get((prog or "").removeprefix(PROG_PREFIX), {})
+
+
+def renamed_args(args: list[str], renamed: dict[str, str], stream=None) -> list[str]:
+    """`args` with each old spelling (`--old` or `--old=VALUE`, before a `--`) replaced by its new one, and one
+    line on stderr per old spelling used."""
+    out, told, end = [], set(), False
+    for a in args:
+        flag, eq, value = a.partition("=")
+        if not end and flag in renamed:
+            if flag not in told:
+                told.add(flag)
+                print(f"note: {flag} is now {renamed[flag]}; the old spelling goes in the next release",
+                      file=stream or sys.stderr)
+            a = renamed[flag] + eq + value
+        end = end or a == "--"
+        out.append(a)
+    return out
+
 
 class Parser(argparse.ArgumentParser):
     """Bad options end in ONE line on stderr and exit 2 (argparse's default prints the usage block too); its
-    subcommands' parsers are of this class as well (argparse makes them of the parent's class)."""
+    subcommands' parsers are of this class as well (argparse makes them of the parent's class). Old spellings
+    of renamed flags (RENAMED_FLAGS) are read as the new ones, with a notice."""
 
     def error(self, message: str):
         self.exit(2, f"error: {shown(message)}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        renamed = renamed_flags(self.prog)
+        if renamed:
+            args = renamed_args(sys.argv[1:] if args is None else list(args), renamed)
+        return super().parse_known_args(args, namespace)
 
 
 def number(cast: Callable, low: float, high: float = math.inf, low_open: bool = False) -> Callable:
@@ -60,10 +103,6 @@ class Heartbeat:
     the stage."""
 
     def __init__(self, what: str, every_s: float = 10.0, stream=None, force: bool = False):
-        import sys
-        import threading
-        import time
-
         self.stream = stream or sys.stderr
         self.on = force or not self.stream.isatty()
         self.msg, self.every_s, self._time = what, every_s, time.monotonic

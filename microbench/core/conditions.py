@@ -17,6 +17,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from microbench.core import vendor
+
 # /proc/stat cpu line: user nice system idle iowait irq softirq steal (guest time is inside user)
 _IDLE_FIELDS = (3, 4)
 _STEAL_FIELD = 7
@@ -162,6 +164,7 @@ class Conditions:
         if self.gpu_index is not None:
             self.before["gpu"] = gpu_state(self.gpu_index)
         self.window = CpuWindow()
+        self.vendor_mark = vendor.mark()  # the vendor-library settings applied from here on are recorded
         return self
 
     def fit_threads(self) -> dict | None:
@@ -201,6 +204,7 @@ class Conditions:
                "thresholds": {"max_other_cores": self.st.max_other_cores,
                               "max_load_per_core": self.st.max_load_per_core,
                               "max_steal_share": self.st.max_steal_share}}
+        doc["vendor"] = vendor.applied_since(getattr(self, "vendor_mark", (0, ())))  # core/vendor.py, per family
         doc["reasons"] = judge_conditions(doc, self.st)
         doc["busy"] = bool(doc["reasons"])
         release_threads()

@@ -14,6 +14,7 @@ from microbench.core import dtypes as dt_table
 from microbench.core import ops
 from microbench.core.conditions import ConditionSettings
 from microbench.core.errors import ConfigError, InputError
+from microbench.core.files import read_input
 from microbench.core.ops import OpSpec
 from microbench.core.shapes import Case
 from microbench.core.stats import NoiseSettings
@@ -27,7 +28,7 @@ DEVICE_KINDS = ("cpu", "cuda", "rocm")
 DATASHEET_PRECISIONS = dt_table.PRECISIONS
 
 # Upper bounds of numbers read from a config: beyond them a value is a typo, not a wish, and would hang a
-# run (warmup_ms = 1e12) or overflow later arithmetic. README ("What happens when") lists them.
+# run (warmup_ms = 1e12) or overflow later arithmetic. docs/failures.md lists them.
 MAX_TIMING_MS = 60_000.0  # timing.warmup_ms, timing.rep_ms: one minute per case
 MAX_CASE_SECONDS = 3600.0  # timing.max_case_seconds
 MAX_REPS = 1_000_000  # timing.min_reps, timing.max_reps
@@ -49,6 +50,7 @@ class TimingSettings:
     input_sets: int = 3
     flush_l2: bool = True
     max_case_seconds: float = 10.0
+    gpu_lead_max_ms: float = 50.0  # GPU: the longest sleep ahead of one batch of timed repeats (harness/timing)
 
 
 @dataclass(frozen=True)
@@ -238,8 +240,6 @@ def _data_file(rd: _Reader, fname: str, key: str, spec: str) -> Path:
 
 def _read_toml(path: Path) -> dict:
     """A TOML file, with every way it can be unreadable as one ConfigError."""
-    from microbench.core.files import read_input
-
     try:
         text = read_input(path, max_bytes=MAX_CONFIG_BYTES).decode("utf-8")
     except InputError as e:
@@ -369,7 +369,8 @@ def load_config(path: str | Path | None = None) -> Config:
         input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True, maximum=MAX_INPUT_SETS),
         flush_l2=rd.flag(t, "flush_l2", "timing", d.flush_l2),
         max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds,
-                                      maximum=MAX_CASE_SECONDS)))
+                                      maximum=MAX_CASE_SECONDS)),
+        gpu_lead_max_ms=float(rd.num(t, "gpu_lead_max_ms", "timing", d.gpu_lead_max_ms, maximum=MAX_TIMING_MS)))
     if timing.min_reps > timing.max_reps:
         rd.fail("timing.min_reps", timing.min_reps, f"larger than timing.max_reps = {timing.max_reps}")
 

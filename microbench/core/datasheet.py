@@ -5,9 +5,11 @@ import math
 import re
 from pathlib import Path
 
+from microbench.core.archjson import is_arch_json, read_arch
 from microbench.core.config import DatasheetDevice
 from microbench.core.dtypes import PRECISION_OF, PRECISIONS
 from microbench.core.errors import InputError
+from microbench.core.jsonio import load_json
 
 
 MAX_CEILING_TFLOPS = 1e6  # an exaFLOP/s from one device: beyond any chip, a typo
@@ -37,9 +39,6 @@ def ceilings_file(path: Path, device_name: str | None = None,
     TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
     With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
     own run judged noisy is not used. Anything else is one line naming the file."""
-    from microbench.core.archjson import is_arch_json, read_arch
-    from microbench.core.jsonio import load_json
-
     doc = load_json(path)
     ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
     if not is_arch_json(doc) and not isinstance(ceilings, list):
@@ -97,7 +96,7 @@ def check_ceilings_machine(path: Path, file_machine: str | None, device_name: st
                                "give a file measured on that machine", key="ceilings")
 
 
-def measured_ceilings(pairs: list[str], results: Path | None) -> dict[str, float]:
+def ceilings_from_args(pairs: list[str], results: Path | None) -> dict[str, float]:
     """TFLOP/s by precision, from --ceilings (a results file's measured compute ceilings, or a TraceLens GPU arch
     JSON) then --ceiling."""
     out: dict[str, float] = dict(ceilings_file(results)[0]) if results is not None else {}

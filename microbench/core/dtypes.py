@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from microbench.core import targets
+
 
 @dataclass(frozen=True)
 class DType:
@@ -80,7 +82,6 @@ def storage_dtype(name: str, device=None):
     t = torch_dtype(name)
     if name != "fp8_e4m3" or torch.version.hip is None or device is None or torch.device(device).type != "cuda":
         return t
-    from microbench.core import targets
 
     arch = torch.cuda.get_device_properties(torch.device(device)).gcnArchName.split(":")[0]
     flavour = targets.fp8_e4m3_flavour(arch) if targets.known(arch) else "fp8e4nv"

@@ -113,7 +113,7 @@ def error_line(e: InputError) -> str:
 
 
 def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] | None = None) -> int:
-    """The one runner of every command, with its one-line endings (the README's "What happens when"):
+    """The one runner of every command, with its one-line endings (docs/failures.md):
     - bad input (InputError): `error: LINE`, exit 2;
     - Ctrl-C or SIGTERM, from the first line of the body on: `interrupted`, exit 130 / 143. A command that
       commits partial output gives `on_interrupt`, called first (its returned line replaces `interrupted`);

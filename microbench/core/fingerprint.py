@@ -15,6 +15,8 @@ from pathlib import Path
 BENCHMARK_KEY = "dawnscope"
 # How `pytest --benchmark-only` is pointed at a profile, a configuration and a device (tests/test_benchmarks.py).
 PROFILE_ENV, CONFIG_ENV, DEVICE_ENV = "DAWNSCOPE_PROFILE", "DAWNSCOPE_CONFIG", "DAWNSCOPE_DEVICE"
+# ... or at a trace's cases instead of a profile's (roofline --from-trace; docs/replay.md), and how many of them.
+TRACE_ENV, TRACE_TOP_ENV = "DAWNSCOPE_TRACE", "DAWNSCOPE_TRACE_TOP"
 DEFAULT_BENCHMARK_PROFILE = "quick"
 
 
@@ -37,10 +39,18 @@ def fingerprint_line(hardware: dict, software_: dict) -> str:
 
 
 def benchmark_selection() -> tuple[str, Path | None, str]:
-    """(profile, config file or None for bench.toml, device request) of a `pytest --benchmark-only` run."""
+    """(profile, config file or None for bench.toml, device request) of a `pytest --benchmark-only` run; the
+    profile of a trace's cases (DAWNSCOPE_TRACE) is `trace:FILE NAME`."""
     config = os.environ.get(CONFIG_ENV) or None  # empty = unset
-    return (os.environ.get(PROFILE_ENV, DEFAULT_BENCHMARK_PROFILE), Path(config) if config else None,
-            os.environ.get(DEVICE_ENV, "auto"))
+    trace = os.environ.get(TRACE_ENV) or None
+    profile = f"trace:{Path(trace).name}" if trace else os.environ.get(PROFILE_ENV, DEFAULT_BENCHMARK_PROFILE)
+    return profile, Path(config) if config else None, os.environ.get(DEVICE_ENV, "auto")
+
+
+def trace_selection() -> tuple[Path | None, str | None]:
+    """(the trace whose cases `pytest --benchmark-only` runs, or None; DAWNSCOPE_TRACE_TOP as given, or None)."""
+    trace = os.environ.get(TRACE_ENV) or None
+    return (Path(trace) if trace else None), (os.environ.get(TRACE_TOP_ENV) or None)
 
 
 def file_sha256(path: str | Path) -> str | None:

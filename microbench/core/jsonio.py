@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator, TextIO
 
 from microbench.core.errors import InputError
+from microbench.core.files import open_input
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -22,8 +23,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 def open_text(path: str | Path) -> TextIO:
     """A text stream over the (decompressed) file. Errors while reading later surface as the exceptions
     `read_errors` translates."""
-    from microbench.core.files import open_input
-
     path = Path(path)
     raw = open_input(path)  # a regular file only: a FIFO or /dev/zero is one line, not a hang
     head = raw.read(2)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from microbench.core.errors import InputError, Interrupts, interrupts_as_keyboard_interrupt, shown
 from microbench.core.files import check_output
+from microbench.core.jsonio import dumps
 
 LOCK_NAME = ".dawnscope.lock"
 STAGING_PREFIX = ".run-"
@@ -228,8 +229,6 @@ class OutputDir:
         """After an interrupt, for a command that wrote results.json row by row: commit it (marked
         `interrupted`) with whatever else the run wrote, the earlier run's files moving to previous/, if it
         holds rows; else leave the folder as it was. True when something was committed."""
-        from microbench.core.jsonio import dumps
-
         path = self.file("results.json")
         try:
             doc = json.loads(path.read_text())

@@ -8,6 +8,7 @@ needs no special case there."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -120,6 +121,11 @@ class KernelCaseRow(ResultRow):
     baseline: bool = False
     layer: str | None = None
     phase: str | None = None
+    # Replayed from a profiler trace (roofline --from-trace): the trace file, its operators and calls, its kernel
+    # time per call and device, and ours beside it (microbench/harness/trace_cases.py); results.json only, not a
+    # results.csv column. Not `source`: that key is every row's kind marker on file (files from before kinds are
+    # read by it).
+    trace_source: dict | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -286,8 +292,6 @@ def results_header(hardware: dict, software: dict, config_file: str | Path, conf
                    ceilings: list | None = None, notes: list | None = None, **extra) -> dict:
     """The header of every results.json (roofline's and decompose's): the machine, the configuration (its file
     and that file's sha256, then what the command ran of it), when, the ceilings and the notes."""
-    import hashlib
-
     path = Path(config_file)
     block = {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **config}
     return {"hardware": hardware, "software": software, "config": block, "started": started,

@@ -84,12 +84,33 @@ class ConvShape:
 
 
 @dataclass(frozen=True)
+class AttentionShape:
+    """Scaled dot-product attention of `batch_heads` independent problems (batch x heads): softmax(Q K^T / sqrt(d))
+    V with Q [BH, q_len, head_dim], K and V [BH, kv_len, head_dim]; `causal` masks the upper triangle."""
+
+    family: ClassVar[str] = "attention"
+    batch_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    causal: bool = False
+
+    def label(self) -> str:
+        s = f"bh{self.batch_heads} q{self.q_len} kv{self.kv_len} d{self.head_dim}"
+        return s + " causal" if self.causal else s
+
+    def as_dict(self) -> dict:
+        return {"batch_heads": self.batch_heads, "q_len": self.q_len, "kv_len": self.kv_len,
+                "head_dim": self.head_dim, "causal": self.causal}
+
+
+@dataclass(frozen=True)
 class Case:
     """One measurable problem: an op (`gemm`, `conv2d_fwd`, `conv2d_bwd_data`, `conv2d_bwd_weight`),
     its shape and its dtype name (`fp32`, `tf32`, `fp16`, `bf16`, `fp8_e4m3`)."""
 
     op: str
-    shape: GemmShape | ConvShape
+    shape: GemmShape | ConvShape | AttentionShape
     dtype: str
 
     @property

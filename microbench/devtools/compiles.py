@@ -10,6 +10,7 @@ file and architecture (two in all), whatever the profile.
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 import os
 import sys
 from collections import Counter
@@ -18,14 +19,27 @@ from unittest import mock
 
 import torch
 
+from microbench import kernels
+
+from microbench.core import dtypes
+
+from microbench.core.cli import Parser, number
+
+from microbench.core.config import load_config
+
+from microbench.core.errors import run_command
+
+from microbench.core.ops import conv2d, gemm
+
+from microbench.core.targets import dot_input_precision
+from microbench.harness import registry
+
+from microbench.harness.sass import inspect_build
+
 
 @contextmanager
 def _unfilled_operands():
     """make_inputs without the random fill: `torch.empty` of the same shape, dtype and layout."""
-    from contextlib import ExitStack
-
-    from microbench.core import dtypes
-    from microbench.core.ops import conv2d, gemm
 
     def empty(shape, dtype, device, gen):
         return torch.empty(shape, dtype=dtypes.torch_dtype(dtype), device=device)
@@ -38,10 +52,8 @@ def _unfilled_operands():
 
 def plan_cases(case_list, family: str, sms: int = 132) -> list:
     """The compiles of these cases on a GPU of `family` (with its `sms`), as recorded by the providers."""
-    from microbench import kernels
     from microbench.kernels import triton_runtime
     from microbench.core.cases import make_inputs
-    from microbench.harness import registry
 
     kernels.load_all()
     with triton_runtime.planning(family, sms) as compiles, _unfilled_operands():
@@ -61,9 +73,6 @@ def count(case_list, family: str, sms: int = 132) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from microbench.core.cli import Parser, number
-    from microbench.core.errors import run_command
-
     ap = Parser(prog="python -m microbench.devtools.compiles", description=__doc__)
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--family", default="sm_90", choices=["sm_80", "sm_90", "cdna"])
@@ -75,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args) -> int:
-    from microbench.core.config import load_config
     from microbench.kernels.triton_runtime import AUTOTUNE_ENV
 
     cases = load_config(args.config).profile(args.profile).cases
@@ -95,8 +103,6 @@ if __name__ == "__main__":
 # ---- the same compiles ahead of time, for their SASS: spills at the profile's real specializations -------
 def _aot_value(spec):
     """A representative argument with the recorded specialization (what aot_compile reads)."""
-    from microbench.core import dtypes
-
     kind = spec[0]
     if kind == "constexpr":
         return spec[1]
@@ -128,13 +134,11 @@ def _kernel(name: str):
 def inspect_one(plan, target: str) -> dict:
     """Compile one recorded plan for `target` and read its SASS (runs in a worker process)."""
     from microbench.kernels.triton_runtime import aot_build, aot_compile
-    from microbench.harness.sass import inspect_build
 
     name, cfg, spec = plan
     args = {k: _aot_value(v) for k, v in spec}
     args.update(cfg.meta(persistent_param="PERSISTENT" in args))  # the configuration's own block sizes
     if target.startswith("gfx") and "INPUT_PRECISION" in args:  # gfx950 has no xf32: IEEE, as a run there does
-        from microbench.core.targets import dot_input_precision
 
         args["INPUT_PRECISION"] = dot_input_precision(target, args["INPUT_PRECISION"] == "tf32")
     dtype = next((v[1] for k, v in spec if v[0] in ("ptr", "desc")), "?").removeprefix("torch.")

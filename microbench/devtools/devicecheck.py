@@ -26,6 +26,7 @@ deadline, SIGINT, the files. DEVICE_CHECK_DEADLINE_S overrides the global deadli
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -38,6 +39,11 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from microbench.devtools.ncucheck import evidence_lines
+
+from microbench.devtools.probe import write_probe
+from microbench.devtools.wheels import load_image
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 480.0  # the whole run; the loan is 15 minutes, machine start and transfers included
@@ -80,8 +86,6 @@ def _wheels_stage(wheels_dir: Path, python: str | None = None) -> list[Stage]:
     """pip --target of the carried wheels into this run's temporary site folder (on every stage's PYTHONPATH).
     None where there are no wheels or this Python is not the image's they were built for (a 3.12 wheel of
     msgspec in front of a 3.11 environment's own would hide it)."""
-    from microbench.devtools.wheels import load_image
-
     wheels = sorted(str(w) for w in wheels_dir.glob("*.whl"))
     if python is None:
         python = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -140,8 +144,6 @@ def _child_setup() -> None:
     # Python that starts with SIGINT ignored never raises KeyboardInterrupt (no report, no plot).
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:  # Linux: the stage dies with device-check even when device-check is killed outright (SIGKILL)
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -360,8 +362,6 @@ def _state(r: StageResult) -> str:
 
 
 def write_summary(outdir: Path, results: list[StageResult], dry: bool, deadline_s: float, elapsed_s: float) -> Path:
-    from microbench.devtools.ncucheck import evidence_lines
-
     lines = []
     if dry:
         lines.append("DRY RUN on a CPU: the GPU check was faked and every stage shortened; no figure here is a GPU's.")
@@ -405,8 +405,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)  # the probe stage's own entry point
     args = ap.parse_args(argv)
     if args.probe:
-        from microbench.devtools.probe import write_probe
-
         return write_probe(args.probe, dry=args.dry_run)
     if args.outdir is None:
         ap.error("OUTDIR is required")

@@ -21,7 +21,12 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from microbench.core.errors import InputError
 from microbench.core.resources import data_file
+from microbench.devtools.ncuapp import run_gemms
+from microbench.timeline.classify import classify_kernel
+from microbench.timeline.counters import counter_verdict, tensor_activity
+from microbench.timeline.ncu import read_ncu_csv
 
 METRICS_TOML = data_file("ncu_metrics.toml")
 MARK_PREFIX = "dawnscope_mark_"
@@ -80,10 +85,6 @@ def labelled(kernels) -> list[tuple[str, object]]:
 
 def evidence(csv_path: Path, cfg: dict | None = None) -> list[dict]:
     """One record per profiled GEMM kernel: its counters' verdict against the name's and the expected one."""
-    from microbench.timeline.classify import classify_kernel
-    from microbench.timeline.counters import counter_verdict, tensor_activity
-    from microbench.timeline.ncu import read_ncu_csv
-
     cfg = settings() if cfg is None else cfg
     expected = {g["label"]: g["expect"] for g in cfg["gemm"]}
     rows = []
@@ -102,8 +103,6 @@ def evidence(csv_path: Path, cfg: dict | None = None) -> list[dict]:
 
 def evidence_lines(csv_path: Path) -> list[str]:
     """For the summary: one line per profiled kernel, or why there is none."""
-    from microbench.core.errors import InputError
-
     try:
         rows = evidence(csv_path)
     except (InputError, OSError, ValueError) as e:
@@ -127,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--app", action="store_true", help=argparse.SUPPRESS)  # the program ncu profiles
     args = ap.parse_args(argv)
     if args.app:
-        from microbench.devtools.ncuapp import run_gemms
-
         return run_gemms(settings())
     if args.out_csv is None:
         ap.error("OUT_CSV is required")

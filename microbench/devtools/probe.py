@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 from microbench.core.fingerprint import installed_version
+from microbench.devtools.wheels import load_image, requirement_name, runtime_requirements
+from microbench.harness import sass
+from microbench.kernels import nvrtc
 
 PACKAGES = ("torch", "triton", "numpy", "cupy-cuda12x", "cupy-cuda13x", "nvidia-cuda-nvrtc-cu12",
             "nvidia-cuda-nvrtc", "ml_dtypes", "nvtx", "msgspec", "mlperf-logging", "rich", "matplotlib", "pytest")
@@ -36,8 +39,6 @@ def missing_dependencies(pyproject: Path = Path(__file__).resolve().parents[2] /
     imports one of these fails, and this says why before it does). A dependency served by an installed
     equivalent (microbench/data/gpu_image.toml, [equivalents]: CUDA 13's NVRTC for the cu12 wheel) is not
     missing."""
-    from microbench.devtools.wheels import load_image, requirement_name, runtime_requirements
-
     equivalents = load_image().get("equivalents", {})
     names = [requirement_name(r) for r in runtime_requirements(pyproject)]
     return [n for n in names if all(installed_version(e) is None for e in (n, *equivalents.get(n, [])))]
@@ -59,9 +60,6 @@ def _tool_version(path) -> str:
 
 def chain(arch: str) -> dict:
     """NVRTC -> PTX -> ptxas -> cubin -> cuobjdump for this device's architecture (sm_80 in a dry run)."""
-    from microbench.kernels import nvrtc
-    from microbench.harness import sass
-
     target = arch if arch.startswith("sm_") else "sm_80"
     tools = sass.toolchain()
     out = {"nvrtc_library": nvrtc.library_path(), "nvrtc_version": ".".join(map(str, nvrtc.version())),

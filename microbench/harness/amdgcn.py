@@ -14,7 +14,8 @@ import re
 from collections import Counter
 
 from microbench.core import targets
-from microbench.harness.sass import AotBuild, StaticRecord
+from microbench.core.dtypes import PRECISION_OF
+from microbench.harness.aot import AotBuild, StaticRecord
 
 # v_mfma_f32_32x32x8_bf16, v_mfma_f32_16x16x32_fp8_fp8, v_mfma_scale_f32_32x32x64_f8f6f4, v_mfma_f32_32x32x4_2b_f32
 _MFMA = re.compile(r"^\s*((?:v_mfma|v_smfmac)_\w+)", re.MULTILINE)
@@ -76,8 +77,6 @@ def resources(asm: str) -> dict:
 def verdict(kinds: list[dict], dtype: str, target: str) -> tuple[str, str | None]:
     """(matrix_cores, fallback): "yes" when every matrix instruction computes in the dtype's own precision,
     "fallback" (and why) when they compute in another one, "no" without any."""
-    from microbench.core.dtypes import PRECISION_OF
-
     if not kinds:
         return "no", None
     want = PRECISION_OF.get(dtype)
@@ -118,11 +117,3 @@ def inspect_amd_build(b: AotBuild) -> StaticRecord:
         matrix_per_k_step=per_k_step(asm), matrix_cores=matrix_cores, fallback=fallback, vgprs=res["vgprs"],
         agprs=res["agprs"], sgprs=res["sgprs"], lds_bytes=lds, waves_per_simd=waves, occupancy=occupancy,
         occupancy_unit="waves/SIMD", num_warps=b.num_warps)
-
-
-def evidence_line(r: StaticRecord) -> str:
-    kinds = ", ".join(f"{k['name']} x{k['count']}" for k in r.matrix_kinds) or "no matrix instructions"
-    verdict_ = f"fallback: {r.fallback}" if r.fallback else f"matrix cores {r.matrix_cores}"
-    spills = f"scratch {r.stack_bytes} B (spills)" if r.spills else "no scratch"
-    return (f"AMDGCN {r.target} {r.kernel} [{r.config}]: {kinds}; {verdict_}; VGPR {r.vgprs} AGPR {r.agprs} "
-            f"SGPR {r.sgprs}, {r.waves_per_simd} waves/SIMD, LDS {r.lds_bytes} B, {spills}")

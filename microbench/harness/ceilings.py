@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from microbench.core.conditions import Conditions
 from microbench.core.config import Config, DatasheetDevice
 from microbench.core.datasheet import match_datasheet
 from microbench.core.device import Device
@@ -23,7 +24,7 @@ from microbench.core.shapes import Case, GemmShape
 from microbench.harness import registry
 from microbench.core.stats import Timing
 from microbench.core.ops.work import gemm_work
-from microbench.harness.timing import measure
+from microbench.harness.timing import time_calls
 
 COMPUTE, MEMORY = "compute", "memory"
 
@@ -134,7 +135,7 @@ def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None
     settings = cfg.ceilings.get(device.kind)
     if settings is None:
         return [], [f"no [ceilings.{device.kind}] in {cfg.path.name}: no measured ceilings"]
-    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (DESIGN.md)
+    gemm = registry.baseline("gemm")  # the compute ceiling is the best GEMM (docs/design.md)
     out: list[Ceiling] = []
     notes: list[str] = []
     budget = budget_s if budget_s is not None else settings.budget_s
@@ -175,7 +176,7 @@ class GemmSearch:
         case = Case("gemm", shape, self.dt)
         try:
             a, b = make_inputs(case, self.device.torch_device, seed=shape.m + shape.n + shape.k)
-            t = measure(registry.bind(self.gemm, case, a, b), self.device, self.cfg.timing, self.cfg.noise)
+            t = time_calls(registry.bind(self.gemm, case, a, b), self.device, self.cfg.timing, self.cfg.noise)
         except (RuntimeError, MemoryError) as e:
             self.notes.append(f"ceiling gemm {self.dt} {shape.label()} failed: {type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}")
@@ -266,7 +267,7 @@ def copy_ceiling(device: Device, cfg: Config, settings, on_step=None) -> Ceiling
             on_step(f"ceiling copy {mb} MiB")
         src = torch.randn(mb * 2**20 // 4, device=device.torch_device)
         dst = torch.empty_like(src)
-        t = measure(lambda: dst.copy_(src), device, cfg.timing, cfg.noise)
+        t = time_calls(lambda: dst.copy_(src), device, cfg.timing, cfg.noise)
         del src, dst
         return t
 
@@ -434,8 +435,6 @@ def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], No
 
 def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels) -> CachedCeilings:
     """The bounded search under a look at the machine's conditions, written to the cache."""
-    from microbench.core.conditions import Conditions
-
     look = Conditions(cfg.conditions, gpu_index=0 if device.kind == "cuda" else None).start()
     items, notes = measured_ceilings(device, cfg, on_step, budget_s, shapes)
     cond = look.stop()

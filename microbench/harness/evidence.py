@@ -1,7 +1,7 @@
 """How we know whether a vendor-library call used Tensor Cores (GPU) or matrix units (CPU).
 
 GPU: run the call once under torch.profiler, read the names of the kernels it launched and classify them
-with the shared kernel rules (evidence 3 of DESIGN.md: the kernel name). CPU: run it once with oneDNN's
+with the shared kernel rules (evidence 3 of docs/design.md: the kernel name). CPU: run it once with oneDNN's
 verbose mode on and classify the implementation oneDNN reports (`brg_matmul:avx512_core_bf16`). Our own
 kernels bring stronger evidence (their SASS) through their provider's `evidence` hook instead.
 """
@@ -51,7 +51,9 @@ def from_kernel_names(times_us: dict[str, float]) -> Evidence:
     top = max(matrix, key=matrix.get)
     share = matrix[top] / sum(times_us.values())
     c = classify_kernel(top)
-    return Evidence(c.tensor_cores, f"kernel name {top!r} ({share:.0%} of the call's kernel time) matched {c.rule}")
+    # the layer is named: a library name rule, or the name's structure (an inference, classify.EVIDENCE_LAYERS)
+    how = "inferred from its structure" if c.basis == "structure (inferred)" else "matched"
+    return Evidence(c.tensor_cores, f"kernel name {top!r} ({share:.0%} of the call's kernel time) {how} {c.rule}")
 
 
 class _CaptureStdout:

@@ -6,6 +6,7 @@ signature its spec states (`OpSpec.signature`, called through `OpSpec.call`):
     gemm:   fn(a, b, *, allow_tf32: bool) -> c             a: [B?, M, K], b: [B?, K, N] (any strides)
     conv2d: fn(a, b, *, shape: ConvShape, direction: str, allow_tf32: bool) -> out
             fwd: (x, w) -> y;  bwd_data: (dy, w) -> dx;  bwd_weight: (x, dy) -> dw   (NHWC tensors)
+    attention: fn(q, kv, *, causal: bool, allow_tf32: bool) -> o    q: [BH, Lq, D], kv: [2, BH, Lk, D]
 
 It is declared where it lives, with a decorator that returns the function unchanged:
 

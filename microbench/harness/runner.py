@@ -1,13 +1,13 @@
 """The flow for each case: providers -> correctness -> timing -> work counting -> ceilings -> result row."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
 from microbench.harness import registry
-from microbench.core import dtypes
+from microbench.core import dtypes, vendor
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
 from microbench.harness.ceilings import Ceilings
@@ -17,10 +17,13 @@ from microbench.core.errors import ConfigError
 from microbench.harness.registry import Evidence, Provider, Unsupported
 from microbench.core.results import KernelCaseRow, ResultRow
 from microbench.core.shapes import Case
-from microbench.harness.timing import measure
-from microbench.core.ops.work import Work, case_work
+from microbench.core.ops import case_work
+from microbench.core.ops.work import Work
+from microbench.harness.timing import time_calls
 from microbench.core.verdict import FALLBACK  # noqa: F401 - written on rows below
 from microbench.harness.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
+from microbench.harness import preflight
+from microbench.harness.faults import isolated_providers, lost_context
 
 
 def _first_line(e: BaseException) -> str:
@@ -51,6 +54,19 @@ class CaseRunner:
     device: Device
     cfg: Config
     ceilings: Ceilings
+    faulted: dict = field(default_factory=dict)  # (case, provider) -> why it lost the context in pre-flight
+    lost: str | None = None  # set when a call lost this process's device context: the run stops there
+
+    def _lost(self, row: KernelCaseRow, case: Case, p: Provider, e: BaseException, while_: str = "") -> bool:
+        """A lost device context: the row says so and the runner stops (every later call would fail too)."""
+        fault = lost_context(e)
+        if fault is None:
+            return False
+        row.status, row.reason = "failed", f"device context lost{while_}: {_first_line(e)}"
+        self.lost = (f"stopped: {case.label()} through {p.name} lost the device context ({fault}); every later "
+                     f"call in this process would fail, so no later case was run. The rows before it are kept; "
+                     f"run this provider apart (its own --profile, or leave it out) to measure the rest.")
+        return True
 
     def _row(self, case: Case, p: Provider, **kw) -> KernelCaseRow:
         return KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=p.name,
@@ -59,6 +75,12 @@ class CaseRunner:
                          tolerance=self.cfg.tolerance[case.dtype], **kw)
 
     def run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
+        """One row per provider; the vendor libraries set up as every kernel-comparing command sets them
+        (core.vendor, [kernels] of data/vendor_settings.toml), put back afterwards."""
+        with vendor.settings_for("kernels"):
+            yield from self._run(case, providers)
+
+    def _run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
         work = case_work(case)
         dev = self.device.torch_device
         inputs = ref = None
@@ -75,6 +97,11 @@ class CaseRunner:
                 row.status, row.reason = "skipped", slow
                 yield row
                 continue
+            if (case, p.name) in self.faulted:
+                row.status, row.reason = "failed", (f"lost the device context in its pre-flight process "
+                                                    f"({self.faulted[case, p.name]}); not run in this one")
+                yield row
+                continue
             try:
                 if inputs is None:
                     inputs = make_inputs(case, dev, seed=0)
@@ -88,7 +115,10 @@ class CaseRunner:
                 continue
             except Exception as e:  # noqa: BLE001 - one failing provider must not end the run
                 row.status, row.reason = "failed", _first_line(e)
+                lost = self._lost(row, case, p, e)
                 yield row
+                if lost:
+                    return
                 continue
             row.rel_err = rel_err(out, ref)
             del out
@@ -107,9 +137,12 @@ class CaseRunner:
             try:
                 calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
                                   for i in range(1, self._input_sets(inputs))]
-                judge(row, work, measure(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
+                judge(row, work, time_calls(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
             except Exception as e:  # noqa: BLE001
                 row.status, row.reason = "failed", f"while timing: {_first_line(e)}"
+                if self._lost(row, case, p, e, " while timing"):
+                    yield row
+                    return
             yield row
 
     def _input_sets(self, inputs) -> int:
@@ -135,14 +168,38 @@ def resolve_providers(profile: Profile, cfg: Config) -> dict[str, list[Provider]
     return out
 
 
+def preflight_pairs(cases, providers: dict[str, list[Provider]], runner: CaseRunner,
+                    isolate: tuple[str, ...]) -> list[preflight.Pair]:
+    """The (case, provider) calls of the isolated providers the run will make: available here, not too slow."""
+    usable = {p.name for ps in providers.values() for p in ps
+              if p.name in isolate and p.unavailable_reason(runner.device) is None}
+    pairs = []
+    for case in cases:
+        if too_slow(case, case_work(case), runner.ceilings, runner.cfg.timing.max_case_seconds):
+            continue
+        pairs += [preflight.Pair(case, p.name, p.fn.__module__) for p in providers[case.family] if p.name in usable]
+    return pairs
+
+
 def run_profile(profile: Profile, device: Device, cfg: Config, ceilings: Ceilings,
-                on_row: Callable[[ResultRow], None], on_case: Callable[[Case], None] | None = None) -> None:
+                on_row: Callable[[ResultRow], None], on_case: Callable[[Case], None] | None = None,
+                isolate: tuple[str, ...] | None = None) -> str | None:
+    """Every case through every provider, each row to `on_row` as it is made. On a GPU the providers no GPU
+    has run yet (`isolate`, default: data/gpu_faults.toml) first run each case in a process of their own
+    (harness/preflight.py). Returns None, or the line that says why the run stopped early: a call that lost
+    this process's device context ends it (the rows already given to `on_row` stand)."""
     providers = resolve_providers(profile, cfg)
     runner = CaseRunner(device, cfg, ceilings)
+    if device.is_gpu or isolate is not None:  # a CPU has no context to lose, unless a test asks
+        pairs = preflight_pairs(profile.cases, providers, runner, isolated_providers() if isolate is None else isolate)
+        runner.faulted = preflight.faults(pairs, "cuda" if device.is_gpu else "cpu") if pairs else {}
     for case in profile.cases:
         if on_case:
             on_case(case)
         for row in runner.run(case, providers[case.family]):
             on_row(row)
+        if runner.lost:
+            return runner.lost
         if device.is_gpu:
             torch.cuda.empty_cache()
+    return None

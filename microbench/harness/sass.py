@@ -17,11 +17,12 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from microbench.core.targets import NVIDIA_TARGETS, nvidia_warps_per_sm
+from microbench.harness import amdgcn
+from microbench.harness.aot import AotBuild, StaticRecord
 
 # SASS opcodes we count. Tensor Core ones: HMMA (fp16/bf16/tf32 mma.sync), HGMMA (Hopper wgmma, fp16/bf16/
 # tf32), QGMMA (Hopper wgmma fp8), IMMA (int8 mma.sync), IGMMA (Hopper int8 wgmma), DMMA (fp64).
@@ -154,85 +155,6 @@ def opcode_counts(sass: str) -> Counter:
     return Counter(m.group(1) for m in _INSN.finditer(sass))
 
 
-@dataclass
-class AotBuild:
-    """One kernel configuration compiled ahead of time for one target."""
-
-    kernel: str  # e.g. "triton_gemm"
-    config: str  # e.g. "fp16 BM128 BN128 BK64 w4 s3"
-    target: str  # sm_80 or sm_90
-    cubin: bytes = field(repr=False)
-    default: bool = False  # a configuration the kernel uses by default (tests: no spills)
-    wants_wgmma: bool = False  # meant for Hopper wgmma (tests: HGMMA on sm_90)
-    dtype: str = ""  # fp16, bf16, fp32 (TF32 forbidden), tf32, fp8_e4m3
-    ptxas_log: str = ""
-    dynamic_shared_bytes: int | None = None  # shared memory requested at launch (Triton: metadata.shared)
-    function: str | None = None  # the kernel's symbol when the cubin holds several kernels
-    amdgcn: str = field(default="", repr=False)  # AMD targets: the assembly listing instead of a cubin
-    num_warps: int | None = None  # warps (AMD: waves) per block, for occupancy
-    note: str = ""  # said in the record's note (e.g. the fp8 flavour an AMD build was given)
-
-
-@dataclass
-class StaticRecord:
-    """What `python -m microbench.inspect --json` writes, one per (kernel, config, target)."""
-
-    kernel: str
-    config: str
-    target: str
-    dtype: str
-    default: bool
-    wants_wgmma: bool
-    hmma: int
-    hgmma: int
-    qgmma: int
-    imma: int
-    ffma: int
-    registers: int
-    shared_bytes: int  # static shared memory in the cubin (Triton allocates most of it dynamically: see note)
-    dynamic_shared_bytes: int | None
-    stack_bytes: int
-    local_bytes: int
-    spill_stores: int  # STL instructions
-    spill_loads: int  # LDL instructions
-    tensor_core_instructions: int
-    note: str = ""
-    # Vendor-neutral fields (NVIDIA and AMD records alike): matrix (Tensor Core / matrix core) instructions,
-    # their kinds, how many one warp / wave issues per K step, the verdict and any fallback, occupancy.
-    matrix_instructions: int = 0
-    matrix_instruction_kinds: list = field(default_factory=list)  # names, e.g. ["v_mfma_f32_32x32x8_bf16"]
-    matrix_kinds: list = field(default_factory=list)  # [{name, operand, shape, precision, count}]
-    matrix_per_k_step: int | None = None
-    matrix_cores: str = "no"  # yes / no / fallback
-    fallback: str | None = None  # why the matrix instructions are not the dtype's own (None: they are)
-    vgprs: int | None = None  # AMD: architectural VGPRs, AGPRs, SGPRs (NVIDIA: `registers`)
-    agprs: int | None = None
-    sgprs: int | None = None
-    lds_bytes: int | None = None  # AMD: static + dynamic LDS per workgroup
-    waves_per_simd: int | None = None  # AMD: waves per SIMD the registers allow
-    occupancy: int | None = None  # resident warps per SM (NVIDIA) / waves per SIMD (AMD), registers and shared memory
-    occupancy_unit: str = ""
-    num_warps: int | None = None
-
-    @property
-    def spills(self) -> bool:
-        return bool(self.spill_stores or self.spill_loads or self.local_bytes or self.stack_bytes)
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["spills"] = self.spills
-        return d
-
-    def evidence(self) -> str:
-        if self.target.startswith("gfx"):
-            from microbench.harness.amdgcn import evidence_line
-
-            return evidence_line(self)
-        tc = ", ".join(f"{k.upper()} {getattr(self, k)}" for k in ("hmma", "hgmma", "qgmma", "imma") if getattr(self, k))
-        return (f"SASS {self.target} {self.kernel} [{self.config}]: {tc or 'no Tensor Core instructions'}, "
-                f"FFMA {self.ffma}, {self.registers} registers, {'spills' if self.spills else 'no spills'}")
-
-
 # A Tensor Core opcode with its modifiers: HMMA.16816.F32.BF16, HGMMA.64x128x16.F32.BF16
 _TC_FULL = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:" + "|".join(TENSOR_OPCODES) + r")(?:\.[A-Za-z0-9_]+)*)")
 _ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/")
@@ -258,9 +180,7 @@ def tc_per_k_step(sass: str) -> int | None:
 
 def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> StaticRecord:
     if b.target.startswith("gfx"):
-        from microbench.harness.amdgcn import inspect_amd_build
-
-        return inspect_amd_build(b)
+        return amdgcn.inspect_amd_build(b)
     sass = disassemble(b.cubin)
     usage = _cuobjdump(b.cubin, "-res-usage")
     if b.function:

@@ -2,15 +2,21 @@
 
 GPU: CUDA/HIP events around each call, warm-up by time budget, the L2 cache overwritten before each
 repeat (outside the timed region) and the calls rotated among input sets, so that no repeat finds its
-operands in L2 left there by the previous one. CPU: a monotonic clock (perf_counter_ns) around each call,
-rotating among input sets as well. Both return median, p20, p80 and the coefficient of variation.
+operands in L2 left there by the previous one. The GPU is kept ahead of the host while it is timed: each
+batch of repeats starts behind a calibrated `torch.cuda._sleep`, long enough for the host to queue the whole
+batch, so no start event is reached while the host is still launching the call it times (for calls under
+~50 us the launch cost of CuPy wrappers, Triton's descriptors or a multi-kernel backward otherwise lands
+between the events; docs/measurement.md). A batch in which the sleep ran out before the last call was queued
+is timed again with a longer sleep, and a Timing whose batches still caught up says so in its noise reasons.
+CPU: a monotonic clock (perf_counter_ns) around each call, rotating among input sets as well. Both return
+median, p20, p80 and the coefficient of variation.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import torch
@@ -22,49 +28,152 @@ from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 
 # An L2 flush buffer at least this large, and at least twice the reported L2 size.
 _MIN_FLUSH_BYTES = 256 * 2**20
+# The sleep kernel timed once to learn the GPU's clock ticks per ms (about 1 ms at 1-2 GHz; PyTorch's own
+# tests calibrate torch.cuda._sleep the same way, the tick rate differs between devices and clock states).
+_CALIBRATION_CYCLES = 2_000_000
+# The head start asked for: this multiple of the host time the batch took to queue last time, plus a floor.
+_LEAD_MARGIN = 1.5
+_LEAD_FLOOR_MS = 0.2
+# At most this many repeats in one batch: their launches (flush, two events, the call's kernels) stay well inside
+# the driver's queue of pending launches (about a thousand), beyond which the host blocks and a full queue
+# would read as a GPU that caught up.
+_MAX_BATCH_REPS = 100
+# A batch that caught up is timed again at most this many times, each with twice the head start.
+_RETRIES = 2
+
+
+class CudaOps:
+    """What the GPU clock asks of the device: timing events, the sleep kernel, a synchronization, the host's
+    clock. One seam, so that a test can put a model of the device behind the same loop."""
+
+    def event(self, timing: bool = True):
+        return torch.cuda.Event(enable_timing=timing)
+
+    def sleep(self, cycles: int) -> None:
+        torch.cuda._sleep(int(cycles))
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def host_ms(self) -> float:
+        return time.perf_counter() * 1e3
+
+
+class _Lead:
+    """How long the GPU sleeps ahead of each batch, from the host's measured queueing time per repeat, and
+    how many repeats one batch holds so that its head start stays under `max_ms`."""
+
+    def __init__(self, ops, max_ms: float):
+        self.ops, self.max_ms = ops, max_ms
+        self.cycles_per_ms = None
+        self.host_ms_per_rep = _LEAD_FLOOR_MS
+        self.caught_up = self.batches = 0
+
+    def calibrate(self) -> None:
+        """One sleep of _CALIBRATION_CYCLES timed with events: the only calibration, bounded by its size."""
+        start, end = self.ops.event(), self.ops.event()
+        start.record()
+        self.ops.sleep(_CALIBRATION_CYCLES)
+        end.record()
+        self.ops.synchronize()
+        self.cycles_per_ms = _CALIBRATION_CYCLES / max(start.elapsed_time(end), 1e-3)
+
+    def batch_size(self, left: int) -> int:
+        fits = int(self.max_ms / (_LEAD_MARGIN * self.host_ms_per_rep))
+        return max(1, min(left, fits, _MAX_BATCH_REPS))
+
+    def cycles(self, reps: int, scale: float = 1.0) -> int:
+        if self.cycles_per_ms is None:
+            self.calibrate()
+        ms = min(self.max_ms, scale * (_LEAD_MARGIN * self.host_ms_per_rep * reps + _LEAD_FLOOR_MS))
+        return int(ms * self.cycles_per_ms)
+
+    def learn(self, host_ms: float, reps: int) -> None:
+        self.host_ms_per_rep = max(host_ms / reps, 1e-4)
+
+    def reset_counts(self) -> None:
+        self.caught_up = self.batches = 0
+
+    def reason(self) -> str | None:
+        if not self.caught_up:
+            return None
+        return (f"host-bound: the GPU caught up with the host in {self.caught_up} of {self.batches} timing batches "
+                f"(host launch time may lie between the events)")
 
 
 class _Clock:
     """Times one call; the GPU version records events and reads them at the end (one sync per batch)."""
 
-    def __init__(self, device: Device, flush: bool):
+    def __init__(self, device: Device, flush: bool, lead_max_ms: float = 50.0, ops=None):
         self.device = device
         self.gpu = device.is_gpu
         self.flush_buf = None
+        self.ops = ops or (CudaOps() if self.gpu else None)
+        self.lead = _Lead(self.ops, lead_max_ms) if self.gpu else None
         if self.gpu and flush:
             nbytes = max(_MIN_FLUSH_BYTES, 2 * (device.l2_bytes or 0))
             self.flush_buf = torch.empty(nbytes, dtype=torch.int8, device=device.torch_device)
 
     def run(self, fns: Sequence[Callable[[], object]], reps: int) -> list[float]:
         if not self.gpu:
-            out = []
-            for i in range(reps):
-                fn = fns[i % len(fns)]
-                t0 = time.perf_counter_ns()
-                fn()
-                out.append((time.perf_counter_ns() - t0) / 1e6)
-            return out
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            return self._run_cpu(fns, reps)
+        out: list[float] = []
+        while len(out) < reps:
+            out += self._batch(fns, len(out), self.lead.batch_size(reps - len(out)))
+        return out
+
+    def _run_cpu(self, fns, reps: int) -> list[float]:
+        out = []
+        for i in range(reps):
+            fn = fns[i % len(fns)]
+            t0 = time.perf_counter_ns()
+            fn()
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+    def _batch(self, fns, first: int, reps: int) -> list[float]:
+        """One batch behind its head start; timed again with a longer one where the GPU caught up."""
+        self.lead.batches += 1
+        for attempt in range(_RETRIES + 1):
+            times, caught_up = self._queue(fns, first, reps, scale=2.0 ** attempt)
+            if not caught_up:
+                return times
+        self.lead.caught_up += 1
+        return times
+
+    def _queue(self, fns, first: int, reps: int, scale: float) -> tuple[list[float], bool]:
+        """Sleep, then queue `reps` calls between events; (times in ms, whether the sleep was over before
+        the host had queued the last call: then a start event may have waited for the host)."""
+        ops = self.ops
+        starts = [ops.event() for _ in range(reps)]
+        ends = [ops.event() for _ in range(reps)]
+        awake = ops.event(timing=False)
+        cycles = self.lead.cycles(reps, scale)
+        t0 = ops.host_ms()
+        ops.sleep(cycles)  # before any start event: the GPU waits here while the host queues the batch
+        awake.record()
         for i in range(reps):
             if self.flush_buf is not None:
                 self.flush_buf.zero_()
             starts[i].record()
-            fns[i % len(fns)]()
+            fns[(first + i) % len(fns)]()
             ends[i].record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        host_ms = ops.host_ms() - t0
+        caught_up = bool(awake.query())
+        ops.synchronize()
+        self.lead.learn(host_ms, reps)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)], caught_up
 
 
-def measure(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
+def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
             settings: TimingSettings, noise: NoiseSettings | None = None) -> Timing:
     """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
     the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
     tick is a CPU matter, so a GPU's repeats are judged without it."""
     fns = [calls] if callable(calls) else list(calls)
     if not fns:
-        raise ValueError("measure() needs at least one callable")
-    clock = _Clock(device, settings.flush_l2)
+        raise ValueError("time_calls() needs at least one callable")
+    clock = _Clock(device, settings.flush_l2, settings.gpu_lead_max_ms)
     # First call outside any budget: compilation, autotuning and lazy initialisation land here.
     fns[0]()
     device.synchronize()
@@ -76,10 +185,15 @@ def measure(calls: Callable[[], object] | Sequence[Callable[[], object]], device
     reps = max(settings.min_reps, min(settings.max_reps, math.ceil(settings.rep_ms / est_ms)))
     if noise is not None and device.is_gpu:
         noise = replace(noise, tick_ms=())
+    if clock.lead is not None:
+        clock.lead.reset_counts()  # the probe's and the warm-up's batches are not judged
     before = None if device.is_gpu else sched_ns()
     samples = clock.run(fns, reps)
     after = None if before is None else sched_ns()
     t = summarize(samples, noise)
+    host_bound = clock.lead.reason() if clock.lead is not None and noise is not None else None
+    if host_bound:
+        t = replace(t, noise=t.noise + (host_bound,))
     if before and after:
         run, wait = after[0] - before[0], after[1] - before[1]
         cpu_wait = wait / (run + wait) if run + wait > 0 else 0.0

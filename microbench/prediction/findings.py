@@ -30,6 +30,11 @@ from microbench.prediction.model import (
 )
 from microbench.timeline import gpu_time
 from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
+from pathlib import Path
+from microbench.prediction.chips import find_entry
+from microbench.prediction.from_trace import source_chip
+from microbench.prediction.model import placement
+from microbench.timeline.analysis import TraceAnalysis
 
 RULES_PATH = data_file("findings.toml")
 # The prediction's alternative assumptions (its one list, prediction/document.py): the range of a dtype saving.
@@ -46,8 +51,6 @@ NO_CHIP = ("the trace's device has no bench.toml datasheet entry (or names no de
 
 @cache
 def rules(path: str = str(RULES_PATH)) -> dict:
-    from pathlib import Path
-
     return tomllib.loads(Path(path).read_text())
 
 
@@ -121,8 +124,6 @@ class Facts:
     def entry(self):
         """The trace's chip's bench.toml entry (None: no datasheet entry matched its name): `source` where given."""
         if self.source is not None and self.cfg is not None:
-            from microbench.prediction.chips import find_entry
-
             return find_entry(self.source, self.cfg.devices, "--source")
         key = next((d["datasheet"]["entry"] for d in self.ta.devices if (d.get("datasheet") or {}).get("entry")), None)
         if key is None or self.cfg is None:
@@ -136,8 +137,6 @@ class Facts:
 
     @cached_property
     def chip(self):
-        from microbench.prediction.from_trace import source_chip
-
         return None if self.entry is None else source_chip(self.ta.tl, self.work, self.entry)
 
     @property
@@ -215,8 +214,6 @@ def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
 def _unmoved(f: Facts, rows: np.ndarray) -> str:
     """What of those kernels the model cannot move (no FLOPs: their operator's shapes do not give them), said in
     the finding: the saving is of the rest only."""
-    from microbench.prediction.model import placement
-
     why = placement(f.work, None)[rows]
     left = rows[why != ""]
     if not len(left):
@@ -427,7 +424,5 @@ def with_findings(doc: dict, result: dict) -> dict:
 def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None,
             source: str | None = None) -> dict:
     """timeline.analysis.analyze with the findings (the trace command's and the API's document)."""
-    from microbench.timeline.analysis import TraceAnalysis
-
     ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture)
     return with_findings(ta.document(), findings_of(ta, cfg, source))

@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 
+from microbench import models
 from microbench.core.dtypes import PRECISION_OF
 from microbench.core.errors import InputError
+from microbench.models import ModelError
 from microbench.prediction.chips import Chip, assumptions, chip, find_entry
 from microbench.prediction.kernels import GROUP_LABELS, GROUPS
 from microbench.prediction.model import roofline_us, wave_factor
@@ -25,9 +27,7 @@ def record_step(model: str, batch: int | None, dtype: str):
     """The operator records of one training step of `model` at `batch` (None: the benchmark's batch) in `dtype`,
     on fake CPU tensors. The fp16 gradient scaler's inf check reads a value, which fake tensors do not have: the
     step runs without the scaler (its few tiny kernels are missing)."""
-    from microbench import models
     import torch
-    from microbench.models import ModelError
     from microbench.models.ranges import StepRanges
     from microbench.models.step import STEP_DTYPES, TrainingStep
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
+from microbench.communication.scale import load_fabric
 from microbench.core.errors import InputError
 from microbench.prediction import document
 from microbench.prediction.chips import assumptions, chip, find_entry
@@ -93,7 +94,6 @@ def fabrics(target: str | None, source: str | None) -> Fabrics | None:
         given = "--fabric" if target else "--source-fabric"
         raise InputError(None, "communication moves between two fabrics: give --fabric and --source-fabric",
                          key=given, value=target or source)
-    from microbench.communication.scale import load_fabric
 
     s, t = load_fabric(source), load_fabric(target)
     return Fabrics(s.intra.bytes_per_s / 1e9, s.intra.latency_us, t.intra.bytes_per_s / 1e9, t.intra.latency_us)

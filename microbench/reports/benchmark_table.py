@@ -2,6 +2,7 @@
 benchmark's TFLOP/s, % of its ceiling, Tensor Cores and flags, from the `extra_info` tests/test_benchmarks.py
 fills with the same work counts, ceilings and judge as `python -m microbench.roofline`."""
 from __future__ import annotations
+import io
 
 COLUMNS = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"), ("median ms", "right"),
            ("TFLOP/s", "right"), ("% of ceiling", "right"), ("Tensor Cores", "left"), ("flags", "left")]
@@ -26,8 +27,6 @@ def cells(extra_infos: list[dict]) -> list[tuple[list[str], str | None]]:
 def render(extra_infos: list[dict], width: int) -> str:
     """The table as text for the terminal reporter (rich, at the terminal's width: the flags and Tensor Cores
     columns go first when it is narrow, op / shape / dtype / provider never)."""
-    import io
-
     from rich.console import Console
 
     from microbench.reports.report import rich_table

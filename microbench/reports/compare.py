@@ -21,7 +21,10 @@ from pathlib import Path
 
 from microbench.core import ops
 from microbench.core.errors import InputError
+from microbench.core.files import exists, is_folder
 from microbench.core.fingerprint import read_benchmark_block
+from microbench.reports import html as H
+from microbench.reports.figures import pyplot
 from microbench.reports.html import fingerprint_text
 from microbench.core.jsonio import load_json, number, text
 from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
@@ -197,8 +200,6 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
 
 def resolve_results(path: str | Path) -> Path:
     """A results directory (python -m microbench.roofline --out DIR) -> its results.json; a file as it is."""
-    from microbench.core.files import exists, is_folder
-
     path = Path(path)
     if is_folder(path):
         if not exists(path / "results.json"):
@@ -437,8 +438,6 @@ def ratio_figure(cmp: dict):
     """The ratio to the baseline per case (baseline time / this time, log scale), one bar per other machine; a
     case without a trustworthy ratio (noisy, flagged, missing) has no bar and says why. None with one machine.
     The caller closes it."""
-    from microbench.reports.figures import pyplot
-
     others = [m["label"] for m in cmp["machines"] if m["label"] != cmp["baseline"]]
     cases = cmp["cases"][:MAX_FIGURE_CASES]
     if not others or not cases:
@@ -471,8 +470,6 @@ def ratio_figure(cmp: dict):
 
 
 def compare_html(cmp: dict) -> str:
-    from microbench.reports import html as H
-
     items = "".join(f'<li><b>[{i + 1}] {H.esc(m["label"])}</b>{" (baseline)" if m["label"] == cmp["baseline"] else ""}'
                     f': <span class="fp">{H.esc(m["fingerprint"])}</span><br>{H.esc(m["file"])}, {H.esc(m["format"])}, '
                     f'profile {H.esc(m["profile"] or "unknown")}, {m["cases"]} cases</li>'
@@ -483,8 +480,6 @@ def compare_html(cmp: dict) -> str:
     columns, rows, classes = table_cells(cmp)
     fig = ratio_figure(cmp)
     if fig is not None:
-        from microbench.reports.figures import pyplot
-
         try:
             parts.append("<h2>ratio per case</h2>" + H.figure_img(fig, "ratio to the baseline per case"))
         finally:

@@ -1,6 +1,10 @@
 """The terminal report of a training-step decomposition (microbench.step.analysis)."""
 from __future__ import annotations
 
+from microbench.core.fingerprint import fingerprint_line
+
+from microbench.core.verdict import is_impossible, is_noisy
+
 
 def flag_groups(layers: list[dict]) -> list[tuple[str, list[dict]]]:
     """Flagged layer rows grouped by their first flag: a reason shared by many rows is one line with its count,
@@ -22,8 +26,6 @@ LAYER_DROP_ORDER = ("replay ms", "FLOP/B", "bound", "module", "GFLOP", "top clas
 
 def layer_cells(layers: list[dict], unit: str) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
     """The per-layer table as text cells (report.rich_table draws them); a flagged layer's % roof ends in "!"."""
-    from microbench.core.verdict import is_impossible, is_noisy
-
     columns = [("layer", "left"), ("module", "left"), ("phase", "left"), (f"{unit} ms", "right"), ("%", "right"),
                ("GFLOP", "right"), ("FLOP/B", "right"), ("TFLOP/s", "right"), ("% roof", "right"), ("bound", "left"),
                ("TC", "left"), ("top class", "left"), ("replay ms", "right")]
@@ -43,7 +45,6 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     """The per-layer table (largest first), the step summary and the replay table."""
     from rich.table import Table
 
-    from microbench.core.fingerprint import fingerprint_line
     from microbench.reports.report import results_table, rich_table, wide_console
 
     from rich.markup import escape

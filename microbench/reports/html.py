@@ -8,6 +8,8 @@ import html
 import io
 from pathlib import Path
 
+from microbench.core.fingerprint import fingerprint_line
+
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em; color: #111; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
@@ -61,8 +63,6 @@ def figure_img(fig, alt: str) -> str:
 
 def fingerprint_text(hw: dict, sw: dict) -> str:
     """device.fingerprint_line, or what there is of it for another version's or a hand-made file."""
-    from microbench.core.fingerprint import fingerprint_line
-
     try:
         return fingerprint_line(hw, sw)
     except (KeyError, TypeError, ValueError):
@@ -103,11 +103,22 @@ def results_html(doc: dict, plot: bool = True) -> str:
                    c.get("note", ""), "; ".join(c.get("noise") or []) or "-"], "red" if c.get("noise") else None)
                  for c in doc.get("ceilings", [])]
     parts.append("<h2>ceilings</h2>" + table(ceil_cols, ceil_rows))
+    if doc.get("replay"):
+        parts.append(replay_html(doc))
     if doc.get("conditions"):
         parts.append("<h2>conditions</h2>" + conditions_html(doc["conditions"]))
     if doc.get("notes"):
         parts.append("<h2>notes</h2>" + notes_html(doc["notes"]))
     return page(f"dawnscope roofline: {hw.get('name', '?')}", "\n".join(parts))
+
+
+def replay_html(doc: dict) -> str:
+    """roofline --from-trace: the rows beside the trace's time, the best provider per case, the summary."""
+    from microbench.reports.report import replay_cells, replay_lines, replay_summary_cells
+
+    return ("<h2>side by side with the trace</h2>" + table(*replay_cells(doc))
+            + "<h2>per case: the best provider here</h2>" + table(*replay_summary_cells(doc["replay"]))
+            + notes_html(replay_lines(doc["replay"]), "fp"))
 
 
 def glossary_html(columns: list[str]) -> str:

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from microbench.core.errors import InputError
+from microbench.core.jsonio import load_json
 
 # A record of `microbench.inspect --json` (failures are {"module", "target", "error"}).
 _RECORD_KEYS = {"kernel", "config", "target"}
@@ -25,8 +26,6 @@ def is_inspect_doc(doc) -> bool:
 
 def load_inspect_files(paths: list[Path]) -> list[dict] | None:
     """The records of every file when all inputs are inspect files, None when none is; a mix is an error."""
-    from microbench.core.jsonio import load_json
-
     docs = [(Path(p), load_json(p)) for p in paths]
     ours = [(p, d) for p, d in docs if is_inspect_doc(d)]
     if not ours:

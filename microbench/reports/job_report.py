@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import textwrap
 
+import numpy as np
+
 from microbench.reports import html as H
 
 
 def _panel(fig, ax, values, matrix: dict, label: str) -> None:
-    import numpy as np
-
     vals = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     if vals.size == 0:
         vals = np.full((max(len(matrix["ranks"]), 1), max(len(matrix["steps"]), 1)), np.nan)

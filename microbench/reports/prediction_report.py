@@ -3,6 +3,8 @@ class, the totals with their range and dominant assumption, the kernels not plac
 same tables."""
 from __future__ import annotations
 
+from microbench.reports.html import esc, notes_html, page, table
+
 
 def _us(v) -> str:
     return "-" if v is None else f"{v:,.1f}"
@@ -100,8 +102,6 @@ def print_prediction(doc: dict, console=None) -> None:
 
 
 def prediction_html(doc: dict) -> str:
-    from microbench.reports.html import esc, notes_html, page, table
-
     body = "".join(f"<p>{esc(line)}</p>" for line in headline(doc))
     for title, cols, rows in tables(doc):
         body += f"<h2>{esc(title)}</h2>" + table(cols, [(r, None) for r in rows])

@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+import re
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
 from microbench.core import dtypes, ops
+from microbench.core.conditions import busy_advice
+from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import ResultRow, rows_of
+from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
+from microbench.reports.figures import pyplot
 
 DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -30,8 +37,6 @@ _noisy, _above = is_noisy, is_above_roof  # the judge's verdicts (core.verdict),
 def baseline_ratios(rows) -> dict[int, str]:
     """Row index -> its speed relative to the baseline provider's row of the same case (baseline time / this
     time), as text: \"same\" where the two rows' p20-p80 spreads overlap, \"noise\" where either is noisy."""
-    from microbench.core.stats import spreads_overlap
-
     rows = _dicts(rows)
     base = {}
     for r in rows:
@@ -186,8 +191,6 @@ PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: 
 
 def piped_width() -> int:
     """The width tables are laid out for when not on a terminal: COLUMNS if set to a number, else 120."""
-    import os
-
     text = os.environ.get("COLUMNS", "")
     return int(text) if text.isdigit() and int(text) >= 40 else PIPED_WIDTH
 
@@ -195,16 +198,12 @@ def piped_width() -> int:
 def wide_console(stderr: bool = False) -> Console:
     """A terminal keeps its width; a pipe or a file gets piped_width() (tables drop their least important
     columns to fit it, never the key ones)."""
-    import sys
-
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=piped_width())
 
 
 def busy_line(doc: dict) -> str | None:
     """The warning a busy run's report starts with (results.json `conditions`), or None."""
-    from microbench.core.conditions import busy_advice
-
     cond = doc.get("conditions") or {}
     return busy_advice(cond) if cond.get("busy") else None
 
@@ -212,7 +211,6 @@ def busy_line(doc: dict) -> str | None:
 def print_report(doc: dict, console: Console | None = None) -> None:
     from rich.markup import escape
 
-    from microbench.core.fingerprint import fingerprint_line
 
     console = console or wide_console()
     if (warn := busy_line(doc)):
@@ -234,6 +232,80 @@ def print_report(doc: dict, console: Console | None = None) -> None:
         console.print(f"[yellow]note:[/] {escape(note)}")
     for msg, n in reason_counts(doc["results"]).items():
         console.print(f"[dim]{n} row(s): {escape(msg)}[/]")
+    if doc.get("replay"):
+        print_replay(doc, console)
+
+
+def _us(v) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def replay_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """Side by side with the trace (roofline --from-trace): per timed row of a trace's case, our time per call,
+    the trace's, and ours / trace where the trace ran on this chip ("ref" where it did not: the trace's time is
+    shown for reference)."""
+    columns = [("#", "right"), ("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
+               ("us/call here", "right"), ("trace us/call", "right"), ("here / trace", "right"), ("calls", "right"),
+               ("trace operators", "left")]
+    out = []
+    for i, r in enumerate(_dicts(doc["results"])):
+        src = r.get("trace_source")
+        if not src or r["status"] != "ok" or not r.get("time_ms"):
+            continue
+        ratio = src.get("ratio_vs_trace")
+        out.append(([str(i + 1), ops.short_op(r["op"] or ""), r["shape"] or "", r["dtype"] or "", r["provider"] or "",
+                     _us(src.get("ours_us_per_call")), _us(src.get("trace_us_per_call")),
+                     f"{ratio:.2f}x" if ratio is not None else "ref", str(src.get("calls")),
+                     ", ".join(f"{k} x{v}" for k, v in (src.get("operators") or {}).items())], None))
+    return columns, out
+
+
+def replay_summary_cells(rp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
+    """Per case group of the trace: the best provider here and the trace's calls of it, here and in the trace."""
+    columns = [("case", "left"), ("calls", "right"), ("best here", "left"), ("us/call here", "right"),
+               ("trace us/call", "right"), ("here / trace", "right"), ("total here us", "right"),
+               ("total trace us", "right")]
+    rows = [([g["group"], str(g["calls"]), " + ".join(b or "none correct" for b in g["best"]),
+              _us(g["ours_us_per_call"]), _us(g["trace_us_per_call"]),
+              f"{g['ratio_vs_trace']:.2f}x" if g.get("ratio_vs_trace") is not None else "ref",
+              _us(g["ours_us"]), _us(g["trace_us"])],
+             None if g["ours_us"] is not None else "dim") for g in rp["groups"]]
+    return columns, rows
+
+
+def replay_lines(rp: dict) -> list[str]:
+    """The summary's sentences: the comparison, the whole trace's matrix time with the best providers, what was
+    left out."""
+    dev = rp.get("trace_device") or "a device it does not name"
+    lines = [(f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; "
+              f"{rp['comparison']}")]
+    here = rp.get("matrix_here_us")
+    total = (f"{here:,.1f} us here" if here is not None else "not placed here as a whole")
+    lines.append(f"the trace's matrix time {rp['trace_matrix_us']:,.1f} us; with the best provider here: {total} "
+                 f"(replayed cases {_us(rp.get('replayed_here_us'))} us here vs {_us(rp['replayed_trace_us'])} us in "
+                 f"the trace; the other matrix kernels {_us(rp.get('rest_here_us'))} us here vs "
+                 f"{_us(rp['rest_trace_us'])} us in the trace: {rp['rest_how']})")
+    if rp.get("below_selection"):
+        b = rp["below_selection"]
+        lines.append(f"below the selection: {len(b)} case group(s), {sum(g['trace_us'] for g in b):,.1f} us "
+                     "in the trace (--top / --min-share to measure them)")
+    for lo in rp.get("left_out", []):
+        calls = f"{lo['calls']} call(s), " if lo.get("calls") else ""
+        lines.append(f"left out: {lo['op']} {lo['shape']} {lo.get('dtype') or ''}: {calls}{lo['time_us']:,.1f} us "
+                     f"in the trace: {lo['why']}")
+    return lines
+
+
+def print_replay(doc: dict, console: Console) -> None:
+    from rich.markup import escape
+
+    rp = doc["replay"]
+    console.print("[bold]side by side with the trace[/]")
+    console.print(rich_table(*replay_cells(doc), width=console.width, drop_order=("trace operators", "calls")))
+    console.print("[bold]per case: the best provider here[/]")
+    console.print(rich_table(*replay_summary_cells(rp), width=console.width))
+    for line in replay_lines(rp):
+        console.print(escape(line))
 
 
 _NUMBER = r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])"  # not the 32 of fp32
@@ -242,8 +314,6 @@ _NUMBER = r"(?<![\w.])\d+(\.\d+)?(e[+-]?\d+)?(?![\w.])"  # not the 32 of fp32
 def reason_counts(rows) -> dict[str, int]:
     """Why rows were not timed, or were flagged, counted by reason. Numbers in a reason (sizes, percentages,
     estimates) differ from row to row: one cause is one line, each number shown as the range it took."""
-    import re
-
     groups: dict[str, list[list[str]]] = {}
     for r in _dicts(rows):
         if r["status"] != "ok" or r.get("flags"):
@@ -338,8 +408,6 @@ def roofline_figure(doc: dict):
     (color: dtype; line: measured solid, estimate dashed, datasheet dotted; each labelled at its right end),
     one point per timed row numbered as in the table (marker: provider; hollow: noisy; red ring: above its
     roof, flagged). The caller closes it."""
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
 
     numbered = [(i + 1, r) for i, r in enumerate(_dicts(doc["results"])) if r.get("tflops") and r.get("intensity")]

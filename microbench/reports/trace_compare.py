@@ -7,6 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from microbench.core.errors import InputError
+from microbench.core.jsonio import load_json, number, of_type, text
+from microbench.reports import html as H
+from microbench.reports.compare import unique_labels
+from microbench.reports.figures import pyplot
 
 SCHEMA = "dawnscope.trace_compare/1"
 TRACE_SCHEMA = "dawnscope.trace/1"
@@ -19,8 +23,6 @@ GPU_LABELS = {"gpu_span_us": "GPU span (first to last GPU activity)", "busy_us":
 
 def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
     """The documents when every input is a trace report, None when none is; a mix is an error."""
-    from microbench.core.jsonio import load_json
-
     docs = []
     for p in paths:
         doc = load_json(p)
@@ -38,8 +40,6 @@ def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
 
 def _machine(path: Path, doc: dict) -> dict:
     """The fields of one trace report the comparison reads, each checked for its type and domain."""
-    from microbench.core.jsonio import number, of_type, text
-
     if doc.get("schema") != TRACE_SCHEMA:
         raise InputError(path, f"unsupported trace report schema (this version reads {TRACE_SCHEMA})", key="schema",
                          value=doc.get("schema"))
@@ -87,8 +87,6 @@ def _cell(time_us, total_us, flops, base_time):
 
 
 def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -> dict:
-    from microbench.reports.compare import unique_labels
-
     ms = [_machine(p, d) for p, d in docs]
     for m, label in zip(ms, unique_labels([m["label"] for m in ms])):
         m["label"] = label
@@ -200,8 +198,6 @@ def compare_drop_order(cols: list[tuple[str, str]]) -> list[str]:
 def class_time_figure(cmp: dict):
     """Kernel time by class per machine: one stacked bar per machine (the same workload on each), so where the
     time goes on each chip shows at a glance. The caller closes it."""
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
     labels = [m["label"] for m in cmp["machines"]]
     names = cmp.get("class_labels") or {}
@@ -221,14 +217,11 @@ def class_time_figure(cmp: dict):
 
 
 def trace_compare_html(cmp: dict) -> str:
-    from microbench.reports import html as H
-
     items = "".join(f'<li><b>[{i + 1}] {H.esc(m["label"])}</b>{" (baseline)" if m["label"] == cmp["baseline"] else ""}'
                     f': {H.esc(m["file"])}, kernel time {m["kernel_time_us"]:,.1f} us</li>'
                     for i, m in enumerate(cmp["machines"]))
     parts = [f"<h2>machines</h2><ul>{items}</ul><p>vs base: baseline time / this time (2.00x = twice as fast as "
              "the baseline); TFLOP/s: model FLOPs (recorded shapes) over kernel time.</p>"]
-    from microbench.reports.figures import pyplot
 
     fig = class_time_figure(cmp)
     try:

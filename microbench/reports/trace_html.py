@@ -16,6 +16,9 @@ from microbench.reports.findings_report import (
     validation_line,
 )
 from microbench.reports.html import esc, notes_html, page, table
+import numpy as np
+from microbench.reports.figures import pyplot
+from microbench.reports.html import write
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
 BREAKDOWN = (("kernel", "#4e79a7"), ("memcpy", "#f28e2b"), ("memset", "#e15759"), ("runtime", "#76b7b2"),
@@ -30,8 +33,6 @@ body { max-width: 1240px; } .finding { border-left: 4px solid #4e79a7; padding: 
 def svg_of(fig) -> str:
     """A matplotlib figure as inline <svg>: its XML prolog, doctype, metadata and namespace declarations (none
     needed inside HTML) removed, so the page names no address at all."""
-    from microbench.reports.figures import pyplot
-
     buf = io.StringIO()
     with pyplot().rc_context({"svg.fonttype": "none"}):  # text stays text: smaller, selectable
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
@@ -72,8 +73,6 @@ def summary_html(doc: dict) -> str:
 
 
 def breakdown_figure(steps: list[dict]):
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(11, 0.5 + 0.45 * max(len(steps), 2)))
     names = [st["name"] for st in steps]
@@ -95,8 +94,6 @@ def steps_html(doc: dict) -> str:
     steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
     if not steps:
         return "<p>no steps in the trace: no step breakdown (ProfilerStep# ranges, or --steps NAME)</p>"
-    from microbench.reports.figures import pyplot
-
     fig = breakdown_figure(steps)
     try:
         svg = svg_of(fig)
@@ -151,10 +148,6 @@ def _peaks(doc: dict) -> tuple[dict, float | None]:
 
 def roofline_figure(doc: dict, ops: list[dict]):
     """The operators on the device's datasheet roofline: FLOPs / bytes against achieved TFLOP/s."""
-    import numpy as np
-
-    from microbench.reports.figures import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
     x = np.array([o["flops"] / o["bytes"] for o in ops])
@@ -181,8 +174,6 @@ def roofline_html(doc: dict) -> str:
     ops = [o for o in doc.get("ops") or [] if o.get("flops") and o.get("bytes") and o.get("op_tflops")]
     if not ops:
         return "<p>no operator with FLOPs, bytes and time: no roofline (record shapes)</p>"
-    from microbench.reports.figures import pyplot
-
     fig = roofline_figure(doc, ops[:60])
     try:
         return f'<figure class="chart">{svg_of(fig)}</figure>'
@@ -217,8 +208,6 @@ def trace_page(doc: dict, title: str | None = None, job_lines: list[str] | None 
 
 
 def write_trace_page(path, doc: dict, title: str | None = None):
-    from microbench.reports.html import write
-
     return write(path, trace_page(doc, title))
 
 

@@ -1,6 +1,7 @@
 """The terminal report of a trace analysis (microbench.timeline): devices, kernel time by class, top kernels,
 steps and annotations."""
 from __future__ import annotations
+from microbench.reports.findings_report import print_step_breakdown
 
 
 def _pct(v) -> str:
@@ -30,6 +31,8 @@ def _kernel_cells(doc: dict, top: int):
     for k in doc["kernels"][:top]:
         p = k["params"]
         ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
+        if str(p.get("evidence", "")).endswith("(inferred)"):  # a structural verdict: labelled, never a rule's
+            ev = "inferred: " + p["rule"].split(" + ")[-1].split(" ")[0]
         flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
         rows.append(([_short(p["kernel"], 48), p["class"], k["tensor_cores"], ev, str(p["calls"]),
                       f"{p['kernel_time_us']:,.1f}", _pct(p["share"]),
@@ -48,16 +51,18 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console = console or wide_console()
     s = doc["summary"]
     console.print(f"[bold]trace[/] {escape(doc['file'])}")
+    said: set[str] = set()
     for d in doc["devices"]:
         ds = d.get("datasheet") or {}
         peaks = ""
         if ds.get("entry"):
             p = ds["peaks_tflops"]
-            peaks = " | datasheet " + ", ".join(f"{k} {v:g}" for k, v in p.items()) + " TFLOP/s"
+            peaks = f" | datasheet entry {ds['entry']} ({ds.get('name')}): " + ", ".join(f"{k} {v:g}" for k, v in p.items()) + " TFLOP/s"
             if ds.get("memory_tbs"):
                 peaks += f", {ds['memory_tbs']:g} TB/s"
         console.print(f"device {d['id']}: {escape(d['name'] or '?')}{peaks}")
-        if ds.get("note") and not ds.get("entry"):
+        if ds.get("note") and not ds.get("entry") and ds["note"] not in said:  # once, not once per device
+            said.add(ds["note"])
             console.print(f"  [yellow]note:[/] {escape(ds['note'])}")
     dist = doc["trace"].get("distributed")
     if dist:
@@ -84,10 +89,8 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
                              kept_in=KEPT_IN,
                              title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
-                                   "trace has them, else the name rule)"))
+                                   "trace has them, else the name rule, else inferred from the name's structure or the launching operator)"))
     _print_steps(console, doc)
-    from microbench.reports.findings_report import print_step_breakdown
-
     print_step_breakdown(console, doc, KEPT_IN)
     _print_ops(console, doc, top)
     if doc["annotations"]:

@@ -1,6 +1,6 @@
 """A model's training step, decomposed into its kernels (GPU) or operators (CPU), attributed to layers and
 phases, counted (FLOPs, bytes), classified, judged against the ceilings, and replayed GEMM by GEMM through
-every available provider: `decompose_step(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
+every available provider: `decomposition_doc(model, DecomposeOptions(...))` runs the named stages of STAGES (load,
 record, profile, attribute, count, judge, replay, document) over one Decomposition and returns data; the files
 are written by the caller (microbench.api.decompose_step, the command).
 
@@ -24,10 +24,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from microbench import models
 from microbench.core import dtypes, ops
+from microbench.core.conditions import Conditions
+from microbench.core import vendor
 from microbench.core.config import Profile, TimingSettings, load_config
 from microbench.core.errors import InputError
+from microbench.core.ops.work import Work
+from microbench.core.results import LayerRow
+from microbench.core.stats import NoiseSettings, spreads_overlap, summarize
+from microbench.core.verdict import IMPOSSIBLE
+from microbench.harness import registry
+from microbench.models import ModelError
+from microbench.step.attribution import attribute, load_trace
 from microbench.timeline.classify import class_set
+from microbench.timeline.classify import classify_cpu_impl
 
 SCHEMA = "dawnscope.decomposition/1"
 DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
@@ -54,7 +65,6 @@ def onednn_key(rec) -> tuple | None:
 
 def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
     """(layer, phase) -> FLOPs of its GEMM/conv cases by matrix-unit verdict, and the implementations seen."""
-    from microbench.timeline.classify import classify_cpu_impl
     from microbench.step.oprecord import bucket_name
 
     impls: dict[tuple, Counter] = defaultdict(Counter)
@@ -81,7 +91,7 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
 
 # ---- the decomposition -----------------------------------------------------------------------------------
 def _timing_settings(cfg, steps: int) -> TimingSettings:
-    # Exactly `steps` timed steps after measure()'s own untimed first call and probe; no L2 flush between
+    # Exactly `steps` timed steps after time_calls()'s own untimed first call and probe; no L2 flush between
     # steps (a training step's own working set is far larger than L2, and steps follow each other directly).
     return replace(cfg.timing, warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
 
@@ -97,8 +107,6 @@ _OUT_OF_MEMORY = ("can't allocate", "out of memory", "not enough memory")
 def _step_error(what: str, e: BaseException, model_name: str, batch: int):
     """The one line for a training step that fails: an allocation failure names --batch (the argument to
     change), anything else --model."""
-    from microbench.models import ModelError
-
     if isinstance(e, MemoryError) or any(t in str(e).lower() for t in _OUT_OF_MEMORY):
         return ModelError(None, f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
                           key="--batch", value=batch)
@@ -171,9 +179,9 @@ class DecomposeOptions:
 
 @dataclass
 class Decomposition:
-    """What the stages of `decompose_step` hand to each other, filled in stage by stage."""
+    """What the stages of `decomposition_doc` hand to each other, filled in stage by stage."""
 
-    model: object  # what `decompose_step` was given
+    model: object  # what `decomposition_doc` was given
     opts: DecomposeOptions
     cfg: object = None
     workload: object = None
@@ -187,6 +195,7 @@ class Decomposition:
     unprofiled: object = None  # the step timed without the profiler (core.stats.Timing), or None
     profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
     conditions: object = None  # core.conditions.Conditions, started when the device is known
+    vendor_step: dict = field(default_factory=dict)  # [step]'s vendor settings as applied (core.vendor)
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
     flops_per_step: int = 0  # our formulas (oprecord.matrix_work)
     flop_counter_flops: int = 0  # torch.utils.flop_counter's total, for reference only
@@ -206,7 +215,7 @@ class Decomposition:
     doc: dict = field(default_factory=dict)
 
 
-def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
+def decomposition_doc(model, options: DecomposeOptions | None = None) -> dict:
     """Decompose one training step of `model` (a name of models/benchmarks.toml, `package.module:factory`,
     a Workload, a factory or a `(model, make_inputs[, loss_fn])` tuple): the decomposition document (what
     decomposition.json holds). Bad input raises InputError. Writes no file but the profiler's trace (into
@@ -217,22 +226,22 @@ def decompose_step(model, options: DecomposeOptions | None = None) -> dict:
 def run_decomposition(model, options: DecomposeOptions | None = None) -> Decomposition:
     """The stages, in order (load, record, profile, attribute, count, judge, replay, document), over one
     Decomposition: its `doc`, and its `rows` and `replay_rows` for a results.json."""
-    import torch
-
     opts = options or DecomposeOptions()
     d = Decomposition(model, opts)
-    saved_benchmark = torch.backends.cudnn.benchmark
     tmp = None
     try:
         if d.opts.out is None:  # the profiler's trace needs a place even when no files are asked for
             tmp = tempfile.TemporaryDirectory(prefix="dawnscope-decompose-")
         out = d.opts.out
         d.out_dir = Path(tmp.name) if out is None else (out.staging if hasattr(out, "staging") else Path(out))
-        for stage in STAGES:
-            stage(d)
+        # The vendor libraries as the model's users train it ([step] of data/vendor_settings.toml: the PyTorch
+        # DAWNBench entries let cuDNN pick its fastest algorithms, which decides Tensor Core use), put back at
+        # the end; the replay sets [kernels] for each case (harness/runner).
+        with vendor.settings_for("step") as d.vendor_step:
+            for stage in STAGES:
+                stage(d)
         return d
     finally:
-        torch.backends.cudnn.benchmark = saved_benchmark
         if d.step is not None:
             d.step.ranges.remove()  # the caller's model keeps no hooks of ours
         if tmp is not None:
@@ -240,17 +249,12 @@ def run_decomposition(model, options: DecomposeOptions | None = None) -> Decompo
 
 
 def _positive(key: str, v, minimum: int) -> None:
-    from microbench.models import ModelError
-
     if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
         raise ModelError(None, "must be a positive integer", key=key, value=v)
 
 
 def stage_load(d: Decomposition) -> None:
     """Stage load: the options checked, the configuration, the model's workload, the device, the batch."""
-    from microbench import models
-    from microbench.models import ModelError
-
     from microbench.core import device as devmod
 
     o = d.opts
@@ -274,7 +278,6 @@ def stage_load(d: Decomposition) -> None:
     d.batch = o.batch or ((facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts
                           else defaults["external_batch"])
     d.replay_providers = _replay_providers(d.cfg, o.providers, o.profile) if o.replay else ()
-    from microbench.core.conditions import Conditions
 
     d.conditions = Conditions(d.cfg.conditions, gpu_index=0 if d.dev.kind == "cuda" else None).start()
     if d.dev.kind == "cpu":
@@ -284,18 +287,15 @@ def stage_load(d: Decomposition) -> None:
 def stage_record(d: Decomposition) -> None:
     """Stage record: the training step built and run once, timed, and every operator of one step recorded
     (FLOPs, bytes, cases; on a CPU, oneDNN's record of which implementation ran)."""
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from microbench.harness.evidence import onednn_records
-    from microbench.harness.timing import measure
+    from microbench.harness.timing import time_calls
     from microbench.step.oprecord import OpRecorder
 
-    if d.dev.is_gpu:
-        # The PyTorch DAWNBench entries let cuDNN pick its fastest algorithms; which ones it picks decides
-        # Tensor Core use, so pick them the same way.
-        torch.backends.cudnn.benchmark = True
-        d.notes.append("torch.backends.cudnn.benchmark = True (cuDNN picks its fastest algorithm per shape)")
+    if d.dev.is_gpu:  # set for the whole decomposition by run_decomposition
+        d.notes.append("vendor libraries as [step] of data/vendor_settings.toml: "
+                       + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items()))
     if d.opts.dtype == "fp32":
         d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
     d.opts.progress("building the step")
@@ -304,7 +304,7 @@ def stage_record(d: Decomposition) -> None:
     _run_first_step(d.step, lambda backward_ranges=True: _ranges(d, backward_ranges), d.notes)
     if d.steps["timed_steps"]:
         d.opts.progress(f"timing {d.steps['timed_steps']} steps")
-        d.step_timing = measure(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
+        d.step_timing = time_calls(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
         d.unprofiled = d.step_timing
     d.opts.progress("counting FLOPs and bytes, operator by operator")
     d.step.ranges.reset()
@@ -348,8 +348,6 @@ def stage_attribute(d: Decomposition) -> None:
     """Stage attribute: the trace's kernels (GPU) or operators (CPU) attributed to layers and phases."""
     from microbench.models.ranges import STEP_RANGE
 
-    from microbench.core.stats import summarize
-    from microbench.step.attribution import attribute, load_trace
 
     ranges = d.step.ranges
     d.timeline = load_trace(d.trace_path)
@@ -387,8 +385,6 @@ def stage_judge(d: Decomposition) -> None:
 
 def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
-    from microbench.core.stats import NoiseSettings
-
     d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype,
                                d.cfg.noise if d.cfg is not None else NoiseSettings())
     d.summary = step_summary(d)
@@ -441,10 +437,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
     """One entry (and one LayerRow) per (layer, phase) that took time or did work, each judged by the one judge
     (harness.judge) over its profiled steps' times (`noise`: the stability thresholds, [noise] in bench.toml)."""
     from microbench.step.oprecord import LayerWork
-    from microbench.core.results import LayerRow
     from microbench.harness.judge import judge, judge_timing
-    from microbench.core.stats import summarize
-    from microbench.core.ops.work import Work
 
     n = att.steps
     rep = att.median_step()
@@ -523,9 +516,6 @@ def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
 def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: float) -> dict:
     """How much the profiler slowed the step (profiled step wall time against the unprofiled one), how much of
     the profiled step its operators/kernels cover, and flags where they disagree beyond noise."""
-    from microbench.core.stats import spreads_overlap
-    from microbench.core.verdict import IMPOSSIBLE
-
     flags = []
     out = {"profiled_step_ms": profiled.median_ms, "profiled_step_spread": profiled.as_dict(),
            "profiler_overhead": None, "operator_coverage": operator_ms / profiled.median_ms if profiled.median_ms else None}
@@ -672,9 +662,6 @@ def _backward_checks(att, ranges) -> dict:
 # ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
 def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
-    from microbench.models import ModelError
-
-    from microbench.harness import registry
 
     known = registry.names()
     if providers:
@@ -713,8 +700,9 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         done[0] += 1
         _progress(on_progress, f"replay {done[0]}/{len(cases)}: {case.label()}")
 
+    stopped = None  # a replayed call that lost the device context ends the replay (harness/runner.py)
     if cases:
-        run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+        stopped = run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
     by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
     tagged = []
     for row in unique_rows:
@@ -724,6 +712,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     doc = {"enabled": True, "providers": list(names), "cases": len(cases),
            "occurrences": sum(len(v) for v in occurrences.values()),
            "not_replayed": dict(skipped),
+           **({"stopped": stopped} if stopped else {}),
            "rows": [r.as_dict() for r in unique_rows],
            "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()}}
     return doc, tagged

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core.errors import InputError
+from microbench.timeline.analysis import read_trace
 from microbench.timeline.classify import class_set, classify_operator
 from microbench.timeline.metrics import in_windows
 from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, NO_ID, TC_VALUES, Timeline, Windows
@@ -44,8 +45,6 @@ EVALUATE = "autograd::engine::evaluate_function: "
 
 def load_trace(path: str | Path) -> Timeline:
     """The timeline of a profiler trace (plain or gzip), through the trace reader and its one-line errors."""
-    from microbench.timeline.analysis import read_trace
-
     return read_trace(path)
 
 

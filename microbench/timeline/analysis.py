@@ -5,15 +5,35 @@ eligibility, annotations, graphs) are each computed once from the timeline on fi
 microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
+import gzip
+import zlib
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.core.config import Config, load_config
+from microbench.core.datasheet import match_datasheet
+from microbench.core.files import open_input
+from microbench.core.frames import frame, unknown_table
+from microbench.core.results import TraceKernelRow
+from microbench.core.stats import summarize
 from microbench.timeline import counters as C
-from microbench.timeline import eligibility, gpu_time, integrity, metrics, opmetrics
-from microbench.timeline.classify import class_labels
+from microbench.timeline import (
+    eligibility,
+    gpu_time,
+    graphs,
+    integrity,
+    kineto,
+    launchers,
+    metrics,
+    ncu,
+    nsys,
+    opmetrics,
+    rocprof,
+)
+from microbench.timeline.classify import INFERRED, class_labels
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
 
 SCHEMA = "dawnscope.trace/1"
@@ -28,9 +48,6 @@ def detect_format(path: str | Path) -> str:
     """The trace format, by content (never by file name): "nsys" (an SQLite database: `nsys export --type
     sqlite`), "ncu" (an `ncu --csv` export), "rocprofv3" (rocprofv3 JSON), else "kineto" (PyTorch profiler JSON, plain or gzip; also the
     CUPTI range-profiler mode), whose reader names what is wrong with anything else."""
-    from microbench.core.files import open_input
-    from microbench.timeline import ncu, nsys, rocprof
-
     with open_input(path) as f:  # a regular file only: a FIFO or a device is one line, at once
         head = f.read(4096)
     if nsys.is_sqlite(head):
@@ -47,8 +64,6 @@ def _decompressed_head(path: str | Path, head: bytes) -> bytes:
     Kineto reader then words the error)."""
     if not head.startswith(b"\x1f\x8b"):
         return head
-    import gzip
-    import zlib
 
     try:
         with gzip.open(path, "rb") as f:
@@ -60,17 +75,14 @@ def _decompressed_head(path: str | Path, head: bytes) -> bytes:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/timeline/model.py)."""
-    from microbench.timeline import kineto, ncu, nsys, rocprof
-
-    return {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
-            "kineto": kineto.read}[detect_format(path)](path)
+    tl = {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
+          "kineto": kineto.read}[detect_format(path)](path)
+    return launchers.by_launcher(tl)  # kernels no name rule settles, by the operator or range that launched them
 
 
 def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict, dict | None, list[str]]:
     """Graph-launched kernels: the summary keys, the per-capturing-op table given the capture trace (else None),
     and notes (microbench/timeline/graphs.py)."""
-    from microbench.timeline import graphs
-
     capture = read_trace(graph_capture) if graph_capture is not None else None
     gk = graphs.graph_kernels(tl, capture)
     keys = graphs.graph_summary(tl, gk, capture is not None)
@@ -117,6 +129,11 @@ class TraceAnalysis:
     def model(self) -> opmetrics.OpModel:
         return opmetrics.op_model(self.tl, self.peaks)
 
+    @property
+    def work_model(self) -> opmetrics.OpModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
+        return self.model
+
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
         """Per kernel (name, device) with hardware counters: their sum, counted FLOPs, verdict, contradiction."""
@@ -145,6 +162,10 @@ class TraceAnalysis:
     @cached_property
     def summary(self) -> dict:
         s = summary_of(self.evidence)
+        layers = metrics.tensor_core_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
+        s["tensor_core_evidence_us"] = layers
+        s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
+                                                 s["kernel_time_us"])
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
         s["mfu"] = self.mfu["mfu"]
         return s | self.graphs[0]
@@ -225,6 +246,7 @@ class TraceAnalysis:
         notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops)
+        notes += eligible_note(self.eligibility["by_operator"])
         return notes + self.graphs[2]
 
     def document(self) -> dict:
@@ -252,6 +274,42 @@ class TraceAnalysis:
             "graphs": self.graphs[1],
             "notes": self.notes,
         }
+
+    # For notebooks (docs/api.md): the document's tables, each a list of dicts and, with pandas (the `frames`
+    # extra), a DataFrame. "classes" is the summary's time, count and share per kernel class; "eligibility" its
+    # findings; the others are the document's keys of the same name.
+    TABLES = ("kernels", "classes", "ops", "steps", "annotations", "devices", "eligibility")
+
+    @classmethod
+    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
+             graph_capture: str | Path | None = None) -> "TraceAnalysis":
+        """As `python -m microbench.trace` reads a trace: with bench.toml's datasheet (`config`: a Config, a
+        path, or None for the project's bench.toml), so devices have peaks and MFU is computed."""
+        cfg = config if isinstance(config, Config) else load_config(config)
+        return cls.of(path, cfg, step_range, measured, graph_capture)
+
+    def table(self, name: str) -> list[dict]:
+        """One of TABLES as a list of dicts (the document's own values)."""
+        if name not in self.TABLES:
+            raise unknown_table(name, self.TABLES, "a trace analysis")
+        if name == "classes":
+            s = self.summary
+            return [{"class": c, "count": s["count_by_class"][c], "time_us": s["time_by_class_us"][c],
+                     "share": s["share_by_class"][c]} for c in s["time_by_class_us"]]
+        if name == "eligibility":
+            return list(self.eligibility["findings"])
+        return list(getattr(self, name))
+
+    def to_frame(self, name: str):
+        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
+        return frame(self.table(name), name)
+
+    def frames(self) -> dict:
+        """Every table of TABLES as a DataFrame, by name."""
+        return {name: self.to_frame(name) for name in self.TABLES}
+
+    def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
 
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
@@ -319,8 +377,6 @@ def summary_of(tl: Timeline) -> dict:
 
 
 def _datasheet(name: str, cfg) -> dict:
-    from microbench.core.datasheet import match_datasheet
-
     entry, note = match_datasheet(name, cfg.devices)
     if entry is None:
         return {"entry": None, "note": note}
@@ -385,19 +441,18 @@ def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict
 def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float) -> list[dict]:
     """One row per distinct kernel (name, device), most time first: a trace-kernel row of the project's one row
     type."""
-    from microbench.core.results import TraceKernelRow
-    from microbench.core.stats import summarize
-
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
-        evidence = (f"kernel name matched {c.rule}: {c.note}" if c.rule != "unknown"
-                    else "kernel name matched no rule")
+        evidence = (f"kernel name matched no rule" if c.rule == "unknown" else
+                    f"{c.basis}: kernel name matched {c.rule}: {c.note}" if c.basis in INFERRED else
+                    f"kernel name matched {c.rule}: {c.note}")
         row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
                              device=dev_names.get(g.device, ""),
                              time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
                              tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
-                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "device_index": g.device,
+                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "evidence": c.basis,
+                                     "device_index": g.device,
                                      "calls": len(g.durations_us), "kernel_time_us": g.total_us,
                                      "share": _share(g.total_us, kernel_time_us)})
         rows.append(row.as_dict())
@@ -512,6 +567,17 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
             "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
     return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
+
+
+def eligible_note(by_op: dict) -> list[str]:
+    """The TensorBoard plugin's recommendation, from eligibility without shapes (opmetrics.eligible_by_operator)."""
+    share = by_op.get("unused_share") or 0.0
+    if share <= thresholds.value("eligible_unused_note_share"):
+        return []
+    untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
+    return [f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
+            "(torch.autocast) or TF32 where the GPU has it"]
 
 
 def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:

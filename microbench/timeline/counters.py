@@ -1,4 +1,4 @@
-"""Hardware counters as Tensor Core evidence: the strongest kind (DESIGN.md: counters > SASS > kernel names).
+"""Hardware counters as Tensor Core evidence: the strongest kind (docs/design.md: counters > SASS > kernel names).
 
 Two sources feed it: Nsight Compute exports (microbench.timeline.ncu: tensor-pipe utilisation, tensor instructions,
 tensor operations by precision, SASS floating-point instruction counts) and Kineto traces taken in CUPTI

@@ -2,6 +2,7 @@
 Tensor Cores, why (the first rule of microbench/data/eligibility.toml that holds) and a one-line remedy."""
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -93,3 +94,24 @@ def check(work: OpWork, kernel_tc: list[str], kernel_names: list[str], device: D
             continue
         return Finding(r["id"], r["reason"].format(**fill), r["remedy"].format(**fill))
     return None
+
+
+@lru_cache(maxsize=None)
+def _by_operator(path: str = str(RULES_PATH)) -> tuple[re.Pattern, frozenset[str], float]:
+    t = tomllib.loads(Path(path).read_text())["by_operator"]
+    return re.compile("|".join(f"(?:{p})" for p in t["operators"])), frozenset(t["dtypes"]), float(t["nvidia_min_cc"])
+
+
+def operator_could_use_tensor_cores(name: str) -> bool:
+    """Whether an operator is of a family Tensor Cores run (eligibility.toml [by_operator]: the TensorBoard
+    plugin's TC_OP_Allowlist and its PyTorch 2.x equivalents): convolution, matmul, linear, RNN cell, attention."""
+    return bool(_by_operator()[0].search(name))
+
+
+def dtype_could_use_tensor_cores(dtype: str | None, device: Device) -> bool:
+    """Whether a recorded operator dtype is one the chip's Tensor Cores take or could take with AMP / TF32 (True
+    for an unrecorded dtype, as the plugin counts it; False on an NVIDIA chip known to have no Tensor Cores)."""
+    _, dtypes, min_cc = _by_operator()
+    if device.vendor == "nvidia" and device.cc is not None and device.cc < min_cc:
+        return False
+    return dtype is None or dtype in dtypes

@@ -44,6 +44,9 @@ import numpy as np
 
 from microbench.timeline.metrics import union
 from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, GPU_RANGE, KERNEL, MEMCPY, MEMSET, Timeline, Windows
+import re
+import tomllib
+from microbench.core.resources import data_file
 
 COMPUTE, COMM, MEMORY = 0, 1, 2
 KINDS = ("compute", "comm", "memory")
@@ -296,12 +299,6 @@ HOST_CATEGORIES = ("sync", "runtime", "dataloader", "cpu_ops", "other")
 
 
 def _host_rules() -> dict:
-    import re
-
-    import tomllib
-
-    from microbench.core.resources import data_file
-
     host = tomllib.loads(data_file("findings.toml").read_text())["host"]
     return {k: re.compile("|".join(v)) for k, v in host.items()}
 

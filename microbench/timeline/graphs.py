@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from microbench.core.ops.aten import trace_work
 from microbench.timeline.model import KERNEL, NO_ID, Timeline
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000")
@@ -143,8 +144,6 @@ def graph_ops(tl: Timeline, gk: GraphKernels, capture: Timeline) -> list[dict]:
     """Per capturing operator (name and recorded shapes): its calls replayed (one per graph launch that replayed
     any of its kernels), the kernels attributed to it, their time and classes, and for an operator with a work
     model (core.ops.aten.trace_work) its FLOPs and achieved TFLOP/s over those kernels; most time first."""
-    from microbench.core.ops.aten import trace_work
-
     li = tl.launch_index()
     groups: dict[tuple, dict] = {}
     seen: set[tuple[int, int]] = set()

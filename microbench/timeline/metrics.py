@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.timeline.model import CATEGORIES, GPU_RANGE, KERNEL, NO_ID, TC_VALUES, EPS_US, Timeline, Windows
+from microbench.timeline.classify import class_set
 
 
 def kernel_rows(tl: Timeline) -> np.ndarray:
@@ -41,6 +42,22 @@ def tensor_core_time(tl: Timeline) -> dict[str, float]:
     rows = kernel_rows(tl)
     t = np.bincount(tl.kernels.tensor_cores[rows], weights=tl.kernels.dur_us[rows], minlength=len(TC_VALUES))
     return {v: float(x) for v, x in zip(TC_VALUES, t)}
+
+
+def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
+    """Kernel time by the evidence layer of its Tensor Core verdict (classify.EVIDENCE_LAYERS: counters where
+    `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
+    each split by verdict. Inferred time is this table's, never folded silently into a rule's."""
+    rows = kernel_rows(tl)
+    basis = np.array([c.basis for c in tl.classes], dtype=object)[tl.kernels.cls[rows]] if len(rows) else np.array([])
+    if counter_settled is not None and len(rows):
+        basis = np.where(counter_settled[rows], "counters", basis)
+    out: dict[str, dict[str, float]] = {}
+    for layer in dict.fromkeys(basis.tolist()):
+        sel = rows[basis == layer]
+        t = np.bincount(tl.kernels.tensor_cores[sel], weights=tl.kernels.dur_us[sel], minlength=len(TC_VALUES))
+        out[layer] = {v: float(x) for v, x in zip(TC_VALUES, t) if x}
+    return out
 
 
 def comm_time(tl: Timeline) -> float:
@@ -194,8 +211,6 @@ def matrix_flop_coverage(tl: Timeline, kernel_flops: np.ndarray) -> dict:
     """The matrix kernels' time (classes of kernel_rules.toml [class_sets] gemm) and the part of it in kernels
     that model FLOPs are attributed to (`kernel_flops`, per kernel row): the share of the matrix work that
     MFU, achieved TFLOP/s and the per-op totals can see."""
-    from microbench.timeline.classify import class_set
-
     gemm = [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")]
     rows = np.flatnonzero((tl.kernels.category == KERNEL) & np.isin(tl.kernels.cls, gemm))
     total = float(tl.kernels.dur_us[rows].sum())

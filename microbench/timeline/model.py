@@ -212,6 +212,10 @@ class Timeline:
         settle it): every other column and table shared, this timeline unchanged."""
         return replace(self, kernels=replace(self.kernels, tensor_cores=tensor_cores))
 
+    def with_classes(self, classes: tuple, cls: np.ndarray, tensor_cores: np.ndarray) -> "Timeline":
+        """This timeline with other kernel classifications (timeline/launchers.py: by the launching operator)."""
+        return replace(self, classes=classes, kernels=replace(self.kernels, cls=cls, tensor_cores=tensor_cores))
+
     def launch_index(self) -> np.ndarray:
         """Per kernel row, the row of its launch in `launches` (same correlation id; the first such launch
         in trace order), NO_ID where the trace has none."""

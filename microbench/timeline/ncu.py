@@ -26,9 +26,13 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+import tomllib
 
 from microbench.core.errors import InputError
+from microbench.core.files import read_input
+from microbench.core.resources import data_file
 from microbench.timeline.counters import sass_flops
+from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
 
 IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
                     "Stream", "Block Size", "Grid Size", "Device", "CC")
@@ -154,8 +158,6 @@ def looks_like_ncu_csv(head: str) -> bool:
 
 
 def _rows(path: Path) -> list[list[str]]:
-    from microbench.core.files import read_input
-
     text = read_input(path).decode("utf-8", errors="replace")
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
@@ -229,8 +231,6 @@ def read(path: str | Path):
     """The export as a Timeline: one kernel row per profiled kernel, carrying its counters. Nsight Compute
     replays each kernel alone and records no timestamps: the rows are laid end to end in ID order (a
     serialized timeline: spans, idle time and overlap mean nothing here; kernel time and counters do)."""
-    from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
-
     path = Path(path)
     b = TimelineBuilder(str(path), "ncu")
     t = 0.0
@@ -262,9 +262,6 @@ def read(path: str | Path):
 def device_name(cc: str) -> str:
     """The device an export names only by its compute capability: its architecture (microbench/data/
     compute_capabilities.toml), never one product, so that no datasheet peak is picked from it."""
-    import tomllib
-
-    from microbench.core.resources import data_file
 
     table = tomllib.loads(data_file("compute_capabilities.toml").read_text())["cc"]
     arch = table.get(cc, "").split(" (")[0]  # the architecture only: product names would pick a datasheet entry

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from microbench.core.errors import InputError
+from microbench.core.files import open_input
+from microbench.timeline.model import CPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The domain of every number read (checked in SQL before the rows are, _check_fields): a type other than an
@@ -71,8 +73,6 @@ class NsysExport:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    from microbench.core.files import open_input
-
     with open_input(path) as f:
         head = f.read(16)
     if not is_sqlite(head):
@@ -215,8 +215,6 @@ def read(path: str | Path):
     """The export as a Timeline (microbench/timeline/model.py): kernels, copies, launches, NVTX ranges (CPU
     side) and the GPUs' properties under the names Kineto uses (name, computeMajor/Minor, numSms,
     totalGlobalMem), so the metrics and the report need no case for this format."""
-    from microbench.timeline.model import CPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder
-
     ex = read_nsys_sqlite(path)
     b = TimelineBuilder(str(path), "nsys")
     for g in ex.gpus:

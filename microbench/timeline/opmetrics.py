@@ -30,7 +30,9 @@ from microbench.core.dtypes import PRECISION_OF
 from microbench.timeline import eligibility
 from microbench.timeline.classify import class_set, classify_operator
 from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
-from microbench.core.ops.aten import OpWork, modelled_ops, trace_other_work, trace_work
+from microbench.core.ops.aten import OpWork, dtype_of, modelled_ops, trace_other_work, trace_work
+
+TOP_ELIGIBLE_OPS = 10  # operators listed behind the eligibility-without-shapes share
 
 
 
@@ -291,6 +293,51 @@ def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu
             "precisions_without_peak": missing, "steps": per_step}
 
 
+def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | None:
+    """The first floating-point `Input type` of a CPU operator (or range) row, as our dtype name; None if none."""
+    ids = getattr(getattr(tl, table), "input_types", None)
+    types = tl.arg_values[ids[row]] if ids is not None and ids[row] != NO_ID else None
+    for t in types or []:
+        d = dtype_of(t) if isinstance(t, str) else None
+        if d is not None:
+            return d
+    return None
+
+
+def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
+    """Eligibility without shapes, the TensorBoard plugin's measure (eligibility.toml [by_operator]): the kernel
+    time whose innermost launching operator is of a Tensor Core family in a dtype the chip takes or could take
+    with AMP / TF32, split into what ran on Tensor Cores and what did not (`unused`), with the operators behind it."""
+    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
+    total = float(tl.kernels.dur_us[kernels].sum())
+    out = {"basis": "the launching operator's name and recorded dtype (TensorBoard plugin rule; no shapes needed)",
+           "eligible_time_us": 0.0, "unused_time_us": 0.0, "untyped_time_us": 0.0, "eligible_share": None,
+           "unused_share": None, "ops": []}
+    if not len(tl.cpu_ops) or not len(kernels) or total <= 0:
+        return out
+    owner = _innermost_owner(tl, np.arange(len(tl.cpu_ops)), kernels)
+    yes = TC_VALUES.index("yes")
+    by_op: dict[tuple[str, str | None], list[float]] = {}
+    for r in np.unique(owner[owner >= 0]):
+        name = tl.names[tl.cpu_ops.name[r]]
+        if not eligibility.operator_could_use_tensor_cores(name):
+            continue
+        dtype = first_float_dtype(tl, int(r))
+        if not eligibility.dtype_could_use_tensor_cores(dtype, device):
+            continue
+        mine = kernels[owner == r]
+        t = by_op.setdefault((name, dtype), [0.0, 0.0])
+        t[0] += float(tl.kernels.dur_us[mine].sum())
+        t[1] += float(tl.kernels.dur_us[mine][tl.kernels.tensor_cores[mine] != yes].sum())
+    out["eligible_time_us"] = sum(t[0] for t in by_op.values())
+    out["unused_time_us"] = sum(t[1] for t in by_op.values())
+    out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
+    out["eligible_share"], out["unused_share"] = out["eligible_time_us"] / total, out["unused_time_us"] / total
+    out["ops"] = [{"op": n, "dtype": d, "time_us": t[0], "unused_time_us": t[1], "unused_share": t[1] / total}
+                  for (n, d), t in sorted(by_op.items(), key=lambda kv: -kv[1][1])][:TOP_ELIGIBLE_OPS]
+    return out
+
+
 def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Device) -> dict:
     """DLProf's check over every modelled operator call: findings grouped by rule and operator, with the kernel
     time at stake, most time first; and the total time eligible for Tensor Cores but run without them."""
@@ -313,4 +360,4 @@ def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Devic
         g["time_us"] += c.kernel_time_us
     findings = sorted(out.values(), key=lambda g: -g["time_us"])
     return {"eligible_unused_us": sum(g["time_us"] for g in findings), "autocast_in_trace": autocast,
-            "findings": findings}
+            "findings": findings, "by_operator": eligible_by_operator(tl, device)}

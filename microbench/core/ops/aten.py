@@ -113,6 +113,13 @@ def trace_work(name: str, input_dims: list | None, input_types: list | None,
     note when the shapes do not fit its model."""
     if name not in _models()[0] or not input_dims:
         return None
+    return _work(trace_call(name, input_dims, input_types, concrete_inputs), input_dims)
+
+
+def trace_call(name: str, input_dims: list, input_types: list | None, concrete_inputs: list | None = None) -> Call:
+    """A recorded call as the work model reads it (each argument a tensor's shape and dtype, or a non-tensor's
+    value from Concrete Inputs): what trace_work computes from, and what a replay of the call builds its case from
+    (microbench/harness/trace_cases.py), so the two read one call the same way."""
     types = list(input_types or [])
     shapes, kinds, values = [], [], []
     for i, d in enumerate(input_dims):
@@ -120,7 +127,7 @@ def trace_work(name: str, input_dims: list | None, input_types: list | None,
         shapes.append(list(d) if tensor else None)
         kinds.append(dtype_of(types[i]) if tensor and i < len(types) else None)
         values.append(None if tensor else _concrete(concrete_inputs, i))
-    return _work(Call(name, tuple(shapes), tuple(kinds), tuple(values)), input_dims)
+    return Call(name, tuple(shapes), tuple(kinds), tuple(values))
 
 
 def live_work(schema, args, kwargs: dict | None = None) -> OpWork | None:
@@ -438,4 +445,4 @@ def _attention(spec: dict, call: Call, dtype) -> OpWork:
     causal = _truthy(call.value(spec.get("causal_arg")))
     work = attention_work(b * h, lq, lk, d, dv, _known(dtype), "bwd" if spec.get("backward") else "fwd", causal)
     return OpWork("attention", dtype, work.flops, _bytes_of(work, dtype),
-                  {"batch": b * h, "m": lq, "n": lk, "k": d, "causal": causal})
+                  {"batch": b * h, "m": lq, "n": lk, "k": d, "dv": dv, "causal": causal})

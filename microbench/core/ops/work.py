@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from microbench.core.dtypes import bytes_per_element
-from microbench.core.shapes import Case, ConvShape, GemmShape
+from microbench.core.shapes import ConvShape, GemmShape
 
 NORM_FLOPS_PER_ELEMENT = {"fwd": 7, "bwd": 8}
 
@@ -115,10 +115,3 @@ def norm_work(numel: int, channels: int, dtype: str, direction: str = "fwd") -> 
 
 def elementwise_work(numel: int, dtype: str, inputs: int = 1, outputs: int = 1, flops_per_element: int = 1) -> Work:
     return Work(flops_per_element * numel, _elt(dtype) * numel * (inputs + outputs))
-
-
-def case_work(case: Case) -> Work:
-    """The work of a case, counted by its op family's spec (which calls the formulas above)."""
-    from microbench.core import ops  # the specs import this module for its formulas
-
-    return ops.of(case).work(case)

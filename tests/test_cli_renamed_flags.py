@@ -1,0 +1,133 @@
+"""Flags renamed for one meaning per flag name (core.cli.RENAMED_FLAGS): the old spelling still parses to the
+same options as the new one, with one notice line on stderr, through each command's own parser."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from microbench import comm, decompose, roofline, trace, tta
+from microbench.core.cli import RENAMED_FLAGS, renamed_args
+
+SLICE = Path(__file__).parent / "data" / "h100_bert_small_slice.json"
+
+# command -> (its parser, the arguments before the flag); flag -> a value it takes (None: a switch)
+PARSERS = {
+    "trace": (trace.build_parser, ["t.json"]),
+    "comm ranks": (comm.build_parser, ["ranks", "a.json", "b.json"]),
+    "tta run": (tta.build_parser, ["run", "--model", "digits"]),
+    "tta thresholds": (tta.build_parser, ["thresholds", "dir"]),
+}
+VALUES = {"--steps": "Step#", "--workers": "3", "--target": "0.5", "--plot": "th.png", "--profile": None}
+CASES = [(cmd, old, new) for cmd, table in RENAMED_FLAGS.items() for old, new in table.items()]
+
+
+def test_every_renamed_command_is_covered():
+    assert set(RENAMED_FLAGS) == set(PARSERS)
+
+
+@pytest.mark.parametrize("cmd, old, new", CASES, ids=[f"{c}:{o}" for c, o, _ in CASES])
+def test_old_spelling_parses_as_the_new_with_one_notice(cmd, old, new, capsys):
+    build, head = PARSERS[cmd]
+    tail = [VALUES[old]] if VALUES[old] is not None else []
+    plain = build().parse_args(head)
+    with_new = build().parse_args(head + [new] + tail)
+    assert capsys.readouterr().err == ""
+    with_old = build().parse_args(head + [old] + tail)
+    assert vars(with_old) == vars(with_new) != vars(plain)  # the option took effect, under the new name
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"note: {old} is now {new}; the old spelling goes in the next release"]
+    if tail:  # --old=VALUE too
+        assert vars(build().parse_args(head + [f"{old}={tail[0]}"])) == vars(with_new)
+
+
+def test_rewrite_rules():
+    table = {"--steps": "--step-range"}
+    lines = []
+
+    class Lines:
+        def write(self, s):
+            lines.append(s)
+
+    out = renamed_args(["f", "--steps", "A", "--steps=B", "--", "--steps"], table, stream=Lines())
+    assert out == ["f", "--step-range", "A", "--step-range=B", "--", "--steps"]  # after `--`: a value
+    assert "".join(lines).count("note:") == 1  # one notice per old flag, however often it is used
+    assert renamed_args(["--stepsX", "--step"], table) == ["--stepsX", "--step"]  # only the whole flag
+
+
+def test_trace_with_the_old_steps_flag_writes_the_same_report(tmp_path, capsys):
+    """The real command: `trace --steps NAME` (old) and `--step-range NAME` give the same JSON."""
+    docs = []
+    for flag in ("--steps", "--step-range"):
+        out = tmp_path / f"{flag.strip('-')}.json"
+        assert trace.main([str(SLICE), flag, "ProfilerStep#6", "--json", str(out)]) == 0
+        docs.append(json.loads(out.read_text()))
+    assert "note: --steps is now --step-range" in capsys.readouterr().err
+    assert docs[0]["steps"] == docs[1]["steps"] and [s["name"] for s in docs[0]["steps"]] == ["ProfilerStep#6"]
+
+
+@pytest.mark.parametrize("build, head", [(comm.build_parser, ["collectives"]), (roofline.build_parser, []),
+                                         (decompose.build_parser, ["--model", "resnet9"])])
+def test_plot_and_no_plot(build, head):
+    """`--plot` / `--no-plot` on every command that draws by default; plotting stays the default."""
+    assert build().parse_args(head).no_plot is False
+    assert build().parse_args(head + ["--plot"]).no_plot is False
+    assert build().parse_args(head + ["--no-plot"]).no_plot is True
+
+
+def test_roofline_json_is_the_results_document(tiny_config, tmp_path, capsys):
+    """`--json OUT` on a command with an `--out DIR`: the same document as the folder's results.json."""
+    out, doc = tmp_path / "out", tmp_path / "doc.json"
+    assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--device", "cpu",
+                          "--no-plot", "--json", str(doc)]) == 0
+    assert json.loads(doc.read_text()) == json.loads((out / "results.json").read_text())
+    assert json.loads(doc.read_text())["results"]
+
+
+def test_json_path_is_checked_before_any_work(tmp_path, capsys):
+    """A --json that cannot be written is one line before anything runs (a folder is not a file)."""
+    assert roofline.main(["--profile", "quick", "--out", str(tmp_path / "o"), "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def _leaf_parsers():
+    """Every command's parser, a subcommand's own (comm ranks, tta run, ...), by its prog."""
+    import argparse
+
+    from microbench import compare, inspect, predict
+    from microbench.__main__ import COMMANDS
+
+    builds = {"roofline": roofline, "trace": trace, "compare": compare, "decompose": decompose, "comm": comm,
+              "predict": predict, "inspect": inspect, "tta": tta}
+    assert set(builds) == set(COMMANDS)
+    out = {}
+    for mod in builds.values():
+        ap = mod.build_parser()
+        subs = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
+        for p in ([ap] if not subs else list(subs[0].choices.values())):
+            out[p.prog.removeprefix("python -m microbench.")] = {s: a for a in p._actions for s in a.option_strings}
+    return out
+
+
+def test_one_meaning_per_flag_across_the_commands():
+    """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
+    `--step-range` a name; no old spelling left as a flag of its command's parser."""
+    parsers = _leaf_parsers()
+    assert len(parsers) == 13  # 6 commands, and the subcommands of comm (4) and tta (3)
+    reads_bench_toml = ("roofline", "trace", "decompose", "predict", "inspect", "comm collectives", "comm ddp",
+                        "tta run")
+    assert all("--config" in parsers[p] for p in reads_bench_toml)
+    for prog, opts in parsers.items():
+        assert "--json" in opts and opts["--json"].metavar == "OUT", prog
+        for flag, metavar in (("--out", "DIR"), ("--html", "OUT"), ("--png", "OUT"), ("--step-range", "NAME")):
+            if flag in opts:
+                assert opts[flag].metavar == metavar, (prog, flag)
+        if "--steps" in opts:
+            assert opts["--steps"].type is not None and opts["--steps"].metavar is None, prog  # a count
+        if "--no-plot" in opts:
+            assert "--plot" in opts, prog
+        for old in RENAMED_FLAGS.get(prog, {}):
+            assert old not in opts, (prog, old)
