@@ -18,9 +18,9 @@ from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis, read_trace
 from microbench.timeline.metrics import union
 
-from .conftest import TRACES
+from .conftest import TRACES, needs_traces
 
-pytestmark = pytest.mark.skipif(TRACES is None, reason="../shared/traces (real GPU traces) not found beside the repo")
+pytestmark = needs_traces
 
 
 @pytest.fixture(scope="module")
