@@ -188,7 +188,7 @@ def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_pa
     assert not ink[:, -3:].all(axis=0).any()
 
 
-# The TensorBoard plugin's own overview of its ResNet-50 sample (../shared/traces/SOURCES.md: its test
+# The TensorBoard plugin's own overview of its ResNet-50 sample (tests/data/traces/SOURCES.md: its test
 # expectations, tb_plugin/test/result_check_file.txt): the average step and its parts, in us.
 PLUGIN_STEP_US = 141_068
 PLUGIN_BREAKDOWN_US = {"kernel": 99_145, "memcpy": 3_160, "memset": 98, "runtime": 10_564, "dataloader": 1_186,
