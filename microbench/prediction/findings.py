@@ -383,7 +383,7 @@ def _not_checked_amp(f: Facts) -> str:
     s = f.ta.summary
     gemm = (s["share_by_class"] or {}).get("gemm") or 0.0
     return (f"{NEEDS_WHY['shapes']}; the kernel-name rule alone puts {gemm:.1%} of kernel time in GEMM / convolution "
-            "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm else NEEDS_WHY["shapes"]
+            "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm >= 0.001 else NEEDS_WHY["shapes"]
 
 
 def findings_of(ta, cfg=None, source: str | None = None) -> dict:
