@@ -14,27 +14,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache, cached_property
+from pathlib import Path
 
 import numpy as np
 import tomllib
 
 from microbench.core.resources import data_file
-from microbench.prediction.chips import assumptions
+from microbench.prediction.chips import assumptions, find_entry
 from microbench.prediction.document import VARIANTS
+from microbench.prediction.from_trace import source_chip
 from microbench.prediction.kernels import MATRIX, kernel_work
 from microbench.prediction.model import (
     Scenario,
     Variant,
     datasheet_roof_us,
+    placement,
     predict_kernels,
 )
 from microbench.timeline import gpu_time
-from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
-from pathlib import Path
-from microbench.prediction.chips import find_entry
-from microbench.prediction.from_trace import source_chip
-from microbench.prediction.model import placement
 from microbench.timeline.analysis import TraceAnalysis
+from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
 
 RULES_PATH = data_file("findings.toml")
 # The prediction's alternative assumptions (its one list, prediction/document.py): the range of a dtype saving.

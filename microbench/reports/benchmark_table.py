@@ -2,6 +2,7 @@
 benchmark's TFLOP/s, % of its ceiling, Tensor Cores and flags, from the `extra_info` tests/test_benchmarks.py
 fills with the same work counts, ceilings and judge as `python -m microbench.roofline`."""
 from __future__ import annotations
+
 import io
 
 COLUMNS = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"), ("median ms", "right"),

@@ -8,6 +8,9 @@ from __future__ import annotations
 import io
 import re
 
+import numpy as np
+
+from microbench.reports.figures import pyplot
 from microbench.reports.findings_report import (
     evidence_text,
     headline,
@@ -15,10 +18,7 @@ from microbench.reports.findings_report import (
     saving_text,
     validation_line,
 )
-from microbench.reports.html import esc, notes_html, page, table
-import numpy as np
-from microbench.reports.figures import pyplot
-from microbench.reports.html import write
+from microbench.reports.html import esc, notes_html, page, table, write
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
 BREAKDOWN = (("kernel", "#4e79a7"), ("memcpy", "#f28e2b"), ("memset", "#e15759"), ("runtime", "#76b7b2"),
