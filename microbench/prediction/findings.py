@@ -274,11 +274,35 @@ def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
             "kernels_per_step": f.mean(lambda st: st["kernel_count"])}
 
 
-def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
+def _host_waits(f: Facts) -> tuple[float, float, float] | None:
+    """(idle share of the step, host-side idle us, that idle per kernel) where the GPU waits on the host between
+    launches (not on data loading or a synchronize) for launch_bound_idle_share of the step or more, else None."""
     idle_share = f.mean(lambda st: 1 - _busy(st) / st["breakdown_span_us"] if st["breakdown_span_us"] else 0.0)
     host = f.mean(lambda st: _idle(st, "runtime", "cpu_ops", "other"))
     if idle_share < threshold("launch_bound_idle_share") or host < f.mean(lambda st: _idle(st, "dataloader", "sync")):
         return None
+    return idle_share, host, host / max(f.mean(lambda st: st["kernel_count"]), 1.0)
+
+
+def rule_host_bound(f: Facts, rule: dict) -> dict | None:
+    waits = _host_waits(f)
+    if waits is None or waits[2] <= threshold("launch_gap_per_kernel_us"):
+        return None  # short gaps per kernel: launch_bound's
+    idle_share, host, per_kernel = waits
+    in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
+            f"works between launches, {per_kernel:,.0f} us per kernel (far more than a launch takes)")
+    # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
+    # host-side idle at most; at least nothing, where the work cannot move
+    return _finding("host_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
+                    saving(0.0, in_span, host))
+
+
+def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
+    waits = _host_waits(f)
+    if waits is None or waits[2] > threshold("launch_gap_per_kernel_us"):
+        return None  # long gaps per kernel: host_bound's
+    idle_share, host, _ = waits
     # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
     gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
@@ -372,7 +396,8 @@ def rule_channels_last(f: Facts, rule: dict) -> dict | None:
     return _finding("channels_last", rule, t, f, what, ev, saving(low * f.overlap, t * f.overlap, t * f.overlap))
 
 
-RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "dataloader": rule_dataloader,
+RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "host_bound": rule_host_bound,
+         "dataloader": rule_dataloader,
          "sync": rule_sync, "exposed_comm": rule_exposed_comm, "pageable_copy": rule_pageable_copy,
          "channels_last": rule_channels_last}
 
