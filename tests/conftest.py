@@ -228,12 +228,20 @@ def _deselect_non_benchmarks(config, items) -> None:
         items[:] = keep
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's own table
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """A benchmark session ends with the conditions it ran under (the busy warning when busy)."""
+    """A benchmark session ends with our columns of each benchmark (TFLOP/s, % of ceiling, Tensor Cores, flags)
+    and the conditions it ran under (the busy warning when busy)."""
     from microbench.core.conditions import busy_advice, conditions_line
 
     doc = _conditions_doc(config)
     if doc is None:
         return
+    session = getattr(config, "_benchmarksession", None)
+    infos = [b.extra_info for b in getattr(session, "benchmarks", []) or [] if getattr(b, "extra_info", None)]
+    if infos:
+        from microbench.reports.benchmark_table import render
+
+        terminalreporter.write(render(infos, terminalreporter._tw.fullwidth))
     terminalreporter.write_line(("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc),
                                 red=bool(doc.get("busy")))

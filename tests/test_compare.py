@@ -93,7 +93,19 @@ def our_benchmark_json(tmp_path_factory, request) -> Path:
                         "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out.with_suffix(".stdout").write_text(r.stdout)  # the terminal summary, for its test
     return out
+
+
+@pytest.mark.slow
+def test_benchmark_only_ends_with_our_columns_after_pytest_benchmarks_table(our_benchmark_json):
+    text = our_benchmark_json.with_suffix(".stdout").read_text()
+    ours = text.index("dawnscope: the benchmarks against their ceilings")
+    assert text.index("benchmark:") < ours or text.index("Name (time in") < ours  # pytest-benchmark's first
+    tail = text[ours:]
+    for col in ("TFLOP/s", "% of ceiling", "Tensor Cores", "flags"):
+        assert col in tail
+    assert "64x48x32" in tail and "torch" in tail
 
 
 @pytest.mark.slow

@@ -238,7 +238,14 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
                              "gpu_span_us": 550, "gpu_time_us": 900, "busy_us": 550, "computation_us": 500,
                              "exposed_comm_us": 50, "exposed_memcpy_us": 0, "idle_us": 0, "comm_us": 400,
-                             "overlapped_comm_us": 350, "model_flops": 0, "achieved_tflops": None, "mfu": None}]
+                             "overlapped_comm_us": 350, "model_flops": 0, "achieved_tflops": None, "mfu": None,
+                             # the TensorBoard plugin's categories go by time in the step's window [0, 1000]: the
+                             # copy [700, 720) is in it; the GPU's idle rest goes to what the host was doing
+                             "breakdown_span_us": 1000,
+                             "breakdown_us": {"kernel": 550, "memcpy": 20, "memset": 0, "runtime": 15,
+                                              "dataloader": 0, "cpu_exec": 5, "other": 410},
+                             "idle_by_host_us": {"sync": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5,
+                                                 "other": 410}}]
     out = doc["outside_steps"]
     assert (out["outside_steps"]["activities"], out["outside_steps"]["exposed_memcpy_us"]) == (1, 20)
     assert out["unlaunched_outside_steps"] == 1 and out["between_steps_idle_us"] == 50

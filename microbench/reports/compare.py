@@ -420,7 +420,7 @@ def print_compare(cmp: dict, console=None) -> None:
         drop += [f"[{i + 1}] vs base" for i in range(n)]
     styled = [(cells, "red" if "missing" in cls else None) for (cells, _), cls in zip(rows, classes)]
     console.print(rich_table(columns, styled, width=console.width, drop_order=drop,
-                             title=COMPARE_LEGEND))
+                             title=COMPARE_LEGEND, kept_in="the results files compared and the HTML page (--html OUT)"))
     for n in cmp["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
 

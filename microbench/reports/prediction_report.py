@@ -34,6 +34,9 @@ def headline(doc: dict) -> list[str]:
              f"{_us(s['idle_us'])} us, {s['steps']} step(s)",
              f"target {t['device']}: GPU busy {_us(t['busy_us'])} us, range {_us(t['busy_us_low'])} - "
              f"{_us(t['busy_us_high'])} us; idle held at {_us(t['idle_us'])} us"]
+    v = r.get("validation")
+    if v:  # a range is read with how often it held
+        lines[-1] += f" (the range held the measured time in {v['held']} of {v['checks']} checks, {v['where']})"
     lines.append("target figures: " + figures(t.get("chip")))
     if dom is not None:
         lines.append(f"dominant assumption: {dom['name']} ({dom['what']}: {dom['delta_us']:+,.1f} us)")

@@ -1,6 +1,7 @@
 """The terminal report of a trace analysis (microbench.timeline): devices, kernel time by class, top kernels,
 steps and annotations."""
 from __future__ import annotations
+from microbench.reports.findings_report import print_step_breakdown
 
 from microbench.reports.cells import or_dash
 from microbench.reports.cells import or_dash as _num
@@ -14,6 +15,8 @@ def _short(name: str, width: int = 96) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+# Where a column a narrow terminal drops is kept: the trace command writes only what it is asked for.
+KEPT_IN = "the JSON report (--json OUT) and the HTML page (--html OUT)"
 # Columns a narrow terminal drops first: the kernel, its time and share, TC and TFLOP/s stay.
 KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "calls", "class", "DRAM GB/s")
 
@@ -87,9 +90,11 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console.print(t)
 
     console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
+                             kept_in=KEPT_IN,
                              title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
                                    "trace has them, else the name rule, else inferred from the name's structure or the launching operator)"))
     _print_steps(console, doc)
+    print_step_breakdown(console, doc, KEPT_IN)
     _print_ops(console, doc, top)
     if doc["annotations"]:
         t = Table(title="user annotations (record_function ranges; kernels by launch time, any thread)"
@@ -154,6 +159,7 @@ def _print_steps(console, doc: dict) -> None:
             _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
     # the step's name never truncates: the least needed columns go first at a narrow width
     console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
+                             kept_in=KEPT_IN,
                              title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
                                    "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"
                                    + _unreliable(doc, "per-step values")))

@@ -43,7 +43,7 @@ from microbench.timeline.gpu_time import step_ends
 
 SCHEMA = "dawnscope.decomposition/1"
 DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
-                   "trace.json.gz")
+                   "trace.json.gz", "report.html")
 CPU_MATRIX_NOTE = (
     "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
     "matmul (AMX tiles; the AVX-512 BF16/FP16/VNNI dot-product instructions, which kernel_rules.toml counts as "

@@ -157,6 +157,9 @@ def annotation_times(tl: Timeline) -> list[dict]:
     annotation of that name where the profiler wrote one. Most kernel time first."""
     r = tl.ranges
     step_ids = np.unique(tl.ranges.name[tl.step_rows()])
+    # a step with a GPU-side annotation of its name is listed too, with its own CPU calls, wall time and kernels
+    # (the step table's numbers), never as 0 calls beside its GPU time
+    step_ids = step_ids[~np.isin(step_ids, r.name[r.kind == GPU_RANGE])]
     cpu = np.flatnonzero((r.kind != GPU_RANGE) & ~np.isin(r.name, step_ids))
     tot = in_windows(tl, tl.windows(cpu))
     out: dict[str, dict] = {}
