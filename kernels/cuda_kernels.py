@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
+from microbench.core.cli import digits
 from microbench.harness import launches
 from microbench.harness.registry import Evidence
 from microbench.harness.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch, toolchain
@@ -67,8 +68,8 @@ def sm_number(arch: str) -> int | None:
     """"sm_90" / "sm_90a" -> 90; None for anything else (gfx942, x86_64)."""
     if not arch.startswith("sm_"):
         return None
-    digits = "".join(ch for ch in arch[3:] if ch.isdigit())
-    return int(digits) if digits else None
+    number = "".join(ch for ch in arch[3:] if digits(ch))
+    return int(number) if number else None
 
 
 def virtual_arch(target: str) -> str:

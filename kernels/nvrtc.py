@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from microbench.core.cli import digits
+
 KERNEL_DIR = Path(__file__).resolve().parent
 
 _NVRTC_SUCCESS = 0
@@ -55,7 +57,7 @@ def _is_nvrtc(path: Path) -> bool:
 def _major(path: Path) -> int:
     """libnvrtc.so.13 -> 13 (0 for an unversioned name), to try the newest major first."""
     parts = path.name.split(".so.")
-    return int(parts[1].split(".")[0]) if len(parts) == 2 and parts[1].split(".")[0].isdigit() else 0
+    return int(parts[1].split(".")[0]) if len(parts) == 2 and digits(parts[1].split(".")[0]) else 0
 
 
 def _in_dirs(dirs) -> list[str]:

@@ -18,7 +18,9 @@ from microbench.core.results import ResultsWriter, results_header
 from microbench.core.shapes import Case
 from microbench.harness import registry
 from microbench.step.analysis import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
-from microbench.timeline.analysis import analyze
+from microbench.prediction.findings import analyze, findings_of, with_findings  # the trace document with its findings first
+from microbench.reports.trace_html import decompose_page
+from microbench.timeline.analysis import TraceAnalysis
 
 
 def _load_providers() -> None:
@@ -56,13 +58,27 @@ def decompose_step(model, options=None, **kw) -> dict:
         kw["providers"] = tuple(kw["providers"])
     opts = replace(options or DecomposeOptions(), **kw)
     if opts.out is None:
-        return run_decomposition(model, opts).doc
+        d = run_decomposition(model, opts)
+        return _with_findings(d)
     if not isinstance(opts.out, OutputDir):
         with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
             return decompose_step(model, replace(opts, out=out_dir))
     d = run_decomposition(model, opts)
+    d.doc = _with_findings(d)
     d.doc["files"] = write_decomposition(d.doc, d.rows + d.replay_rows, opts.out, d.cfg.path, opts.plot)
     return d.doc
+
+
+def _with_findings(d) -> dict:
+    """The decomposition with the findings of its own profiler trace first (prediction/findings.py), and the
+    trace's analysis for the report page (`trace`)."""
+    from microbench.models.ranges import STEP_RANGE
+    ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
+    tdoc = ta.document()
+    doc = with_findings(d.doc, findings_of(ta, d.cfg))
+    doc["trace_analysis"] = {k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes",
+                                                   "classes", "mfu")}
+    return doc
 
 
 def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:
@@ -82,6 +98,8 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     if plot:
         plot_roofline(writer.doc, out.file("roofline"))
         files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
+    out.file("report.html").write_text(decompose_page(doc), encoding="utf-8")
+    files["report_html"] = str(out.final("report.html"))
     doc["files"] = files
     out.file("decomposition.json").write_text(dumps(doc))
     out.commit()

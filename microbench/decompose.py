@@ -21,6 +21,9 @@ from microbench.step.analysis import DECOMPOSE_FILES
 from microbench.core.outdir import check_file
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import write_file
+from microbench.reports.findings_report import print_findings
+from microbench.reports.trace_html import decompose_page
+from microbench.reports.report import wide_console
 
 
 def build_parser(prog: str = "python -m microbench.decompose") -> argparse.ArgumentParser:
@@ -56,6 +59,9 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
                     help="draw roofline.png / roofline.svg (the default)")
     ap.add_argument("--no-plot", action="store_true", help="skip roofline.png / roofline.svg")
+    ap.add_argument("--html", type=Path, default=None, metavar="OUT",
+                    help="also write the report page here (the same page as report.html in --out: findings, step "
+                         "breakdown, kernels or operators, roofline, notes)")
     return ap
 
 
@@ -70,6 +76,8 @@ def _main(args, out: Path) -> int:
 
     if args.json:
         check_file(args.json, "--json")
+    if args.html:
+        check_file(args.html, "--html")
     out_dir = OutputDir(out, DECOMPOSE_FILES)  # checked before the model is even imported
     with out_dir:
         return _run(args, out_dir)
@@ -95,12 +103,15 @@ def _run(args, out_dir) -> int:
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
                                 on_progress=progress)
         doc = decompose_step(args.model, opts)
+    print_findings(wide_console(), doc)  # the findings first
     print_decomposition(doc, top=args.top)
     files = doc.get("files", {})
     console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
                   + "".join(f", {p}" for p in files.get("roofline", [])))
     if args.json:
         console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
+    if args.html:
+        console.print(f"wrote {write_file(args.html, decompose_page(doc), '--html')}")
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from microbench import kernels
 from microbench.core.cli import Parser
 from microbench.core.cli import Heartbeat
+from microbench.core.cli import digits
 from microbench.core.config import load_config
 from microbench.core.errors import InputError, run_command
 from microbench.core.jsonio import dumps
@@ -29,6 +30,7 @@ from microbench.core.outdir import check_file, write_file
 from microbench.core.targets import NVIDIA_TARGETS, TARGETS
 from microbench.harness.sass import StaticRecord, inspect_build
 from microbench.kernels.triton_configs import arch_family
+from microbench.reports.cells import or_dash
 
 
 @dataclass
@@ -116,7 +118,7 @@ def _table(recs: list[StaticRecord], width: int | None = None):
         regs = f"v{r.vgprs} a{r.agprs} s{r.sgprs}" if r.vgprs is not None else str(r.registers)
         unit = {"warps/SM": "w/SM", "waves/SIMD": "w/SIMD"}.get(r.occupancy_unit, r.occupancy_unit)
         # backend options and the group size: in the JSON
-        config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and w[1:].isdigit()))
+        config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and digits(w[1:])))
         rows.append(([r.kernel, config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
                       " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
                       f"{r.occupancy} {unit}" if r.occupancy is not None else "-",
@@ -128,7 +130,7 @@ def _table(recs: list[StaticRecord], width: int | None = None):
 
 
 def _opt(v) -> str:
-    return "-" if v is None else str(v)
+    return or_dash(v, "")
 
 
 def _short_kind(name: str) -> str:

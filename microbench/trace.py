@@ -21,7 +21,12 @@ from microbench.core.errors import run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, write_file
 from microbench.reports.trace_report import print_trace_report
-from microbench.timeline.analysis import analyze
+from microbench.prediction.findings import analyze
+from microbench.communication.job import analyze_job
+from microbench.communication.report import _findings
+from microbench.reports.findings_report import print_findings
+from microbench.reports.report import wide_console
+from microbench.reports.trace_html import trace_page
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "export or an Nsight Compute CSV; several, a folder or a glob pattern of rank traces: the "
                          "whole job (as `comm ranks`: each rank read in a worker, then combined)")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
+    ap.add_argument("--html", type=Path, default=None, metavar="OUT",
+                    help="also write the report as one self-contained HTML page here (findings, step breakdown, "
+                         "kernels, operators, roofline, communication, notes)")
     ap.add_argument("--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
     ap.add_argument("--config", type=Path, default=None,
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
@@ -58,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--graph-capture", type=Path, default=None, metavar="TRACE",
                     help="the trace of the capture of the CUDA/HIP graphs this trace replays (as vLLM and SGLang "
                          "record it): each replayed kernel is attributed to the operator that captured it")
+    ap.add_argument("--source", default=None, metavar="DEVICE",
+                    help="the chip the trace ran on, where the trace does not name it (a bench.toml [devices] key or "
+                         "name): the findings' predictions need its rates")
     add_job_arguments(ap)
     return ap
 
@@ -76,21 +87,47 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     if is_job(args.file):
         args.traces = args.file
-        return run_ranks(args)
+        if args.html:
+            check_file(args.html, "--html")
+        rc = run_ranks(args)
+        if args.html:
+            _job_page(args)
+        return rc
     args.file = Path(args.file[0])
 
-    if args.json:
-        check_file(args.json, "--json")
+    for opt, path in (("--json", args.json), ("--html", args.html)):
+        if path:
+            check_file(path, opt)
     measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
-    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture)
+    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,
+                  source=args.source)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
+    print_findings(wide_console(), doc)  # the report opens with its findings
     print_trace_report(doc, top=args.top)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
+    if args.html:
+        print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
     return 0
+
+
+def _job_page(args) -> None:
+    """A job's --html: the trace page of its straggler rank (else its first), with the job's cross-rank lines
+    (straggler, outliers, slowest step) above it."""
+    job = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
+                      step_range=args.steps)
+    ranks = job.get("ranks") or []
+    if not ranks:
+        return
+    rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0])
+    cfg = load_config(args.config)
+    doc = analyze(rank["file"], cfg, step_range=args.steps, source=args.source)
+    title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
+    page = trace_page(doc, title, job_lines=_findings(job))
+    print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def _run(args) -> int:
 
     from .accuracy.datasets import load
     from .accuracy.report import plot_accuracy, print_run
-    from .accuracy.run import check_options, check_recipes
+    from .accuracy.run import check_device, check_options, check_recipes
 
     if args.json:
         check_file(args.json, "--json")
@@ -117,6 +117,7 @@ def _run(args) -> int:
                                   on_interrupt="commit")  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
     recipes = check_recipes(spec, args.recipe.split(",") if args.recipe else ())
+    check_device(args.device)  # `--device cuda` on a CPU: one line now, not under a started progress bar
     epochs = sum(args.epochs or spec.with_recipe(r).epochs for r in recipes)
     ds = load(spec.dataset, args.data, args.new_test)  # before the progress bar: a bad --data is one line
     console = wide_console(stderr=True)  # piped: 120 columns (or COLUMNS), one plain line per epoch

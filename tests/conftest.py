@@ -5,11 +5,17 @@
 - Tests marked `gpu` are skipped, visibly, where PyTorch sees no CUDA or ROCm device.
 - No test writes into the checkout: Hypothesis keeps its example database and constants cache under the
   system's temporary folder, not in `.hypothesis/` of the working directory.
+- Real inputs are in the repository: `TRACES` (tests/data/traces), `NSYS`, `NCU`, `SLICE`, and `SHARED` /
+  `shared_dir` for any folder of tests/data; a folder no licence lets us copy (the DAWNBench entries) comes from
+  ../shared beside the repository when it is there, and its tests (`needs_shared`) say why they skip otherwise.
+- Helpers for more than one test file live here: `needs_traces`, `needs_shared`, `load_script`, `mllog_events`,
+  `tiny_config`.
 """
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -27,6 +33,13 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
     loader.exec_module(module)
     return module
+
+
+def mllog_events(path: Path) -> list[dict]:
+    """The `:::MLLOG {json}` events of an MLPerf result log, in order: read here, apart from the project's reader,
+    for tests to compute what they expect."""
+    return [json.loads(line.split(":::MLLOG", 1)[1]) for line in path.read_text(encoding="latin-1").splitlines()
+            if ":::MLLOG" in line]
 
 
 def _hypothesis_outside_the_checkout() -> None:
@@ -63,14 +76,17 @@ class _Corpus(type(Path())):
 
 SHARED = _Corpus(DATA)
 TRACES = SHARED / "traces"
+NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"  # Nsight Systems SQLite export of a T4 (nsight/SOURCES.md)
+NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"  # Nsight Compute CSV (long form) of a copy kernel
+SLICE = DATA / "h100_bert_small_slice.json"  # 47 events of the H100 bert-small trace (tests/data/SOURCES.md)
 needs_traces = pytest.mark.skipif(not (TRACES / "SOURCES.md").is_file(),
                                   reason="tests/data/traces (real GPU traces) is not in this checkout")
 
 
 def needs_shared(folder: str):
     """A test of inputs only the optional ../shared corpus holds: skipped, with the reason, without it."""
-    return pytest.mark.skipif(not (SHARED / folder).is_dir(),
-                              reason=f"{folder}: not in tests/data (no licence to copy it) and no ../shared/{folder} here")
+    return pytest.mark.skipif(not (SHARED / folder).is_dir(), reason=f"{folder}: not in tests/data (no licence to "
+                                                                    f"copy it) and no ../shared/{folder} here")
 
 
 def pytest_configure(config):
@@ -212,12 +228,20 @@ def _deselect_non_benchmarks(config, items) -> None:
         items[:] = keep
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's own table
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """A benchmark session ends with the conditions it ran under (the busy warning when busy)."""
+    """A benchmark session ends with our columns of each benchmark (TFLOP/s, % of ceiling, Tensor Cores, flags)
+    and the conditions it ran under (the busy warning when busy)."""
     from microbench.core.conditions import busy_advice, conditions_line
 
     doc = _conditions_doc(config)
     if doc is None:
         return
+    session = getattr(config, "_benchmarksession", None)
+    infos = [b.extra_info for b in getattr(session, "benchmarks", []) or [] if getattr(b, "extra_info", None)]
+    if infos:
+        from microbench.reports.benchmark_table import render
+
+        terminalreporter.write(render(infos, terminalreporter._tw.fullwidth))
     terminalreporter.write_line(("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc),
                                 red=bool(doc.get("busy")))

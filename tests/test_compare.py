@@ -19,6 +19,8 @@ from microbench.reports import compare
 from microbench.core.device import cpu_device, fingerprint, software
 from microbench.core.results import KernelCaseRow, ResultsWriter
 
+from .conftest import REPO
+
 CASES = [  # (op, shape, dtype, median ms, flops)
     ("gemm", "512x512x512", "fp32", 4.0, 2 * 512**3),
     ("gemm", "512x512x512", "bf16", 2.0, 2 * 512**3),
@@ -73,9 +75,6 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
     return out
 
 
-REPO = Path(__file__).resolve().parent.parent
-
-
 @pytest.fixture(scope="module")
 def our_benchmark_json(tmp_path_factory, request) -> Path:
     """`pytest --benchmark-only --benchmark-json` through the real tests/conftest.py and test_benchmarks.py, on
@@ -94,7 +93,19 @@ def our_benchmark_json(tmp_path_factory, request) -> Path:
                         "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out.with_suffix(".stdout").write_text(r.stdout)  # the terminal summary, for its test
     return out
+
+
+@pytest.mark.slow
+def test_benchmark_only_ends_with_our_columns_after_pytest_benchmarks_table(our_benchmark_json):
+    text = our_benchmark_json.with_suffix(".stdout").read_text()
+    ours = text.index("dawnscope: the benchmarks against their ceilings")
+    assert text.index("benchmark:") < ours or text.index("Name (time in") < ours  # pytest-benchmark's first
+    tail = text[ours:]
+    for col in ("TFLOP/s", "% of ceiling", "Tensor Cores", "flags"):
+        assert col in tail
+    assert "64x48x32" in tail and "torch" in tail
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def test_onednn_avx10_names(impl, tc):
 
 
 def test_a_structural_verdict_says_it_is_inferred():
-    """cuBLAS's FFMA GEMM (issue 29's H100 export): settled by the name's structure, and the evidence says so."""
+    """cuBLAS's FFMA GEMM (a public H100 export): settled by the name's structure, and the evidence says so."""
     ev = from_kernel_names({"sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_"
                             "aligna4_alignc4_execute_kernel__5x_cublas": 10.0})
     assert ev.tensor_cores == "no" and "inferred from its structure" in ev.evidence and "structure[0]" in ev.evidence

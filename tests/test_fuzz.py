@@ -24,7 +24,7 @@ from microbench.core.errors import InputError
 from microbench.core.jsonio import dumps
 from microbench.reports.compare import load_machine
 from microbench.timeline.analysis import analyze
-from tests.conftest import REPO
+from tests.conftest import NCU, NSYS, REPO
 
 settings.register_profile("ci", max_examples=60, deadline=4000, database=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -220,8 +220,6 @@ def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
 # ---- the Nsight readers, the time-to-accuracy readers and comm results read back as a fabric --------------
 from tests.conftest import SHARED  # noqa: E402
 
-NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
-NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"
 needs_nsight = pytest.mark.skipif(not NSYS.is_file() or not NCU.is_file(), reason=f"{SHARED / 'nsight'} is not here")
 # Each example reads a whole real export: fewer of them, each with a longer deadline.
 FUZZ_SLOW = settings(FUZZ, max_examples=max(FUZZ.max_examples // 4, 10), deadline=20000)

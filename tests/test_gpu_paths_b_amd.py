@@ -1,4 +1,4 @@
-"""AMD paths on a CPU (issue 33, item 10). The ROCm device is faked by patching torch.version.hip and
+"""AMD paths on a CPU. The ROCm device is faked by patching torch.version.hip and
 torch.cuda.get_device_properties with the properties ROCm reports for an MI300X under a generic name
 (gcnArchName "gfx942:sramecc+:xnack-", 304 CUs, 192 GiB, a 4 MiB L2 and no Infinity Cache among them); the
 hipBLASLt TF32 path is faked by a torch.matmul that rounds its operands to TF32's 10-bit mantissa (what xf32

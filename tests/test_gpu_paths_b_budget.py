@@ -1,4 +1,4 @@
-"""The device check's stage budgets (issue 33, item 8), on this CPU: the plan (order, caps, the files each test
+"""The device check's stage budgets, on this CPU: the plan (order, caps, the files each test
 stage collects), the on-disk cubin cache of our CUDA C++ modules (the real NVRTC and Triton's ptxas of this
 environment; the second build is taken from disk with NVRTC made to fail), and the ceiling search limited to
 the dtypes a profile judges (measured_ceilings replaced by a recorder, as in tests/test_judge.py)."""

@@ -1,4 +1,4 @@
-"""decompose's profiled steps on a GPU (issue 33, item 9): a step's CPU range closes when the CPU has launched its
+"""decompose's profiled steps on a GPU: a step's CPU range closes when the CPU has launched its
 work, before the GPU has done it. Two parts, both checked on this CPU:
 - the step ends with the device synchronization inside its `step` range (models.step.TrainingStep.sync_at_end;
   here a CPU stand-in for torch.cuda.synchronize, recorded as a profiler range, shows where it runs);

@@ -1,4 +1,4 @@
-"""The Nsight Compute stage (issue 33, item 7) with the fake `ncu` of tests/test_device_check_ncu.py, which models
+"""The Nsight Compute stage with the fake `ncu` of tests/test_device_check_ncu.py, which models
 the documented behaviour: it writes its --log-file export only when it exits (a run killed before that leaves
 nothing), profiles the kernels of the one GEMM `--app --only LABEL` runs, prints ERR_NVGPUCTRPERM when the
 driver restricts the counters, and its `--query-metrics` may fail. The exports are the real

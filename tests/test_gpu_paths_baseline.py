@@ -1,4 +1,4 @@
-"""Issue 33 item 4: the vendor baselines are set up the same way in every command of a family
+"""the vendor baselines are set up the same way in every command of a family
 (data/vendor_settings.toml, applied by core.vendor), and what was applied is in results.json's conditions.
 
 The switches are PyTorch's global flags (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul's

@@ -1,4 +1,4 @@
-"""Issue 33 item 1: a kernel that faults ends its process's GPU context; the run must stop there and say so,
+"""a kernel that faults ends its process's GPU context; the run must stop there and say so,
 keep what it measured, and our never-run kernels must meet their faults in a process of their own.
 
 No GPU here: the faults are modelled by tests/gpu_paths_sticky.py (a sticky error as the CUDA Runtime API

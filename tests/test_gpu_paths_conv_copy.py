@@ -1,4 +1,4 @@
-"""Issue 33 item 2: the Triton convolution wrapper must not copy its output inside a timed call.
+"""the Triton convolution wrapper must not copy its output inside a timed call.
 
 `torch.empty(...).contiguous(memory_format=torch.channels_last)` allocates NCHW and then copies it into a
 channels-last tensor (aten::contiguous -> aten::clone -> aten::copy_) on every call, which a GPU timing counts.

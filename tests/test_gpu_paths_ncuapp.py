@@ -1,4 +1,4 @@
-"""Issue 33 item 1, the Nsight Compute program (microbench/devtools/ncuapp.py): a GEMM that faults must not lose
+"""a GEMM that faults must not lose
 the counters of the GEMMs profiled before it, and our CUDA C++ GEMMs meet their faults in a process of their own.
 
 No GPU here: the CUDA calls the program makes (torch.cuda.synchronize, cudaProfilerStart/Stop, the marker

@@ -1,4 +1,4 @@
-"""Issue 33 item 11: cupy_blas runs on torch's current stream, not on CuPy's own default stream.
+"""cupy_blas runs on torch's current stream, not on CuPy's own default stream.
 
 No GPU here: CuPy is replaced by a model of the documented behaviour (cupy.cuda.ExternalStream(ptr, device_id)
 used as a context manager makes that stream CuPy's current one; cupy.matmul launches on the current stream;

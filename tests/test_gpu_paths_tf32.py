@@ -1,4 +1,4 @@
-"""Issue 33 item 5: core.tf32.tf32_allowed sets and restores TF32 through one API, so that both spellings of the
+"""core.tf32.tf32_allowed sets and restores TF32 through one API, so that both spellings of the
 switches (legacy `allow_tf32` / `get_float32_matmul_precision()` and the new `fp32_precision` strings) read
 correctly inside the context and after it. The switches are PyTorch's global context flags, the same on a CPU
 build as on a CUDA one (the check that raised, aten's allowTF32CuBLAS / allowTF32CuDNN, runs on reading, not on

@@ -1,4 +1,4 @@
-"""Issue 33 item 3: event timings must not include the host's launch time of short calls.
+"""event timings must not include the host's launch time of short calls.
 
 No GPU here, so the loop of harness/timing.py runs against a model of one CUDA stream (FakeStream below) that
 follows the documented semantics: work is queued in order and runs when the GPU is free and the host has

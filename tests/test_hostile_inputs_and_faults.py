@@ -21,11 +21,8 @@ import pytest
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.files import check_output, open_input
 from microbench.core.outdir import LOCK_NAME, OutputDir, check_file, write_file
-from tests.conftest import REPO, SHARED
+from tests.conftest import NCU, NSYS, SHARED, SLICE
 
-SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
-NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
-NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"
 needs_nsight = pytest.mark.skipif(not NSYS.is_file() or not NCU.is_file(), reason=f"{SHARED / 'nsight'} is not here")
 
 trace_cmd = importlib.import_module("microbench.trace")

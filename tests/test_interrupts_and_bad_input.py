@@ -20,7 +20,7 @@ from microbench.core.jsonio import dumps
 from microbench.core.outdir import LOCK_NAME, OutputDir, check_dir, check_file
 from microbench.harness import registry
 from microbench.harness.registry import provider
-from tests.conftest import REPO
+from tests.conftest import REPO, SLICE
 
 # The command modules (the package exports functions of the same names).
 compare_cmd = importlib.import_module("microbench.compare")
@@ -29,7 +29,6 @@ inspect_cmd = importlib.import_module("microbench.inspect")
 roofline = importlib.import_module("microbench.roofline")
 trace_cmd = importlib.import_module("microbench.trace")
 
-SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
 DOC_RESULTS = REPO / "docs" / "cpu-roofline" / "results.json"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,9 @@ from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
 from microbench.harness.judge import judge
 from microbench.harness.runner import too_slow
 
+from .conftest import REPO
+
 ST = NoiseSettings()
-REPO = Path(__file__).resolve().parent.parent
 STEADY = [1.0, 1.0, 1.01, 1.0, 0.99]  # ms: five repeats that agree
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import REPO
 
 # Lowest first. A package may import its own modules and any lower layer; packages on one level are
 # independent of each other.
@@ -175,23 +175,25 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return next((c for v in sorted(edges) if v not in state and (c := visit(v))), None)
 
 
+def _child(pkg: str, module: str) -> str | None:
+    """The child of `pkg` that `module` is or lies in; the package's own __init__ is a sibling of its modules
+    (it may close a cycle too); None outside the package."""
+    if module == pkg:
+        return f"{pkg}.__init__"
+    prefix = pkg + "."
+    return prefix + module[len(prefix):].split(".")[0] if module.startswith(prefix) else None
+
+
 def _sibling_cycles(graph: dict[str, set[str]]) -> list[str]:
     """For each package at every depth, the graph of its children (each with everything below it squashed
     into it): a cycle there is a cycle between siblings, however deep the modules that make it."""
     packages = {".".join(m.split(".")[:i]) for m in graph for i in range(1, len(m.split(".")))}
     bad = []
     for pkg in sorted(packages):
-        prefix = pkg + "." if pkg else ""
-
-        def child(m):  # the package's own __init__ is a sibling of its modules: it may close a cycle too
-            if m == pkg:
-                return f"{pkg}.__init__"
-            return prefix + m[len(prefix):].split(".")[0] if m.startswith(prefix) else None
-
         edges: dict[str, set[str]] = {}
         for src, dsts in graph.items():
             for dst in dsts:
-                a, b = child(src), child(dst)
+                a, b = _child(pkg, src), _child(pkg, dst)
                 if a and b and a != b:
                     edges.setdefault(a, set()).add(b)
         if cycle := _cycle(edges):

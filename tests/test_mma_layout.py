@@ -20,7 +20,6 @@ import ctypes
 import math
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +28,8 @@ import torch.nn.functional as F
 
 from microbench.kernels import conv_cupy, gemm_cupy
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import REPO
+
 KERNELS = REPO / "kernels"
 GROUP_M = gemm_cupy.GROUP_M
 

@@ -13,10 +13,8 @@ from microbench.timeline.counters import combine_calls, contradiction, counter_v
 from microbench.timeline.ncu import looks_like_ncu_csv, parse_number, read_ncu_csv
 from microbench.timeline.nsys import process_of, read_nsys_sqlite
 
-from .conftest import SHARED
+from .conftest import NCU, NSYS
 
-NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"
-NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"
 needs_nsight = pytest.mark.skipif(not NCU.is_file() or not NSYS.is_file(),
                                   reason="tests/data/nsight (real Nsight exports) is not in this checkout")
 

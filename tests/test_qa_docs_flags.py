@@ -39,3 +39,12 @@ def test_integrity_line_names_the_current_flag(cfg):
     doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)
     (steps,) = [m for m in doc["integrity"]["missing"] if m["what"] == "steps"]
     assert "--step-range" in steps["detail"] and "--steps)" not in steps["detail"]
+
+
+def test_findings_name_the_current_flag(cfg):
+    from microbench.prediction.findings import analyze
+
+    # the findings' "not checked: no steps" line said "--steps" (renamed --step-range)
+    doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)
+    text = repr(doc["findings_not_checked"])
+    assert "--step-range" in text and "--steps)" not in text

@@ -15,9 +15,10 @@ from .conftest import REPO
 # Our namespace packages: a dotted name starting with one of them is ours (`kernels`, `models` and `data` are
 # common words too, so only `microbench.kernels...` counts for those).
 PACKAGES = ("core", "harness", "timeline", "reports", "step", "communication", "accuracy", "prediction", "devtools")
-DOTTED = re.compile(r"(?<![\w./-])(microbench(?:\.[A-Za-z_]\w*)+|(?:%s)(?:\.[A-Za-z_]\w*)+)" % "|".join(PACKAGES))
-PATH = re.compile(r"(?<![\w./-])((?:microbench|kernels|models|tests|scripts|docs|data|ops|%s)/[\w/.-]*\w\.(?:py|toml|cu|cuh|md))\b"
-                  % "|".join(PACKAGES))
+_OURS = "|".join(PACKAGES)
+DOTTED = re.compile(rf"(?<![\w./-])(microbench(?:\.[A-Za-z_]\w*)+|(?:{_OURS})(?:\.[A-Za-z_]\w*)+)")
+PATH = re.compile(rf"(?<![\w./-])((?:microbench|kernels|models|tests|scripts|docs|data|ops|{_OURS})/[\w/.-]*\w"
+                  r"\.(?:py|toml|cu|cuh|md))\b")
 SUFFIXES = ("py", "toml", "md", "json", "csv", "gz", "cu", "cuh", "sqlite", "png", "html", "txt")
 
 
@@ -102,7 +103,8 @@ def stale_references(root: Path = REPO) -> list[str]:
     for path in _documents(root):
         for line, text in _prose(path):
             where = f"{path.relative_to(root)}:{line}"
-            bad += [f"{where}: {m[1]}" for m in DOTTED.finditer(text) if not _resolves(m[1].rstrip("."), modules, names)]
+            bad += [f"{where}: {m[1]}" for m in DOTTED.finditer(text)
+                    if not _resolves(m[1].rstrip("."), modules, names)]
             bad += [f"{where}: {m[1]}" for m in PATH.finditer(text) if not _path_exists(m[1], path, root)]
     return bad
 
@@ -130,7 +132,14 @@ MAY_NAME_THE_CORPUS = ("tests/conftest.py", "tests/data/SOURCES.md")
 
 def test_nothing_points_outside_the_repository():
     outside = re.compile(r"\.\./shared|shared/(?:DESIGN|REFERENCE)\.md|(?<![\w/])(?:DESIGN|REFERENCE)\.md")
-    found = [f"{p.relative_to(REPO)}:{n}" for p in _documents(REPO) + list((REPO / "tests" / "data").rglob("SOURCES.md"))
-             if str(p.relative_to(REPO)) not in MAY_NAME_THE_CORPUS
+    files = _documents(REPO) + list((REPO / "tests" / "data").rglob("SOURCES.md"))
+    found = [f"{p.relative_to(REPO)}:{n}" for p in files if str(p.relative_to(REPO)) not in MAY_NAME_THE_CORPUS
              for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    assert found == []
+
+
+def test_no_issue_numbers_nobody_outside_can_look_up():
+    """An issue number in prose points into a tracker that is not part of the repository: say what it was."""
+    issue = re.compile(r"\b[Ii]ssues? ?#?\d+")
+    found = [f"{p.relative_to(REPO)}:{line}" for p in _documents(REPO) for line, text in _prose(p) if issue.search(text)]
     assert found == []

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from microbench.core import thresholds
 from microbench.timeline.classify import class_set
 
-REPO = Path(__file__).resolve().parent.parent
+from .conftest import REPO
 
 
 def test_every_threshold_has_a_value_and_a_reason():

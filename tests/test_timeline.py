@@ -16,9 +16,8 @@ from microbench.timeline import gpu_time, kineto, metrics
 from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
                                        Timeline)
 
-from .conftest import TRACES, needs_traces
+from .conftest import REPO, TRACES, needs_traces
 
-REPO = Path(__file__).resolve().parents[1]
 AMD = Path(__file__).resolve().parent / "data" / "amd_mi300x_synthetic.json"
 
 

@@ -15,7 +15,7 @@ from microbench import tta
 from microbench.accuracy import datasets, leaderboard, mlperf, stats
 from microbench.core.errors import InputError
 
-from .conftest import needs_shared
+from .conftest import mllog_events, needs_shared
 
 # Thresholds as the dawn-bench-entries README states them (not read from tta.toml).
 THRESHOLD = {"CIFAR10": ("top1accuracy", 94.0), "ImageNet": ("top5accuracy", 93.0), "SQuAD": ("f1score", 0.73)}
@@ -67,10 +67,7 @@ def _expected_mlperf_minutes(folder):
     times = []
     for f in sorted(folder.glob("result_*.txt")):
         start = stop = None
-        for line in f.read_text(encoding="latin-1").splitlines():
-            if ":::MLLOG" not in line:
-                continue
-            ev = json.loads(line.split(":::MLLOG", 1)[1])
+        for ev in mllog_events(f):
             if ev["key"] == "run_start" and start is None:
                 start = ev["time_ms"]
             if ev["key"] == "run_stop" and stop is None:

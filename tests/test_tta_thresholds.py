@@ -10,7 +10,7 @@ import pytest
 from microbench import tta
 from microbench.accuracy import thresholds as T
 
-from .conftest import needs_shared
+from .conftest import mllog_events, needs_shared
 
 
 def _curve_by_hand(tsv, column):
@@ -62,10 +62,7 @@ def test_mlperf_resnet_scored_by_the_rule_at_each_threshold(shared_dir):
     runs = []
     for f in sorted(folder.glob("result_*.txt")):
         start, evals = None, []
-        for line in f.read_text(encoding="latin-1").splitlines():
-            if ":::MLLOG" not in line:
-                continue
-            ev = json.loads(line.split(":::MLLOG", 1)[1])
+        for ev in mllog_events(f):
             if ev["key"] == "run_start" and start is None:
                 start = ev["time_ms"]
             elif ev["key"] == "eval_accuracy":

@@ -3,16 +3,12 @@ here runs a measurement: the tables are drawn from small documents, real traces 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from microbench.reports.report import wide_console
 
-from .conftest import needs_shared
-
-REPO = Path(__file__).resolve().parent.parent
-SLICE = REPO / "tests" / "data" / "h100_bert_small_slice.json"
+from .conftest import REPO, SLICE, needs_shared
 
 
 def _lines(text: str) -> list[str]:

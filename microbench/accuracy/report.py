@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from microbench.core.conditions import busy_advice, conditions_line
+from microbench.reports.cells import or_dash as _f
 from microbench.reports.figures import pyplot
 from microbench.reports.report import wide_console
 
@@ -20,10 +21,6 @@ def hms(seconds: float | None) -> str:
         return "-"
     s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 60 else f"{seconds:.2f} s"
-
-
-def _f(v, spec: str = ".3g") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 LEADERBOARD_COLUMNS = ("#", "time-to-accuracy", "epoch", "cost (USD)", "hardware", "framework", "model / org", "runs",

@@ -114,7 +114,7 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
     recipes = check_recipes(base, recipes)
     target = base.target if target is None else float(target)
     ds = dataset if dataset is not None else datasets.load(base.dataset, data, new_test)
-    dev = _device(device)
+    dev = check_device(device)
 
     cfg = load_config(config)  # bench.toml (--config): its noise and conditions settings
     look = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
@@ -146,7 +146,9 @@ def run_tta(model: str, target: float | None = None, seeds: int = 3, *, epochs: 
             writer.close()
 
 
-def _device(device: str):
+def check_device(device: str):
+    """The device `--device` names, detected; a device that is not here is bad input (one line), found before any
+    work is started (the command checks it before its progress bar)."""
     from microbench.core import device as devmod
 
     try:

@@ -14,6 +14,7 @@ import tomllib
 from .busbw import OPS, algbw_gbps, bus_factor
 from .ddp import bucket_sizes
 from microbench import models
+from microbench.core.cli import digits
 from microbench.core.errors import InputError
 from microbench.core.resources import data_file
 from microbench.core.results import CollectiveRow
@@ -206,7 +207,7 @@ def parse_sizes(text: str) -> list[int]:
         else:
             num = tok.rstrip("KMGBkmgb")
             unit = tok[len(num):].upper()
-            if not num.isdigit() or unit not in _UNITS or int(num) <= 0:
+            if not digits(num) or unit not in _UNITS or int(num) <= 0:
                 raise InputError(None, "expected sizes like 8,4K,16M, deepbench or buckets:MODEL",
                                  key="--sizes", value=tok)
             if int(num) * _UNITS[unit] % ELEMENT_BYTES:  # float32 buffers: it would silently measure another size

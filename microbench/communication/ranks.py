@@ -177,15 +177,33 @@ def _trace_bytes(path: Path) -> int:
         return int.from_bytes(f.read(4), "little")
 
 
+def _count(info: dict, key: str, path: Path) -> int | None:
+    """distributedInfo's `key` as a count, None where absent; anything but a JSON integer (a string "3", 3.0,
+    true, -1) is refused by name: taken for another rank, a job's calls would be matched to the wrong rank."""
+    value = info.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(path, "expected a non-negative integer", key=f"distributedInfo.{key}", value=value)
+    return value
+
+
+def _rank_and_world(info: dict, path: Path, fallback_rank: int) -> tuple[int, int | None]:
+    """The rank (the file's place among the job's files where the trace names none) and the world size."""
+    rank, world = _count(info, "rank", path), _count(info, "world_size", path)
+    if rank is not None and world is not None and rank >= world:
+        raise InputError(path, f"rank {rank} is not below world_size {world}", key="distributedInfo.rank",
+                         value=rank)
+    return (fallback_rank if rank is None else rank), world
+
+
 def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None = None) -> RankSummary:
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
     t0, c0 = time.perf_counter(), time.process_time()
     path = Path(path)
     tl = read_trace(path)
     info = tl.distributed or {}
-    rank = info.get("rank", fallback_rank)
-    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else fallback_rank
-    world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+    rank, world = _rank_and_world(info, path, fallback_rank)
     s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
     k = tl.kernels

@@ -26,6 +26,7 @@ from microbench.core.outdir import OutputDir, check_dir, write_file
 from microbench.core.outdir import check_file
 from microbench.core.results import ResultsWriter
 from microbench.core.verdict import is_noisy
+from microbench.reports.cells import or_dash as _f
 from microbench.reports.job_report import heatmap_figure, job_html
 from .job import analyze_job
 
@@ -148,10 +149,6 @@ def _busy_warning(doc: dict) -> None:
     cond = doc.get("conditions")
     if cond:
         print(("warning: " + busy_advice(cond)) if cond.get("busy") else conditions_line(cond), file=sys.stderr)
-
-
-def _f(v, spec=".3g"):
-    return "-" if v is None else format(v, spec)
 
 
 def print_collectives(doc: dict) -> None:

@@ -81,6 +81,12 @@ def number(cast: Callable, low: float, high: float = math.inf, low_open: bool = 
     return check
 
 
+def digits(text: str) -> bool:
+    """Only the ASCII digits 0-9. `str.isdigit` also accepts superscripts ('4²') and other scripts' digits, which
+    int() refuses (a traceback) or reads as numbers nobody typed on purpose: every digit test goes through here."""
+    return text.isascii() and text.isdigit()
+
+
 # Counts a command takes (batch, steps, seeds, repeats, top-N): beyond a million, a typo or an attack, never
 # a run that ends (the machine would allocate or loop for hours before failing).
 MAX_COUNT = 10**6

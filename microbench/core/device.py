@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
+from microbench.core.cli import digits
 from microbench.core.datasheet import amd_product_name
 from microbench.core.fingerprint import installed_version
 
@@ -140,7 +141,7 @@ def gpu_device(index: int = 0) -> Device:
     except Exception:  # noqa: BLE001 - optional library; absence is recorded, not fatal
         extra["cudnn"] = None
     name = props.name
-    if rocm and not any(ch.isdigit() for ch in name):  # "AMD Radeon Graphics": no model in the name
+    if rocm and not any(digits(ch) for ch in name):  # "AMD Radeon Graphics": no model in the name
         product = amd_product_name(arch, props.multi_processor_count, props.total_memory)
         if product:
             extra["reported_name"] = name

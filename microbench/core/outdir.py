@@ -28,6 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from microbench.core.cli import digits
 from microbench.core.errors import InputError, Interrupts, interrupts_as_keyboard_interrupt, shown
 from microbench.core.files import check_output
 from microbench.core.jsonio import dumps
@@ -142,7 +143,7 @@ class OutputDir:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            if retake and holder.isdigit() and not _alive(int(holder)):
+            if retake and digits(holder) and not _alive(int(holder)):
                 # The holder died; a process it started (a rank, a compile worker) keeps the inherited lock.
                 # A new lock file is the lock from now on; that descendant writes nowhere we read.
                 (self.path / LOCK_NAME).unlink(missing_ok=True)

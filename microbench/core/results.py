@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
+from microbench.core.cli import digits
 from microbench.core.jsonio import clean, dumps
 
 STATUSES = ("ok", "wrong", "skipped", "failed")
@@ -200,7 +201,7 @@ class TimeToAccuracyRow(ResultRow):
     @classmethod
     def from_flat(cls, d: dict) -> dict:
         layer = str(d.get("layer") or "")
-        return {"task": d.get("shape") or "", "seed": int(layer[5:]) if layer[5:].isdigit() else None}
+        return {"task": d.get("shape") or "", "seed": int(layer[5:]) if digits(layer[5:]) else None}
 
 
 @row_kind
@@ -224,7 +225,7 @@ class CollectiveRow(ResultRow):
     @classmethod
     def from_flat(cls, d: dict) -> dict:
         parts = dict(p.split("=", 1) for p in str(d.get("shape") or "").split() if "=" in p)
-        num = {k: int(v) for k, v in parts.items() if v.isdigit()}
+        num = {k: int(v) for k, v in parts.items() if digits(v)}
         return {"message_bytes": num.get("bytes", 0), "nranks": num.get("ranks", 0)}
 
 

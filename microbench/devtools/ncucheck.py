@@ -32,6 +32,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from microbench.core.cli import digits
 from microbench.core.errors import InputError
 from microbench.core.resources import data_file
 from microbench.devtools.ncuapp import run_gemms
@@ -60,7 +61,7 @@ def find_ncu() -> str | None:
         if home and (Path(home) / "bin" / "ncu").exists():
             return str(Path(home) / "bin" / "ncu")
     def version(p: Path):
-        return tuple(int(x) if x.isdigit() else 0 for x in re.split(r"[.-]", p.parent.name))
+        return tuple(int(x) if digits(x) else 0 for x in re.split(r"[.-]", p.parent.name))
     found_opt = sorted((p for d in NCU_DIRS for p in Path(d).glob("*/ncu") if p.is_file()), key=version)
     return str(found_opt[-1]) if found_opt else None
 
@@ -176,8 +177,8 @@ def merge_exports(parts: list[Path], out_csv: Path) -> None:
         rows = [r for r in csv.reader(io.StringIO("\n".join(lines[start:]))) if r and not r[0].startswith("==")]
         if not rows_out:
             rows_out.append(rows[0])
-        ids = [int(r[0]) for r in rows[1:] if r[0].isdigit()]
-        rows_out += [[str(int(r[0]) + offset), *r[1:]] if r[0].isdigit() else r for r in rows[1:]]
+        ids = [int(r[0]) for r in rows[1:] if digits(r[0])]
+        rows_out += [[str(int(r[0]) + offset), *r[1:]] if digits(r[0]) else r for r in rows[1:]]
         offset += (max(ids) + 1) if ids else 0
     buf = io.StringIO()
     csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows_out)

@@ -32,7 +32,7 @@ def _range(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, fabrics, bas
         rows.append({"name": name, "what": alts.get(name, {}).get("what", name), "busy_us": busy,
                      "delta_us": busy - busy_of(base_total)})
     dominant = max(rows, key=lambda r: abs(r["delta_us"]))["name"] if rows else None
-    return {"assumptions": rows, "dominant": dominant}
+    return {"assumptions": rows, "dominant": dominant, "validation": assumptions().get("validation")}
 
 
 def _unplaced(w: KernelWork, why: np.ndarray) -> list[dict]:

@@ -6,7 +6,6 @@ floor. There is no source time, so no slack: this is the step as the chip's achi
 side (docs/predict.md compares it with the shared V100 trace)."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -15,13 +14,8 @@ from microbench.core.dtypes import PRECISION_OF
 from microbench.core.errors import InputError
 from microbench.models import ModelError
 from microbench.prediction.chips import Chip, assumptions, chip, find_entry
-from microbench.prediction.kernels import GROUP_LABELS, GROUPS
+from microbench.prediction.kernels import GROUP_LABELS, GROUP_OF_CLASS, GROUPS, output_tiles
 from microbench.prediction.model import roofline_us, wave_factor
-
-_GROUP_OF_OP_CLASS = {"gemm": "gemm_conv", "tc_gemm": "gemm_conv", "elementwise": "elementwise",
-                      "norm": "normalization", "reduction": "reduction", "memcpy": "copies", "comm": "communication",
-                      "embedding": "elementwise", "other": "other"}
-
 
 def record_step(model: str, batch: int | None, dtype: str):
     """The operator records of one training step of `model` at `batch` (None: the benchmark's batch) in `dtype`,
@@ -54,22 +48,22 @@ def record_step(model: str, batch: int | None, dtype: str):
     return wl, batch, rec.records
 
 
-def _tiles(case, tile_m: int, tile_n: int) -> int:
+def _case_tiles(case, tile_m: int, tile_n: int) -> int:
     s = case.shape
     if hasattr(s, "m"):
-        return s.batch * math.ceil(s.m / tile_m) * math.ceil(s.n / tile_n)
+        return output_tiles(s.m, s.n, tile_m, tile_n, s.batch)
     # a convolution's forward as a GEMM: M = N x P x Q output pixels, N = K output channels
-    return math.ceil(s.n * s.p * s.q / tile_m) * math.ceil(s.k / tile_n)
+    return output_tiles(s.n * s.p * s.q, s.k, tile_m, tile_n)
 
 
 def _arrays(records, tile_m: int, tile_n: int):
     rows = [r for r in records if not r.op.startswith("prim::") and (r.bytes or r.flops)]
-    group = np.array(["attention" if "attention" in r.op else _GROUP_OF_OP_CLASS.get(r.cls, "other") for r in rows],
+    group = np.array(["attention" if "attention" in r.op else GROUP_OF_CLASS.get(r.cls, "other") for r in rows],
                      dtype=object)
     flops = np.array([float(r.flops) for r in rows])
     nbytes = np.array([float(r.bytes) for r in rows])
     prec = np.array([PRECISION_OF.get(r.dtype or "") for r in rows], dtype=object)
-    tiles = np.array([_tiles(r.cases[0], tile_m, tile_n) if r.cases else 0 for r in rows], dtype=np.int64)
+    tiles = np.array([_case_tiles(r.cases[0], tile_m, tile_n) if r.cases else 0 for r in rows], dtype=np.int64)
     return rows, group, flops, nbytes, prec, tiles
 
 

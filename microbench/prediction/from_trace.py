@@ -22,6 +22,16 @@ def _source_floor(tl, w) -> float | None:
     return float(w.dur_us[ok].min()) if ok.any() else None
 
 
+def source_chip(tl, w, src_entry, source_measured: tuple[dict, float | None] = ({}, None)):
+    """The trace's own chip: its bench.toml entry, with the trace's shortest compute kernel as its launch floor
+    where the entry has none (capped at the default floor)."""
+    d = assumptions()["defaults"]
+    if src_entry.kernel_floor_us:
+        return chip(src_entry, *source_measured)
+    floor = min(_source_floor(tl, w) or d["kernel_floor_us"], d["kernel_floor_us"])
+    return chip(src_entry, *source_measured, floor_us=floor, floor_source="the trace's shortest compute kernel")
+
+
 def _source_entry(tl, path, cfg, source: str | None):
     if source:
         return find_entry(source, cfg.devices, "--source")
@@ -64,11 +74,7 @@ def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | Non
         raise InputError(path, f"GEMM / convolution / attention kernels ({matrix_time:,.0f} us) but no operator "
                                "shapes: record with torch.profiler.profile(record_shapes=True)", key="Input Dims")
     measured_floor = _source_floor(tl, w)
-    if src_entry.kernel_floor_us:
-        src = chip(src_entry, *source_measured)
-    else:
-        floor = min(measured_floor or d["kernel_floor_us"], d["kernel_floor_us"])
-        src = chip(src_entry, *source_measured, floor_us=floor, floor_source="the trace's shortest compute kernel")
+    src = source_chip(tl, w, src_entry, source_measured)
     same = tgt_entry.key == src_entry.key and not tgt_entry.kernel_floor_us
     tgt = chip(tgt_entry, *measured, **({"floor_us": src.floor_us, "floor_source": "the source's (same chip)"}
                                         if same else {}))

@@ -16,9 +16,10 @@ GROUPS = ("gemm_conv", "attention", "elementwise", "normalization", "reduction",
 GROUP_LABELS = {"gemm_conv": "GEMM / conv", "attention": "attention", "elementwise": "element-wise",
                 "normalization": "normalization", "reduction": "reduction", "copies": "copies",
                 "communication": "communication", "other": "other", "idle": "idle (CPU-side gaps, held)"}
-_GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "elementwise", "norm": "normalization",
-                   "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
-                   "other": "other"}
+# The kernel-rule class (data/kernel_rules.toml) -> its output class; a class not listed is "other".
+GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "elementwise", "norm": "normalization",
+                  "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
+                  "other": "other"}
 MATRIX = ("gemm_conv", "attention")
 MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 
@@ -41,13 +42,19 @@ class KernelWork:
     notes: list[str]
 
 
-def _tiles(work, tile_m: int, tile_n: int) -> int:
+def output_tiles(m: int, n: int | None, tile_m: int, tile_n: int, batch: int = 1) -> int:
+    """The output tiles of a GEMM-shaped grid, batch x ceil(m / tile_m) x ceil(n / tile_n) (n None: a grid over m
+    only, FlashAttention's batch x heads by query blocks): the count that waves are made of."""
+    return int(batch) * math.ceil(m / tile_m) * (math.ceil(n / tile_n) if n is not None else 1)
+
+
+def _work_tiles(work, tile_m: int, tile_n: int) -> int:
     d = work.dims
-    if work.family == "attention":  # FlashAttention's grid: (batch x heads, query blocks)
-        return int(d["batch"]) * math.ceil(d["m"] / tile_m) if d.get("m") else 0
+    if work.family == "attention":
+        return output_tiles(d["m"], None, tile_m, tile_n, d["batch"]) if d.get("m") else 0
     if not d.get("m") or not d.get("n"):
         return 0  # a convolution's GEMM view needs its output size: no wave quantization
-    return int(d.get("batch", 1)) * math.ceil(d["m"] / tile_m) * math.ceil(d["n"] / tile_n)
+    return output_tiles(d["m"], d["n"], tile_m, tile_n, d.get("batch", 1))
 
 
 def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int) -> KernelWork:
@@ -55,7 +62,7 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
     k = tl.kernels
     n = len(k)
     cls = tl.class_names() if n else np.empty(0, dtype=object)
-    group = np.array([_GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)
+    group = np.array([GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)
     group[k.category != KERNEL] = "copies"
     model = opmetrics.op_model(tl, peaks)
     flops = np.asarray(model.kernel_flops, dtype=float).copy()
@@ -76,7 +83,7 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
         if not len(matrix):
             continue
         precision[matrix] = c.precision
-        tiles[matrix] = _tiles(c.work, tile_m, tile_n)
+        tiles[matrix] = _work_tiles(c.work, tile_m, tile_n)
         t = k.dur_us[matrix]
         if c.work.bytes_moved and t.sum() > 0:
             nbytes[matrix] = c.work.bytes_moved * t / t.sum()

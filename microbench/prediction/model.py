@@ -87,6 +87,8 @@ def _target_precision(w: KernelWork, scenario: Scenario) -> tuple[np.ndarray, np
     moved = matrix & np.array([p in ("fp32", "tf32") for p in prec], dtype=bool)
     if scenario.dtype and moved.any():
         prec[moved] = scenario.dtype
+        if scenario.dtype == "tf32":  # TF32 keeps fp32 storage: the same bytes, the Tensor Core rate
+            return prec, factor
         # 2-byte operands instead of 4-byte; the other kernels' activations follow autocast (an assumption:
         # fp32 master weights and optimizer state are a small share of their traffic)
         factor[moved | ~matrix] = 0.5

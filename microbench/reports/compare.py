@@ -21,6 +21,7 @@ from microbench.core.errors import InputError
 from microbench.core.files import exists, is_folder
 from microbench.core.fingerprint import read_benchmark_block
 from microbench.reports import html as H
+from microbench.reports.cells import or_dash as _f
 from microbench.reports.figures import pyplot
 from microbench.reports.html import fingerprint_text
 from microbench.core.jsonio import load_json, number, text
@@ -340,10 +341,6 @@ def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 # Rendering: one set of cells for the terminal and the HTML page.
 
-def _f(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
 def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]], list[list[str]]]:
     """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case). The baseline
     machine has no "vs base" column (it would say 1.00x everywhere)."""
@@ -423,7 +420,7 @@ def print_compare(cmp: dict, console=None) -> None:
         drop += [f"[{i + 1}] vs base" for i in range(n)]
     styled = [(cells, "red" if "missing" in cls else None) for (cells, _), cls in zip(rows, classes)]
     console.print(rich_table(columns, styled, width=console.width, drop_order=drop,
-                             title=COMPARE_LEGEND))
+                             title=COMPARE_LEGEND, kept_in="the results files compared and the HTML page (--html OUT)"))
     for n in cmp["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 from microbench.core.fingerprint import fingerprint_line
 
 from microbench.core.verdict import is_impossible, is_noisy
+from microbench.reports.cells import or_dash as _fmt
 
 
-def _fmt(v, spec=".3g", none="-"):
-    return none if v is None else format(v, spec)
+def flag_groups(layers: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Flagged layer rows grouped by their first flag: a reason shared by many rows is one line with its count,
+    the most rows first."""
+    groups: dict[str, list[dict]] = {}
+    for layer in layers:
+        if layer.get("flags"):
+            groups.setdefault(layer["flags"][0], []).append(layer)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
 # Columns a narrow terminal drops first; layer, phase, the time and the headline numbers stay.
@@ -53,11 +60,10 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
                              kept_in="decomposition.json"))  # the files decompose writes (no report.html)
     if len(layers) > top:
         console.print(f"[dim]{len(layers) - top} more (layer, phase) rows in decomposition.json[/]")
-    flagged = [l for l in layers if l.get("flags")]
-    for l in flagged[:5]:  # "!" in the table; why, for the first few (every flag is in decomposition.json)
-        console.print(f"[bold red]flag:[/] {escape(l['name'])} {l['phase']}: {escape(l['flags'][0])}")
-    if len(flagged) > 5:
-        console.print(f"[dim]{len(flagged) - 5} more flagged layer rows in decomposition.json[/]")
+    for text, rows in flag_groups(layers)[:5]:  # "!" in the table; why, once per reason (all: decomposition.json)
+        names = ", ".join(f"{l['name']} {l['phase']}" for l in rows[:3]) + (", ..." if len(rows) > 3 else "")
+        console.print(f"[bold red]flag[/] ({len(rows)} layer row{'s' if len(rows) > 1 else ''}: {escape(names)}): "
+                      f"{escape(text)}")
     summary = Table(title="step summary", show_header=False)
     summary.add_column("what")
     summary.add_column("value", justify="right")

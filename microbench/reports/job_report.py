@@ -7,6 +7,7 @@ import textwrap
 import numpy as np
 
 from microbench.reports import html as H
+from microbench.reports.cells import or_dash
 
 
 def _panel(fig, ax, values, matrix: dict, label: str) -> None:
@@ -43,7 +44,7 @@ def heatmap_figure(matrix: dict, title: str = ""):
 
 
 def _f(v, spec=".4g") -> str:
-    return "-" if v is None else format(v, spec)
+    return or_dash(v, spec)
 
 
 def _tables(doc: dict) -> str:

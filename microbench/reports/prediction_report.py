@@ -3,15 +3,16 @@ class, the totals with their range and dominant assumption, the kernels not plac
 same tables."""
 from __future__ import annotations
 
+from microbench.reports.cells import or_dash
 from microbench.reports.html import esc, notes_html, page, table
 
 
 def _us(v) -> str:
-    return "-" if v is None else f"{v:,.1f}"
+    return or_dash(v, ",.1f")
 
 
 def _ratio(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return or_dash(v, ".2f") + ("x" if v is not None else "")
 
 
 def figures(chip: dict | None) -> str:
@@ -33,6 +34,9 @@ def headline(doc: dict) -> list[str]:
              f"{_us(s['idle_us'])} us, {s['steps']} step(s)",
              f"target {t['device']}: GPU busy {_us(t['busy_us'])} us, range {_us(t['busy_us_low'])} - "
              f"{_us(t['busy_us_high'])} us; idle held at {_us(t['idle_us'])} us"]
+    v = r.get("validation")
+    if v:  # a range is read with how often it held
+        lines[-1] += f" (the range held the measured time in {v['held']} of {v['checks']} checks, {v['where']})"
     lines.append("target figures: " + figures(t.get("chip")))
     if dom is not None:
         lines.append(f"dominant assumption: {dom['name']} ({dom['what']}: {dom['delta_us']:+,.1f} us)")

@@ -11,19 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 from microbench.core import dtypes, ops
+from microbench.core.cli import digits
 from microbench.core.conditions import busy_advice
 from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import rows_of
 from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
+from microbench.reports.cells import or_dash as _fmt
 from microbench.reports.figures import pyplot
 
 DTYPE_COLORS = {d.name: d.color for d in dtypes.TABLE}
 PROVIDER_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-
-
-def _fmt(v, spec: str = ".3g", none: str = "-") -> str:
-    return none if v is None else format(v, spec)
 
 
 def _dicts(rows) -> list[dict]:
@@ -193,7 +191,7 @@ PIPED_WIDTH = 120  # columns of a pipe or a file unless COLUMNS says otherwise: 
 def piped_width() -> int:
     """The width tables are laid out for when not on a terminal: COLUMNS if set to a number, else 120."""
     text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isdigit() and int(text) >= 40 else PIPED_WIDTH
+    return int(text) if digits(text) and int(text) >= 40 else PIPED_WIDTH
 
 
 def wide_console(stderr: bool = False) -> Console:

@@ -9,6 +9,7 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json, number, of_type, text
 from microbench.reports import html as H
+from microbench.reports.cells import or_dash as _f
 from microbench.reports.compare import unique_labels
 from microbench.reports.figures import pyplot
 
@@ -122,10 +123,6 @@ def compare_traces(docs: list[tuple[Path, dict]], baseline: str | None = None) -
                                             for f in GPU_FIELDS} for m in ms}}
 
 
-def _f(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
 def _cells_for(row_cells: dict, labels: list[str]) -> list[str]:
     out = []
     for lab in labels:
@@ -170,9 +167,8 @@ def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
 
 def print_trace_compare(cmp: dict, console=None) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    from microbench.reports.report import wide_console
+    from microbench.reports.report import rich_table, wide_console
 
     console = console or wide_console()  # piped: 120 columns or COLUMNS
     for i, m in enumerate(cmp["machines"]):
@@ -180,12 +176,20 @@ def print_trace_compare(cmp: dict, console=None) -> None:
         console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: kernel time "
                       f"{m['kernel_time_us']:,.1f} us  [dim]{escape(m['file'])}[/]")
     for title, cols, rows in tables(cmp):
-        t = Table(title=f"{title}; vs base: baseline time / this time", header_style="bold")
-        for name, just in cols:
-            t.add_column(escape(name), justify=just, no_wrap=name not in ("shape", "op"))
-        for r in rows:
-            t.add_row(*[escape(v) for v in r])
-        console.print(t)
+        # a narrow terminal drops the per-machine numbers least needed first, never the class, op, shape or dtype
+        console.print(rich_table(cols, [(r, None) for r in rows], title=f"{title}; vs base: baseline time / this time",
+                                 width=console.width, drop_order=compare_drop_order(cols),
+                                 kept_in="the HTML page (--html OUT)"))
+
+
+def compare_drop_order(cols: list[tuple[str, str]]) -> list[str]:
+    """Columns a narrow terminal drops first: every machine's share, then its TFLOP/s, then the baseline's own
+    "vs base" (always 1.00x), then the machines' times (last machine first); the ratios stay longest."""
+    names = [c for c, _ in cols]
+    order = [n for n in names if n.endswith("share %")] + [n for n in names if n.endswith("TFLOP/s")]
+    order += names[1:] and [n for n in names if n.startswith("[1]") and n.endswith("vs base")]
+    order += [n for n in reversed(names) if n.endswith(("time us", " us")) and n not in order]
+    return order
 
 
 def class_time_figure(cmp: dict):

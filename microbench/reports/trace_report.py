@@ -1,16 +1,22 @@
 """The terminal report of a trace analysis (microbench.timeline): devices, kernel time by class, top kernels,
 steps and annotations."""
 from __future__ import annotations
+from microbench.reports.findings_report import print_step_breakdown
+
+from microbench.reports.cells import or_dash
+from microbench.reports.cells import or_dash as _num
 
 
 def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
+    return or_dash(v, ".1%")
 
 
 def _short(name: str, width: int = 96) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+# Where a column a narrow terminal drops is kept: the trace command writes only what it is asked for.
+KEPT_IN = "the JSON report (--json OUT) and the HTML page (--html OUT)"
 # Columns a narrow terminal drops first: the kernel, its time and share, TC and TFLOP/s stay.
 KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "calls", "class", "DRAM GB/s")
 
@@ -87,9 +93,11 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     console.print(t)
 
     console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
+                             kept_in=KEPT_IN,
                              title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
                                    "trace has them, else the name rule, else inferred from the name's structure or the launching operator)"))
     _print_steps(console, doc)
+    print_step_breakdown(console, doc, KEPT_IN)
     _print_ops(console, doc, top)
     if doc["annotations"]:
         _print_annotations(console, doc, top)
@@ -108,7 +116,7 @@ def _print_annotations(console, doc: dict, top: int) -> None:
     cells = [([_short(a["name"], 60), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
                f"{a['kernel_time_us']:,.1f}", _num(a.get("gpu_annotation_us"), ",.1f")], None)
              for a in doc["annotations"][:top]]
-    console.print(rich_table(cols, cells, width=console.width, kept_in="the JSON report (--json OUT)",
+    console.print(rich_table(cols, cells, width=console.width, kept_in=KEPT_IN,
                              drop_order=("GPU annotation us", "calls", "wall us", "kernels"),
                              title="user annotations (record_function ranges; kernels by launch time, any thread)"
                                    + _unreliable(doc, "annotations")))
@@ -138,10 +146,6 @@ def _print_integrity(console, ig: dict | None) -> None:
                       f"and per-op totals {verdict}")
 
 
-def _num(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def _print_steps(console, doc: dict) -> None:
     """Per step and over the whole trace: the GPU time breakdown (kernel intervals merged across streams) and
     MFU."""
@@ -164,6 +168,7 @@ def _print_steps(console, doc: dict) -> None:
             _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
     # the step's name never truncates: the least needed columns go first at a narrow width
     console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
+                             kept_in=KEPT_IN,
                              title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
                                    "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"
                                    + _unreliable(doc, "per-step values")))
@@ -184,7 +189,7 @@ def _print_ops(console, doc: dict, top: int) -> None:
                    _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f")], None)
                  for o in doc["ops"][:top]]
         # op and shape are the row's key: a narrow terminal drops the least needed figures, never cuts them
-        console.print(rich_table(cols, cells, width=console.width, kept_in="the JSON report (--json OUT)",
+        console.print(rich_table(cols, cells, width=console.width, kept_in=KEPT_IN,
                                  drop_order=("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet",
                                              "op us"),
                                  title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the "
@@ -193,8 +198,8 @@ def _print_ops(console, doc: dict, top: int) -> None:
     el = doc.get("eligibility") or {}
     if el.get("findings"):
         s = doc["summary"]
-        # two measures, both printed: say which this is, beside the other (the note below), so they do not read as
-        # one figure that contradicts itself (V100 ResNet-50: 21.7% here, 67.8% in the note)
+        # two measures, both printed: say which this is, beside the other (the note below), so that where they
+        # differ they do not read as one figure that contradicts itself
         by_op = s.get("eligible_unused_by_operator_share")
         other = f"; by launching operator, with or without shapes: {by_op:.1%}" if by_op else ""
         console.print(f"[bold]Tensor Core eligible but not used:[/] {el['eligible_unused_us']:,.1f} us of kernel time "

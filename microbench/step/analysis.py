@@ -43,7 +43,7 @@ from microbench.timeline.gpu_time import step_ends
 
 SCHEMA = "dawnscope.decomposition/1"
 DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
-                   "trace.json.gz")
+                   "trace.json.gz", "report.html")
 CPU_MATRIX_NOTE = (
     "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
     "matmul (AMX tiles; the AVX-512 BF16/FP16/VNNI dot-product instructions, which kernel_rules.toml counts as "
@@ -481,21 +481,34 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
         else:
             row.reason = "no profiled time" if not b else "no work counted"
         rows.append(row)
-        layers.append({
-            "name": name, "module": kind, "phase": phase, "dtype": layer_dtype,
+        layers.append(_layer_entry(row, {
             "time_ms": time_ms, "time_ms_per_step": [us / 1e3 for us in b.per_step_us] if b else [],
             "pct_of_profiled": 100.0 * time_ms / total_ms if total_ms else None,
-            "flops": flops, "matrix_flops": w.flops, "other_flops": w.other_flops, "bytes": w.bytes,
+            "matrix_flops": w.flops, "other_flops": w.other_flops,
             "intensity": row.intensity if row.intensity is not None else (flops / w.bytes if w.bytes else None),
-            "tflops": row.tflops, "pct_of_ceiling": row.pct_of_ceiling, "ceiling": row.ceiling, "bound": row.bound,
-            "tensor_cores": tc, "tensor_core_evidence": tc_ev, "tensor_core_time_ms": tc_split,
-            "gemm_time_ms": gemm_ms,
+            "tensor_core_time_ms": tc_split, "gemm_time_ms": gemm_ms,
             "time_by_class_ms": {c: v / 1e3 for c, v in part.by_class.most_common()} if b else {},
             "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],  # mean over the steps
             "cases": [c.label() for c in w.cases],
-            "flags": row.flags,
-        })
+        }))
     return layers, rows
+
+
+# A layer's entry in the document: the LayerRow's own fields (the one source of them) under the names the document
+# has always used, in its order, and what only the document holds (per-step times, the class split, the top kernels).
+_ENTRY_FROM_ROW = {"name": "layer", "module": "module", "phase": "phase", "dtype": "dtype", "flops": "flops",
+                   "bytes": "bytes", "tflops": "tflops", "pct_of_ceiling": "pct_of_ceiling", "ceiling": "ceiling",
+                   "bound": "bound", "tensor_cores": "tensor_cores", "tensor_core_evidence": "tensor_core_evidence",
+                   "flags": "flags"}
+_ENTRY_ORDER = ("name", "module", "phase", "dtype", "time_ms", "time_ms_per_step", "pct_of_profiled", "flops",
+                "matrix_flops", "other_flops", "bytes", "intensity", "tflops", "pct_of_ceiling", "ceiling", "bound",
+                "tensor_cores", "tensor_core_evidence", "tensor_core_time_ms", "gemm_time_ms", "time_by_class_ms",
+                "top", "cases", "flags")
+
+
+def _layer_entry(row: LayerRow, extra: dict) -> dict:
+    entry = {key: getattr(row, field) for key, field in _ENTRY_FROM_ROW.items()} | extra
+    return {key: entry[key] for key in _ENTRY_ORDER}
 
 
 def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):

@@ -41,7 +41,7 @@ TOP_UNKNOWN = 8
 HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
                      "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
                      "the general rules it would otherwise fall into, and a test with the real name "
-                     "(tests/test_kernel_rules_hopper_blackwell_mi300.py)")
+                     "(tests/data/kernel_names.toml, read by tests/test_kernel_rules.py)")
 
 
 def detect_format(path: str | Path) -> str:

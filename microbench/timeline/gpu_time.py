@@ -43,7 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.timeline.metrics import union
-from microbench.timeline.model import EPS_US, GPU_RANGE, KERNEL, Timeline, Windows
+from microbench.timeline.model import CATEGORIES, CPU_RANGE, EPS_US, GPU_RANGE, KERNEL, MEMCPY, MEMSET, Timeline, Windows
+import re
+import tomllib
+from microbench.core.resources import data_file
 
 COMPUTE, COMM, MEMORY = 0, 1, 2
 KINDS = ("compute", "comm", "memory")
@@ -294,5 +297,109 @@ def step_breakdowns(tl: Timeline, step_range: str | None = None) -> tuple[Window
     named and with its CPU duration (`wall_us`)."""
     w = tl.step_windows(step_range)
     steps, outside = per_step(tl, w)
-    return w, [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st} for j, st in enumerate(steps)], outside
+    host = host_breakdown(tl, w)
+    return w, [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st, **host[j]} for j, st in enumerate(steps)], outside
 
+
+
+# The step in the TensorBoard plugin's categories (docs/traces.md, "Where the host was"): each instant of the step
+# goes to the first category active then, in this order; GPU first, so `runtime` ... `other` are the GPU's idle
+# time, split by what the host was doing.
+PLUGIN_CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
+# The same idle split with synchronization apart (a synchronize is a runtime call, `.item()` a CPU operator).
+HOST_CATEGORIES = ("sync", "runtime", "dataloader", "cpu_ops", "other")
+
+
+def _host_rules() -> dict:
+    host = tomllib.loads(data_file("findings.toml").read_text())["host"]
+    return {k: re.compile("|".join(v)) for k, v in host.items()}
+
+
+def _name_mask(tl: Timeline, ids: np.ndarray, rule) -> np.ndarray:
+    hit = np.array([bool(isinstance(s, str) and rule.search(s)) for s in tl.names.strings], dtype=bool)
+    return hit[ids] if len(ids) else np.zeros(0, dtype=bool)
+
+
+def host_intervals(tl: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The host's intervals (start, end in us) per kind: `sync_runtime` (runtime calls that block the host),
+    `sync_ops` (`.item()`), `runtime` (every other runtime / driver call), `dataloader` (enumerate(DataLoader)
+    operators or CPU ranges), `cpu_ops` (every other CPU operator). Rules: data/findings.toml [host]."""
+    rules = _host_rules()
+    la, ops, rg = tl.launches, tl.cpu_ops, tl.ranges
+    sync_rt = _name_mask(tl, la.name, rules["sync_runtime"])
+    sync_op = _name_mask(tl, ops.name, rules["sync_ops"])
+    loader_op = _name_mask(tl, ops.name, rules["dataloader"])
+    loader_rg = _name_mask(tl, rg.name, rules["dataloader"]) & (rg.kind == CPU_RANGE)
+
+    def iv(table, mask):
+        return table.ts_us[mask], table.ts_us[mask] + table.dur_us[mask]
+
+    return {"sync_runtime": iv(la, sync_rt), "sync_ops": iv(ops, sync_op), "runtime": iv(la, ~sync_rt),
+            "dataloader": _cat(iv(ops, loader_op), iv(rg, loader_rg)), "cpu_ops": iv(ops, ~sync_op & ~loader_op)}
+
+
+def _covering(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per elementary segment [b[i], b[i+1]): whether any interval [s, e) covers it."""
+    diff = np.zeros(len(b), dtype=np.int64)
+    keep = e > s
+    np.add.at(diff, np.searchsorted(b, s[keep]), 1)
+    np.add.at(diff, np.searchsorted(b, e[keep]), -1)
+    return np.cumsum(diff)[:-1] > 0
+
+
+def _split(lo: float, hi: float, layers: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """[lo, hi] split among `layers` (name, starts, ends), each instant to the first layer covering it, the rest
+    to `other`: the parts add up to hi - lo exactly."""
+    clipped = [(n, np.clip(s, lo, hi), np.clip(e, lo, hi)) for n, s, e in layers]
+    b = np.unique(np.concatenate([[lo, hi]] + [x for _, s, e in clipped for x in (s, e)]))
+    seg = np.diff(b)
+    free = np.ones(len(seg), dtype=bool)
+    out = {}
+    for n, s, e in clipped:
+        take = _covering(b, s, e) & free
+        out[n] = out.get(n, 0.0) + float(seg[take].sum())
+        free &= ~take
+    out["other"] = float(seg[free].sum())
+    return out
+
+
+def plugin_windows(tl: Timeline, windows: Windows) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's time as the TensorBoard plugin counts it (tb_plugin profiler/event_parser.py,
+    `_update_steps_duration`): from its CPU start (not before the previous step's end) to the later of its CPU
+    end and the end of the last GPU activity it launched."""
+    step = assign_steps(tl, windows).step
+    k = tl.kernels
+    lo, hi = windows.ts_us.copy(), windows.end_us.copy()
+    for j in range(len(windows)):
+        mine = step == j
+        if mine.any():
+            hi[j] = max(hi[j], float(k.end_us[mine].max()))
+        if j:
+            lo[j] = max(lo[j], hi[j - 1])
+            hi[j] = max(hi[j], lo[j])
+    return lo, hi
+
+
+def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
+    """Per step: `breakdown_us` in the plugin's categories (PLUGIN_CATEGORIES, adding up to `breakdown_span_us`,
+    the step's plugin window) and `idle_by_host_us`, the same window's GPU idle time by what the host was doing
+    then (HOST_CATEGORIES; it adds up to runtime + dataloader + cpu_exec + other)."""
+    k, host = tl.kernels, host_intervals(tl)
+    gpu = [(CATEGORIES[c], k.ts_us[k.category == c], k.end_us[k.category == c]) for c in (KERNEL, MEMCPY, MEMSET)]
+    plugin_host = [("runtime", *_cat(host["sync_runtime"], host["runtime"])), ("dataloader", *host["dataloader"]),
+                   ("cpu_exec", *_cat(host["sync_ops"], host["cpu_ops"]))]
+    by_host = [("sync", *_cat(host["sync_runtime"], host["sync_ops"])), ("runtime", *host["runtime"]),
+               ("dataloader", *host["dataloader"]), ("cpu_ops", *host["cpu_ops"])]
+    busy = [("busy", *_cat(*[(s, e) for _, s, e in gpu]))]
+    out = []
+    for lo, hi in zip(*plugin_windows(tl, windows)):
+        parts = _split(lo, hi, gpu + plugin_host)
+        idle = _split(lo, hi, busy + by_host)
+        idle.pop("busy")
+        out.append({"breakdown_span_us": float(hi - lo), "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
+                    "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES}})
+    return out
+
+
+def _cat(*pairs) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])

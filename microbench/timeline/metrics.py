@@ -170,6 +170,9 @@ def annotation_times(tl: Timeline) -> list[dict]:
     annotation of that name where the profiler wrote one. Most kernel time first."""
     r = tl.ranges
     step_ids = np.unique(tl.ranges.name[tl.step_rows()])
+    # a step with a GPU-side annotation of its name is listed too, with its own CPU calls, wall time and kernels
+    # (the step table's numbers), never as 0 calls beside its GPU time
+    step_ids = step_ids[~np.isin(step_ids, r.name[r.kind == GPU_RANGE])]
     cpu = np.flatnonzero((r.kind != GPU_RANGE) & ~np.isin(r.name, step_ids))
     tot = in_windows(tl, tl.windows(cpu))
     out: dict[str, dict] = {}
@@ -181,8 +184,7 @@ def annotation_times(tl: Timeline) -> list[dict]:
         a["wall_us"] += float(r.dur_us[row])
         a["kernel_count"] += int(tot.count[j])
         a["kernel_time_us"] += float(tot.time_us[j])
-    # a step's GPU-side range is the step table's, as its CPU range is: no row of 0 calls beside it
-    for row in np.flatnonzero((r.kind == GPU_RANGE) & ~np.isin(r.name, step_ids)):
+    for row in np.flatnonzero(r.kind == GPU_RANGE):
         name = tl.names[r.name[row]]
         a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0,
                                   "kernel_time_us": 0.0})

@@ -32,14 +32,13 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from microbench.timeline.classify import Classification, classify_kernel
+from microbench.timeline.classify import TENSOR_CORE_VALUES as TC_VALUES  # `kernels.tensor_cores` indexes these
 
 # Kernel categories (the `category` column of `kernels`).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 CATEGORIES = ("kernel", "memcpy", "memset")
 # Range kinds.
 CPU_RANGE, GPU_RANGE = 0, 1
-# Tensor Core verdicts, as stored in `kernels.tensor_cores`.
-TC_VALUES = ("yes", "no", "unknown")
 STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 NO_ID = -1
 # Kineto writes nanoseconds as fractions of a microsecond: a launch at a window's very end is inside it.

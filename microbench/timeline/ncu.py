@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import tomllib
 
+from microbench.core.cli import digits
 from microbench.core.errors import InputError
 from microbench.core.files import read_input
 from microbench.core.resources import data_file
@@ -176,7 +177,7 @@ def _kernel(cols: dict[str, int], row: list[str], path: Path, line: int) -> NcuK
     except (TypeError, ValueError):
         raise InputError(path, f"row {line}: ID {get('ID')!r} is not a kernel number") from None
     dev, cc = get("Device"), get("CC")
-    if dev is not None and not (dev.isdigit() and int(dev) <= MAX_DEVICE):
+    if dev is not None and not (digits(dev) and int(dev) <= MAX_DEVICE):
         raise InputError(path, f"row {line}: Device = {dev!r}: expected a device number from 0 to {MAX_DEVICE:,}")
     if cc is not None and not _CC.fullmatch(cc):
         raise InputError(path, f"row {line}: CC = {cc!r}: expected a compute capability like 9.0")

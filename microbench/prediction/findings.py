@@ -1,0 +1,452 @@
+"""The findings a trace report opens with (docs/findings.md): at most five, ranked by the time each fix would save
+per step. Each says what (the time and its share of the step), the evidence (kernels or operators, and which layer
+of evidence: counters, kernel-name rule, recorded shapes, host ranges), the fix (the concrete setting) and the saving
+per step {low, expected, high}, computed by the one prediction model on the same chip (microbench/prediction/model.py:
+the matrix kernels at the Tensor Core rate of the new dtype, with the model's alternative assumptions as the range)
+or from the trace's own intervals (an idle gap removed, exposed communication overlapped, a transpose kernel
+removed), never by a fixed percentage. The rules, what each needs and the thresholds: data/findings.toml. A rule
+whose input the trace lacks (no steps, no launches, no shapes) is not made: it is listed in `not_checked` with why.
+
+This sits in `prediction` (level 6) because the dtype findings need the prediction model; it reads a
+`timeline.analysis.TraceAnalysis` and returns a JSON-ready dict."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+
+import numpy as np
+import tomllib
+
+from microbench.core.resources import data_file
+from microbench.prediction.chips import assumptions, find_entry
+from microbench.prediction.document import VARIANTS
+from microbench.prediction.from_trace import source_chip
+from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.model import (
+    Scenario,
+    Variant,
+    datasheet_roof_us,
+    placement,
+    predict_kernels,
+)
+from microbench.timeline import gpu_time
+from microbench.timeline.analysis import TraceAnalysis
+from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
+
+RULES_PATH = data_file("findings.toml")
+# The prediction's alternative assumptions (its one list, prediction/document.py): the range of a dtype saving.
+ALTERNATIVES = VARIANTS
+NEEDS_WHY = {"steps": "no steps (no ProfilerStep# ranges; record with torch.profiler.schedule and prof.step(), or "
+                      "name the step ranges with --step-range)",
+             "launches": "no runtime launch calls in the trace (no cudaLaunchKernel / hipLaunchKernel events)",
+             "shapes": "no operator shapes (record with torch.profiler.profile(record_shapes=True))",
+             "cpu_ops": "no CPU operators in the trace"}
+
+NO_CHIP = ("the trace's device has no bench.toml datasheet entry (or names no device): no Tensor Core rate to "
+           "predict with (trace --source DEVICE names it)")
+
+
+@cache
+def rules(path: str = str(RULES_PATH)) -> dict:
+    return tomllib.loads(Path(path).read_text())
+
+
+def threshold(name: str) -> float:
+    return float(rules()["thresholds"][name]["value"])
+
+
+def saving(low: float, expected: float, high: float) -> dict[str, float]:
+    """{low, expected, high}, ordered and never below zero."""
+    lo, ex, hi = sorted((max(low, 0.0), max(expected, 0.0), max(high, 0.0)))
+    return {"low": lo, "expected": ex, "high": hi}
+
+
+@dataclass
+class Facts:
+    """What the rules read: the analysis, its steps (the one breakdown, with the host split) and, per GPU
+    activity, the step it belongs to (gpu_time.assign_steps)."""
+
+    ta: object
+    cfg: object = None
+    source: str | None = None  # the trace's chip where the trace does not name it (a bench.toml key or name)
+
+    @cached_property
+    def steps(self) -> list[dict]:
+        return self.ta.steps
+
+    @cached_property
+    def step_of(self) -> np.ndarray:
+        w = self.ta.tl.step_windows(self.ta.step_range)
+        if not len(w):
+            return np.full(len(self.ta.tl.kernels), -1)
+        return gpu_time.assign_steps(self.ta.tl, w).step
+
+    @property
+    def per(self) -> str:
+        return "step" if self.steps else "trace"
+
+    @cached_property
+    def step_us(self) -> float:
+        """The mean step time (the plugin window: breakdown_span_us), else the whole GPU span."""
+        if self.steps:
+            return float(np.mean([st["breakdown_span_us"] for st in self.steps]))
+        return float(self.ta.summary["gpu_span_us"])
+
+    def per_step(self, per_row: np.ndarray) -> float:
+        """A per-activity quantity summed per step and averaged over the steps (else summed over the trace)."""
+        if not self.steps:
+            return float(np.sum(per_row))
+        mine = self.step_of >= 0
+        sums = np.bincount(self.step_of[mine], weights=per_row[mine], minlength=len(self.steps))
+        return float(sums.mean())
+
+    def mean(self, f) -> float:
+        return float(np.mean([f(st) for st in self.steps])) if self.steps else 0.0
+
+    @cached_property
+    def missing(self) -> dict[str, str]:
+        tl = self.ta.tl
+        out = {}
+        if not self.steps:
+            out["steps"] = NEEDS_WHY["steps"]
+        if not len(tl.launches):
+            out["launches"] = NEEDS_WHY["launches"]
+        if not self.ta.model.calls:
+            out["shapes"] = NEEDS_WHY["shapes"]
+        if not len(tl.cpu_ops):
+            out["cpu_ops"] = NEEDS_WHY["cpu_ops"]
+        return out
+
+    @cached_property
+    def entry(self):
+        """The trace's chip's bench.toml entry (None: no datasheet entry matched its name): `source` where given."""
+        if self.source is not None and self.cfg is not None:
+            return find_entry(self.source, self.cfg.devices, "--source")
+        key = next((d["datasheet"]["entry"] for d in self.ta.devices if (d.get("datasheet") or {}).get("entry")), None)
+        if key is None or self.cfg is None:
+            return None
+        return next((d for d in self.cfg.devices if d.key == key), None)
+
+    @cached_property
+    def work(self):
+        d = assumptions()["defaults"]
+        return kernel_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
+
+    @cached_property
+    def chip(self):
+        return None if self.entry is None else source_chip(self.ta.tl, self.work, self.entry)
+
+    @property
+    def floor_us(self) -> float:
+        return self.chip.floor_us if self.chip else float(assumptions()["defaults"]["kernel_floor_us"])
+
+    @cached_property
+    def overlap(self) -> float:
+        """Busy time per unit of activity time (the prediction's own rule: overlap kept)."""
+        s = self.ta.summary
+        total = float(self.ta.tl.kernels.dur_us.sum())
+        return s["gpu_busy_us"] / total if total > 0 else 1.0
+
+    def name_mask(self, pattern: str) -> np.ndarray:
+        tl = self.ta.tl
+        rx = re.compile(pattern)
+        hit = np.array([bool(isinstance(s, str) and rx.search(s)) for s in tl.names.strings], dtype=bool)
+        return hit[tl.kernels.name] if len(tl.kernels) else np.zeros(0, dtype=bool)
+
+
+def _top_kernels(f: Facts, rows: np.ndarray, n: int = 3) -> list[dict]:
+    tl = f.ta.tl
+    by: dict[str, float] = {}
+    for r in rows:
+        nm = tl.names[tl.kernels.name[r]]
+        by[nm] = by.get(nm, 0.0) + float(tl.kernels.dur_us[r])
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
+    return [{"kernel": k, "time_us": t / max(len(f.steps), 1)} for k, t in top]
+
+
+def _finding(rid: str, rule: dict, time_us: float, f: Facts, what: str, evidence: dict, save: dict,
+             **fmt) -> dict:
+    return {"id": rid, "what": what, "time_us": time_us, "share": time_us / f.step_us if f.step_us else None,
+            "evidence": evidence, "fix": rule["fix"].format(**fmt), "saving_us": save, "per": f.per,
+            "reason": rule["reason"].format(**fmt)}
+
+
+# --- the dtype findings: the prediction model, same chip, Scenario(dtype) against Scenario() ---------------------
+
+def _fp32_matrix_rows(f: Facts) -> np.ndarray:
+    """Matrix kernels (GEMM / convolution / attention) whose operator ran in fp32 (or TF32)."""
+    w = f.work
+    return np.flatnonzero(np.isin(w.group, MATRIX) & np.array([p in ("fp32", "tf32") for p in w.precision], dtype=bool))
+
+
+def _times(f: Facts, scenario: Scenario, v: Variant) -> np.ndarray:
+    """Per activity: the prediction on the trace's own chip, raised to the datasheet roof as the report does."""
+    t, _ = predict_kernels(f.work, f.chip, f.chip, scenario, v)
+    return np.fmax(t, datasheet_roof_us(f.work, f.chip, scenario))
+
+
+def dtype_saving(f: Facts, dtype: str) -> dict[str, float]:
+    """The busy time per step the prediction saves by moving fp32 matrix work to `dtype` on the same chip: the
+    base assumptions give `expected`; each alternative assumption (ALTERNATIVES) moves it, and low / high add up
+    the moves down and up (the prediction's own range rule, prediction/document.py)."""
+    def one(v: Variant) -> float:
+        return f.per_step(_times(f, Scenario(), v) - _times(f, Scenario(dtype=dtype), v)) * f.overlap
+
+    expected = one(Variant())
+    moves = [one(v) - expected for v in ALTERNATIVES.values()]
+    return saving(expected + sum(min(m, 0.0) for m in moves), expected, expected + sum(max(m, 0.0) for m in moves))
+
+
+def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
+    tl = f.ta.evidence
+    tc = [TC_VALUES[v] for v in tl.kernels.tensor_cores[rows]]
+    ops = [{"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
+           for e in (f.ta.eligibility.get("findings") or [])[:3]]
+    counted = any(p.get("evidence") == "counters" for p in (k["params"] for k in f.ta.kernels))
+    return {"layer": ("hardware counters" if counted else "kernel-name rule") + " + recorded operator shapes",
+            "kernels": _top_kernels(f, rows), "ops": ops,
+            "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
+
+
+def _unmoved(f: Facts, rows: np.ndarray) -> str:
+    """What of those kernels the model cannot move (no FLOPs: their operator's shapes do not give them), said in
+    the finding: the saving is of the rest only."""
+    why = placement(f.work, None)[rows]
+    left = rows[why != ""]
+    if not len(left):
+        return ""
+    us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), left), f.work.dur_us, 0.0))
+    return f"; {us:,.0f} us of them have no FLOP count ({why[why != ''][0]}): kept as they are, not in the saving"
+
+
+def _amp_dtype(f: Facts) -> str:
+    return "bf16" if f.chip.rate("bf16", True) else "fp16"
+
+
+def rule_amp(f: Facts, rule: dict) -> dict | str | None:
+    if f.chip is None:
+        return NO_CHIP
+    rows = _fp32_matrix_rows(f)
+    if not len(rows):
+        return None
+    dtype = _amp_dtype(f)
+    time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 / TF32 GEMM / convolution "
+            f"kernels: {dtype} autocast moves them to the {dtype} Tensor Core rate and halves the activation bytes of "
+            "the kernels around them") + _unmoved(f, rows)
+    return _finding("amp", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, dtype),
+                    dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype])
+
+
+def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
+    if f.chip is None:
+        return NO_CHIP
+    if not f.chip.peak_tflops.get("tf32"):
+        return None  # no TF32 on this chip: AMP is the finding
+    w = f.work
+    rows = np.flatnonzero(np.isin(w.group, MATRIX) & np.array([p == "fp32" for p in w.precision], dtype=bool))
+    if not len(rows):
+        return None
+    time_us = f.per_step(np.where(np.isin(np.arange(len(w.dur_us)), rows), w.dur_us, 0.0))
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
+            "CUDA cores, on a chip with TF32 Tensor Cores") + _unmoved(f, rows)
+    return _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))
+
+
+# --- the host-side findings: the per-step breakdown's idle split (timeline/gpu_time.host_breakdown) -------------
+
+def _idle(st: dict, *kinds: str) -> float:
+    return sum(st["idle_by_host_us"][k] for k in kinds)
+
+
+def _busy(st: dict) -> float:
+    b = st["breakdown_us"]
+    return b["kernel"] + b["memcpy"] + b["memset"]
+
+
+def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
+    per = {k: f.mean(lambda st, k=k: st["idle_by_host_us"][k]) for k in gpu_time.HOST_CATEGORIES}
+    return {"layer": "host ranges: runtime calls, CPU operators, enumerate(DataLoader), synchronize (per-step "
+                     "breakdown_us / idle_by_host_us)",
+            "idle_by_host_us": per, "kinds": list(kinds),
+            "kernels_per_step": f.mean(lambda st: st["kernel_count"])}
+
+
+def _host_waits(f: Facts) -> tuple[float, float, float] | None:
+    """(idle share of the step, host-side idle us, that idle per kernel) where the GPU waits on the host between
+    launches (not on data loading or a synchronize) for launch_bound_idle_share of the step or more, else None."""
+    idle_share = f.mean(lambda st: 1 - _busy(st) / st["breakdown_span_us"] if st["breakdown_span_us"] else 0.0)
+    host = f.mean(lambda st: _idle(st, "runtime", "cpu_ops", "other"))
+    if idle_share < threshold("launch_bound_idle_share") or host < f.mean(lambda st: _idle(st, "dataloader", "sync")):
+        return None
+    return idle_share, host, host / max(f.mean(lambda st: st["kernel_count"]), 1.0)
+
+
+def rule_host_bound(f: Facts, rule: dict) -> dict | None:
+    waits = _host_waits(f)
+    if waits is None or waits[2] <= threshold("launch_gap_per_kernel_us"):
+        return None  # short gaps per kernel: launch_bound's
+    idle_share, host, per_kernel = waits
+    in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
+            f"works between launches, {per_kernel:,.0f} us per kernel (far more than a launch takes)")
+    # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
+    # host-side idle at most; at least nothing, where the work cannot move
+    return _finding("host_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
+                    saving(0.0, in_span, host))
+
+
+def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
+    waits = _host_waits(f)
+    if waits is None or waits[2] > threshold("launch_gap_per_kernel_us"):
+        return None  # long gaps per kernel: host_bound's
+    idle_share, host, _ = waits
+    # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
+    in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
+    gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
+    parts = ", ".join(f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}" for k, label in (
+        ("runtime", "runtime calls"), ("cpu_ops", "CPU operators"), ("other", "nothing traced (Python, waits)")))
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
+            f"is between launches ({parts} us)")
+    return _finding("launch_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
+                    saving(in_span - gaps, in_span, host))
+
+
+def rule_dataloader(f: Facts, rule: dict) -> dict | None:
+    wait = f.mean(lambda st: _idle(st, "dataloader"))
+    if wait < threshold("dataloader_idle_share") * f.step_us:
+        return None
+    # workers load the next batch while this step runs: all of the wait goes, or, with one worker whose loading
+    # outlasts the rest of the step, only the part the rest of the step covers
+    low = f.mean(lambda st: min(_idle(st, "dataloader"), st["breakdown_span_us"] - _idle(st, "dataloader")))
+    what = f"the GPU waits {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
+    return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
+
+
+def rule_sync(f: Facts, rule: dict) -> dict | None:
+    wait = f.mean(lambda st: _idle(st, "sync"))
+    if wait < threshold("sync_idle_share") * f.step_us:
+        return None
+    what = (f"the GPU is idle {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in a synchronize "
+            "or .item()")
+    return _finding("sync", rule, wait, f, what, _host_evidence(f, ("sync",)), saving(wait, wait, wait))
+
+
+# --- the GPU-side findings: intervals of the trace ------------------------------------------------------------
+
+def _longest_per_step(f: Facts, rows_mask: np.ndarray) -> float:
+    """The mean over the steps of each step's longest activity among `rows_mask`."""
+    dur = f.ta.tl.kernels.dur_us
+    out = []
+    for j in range(len(f.steps)):
+        mine = rows_mask & (f.step_of == j)
+        out.append(float(dur[mine].max()) if mine.any() else 0.0)
+    return float(np.mean(out)) if out else 0.0
+
+
+def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
+    exposed = f.mean(lambda st: st["exposed_comm_us"])
+    span = f.mean(lambda st: st["gpu_span_us"])
+    if not span or exposed < threshold("exposed_comm_share") * span:
+        return None
+    # it can hide under the computation not already hiding communication; the last bucket's all-reduce, after the
+    # backward, cannot
+    expected = f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
+    comm = f.ta.tl.class_mask("comm")
+    low = expected - _longest_per_step(f, comm)
+    what = (f"{exposed:,.0f} us per step ({exposed / f.step_us:.1%}) of communication runs with no computation "
+            "under it")
+    ev = {"layer": "kernel-name rule (comm class) + the one GPU time breakdown",
+          "kernels": _top_kernels(f, np.flatnonzero(comm)), "exposed_comm_us": exposed,
+          "overlapped_comm_us": f.mean(lambda st: st["overlapped_comm_us"])}
+    return _finding("exposed_comm", rule, exposed, f, what, ev, saving(low, expected, exposed))
+
+
+def _kernels_matching(f: Facts, rule: dict, category: int) -> np.ndarray:
+    return f.name_mask(rule["pattern"]) & (f.ta.tl.kernels.category == category)
+
+
+def rule_pageable_copy(f: Facts, rule: dict) -> dict | None:
+    mask = _kernels_matching(f, rule, MEMCPY)
+    dur = f.ta.tl.kernels.dur_us
+    t = f.per_step(np.where(mask, dur, 0.0))
+    if t < threshold("pageable_copy_share") * f.step_us:
+        return None
+    compute = f.mean(lambda st: st["computation_us"])
+    # pinned and non_blocking, the copy runs on a copy engine under the step's computation (as far as there is
+    # computation to hide it under); with nothing to overlap it stays where it is
+    what = f"{t:,.0f} us per step ({t / f.step_us:.1%}) in copies from pageable host memory"
+    ev = {"layer": "memcpy kernel names (Pageable)", "kernels": _top_kernels(f, np.flatnonzero(mask))}
+    return _finding("pageable_copy", rule, t, f, what, ev, saving(0.0, min(t, compute), t))
+
+
+def rule_channels_last(f: Facts, rule: dict) -> dict | None:
+    mask = _kernels_matching(f, rule, KERNEL)
+    dur = f.ta.tl.kernels.dur_us
+    t = f.per_step(np.where(mask, dur, 0.0))
+    kernel_us = f.per_step(np.where(f.ta.tl.kernels.category == KERNEL, dur, 0.0))
+    if not kernel_us or t < threshold("layout_transpose_share") * kernel_us:
+        return None
+    what = f"{t:,.0f} us per step ({t / f.step_us:.1%}) in NCHW <-> NHWC transpose kernels"
+    ev = {"layer": "kernel names (layout transposes)", "kernels": _top_kernels(f, np.flatnonzero(mask))}
+    # channels_last removes them, except the input batch's own conversion (at most the longest one per step)
+    low = t - (_longest_per_step(f, mask) if f.steps else float(dur[mask].max()))
+    return _finding("channels_last", rule, t, f, what, ev, saving(low * f.overlap, t * f.overlap, t * f.overlap))
+
+
+RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "host_bound": rule_host_bound,
+         "dataloader": rule_dataloader,
+         "sync": rule_sync, "exposed_comm": rule_exposed_comm, "pageable_copy": rule_pageable_copy,
+         "channels_last": rule_channels_last}
+
+
+def _not_checked_amp(f: Facts) -> str:
+    """Why AMP could not be checked, with what the kernel names alone say (never a number the model did not make)."""
+    s = f.ta.summary
+    gemm = (s["share_by_class"] or {}).get("gemm") or 0.0
+    return (f"{NEEDS_WHY['shapes']}; the kernel-name rule alone puts {gemm:.1%} of kernel time in GEMM / convolution "
+            "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm >= 0.001 else NEEDS_WHY["shapes"]
+
+
+def findings_of(ta, cfg=None, source: str | None = None) -> dict:
+    """The findings of one analysis (module docstring): `findings` in rank order, `not_checked` (id, why), the step
+    time the shares are of, and whether the savings are per step or for the whole trace. `source`: the chip the
+    trace ran on where the trace does not name it."""
+    f = Facts(ta, cfg, source)
+    made, not_checked = [], []
+    if not len(ta.tl.kernels):
+        return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
+                "step_time_us": 0.0, "per": f.per}
+    for rid, fn in RULES.items():
+        rule = rules()["rules"][rid]
+        lacking = [n for n in rule.get("needs", []) if n in f.missing]
+        if lacking:
+            why = _not_checked_amp(f) if rid in ("amp", "tf32") and lacking == ["shapes"] else "; ".join(f.missing[n] for n in lacking)
+            not_checked.append({"id": rid, "why": why})
+            continue
+        out = fn(f, rule)
+        if isinstance(out, str):
+            not_checked.append({"id": rid, "why": out})
+        elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
+            made.append(out)
+    made.sort(key=lambda x: -x["saving_us"]["expected"])
+    return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked,
+            "step_time_us": f.step_us, "per": f.per, "validation": rules().get("validation")}
+
+
+def with_findings(doc: dict, result: dict) -> dict:
+    """The trace document with the findings first (after its schema and file): `findings` in rank order,
+    `findings_not_checked`, and the step time and unit (`per`) the savings and shares are of."""
+    head = {k: doc[k] for k in ("schema", "file") if k in doc}
+    return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
+                   "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
+                   "findings_validation": result.get("validation")} | doc
+
+
+def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None,
+            source: str | None = None) -> dict:
+    """timeline.analysis.analyze with the findings (the trace command's and the API's document)."""
+    ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture)
+    return with_findings(ta.document(), findings_of(ta, cfg, source))

@@ -1,0 +1,95 @@
+"""The findings a trace (or decompose) report opens with, for the terminal and for HTML: the document's `findings`
+(microbench/prediction/findings.py) drawn, nothing computed here. What is not checked is grouped by its reason:
+one line per reason, with the findings it stops."""
+from __future__ import annotations
+
+VALIDATION_NOTE_KEY = "findings_validation"
+
+
+def saving_text(s: dict, per: str) -> str:
+    return f"saves {s['expected']:,.0f} us per {per} (range {s['low']:,.0f} - {s['high']:,.0f})"
+
+
+def evidence_text(ev: dict) -> str:
+    bits = [ev.get("layer", "")]
+    if ev.get("kernels"):
+        k = ev["kernels"][0]
+        more = f" and {len(ev['kernels']) - 1} more" if len(ev["kernels"]) > 1 else ""
+        bits.append(f"largest kernel {k['kernel'][:70]} ({k['time_us']:,.0f} us){more}")
+    if ev.get("ops"):
+        bits.append("ops: " + ", ".join(f"{o['op']} ({o['reason']})" for o in ev["ops"][:2]))
+    if "kernels_per_step" in ev:
+        bits.append(f"{ev['kernels_per_step']:,.0f} kernels per step")
+    return "; ".join(b for b in bits if b)
+
+
+def not_checked_lines(doc: dict) -> list[str]:
+    """One line per reason: `not checked (REASON): id, id` (a reason shared by several rules is said once)."""
+    by_why: dict[str, list[str]] = {}
+    for n in doc.get("findings_not_checked") or []:
+        if n["id"] == "all":
+            continue  # said in the headline
+        by_why.setdefault(n["why"], []).append(n["id"])
+    return [f"not checked ({len(ids)}: {', '.join(ids)}): {why}" for why, ids in by_why.items()]
+
+
+def headline(doc: dict) -> str:
+    n = len(doc.get("findings") or [])
+    whole = [x["why"] for x in doc.get("findings_not_checked") or [] if x["id"] == "all"]
+    if whole:
+        return f"no finding checked: {whole[0]}"
+    if not n:
+        of = "a step" if doc.get("findings_per", "step") == "step" else "the GPU span"
+        return f"no finding: no rule of data/findings.toml that this trace supports would save 2 % of {of}"
+    return (f"findings ({n}, ranked by the time the fix would save per {doc.get('findings_per', 'step')}; "
+            f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us; ranges: "
+            "the prediction's alternative assumptions or the trace's own intervals)")
+
+
+def validation_line(doc: dict) -> str | None:
+    v = doc.get(VALIDATION_NOTE_KEY)
+    if not v:
+        return None
+    if not v.get("checks"):
+        return f"the saving ranges have not yet been checked against a fix's measured saving ({v['where']})"
+    return f"the ranges held the measured saving in {v['held']} of {v['checks']} checks ({v['where']})"
+
+
+def print_findings(console, doc: dict) -> None:
+    from rich.markup import escape
+
+    if "findings" not in doc:
+        return
+    console.print(f"[bold]{escape(headline(doc))}[/]")
+    for i, f in enumerate(doc["findings"], 1):
+        console.print(f"{i}. [bold]{escape(f['id'])}[/]: {escape(f['what'])}")
+        console.print(f"   {escape(saving_text(f['saving_us'], f['per']))}")
+        console.print(f"   fix: {escape(f['fix'])}")
+        console.print(f"   evidence: {escape(evidence_text(f['evidence']))}")
+    line = validation_line(doc)
+    if line and doc["findings"]:
+        console.print(f"   {escape(line)}")
+    for line in not_checked_lines(doc):
+        console.print(f"[yellow]{escape(line)}[/]")
+
+
+BREAKDOWN_COLUMNS = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def print_step_breakdown(console, doc: dict, kept_in: str) -> None:
+    """Per step, the TensorBoard plugin's categories (adding up to the step) and the GPU idle time spent in a
+    synchronize, apart (docs/findings.md, "Where idle time comes from")."""
+    from microbench.reports.report import rich_table
+
+    steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
+    if not steps:
+        return
+    cols = [("step", "left"), ("step us", "right")] + [(c, "right") for c in BREAKDOWN_COLUMNS] + \
+           [("idle in sync", "right")]
+    rows = [([st["name"], f"{st['breakdown_span_us']:,.1f}"] + [f"{st['breakdown_us'][c]:,.1f}" for c in BREAKDOWN_COLUMNS]
+             + [f"{st['idle_by_host_us']['sync']:,.1f}"], None) for st in steps]
+    console.print(rich_table(cols, rows, width=console.width, kept_in=kept_in,
+                             drop_order=("idle in sync", "memset", "memcpy"),
+                             title="step time by what ran (us; each instant to the first active: GPU kernel, "
+                                   "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
+                                   "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)"))

@@ -1,0 +1,361 @@
+"""Findings first: the per-step breakdown in the TensorBoard plugin's categories and the GPU idle split by
+what the host was doing (timeline/gpu_time.host_breakdown), the findings and their savings from the prediction
+model (prediction/findings.py), the terminal section and the trace's HTML page, on the shared real traces."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from microbench import trace as trace_cli
+from microbench.core.config import load_config
+from microbench.prediction import findings as F
+from microbench.timeline import gpu_time
+from microbench.timeline.analysis import TraceAnalysis, read_trace
+from microbench.timeline.metrics import union
+
+from .conftest import TRACES, needs_traces
+
+pytestmark = needs_traces
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(None)
+
+
+@pytest.fixture(scope="module")
+def bert(config):
+    return TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config)
+
+
+@pytest.mark.parametrize("name", ["h100_bert_small", "v100_resnet_ddp_rank0", "a100_torchrec_rank0"])
+def test_breakdown_adds_up_to_the_step_and_idle_split_to_its_host_part(name):
+    tl = read_trace(TRACES / f"{name}.json.gz")
+    _, steps, _ = gpu_time.step_breakdowns(tl)
+    assert steps
+    lo, hi = gpu_time.plugin_windows(tl, tl.step_windows())
+    k = tl.kernels
+    for st, a, b in zip(steps, lo, hi):
+        parts = st["breakdown_us"]
+        assert set(parts) == set(gpu_time.PLUGIN_CATEGORIES)
+        assert sum(parts.values()) == pytest.approx(st["breakdown_span_us"], rel=1e-9)
+        assert st["breakdown_span_us"] == pytest.approx(b - a)
+        idle = st["idle_by_host_us"]
+        assert sum(idle.values()) == pytest.approx(parts["runtime"] + parts["dataloader"] + parts["cpu_exec"]
+                                                   + parts["other"], rel=1e-9, abs=1e-6)
+        # kernel time in the window: the union of the kernels' intervals clipped to it (GPU first)
+        on = k.category == 0
+        s, e = union(np.clip(k.ts_us[on], a, b), np.clip(k.end_us[on], a, b))
+        assert parts["kernel"] == pytest.approx(float((e - s).sum()), rel=1e-9)
+
+
+def test_the_bert_step_splits_its_idle_by_host_activity():
+    """H100 BERT (one step, 4,426 us CPU; 307 us of kernels): the step owns its sync (.item() and the
+    cudaDeviceSynchronize / cudaStreamSynchronize calls) apart from the other runtime calls."""
+    tl = read_trace(TRACES / "h100_bert_small.json.gz")
+    (st,) = gpu_time.step_breakdowns(tl)[1]
+    assert st["breakdown_us"]["kernel"] == pytest.approx(st["computation_us"], rel=1e-6)
+    assert st["idle_by_host_us"]["sync"] > 0
+    assert st["idle_by_host_us"]["dataloader"] == 0.0  # no DataLoader in an inference trace
+    host = gpu_time.host_intervals(tl)
+    assert len(host["sync_runtime"][0]) == 3 and len(host["sync_ops"][0]) >= 1
+
+
+def test_torchrec_waits_on_its_host_not_on_launches(config):
+    """591 us of host-side idle per kernel (launch_gap_per_kernel_us): the host's own work, which a CUDA graph
+    does not remove: host_bound, and no launch_bound beside it."""
+    ta = TraceAnalysis.of(TRACES / "a100_torchrec_rank0.json.gz", config)
+    r = F.findings_of(ta, config)
+    ids = [f["id"] for f in r["findings"]]
+    assert ids[0] == "host_bound" and "launch_bound" not in ids
+    assert "CUDA graph" not in r["findings"][0]["fix"] and r["findings"][0]["saving_us"]["low"] == 0.0
+
+
+def test_bert_is_launch_bound_first_with_a_range_inside_its_idle(bert, config):
+    r = F.findings_of(bert, config)
+    top = r["findings"][0]
+    assert top["id"] == "launch_bound" and r["per"] == "step"
+    s = top["saving_us"]
+    st = bert.steps[0]
+    assert 0 < s["low"] <= s["expected"] <= s["high"] <= st["breakdown_span_us"] - st["busy_us"] + 1e-6
+    assert s["expected"] <= st["idle_us"] + 1e-6  # never more than the idle the trace shows
+    assert "CUDA graph" in top["fix"] and set(top) >= {"id", "what", "share", "evidence", "fix", "saving_us"}
+    assert f"{st['breakdown_span_us']:,.0f} us step" in top["what"]  # the what names the step it is a share of
+    # the bf16 trace has nothing to move to Tensor Cores: no AMP finding, and AMP is not "not checked" either
+    assert "amp" not in {f["id"] for f in r["findings"]} | {n["id"] for n in r["not_checked"]}
+
+
+def test_a_trace_without_shapes_says_why_amp_is_not_checked(config):
+    ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    r = F.findings_of(ta, config)
+    why = {n["id"]: n["why"] for n in r["not_checked"]}
+    assert "record_shapes=True" in why["amp"] and "62.9%" in why["amp"]
+    assert not any(f["id"] in ("amp", "tf32") for f in r["findings"])
+
+
+def test_a_trace_without_steps_checks_only_what_needs_no_steps(config):
+    ta = TraceAnalysis.of(TRACES / "a100_alexnet_forward.json.gz", config)
+    r = F.findings_of(ta, config)
+    assert r["per"] == "trace" and not r["findings"]
+    stopped = {n["id"] for n in r["not_checked"] if "no steps" in n["why"]}
+    assert stopped == {rid for rid, rule in F.rules()["rules"].items() if "steps" in rule["needs"]}
+
+
+def test_amp_saving_is_the_prediction_models_with_its_range(config):
+    """The TorchRec rank (A100-class; the trace names no device, so it is given): its fp32 / TF32 GEMMs moved to
+    bf16 by the prediction model on the same chip. The saving is the busy time the model removes; the range is
+    the model's alternative assumptions, and it moves with the chip's rates (no fixed percentage)."""
+    ta = TraceAnalysis.of(TRACES / "a100_torchrec_rank0.json.gz", config)
+    f = F.Facts(ta, config, "a100_sxm4_80gb")
+    s = F.dtype_saving(f, "bf16")
+    assert 0 < s["low"] <= s["expected"] <= s["high"]
+    kernel_us = f.per_step(ta.tl.kernels.dur_us) * f.overlap
+    assert s["high"] < kernel_us  # a saving is never the whole busy time
+    amp = F.rule_amp(f, F.rules()["rules"]["amp"])
+    assert amp["saving_us"] == s and "bfloat16" in amp["fix"]
+    # fp16 on the same chip: the same datasheet rate, the same expected saving
+    assert F.dtype_saving(f, "fp16")["expected"] == pytest.approx(s["expected"], rel=1e-6)
+    # without the chip nothing is predicted: it is "not checked", with why
+    r = F.findings_of(ta, config)
+    assert "datasheet" in {n["id"]: n["why"] for n in r["not_checked"]}["amp"]
+
+
+def test_terminal_opens_with_findings_and_groups_not_checked(capsys):
+    assert trace_cli.main([str(TRACES / "a100_alexnet_forward.json.gz")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("no finding:")
+    n_steps_rules = sum("steps" in r["needs"] for r in F.rules()["rules"].values())
+    grouped = [ln for ln in out if ln.startswith(f"not checked ({n_steps_rules}:")]
+    assert len(grouped) == 1 and "launch_bound" in grouped[0] and "host_bound" in grouped[0]
+    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("findings (")
+    assert next(ln for ln in out if ln[:2] == "1.").startswith("1. launch_bound")
+
+
+def test_json_carries_the_findings_in_rank_order(tmp_path):
+    out = tmp_path / "t.json"
+    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc)[:3] == ["schema", "file", "findings"]
+    savings = [f["saving_us"]["expected"] for f in doc["findings"]]
+    assert savings == sorted(savings, reverse=True) and len(savings) <= 5
+    assert {"breakdown_us", "idle_by_host_us", "breakdown_span_us"} <= set(doc["steps"][0])
+
+
+EXTERNAL = re.compile(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|@import|url\((?!#)", re.IGNORECASE)  # url(#id): a local clip path
+
+
+def _page(tmp_path, name: str = "h100_bert_small"):
+    page = tmp_path / f"{name}.html"
+    assert trace_cli.main([str(TRACES / f"{name}.json.gz"), "--html", str(page)]) == 0
+    return page
+
+
+def test_the_html_page_is_self_contained_with_its_sections(tmp_path):
+    text = _page(tmp_path).read_text()
+    assert text.startswith("<!DOCTYPE html>") and not EXTERNAL.search(text), EXTERNAL.search(text)
+    for src in re.findall(r'(?:src|href)="([^"]*)"', text):
+        assert src.startswith(("data:", "#")), src
+    for h in ("findings", "GPU summary", "step breakdown", "kernels by class", "top operators", "roofline",
+              "communication and overlap", "integrity notes"):
+        assert f"<h2>{h}" in text
+    assert text.count("<svg") == 2  # the stacked bars and the roofline
+    assert "launch_bound" in text and "aten::linear" in text and "ProfilerStep#6" in text
+
+
+def chromium() -> str | None:
+    return next((p for n in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(n))), None)
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_path):
+    import matplotlib.image as mpimg
+
+    page = _page(tmp_path)
+    png = tmp_path / "page.png"
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--screenshot={png}", "--window-size=1280,2400", page.resolve().as_uri()]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
+    img = mpimg.imread(png)[..., :3]
+    assert img.shape[:2] == (2400, 1280)
+    ink = (img < 0.9).any(axis=-1)
+    assert ink.mean() > 0.02
+    # the stacked bar's kernel blue (#4e79a7) and cpu_exec yellow (#edc948) are on the page: the chart rendered
+    for rgb in ((0x4e, 0x79, 0xa7), (0xed, 0xc9, 0x48)):
+        near = (np.abs(img - np.array(rgb) / 255.0) < 0.04).all(axis=-1)
+        assert near.sum() > 200, rgb
+    # the tables' header background (#e8eef6) fills rows: the tables rendered
+    head = (np.abs(img - np.array((0xe8, 0xee, 0xf6)) / 255.0) < 0.02).all(axis=-1)
+    assert head.sum() > 5000
+    # nothing is wider than the 1280 px window: no horizontal overflow column is all ink at the right edge
+    assert not ink[:, -3:].all(axis=0).any()
+
+
+# The TensorBoard plugin's own overview of its ResNet-50 sample (tests/data/traces/SOURCES.md: its test
+# expectations, tb_plugin/test/result_check_file.txt): the average step and its parts, in us.
+PLUGIN_STEP_US = 141_068
+PLUGIN_BREAKDOWN_US = {"kernel": 99_145, "memcpy": 3_160, "memset": 98, "runtime": 10_564, "dataloader": 1_186,
+                       "cpu_exec": 22_665, "other": 4_251}
+
+
+def test_the_plugins_step_breakdown_is_reproduced_within_2_percent_of_the_step():
+    tl = read_trace(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz")
+    _, steps, _ = gpu_time.step_breakdowns(tl)
+    assert len(steps) == 6
+    step = np.mean([st["breakdown_span_us"] for st in steps])
+    assert abs(step - PLUGIN_STEP_US) <= 0.02 * PLUGIN_STEP_US
+    for cat, us in PLUGIN_BREAKDOWN_US.items():
+        ours = np.mean([st["breakdown_us"][cat] for st in steps])
+        assert abs(ours - us) <= 0.02 * PLUGIN_STEP_US, (cat, ours, us)
+
+
+def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
+    """The plugin recommends AMP for this fp32 V100 run; so do the findings, with the saving the prediction model
+    gives for the convolutions and GEMMs whose FLOPs the trace gives (the forward convolutions' it does not)."""
+    ta = TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config)
+    r = F.findings_of(ta, config)
+    top = r["findings"][0]
+    assert top["id"] == "amp" and "float16" in top["fix"]  # V100: fp16 Tensor Cores, no bf16
+    s = top["saving_us"]
+    assert 0 < s["low"] < s["expected"] < s["high"] < top["time_us"] < PLUGIN_STEP_US
+    assert "no FLOP count" in top["what"]
+
+
+@pytest.mark.parametrize("columns", [120, 80])
+def test_compare_keeps_operator_and_shape_readable_and_names_only_what_exists(tmp_path, monkeypatch, capsys, columns):
+    from microbench import compare as compare_cli
+
+    docs = []
+    for name in ("h100_bert_small", "mi300_bert_small"):
+        docs.append(tmp_path / f"{name}.json")
+        assert trace_cli.main([str(TRACES / f"{name}.json.gz"), "--json", str(docs[-1])]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert compare_cli.main([str(d) for d in docs]) == 0
+    out = capsys.readouterr().out
+    assert "aten::scaled_dot_product_attention" in out and "M=141 N=30522 K=512" in out
+    assert "report.html" not in out and "results.json" not in out
+    assert max(len(ln) for ln in out.splitlines()) <= columns
+
+
+def test_trace_footnotes_name_no_file_it_did_not_write(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert trace_cli.main([str(TRACES / "v100_resnet_ddp_rank0.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "narrow terminal" in out and "report.html" not in out and "results.json" not in out
+
+
+def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config):
+    doc = F.analyze(TRACES / "h100_bert_small.json.gz", config)
+    (st,) = doc["steps"]
+    (a,) = [a for a in doc["annotations"] if a["name"] == st["name"]]
+    assert (a["calls"], a["wall_us"], a["kernel_count"]) == (1, st["wall_us"], st["kernel_count"]) == (1, 4426.114, 60)
+    assert a["kernel_time_us"] == pytest.approx(st["kernel_time_us"])
+
+
+def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
+    """A CPU decomposition: its own profiler trace has no GPU activity, so no finding is checked, and it says so
+    in one line; report.html is the trace page over that trace, with the host breakdown per step."""
+    from microbench import decompose_step
+
+    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
+                         measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
+    assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
+    assert doc["findings_not_checked"] == [{"id": "all", "why": "no GPU activity in the trace"}]
+    from microbench.reports.findings_report import headline, not_checked_lines
+
+    assert headline(doc) == "no finding checked: no GPU activity in the trace" and not not_checked_lines(doc)
+    page = (tmp_path / "report.html").read_text()
+    assert "<h2>step breakdown</h2>" in page and page.count("<svg") == 1 and "cpu_exec" in page
+    saved = json.loads((tmp_path / "decomposition.json").read_text())
+    assert saved["files"]["report_html"].endswith("report.html")
+    (st,) = saved["trace_analysis"]["steps"]
+    assert sum(st["breakdown_us"].values()) == pytest.approx(st["breakdown_span_us"])
+    assert st["breakdown_us"]["cpu_exec"] > 0 and st["breakdown_us"]["kernel"] == 0
+
+
+def test_a_jobs_page_is_its_straggler_ranks_page_with_the_job_first(tmp_path):
+    page = tmp_path / "job.html"
+    ranks = [str(TRACES / f"a100_torchrec_rank{r}.json.gz") for r in (0, 1)]
+    assert trace_cli.main([*ranks, "--workers", "0", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert text.index("<h2>the job</h2>") < text.index("<h2>findings</h2>")
+    assert "straggler: rank 1" in text and "rank 1&#x27;s page" in text and "<svg" in text
+
+
+def test_a_flag_shared_by_many_layer_rows_is_one_line_with_its_count():
+    from rich.console import Console
+
+    from microbench.reports.decomposition import flag_groups
+
+    why = "impossible: above the datasheet peak"
+    layers = [{"name": f"layer{i}", "phase": "forward", "flags": [why]} for i in range(7)]
+    layers.append({"name": "fc", "phase": "backward", "flags": ["noisy: repeats disagree"]})
+    groups = flag_groups(layers)
+    assert [(t, len(rows)) for t, rows in groups] == [(why, 7), ("noisy: repeats disagree", 1)]
+    console = Console(width=120, record=True)
+    from microbench.reports import decomposition
+
+    for text, rows in groups:  # the lines the report prints (print_decomposition's loop)
+        console.print(f"flag ({len(rows)} layer rows): {text}")
+    assert console.export_text().count(why) == 1 and decomposition.flag_groups is flag_groups
+
+
+def test_predicts_range_says_how_often_it_held():
+    from microbench.prediction.chips import assumptions
+    from microbench.reports.prediction_report import headline
+
+    v = assumptions()["validation"]
+    assert (v["held"], v["checks"]) == (2, 8)
+    doc = {"source": {"device": "a", "busy_us": 1.0, "kernel_time_us": 1.0, "idle_us": 0.0, "steps": 1},
+           "target": {"device": "b", "busy_us": 1.0, "busy_us_low": 0.5, "busy_us_high": 2.0, "idle_us": 0.0},
+           "range": {"assumptions": [], "dominant": None, "validation": v}}
+    assert "the range held the measured time in 2 of 8 checks" in headline(doc)[1]
+
+
+@pytest.mark.parametrize("name,source", [("v100_resnet50_tbplugin_2021schema", None), ("h100_bert_small", None),
+                                         ("mi300_bert_small", None), ("a100_torchrec_rank0", "a100_sxm4_80gb")])
+def test_findings_agree_with_the_numbers_below_them(config, name, source):
+    """Each finding's range is ordered and inside the step; its share is its time over the step time the report
+    names; its what prints that time; the launch-bound idle share is the step table's (1 - GPU time / window)."""
+    doc = F.analyze(TRACES / f"{name}.json.gz", config, source=source)
+    step = doc["findings_step_time_us"]
+    assert step == pytest.approx(np.mean([st["breakdown_span_us"] for st in doc["steps"]]))
+    assert doc["findings"]
+    for f in doc["findings"]:
+        s = f["saving_us"]
+        assert 0 <= s["low"] <= s["expected"] <= s["high"] <= step
+        assert f["share"] == pytest.approx(f["time_us"] / step)
+        assert f"{f['time_us']:,.0f} us" in f["what"] or f["id"] == "launch_bound"
+        if f["id"] == "launch_bound":
+            busy = np.mean([1 - sum(st["breakdown_us"][c] for c in ("kernel", "memcpy", "memset"))
+                            / st["breakdown_span_us"] for st in doc["steps"]])
+            assert f"{busy:.1%}" in f["what"] and f"{f['time_us']:,.0f} us" in f["what"]
+            assert s["expected"] <= np.mean([st["idle_us"] for st in doc["steps"]]) + 1e-6
+
+
+def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_numbers(config, monkeypatch):
+    """With every threshold at 0 (findings.toml's are the reasons a rule applies), the dataloader rule on the
+    plugin's sample gives the plugin's own DataLoader time (1,186 us per step), the sync rule on BERT the step's
+    sync idle, and the channels_last rule the NCHW <-> NHWC transposes' time per step."""
+    monkeypatch.setattr(F, "threshold", lambda name: 0.0)
+    rule = F.rules()["rules"]
+    plugin = F.Facts(TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config), config)
+    dl = F.rule_dataloader(plugin, rule["dataloader"])
+    assert dl["saving_us"]["expected"] == pytest.approx(1186, abs=1) and "num_workers" in dl["fix"]
+    cl = F.rule_channels_last(plugin, rule["channels_last"])
+    k = plugin.ta.tl.kernels
+    mask = plugin.name_mask(rule["channels_last"]["pattern"])
+    assert cl["time_us"] == pytest.approx(plugin.per_step(np.where(mask, k.dur_us, 0.0)))
+    assert cl["saving_us"]["low"] < cl["saving_us"]["high"] and "channels_last" in cl["fix"]
+    bert = F.Facts(TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config), config)
+    sync = F.rule_sync(bert, rule["sync"])
+    assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
