@@ -357,6 +357,6 @@ def test_a_kernel_belongs_to_the_innermost_operator_around_its_launch(tmp_path):
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]}))
     tl = read_trace(path)
     rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID)
-    kernels = np.argsort([int(tl.names[n].rsplit("_", 1)[1]) for n in tl.kernels.name])
+    kernels = np.argsort([int(tl.names[n].rsplit("_", 1)[1]) for n in tl.activities.name])
     owner = opmetrics._innermost_owner(tl, rows, kernels)
     assert [tl.names[tl.cpu_ops.name[o]] if o >= 0 else None for o in owner] == launched

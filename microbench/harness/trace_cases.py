@@ -84,7 +84,7 @@ class CaseGroup:
     operators: dict[str, int] = field(default_factory=dict)  # operator name -> calls
     calls: int = 0
     kernel_time_us: float = 0.0
-    kernels: list[int] = field(default_factory=list)  # kernel rows of tl.kernels
+    kernels: list[int] = field(default_factory=list)  # kernel rows of tl.activities
     strides_recorded: bool = True
     layout: set[str] = field(default_factory=set)  # where the measured layout is not the recorded one
 
@@ -227,11 +227,11 @@ def _left(out: dict, c, why: str) -> None:
 def _matrix_kernels(tl: Timeline, model) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel row: whether it is matrix work (launched by a modelled operator with shapes, or GEMM-class), and
     whether it is a GEMM-class kernel no such operator launched."""
-    owned = np.zeros(len(tl.kernels), dtype=bool)
+    owned = np.zeros(len(tl.activities), dtype=bool)
     for c in model.calls:
         owned[c.kernels] = True
-    gemm = np.isin(tl.kernels.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
-    unowned = gemm & ~owned & (tl.kernels.category == KERNEL)
+    gemm = np.isin(tl.activities.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
+    unowned = gemm & ~owned & (tl.activities.category == KERNEL)
     return owned | unowned, unowned
 
 
@@ -291,7 +291,7 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         g.strides_recorded &= recorded
         g.layout.update(layout)
     matrix, unowned_rows = _matrix_kernels(tl, model)
-    unowned = float(tl.kernels.dur_us[unowned_rows].sum())
+    unowned = float(tl.activities.dur_us[unowned_rows].sum())
     if unowned > 0:
         left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,
                        "why": "launched by no operator with recorded shapes"}
@@ -299,7 +299,7 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         raise InputError(path, "no GEMM or convolution operator with shapes that makes a case: "
                                + next(iter(left.values()))["why"], key="Input Dims")
     ranked = sorted(groups.values(), key=lambda g: -g.kernel_time_us)
-    total = float(tl.kernels.dur_us[matrix].sum())
+    total = float(tl.activities.dur_us[matrix].sum())
     chosen, below, how = _select(ranked, total, top, min_share_pct)
     return TraceCases(str(path), name, key, total, chosen, below,
                       sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix)

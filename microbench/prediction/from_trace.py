@@ -18,7 +18,7 @@ from microbench.timeline.model import KERNEL
 
 def _source_floor(tl, w) -> float | None:
     """The trace's shortest compute kernel (not a copy, not communication): the source chip's floor as measured."""
-    ok = (tl.kernels.category == KERNEL) & ~np.isin(w.group, ("copies", "communication")) & (w.dur_us > 0)
+    ok = (tl.activities.category == KERNEL) & ~np.isin(w.group, ("copies", "communication")) & (w.dur_us > 0)
     return float(w.dur_us[ok].min()) if ok.any() else None
 
 
@@ -50,7 +50,7 @@ def _totals(tl) -> dict:
     step's own activities (each activity in exactly one step)."""
     b = gpu_time.breakdown(tl)
     windows, steps, _ = gpu_time.step_breakdowns(tl)
-    step_of = gpu_time.assign_steps(tl, windows).step if len(windows) else np.full(len(tl.kernels), -1)
+    step_of = gpu_time.assign_steps(tl, windows).step if len(windows) else np.full(len(tl.activities), -1)
     return {"busy_us": b["busy_us"], "idle_us": b["idle_us"], "gpu_span_us": b["gpu_span_us"], "steps": len(windows),
             "step_of": step_of, "per_step": [{"name": st["name"], "busy_us": st["busy_us"], "idle_us": st["idle_us"]}
                                              for st in steps]}
@@ -64,7 +64,7 @@ def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | Non
     `source_measured` the same for the trace's own chip."""
     tgt_entry = find_entry(on, cfg.devices, "--on")
     tl = read_trace(path)
-    if not len(tl.kernels):
+    if not len(tl.activities):
         raise InputError(path, "no GPU kernels in the trace: nothing to predict", key="traceEvents")
     src_entry = _source_entry(tl, path, cfg, source)
     d = assumptions()["defaults"]

@@ -26,7 +26,7 @@ MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 
 @dataclass
 class KernelWork:
-    """Parallel arrays over the trace's GPU activities (rows of tl.kernels)."""
+    """Parallel arrays over the trace's GPU activities (rows of tl.activities)."""
 
     names: list[str]
     dur_us: np.ndarray
@@ -59,7 +59,7 @@ def _work_tiles(work, tile_m: int, tile_n: int) -> int:
 
 def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int) -> KernelWork:
     """The work of every activity of `tl`; `peaks`: the source's datasheet peaks (to tell TF32 from fp32)."""
-    k = tl.kernels
+    k = tl.activities
     n = len(k)
     cls = tl.class_names() if n else np.empty(0, dtype=object)
     group = np.array([GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)

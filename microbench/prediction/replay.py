@@ -49,7 +49,7 @@ def _group_rows(tc: TraceCases, best: dict, same: bool) -> list[dict]:
 
 def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) -> tuple[float | None, float, str]:
     """(the trace's other matrix kernels' time on this machine or None, their time in the trace, how)."""
-    replayed = np.zeros(len(tc.timeline.kernels), dtype=bool)
+    replayed = np.zeros(len(tc.timeline.activities), dtype=bool)
     for g in tc.groups:
         replayed[g.kernels] = True
     src_entry = next((d for d in cfg.devices if d.key == tc.datasheet_key), None)

@@ -142,7 +142,7 @@ class TraceAnalysis:
     @cached_property
     def counter_tensor_cores(self) -> np.ndarray:
         """Per kernel row: the counters' Tensor Core verdict (index into TC_VALUES), NO_ID where they give none."""
-        col = np.full(len(self.tl.kernels), NO_ID, dtype=np.int8)
+        col = np.full(len(self.tl.activities), NO_ID, dtype=np.int8)
         for c in self.counters.values():
             if c["verdict"].tensor_cores is not None:
                 col[c["rows"]] = TC_VALUES.index(c["verdict"].tensor_cores)
@@ -153,7 +153,7 @@ class TraceAnalysis:
         col = self.counter_tensor_cores
         if not (col != NO_ID).any():
             return self.tl
-        return self.tl.with_tensor_cores(np.where(col != NO_ID, col, self.tl.kernels.tensor_cores).astype(np.int8))
+        return self.tl.with_tensor_cores(np.where(col != NO_ID, col, self.tl.activities.tensor_cores).astype(np.int8))
 
     @cached_property
     def graphs(self) -> tuple[dict, dict | None, list[str]]:
@@ -311,7 +311,7 @@ class TraceAnalysis:
         return {name: self.to_frame(name) for name in self.TABLES}
 
     def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
-        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.activities):,} GPU activities)>"
 
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
@@ -343,7 +343,7 @@ def summary_of(tl: Timeline) -> dict:
     whole = gpu_time.breakdown(tl)  # the one GPU time breakdown (docs/traces.md)
     copies = metrics.copy_time(tl)
     span = whole["gpu_span_us"]  # shares are of the GPU span, summed over devices, never of the CPU's
-    acts, kernel_rows = tl.kernels, metrics.kernel_rows(tl)
+    acts, kernel_rows = tl.activities, metrics.kernel_rows(tl)
     return {
         "kernel_count": n,
         "kernel_time_us": total,
@@ -491,7 +491,7 @@ def device_of(devices: list[dict]) -> eligibility.Device:
 
 def by_kernel(tl: Timeline) -> dict[tuple[str, int], np.ndarray]:
     """Kernel rows (not copies) per distinct (kernel name, device): the report's kernel rows."""
-    k = tl.kernels
+    k = tl.activities
     groups: dict[tuple[str, int], list[int]] = {}
     for r in np.flatnonzero(k.category == KERNEL):
         groups.setdefault((tl.names[k.name[r]], int(k.device[r])), []).append(int(r))
@@ -509,7 +509,7 @@ def counter_evidence(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, 
         if not with_counters:
             continue
         summed = C.combine_calls(with_counters)
-        cls = tl.classes[tl.kernels.cls[rows[0]]]
+        cls = tl.classes[tl.activities.cls[rows[0]]]
         v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
         out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
                     "contradiction": C.contradiction(cls.tensor_cores, v), "name_verdict": cls.tensor_cores,

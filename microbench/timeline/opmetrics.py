@@ -79,8 +79,8 @@ def _outermost(tl: Timeline, rows: np.ndarray) -> np.ndarray:
 def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
     """Per kernel row: the index into `tops` of the operator that launched it, -1 for none. `tops` do not nest,
     so the latest one started before a launch owns it or none does (no look-back past an ended one)."""
-    owner = np.full(len(tl.kernels), -1, dtype=np.int64)
-    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
+    owner = np.full(len(tl.activities), -1, dtype=np.int64)
+    kernels = np.flatnonzero(tl.activities.category == KERNEL)
     if not len(tops) or not len(kernels):
         return owner
     rows = _innermost_owner(tl, tops, kernels, max_back=1)
@@ -106,7 +106,7 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
     names = modelled_ops()
     ops = tl.cpu_ops
     notes: list[str] = []
-    kernel_flops = np.zeros(len(tl.kernels))
+    kernel_flops = np.zeros(len(tl.activities))
     if not len(ops):
         return OpModel([], kernel_flops, ["no CPU operators in the trace: no per-op model"])
     name_ids = [i for i, s in enumerate(tl.names.strings) if s in names]
@@ -118,19 +118,19 @@ def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
         return OpModel([], kernel_flops, notes)
     tops = _outermost(tl, rows)
     owner = _kernel_owner(tl, tops)
-    gemm_cls = np.isin(tl.kernels.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
+    gemm_cls = np.isin(tl.activities.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
     calls = []
     for i, r in enumerate(tops):
         name = tl.names[ops.name[r]]
         work = trace_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
         mine = np.flatnonzero(owner == i)
-        t = float(tl.kernels.dur_us[mine].sum())
+        t = float(tl.activities.dur_us[mine].sum())
         carriers = mine[gemm_cls[mine]] if gemm_cls[mine].any() else mine
-        t_carry = float(tl.kernels.dur_us[carriers].sum())
+        t_carry = float(tl.activities.dur_us[carriers].sum())
         if work.flops and t_carry > 0:
-            kernel_flops[carriers] += work.flops * tl.kernels.dur_us[carriers] / t_carry
+            kernel_flops[carriers] += work.flops * tl.activities.dur_us[carriers] / t_carry
         calls.append(OpCalls(int(r), name, work, mine, t, t_carry,
-                             _precision(work, tl.kernels.tensor_cores[carriers], peaks or {})))
+                             _precision(work, tl.activities.tensor_cores[carriers], peaks or {})))
     unknown = sum(1 for c in calls if c.work.flops is None)
     if unknown:
         why = next(c.work.note for c in calls if c.work.flops is None)
@@ -169,12 +169,12 @@ def other_kernel_work(tl: Timeline, model: OpModel) -> tuple[np.ndarray, np.ndar
     reduction, gathers, copies), from the innermost recorded operator that launched each
     (core.ops.aten.trace_other_work), spread over that operator's kernels by duration; 0 FLOPs and NaN bytes
     where the trace does not say."""
-    n = len(tl.kernels)
+    n = len(tl.activities)
     flops, nbytes = np.zeros(n), np.full(n, np.nan)
     owned = np.zeros(n, dtype=bool)
     for c in model.calls:
         owned[c.kernels] = True
-    kernels = np.flatnonzero(~owned & (tl.kernels.category == KERNEL))
+    kernels = np.flatnonzero(~owned & (tl.activities.category == KERNEL))
     rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID) if len(tl.cpu_ops) else np.empty(0, dtype=np.int64)
     if not len(kernels) or not len(rows):
         return flops, nbytes
@@ -184,7 +184,7 @@ def other_kernel_work(tl: Timeline, model: OpModel) -> tuple[np.ndarray, np.ndar
         name = tl.names[tl.cpu_ops.name[r]]
         work = trace_other_work(name, classify_operator(name).cls, _arg(tl, "input_dims", r),
                                 _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
-        t = tl.kernels.dur_us[mine]
+        t = tl.activities.dur_us[mine]
         if work is None or t.sum() <= 0:
             continue
         flops[mine], nbytes[mine] = work[0] * t / t.sum(), work[1] * t / t.sum()
@@ -229,8 +229,8 @@ def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dic
         g["kernel_time_us"] += c.kernel_time_us
         g["math_kernel_time_us"] += c.math_time_us
         g["kernels"] += len(c.kernels)
-        yes = tl.kernels.tensor_cores[c.kernels] == TC_VALUES.index("yes")
-        g["tc_kernel_time_us"] += float(tl.kernels.dur_us[c.kernels][yes].sum())
+        yes = tl.activities.tensor_cores[c.kernels] == TC_VALUES.index("yes")
+        g["tc_kernel_time_us"] += float(tl.activities.dur_us[c.kernels][yes].sum())
     out = []
     for g in groups.values():
         t, t_math = g["kernel_time_us"], g["math_kernel_time_us"]
@@ -308,8 +308,8 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     """Eligibility without shapes, the TensorBoard plugin's measure (eligibility.toml [by_operator]): the kernel
     time whose innermost launching operator is of a Tensor Core family in a dtype the chip takes or could take
     with AMP / TF32, split into what ran on Tensor Cores and what did not (`unused`), with the operators behind it."""
-    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
-    total = float(tl.kernels.dur_us[kernels].sum())
+    kernels = np.flatnonzero(tl.activities.category == KERNEL)
+    total = float(tl.activities.dur_us[kernels].sum())
     out = {"basis": "the launching operator's name and recorded dtype (TensorBoard plugin rule; no shapes needed)",
            "eligible_time_us": 0.0, "unused_time_us": 0.0, "untyped_time_us": 0.0, "eligible_share": None,
            "unused_share": None, "ops": []}
@@ -327,8 +327,8 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
             continue
         mine = kernels[owner == r]
         t = by_op.setdefault((name, dtype), [0.0, 0.0])
-        t[0] += float(tl.kernels.dur_us[mine].sum())
-        t[1] += float(tl.kernels.dur_us[mine][tl.kernels.tensor_cores[mine] != yes].sum())
+        t[0] += float(tl.activities.dur_us[mine].sum())
+        t[1] += float(tl.activities.dur_us[mine][tl.activities.tensor_cores[mine] != yes].sum())
     out["eligible_time_us"] = sum(t[0] for t in by_op.values())
     out["unused_time_us"] = sum(t[1] for t in by_op.values())
     out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
@@ -346,11 +346,11 @@ def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Devic
     gemm = {i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")}
     out: dict[tuple, dict] = {}
     for c in model.calls:
-        rows = [r for r in c.kernels if tl.kernels.cls[r] in gemm]
+        rows = [r for r in c.kernels if tl.activities.cls[r] in gemm]
         if not rows:
             continue
-        tc = [TC_VALUES[tl.kernels.tensor_cores[r]] for r in rows]
-        names = [tl.names[tl.kernels.name[r]] for r in rows]
+        tc = [TC_VALUES[tl.activities.tensor_cores[r]] for r in rows]
+        names = [tl.names[tl.activities.name[r]] for r in rows]
         f = eligibility.check(c.work, tc, names, device, autocast, _arg(tl, "input_strides", c.row))
         if f is None:
             continue
