@@ -46,7 +46,7 @@ def test_counters_are_their_own_column_and_the_timeline_is_unchanged():
 
 def test_results_are_computed_once_and_only_when_asked():
     a = TraceAnalysis(_timeline())
-    assert "model" not in a.__dict__
+    assert "work_model" not in a.__dict__
     assert a.steps[0]["busy_us"] == 60 and a.steps[0]["kernel_count"] == 3
-    assert "model" in a.__dict__ and a.mfu is a.mfu
+    assert "work_model" in a.__dict__ and a.model is a.work_model and a.mfu is a.mfu
     assert np.isclose(a.summary["gpu_busy_share"], 60 / 80)

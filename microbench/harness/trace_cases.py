@@ -1,7 +1,7 @@
 """A profiler trace's matrix work as benchmark cases (`python -m microbench.roofline --from-trace`; docs/replay.md).
 
 Each GEMM / batched GEMM / convolution operator the trace recorded with shapes becomes the cases the runner
-measures, by the one work model: the operator's calls are the trace's modelled calls (timeline.opmetrics.op_model:
+measures, by the one work model: the operator's calls are the trace's modelled calls (timeline.opmetrics.work_model:
 outermost operator, its kernels and their time), and the case is built by the op family's spec
 (core.ops.*.aten_cases, the same that replays a model's step) from the call it wraps (aten::linear -> its
 aten::addmm, aten::conv2d -> its aten::convolution), read through core.ops.aten.trace_call, with the recorded
@@ -224,11 +224,11 @@ def _left(out: dict, c, why: str) -> None:
     g["time_us"] += c.kernel_time_us
 
 
-def _matrix_kernels(tl: Timeline, model) -> tuple[np.ndarray, np.ndarray]:
+def _matrix_kernels(tl: Timeline, work_model) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel row: whether it is matrix work (launched by a modelled operator with shapes, or GEMM-class), and
     whether it is a GEMM-class kernel no such operator launched."""
     owned = np.zeros(len(tl.activities), dtype=bool)
-    for c in model.calls:
+    for c in work_model.calls:
         owned[c.kernels] = True
     gemm = np.isin(tl.activities.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
     unowned = gemm & ~owned & (tl.activities.category == KERNEL)
@@ -270,15 +270,15 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     tl = read_trace(path)
     name, key = _device(tl, cfg)
     peaks = next((dict(d.peaks_tflops) for d in cfg.devices if d.key == key), {})
-    model = opmetrics.op_model(tl, peaks)
-    if not model.calls:
-        why = f" ({model.notes[0]})" if model.notes and "record_shapes" not in model.notes[0] else ""
+    work_model = opmetrics.work_model(tl, peaks)
+    if not work_model.calls:
+        why = f" ({work_model.notes[0]})" if work_model.notes and "record_shapes" not in work_model.notes[0] else ""
         raise InputError(path, f"no GEMM / convolution / attention operator with recorded shapes{why}: record with "
                                "torch.profiler.profile(record_shapes=True)", key="Input Dims")
     replayable = _replayable_rows(tl)
     groups: dict[tuple, CaseGroup] = {}
     left: dict[tuple, dict] = {}
-    for c in model.calls:
+    for c in work_model.calls:
         cases, why, recorded, layout = _call_cases(tl, c, replayable, set(cfg.tolerance))
         if why:
             _left(left, c, why)
@@ -290,7 +290,7 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         g.kernels += [int(k) for k in c.kernels]
         g.strides_recorded &= recorded
         g.layout.update(layout)
-    matrix, unowned_rows = _matrix_kernels(tl, model)
+    matrix, unowned_rows = _matrix_kernels(tl, work_model)
     unowned = float(tl.activities.dur_us[unowned_rows].sum())
     if unowned > 0:
         left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,

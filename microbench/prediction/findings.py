@@ -113,7 +113,7 @@ class Facts:
             out["steps"] = NEEDS_WHY["steps"]
         if not len(tl.launches):
             out["launches"] = NEEDS_WHY["launches"]
-        if not self.ta.model.calls:
+        if not self.ta.work_model.calls:
             out["shapes"] = NEEDS_WHY["shapes"]
         if not len(tl.cpu_ops):
             out["cpu_ops"] = NEEDS_WHY["cpu_ops"]

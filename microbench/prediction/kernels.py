@@ -64,14 +64,14 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
     cls = tl.class_names() if n else np.empty(0, dtype=object)
     group = np.array([GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)
     group[k.category != KERNEL] = "copies"
-    model = opmetrics.op_model(tl, peaks)
-    flops = np.asarray(model.kernel_flops, dtype=float).copy()
+    work_model = opmetrics.work_model(tl, peaks)
+    flops = np.asarray(work_model.kernel_flops, dtype=float).copy()
     nbytes = np.full(n, np.nan)
     precision = np.full(n, None, dtype=object)
     op_dtype = np.full(n, None, dtype=object)
     tiles = np.zeros(n, dtype=np.int64)
     op_label = np.full(n, None, dtype=object)
-    for c in model.calls:
+    for c in work_model.calls:
         rows = c.kernels
         if not len(rows):
             continue
@@ -87,8 +87,8 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
         t = k.dur_us[matrix]
         if c.work.bytes_moved and t.sum() > 0:
             nbytes[matrix] = c.work.bytes_moved * t / t.sum()
-    other_flops, other_bytes = opmetrics.other_kernel_work(tl, model)
+    other_flops, other_bytes = opmetrics.other_kernel_work(tl, work_model)
     memory = np.isin(group, MEMORY_BOUND) & np.isfinite(other_bytes)
     flops[memory], nbytes[memory] = other_flops[memory], other_bytes[memory]
     return KernelWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
-                      precision, tiles, op_dtype, op_label, len(model.calls), list(model.notes))
+                      precision, tiles, op_dtype, op_label, len(work_model.calls), list(work_model.notes))

@@ -126,18 +126,19 @@ class TraceAnalysis:
         return datasheet_peaks(self.devices)
 
     @cached_property
-    def model(self) -> opmetrics.OpModel:
-        return opmetrics.op_model(self.tl, self.peaks)
+    def work_model(self) -> opmetrics.WorkModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel)."""
+        return opmetrics.work_model(self.tl, self.peaks)
 
     @property
-    def work_model(self) -> opmetrics.OpModel:
-        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
-        return self.model
+    def model(self) -> opmetrics.WorkModel:
+        """Deprecated alias of `work_model` (docs/api.md named it): one release, then removed."""
+        return self.work_model
 
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
         """Per kernel (name, device) with hardware counters: their sum, counted FLOPs, verdict, contradiction."""
-        return counter_evidence(self.tl, self.model.kernel_flops)
+        return counter_evidence(self.tl, self.work_model.kernel_flops)
 
     @cached_property
     def counter_tensor_cores(self) -> np.ndarray:
@@ -176,7 +177,7 @@ class TraceAnalysis:
     def _kernel_rows(self) -> tuple[list[dict], list[str]]:
         names = {d["id"]: d["name"] or f"device {d['id']}" for d in self.devices}
         rows = kernel_table(self.tl, names, metrics.kernel_time(self.tl)[1])
-        found = kernel_evidence(rows, by_kernel(self.tl), self.model.kernel_flops, self.counters)
+        found = kernel_evidence(rows, by_kernel(self.tl), self.work_model.kernel_flops, self.counters)
         return rows, found
 
     @property
@@ -190,7 +191,7 @@ class TraceAnalysis:
     @cached_property
     def flop_coverage(self) -> dict:
         """The share of matrix-kernel time the model's FLOPs cover, and whether the figures built on them are shown."""
-        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.model.kernel_flops))
+        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.work_model.kernel_flops))
 
     @cached_property
     def integrity(self) -> dict:
@@ -202,9 +203,9 @@ class TraceAnalysis:
     @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
-        m = opmetrics.mfu(self.evidence, self.model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
-        if self.measured and self.model.calls:
-            at_meas, _, _ = opmetrics.time_at_peak_us(self.model.calls, self.measured)
+        m = opmetrics.mfu(self.evidence, self.work_model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
+        if self.measured and self.work_model.calls:
+            at_meas, _, _ = opmetrics.time_at_peak_us(self.work_model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
             m["measured_ceilings_tflops"] = self.measured
         m["flop_coverage"] = self.flop_coverage["share"]
@@ -225,7 +226,7 @@ class TraceAnalysis:
 
     @cached_property
     def ops(self) -> list[dict]:
-        rows = opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        rows = opmetrics.op_rows(self.evidence, self.work_model, self.peaks, self.measured)
         if self.flop_coverage["withheld"]:
             for r in rows:
                 withhold(r, self.flop_coverage, ("op_tflops", "kernel_tflops", "pct_of_datasheet", "pct_of_measured",
@@ -234,7 +235,7 @@ class TraceAnalysis:
 
     @cached_property
     def eligibility(self) -> dict:
-        return opmetrics.eligibility_findings(self.evidence, self.model, device_of(self.devices))
+        return opmetrics.eligibility_findings(self.evidence, self.work_model, device_of(self.devices))
 
     @cached_property
     def annotations(self) -> list[dict]:
@@ -242,10 +243,10 @@ class TraceAnalysis:
 
     @property
     def notes(self) -> list[str]:
-        notes = notes_of(self.tl, self.summary) + list(self.model.notes)
+        notes = notes_of(self.tl, self.summary) + list(self.work_model.notes)
         if self._steps[0].note:
             notes.append(self._steps[0].note)
-        notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
+        notes += perf_notes(self.tl, self.work_model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops)
         notes += eligible_note(self.eligibility["by_operator"])
@@ -582,12 +583,12 @@ def eligible_note(by_op: dict) -> list[str]:
              "(torch.autocast) or TF32 where the GPU has it")]
 
 
-def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:
+def perf_notes(tl: Timeline, work_model: opmetrics.WorkModel, peaks: dict, dev: eligibility.Device) -> list[str]:
     notes = []
-    if model.calls and not peaks:
+    if work_model.calls and not peaks:
         notes.append("no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
                      "ceiling with --ceiling or --ceilings)")
-    if model.calls and dev.vendor is None:
+    if work_model.calls and dev.vendor is None:
         notes.append("the trace names no device: the Tensor Core eligibility check, which depends on it, is skipped")
     if tl.meta.get("counter_ranges"):
         notes.append(f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "
