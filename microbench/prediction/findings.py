@@ -23,13 +23,13 @@ from microbench.core.resources import data_file
 from microbench.prediction.chips import assumptions, find_entry
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
-from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.kernels import MATRIX, activity_work
 from microbench.prediction.model import (
     Scenario,
     Variant,
     datasheet_roof_us,
     placement,
-    predict_kernels,
+    predict_activities,
 )
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis
@@ -132,7 +132,7 @@ class Facts:
     @cached_property
     def work(self):
         d = assumptions()["defaults"]
-        return kernel_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
+        return activity_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
 
     @cached_property
     def chip(self):
@@ -183,7 +183,7 @@ def _fp32_matrix_rows(f: Facts) -> np.ndarray:
 
 def _times(f: Facts, scenario: Scenario, v: Variant) -> np.ndarray:
     """Per activity: the prediction on the trace's own chip, raised to the datasheet roof as the report does."""
-    t, _ = predict_kernels(f.work, f.chip, f.chip, scenario, v)
+    t, _ = predict_activities(f.work, f.chip, f.chip, scenario, v)
     return np.fmax(t, datasheet_roof_us(f.work, f.chip, scenario))
 
 

@@ -9,7 +9,7 @@ from microbench.communication.scale import load_fabric
 from microbench.core.errors import InputError
 from microbench.prediction import document
 from microbench.prediction.chips import assumptions, chip, find_entry
-from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.kernels import MATRIX, activity_work
 from microbench.prediction.model import Fabrics, Scenario
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import device_entries, read_trace
@@ -68,7 +68,7 @@ def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | Non
         raise InputError(path, "no GPU kernels in the trace: nothing to predict", key="traceEvents")
     src_entry = _source_entry(tl, path, cfg, source)
     d = assumptions()["defaults"]
-    w = kernel_work(tl, src_entry.peaks_tflops, d["tile_m"], d["tile_n"])
+    w = activity_work(tl, src_entry.peaks_tflops, d["tile_m"], d["tile_n"])
     matrix_time = float(w.dur_us[np.isin(w.group, MATRIX)].sum())
     if w.modelled_ops == 0 and matrix_time > 0:
         raise InputError(path, f"GEMM / convolution / attention kernels ({matrix_time:,.0f} us) but no operator "
