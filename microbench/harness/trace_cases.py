@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core import ops, thresholds
-from microbench.core.config import Profile
+from microbench.core.config import CaseSet
 from microbench.core.datasheet import match_datasheet
 from microbench.core.errors import InputError
 from microbench.core.ops.aten import trace_call
@@ -305,14 +305,14 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
                       sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix)
 
 
-def profile_name(path: str | Path) -> str:
+def case_set_name(path: str | Path) -> str:
     return f"trace:{Path(path).name}"
 
 
-def profile_of(tc: TraceCases) -> Profile:
+def case_set_of(tc: TraceCases) -> CaseSet:
     """A trace's cases as a profile through every registered provider (the caller has loaded them: kernels.load_all),
     for `python -m microbench.roofline --from-trace` and `pytest --benchmark-only` with DAWNSCOPE_TRACE alike."""
-    return Profile(profile_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
+    return CaseSet(case_set_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
                    tuple(registry.names()), tc.cases)
 
 

@@ -28,7 +28,7 @@ from microbench import models
 from microbench.core import dtypes, ops
 from microbench.core.conditions import Conditions
 from microbench.core import vendor
-from microbench.core.config import Profile, TimingSettings, load_config
+from microbench.core.config import CaseSet, TimingSettings, load_config
 from microbench.core.errors import InputError
 from microbench.core.ops.work import Work
 from microbench.core.results import LayerRow
@@ -685,7 +685,7 @@ def _backward_checks(att, ranges) -> dict:
 
 
 # ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
-def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
+def _replay_providers(cfg, providers: list[str] | None, case_set_name: str | None) -> tuple[str, ...]:
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
 
     known = registry.names()
@@ -695,19 +695,19 @@ def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None
             raise ModelError(None, f"unknown provider (registered: {', '.join(known)})", key="--providers",
                              value=bad[0])
         return tuple(providers)
-    if profile_name:
-        names = cfg.profile(profile_name).providers
+    if case_set_name:
+        names = cfg.case_set(case_set_name).providers
         bad = [p for p in names if p not in known]
         if bad:
-            raise ModelError(None, f"profile {profile_name!r} names provider {bad[0]!r}, which is not registered "
-                                   f"(registered: {', '.join(known)})", key="--profile", value=profile_name)
+            raise ModelError(None, f"profile {case_set_name!r} names provider {bad[0]!r}, which is not registered "
+                                   f"(registered: {', '.join(known)})", key="--profile", value=case_set_name)
         return tuple(names)
     return tuple(known)
 
 
 def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     from microbench.step.oprecord import bucket_name
-    from microbench.harness.runner import run_profile
+    from microbench.harness.runner import run_case_set
 
     occurrences: dict = defaultdict(list)
     skipped = Counter()
@@ -717,7 +717,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         if r.skipped:
             skipped[r.skipped] += 1
     cases = tuple(occurrences)
-    prof = Profile(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
+    case_set = CaseSet(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
     unique_rows = []
     done = [0]
 
@@ -727,7 +727,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
 
     stopped = None  # a replayed call that lost the device context ends the replay (harness/runner.py)
     if cases:
-        stopped = run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+        stopped = run_case_set(case_set, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
     by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
     tagged = []
     for row in unique_rows:
