@@ -141,7 +141,7 @@ def test_a_reader_of_another_format_fills_the_same_timeline():
     tl = b.build()
     assert metrics.kernel_time(tl) == (2, 80.0)
     assert metrics.time_by_class(tl) == {"tc_gemm": (1, 40.0), "comm": (1, 40.0)}
-    assert metrics.tensor_core_time(tl)["yes"] == 40.0
+    assert metrics.matrix_unit_time(tl)["yes"] == 40.0
     whole = gpu_time.breakdown(tl)
     assert (whole["exposed_comm_us"], whole["busy_us"], whole["gpu_span_us"]) == (20.0, 60.0, 60.0)
     _, steps, _ = gpu_time.step_breakdowns(tl)

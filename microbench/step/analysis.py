@@ -468,7 +468,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
         layer_dtype = w.gemm_dtype or (w.dtypes.most_common(1)[0][0] if w.dtypes else dtype)
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
         gemm_ms = sum(part.by_class[c] for c in class_set("gemm")) / 1e3 if b else 0.0
-        tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
+        tc, tc_ev, tc_split = _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms)
         row = LayerRow(model=workload.name, layer=name, phase=phase, module=kind, dtype=layer_dtype,
                        shape=w.cases[0].shape.label() if w.cases else "-", device=dev.name, flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
                         params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
@@ -511,7 +511,7 @@ def _layer_entry(row: LayerRow, extra: dict) -> dict:
     return {key: entry[key] for key in _ENTRY_ORDER}
 
 
-def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
+def _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms: float):
     """Verdict (yes/no/unknown), evidence, and the layer's time split {yes, no, unknown} in ms (GPU: all its
     kernels; CPU: its GEMM/conv operators), in the step `part` belongs to."""
     if b is None or gemm_ms <= 0:
@@ -598,7 +598,7 @@ def step_summary(d: Decomposition) -> dict:
         "other_flops_per_step": sum(r.other_flops for r in records),
         "bytes_per_step": sum(r.bytes for r in records),
         "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
-        **_tensor_core_summary(d.layers, by_class, total_ms, d.dev.is_gpu),
+        **_matrix_unit_summary(d.layers, by_class, total_ms, d.dev.is_gpu),
         "time_by_class_ms": dict(by_class.most_common()),
         "share_by_class": {c: v / total_ms for c, v in by_class.most_common()} if total_ms else {},
         "time_by_phase_ms": dict(by_phase),
@@ -624,7 +624,7 @@ def _profiled_summary(att, rep: int, total_ms: float) -> dict:
     }
 
 
-def _tensor_core_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
+def _matrix_unit_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
     """The Tensor Core / matrix-unit share of the profiled time, and what it means on this device."""
     def split(key: str) -> float:
         return sum(v for l in layers for k, v in (l["tensor_core_time_ms"] or {}).items() if k == key)

@@ -163,7 +163,7 @@ class TraceAnalysis:
     @cached_property
     def summary(self) -> dict:
         s = summary_of(self.evidence)
-        layers = metrics.tensor_core_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
+        layers = metrics.matrix_unit_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
         s["tensor_core_evidence_us"] = layers
         s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
                                                  s["kernel_time_us"])
@@ -339,7 +339,7 @@ def _share(x: float, total: float):
 def summary_of(tl: Timeline) -> dict:
     n, total = metrics.kernel_time(tl)
     by_class = metrics.time_by_class(tl)
-    tc = metrics.tensor_core_time(tl)
+    tc = metrics.matrix_unit_time(tl)
     comm = metrics.comm_time(tl)
     whole = gpu_time.breakdown(tl)  # the one GPU time breakdown (docs/traces.md)
     copies = metrics.copy_time(tl)

@@ -37,14 +37,14 @@ def time_by_class(tl: Timeline) -> dict[str, tuple[int, float]]:
     return {c: (n, t) for c, (n, t) in sorted(out.items(), key=lambda x: -x[1][1])}
 
 
-def tensor_core_time(tl: Timeline) -> dict[str, float]:
+def matrix_unit_time(tl: Timeline) -> dict[str, float]:
     """Kernel time by Tensor Core verdict: yes / no / unknown (the kernel rules' evidence)."""
     rows = kernel_rows(tl)
     t = np.bincount(tl.activities.tensor_cores[rows], weights=tl.activities.dur_us[rows], minlength=len(TC_VALUES))
     return {v: float(x) for v, x in zip(TC_VALUES, t)}
 
 
-def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
+def matrix_unit_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
     """Kernel time by the evidence layer of its Tensor Core verdict (classify.EVIDENCE_LAYERS: counters where
     `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
     each split by verdict. Inferred time is this table's, never folded silently into a rule's."""

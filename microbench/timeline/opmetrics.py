@@ -320,10 +320,10 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     by_op: dict[tuple[str, str | None], list[float]] = {}
     for r in np.unique(owner[owner >= 0]):
         name = tl.names[tl.cpu_ops.name[r]]
-        if not eligibility.operator_could_use_tensor_cores(name):
+        if not eligibility.operator_could_use_matrix_units(name):
             continue
         dtype = first_float_dtype(tl, int(r))
-        if not eligibility.dtype_could_use_tensor_cores(dtype, device):
+        if not eligibility.dtype_could_use_matrix_units(dtype, device):
             continue
         mine = kernels[owner == r]
         t = by_op.setdefault((name, dtype), [0.0, 0.0])
