@@ -6,6 +6,7 @@ microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
 import gzip
+import warnings
 import zlib
 from functools import cached_property
 from pathlib import Path
@@ -133,6 +134,7 @@ class TraceAnalysis:
     @property
     def model(self) -> opmetrics.WorkModel:
         """Deprecated alias of `work_model` (docs/api.md named it): one release, then removed."""
+        warnings.warn("TraceAnalysis.model is deprecated: use TraceAnalysis.work_model", DeprecationWarning, stacklevel=2)
         return self.work_model
 
     @cached_property
