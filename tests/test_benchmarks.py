@@ -62,13 +62,13 @@ def pytest_generate_tests(metafunc):
 
 def _case_set(cfg: Config):
     """DAWNSCOPE_PROFILE's case set, or DAWNSCOPE_TRACE's cases (the same as roofline --from-trace; once a session)."""
-    global _TRACE_PROFILE
+    global _TRACE_CASE_SET
     if TRACE is None:
         try:
             return cfg.case_set(PROFILE)
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
-    if _TRACE_PROFILE is None:
+    if _TRACE_CASE_SET is None:
         from microbench.core.cli import positive_int
         from microbench.harness.trace_cases import case_set_of, trace_cases
 
@@ -80,14 +80,14 @@ def _case_set(cfg: Config):
             tc = trace_cases(TRACE, cfg, top)
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_TRACE)") from None
-        _TRACE_PROFILE = case_set_of(tc)
+        _TRACE_CASE_SET = case_set_of(tc)
         for g in tc.groups:  # where each case came from, for the benchmark's extra_info (a row's trace_source)
             for c in g.cases:
                 _TRACE_SOURCE.setdefault(c, tc.source(g))
-    return _TRACE_PROFILE
+    return _TRACE_CASE_SET
 
 
-_TRACE_PROFILE = None
+_TRACE_CASE_SET = None
 _TRACE_SOURCE: dict = {}
 
 
