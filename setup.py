@@ -12,8 +12,10 @@ from setuptools.command.build_py import build_py
 class BuildPy(build_py):
     def run(self):
         super().run()
-        if not self.dry_run:
-            self.copy_file(str(Path(__file__).parent / "bench.toml"), str(Path(self.build_lib) / "microbench" / "bench.toml"))
+        if not self.dry_run:  # an editable build's build_lib holds no package folder yet: make it
+            target = Path(self.build_lib) / "microbench" / "bench.toml"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.copy_file(str(Path(__file__).parent / "bench.toml"), str(target))
 
 
 setup(

@@ -68,8 +68,8 @@ def sm_number(arch: str) -> int | None:
     """"sm_90" / "sm_90a" -> 90; None for anything else (gfx942, x86_64)."""
     if not arch.startswith("sm_"):
         return None
-    digits = "".join(ch for ch in arch[3:] if digits(ch))
-    return int(digits) if digits else None
+    number = "".join(ch for ch in arch[3:] if digits(ch))
+    return int(number) if number else None
 
 
 def virtual_arch(target: str) -> str:
