@@ -195,7 +195,7 @@ def profile_main(args) -> int:
     costs in registers."""
     from microbench.devtools.compiles import default_plans, inspect_plans
 
-    cases = load_config(args.config).profile(args.profile).cases
+    cases = load_config(args.config).case_set(args.profile).cases
     rows, failed = [], 0
     for target in args.target or NVIDIA_TARGETS:  # AMD at real shapes: ask with --target gfx942
         plans = [p for p in default_plans(cases, arch_family(target)) if not args.kernel or args.kernel in p[0]]

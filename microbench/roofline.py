@@ -30,7 +30,7 @@ from microbench.decompose import main as decompose_main
 from microbench.reports.html import results_html, write as write_html
 from microbench.core.errors import InputError
 from microbench.harness.trace_cases import trace_cases
-from microbench.harness.trace_cases import profile_of
+from microbench.harness.trace_cases import case_set_of
 from microbench.harness.trace_cases import compare, same_device_reason
 from microbench.prediction.replay import summary
 
@@ -79,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _config_block(profile, cfg) -> dict:
-    return {"profile": profile.name, "description": profile.description, "providers": list(profile.providers),
-            "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(profile.cases)}
+def _config_block(case_set, cfg) -> dict:
+    return {"profile": case_set.name, "description": case_set.description, "providers": list(case_set.providers),
+            "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(case_set.cases)}
 
 
 OWNS = ("results.json", "results.csv", "roofline.png", "roofline.svg", "report.html")
@@ -123,21 +123,21 @@ def _main(args) -> int:
     if (args.top is not None or args.min_share is not None) and args.from_trace is None:
         raise InputError(None, "only with --from-trace TRACE", key="--top" if args.top is not None else "--min-share")
     replay = _trace_cases(args, cfg) if args.from_trace else None
-    profile = replay_profile(replay) if replay else cfg.profile(args.profile)
+    case_set = replay_case_set(replay) if replay else cfg.case_set(args.profile)
     with out:
-        return _run(args, cfg, profile, out, replay)
+        return _run(args, cfg, case_set, out, replay)
 
 
 def _trace_cases(args, cfg):
     return trace_cases(args.from_trace, cfg, args.top, args.min_share)
 
 
-def replay_profile(replay):
+def replay_case_set(replay):
     kernels.load_all()  # every registered provider
-    return profile_of(replay)
+    return case_set_of(replay)
 
 
-def _run(args, cfg, profile, out, replay=None) -> int:
+def _run(args, cfg, case_set, out, replay=None) -> int:
     # Heavy imports only after the config is known to be good.
     from rich.console import Console
 
@@ -148,7 +148,7 @@ def _run(args, cfg, profile, out, replay=None) -> int:
     try:
         from microbench.harness.runner import resolve_providers
 
-        resolve_providers(profile, cfg)
+        resolve_providers(case_set, cfg)
         dev = devmod.detect(args.device)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -158,12 +158,12 @@ def _run(args, cfg, profile, out, replay=None) -> int:
     conditions = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     if dev.kind == "cpu":
         conditions.fit_threads()
-    header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(profile, cfg),
+    header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(case_set, cfg),
                             _dt.datetime.now(_dt.timezone.utc).isoformat(), conditions={"before": conditions.before})
     writer = ResultsWriter(out.staging, header)
     stopped = None  # why the run ended early: a call lost the device context (harness/runner.py)
     try:
-        stopped = _measure(writer, dev, cfg, profile, console, conditions.busy_now(), _row_source(replay, dev, cfg))
+        stopped = _measure(writer, dev, cfg, case_set, console, conditions.busy_now(), _row_source(replay, dev, cfg))
         interrupted = False
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (OutputDir delivers it the same way)
         interrupted = True
@@ -223,26 +223,26 @@ def _replay_summary(writer, replay, dev, cfg) -> None:
                                  same, why))
 
 
-def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) -> str | None:
+def _measure(writer, dev, cfg, case_set, console, busy_now: bool, attach=None) -> str | None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from microbench.harness.ceilings import machine_ceilings
-    from microbench.harness.runner import run_profile
+    from microbench.harness.runner import run_case_set
 
     # A pipe or a file gets one line per case (a progress bar would print nothing until the end).
-    lines = None if console.is_terminal else _ProgressLines(len(profile.cases))
+    lines = None if console.is_terminal else _ProgressLines(len(case_set.cases))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=lines is not None) as progress:
-        task = progress.add_task("measuring ceilings", total=len(profile.cases))
+        task = progress.add_task("measuring ceilings", total=len(case_set.cases))
 
         def on_step(msg):
             progress.update(task, description=msg)
             if lines:
                 lines.step(msg)
 
-        ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=profile.ceiling_budget_s,
-                                    shapes=profile.cases, busy_now=busy_now,
-                                    dtypes=tuple(sorted({c.dtype for c in profile.cases})))  # only what it judges
+        ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=case_set.ceiling_budget_s,
+                                    shapes=case_set.cases, busy_now=busy_now,
+                                    dtypes=tuple(sorted({c.dtype for c in case_set.cases})))  # only what it judges
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 
@@ -262,7 +262,7 @@ def _measure(writer, dev, cfg, profile, console, busy_now: bool, attach=None) ->
                 done_ops.add(key)
                 progress.advance(task)
 
-        return run_profile(profile, dev, cfg, ceilings, on_row=on_row, on_case=on_case)
+        return run_case_set(case_set, dev, cfg, ceilings, on_row=on_row, on_case=on_case)
 
 
 def _reports(doc: dict, out, no_plot: bool) -> None:

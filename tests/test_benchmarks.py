@@ -49,28 +49,28 @@ def pytest_generate_tests(metafunc):
         return
     if DEVICE not in DEVICE_REQUESTS:  # a usage error before any test, as a bad DAWNSCOPE_PROFILE is
         raise pytest.UsageError(f"error: DAWNSCOPE_DEVICE = {DEVICE!r}: expected one of {', '.join(DEVICE_REQUESTS)}")
-    profile = _profile(_load())
+    case_set = _case_set(_load())
     params, ids = [], []
-    for case in profile.cases:
+    for case in case_set.cases:
         names = {p.name for p in registry.for_op(case.family)}
-        for name in profile.providers:
+        for name in case_set.providers:
             if name in names:
                 params.append((case, name))
                 ids.append(f"{case.op}-{case.shape.label().replace(' ', '_')}-{case.dtype}-{name}")
     metafunc.parametrize("bench_case", params, ids=ids)
 
 
-def _profile(cfg: Config):
-    """DAWNSCOPE_PROFILE's profile, or DAWNSCOPE_TRACE's cases (the same as roofline --from-trace; once a session)."""
-    global _TRACE_PROFILE
+def _case_set(cfg: Config):
+    """DAWNSCOPE_PROFILE's case set, or DAWNSCOPE_TRACE's cases (the same as roofline --from-trace; once a session)."""
+    global _TRACE_CASE_SET
     if TRACE is None:
         try:
-            return cfg.profile(PROFILE)
+            return cfg.case_set(PROFILE)
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
-    if _TRACE_PROFILE is None:
+    if _TRACE_CASE_SET is None:
         from microbench.core.cli import positive_int
-        from microbench.harness.trace_cases import profile_of, trace_cases
+        from microbench.harness.trace_cases import case_set_of, trace_cases
 
         try:
             top = positive_int(TRACE_TOP) if TRACE_TOP else None
@@ -80,14 +80,14 @@ def _profile(cfg: Config):
             tc = trace_cases(TRACE, cfg, top)
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_TRACE)") from None
-        _TRACE_PROFILE = profile_of(tc)
+        _TRACE_CASE_SET = case_set_of(tc)
         for g in tc.groups:  # where each case came from, for the benchmark's extra_info (a row's trace_source)
             for c in g.cases:
                 _TRACE_SOURCE.setdefault(c, tc.source(g))
-    return _TRACE_PROFILE
+    return _TRACE_CASE_SET
 
 
-_TRACE_PROFILE = None
+_TRACE_CASE_SET = None
 _TRACE_SOURCE: dict = {}
 
 
@@ -109,7 +109,7 @@ def bench_env(request) -> BenchEnv:
     # The cached ceilings of this machine, the same `python -m microbench.roofline` uses (with the profile's
     # GEMM shapes in their search); the conditions were looked at when the session started (conftest.py).
     conditions = getattr(request.config, "dawnscope_conditions", None)
-    ceilings = machine_ceilings(device, cfg, shapes=_profile(cfg).cases,
+    ceilings = machine_ceilings(device, cfg, shapes=_case_set(cfg).cases,
                                 busy_now=conditions.busy_now() if conditions else None)
     return BenchEnv(cfg, device, ceilings, True)
 

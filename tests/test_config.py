@@ -16,8 +16,8 @@ TOL = "\n[tolerance]\n" + "\n".join(f"{d} = 0.01" for d in DTYPES) + "\n"
 
 
 def test_real_config_profiles(cfg):
-    assert {"quick", "default", "full"} <= set(cfg.profiles)
-    quick, full, default = cfg.profiles["quick"], cfg.profiles["full"], cfg.profiles["default"]
+    assert {"quick", "default", "full"} <= set(cfg.case_sets)
+    quick, full, default = cfg.case_sets["quick"], cfg.case_sets["full"], cfg.case_sets["default"]
     # full = default + the DeepBench training sizes, converted from DeepBench's row layouts
     assert set(default.cases) < set(full.cases)
     deep = [c for c in full.cases if c not in set(default.cases)]
@@ -66,7 +66,7 @@ def test_bad_config_names_file_key_value(tmp_path, text, key, value, words):
 def test_missing_profile(tmp_path):
     p = _write(tmp_path, TINY_PROFILE + TOL)
     with pytest.raises(ConfigError, match="no such profile") as ei:
-        load_config(p).profile("nope")
+        load_config(p).case_set("nope")
     assert ei.value.value == "nope"
 
 

@@ -252,7 +252,7 @@ def test_runner_rows_read_unavailable_without_a_gpu():
     cfg = load_config()
     dev = cpu_device()
     runner = CaseRunner(dev, cfg, build_ceilings(dev, cfg, measure_now=False))
-    cases = [c for c in cfg.profile("quick").cases]
+    cases = [c for c in cfg.case_set("quick").cases]
     assert {c.family for c in cases} == {"gemm", "conv2d"}
     for case in cases:
         p = registry.get(case.family, "cupy")

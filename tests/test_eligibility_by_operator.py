@@ -11,7 +11,7 @@ import pytest
 
 from microbench.core.config import load_config
 from microbench.timeline.analysis import TraceAnalysis
-from microbench.timeline.eligibility import operator_could_use_tensor_cores
+from microbench.timeline.eligibility import operator_could_use_matrix_units
 
 from .conftest import TRACES
 
@@ -70,7 +70,7 @@ def test_a_gpu_without_tensor_cores_has_nothing_eligible(tmp_path):
     ("aten::mm_something_else", False),
 ])
 def test_operator_families(name, eligible):
-    assert operator_could_use_tensor_cores(name) is eligible
+    assert operator_could_use_matrix_units(name) is eligible
 
 
 def test_the_2021_schema_cut_counts_only_convolution_kernels():

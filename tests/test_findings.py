@@ -39,7 +39,7 @@ def test_breakdown_adds_up_to_the_step_and_idle_split_to_its_host_part(name):
     _, steps, _ = gpu_time.step_breakdowns(tl)
     assert steps
     lo, hi = gpu_time.plugin_windows(tl, tl.step_windows())
-    k = tl.kernels
+    k = tl.activities
     for st, a, b in zip(steps, lo, hi):
         parts = st["breakdown_us"]
         assert set(parts) == set(gpu_time.PLUGIN_CATEGORIES)
@@ -114,7 +114,7 @@ def test_amp_saving_is_the_prediction_models_with_its_range(config):
     f = F.Facts(ta, config, "a100_sxm4_80gb")
     s = F.dtype_saving(f, "bf16")
     assert 0 < s["low"] <= s["expected"] <= s["high"]
-    kernel_us = f.per_step(ta.tl.kernels.dur_us) * f.overlap
+    kernel_us = f.per_step(ta.tl.activities.dur_us) * f.overlap
     assert s["high"] < kernel_us  # a saving is never the whole busy time
     amp = F.rule_amp(f, F.rules()["rules"]["amp"])
     assert amp["saving_us"] == s and "bfloat16" in amp["fix"]
@@ -352,7 +352,7 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     dl = F.rule_dataloader(plugin, rule["dataloader"])
     assert dl["saving_us"]["expected"] == pytest.approx(1186, abs=1) and "num_workers" in dl["fix"]
     cl = F.rule_channels_last(plugin, rule["channels_last"])
-    k = plugin.ta.tl.kernels
+    k = plugin.ta.tl.activities
     mask = plugin.name_mask(rule["channels_last"]["pattern"])
     assert cl["time_us"] == pytest.approx(plugin.per_step(np.where(mask, k.dur_us, 0.0)))
     assert cl["saving_us"]["low"] < cl["saving_us"]["high"] and "channels_last" in cl["fix"]

@@ -105,7 +105,7 @@ def test_the_ceiling_search_measures_only_the_profiles_dtypes(monkeypatch, tmp_p
     monkeypatch.setattr("microbench.core.conditions.Conditions.start", lambda self: self)
     monkeypatch.setattr("microbench.core.conditions.Conditions.stop", lambda self: {"busy": False, "reasons": []})
     cfg = load_config()
-    quick = cfg.profiles["quick"]
+    quick = cfg.case_sets["quick"]
     dev = Device("cuda", "cuda:0", "NVIDIA H200", "sm_90", 132, 141 * 2**30, None, l2_bytes=50 * 2**20)
     wanted = tuple(sorted({c.dtype for c in quick.cases}))
     assert "tf32" not in wanted

@@ -19,7 +19,7 @@ from microbench.core.shapes import Case, GemmShape
 from microbench.harness import preflight, registry
 from microbench.harness.ceilings import Ceilings
 from microbench.harness.faults import lost_context
-from microbench.harness.runner import run_profile
+from microbench.harness.runner import run_case_set
 
 
 @pytest.fixture
@@ -59,17 +59,17 @@ def test_a_cause_chain_is_read():
         assert lost_context(e) == "cudaErrorLaunchFailure"
 
 
-def _profile(cfg, providers):
-    from microbench.core.config import Profile
+def _case_set(cfg, providers):
+    from microbench.core.config import CaseSet
 
     cases = tuple(Case("gemm", GemmShape(m, 8, 8), "fp32") for m in (8, 16, 32))
-    return Profile("t", "three GEMMs", tuple(providers), cases)
+    return CaseSet("t", "three GEMMs", tuple(providers), cases)
 
 
 def test_the_runner_stops_at_the_first_lost_context(sticky):
     cfg = load_config()
     rows = []
-    stopped = run_profile(_profile(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
+    stopped = run_case_set(_case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
                           isolate=())
     got = [(r.shape, r.provider, r.status) for r in rows]
     assert got == [("8x8x8", "t_ok", "ok"), ("8x8x8", "t_fault", "ok"), ("16x8x8", "t_ok", "ok"),
@@ -84,7 +84,7 @@ def test_preflight_meets_the_fault_in_its_own_process(sticky):
     other row is measured and only the faulting pair is failed."""
     cfg = load_config()
     rows = []
-    stopped = run_profile(_profile(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
+    stopped = run_case_set(_case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
                           isolate=("t_fault",))
     assert stopped is None and sticky.CONTEXT["lost"] is False
     got = {(r.shape, r.provider): r.status for r in rows}

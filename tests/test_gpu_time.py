@@ -150,9 +150,9 @@ def test_devices_are_broken_down_apart_and_summed():
     from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
 
     b = TimelineBuilder("two devices", "kineto")
-    b.add_kernel(GEMM, 0.0, 10.0, 0, 7, NO_ID, NO_ID, KERNEL)
-    b.add_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.0, 10.0, 1, 7, NO_ID, NO_ID, KERNEL)
-    b.add_kernel(GEMM, 20.0, 5.0, 1, 7, NO_ID, NO_ID, KERNEL)
+    b.add_activity(GEMM, 0.0, 10.0, 0, 7, NO_ID, NO_ID, KERNEL)
+    b.add_activity("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.0, 10.0, 1, 7, NO_ID, NO_ID, KERNEL)
+    b.add_activity(GEMM, 20.0, 5.0, 1, 7, NO_ID, NO_ID, KERNEL)
     tl = b.build()
     dev = gpu_time.per_device(tl)
     assert (dev[0]["computation_us"], dev[0]["idle_us"]) == (10, 0)

@@ -454,7 +454,7 @@ def test_config_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
     cfg = tmp_path / "bench.toml"
     cfg.write_text(GEMM_FROM.format(spec="sub/mine.toml:gemm.sizes"))
     monkeypatch.chdir(REPO)  # not the config's folder
-    (case,) = load_config(cfg).profile("p").cases
+    (case,) = load_config(cfg).case_set("p").cases
     assert (case.shape.m, case.shape.n, case.shape.k, case.shape.trans_a, case.shape.trans_b) == (3, 5, 7, False, True)
     # and the project's own data files are still found by name
-    assert len(load_config().profile("full").cases) > len(load_config().profile("default").cases)
+    assert len(load_config().case_set("full").cases) > len(load_config().case_set("default").cases)

@@ -55,9 +55,9 @@ def _later_schema(doc: dict, step_category: str = "user_annotation", runtime: st
 
 def _shape(tl) -> dict:
     li = tl.launch_index()
-    return {"kernels": len(tl.kernels), "copies": int((tl.kernels.category == MEMCPY).sum()),
+    return {"kernels": len(tl.activities), "copies": int((tl.activities.category == MEMCPY).sum()),
             "launched": int((li != NO_ID).sum()), "launches": len(tl.launches), "ops": len(tl.cpu_ops),
-            "steps": tl.step_windows().names, "external": tl.kernels.external_id.tolist(),
+            "steps": tl.step_windows().names, "external": tl.activities.external_id.tolist(),
             "op_names": sorted({tl.names[n] for n in tl.cpu_ops.name})}
 
 
@@ -96,7 +96,7 @@ def test_upper_case_kernel_and_lower_case_kernel_are_one_category(tmp_path):
     for e in k[::2]:
         e["cat"] = "kernel"
     tl = kineto.read(_write(tmp_path, doc))
-    assert int((tl.kernels.category == KERNEL).sum()) == len(k)
+    assert int((tl.activities.category == KERNEL).sum()) == len(k)
 
 
 def test_device_work_in_an_unknown_category_is_counted_by_name(tmp_path):
@@ -105,7 +105,7 @@ def test_device_work_in_an_unknown_category_is_counted_by_name(tmp_path):
     doc["traceEvents"] += [e | {"cat": "mtia_ccp_events"} for e in doc["traceEvents"] if e.get("cat") == "Kernel"][:3]
     tl = kineto.read(_write(tmp_path, doc))
     assert tl.meta["unread_categories"] == {"mtia_ccp_events": 3}
-    assert len(tl.kernels) == 24
+    assert len(tl.activities) == 24
 
 
 @pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="tests/data/traces not here")

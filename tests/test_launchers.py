@@ -50,7 +50,7 @@ def _trace(tmp_path: Path, device: str = "NVIDIA H800", cc: tuple[int, int] = (9
 
 
 def _by_name(tl) -> dict:
-    return {tl.names[tl.kernels.name[r]]: tl.classes[tl.kernels.cls[r]] for r in range(len(tl.kernels))}
+    return {tl.names[tl.activities.name[r]]: tl.classes[tl.activities.cls[r]] for r in range(len(tl.activities))}
 
 
 def test_a_kernel_launched_inside_nccl_all_to_all_is_communication(tmp_path):

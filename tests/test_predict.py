@@ -11,8 +11,8 @@ import pytest
 from microbench.core.archjson import read_arch, to_arch
 from microbench.core.config import load_config
 from microbench.prediction.chips import chip, find_entry
-from microbench.prediction.kernels import KernelWork
-from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_kernels, wave_factor
+from microbench.prediction.kernels import ActivityWork
+from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
 from microbench.predict import main
 
 from .conftest import TRACES, needs_traces
@@ -24,9 +24,9 @@ def _chip(name, **kw):
     return chip(find_entry(name, CFG.devices), **kw)
 
 
-def _work(groups, dur, flops=None, nbytes=None, precision=None, tiles=None, names=None) -> KernelWork:
+def _work(groups, dur, flops=None, nbytes=None, precision=None, tiles=None, names=None) -> ActivityWork:
     n = len(groups)
-    return KernelWork(names or [f"k{i}" for i in range(n)], np.array(dur, dtype=float), np.array(groups, dtype=object),
+    return ActivityWork(names or [f"k{i}" for i in range(n)], np.array(dur, dtype=float), np.array(groups, dtype=object),
                       np.array(groups, dtype=object), np.array(flops or [0.0] * n, dtype=float),
                       np.array(nbytes or [np.nan] * n, dtype=float), np.array(precision or [None] * n, dtype=object),
                       np.array(tiles or [0] * n, dtype=np.int64), np.array([None] * n, dtype=object),
@@ -46,10 +46,10 @@ def test_devices_are_found_by_key_name_or_short_name():
 
 def test_memory_bound_kernel_scales_with_bandwidth_above_the_floor():
     src, tgt = _chip("H100", floor_us=2.0, floor_source="t"), _chip("MI300X", floor_us=3.0, floor_source="t")
-    t, why = predict_kernels(_work(["elementwise"], [12.0]), src, tgt)
+    t, why = predict_activities(_work(["elementwise"], [12.0]), src, tgt)
     assert why[0] == ""
     assert t[0] == pytest.approx(3.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
-    held, _ = predict_kernels(_work(["elementwise"], [12.0]), src, tgt, v=Variant(hold_floor=True))
+    held, _ = predict_activities(_work(["elementwise"], [12.0]), src, tgt, v=Variant(hold_floor=True))
     assert held[0] == pytest.approx(2.0 + 10.0 * src.memory_tbs / tgt.memory_tbs)
 
 
@@ -59,13 +59,13 @@ def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_sl
     roof = {n: (n / (src.memory_tbs * 1e6), n / (tgt.memory_tbs * 1e6)) for n in (big, small)}
     w = _work(["elementwise", "elementwise", "normalization"],
               [2.0 + roof[big][0] + 5.0, 2.0 + roof[small][0] + 5.0, 2.5], nbytes=[big, small, 0.0])
-    t, why = predict_kernels(w, src, tgt)
+    t, why = predict_activities(w, src, tgt)
     assert list(why) == ["", "", ""]
     ratio = roof[big][1] / roof[big][0]
     assert t[0] == pytest.approx(3.0 + (roof[big][0] + 5.0) * ratio)  # streams: its efficiency carries over
     assert t[1] == pytest.approx(3.0 + roof[small][1] + 5.0)  # latency-bound: 5 us of slack held
     assert t[2] == pytest.approx(3.0 + 0.5)  # no bytes to move: all of its time above the floor is slack
-    flipped, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))  # the range's alternative
+    flipped, _ = predict_activities(w, src, tgt, v=Variant(scale_slack=True))  # the range's alternative
     assert flipped[0] == pytest.approx(3.0 + roof[big][1] + 5.0)
     assert flipped[1] == pytest.approx(3.0 + (roof[small][0] + 5.0) * ratio)
     assert np.isnan(datasheet_roof_us(w, tgt)).all()  # DRAM bytes do not bound a kernel whose operands sit in L2
@@ -73,10 +73,10 @@ def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_sl
 
 @needs_traces
 def test_memory_bound_kernels_of_a_trace_get_their_operators_bytes():
-    from microbench.prediction.kernels import kernel_work
+    from microbench.prediction.kernels import activity_work
     from microbench.timeline.analysis import read_trace
 
-    w = kernel_work(read_trace(TRACES / "h100_bert_small.json.gz"), {}, 128, 128)
+    w = activity_work(read_trace(TRACES / "h100_bert_small.json.gz"), {}, 128, 128)
     gelu = [i for i, n in enumerate(w.names) if "Gelu" in n]
     # aten::gelu of [1, 141, 2048] bf16 in the 4 layers and of [1, 141, 512] in the head: read once, written once
     assert w.bytes[gelu].tolist() == [2 * 141 * 2048 * 2] * 4 + [2 * 141 * 512 * 2]
@@ -92,10 +92,10 @@ def test_inferred_bytes_never_beat_the_dram_bandwidth_beyond_l2():
     fit in the A100's 40 MB L2 cannot move them faster than its DRAM (2.04 TB/s; 10 % for the attribution of one
     operator's bytes over its kernels by time). Smaller ones can, from L2: a sqrt over 16.8 MB runs at 2.2 TB/s.
     Tensor lists, fills and scatters once gave 1.6 GB for a 156 us concatenation."""
-    from microbench.prediction.kernels import MEMORY_BOUND, kernel_work
+    from microbench.prediction.kernels import MEMORY_BOUND, activity_work
     from microbench.timeline.analysis import read_trace
 
-    w = kernel_work(read_trace(TRACES / "a100_torchrec_rank0.json.gz"), {}, 128, 128)
+    w = activity_work(read_trace(TRACES / "a100_torchrec_rank0.json.gz"), {}, 128, 128)
     known = np.isin(w.group, MEMORY_BOUND) & np.isfinite(w.bytes)
     assert known.sum() > 400  # most of its 822 memory kernels have their operator's bytes
     beyond_l2 = known & (w.bytes > 40e6)
@@ -109,9 +109,9 @@ def test_matrix_kernel_roofline_part_scales_and_its_slack_is_held():
     flops = 1e12  # a compute-bound GEMM: 1 TFLOP at 271.2 TFLOP/s = 3,687 us on the A100's achievable rate
     roof_a100 = flops / 271.2e6
     w = _work(["gemm_conv"], [2.0 + roof_a100 + 100.0], flops=[flops], nbytes=[1e6], precision=["bf16"])
-    t, _ = predict_kernels(w, src, tgt)
+    t, _ = predict_activities(w, src, tgt)
     assert t[0] == pytest.approx(2.0 + flops / 794.5e6 + 100.0)
-    scaled, _ = predict_kernels(w, src, tgt, v=Variant(scale_slack=True))
+    scaled, _ = predict_activities(w, src, tgt, v=Variant(scale_slack=True))
     assert scaled[0] == pytest.approx(2.0 + (roof_a100 + 100.0) * 271.2 / 794.5)
 
 
@@ -124,7 +124,7 @@ def test_unplaced_kernels_keep_their_time_and_say_why():
     src, tgt = _chip("H100"), _chip("MI300X")
     w = _work(["other", "gemm_conv", "communication", "copies"], [7.0, 9.0, 11.0, 5.0],
               names=["mystery", "sgemm", "ncclDevKernel_AllReduce", "Memcpy HtoD (Pageable -> Device)"])
-    t, why = predict_kernels(w, src, tgt)
+    t, why = predict_activities(w, src, tgt)
     assert t.tolist() == [7.0, 9.0, 11.0, 5.0]
     assert "no kernel rule" in why[0] and "without FLOPs" in why[1] and "--fabric" in why[2] and "host" in why[3]
 
@@ -134,12 +134,12 @@ def test_what_if_bf16_moves_fp32_matrix_work_to_tensor_cores():
     flops = 1e12
     w = _work(["gemm_conv", "elementwise"], [2.0 + flops / (19.5 * 0.8e6), 12.0], flops=[flops, 0.0],
               nbytes=[1e6, np.nan], precision=["fp32", None])
-    same, _ = predict_kernels(w, src, tgt)
+    same, _ = predict_activities(w, src, tgt)
     assert same.tolist() == pytest.approx(w.dur_us.tolist())
-    t, _ = predict_kernels(w, src, tgt, Scenario(dtype="bf16"))
+    t, _ = predict_activities(w, src, tgt, Scenario(dtype="bf16"))
     assert t[0] == pytest.approx(2.0 + flops / 271.2e6)
     assert t[1] == pytest.approx(2.0 + 10.0 * 0.5)  # activations in 2 bytes
-    double, _ = predict_kernels(w, src, tgt, Scenario(batch_scale=2.0))
+    double, _ = predict_activities(w, src, tgt, Scenario(batch_scale=2.0))
     assert double[1] == pytest.approx(2.0 + 20.0)
 
 
@@ -279,7 +279,7 @@ def test_communication_moves_through_the_fabric_presets():
     assert (f.source_gbps, f.source_latency_us, f.target_gbps, f.target_latency_us) == (150.0, 10.0, 450.0, 5.0)
     assert fabrics(None, None) is None
     src, tgt = _chip("V100"), _chip("H100")
-    t, why = predict_kernels(_work(["communication"], [310.0]), src, tgt, fabrics=f)
+    t, why = predict_activities(_work(["communication"], [310.0]), src, tgt, fabrics=f)
     assert why[0] == "" and t[0] == pytest.approx(5.0 + 300.0 / 3)
 
 
@@ -357,6 +357,6 @@ def test_a_kernel_belongs_to_the_innermost_operator_around_its_launch(tmp_path):
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}]}))
     tl = read_trace(path)
     rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID)
-    kernels = np.argsort([int(tl.names[n].rsplit("_", 1)[1]) for n in tl.kernels.name])
+    kernels = np.argsort([int(tl.names[n].rsplit("_", 1)[1]) for n in tl.activities.name])
     owner = opmetrics._innermost_owner(tl, rows, kernels)
     assert [tl.names[tl.cpu_ops.name[o]] if o >= 0 else None for o in owner] == launched

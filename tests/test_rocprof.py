@@ -30,12 +30,12 @@ def test_dispatches_become_kernels_named_by_their_symbols():
     records = doc["buffer_records"]["kernel_dispatch"]
     symbols = {s["kernel_id"]: s["formatted_kernel_name"] for s in doc["kernel_symbols"]}
     tl = read_trace(SLICE)
-    assert tl.format == "rocprofv3" and len(tl.kernels) == len(records) == 150
-    assert [tl.names[n] for n in tl.kernels.name] == [symbols[r["dispatch_info"]["kernel_id"]] for r in records]
+    assert tl.format == "rocprofv3" and len(tl.activities) == len(records) == 150
+    assert [tl.names[n] for n in tl.activities.name] == [symbols[r["dispatch_info"]["kernel_id"]] for r in records]
     dur_ns = [r["end_timestamp"] - r["start_timestamp"] for r in records]
-    assert tl.kernels.dur_us.sum() == pytest.approx(sum(dur_ns) / 1000)
+    assert tl.activities.dur_us.sum() == pytest.approx(sum(dur_ns) / 1000)
     # the one GPU agent that ran them: gpu_index 0 of eight MI350X agents (two CPU agents come first)
-    assert set(tl.kernels.device.tolist()) == {0}
+    assert set(tl.activities.device.tolist()) == {0}
     assert tl.device_properties[0]["name"] == "AMD Instinct MI350X"
     assert (tl.device_properties[0]["gcnArchName"], tl.device_properties[0]["numSms"]) == ("gfx950", 256)
     assert (tl.device_properties[0]["computeMajor"], tl.device_properties[0]["computeMinor"]) == (9, 5)
@@ -45,7 +45,7 @@ def test_the_format_is_told_by_content_plain_or_gzip(tmp_path):
     gz = tmp_path / "capture.json.gz"  # no name says rocprof
     gz.write_bytes(gzip.compress(SLICE.read_bytes()))
     assert detect_format(SLICE) == detect_format(gz) == "rocprofv3"
-    assert len(read_trace(gz).kernels) == 150
+    assert len(read_trace(gz).activities) == 150
 
 
 def test_hip_calls_are_the_launches_of_their_dispatches(tmp_path):
@@ -105,9 +105,9 @@ def test_memory_copies_are_copies_on_their_gpu(tmp_path):
          "correlation_id": {"internal": 99_000_001, "external": 0}, "start_timestamp": t0 - 4000,
          "end_timestamp": t0 - 1000, "dst_agent_id": gpu, "src_agent_id": cpu, "bytes": 1 << 20}]
     tl = rocprof.read(_write_doc(tmp_path, doc))
-    copies = np.flatnonzero(tl.kernels.category == MEMCPY)
-    assert len(copies) == 1 and tl.names[tl.kernels.name[copies[0]]] == "Memcpy HtoD"
-    assert tl.kernels.device[copies[0]] == 0 and tl.kernels.dur_us[copies[0]] == pytest.approx(3.0)
+    copies = np.flatnonzero(tl.activities.category == MEMCPY)
+    assert len(copies) == 1 and tl.names[tl.activities.name[copies[0]]] == "Memcpy HtoD"
+    assert tl.activities.device[copies[0]] == 0 and tl.activities.dur_us[copies[0]] == pytest.approx(3.0)
 
 
 def test_records_no_rule_reads_are_named(cfg, tmp_path):

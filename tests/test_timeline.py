@@ -33,7 +33,7 @@ def test_columns_hold_every_event_of_their_kind(v100):
     tl, raw = v100
     by = {c: [e for e in raw if e.get("cat") == c] for c in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime",
                                                               "cpu_op", "user_annotation", "gpu_user_annotation")}
-    k = tl.kernels
+    k = tl.activities
     for cat, code in (("kernel", KERNEL), ("gpu_memcpy", MEMCPY), ("gpu_memset", MEMSET)):
         rows = k.category == code
         assert rows.sum() == len(by[cat])
@@ -45,7 +45,7 @@ def test_columns_hold_every_event_of_their_kind(v100):
     assert (tl.ranges.kind == CPU_RANGE).sum() == len(by["user_annotation"])
     assert (tl.ranges.kind == GPU_RANGE).sum() == len(by["gpu_user_annotation"])
     # typed columns, not objects; each distinct name stored once
-    for table in (tl.kernels, tl.launches, tl.cpu_ops, tl.ranges):
+    for table in (tl.activities, tl.launches, tl.cpu_ops, tl.ranges):
         assert all(getattr(table, f).dtype != object for f in type(table).typecodes())
     assert len(tl.names) < len(raw) / 20
     lo = min(e["ts"] for e in raw if e["cat"] != "Trace")
@@ -71,7 +71,7 @@ def test_every_gpu_activity_finds_its_launch(v100):
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in raw if e.get("cat") == "cuda_runtime"}
     li = tl.launch_index()
     assert (li != NO_ID).all()
-    expected = [launch_ts[c] for c in tl.kernels.correlation]
+    expected = [launch_ts[c] for c in tl.activities.correlation]
     assert tl.launches.ts_us[li].tolist() == expected
     assert metrics.unlaunched_kernels(tl) == 0
 
@@ -135,13 +135,13 @@ def test_a_reader_of_another_format_fills_the_same_timeline():
     b.add_range("ProfilerStep#0", 0.0, 100.0, 7, thread, CPU_RANGE)
     b.add_launch("cudaLaunchKernel", 10.0, 2.0, 7, thread, 1)
     b.add_launch("cudaLaunchKernel", 20.0, 2.0, 7, thread, 2)
-    b.add_kernel("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", 30.0, 40.0, 0, 7, 1, NO_ID, KERNEL)
-    b.add_kernel("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", 50.0, 40.0, 0, 8, 2, NO_ID, KERNEL)
+    b.add_activity("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", 30.0, 40.0, 0, 7, 1, NO_ID, KERNEL)
+    b.add_activity("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", 50.0, 40.0, 0, 8, 2, NO_ID, KERNEL)
     b.cover(0.0, 100.0)
     tl = b.build()
     assert metrics.kernel_time(tl) == (2, 80.0)
     assert metrics.time_by_class(tl) == {"tc_gemm": (1, 40.0), "comm": (1, 40.0)}
-    assert metrics.tensor_core_time(tl)["yes"] == 40.0
+    assert metrics.matrix_unit_time(tl)["yes"] == 40.0
     whole = gpu_time.breakdown(tl)
     assert (whole["exposed_comm_us"], whole["busy_us"], whole["gpu_span_us"]) == (20.0, 60.0, 60.0)
     _, steps, _ = gpu_time.step_breakdowns(tl)
@@ -200,7 +200,7 @@ def test_pieces_cut_only_between_events(tmp_path, monkeypatch):
     for chunk in (5, 64, 333, 1 << 20):
         monkeypatch.setattr(kineto, "CHUNK_BYTES", chunk)
         tl = kineto._read_pieces(p)
-        assert [tl.names[n] for n in tl.kernels.name] == [f"k{i}" for i in range(40)]
-        assert tl.kernels.ts_us.tolist() == whole.kernels.ts_us.tolist()
+        assert [tl.names[n] for n in tl.activities.name] == [f"k{i}" for i in range(40)]
+        assert tl.activities.ts_us.tolist() == whole.activities.ts_us.tolist()
         assert (tl.distributed, tl.meta["traceName"], sorted(tl.device_properties)) == \
             ({"rank": 3, "world_size": 8}, "x", [0, 1])

@@ -3,6 +3,7 @@ changing it; hardware counters' Tensor Core verdicts in a column of their own.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from microbench.timeline.analysis import TraceAnalysis
 from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, TimelineBuilder
@@ -18,25 +19,25 @@ def _timeline():
     thread = b.thread(b.process(7), 7)
     b.add_range("ProfilerStep#0", 0.0, 100.0, 7, thread, CPU_RANGE)
     b.add_launch("cudaLaunchKernel", 1.0, 1.0, 7, thread, 1)
-    b.add_kernel("volta_sgemm_128x64_nn", 10.0, 30.0, 0, 7, 1, NO_ID, KERNEL)
+    b.add_activity("volta_sgemm_128x64_nn", 10.0, 30.0, 0, 7, 1, NO_ID, KERNEL)
     b.add_counters(dict(TENSOR))
     b.add_launch("cudaLaunchKernel", 2.0, 1.0, 7, thread, 2)
-    b.add_kernel("volta_sgemm_128x64_nn", 50.0, 10.0, 0, 7, 2, NO_ID, KERNEL)
+    b.add_activity("volta_sgemm_128x64_nn", 50.0, 10.0, 0, 7, 2, NO_ID, KERNEL)
     b.add_launch("cudaLaunchKernel", 3.0, 1.0, 7, thread, 3)
-    b.add_kernel("void at::native::vectorized_elementwise_kernel<4>", 70.0, 20.0, 0, 7, 3, NO_ID, KERNEL)
+    b.add_activity("void at::native::vectorized_elementwise_kernel<4>", 70.0, 20.0, 0, 7, 3, NO_ID, KERNEL)
     b.cover(0.0, 100.0)
     return b.build()
 
 
 def test_counters_are_their_own_column_and_the_timeline_is_unchanged():
     tl = _timeline()
-    before = tl.kernels.tensor_cores.copy()
+    before = tl.activities.tensor_cores.copy()
     a = TraceAnalysis(tl)
     doc = a.document()
-    assert (tl.kernels.tensor_cores == before).all() and TC_VALUES[before[0]] == "no"  # the name rule's verdict
+    assert (tl.activities.tensor_cores == before).all() and TC_VALUES[before[0]] == "no"  # the name rule's verdict
     # the counters settle both calls of the GEMM (summed over its calls); the element-wise kernel has none
     assert a.counter_tensor_cores.tolist() == [TC_VALUES.index("yes")] * 2 + [NO_ID]
-    assert TC_VALUES[a.evidence.kernels.tensor_cores[1]] == "yes" and a.evidence.kernels.name is tl.kernels.name
+    assert TC_VALUES[a.evidence.activities.tensor_cores[1]] == "yes" and a.evidence.activities.name is tl.activities.name
     assert doc["summary"]["tensor_core_share"] == 40 / 60  # totals follow the strongest evidence
     gemm = next(k for k in doc["kernels"] if k["kernel"].startswith("volta_sgemm"))
     assert (gemm["tensor_cores"], gemm["params"]["evidence"], gemm["params"]["name_verdict"]) == ("yes", "counters", "no")
@@ -46,7 +47,17 @@ def test_counters_are_their_own_column_and_the_timeline_is_unchanged():
 
 def test_results_are_computed_once_and_only_when_asked():
     a = TraceAnalysis(_timeline())
-    assert "model" not in a.__dict__
+    assert "work_model" not in a.__dict__
     assert a.steps[0]["busy_us"] == 60 and a.steps[0]["kernel_count"] == 3
-    assert "model" in a.__dict__ and a.mfu is a.mfu
+    assert "work_model" in a.__dict__ and a.mfu is a.mfu
     assert np.isclose(a.summary["gpu_busy_share"], 60 / 80)
+
+
+def test_the_old_names_still_answer_with_a_deprecation_warning():
+    """`Timeline.kernels` and `TraceAnalysis.model` (docs/api.md's names until the glossary's rename) return the
+    new attributes' very objects for one release, and say so."""
+    a = TraceAnalysis(_timeline())
+    with pytest.warns(DeprecationWarning, match="Timeline.activities"):
+        assert a.tl.kernels is a.tl.activities
+    with pytest.warns(DeprecationWarning, match="TraceAnalysis.work_model"):
+        assert a.model is a.work_model

@@ -44,7 +44,7 @@ def test_a_report_becomes_a_trace_the_prediction_reads(tmp_path):
     out = tmp_path / "t.json.gz"
     assert _rebuild([str(_csv(tmp_path / "ops.csv")), "--device", "h100", "--out", str(out)]) == 0
     tl = read_trace(out)
-    assert len(tl.kernels) == 5 and sorted(tl.kernels.dur_us.tolist()) == [2.0, 2.0, 2.0, 8.0, 8.0]
+    assert len(tl.activities) == 5 and sorted(tl.activities.dur_us.tolist()) == [2.0, 2.0, 2.0, 8.0, 8.0]
     doc = from_trace(out, "mi300x_vf", load_config())
     assert doc["source"]["device"].startswith("NVIDIA H100") and doc["source"]["busy_us"] == pytest.approx(22.0)
     ops = {o["op"] for o in doc["ops"]}

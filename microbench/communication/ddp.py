@@ -89,7 +89,7 @@ def _gpu_split(tl, w) -> list[dict]:
     """NCCL / RCCL: each step's breakdown over its own activities; each all-reduce kernel a bucket's window."""
     steps, _ = gpu_time.per_step(tl, w)
     owner = gpu_time.assign_steps(tl, w).step
-    k = tl.kernels
+    k = tl.activities
     comm = np.flatnonzero(tl.class_mask("comm") & (k.category == KERNEL))
     out = []
     for j, st in enumerate(steps):
@@ -142,7 +142,7 @@ def split_steps(path: str | Path) -> list[dict]:
     if tl.names.find(STEP_RANGE) == NO_ID:
         return []
     w = tl.step_windows(STEP_RANGE)
-    if (tl.kernels.category == KERNEL).any():
+    if (tl.activities.category == KERNEL).any():
         return _gpu_split(tl, w)
     return _cpu_split(tl, w)
 

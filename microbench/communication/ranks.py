@@ -136,7 +136,7 @@ def _link_kernels(tl: Timeline, anns: np.ndarray, calls: dict[int, Call], comm_r
             unlinked += 1
             continue
         call = calls[int(own[np.argmax(r.ts_us[own])])]  # the innermost: latest start
-        ts, end = float(tl.kernels.ts_us[k]), float(tl.kernels.end_us[k])
+        ts, end = float(tl.activities.ts_us[k]), float(tl.activities.end_us[k])
         call.kernel_ts = ts if call.kernel_ts is None else min(call.kernel_ts, ts)
         call.kernel_end = end if call.kernel_end is None else max(call.kernel_end, end)
     return unlinked
@@ -155,7 +155,7 @@ def calls_of(tl: Timeline, rank: int, world: int | None, path: Path) -> tuple[li
         if op == "allgather" and nbytes is not None:
             nbytes *= group  # nccl-tests counts the gathered output
         calls[int(a)] = Call(rank, op, name, nbytes, group, float(tl.ranges.ts_us[a]))
-    comm_rows = np.flatnonzero(tl.class_mask("comm") & (tl.kernels.category == KERNEL))
+    comm_rows = np.flatnonzero(tl.class_mask("comm") & (tl.activities.category == KERNEL))
     unlinked = _link_kernels(tl, anns, calls, comm_rows)
     return sorted(calls.values(), key=lambda c: c.cpu_ts), unlinked
 
@@ -206,7 +206,7 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     rank, world = _rank_and_world(info, path, fallback_rank)
     s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
-    k = tl.kernels
+    k = tl.activities
     comm = tl.class_mask("comm") & (k.category == KERNEL)
     s.comm_kernels, s.comm_us = int(comm.sum()), gpu_time.covered(k.ts_us[comm], k.end_us[comm])
     s.whole = gpu_time.breakdown(tl)

@@ -90,7 +90,7 @@ class CpuTier:
 
 
 @dataclass(frozen=True)
-class Profile:
+class CaseSet:
     name: str
     description: str
     providers: tuple[str, ...]
@@ -104,18 +104,18 @@ class Config:
     timing: TimingSettings
     tolerance: dict[str, float]
     ceilings: dict[str, CeilingSettings]
-    profiles: dict[str, Profile]
+    case_sets: dict[str, CaseSet]
     devices: tuple[DatasheetDevice, ...]
     cpu_tiers: tuple[CpuTier, ...]
     raw: dict = field(repr=False, default_factory=dict)
     noise: NoiseSettings = field(default_factory=NoiseSettings)
     conditions: ConditionSettings = field(default_factory=ConditionSettings)
 
-    def profile(self, name: str) -> Profile:
-        if name not in self.profiles:
-            raise ConfigError(self.path, f"no such profile (have: {', '.join(sorted(self.profiles))})",
+    def case_set(self, name: str) -> CaseSet:
+        if name not in self.case_sets:
+            raise ConfigError(self.path, f"no such profile (have: {', '.join(sorted(self.case_sets))})",
                               key="profiles", value=name)
-        return self.profiles[name]
+        return self.case_sets[name]
 
 
 class _Reader:
@@ -275,8 +275,8 @@ def _group_cases(rd: _Reader, group: dict, where: str, spec: OpSpec) -> list[Cas
     return [Case(op, shape, dt) for shape in shapes for op in case_ops for dt in dtypes]
 
 
-def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
-    out: dict[str, Profile] = {}
+def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
+    out: dict[str, CaseSet] = {}
     extends: dict[str, str] = {}
     own: dict[str, list[Case]] = {}
     for name, t in raw.items():
@@ -298,7 +298,7 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
             extends[name] = t["extends"]
         own[name] = cases
         budget = float(rd.num(t, "ceiling_budget_s", where)) if "ceiling_budget_s" in t else None
-        out[name] = Profile(name, str(t.get("description", "")), providers, (), budget)
+        out[name] = CaseSet(name, str(t.get("description", "")), providers, (), budget)
 
     def all_cases(name: str, seen: tuple[str, ...] = ()) -> list[Case]:
         if name in seen:
@@ -311,7 +311,7 @@ def _profiles(rd: _Reader, raw: dict) -> dict[str, Profile]:
         cases = all_cases(name)
         if not cases:
             rd.fail(f"profiles.{name}", None, "profile has no cases")
-        out[name] = Profile(p.name, p.description, p.providers, tuple(cases), p.ceiling_budget_s)
+        out[name] = CaseSet(p.name, p.description, p.providers, tuple(cases), p.ceiling_budget_s)
     return out
 
 
@@ -383,7 +383,7 @@ def load_config(path: str | Path | None = None) -> Config:
 
     if not isinstance(raw["profiles"], dict) or not raw["profiles"]:
         rd.fail("profiles", raw["profiles"], "expected at least one profile table")
-    profiles = _profiles(rd, raw["profiles"])
+    case_sets = _case_sets(rd, raw["profiles"])
     if not isinstance(raw.get("devices", {}), dict):
         rd.fail("devices", raw["devices"], "expected a table")
     devices = _devices(rd, raw.get("devices", {}))
@@ -399,7 +399,7 @@ def load_config(path: str | Path | None = None) -> Config:
         tiers.append(CpuTier(rd.strings(tier, "requires", where),
                              {p: float(rd.num(tier, p, where, maximum=MAX_PEAK))
                               for p in ("fp32", "bf16", "fp16") if p in tier}))
-    return Config(path, timing, tolerance, ceilings, profiles, devices, tuple(tiers), raw,
+    return Config(path, timing, tolerance, ceilings, case_sets, devices, tuple(tiers), raw,
                   _noise_settings(rd, raw.get("noise", {})), _condition_settings(rd, raw.get("conditions", {})))
 
 

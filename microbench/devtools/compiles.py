@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args) -> int:
     from microbench.kernels.triton_runtime import AUTOTUNE_ENV
 
-    cases = load_config(args.config).profile(args.profile).cases
+    cases = load_config(args.config).case_set(args.profile).cases
     for setting in ("1", "0"):
         with mock.patch.dict(os.environ, {AUTOTUNE_ENV: setting}):
             c = count(cases, args.family, args.sms)

@@ -11,7 +11,7 @@ from microbench.core import dtypes, vendor
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.harness.registry import bind
 from microbench.harness.ceilings import Ceilings
-from microbench.core.config import Config, Profile
+from microbench.core.config import Config, CaseSet
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
 from microbench.harness.registry import Evidence, Provider, Unsupported
@@ -154,17 +154,17 @@ class CaseRunner:
         return n
 
 
-def resolve_providers(profile: Profile, cfg: Config) -> dict[str, list[Provider]]:
-    """Profile provider names -> registered providers per op family; a name no op knows is a config error."""
+def resolve_providers(case_set: CaseSet, cfg: Config) -> dict[str, list[Provider]]:
+    """A case set's provider names -> registered providers per op family; a name no op knows is a config error."""
     known = registry.names()
-    for name in profile.providers:
+    for name in case_set.providers:
         if name not in known:
             raise ConfigError(cfg.path, f"unknown provider (registered: {', '.join(known)})",
-                              key=f"profiles.{profile.name}.providers", value=name)
+                              key=f"profiles.{case_set.name}.providers", value=name)
     out = {}
     for op in registry.OPS:
         by_name = {p.name: p for p in registry.for_op(op)}
-        out[op] = [by_name[n] for n in profile.providers if n in by_name]
+        out[op] = [by_name[n] for n in case_set.providers if n in by_name]
     return out
 
 
@@ -181,19 +181,19 @@ def preflight_pairs(cases, providers: dict[str, list[Provider]], runner: CaseRun
     return pairs
 
 
-def run_profile(profile: Profile, device: Device, cfg: Config, ceilings: Ceilings,
+def run_case_set(case_set: CaseSet, device: Device, cfg: Config, ceilings: Ceilings,
                 on_row: Callable[[ResultRow], None], on_case: Callable[[Case], None] | None = None,
                 isolate: tuple[str, ...] | None = None) -> str | None:
     """Every case through every provider, each row to `on_row` as it is made. On a GPU the providers no GPU
     has run yet (`isolate`, default: data/gpu_faults.toml) first run each case in a process of their own
     (harness/preflight.py). Returns None, or the line that says why the run stopped early: a call that lost
     this process's device context ends it (the rows already given to `on_row` stand)."""
-    providers = resolve_providers(profile, cfg)
+    providers = resolve_providers(case_set, cfg)
     runner = CaseRunner(device, cfg, ceilings)
     if device.is_gpu or isolate is not None:  # a CPU has no context to lose, unless a test asks
-        pairs = preflight_pairs(profile.cases, providers, runner, isolated_providers() if isolate is None else isolate)
+        pairs = preflight_pairs(case_set.cases, providers, runner, isolated_providers() if isolate is None else isolate)
         runner.faulted = preflight.faults(pairs, "cuda" if device.is_gpu else "cpu") if pairs else {}
-    for case in profile.cases:
+    for case in case_set.cases:
         if on_case:
             on_case(case)
         for row in runner.run(case, providers[case.family]):

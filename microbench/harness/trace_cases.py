@@ -1,7 +1,7 @@
 """A profiler trace's matrix work as benchmark cases (`python -m microbench.roofline --from-trace`; docs/replay.md).
 
 Each GEMM / batched GEMM / convolution operator the trace recorded with shapes becomes the cases the runner
-measures, by the one work model: the operator's calls are the trace's modelled calls (timeline.opmetrics.op_model:
+measures, by the one work model: the operator's calls are the trace's modelled calls (timeline.opmetrics.work_model:
 outermost operator, its kernels and their time), and the case is built by the op family's spec
 (core.ops.*.aten_cases, the same that replays a model's step) from the call it wraps (aten::linear -> its
 aten::addmm, aten::conv2d -> its aten::convolution), read through core.ops.aten.trace_call, with the recorded
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core import ops, thresholds
-from microbench.core.config import Profile
+from microbench.core.config import CaseSet
 from microbench.core.datasheet import match_datasheet
 from microbench.core.errors import InputError
 from microbench.core.ops.aten import trace_call
@@ -84,7 +84,7 @@ class CaseGroup:
     operators: dict[str, int] = field(default_factory=dict)  # operator name -> calls
     calls: int = 0
     kernel_time_us: float = 0.0
-    kernels: list[int] = field(default_factory=list)  # kernel rows of tl.kernels
+    kernels: list[int] = field(default_factory=list)  # kernel rows of tl.activities
     strides_recorded: bool = True
     layout: set[str] = field(default_factory=set)  # where the measured layout is not the recorded one
 
@@ -224,14 +224,14 @@ def _left(out: dict, c, why: str) -> None:
     g["time_us"] += c.kernel_time_us
 
 
-def _matrix_kernels(tl: Timeline, model) -> tuple[np.ndarray, np.ndarray]:
+def _matrix_kernels(tl: Timeline, work_model) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel row: whether it is matrix work (launched by a modelled operator with shapes, or GEMM-class), and
     whether it is a GEMM-class kernel no such operator launched."""
-    owned = np.zeros(len(tl.kernels), dtype=bool)
-    for c in model.calls:
+    owned = np.zeros(len(tl.activities), dtype=bool)
+    for c in work_model.calls:
         owned[c.kernels] = True
-    gemm = np.isin(tl.kernels.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
-    unowned = gemm & ~owned & (tl.kernels.category == KERNEL)
+    gemm = np.isin(tl.activities.cls, [i for i, k in enumerate(tl.classes) if k.cls in class_set("gemm")])
+    unowned = gemm & ~owned & (tl.activities.category == KERNEL)
     return owned | unowned, unowned
 
 
@@ -270,15 +270,15 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     tl = read_trace(path)
     name, key = _device(tl, cfg)
     peaks = next((dict(d.peaks_tflops) for d in cfg.devices if d.key == key), {})
-    model = opmetrics.op_model(tl, peaks)
-    if not model.calls:
-        why = f" ({model.notes[0]})" if model.notes and "record_shapes" not in model.notes[0] else ""
+    work_model = opmetrics.work_model(tl, peaks)
+    if not work_model.calls:
+        why = f" ({work_model.notes[0]})" if work_model.notes and "record_shapes" not in work_model.notes[0] else ""
         raise InputError(path, f"no GEMM / convolution / attention operator with recorded shapes{why}: record with "
                                "torch.profiler.profile(record_shapes=True)", key="Input Dims")
     replayable = _replayable_rows(tl)
     groups: dict[tuple, CaseGroup] = {}
     left: dict[tuple, dict] = {}
-    for c in model.calls:
+    for c in work_model.calls:
         cases, why, recorded, layout = _call_cases(tl, c, replayable, set(cfg.tolerance))
         if why:
             _left(left, c, why)
@@ -290,8 +290,8 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         g.kernels += [int(k) for k in c.kernels]
         g.strides_recorded &= recorded
         g.layout.update(layout)
-    matrix, unowned_rows = _matrix_kernels(tl, model)
-    unowned = float(tl.kernels.dur_us[unowned_rows].sum())
+    matrix, unowned_rows = _matrix_kernels(tl, work_model)
+    unowned = float(tl.activities.dur_us[unowned_rows].sum())
     if unowned > 0:
         left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,
                        "why": "launched by no operator with recorded shapes"}
@@ -299,20 +299,20 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
         raise InputError(path, "no GEMM or convolution operator with shapes that makes a case: "
                                + next(iter(left.values()))["why"], key="Input Dims")
     ranked = sorted(groups.values(), key=lambda g: -g.kernel_time_us)
-    total = float(tl.kernels.dur_us[matrix].sum())
+    total = float(tl.activities.dur_us[matrix].sum())
     chosen, below, how = _select(ranked, total, top, min_share_pct)
     return TraceCases(str(path), name, key, total, chosen, below,
                       sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix)
 
 
-def profile_name(path: str | Path) -> str:
+def case_set_name(path: str | Path) -> str:
     return f"trace:{Path(path).name}"
 
 
-def profile_of(tc: TraceCases) -> Profile:
+def case_set_of(tc: TraceCases) -> CaseSet:
     """A trace's cases as a profile through every registered provider (the caller has loaded them: kernels.load_all),
     for `python -m microbench.roofline --from-trace` and `pytest --benchmark-only` with DAWNSCOPE_TRACE alike."""
-    return Profile(profile_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
+    return CaseSet(case_set_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
                    tuple(registry.names()), tc.cases)
 
 

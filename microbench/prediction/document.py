@@ -1,4 +1,4 @@
-"""The prediction's document (schema dawnscope.predict/1): per class side by side, the totals with their range and
+"""The prediction's document (schema dawnscope.predict/1): per prediction group side by side, the totals with their range and
 the dominant assumption, the kernels not placed, the top kernels. Shared by a trace (`from_trace`) and a model's
 recorded operators (`from_ops`)."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from microbench.prediction.chips import Chip, assumptions
-from microbench.prediction.kernels import GROUP_LABELS, GROUPS, KernelWork
+from microbench.prediction.kernels import GROUP_LABELS, GROUPS, ActivityWork
 from microbench.core.verdict import IMPOSSIBLE
-from microbench.prediction.model import Fabrics, Scenario, Variant, datasheet_roof_us, predict_kernels
+from microbench.prediction.model import Fabrics, Scenario, Variant, datasheet_roof_us, predict_activities
 
 SCHEMA = "dawnscope.predict/1"
 VARIANTS = {"compute": Variant(datasheet_compute=True), "memory": Variant(datasheet_memory=True),
@@ -17,17 +17,17 @@ VARIANTS = {"compute": Variant(datasheet_compute=True), "memory": Variant(datash
 TOP = 15
 
 
-def _by_group(w: KernelWork, t: np.ndarray) -> dict[str, float]:
+def _by_group(w: ActivityWork, t: np.ndarray) -> dict[str, float]:
     return {g: float(t[w.group == g].sum()) for g in GROUPS if (w.group == g).any()}
 
 
-def _range(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, fabrics, base_total: float, busy_of,
+def _range(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario, fabrics, base_total: float, busy_of,
            roof: np.ndarray) -> dict:
     """Each assumption replaced by its alternative, one at a time: the busy time it gives and its move."""
     alts = assumptions().get("alternatives", {})
     rows = []
     for name, variant in VARIANTS.items():
-        t, _ = predict_kernels(w, src, tgt, scenario, variant, fabrics)
+        t, _ = predict_activities(w, src, tgt, scenario, variant, fabrics)
         busy = busy_of(float(np.fmax(t, roof).sum()))  # raised to the datasheet roof, as the base is
         rows.append({"name": name, "what": alts.get(name, {}).get("what", name), "busy_us": busy,
                      "delta_us": busy - busy_of(base_total)})
@@ -35,7 +35,7 @@ def _range(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, fabrics, bas
     return {"assumptions": rows, "dominant": dominant, "validation": assumptions().get("validation")}
 
 
-def _unplaced(w: KernelWork, why: np.ndarray) -> list[dict]:
+def _unplaced(w: ActivityWork, why: np.ndarray) -> list[dict]:
     out: dict[tuple, dict] = {}
     for i in np.flatnonzero(why != ""):
         g = out.setdefault((w.names[i], why[i]), {"kernel": w.names[i], "class": str(w.cls[i]), "why": str(why[i]),
@@ -45,7 +45,7 @@ def _unplaced(w: KernelWork, why: np.ndarray) -> list[dict]:
     return sorted(out.values(), key=lambda g: -g["time_us"])
 
 
-def _top(w: KernelWork, t: np.ndarray, flagged: np.ndarray) -> list[dict]:
+def _top(w: ActivityWork, t: np.ndarray, flagged: np.ndarray) -> list[dict]:
     out: dict[str, dict] = {}
     for i in range(len(t)):
         g = out.setdefault(w.names[i], {"kernel": w.names[i], "class": GROUP_LABELS[w.group[i]], "calls": 0,
@@ -62,7 +62,7 @@ def _top(w: KernelWork, t: np.ndarray, flagged: np.ndarray) -> list[dict]:
     return sorted(out.values(), key=lambda g: -g["source_us"])[:TOP]
 
 
-def _ops(w: KernelWork, t: np.ndarray) -> list[dict]:
+def _ops(w: ActivityWork, t: np.ndarray) -> list[dict]:
     """Per modelled operator and shape: its kernels' time on both sides. Where two vendors' libraries split an
     op's work into different kernels, the op is what two traces of one workload have in common."""
     out: dict[str, dict] = {}
@@ -74,7 +74,7 @@ def _ops(w: KernelWork, t: np.ndarray) -> list[dict]:
     return sorted(out.values(), key=lambda g: -g["source_us"])
 
 
-def _steps(w: KernelWork, t: np.ndarray, totals: dict) -> list[dict]:
+def _steps(w: ActivityWork, t: np.ndarray, totals: dict) -> list[dict]:
     """Per step: the source's busy time over its own activities and the prediction (same overlap per step)."""
     out = []
     step_of = totals.get("step_of")
@@ -87,10 +87,10 @@ def _steps(w: KernelWork, t: np.ndarray, totals: dict) -> list[dict]:
     return out
 
 
-def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario = Scenario(),
+def build(w: ActivityWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario = Scenario(),
           fabrics: Fabrics | None = None) -> dict:
     """`totals`: the source's busy_us, idle_us, gpu_span_us and steps (from the trace's GPU-time breakdown)."""
-    t, why = predict_kernels(w, src, tgt, scenario, Variant(), fabrics)
+    t, why = predict_activities(w, src, tgt, scenario, Variant(), fabrics)
     # the one judge's rule: a number faster than the datasheet roof cannot be right; flagged, and raised to it
     roof = datasheet_roof_us(w, tgt, scenario)
     flagged = np.isfinite(roof) & (roof > t * (1 + 1e-9))
@@ -111,7 +111,7 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
     tgt_step = float(np.mean([st["target_busy_us"] for st in per_step])) if per_step else busy
     by_src, by_tgt = _by_group(w, w.dur_us), _by_group(w, t)
     by_src["idle"] = by_tgt["idle"] = totals["idle_us"]
-    classes = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((w.group == g).sum()) if g != "idle" else None,
+    groups = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((w.group == g).sum()) if g != "idle" else None,
                 "source_us": by_src[g], "target_us": by_tgt[g],
                 "ratio": by_tgt[g] / by_src[g] if by_src[g] > 0 else None} for g in by_src]
     return {
@@ -123,7 +123,7 @@ def build(w: KernelWork, src: Chip, tgt: Chip, totals: dict, scenario: Scenario 
         "target": {"device": tgt.name, "chip": tgt.as_dict(), "busy_us": busy, "busy_us_low": max(lo, 0.0),
                    "busy_us_high": hi, "busy_us_per_step": tgt_step, "idle_us": totals["idle_us"],
                    "gpu_span_us": busy + totals["idle_us"], "kernel_time_us": k_tgt, "by_class_us": by_tgt},
-        "classes": classes,
+        "classes": groups,  # the report key keeps its name: it lists the prediction groups
         "range": rng,
         "scenario": {"dtype": scenario.dtype, "batch_scale": scenario.batch_scale},
         "unplaced": _unplaced(w, why),

@@ -23,13 +23,13 @@ from microbench.core.resources import data_file
 from microbench.prediction.chips import assumptions, find_entry
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
-from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.kernels import MATRIX, activity_work
 from microbench.prediction.model import (
     Scenario,
     Variant,
     datasheet_roof_us,
     placement,
-    predict_kernels,
+    predict_activities,
 )
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis
@@ -80,7 +80,7 @@ class Facts:
     def step_of(self) -> np.ndarray:
         w = self.ta.tl.step_windows(self.ta.step_range)
         if not len(w):
-            return np.full(len(self.ta.tl.kernels), -1)
+            return np.full(len(self.ta.tl.activities), -1)
         return gpu_time.assign_steps(self.ta.tl, w).step
 
     @property
@@ -113,7 +113,7 @@ class Facts:
             out["steps"] = NEEDS_WHY["steps"]
         if not len(tl.launches):
             out["launches"] = NEEDS_WHY["launches"]
-        if not self.ta.model.calls:
+        if not self.ta.work_model.calls:
             out["shapes"] = NEEDS_WHY["shapes"]
         if not len(tl.cpu_ops):
             out["cpu_ops"] = NEEDS_WHY["cpu_ops"]
@@ -132,7 +132,7 @@ class Facts:
     @cached_property
     def work(self):
         d = assumptions()["defaults"]
-        return kernel_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
+        return activity_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
 
     @cached_property
     def chip(self):
@@ -146,22 +146,22 @@ class Facts:
     def overlap(self) -> float:
         """Busy time per unit of activity time (the prediction's own rule: overlap kept)."""
         s = self.ta.summary
-        total = float(self.ta.tl.kernels.dur_us.sum())
+        total = float(self.ta.tl.activities.dur_us.sum())
         return s["gpu_busy_us"] / total if total > 0 else 1.0
 
     def name_mask(self, pattern: str) -> np.ndarray:
         tl = self.ta.tl
         rx = re.compile(pattern)
         hit = np.array([bool(isinstance(s, str) and rx.search(s)) for s in tl.names.strings], dtype=bool)
-        return hit[tl.kernels.name] if len(tl.kernels) else np.zeros(0, dtype=bool)
+        return hit[tl.activities.name] if len(tl.activities) else np.zeros(0, dtype=bool)
 
 
 def _top_kernels(f: Facts, rows: np.ndarray, n: int = 3) -> list[dict]:
     tl = f.ta.tl
     by: dict[str, float] = {}
     for r in rows:
-        nm = tl.names[tl.kernels.name[r]]
-        by[nm] = by.get(nm, 0.0) + float(tl.kernels.dur_us[r])
+        nm = tl.names[tl.activities.name[r]]
+        by[nm] = by.get(nm, 0.0) + float(tl.activities.dur_us[r])
     top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
     return [{"kernel": k, "time_us": t / max(len(f.steps), 1)} for k, t in top]
 
@@ -183,7 +183,7 @@ def _fp32_matrix_rows(f: Facts) -> np.ndarray:
 
 def _times(f: Facts, scenario: Scenario, v: Variant) -> np.ndarray:
     """Per activity: the prediction on the trace's own chip, raised to the datasheet roof as the report does."""
-    t, _ = predict_kernels(f.work, f.chip, f.chip, scenario, v)
+    t, _ = predict_activities(f.work, f.chip, f.chip, scenario, v)
     return np.fmax(t, datasheet_roof_us(f.work, f.chip, scenario))
 
 
@@ -201,7 +201,7 @@ def dtype_saving(f: Facts, dtype: str) -> dict[str, float]:
 
 def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
     tl = f.ta.evidence
-    tc = [TC_VALUES[v] for v in tl.kernels.tensor_cores[rows]]
+    tc = [TC_VALUES[v] for v in tl.activities.tensor_cores[rows]]
     ops = [{"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
            for e in (f.ta.eligibility.get("findings") or [])[:3]]
     counted = any(p.get("evidence") == "counters" for p in (k["params"] for k in f.ta.kernels))
@@ -338,7 +338,7 @@ def rule_sync(f: Facts, rule: dict) -> dict | None:
 
 def _longest_per_step(f: Facts, rows_mask: np.ndarray) -> float:
     """The mean over the steps of each step's longest activity among `rows_mask`."""
-    dur = f.ta.tl.kernels.dur_us
+    dur = f.ta.tl.activities.dur_us
     out = []
     for j in range(len(f.steps)):
         mine = rows_mask & (f.step_of == j)
@@ -365,12 +365,12 @@ def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
 
 
 def _kernels_matching(f: Facts, rule: dict, category: int) -> np.ndarray:
-    return f.name_mask(rule["pattern"]) & (f.ta.tl.kernels.category == category)
+    return f.name_mask(rule["pattern"]) & (f.ta.tl.activities.category == category)
 
 
 def rule_pageable_copy(f: Facts, rule: dict) -> dict | None:
     mask = _kernels_matching(f, rule, MEMCPY)
-    dur = f.ta.tl.kernels.dur_us
+    dur = f.ta.tl.activities.dur_us
     t = f.per_step(np.where(mask, dur, 0.0))
     if t < threshold("pageable_copy_share") * f.step_us:
         return None
@@ -384,9 +384,9 @@ def rule_pageable_copy(f: Facts, rule: dict) -> dict | None:
 
 def rule_channels_last(f: Facts, rule: dict) -> dict | None:
     mask = _kernels_matching(f, rule, KERNEL)
-    dur = f.ta.tl.kernels.dur_us
+    dur = f.ta.tl.activities.dur_us
     t = f.per_step(np.where(mask, dur, 0.0))
-    kernel_us = f.per_step(np.where(f.ta.tl.kernels.category == KERNEL, dur, 0.0))
+    kernel_us = f.per_step(np.where(f.ta.tl.activities.category == KERNEL, dur, 0.0))
     if not kernel_us or t < threshold("layout_transpose_share") * kernel_us:
         return None
     what = f"{t:,.0f} us per step ({t / f.step_us:.1%}) in NCHW <-> NHWC transpose kernels"
@@ -416,7 +416,7 @@ def findings_of(ta, cfg=None, source: str | None = None) -> dict:
     trace ran on where the trace does not name it."""
     f = Facts(ta, cfg, source)
     made, not_checked = [], []
-    if not len(ta.tl.kernels):
+    if not len(ta.tl.activities):
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
                 "step_time_us": 0.0, "per": f.per}
     for rid, fn in RULES.items():

@@ -103,7 +103,7 @@ def from_model(model: str, on: str, cfg, batch: int | None = None, dtype: str = 
 def _document(wl, batch, dtype, tgt: Chip, arrays, t, busy, rng, no_rate: int) -> dict:
     rows, group, flops, nbytes, _, _ = arrays
     by = {g: float(t[group == g].sum()) for g in GROUPS if (group == g).any()}
-    classes = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((group == g).sum()), "source_us": None,
+    groups = [{"class": g, "label": GROUP_LABELS[g], "kernels": int((group == g).sum()), "source_us": None,
                 "target_us": v, "ratio": None, "flops": float(flops[group == g].sum()),
                 "bytes": float(nbytes[group == g].sum())} for g, v in by.items()]
     matrix = np.isin(group, ("gemm_conv", "attention"))
@@ -124,7 +124,7 @@ def _document(wl, batch, dtype, tgt: Chip, arrays, t, busy, rng, no_rate: int) -
                    "idle_us": 0.0, "kernel_time_us": busy, "by_class_us": by,
                    "matrix_share": float(t[matrix].sum()) / busy if busy > 0 else None,
                    "achieved_tflops": float(flops.sum()) / (busy * 1e6) if busy > 0 else None},
-        "classes": classes,
+        "classes": groups,  # the report key keeps its name: it lists the prediction groups
         "range": {"assumptions": rng, "dominant": max(rng, key=lambda r: abs(r["delta_us"]))["name"]},
         "scenario": {"dtype": dtype, "batch_scale": 1.0}, "unplaced": [], "unplaced_us": 0.0,
         "above_roof_kernels": 0, "kernels": [], "notes": notes,

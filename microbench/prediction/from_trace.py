@@ -9,7 +9,7 @@ from microbench.communication.scale import load_fabric
 from microbench.core.errors import InputError
 from microbench.prediction import document
 from microbench.prediction.chips import assumptions, chip, find_entry
-from microbench.prediction.kernels import MATRIX, kernel_work
+from microbench.prediction.kernels import MATRIX, activity_work
 from microbench.prediction.model import Fabrics, Scenario
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import device_entries, read_trace
@@ -18,7 +18,7 @@ from microbench.timeline.model import KERNEL
 
 def _source_floor(tl, w) -> float | None:
     """The trace's shortest compute kernel (not a copy, not communication): the source chip's floor as measured."""
-    ok = (tl.kernels.category == KERNEL) & ~np.isin(w.group, ("copies", "communication")) & (w.dur_us > 0)
+    ok = (tl.activities.category == KERNEL) & ~np.isin(w.group, ("copies", "communication")) & (w.dur_us > 0)
     return float(w.dur_us[ok].min()) if ok.any() else None
 
 
@@ -50,7 +50,7 @@ def _totals(tl) -> dict:
     step's own activities (each activity in exactly one step)."""
     b = gpu_time.breakdown(tl)
     windows, steps, _ = gpu_time.step_breakdowns(tl)
-    step_of = gpu_time.assign_steps(tl, windows).step if len(windows) else np.full(len(tl.kernels), -1)
+    step_of = gpu_time.assign_steps(tl, windows).step if len(windows) else np.full(len(tl.activities), -1)
     return {"busy_us": b["busy_us"], "idle_us": b["idle_us"], "gpu_span_us": b["gpu_span_us"], "steps": len(windows),
             "step_of": step_of, "per_step": [{"name": st["name"], "busy_us": st["busy_us"], "idle_us": st["idle_us"]}
                                              for st in steps]}
@@ -64,11 +64,11 @@ def from_trace(path: str | Path, on: str, cfg, measured: tuple[dict, float | Non
     `source_measured` the same for the trace's own chip."""
     tgt_entry = find_entry(on, cfg.devices, "--on")
     tl = read_trace(path)
-    if not len(tl.kernels):
+    if not len(tl.activities):
         raise InputError(path, "no GPU kernels in the trace: nothing to predict", key="traceEvents")
     src_entry = _source_entry(tl, path, cfg, source)
     d = assumptions()["defaults"]
-    w = kernel_work(tl, src_entry.peaks_tflops, d["tile_m"], d["tile_n"])
+    w = activity_work(tl, src_entry.peaks_tflops, d["tile_m"], d["tile_n"])
     matrix_time = float(w.dur_us[np.isin(w.group, MATRIX)].sum())
     if w.modelled_ops == 0 and matrix_time > 0:
         raise InputError(path, f"GEMM / convolution / attention kernels ({matrix_time:,.0f} us) but no operator "

@@ -1,4 +1,4 @@
-"""Each GPU activity of a trace as the prediction needs it: its group (the output classes), its FLOPs, bytes and
+"""Each GPU activity of a trace as the prediction needs it: its prediction group (one of GROUPS), its FLOPs, bytes and
 precision where the one work model (timeline.opmetrics over core.ops.aten.trace_work, and trace_other_work for
 the memory-bound kernels) knows the operator that launched it, and its GEMM tile count for wave quantization."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import numpy as np
 from microbench.timeline import opmetrics
 from microbench.timeline.model import KERNEL, Timeline
 
-# Output classes, in the order the report shows them; `idle` is added by the report (CPU-side gaps, held).
+# Prediction groups, in the order the report shows them; `idle` is added by the report (CPU-side gaps, held).
 GROUPS = ("gemm_conv", "attention", "elementwise", "normalization", "reduction", "copies", "communication", "other")
 GROUP_LABELS = {"gemm_conv": "GEMM / conv", "attention": "attention", "elementwise": "element-wise",
                 "normalization": "normalization", "reduction": "reduction", "copies": "copies",
                 "communication": "communication", "other": "other", "idle": "idle (CPU-side gaps, held)"}
-# The kernel-rule class (data/kernel_rules.toml) -> its output class; a class not listed is "other".
+# The kernel-rule class (data/kernel_rules.toml) -> its prediction group; a class not listed is "other".
 GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "elementwise", "norm": "normalization",
                   "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
                   "other": "other"}
@@ -25,8 +25,8 @@ MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 
 
 @dataclass
-class KernelWork:
-    """Parallel arrays over the trace's GPU activities (rows of tl.kernels)."""
+class ActivityWork:
+    """Parallel arrays over the trace's GPU activities (rows of tl.activities)."""
 
     names: list[str]
     dur_us: np.ndarray
@@ -57,21 +57,21 @@ def _work_tiles(work, tile_m: int, tile_n: int) -> int:
     return output_tiles(d["m"], d["n"], tile_m, tile_n, d.get("batch", 1))
 
 
-def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int) -> KernelWork:
+def activity_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int) -> ActivityWork:
     """The work of every activity of `tl`; `peaks`: the source's datasheet peaks (to tell TF32 from fp32)."""
-    k = tl.kernels
+    k = tl.activities
     n = len(k)
     cls = tl.class_names() if n else np.empty(0, dtype=object)
     group = np.array([GROUP_OF_CLASS.get(c, "other") for c in cls], dtype=object)
     group[k.category != KERNEL] = "copies"
-    model = opmetrics.op_model(tl, peaks)
-    flops = np.asarray(model.kernel_flops, dtype=float).copy()
+    work_model = opmetrics.work_model(tl, peaks)
+    flops = np.asarray(work_model.kernel_flops, dtype=float).copy()
     nbytes = np.full(n, np.nan)
     precision = np.full(n, None, dtype=object)
     op_dtype = np.full(n, None, dtype=object)
     tiles = np.zeros(n, dtype=np.int64)
     op_label = np.full(n, None, dtype=object)
-    for c in model.calls:
+    for c in work_model.calls:
         rows = c.kernels
         if not len(rows):
             continue
@@ -87,8 +87,8 @@ def kernel_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: int)
         t = k.dur_us[matrix]
         if c.work.bytes_moved and t.sum() > 0:
             nbytes[matrix] = c.work.bytes_moved * t / t.sum()
-    other_flops, other_bytes = opmetrics.other_kernel_work(tl, model)
+    other_flops, other_bytes = opmetrics.other_kernel_work(tl, work_model)
     memory = np.isin(group, MEMORY_BOUND) & np.isfinite(other_bytes)
     flops[memory], nbytes[memory] = other_flops[memory], other_bytes[memory]
-    return KernelWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
-                      precision, tiles, op_dtype, op_label, len(model.calls), list(model.notes))
+    return ActivityWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
+                      precision, tiles, op_dtype, op_label, len(work_model.calls), list(work_model.notes))

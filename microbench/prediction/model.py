@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from microbench.prediction.chips import Chip
-from microbench.prediction.kernels import MATRIX, MEMORY_BOUND, KernelWork
+from microbench.prediction.kernels import MATRIX, MEMORY_BOUND, ActivityWork
 
 HOST_COPY = ("HtoD", "DtoH", "HtoH", "PtoP", "Host", "Pinned", "Pageable")
 
@@ -79,7 +79,7 @@ def roofline_us(flops, nbytes, rate_tflops, bw_tbs, q) -> np.ndarray:
     return np.maximum(compute, memory)
 
 
-def _target_precision(w: KernelWork, scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
+def _target_precision(w: ActivityWork, scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the precision on the target, and the factor on its bytes (the what-if dtype)."""
     prec = w.precision.copy()
     factor = np.ones(len(prec))
@@ -95,7 +95,7 @@ def _target_precision(w: KernelWork, scenario: Scenario) -> tuple[np.ndarray, np
     return prec, factor
 
 
-def _matrix_times(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+def _matrix_times(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the roofline time (us) on the source and on the target."""
     prec_t, byte_factor = _target_precision(w, scenario)
     t_src = roofline_us(w.flops, w.bytes, _rates(src, w.precision, v.datasheet_compute),
@@ -118,7 +118,7 @@ def _above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scal
     return through * r + slack * np.where(scale_slack, r, 1.0)
 
 
-def placement(w: KernelWork, fabrics: Fabrics | None) -> np.ndarray:
+def placement(w: ActivityWork, fabrics: Fabrics | None) -> np.ndarray:
     """Per row: "" where the model places the kernel, else why not."""
     why = np.full(len(w.dur_us), "", dtype=object)
     matrix = np.isin(w.group, MATRIX)
@@ -133,8 +133,8 @@ def placement(w: KernelWork, fabrics: Fabrics | None) -> np.ndarray:
     return why
 
 
-def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Scenario(), v: Variant = Variant(),
-                    fabrics: Fabrics | None = None) -> tuple[np.ndarray, np.ndarray]:
+def predict_activities(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario = Scenario(), v: Variant = Variant(),
+                       fabrics: Fabrics | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the predicted time (us) and why it was not placed ("" where it was)."""
     why = placement(w, fabrics)
     floor_t = src.floor_us if v.hold_floor else tgt.floor_us
@@ -168,7 +168,7 @@ def predict_kernels(w: KernelWork, src: Chip, tgt: Chip, scenario: Scenario = Sc
     return out, why
 
 
-def datasheet_roof_us(w: KernelWork, tgt: Chip, scenario: Scenario = Scenario()) -> np.ndarray:
+def datasheet_roof_us(w: ActivityWork, tgt: Chip, scenario: Scenario = Scenario()) -> np.ndarray:
     """Per row: the fastest the target's datasheet roofline allows a matrix kernel (us), NaN for other kernels.
     A prediction below it cannot be right. Memory-bound kernels are not judged by it: their bytes are their
     operator's, at DRAM, and operands that fit in L2 beat that (the shared A100 trace runs a sqrt over 16.7 MB at

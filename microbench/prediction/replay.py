@@ -3,7 +3,7 @@ on this machine and what the whole trace's matrix time would be with it.
 
 The groups replayed take their measured time (the best provider's median per call x the trace's calls). The trace's
 other matrix kernels (groups below the selection, operators left out, GEMM-class kernels without a shaped operator)
-are moved by the prediction model (prediction.model.predict_kernels, the trace's chip to this one, this run's
+are moved by the prediction model (prediction.model.predict_activities, the trace's chip to this one, this run's
 measured ceilings as the target's achievable rates); on the trace's own chip a kernel keeps its time (the model's
 ratio is 1); where this machine has no datasheet entry they cannot be placed, and the total is left open
 (the replayed part and the rest at the trace's time are given apart)."""
@@ -15,8 +15,8 @@ from microbench.core.datasheet import _measured, match_datasheet
 from microbench.core.errors import InputError
 from microbench.harness.trace_cases import TraceCases
 from microbench.prediction.chips import assumptions, chip
-from microbench.prediction.kernels import kernel_work
-from microbench.prediction.model import predict_kernels
+from microbench.prediction.kernels import activity_work
+from microbench.prediction.model import predict_activities
 
 
 def best_times(rows: list[dict]) -> dict[tuple, tuple[str, float]]:
@@ -49,12 +49,12 @@ def _group_rows(tc: TraceCases, best: dict, same: bool) -> list[dict]:
 
 def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) -> tuple[float | None, float, str]:
     """(the trace's other matrix kernels' time on this machine or None, their time in the trace, how)."""
-    replayed = np.zeros(len(tc.timeline.kernels), dtype=bool)
+    replayed = np.zeros(len(tc.timeline.activities), dtype=bool)
     for g in tc.groups:
         replayed[g.kernels] = True
     src_entry = next((d for d in cfg.devices if d.key == tc.datasheet_key), None)
     d = assumptions()["defaults"]
-    w = kernel_work(tc.timeline, dict(src_entry.peaks_tflops) if src_entry else {}, d["tile_m"], d["tile_n"])
+    w = activity_work(tc.timeline, dict(src_entry.peaks_tflops) if src_entry else {}, d["tile_m"], d["tile_n"])
     rest = tc.matrix_kernels & ~replayed  # the matrix-kernel time the replay did not measure
     trace_us = float(w.dur_us[rest].sum())
     if same:
@@ -69,7 +69,7 @@ def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) ->
         rates, mem = _measured(None, ceilings)
     except InputError:
         rates, mem = {}, None
-    t, _ = predict_kernels(w, chip(src_entry), chip(tgt_entry, rates, mem))
+    t, _ = predict_activities(w, chip(src_entry), chip(tgt_entry, rates, mem))
     return float(t[rest].sum()), trace_us, f"predicted {src_entry.key} -> {tgt_entry.key} (prediction.model)"
 
 

@@ -28,7 +28,7 @@ from microbench import models
 from microbench.core import dtypes, ops
 from microbench.core.conditions import Conditions
 from microbench.core import vendor
-from microbench.core.config import Profile, TimingSettings, load_config
+from microbench.core.config import CaseSet, TimingSettings, load_config
 from microbench.core.errors import InputError
 from microbench.core.ops.work import Work
 from microbench.core.results import LayerRow
@@ -468,7 +468,7 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
         layer_dtype = w.gemm_dtype or (w.dtypes.most_common(1)[0][0] if w.dtypes else dtype)
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
         gemm_ms = sum(part.by_class[c] for c in class_set("gemm")) / 1e3 if b else 0.0
-        tc, tc_ev, tc_split = _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms)
+        tc, tc_ev, tc_split = _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms)
         row = LayerRow(model=workload.name, layer=name, phase=phase, module=kind, dtype=layer_dtype,
                        shape=w.cases[0].shape.label() if w.cases else "-", device=dev.name, flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
                         params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
@@ -511,7 +511,7 @@ def _layer_entry(row: LayerRow, extra: dict) -> dict:
     return {key: entry[key] for key in _ENTRY_ORDER}
 
 
-def _layer_tensor_cores(b, part, key, cpu_ev, dev, gemm_ms: float):
+def _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms: float):
     """Verdict (yes/no/unknown), evidence, and the layer's time split {yes, no, unknown} in ms (GPU: all its
     kernels; CPU: its GEMM/conv operators), in the step `part` belongs to."""
     if b is None or gemm_ms <= 0:
@@ -598,7 +598,7 @@ def step_summary(d: Decomposition) -> dict:
         "other_flops_per_step": sum(r.other_flops for r in records),
         "bytes_per_step": sum(r.bytes for r in records),
         "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
-        **_tensor_core_summary(d.layers, by_class, total_ms, d.dev.is_gpu),
+        **_matrix_unit_summary(d.layers, by_class, total_ms, d.dev.is_gpu),
         "time_by_class_ms": dict(by_class.most_common()),
         "share_by_class": {c: v / total_ms for c, v in by_class.most_common()} if total_ms else {},
         "time_by_phase_ms": dict(by_phase),
@@ -624,7 +624,7 @@ def _profiled_summary(att, rep: int, total_ms: float) -> dict:
     }
 
 
-def _tensor_core_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
+def _matrix_unit_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
     """The Tensor Core / matrix-unit share of the profiled time, and what it means on this device."""
     def split(key: str) -> float:
         return sum(v for l in layers for k, v in (l["tensor_core_time_ms"] or {}).items() if k == key)
@@ -685,7 +685,7 @@ def _backward_checks(att, ranges) -> dict:
 
 
 # ---- replay of the step's GEMMs and convolutions through the providers -----------------------------------
-def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None) -> tuple[str, ...]:
+def _replay_providers(cfg, providers: list[str] | None, case_set_name: str | None) -> tuple[str, ...]:
     """The providers to replay through: the given ones, a bench.toml profile's, or all registered."""
 
     known = registry.names()
@@ -695,19 +695,19 @@ def _replay_providers(cfg, providers: list[str] | None, profile_name: str | None
             raise ModelError(None, f"unknown provider (registered: {', '.join(known)})", key="--providers",
                              value=bad[0])
         return tuple(providers)
-    if profile_name:
-        names = cfg.profile(profile_name).providers
+    if case_set_name:
+        names = cfg.case_set(case_set_name).providers
         bad = [p for p in names if p not in known]
         if bad:
-            raise ModelError(None, f"profile {profile_name!r} names provider {bad[0]!r}, which is not registered "
-                                   f"(registered: {', '.join(known)})", key="--profile", value=profile_name)
+            raise ModelError(None, f"profile {case_set_name!r} names provider {bad[0]!r}, which is not registered "
+                                   f"(registered: {', '.join(known)})", key="--profile", value=case_set_name)
         return tuple(names)
     return tuple(known)
 
 
 def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
     from microbench.step.oprecord import bucket_name
-    from microbench.harness.runner import run_profile
+    from microbench.harness.runner import run_case_set
 
     occurrences: dict = defaultdict(list)
     skipped = Counter()
@@ -717,7 +717,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         if r.skipped:
             skipped[r.skipped] += 1
     cases = tuple(occurrences)
-    prof = Profile(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
+    case_set = CaseSet(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
     unique_rows = []
     done = [0]
 
@@ -727,7 +727,7 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
 
     stopped = None  # a replayed call that lost the device context ends the replay (harness/runner.py)
     if cases:
-        stopped = run_profile(prof, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
+        stopped = run_case_set(case_set, dev, cfg, ceilings, on_row=unique_rows.append, on_case=on_case)
     by_case_key = {(c.op, c.shape.label(), c.dtype): c for c in cases}
     tagged = []
     for row in unique_rows:

@@ -264,7 +264,7 @@ def attribute(tl: Timeline, *, layer_names: set[str] = frozenset(), seq_map: dic
         raise InputError(None, f"the trace has no {step_range!r} or ProfilerStep# ranges: cannot tell the steps apart")
     items = _Items.of(tl)
     places = _Places(tl, items, steps, phase_ranges, layer_names, seq_map or {})
-    gpu = len(tl.kernels) > 0
+    gpu = len(tl.activities) > 0
     att = Attribution("kernel" if gpu else "operator", len(steps), {}, [], 0.0,
                       notes=[steps.note] if steps.note else [])
     if gpu:
@@ -297,7 +297,7 @@ def _add(att: Attribution, where: tuple, us: float, name: str, cls: str, tc: str
 def _attribute_gpu(tl: Timeline, att: Attribution, items: _Items, places: _Places, steps: Windows) -> None:
     """A kernel, memcpy or memset goes to the step its launch falls in (the window rule), and to the layer
     and phase of the operator around its launch (or of the launch itself, outside every operator)."""
-    k = tl.kernels
+    k = tl.activities
     totals = in_windows(tl, steps, categories=range(len(CATEGORIES)))
     att.total_per_step_us = totals.time_us.tolist()
     step_of = np.full(len(k), -1, dtype=np.int64)

@@ -6,6 +6,7 @@ microbench/reports/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
 import gzip
+import warnings
 import zlib
 from functools import cached_property
 from pathlib import Path
@@ -126,23 +127,25 @@ class TraceAnalysis:
         return datasheet_peaks(self.devices)
 
     @cached_property
-    def model(self) -> opmetrics.OpModel:
-        return opmetrics.op_model(self.tl, self.peaks)
+    def work_model(self) -> opmetrics.WorkModel:
+        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel)."""
+        return opmetrics.work_model(self.tl, self.peaks)
 
     @property
-    def work_model(self) -> opmetrics.OpModel:
-        """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel): `model`."""
-        return self.model
+    def model(self) -> opmetrics.WorkModel:
+        """Deprecated alias of `work_model` (docs/api.md named it): one release, then removed."""
+        warnings.warn("TraceAnalysis.model is deprecated: use TraceAnalysis.work_model", DeprecationWarning, stacklevel=2)
+        return self.work_model
 
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
         """Per kernel (name, device) with hardware counters: their sum, counted FLOPs, verdict, contradiction."""
-        return counter_evidence(self.tl, self.model.kernel_flops)
+        return counter_evidence(self.tl, self.work_model.kernel_flops)
 
     @cached_property
     def counter_tensor_cores(self) -> np.ndarray:
         """Per kernel row: the counters' Tensor Core verdict (index into TC_VALUES), NO_ID where they give none."""
-        col = np.full(len(self.tl.kernels), NO_ID, dtype=np.int8)
+        col = np.full(len(self.tl.activities), NO_ID, dtype=np.int8)
         for c in self.counters.values():
             if c["verdict"].tensor_cores is not None:
                 col[c["rows"]] = TC_VALUES.index(c["verdict"].tensor_cores)
@@ -153,7 +156,7 @@ class TraceAnalysis:
         col = self.counter_tensor_cores
         if not (col != NO_ID).any():
             return self.tl
-        return self.tl.with_tensor_cores(np.where(col != NO_ID, col, self.tl.kernels.tensor_cores).astype(np.int8))
+        return self.tl.with_tensor_cores(np.where(col != NO_ID, col, self.tl.activities.tensor_cores).astype(np.int8))
 
     @cached_property
     def graphs(self) -> tuple[dict, dict | None, list[str]]:
@@ -162,7 +165,7 @@ class TraceAnalysis:
     @cached_property
     def summary(self) -> dict:
         s = summary_of(self.evidence)
-        layers = metrics.tensor_core_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
+        layers = metrics.matrix_unit_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
         s["tensor_core_evidence_us"] = layers
         s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
                                                  s["kernel_time_us"])
@@ -176,7 +179,7 @@ class TraceAnalysis:
     def _kernel_rows(self) -> tuple[list[dict], list[str]]:
         names = {d["id"]: d["name"] or f"device {d['id']}" for d in self.devices}
         rows = kernel_table(self.tl, names, metrics.kernel_time(self.tl)[1])
-        found = kernel_evidence(rows, by_kernel(self.tl), self.model.kernel_flops, self.counters)
+        found = kernel_evidence(rows, by_kernel(self.tl), self.work_model.kernel_flops, self.counters)
         if self.flop_coverage["withheld"]:  # a kernel's model rate too, as the integrity line says (counters' stay)
             for p in (r["params"] for r in rows if r["params"].get("achieved_tflops") is not None):
                 withhold(p, self.flop_coverage, ("achieved_tflops",))
@@ -193,7 +196,7 @@ class TraceAnalysis:
     @cached_property
     def flop_coverage(self) -> dict:
         """The share of matrix-kernel time the model's FLOPs cover, and whether the figures built on them are shown."""
-        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.model.kernel_flops))
+        return integrity.coverage(metrics.matrix_flop_coverage(self.tl, self.work_model.kernel_flops))
 
     @cached_property
     def integrity(self) -> dict:
@@ -205,9 +208,9 @@ class TraceAnalysis:
     @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
-        m = opmetrics.mfu(self.evidence, self.model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
-        if self.measured and self.model.calls:
-            at_meas, _, _ = opmetrics.time_at_peak_us(self.model.calls, self.measured)
+        m = opmetrics.mfu(self.evidence, self.work_model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
+        if self.measured and self.work_model.calls:
+            at_meas, _, _ = opmetrics.time_at_peak_us(self.work_model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
             m["measured_ceilings_tflops"] = self.measured
         m["flop_coverage"] = self.flop_coverage["share"]
@@ -228,7 +231,7 @@ class TraceAnalysis:
 
     @cached_property
     def ops(self) -> list[dict]:
-        rows = opmetrics.op_rows(self.evidence, self.model, self.peaks, self.measured)
+        rows = opmetrics.op_rows(self.evidence, self.work_model, self.peaks, self.measured)
         if self.flop_coverage["withheld"]:
             for r in rows:
                 withhold(r, self.flop_coverage, ("op_tflops", "kernel_tflops", "pct_of_datasheet", "pct_of_measured",
@@ -237,7 +240,7 @@ class TraceAnalysis:
 
     @cached_property
     def eligibility(self) -> dict:
-        return opmetrics.eligibility_findings(self.evidence, self.model, device_of(self.devices))
+        return opmetrics.eligibility_findings(self.evidence, self.work_model, device_of(self.devices))
 
     @cached_property
     def annotations(self) -> list[dict]:
@@ -245,10 +248,10 @@ class TraceAnalysis:
 
     @property
     def notes(self) -> list[str]:
-        notes = notes_of(self.tl, self.summary) + list(self.model.notes)
+        notes = notes_of(self.tl, self.summary) + list(self.work_model.notes)
         if self._steps[0].note:
             notes.append(self._steps[0].note)
-        notes += perf_notes(self.tl, self.model, self.peaks, device_of(self.devices))
+        notes += perf_notes(self.tl, self.work_model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops)
         notes += eligible_note(self.eligibility["by_operator"])
@@ -314,7 +317,7 @@ class TraceAnalysis:
         return {name: self.to_frame(name) for name in self.TABLES}
 
     def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
-        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.kernels):,} GPU activities)>"
+        return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.activities):,} GPU activities)>"
 
 
 def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
@@ -341,12 +344,12 @@ def _share(x: float, total: float):
 def summary_of(tl: Timeline) -> dict:
     n, total = metrics.kernel_time(tl)
     by_class = metrics.time_by_class(tl)
-    tc = metrics.tensor_core_time(tl)
+    tc = metrics.matrix_unit_time(tl)
     comm = metrics.comm_time(tl)
     whole = gpu_time.breakdown(tl)  # the one GPU time breakdown (docs/traces.md)
     copies = metrics.copy_time(tl)
     span = whole["gpu_span_us"]  # shares are of the GPU span, summed over devices, never of the CPU's
-    acts, kernel_rows = tl.kernels, metrics.kernel_rows(tl)
+    acts, kernel_rows = tl.activities, metrics.kernel_rows(tl)
     return {
         "kernel_count": n,
         "kernel_time_us": total,
@@ -355,7 +358,7 @@ def summary_of(tl: Timeline) -> dict:
         "count_by_class": {c: k for c, (k, _) in by_class.items()},
         "tensor_core_share": _share(tc["yes"], total),
         "tensor_core_time_us": tc["yes"],
-        "tensor_core_time_by_class_us": metrics.tensor_core_time_by_class(tl),
+        "tensor_core_time_by_class_us": metrics.matrix_unit_time_by_class(tl),
         "non_tensor_core_share": _share(tc["no"], total),
         "tensor_core_unknown_share": _share(tc["unknown"], total),
         "comm_time_us": comm,
@@ -495,7 +498,7 @@ def device_of(devices: list[dict]) -> eligibility.Device:
 
 def by_kernel(tl: Timeline) -> dict[tuple[str, int], np.ndarray]:
     """Kernel rows (not copies) per distinct (kernel name, device): the report's kernel rows."""
-    k = tl.kernels
+    k = tl.activities
     groups: dict[tuple[str, int], list[int]] = {}
     for r in np.flatnonzero(k.category == KERNEL):
         groups.setdefault((tl.names[k.name[r]], int(k.device[r])), []).append(int(r))
@@ -513,7 +516,7 @@ def counter_evidence(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, 
         if not with_counters:
             continue
         summed = C.combine_calls(with_counters)
-        cls = tl.classes[tl.kernels.cls[rows[0]]]
+        cls = tl.classes[tl.activities.cls[rows[0]]]
         v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
         out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
                     "contradiction": C.contradiction(cls.tensor_cores, v), "name_verdict": cls.tensor_cores,
@@ -586,12 +589,12 @@ def eligible_note(by_op: dict) -> list[str]:
              "(torch.autocast) or TF32 where the GPU has it")]
 
 
-def perf_notes(tl: Timeline, model: opmetrics.OpModel, peaks: dict, dev: eligibility.Device) -> list[str]:
+def perf_notes(tl: Timeline, work_model: opmetrics.WorkModel, peaks: dict, dev: eligibility.Device) -> list[str]:
     notes = []
-    if model.calls and not peaks:
+    if work_model.calls and not peaks:
         notes.append("no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
                      "ceiling with --ceiling or --ceilings)")
-    if model.calls and dev.vendor is None:
+    if work_model.calls and dev.vendor is None:
         notes.append("the trace names no device: the Tensor Core eligibility check, which depends on it, is skipped")
     if tl.meta.get("counter_ranges"):
         notes.append(f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "

@@ -102,13 +102,13 @@ def _by_operator(path: str = str(RULES_PATH)) -> tuple[re.Pattern, frozenset[str
     return re.compile("|".join(f"(?:{p})" for p in t["operators"])), frozenset(t["dtypes"]), float(t["nvidia_min_cc"])
 
 
-def operator_could_use_tensor_cores(name: str) -> bool:
+def operator_could_use_matrix_units(name: str) -> bool:
     """Whether an operator is of a family Tensor Cores run (eligibility.toml [by_operator]: the TensorBoard
     plugin's TC_OP_Allowlist and its PyTorch 2.x equivalents): convolution, matmul, linear, RNN cell, attention."""
     return bool(_by_operator()[0].search(name))
 
 
-def dtype_could_use_tensor_cores(dtype: str | None, device: Device) -> bool:
+def dtype_could_use_matrix_units(dtype: str | None, device: Device) -> bool:
     """Whether a recorded operator dtype is one the chip's Tensor Cores take or could take with AMP / TF32 (True
     for an unrecorded dtype, as the plugin counts it; False on an NVIDIA chip known to have no Tensor Cores)."""
     _, dtypes, min_cc = _by_operator()

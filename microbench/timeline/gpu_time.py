@@ -3,7 +3,7 @@ idle, for the whole trace, per step, per device (a rank's trace is one device) a
 all-reduce). Every report that shows these numbers (the trace report, the DDP split, the multi-rank job view,
 the step predictor) takes them from here. Definitions: docs/traces.md, "Where the GPU's time goes".
 
-Activities are the timeline's `kernels` rows: kernels, memcpys and memsets. Each has a kind:
+Activities are the timeline's `activities` rows: kernels, memcpys and memsets. Each has a kind:
 - compute: a kernel whose rule class is not `comm`;
 - comm: a kernel of the `comm` class (NCCL, RCCL, gloo, ...);
 - memory: a memcpy or a memset. Memsets go here, with the copies, as HTA files them (its MEMORY kind); TraceLens
@@ -63,10 +63,10 @@ def covered(starts: np.ndarray, ends: np.ndarray) -> float:
 
 
 def kinds(tl: Timeline, rows: np.ndarray | None = None) -> np.ndarray:
-    """Each activity's kind (COMPUTE, COMM, MEMORY; module docstring), for `rows` of `tl.kernels` (default all)."""
-    rows = np.arange(len(tl.kernels)) if rows is None else np.asarray(rows, dtype=np.int64)
+    """Each activity's kind (COMPUTE, COMM, MEMORY; module docstring), for `rows` of `tl.activities` (default all)."""
+    rows = np.arange(len(tl.activities)) if rows is None else np.asarray(rows, dtype=np.int64)
     comm = tl.class_mask("comm")[rows]
-    return np.where(tl.kernels.category[rows] != KERNEL, MEMORY, np.where(comm, COMM, COMPUTE)).astype(np.int64)
+    return np.where(tl.activities.category[rows] != KERNEL, MEMORY, np.where(comm, COMM, COMPUTE)).astype(np.int64)
 
 
 def _empty() -> dict[str, float]:
@@ -115,22 +115,22 @@ def _add(acc: dict, part: dict) -> None:
 
 
 def breakdown(tl: Timeline, rows: np.ndarray | None = None, window: tuple[float, float] | None = None) -> dict[str, float]:
-    """The breakdown (module docstring) of the activities `rows` of `tl.kernels` (default: all of them, the
+    """The breakdown (module docstring) of the activities `rows` of `tl.activities` (default: all of them, the
     whole trace), summed over devices; with `window` (lo, hi) clipped to it (see `of_intervals`)."""
-    k = tl.kernels
+    k = tl.activities
     rows = np.arange(len(k)) if rows is None else np.asarray(rows, dtype=np.int64)
     return of_intervals(k.ts_us[rows], k.end_us[rows], kinds(tl, rows), k.device[rows], window)
 
 
 def per_device(tl: Timeline) -> dict[int, dict[str, float]]:
     """The whole trace's breakdown of each device with GPU activity."""
-    dev = tl.kernels.device
+    dev = tl.activities.device
     return {int(d): breakdown(tl, np.flatnonzero(dev == d)) for d in np.unique(dev)}
 
 
 @dataclass
 class StepAssignment:
-    """Per activity (row of `tl.kernels`): its step (index into `windows`), or BEFORE_FIRST_STEP /
+    """Per activity (row of `tl.activities`): its step (index into `windows`), or BEFORE_FIRST_STEP /
     OUTSIDE_STEPS; and whether it was placed by a GPU-side step annotation (no launch in the trace)."""
 
     windows: Windows
@@ -183,7 +183,7 @@ def _gpu_window_of(t: np.ndarray, g: Windows) -> np.ndarray:
 def assign_steps(tl: Timeline, windows: Windows) -> StepAssignment:
     """Every activity to exactly one step (module docstring): by its launch, else by the GPU-side step
     annotation holding it, else outside the steps."""
-    k = tl.kernels
+    k = tl.activities
     launch_ts, launch_pid = tl.launch_time()
     step = _window_of(launch_ts, launch_pid, windows)
     unlaunched = np.isnan(launch_ts)
@@ -202,7 +202,7 @@ def step_ends(tl: Timeline, windows: Windows) -> np.ndarray:
     ends = windows.end_us.astype(float).copy()
     mine = a.step >= 0
     if mine.any():
-        np.maximum.at(ends, a.step[mine], tl.kernels.end_us[mine])
+        np.maximum.at(ends, a.step[mine], tl.activities.end_us[mine])
     return ends
 
 
@@ -271,7 +271,7 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     n_steps = len(windows)
     # owners: the steps in order, then before-the-first-step, then outside: steps win shared instants
     owner = np.where(a.step >= 0, a.step, np.where(a.step == BEFORE_FIRST_STEP, n_steps, n_steps + 1))
-    k, kind = tl.kernels, kinds(tl)
+    k, kind = tl.activities, kinds(tl)
     total = np.zeros((n_steps + 3, 5))
     for dev in np.unique(k.device):
         on = k.device == dev
@@ -368,7 +368,7 @@ def plugin_windows(tl: Timeline, windows: Windows) -> tuple[np.ndarray, np.ndarr
     `_update_steps_duration`): from its CPU start (not before the previous step's end) to the later of its CPU
     end and the end of the last GPU activity it launched."""
     step = assign_steps(tl, windows).step
-    k = tl.kernels
+    k = tl.activities
     lo, hi = windows.ts_us.copy(), windows.end_us.copy()
     for j in range(len(windows)):
         mine = step == j
@@ -384,7 +384,7 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
     """Per step: `breakdown_us` in the plugin's categories (PLUGIN_CATEGORIES, adding up to `breakdown_span_us`,
     the step's plugin window) and `idle_by_host_us`, the same window's GPU idle time by what the host was doing
     then (HOST_CATEGORIES; it adds up to runtime + dataloader + cpu_exec + other)."""
-    k, host = tl.kernels, host_intervals(tl)
+    k, host = tl.activities, host_intervals(tl)
     gpu = [(CATEGORIES[c], k.ts_us[k.category == c], k.end_us[k.category == c]) for c in (KERNEL, MEMCPY, MEMSET)]
     plugin_host = [("runtime", *_cat(host["sync_runtime"], host["runtime"])), ("dataloader", *host["dataloader"]),
                    ("cpu_exec", *_cat(host["sync_ops"], host["cpu_ops"]))]

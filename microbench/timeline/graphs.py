@@ -50,11 +50,11 @@ def graph_kernel_mask(tl: Timeline) -> np.ndarray:
     ids = [tl.names.find(n) for n in GRAPH_LAUNCHES]
     ids = [i for i in ids if i != NO_ID]
     li = tl.launch_index()
-    out = np.zeros(len(tl.kernels), dtype=bool)
+    out = np.zeros(len(tl.activities), dtype=bool)
     if ids and len(li):
         linked = li != NO_ID
         out[linked] = np.isin(tl.launches.name[li[linked]], ids)
-    return out & (tl.kernels.category == KERNEL)
+    return out & (tl.activities.category == KERNEL)
 
 
 def _innermost_op(cap: Timeline, thread: int, ts: float) -> int:
@@ -115,8 +115,8 @@ def graph_kernels(tl: Timeline, capture: Timeline | None = None) -> GraphKernels
                          "graph kernels are not attributed to operators")
         return out
     for rows in by_launch.values():
-        rows.sort(key=lambda r: tl.kernels.ts_us[r])
-        names = [tl.names[tl.kernels.name[r]] for r in rows]
+        rows.sort(key=lambda r: tl.activities.ts_us[r])
+        names = [tl.names[tl.activities.name[r]] for r in rows]
         best = max(graphs, key=lambda g: sum(i >= 0 for i in align(names, [c.kernel for c in g])))
         for r, i in zip(rows, align(names, [c.kernel for c in best])):
             if i >= 0:
@@ -127,7 +127,7 @@ def graph_kernels(tl: Timeline, capture: Timeline | None = None) -> GraphKernels
 def graph_summary(tl: Timeline, gk: GraphKernels, with_capture: bool) -> dict:
     """summary keys: graph kernel count and time, and the share of that time attributed to a capturing operator
     (None without a capture trace)."""
-    k = tl.kernels
+    k = tl.activities
     t = float(k.dur_us[gk.mask].sum())
     rows = np.fromiter(gk.captured, dtype=np.int64, count=len(gk.captured))
     attributed = float(k.dur_us[rows].sum()) if len(rows) else 0.0
@@ -153,9 +153,9 @@ def graph_ops(tl: Timeline, gk: GraphKernels, capture: Timeline) -> list[dict]:
         g = groups.setdefault(key, {"op": key[0], "input_dims": dims, "calls": 0, "kernels": 0,
                                     "kernel_time_us": 0.0, "classes": {}, "flops": None})
         g["kernels"] += 1
-        g["kernel_time_us"] += float(tl.kernels.dur_us[r])
-        cls = tl.classes[tl.kernels.cls[r]].cls
-        g["classes"][cls] = g["classes"].get(cls, 0.0) + float(tl.kernels.dur_us[r])
+        g["kernel_time_us"] += float(tl.activities.dur_us[r])
+        cls = tl.classes[tl.activities.cls[r]].cls
+        g["classes"][cls] = g["classes"].get(cls, 0.0) + float(tl.activities.dur_us[r])
         if (c.op_row, int(li[r])) not in seen:  # one call of the operator per replay
             seen.add((c.op_row, int(li[r])))
             g["calls"] += 1

@@ -374,7 +374,7 @@ def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev:
         if not 0 <= v <= MAX_COUNTER:  # a count, finite: sums of 1e308 would be inf
             raise InputError(path, f"traceEvents[{index}]: {PROFILER_RANGE} {name[:60]!r} has args.{k}={v!r}: "
                                    f"expected a count from 0 to {MAX_COUNTER:g}")
-    b.add_kernel(name, ts, dur, _int(args.get("device"), 0), _int(ev.tid, 0), NO_ID, NO_ID, KERNEL)
+    b.add_activity(name, ts, dur, _int(args.get("device"), 0), _int(ev.tid, 0), NO_ID, NO_ID, KERNEL)
     b.add_counters(counters)
     b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
 
@@ -468,10 +468,10 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
     elif cat == "kernel" or cat in COPY_CATEGORIES:
         device = _int(args.device, _int(ev.pid, 0))
         corr = _int(args.correlation)
-        b.add_kernel(name, ts, dur, device, _int(args.stream, _int(ev.tid)), corr,
+        b.add_activity(name, ts, dur, device, _int(args.stream, _int(ev.tid)), corr,
                      _int(args.external_id, _int(args.external_id_2021)), COPY_CATEGORIES.get(cat, KERNEL))
         if corr == NO_ID:
-            b.add_unlinked_kernel(ev.pid, ev.tid, ts)
+            b.add_unlinked_activity(ev.pid, ev.tid, ts)
     elif cat in RUNTIME_CATEGORIES or cat.endswith(("_runtime", "_driver")):
         if type(args.correlation) is float:
             raise _FloatId(args.correlation)

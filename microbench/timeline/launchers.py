@@ -20,7 +20,7 @@ from microbench.timeline.opmetrics import _innermost_owner, first_float_dtype
 
 def _candidates(tl: Timeline) -> np.ndarray:
     """Kernel rows whose name leaves them unsettled: class `other`, or a GEMM with Tensor Core use unknown."""
-    k = tl.kernels
+    k = tl.activities
     open_cls = [i for i, c in enumerate(tl.classes) if c.cls == "other" or (c.cls == "gemm" and c.tensor_cores == "unknown")]
     return np.flatnonzero((k.category == KERNEL) & np.isin(k.cls, open_cls))
 
@@ -65,7 +65,7 @@ def by_launcher(tl: Timeline) -> Timeline:
     range_owner = _range_owner(tl, kernels)
     dev = _device(tl)
     classes, index = list(tl.classes), {c: i for i, c in enumerate(tl.classes)}
-    cls, tc = tl.kernels.cls.copy(), tl.kernels.tensor_cores.copy()
+    cls, tc = tl.activities.cls.copy(), tl.activities.tensor_cores.copy()
     for j, row in enumerate(kernels):
         for table, owner in (("cpu_ops", op_owner[j]), ("ranges", range_owner[j])):
             if owner < 0:
@@ -76,7 +76,7 @@ def by_launcher(tl: Timeline) -> Timeline:
             if new is not None:
                 cls[row], tc[row] = _intern(new, classes, index), TC_VALUES.index(new.tensor_cores)
                 break
-    if (cls == tl.kernels.cls).all():
+    if (cls == tl.activities.cls).all():
         return tl
     return tl.with_classes(tuple(classes), cls, tc)
 

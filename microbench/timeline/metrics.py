@@ -12,20 +12,20 @@ from microbench.timeline.classify import class_set
 
 
 def kernel_rows(tl: Timeline) -> np.ndarray:
-    """The rows of `tl.kernels` that are kernels (not memcpy / memset)."""
-    return np.flatnonzero(tl.kernels.category == KERNEL)
+    """The rows of `tl.activities` that are kernels (not memcpy / memset)."""
+    return np.flatnonzero(tl.activities.category == KERNEL)
 
 
 def kernel_time(tl: Timeline) -> tuple[int, float]:
     """Number of kernels and the sum of their durations."""
     rows = kernel_rows(tl)
-    return len(rows), float(tl.kernels.dur_us[rows].sum())
+    return len(rows), float(tl.activities.dur_us[rows].sum())
 
 
 def time_by_class(tl: Timeline) -> dict[str, tuple[int, float]]:
     """Kernel class -> (kernels, time), largest time first."""
     rows = kernel_rows(tl)
-    k = tl.kernels
+    k = tl.activities
     counts = np.bincount(k.cls[rows], minlength=len(tl.classes))
     times = np.bincount(k.cls[rows], weights=k.dur_us[rows], minlength=len(tl.classes))
     out: dict[str, list] = {}
@@ -37,38 +37,38 @@ def time_by_class(tl: Timeline) -> dict[str, tuple[int, float]]:
     return {c: (n, t) for c, (n, t) in sorted(out.items(), key=lambda x: -x[1][1])}
 
 
-def tensor_core_time(tl: Timeline) -> dict[str, float]:
+def matrix_unit_time(tl: Timeline) -> dict[str, float]:
     """Kernel time by Tensor Core verdict: yes / no / unknown (the kernel rules' evidence)."""
     rows = kernel_rows(tl)
-    t = np.bincount(tl.kernels.tensor_cores[rows], weights=tl.kernels.dur_us[rows], minlength=len(TC_VALUES))
+    t = np.bincount(tl.activities.tensor_cores[rows], weights=tl.activities.dur_us[rows], minlength=len(TC_VALUES))
     return {v: float(x) for v, x in zip(TC_VALUES, t)}
 
 
-def tensor_core_time_by_class(tl: Timeline) -> dict[str, float]:
+def matrix_unit_time_by_class(tl: Timeline) -> dict[str, float]:
     """Kernel class -> the time of its kernels whose verdict is yes: a class keeps its name rule's label (`gemm`,
     "other GEMM/conv") where an inference or counters put its kernels on Tensor Cores, so the class table says how
     much of each class the Tensor Core share holds."""
     rows = kernel_rows(tl)
-    yes = rows[tl.kernels.tensor_cores[rows] == TC_VALUES.index("yes")]
-    times = np.bincount(tl.kernels.cls[yes], weights=tl.kernels.dur_us[yes], minlength=len(tl.classes))
+    yes = rows[tl.activities.tensor_cores[rows] == TC_VALUES.index("yes")]
+    times = np.bincount(tl.activities.cls[yes], weights=tl.activities.dur_us[yes], minlength=len(tl.classes))
     out: dict[str, float] = {}
     for c, t in zip(tl.classes, times):
         out[c.cls] = out.get(c.cls, 0.0) + float(t)
     return out
 
 
-def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
+def matrix_unit_evidence_time(tl: Timeline, counter_settled: np.ndarray | None = None) -> dict[str, dict[str, float]]:
     """Kernel time by the evidence layer of its Tensor Core verdict (classify.EVIDENCE_LAYERS: counters where
     `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
     each split by verdict. Inferred time is this table's, never folded silently into a rule's."""
     rows = kernel_rows(tl)
-    basis = np.array([c.basis for c in tl.classes], dtype=object)[tl.kernels.cls[rows]] if len(rows) else np.array([])
+    basis = np.array([c.basis for c in tl.classes], dtype=object)[tl.activities.cls[rows]] if len(rows) else np.array([])
     if counter_settled is not None and len(rows):
         basis = np.where(counter_settled[rows], "counters", basis)
     out: dict[str, dict[str, float]] = {}
     for layer in dict.fromkeys(basis.tolist()):
         sel = rows[basis == layer]
-        t = np.bincount(tl.kernels.tensor_cores[sel], weights=tl.kernels.dur_us[sel], minlength=len(TC_VALUES))
+        t = np.bincount(tl.activities.tensor_cores[sel], weights=tl.activities.dur_us[sel], minlength=len(TC_VALUES))
         out[layer] = {v: float(x) for v, x in zip(TC_VALUES, t) if x}
     return out
 
@@ -76,18 +76,18 @@ def tensor_core_evidence_time(tl: Timeline, counter_settled: np.ndarray | None =
 def comm_time(tl: Timeline) -> float:
     """Kernel time in communication kernels (NCCL, RCCL, gloo)."""
     rows = kernel_rows(tl)
-    return float(tl.kernels.dur_us[rows][tl.class_mask("comm")[rows]].sum())
+    return float(tl.activities.dur_us[rows][tl.class_mask("comm")[rows]].sum())
 
 
 def copy_time(tl: Timeline) -> dict[str, tuple[int, float]]:
     """memcpy / memset activities: (count, time) each."""
-    k = tl.kernels
+    k = tl.activities
     return {CATEGORIES[c]: (int((k.category == c).sum()), float(k.dur_us[k.category == c].sum()))
             for c in range(1, len(CATEGORIES))}
 
 
 def devices_with_kernels(tl: Timeline) -> list[int]:
-    return sorted(int(d) for d in np.unique(tl.kernels.device[kernel_rows(tl)]))
+    return sorted(int(d) for d in np.unique(tl.activities.device[kernel_rows(tl)]))
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +137,7 @@ def in_windows(tl: Timeline, w: Windows, categories=(KERNEL,)) -> WindowTotals:
     CPU time [ts, ts + dur + EPS_US] contains its launch (the runtime call with its correlation id), on any
     thread: the backward pass launches its kernels from autograd's threads, not from the thread that opened
     `## backward ##`. Activities without a launch belong to no window."""
-    k = tl.kernels
+    k = tl.activities
     launch_ts, launch_pid = tl.launch_time()
     sel = np.isin(k.category, categories) & ~np.isnan(launch_ts)
     count, time_us, span = np.zeros(len(w), dtype=np.int64), np.zeros(len(w)), np.zeros(len(w))
@@ -161,7 +161,7 @@ def in_windows(tl: Timeline, w: Windows, categories=(KERNEL,)) -> WindowTotals:
 
 def unlaunched_kernels(tl: Timeline) -> int:
     """Kernels whose launching runtime call is not in the trace (no matching correlation id)."""
-    return int(((tl.launch_index() == NO_ID) & (tl.kernels.category == KERNEL)).sum())
+    return int(((tl.launch_index() == NO_ID) & (tl.activities.category == KERNEL)).sum())
 
 
 def annotation_times(tl: Timeline) -> list[dict]:
@@ -206,7 +206,7 @@ class KernelGroup:
 def top_kernels(tl: Timeline) -> list[KernelGroup]:
     """Every distinct (kernel name, device), most total time first (ties: first seen first)."""
     rows = kernel_rows(tl)
-    k = tl.kernels
+    k = tl.activities
     if not len(rows):
         return []
     dev = k.device[rows].astype(np.int64)
@@ -225,7 +225,7 @@ def matrix_flop_coverage(tl: Timeline, kernel_flops: np.ndarray) -> dict:
     that model FLOPs are attributed to (`kernel_flops`, per kernel row): the share of the matrix work that
     MFU, achieved TFLOP/s and the per-op totals can see."""
     gemm = [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")]
-    rows = np.flatnonzero((tl.kernels.category == KERNEL) & np.isin(tl.kernels.cls, gemm))
-    total = float(tl.kernels.dur_us[rows].sum())
-    covered = float(tl.kernels.dur_us[rows][kernel_flops[rows] > 0].sum()) if len(kernel_flops) else 0.0
+    rows = np.flatnonzero((tl.activities.category == KERNEL) & np.isin(tl.activities.cls, gemm))
+    total = float(tl.activities.dur_us[rows].sum())
+    covered = float(tl.activities.dur_us[rows][kernel_flops[rows] > 0].sum()) if len(kernel_flops) else 0.0
     return {"matrix_kernel_time_us": total, "covered_us": covered, "share": covered / total if total > 0 else None}

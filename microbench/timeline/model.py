@@ -5,7 +5,7 @@ A reader (microbench/timeline/kineto.py; later Nsight Systems SQLite, Nsight Com
 step attribution (microbench/step/attribution.py) read the resulting `Timeline`.
 
 Tables (each a set of numpy columns of equal length; names are ids into `Timeline.names`):
-- `kernels`: GPU activities: kernels, memcpys and memsets (`category`), with device, stream, the correlation
+- `activities`: GPU activities: kernels, memcpys and memsets (`category`), with device, stream, the correlation
   id of the launching call and the kernel's class and Tensor Core verdict (microbench/timeline/classify.py);
 - `launches`: runtime / driver calls that carry a correlation id (cudaLaunchKernel, hipMemcpyAsync, ...);
 - `cpu_ops`: framework operators (aten::mm, autograd::engine::evaluate_function: ...), with the argument
@@ -26,15 +26,16 @@ The rules every consumer shares (docs/traces.md):
 from __future__ import annotations
 
 import re
+import warnings
 from array import array
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from microbench.timeline.classify import Classification, classify_kernel
-from microbench.timeline.classify import TENSOR_CORE_VALUES as TC_VALUES  # `kernels.tensor_cores` indexes these
+from microbench.timeline.classify import TENSOR_CORE_VALUES as TC_VALUES  # `activities.tensor_cores` indexes these
 
-# Kernel categories (the `category` column of `kernels`).
+# Activity categories (the `category` column of `activities`).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 CATEGORIES = ("kernel", "memcpy", "memset")
 # Range kinds.
@@ -96,7 +97,7 @@ def _col(code: str):
 
 
 @dataclass
-class Kernels(Table):
+class Activities(Table):
     name: np.ndarray = _col("i")  # id into Timeline.names
     ts_us: np.ndarray = _col("d")
     dur_us: np.ndarray = _col("d")
@@ -177,13 +178,13 @@ class Timeline:
     source: str  # the file read
     format: str  # "kineto", ...
     names: Names
-    kernels: Kernels
+    activities: Activities
     launches: Launches
     cpu_ops: CpuOps
     ranges: Ranges
     threads: Names  # (pid, tid) pairs
     arg_values: list  # decoded argument values (Input Dims, Input type), interned
-    classes: tuple[Classification, ...]  # kernel classifications, indexed by kernels.cls
+    classes: tuple[Classification, ...]  # kernel classifications, indexed by activities.cls
     device_properties: dict[int, dict] = field(default_factory=dict)  # device id -> the profiler's entry
     distributed: dict = field(default_factory=dict)  # backend, rank, world_size, ...
     meta: dict = field(default_factory=dict)  # the trace's own header (traceName, schemaVersion, ...)
@@ -198,33 +199,40 @@ class Timeline:
     def wall_span_us(self) -> float:
         return self.span_us[1] - self.span_us[0] if self.span_us and self.span_us[1] > self.span_us[0] else 0.0
 
+    @property
+    def kernels(self) -> Activities:
+        """Deprecated alias of `activities` (docs/api.md named it `kernels`; it holds copies too): one release."""
+        warnings.warn("Timeline.kernels is deprecated: use Timeline.activities (every GPU activity, copies too)",
+                      DeprecationWarning, stacklevel=2)
+        return self.activities
+
     def class_names(self) -> np.ndarray:
         """Each kernel's class name (`tc_gemm`, `comm`, ...), via the interned classifications."""
-        return np.array([c.cls for c in self.classes], dtype=object)[self.kernels.cls]
+        return np.array([c.cls for c in self.classes], dtype=object)[self.activities.cls]
 
     def class_mask(self, cls: str) -> np.ndarray:
         ids = [i for i, c in enumerate(self.classes) if c.cls == cls]
-        return np.isin(self.kernels.cls, ids)
+        return np.isin(self.activities.cls, ids)
 
     def with_tensor_cores(self, tensor_cores: np.ndarray) -> "Timeline":
-        """A view of this timeline whose kernels carry other Tensor Core verdicts (hardware counters' where they
+        """A view of this timeline whose activities carry other Tensor Core verdicts (hardware counters' where they
         settle it): every other column and table shared, this timeline unchanged."""
-        return replace(self, kernels=replace(self.kernels, tensor_cores=tensor_cores))
+        return replace(self, activities=replace(self.activities, tensor_cores=tensor_cores))
 
     def with_classes(self, classes: tuple, cls: np.ndarray, tensor_cores: np.ndarray) -> "Timeline":
         """This timeline with other kernel classifications (timeline/launchers.py: by the launching operator)."""
-        return replace(self, classes=classes, kernels=replace(self.kernels, cls=cls, tensor_cores=tensor_cores))
+        return replace(self, classes=classes, activities=replace(self.activities, cls=cls, tensor_cores=tensor_cores))
 
     def launch_index(self) -> np.ndarray:
         """Per kernel row, the row of its launch in `launches` (same correlation id; the first such launch
         in trace order), NO_ID where the trace has none."""
         if "launch_index" not in self._cache:
-            out = np.full(len(self.kernels), NO_ID, dtype=np.int64)
+            out = np.full(len(self.activities), NO_ID, dtype=np.int64)
             corr = self.launches.correlation
-            if len(corr) and len(self.kernels):
+            if len(corr) and len(self.activities):
                 order = np.argsort(corr, kind="stable")
                 sc = corr[order]
-                k = self.kernels.correlation
+                k = self.activities.correlation
                 pos = np.minimum(np.searchsorted(sc, k), len(sc) - 1)
                 hit = (sc[pos] == k) & (k != NO_ID)
                 out[hit] = order[pos[hit]]
@@ -280,7 +288,7 @@ class TimelineBuilder:
         self._processes = Names()
         self.arg_values = Names()  # keyed by the value's JSON text: equal values share an id
         self.cols = {t: {k: array(code) for k, code in t.typecodes().items()}
-                     for t in (Kernels, Launches, CpuOps, Ranges)}
+                     for t in (Activities, Launches, CpuOps, Ranges)}
         self._rows: dict[type, list[tuple]] = {t: [] for t in self.cols}
         self.device_properties: dict[int, dict] = {}
         self.distributed: dict = {}
@@ -292,7 +300,7 @@ class TimelineBuilder:
         # flow events (start or end, the (pid, tid) key of their thread or stream, ts, id) and the activities and
         # runtime calls whose own args carry no correlation id, linked through them at build()
         self.flows = {k: array(c) for k, c in (("start", "b"), ("key", "q"), ("ts", "d"), ("id", "q"))}
-        self.unlinked_kernels: list[tuple[int, int, float]] = []
+        self.unlinked_activities: list[tuple[int, int, float]] = []
         self.unlinked_launches: list[tuple] = []
 
     def first_step(self, name: str, pid: int, ts: float) -> bool:
@@ -310,9 +318,9 @@ class TimelineBuilder:
         for k, v in (("start", start), ("key", hash((str(pid), str(tid)))), ("ts", ts), ("id", flow_id)):
             self.flows[k].append(v)
 
-    def add_unlinked_kernel(self, pid, tid, ts: float) -> None:
+    def add_unlinked_activity(self, pid, tid, ts: float) -> None:
         """The kernel row added last has no correlation id in its args: link it by the flow ending at it."""
-        self.unlinked_kernels.append((len(self.cols[Kernels]["name"]) + len(self._rows[Kernels]) - 1,
+        self.unlinked_activities.append((len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1,
                                       hash((str(pid), str(tid))), ts))
 
     def add_unlinked_launch(self, raw_pid, raw_tid, name: str, ts: float, dur: float, pid: int, thread: int,
@@ -323,13 +331,13 @@ class TimelineBuilder:
     def _link_by_flows(self) -> None:
         """Correlation ids from flow events where the events' args have none (the flow's start binds the runtime
         call at its thread and ts, its end the activity at its stream and ts); counted in meta["linked_by_flows"]."""
-        if not (self.unlinked_kernels or self.unlinked_launches) or not len(self.flows["id"]):
+        if not (self.unlinked_activities or self.unlinked_launches) or not len(self.flows["id"]):
             return
         f = self.flows
         ends = {(k, t): i for s, k, t, i in zip(f["start"], f["key"], f["ts"], f["id"]) if not s}
         starts = {(k, t): i for s, k, t, i in zip(f["start"], f["key"], f["ts"], f["id"]) if s}
-        corr, linked = self.cols[Kernels]["correlation"], 0
-        for row, key, ts in self.unlinked_kernels:
+        corr, linked = self.cols[Activities]["correlation"], 0
+        for row, key, ts in self.unlinked_activities:
             if (i := ends.get((key, ts))) is not None:
                 corr[row], linked = i, linked + 1
         for key, name, ts, dur, pid, thread, kernel in self.unlinked_launches:
@@ -369,9 +377,9 @@ class TimelineBuilder:
 
     # The add_* methods keep a row as a tuple; `_flush` moves a table's rows into its arrays column by column
     # (array.extend over a column runs in C, and no object outlives a batch).
-    def add_kernel(self, name: str, ts: float, dur: float, device: int, stream: int, correlation: int,
+    def add_activity(self, name: str, ts: float, dur: float, device: int, stream: int, correlation: int,
                    external_id: int, category: int) -> None:
-        self._rows[Kernels].append((self.names.id(name), ts, dur, device, stream, correlation, external_id,
+        self._rows[Activities].append((self.names.id(name), ts, dur, device, stream, correlation, external_id,
                                     category))
 
     def add_launch(self, name: str, ts: float, dur: float, pid: int, thread: int, correlation: int,
@@ -387,7 +395,7 @@ class TimelineBuilder:
     def add_counters(self, metrics: dict) -> None:
         """Hardware counters (metric name -> value) of the kernel row added last (Nsight Compute, CUPTI
         range profiler): the strongest Tensor Core evidence (microbench/timeline/counters.py)."""
-        self.counters[len(self.cols[Kernels]["name"]) + len(self._rows[Kernels]) - 1] = metrics
+        self.counters[len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1] = metrics
 
     def add_range(self, name: str, ts: float, dur: float, pid: int, thread: int, kind: int,
                   input_dims: int = NO_ID, input_types: int = NO_ID) -> None:
@@ -405,7 +413,7 @@ class TimelineBuilder:
         """The finished timeline. `decode_arg` turns an interned argument key back into its value."""
         self.flush()
         self._link_by_flows()
-        c = self.cols[Kernels]
+        c = self.cols[Activities]
         c["cls"], c["tensor_cores"] = array("h"), array("b")
         classes: list[Classification] = []
         cls_ids: dict[Classification, int] = {}
@@ -415,12 +423,12 @@ class TimelineBuilder:
             per_name[i] = cls_ids.setdefault(cl, len(classes))
             if per_name[i] == len(classes):
                 classes.append(cl)
-        kernels = Kernels.from_arrays(c)
-        kernels.cls = per_name[kernels.name] if len(kernels) else np.empty(0, dtype=np.int16)
+        activities = Activities.from_arrays(c)
+        activities.cls = per_name[activities.name] if len(activities) else np.empty(0, dtype=np.int16)
         tc = np.array([TC_VALUES.index(cl.tensor_cores) for cl in classes], dtype=np.int8)
-        kernels.tensor_cores = tc[kernels.cls] if len(kernels) else np.empty(0, dtype=np.int8)
+        activities.tensor_cores = tc[activities.cls] if len(activities) else np.empty(0, dtype=np.int8)
         return Timeline(
-            source=self.source, format=self.format, names=self.names, kernels=kernels,
+            source=self.source, format=self.format, names=self.names, activities=activities,
             launches=Launches.from_arrays(self.cols[Launches]), cpu_ops=CpuOps.from_arrays(self.cols[CpuOps]),
             ranges=Ranges.from_arrays(self.cols[Ranges]), threads=self.threads,
             arg_values=[decode_arg(k) for k in self.arg_values.strings], classes=tuple(classes),

@@ -252,7 +252,7 @@ def read(path: str | Path):
             major, _, minor = k.cc.partition(".")
             b.device_properties[dev] = {"id": dev, "name": device_name(k.cc), "computeMajor": int(major),
                                         "computeMinor": int(minor or 0)}
-        b.add_kernel(k.name, t, dur_ns * 1e-3, dev, _stream(k.stream), NO_ID, NO_ID, KERNEL)
+        b.add_activity(k.name, t, dur_ns * 1e-3, dev, _stream(k.stream), NO_ID, NO_ID, KERNEL)
         b.add_counters(k.values() | _derived(k))
         b.cover(t, t + dur_ns * 1e-3)
         t += dur_ns * 1e-3

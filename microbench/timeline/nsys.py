@@ -223,10 +223,10 @@ def read(path: str | Path):
             "computeMinor": g.get("computeMinor"), "numSms": g.get("smCount"), "totalGlobalMem": g.get("totalMemory")}
     b.meta.update(ex.meta)
     for k in ex.kernels:
-        b.add_kernel(k["name"], k["ts_us"], k["dur_us"], k["device"], k["stream"], _id(k["correlation"]), NO_ID, KERNEL)
+        b.add_activity(k["name"], k["ts_us"], k["dur_us"], k["device"], k["stream"], _id(k["correlation"]), NO_ID, KERNEL)
         b.cover(k["ts_us"], k["ts_us"] + k["dur_us"])
     for c in ex.copies:
-        b.add_kernel(c["kind"], c["ts_us"], c["dur_us"], c["device"], c["stream"], _id(c["correlation"]), NO_ID,
+        b.add_activity(c["kind"], c["ts_us"], c["dur_us"], c["device"], c["stream"], _id(c["correlation"]), NO_ID,
                      MEMSET if c["kind"] == "Memset" else MEMCPY)
         b.cover(c["ts_us"], c["ts_us"] + c["dur_us"])
     for launch in ex.launches:

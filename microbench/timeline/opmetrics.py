@@ -50,7 +50,7 @@ class OpCalls:
 
 
 @dataclass
-class OpModel:
+class WorkModel:
     calls: list[OpCalls]
     kernel_flops: np.ndarray  # per kernel row: model FLOPs attributed to it (0 where none)
     notes: list[str] = field(default_factory=list)
@@ -79,8 +79,8 @@ def _outermost(tl: Timeline, rows: np.ndarray) -> np.ndarray:
 def _kernel_owner(tl: Timeline, tops: np.ndarray) -> np.ndarray:
     """Per kernel row: the index into `tops` of the operator that launched it, -1 for none. `tops` do not nest,
     so the latest one started before a launch owns it or none does (no look-back past an ended one)."""
-    owner = np.full(len(tl.kernels), -1, dtype=np.int64)
-    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
+    owner = np.full(len(tl.activities), -1, dtype=np.int64)
+    kernels = np.flatnonzero(tl.activities.category == KERNEL)
     if not len(tops) or not len(kernels):
         return owner
     rows = _innermost_owner(tl, tops, kernels, max_back=1)
@@ -100,42 +100,42 @@ def _precision(work: OpWork, kernel_tc: np.ndarray, peaks: dict) -> str | None:
     return col
 
 
-def op_model(tl: Timeline, peaks: dict[str, float] | None = None) -> OpModel:
+def work_model(tl: Timeline, peaks: dict[str, float] | None = None) -> WorkModel:
     """The modelled operators of `tl` and the FLOPs attributed to each kernel. `peaks`: the device's datasheet
     peaks (TFLOP/s by column), used to pick TF32 for fp32."""
     names = modelled_ops()
     ops = tl.cpu_ops
     notes: list[str] = []
-    kernel_flops = np.zeros(len(tl.kernels))
+    kernel_flops = np.zeros(len(tl.activities))
     if not len(ops):
-        return OpModel([], kernel_flops, ["no CPU operators in the trace: no per-op model"])
+        return WorkModel([], kernel_flops, ["no CPU operators in the trace: no per-op model"])
     name_ids = [i for i, s in enumerate(tl.names.strings) if s in names]
     rows = np.flatnonzero(np.isin(ops.name, name_ids) & (ops.input_dims != NO_ID))
     if not len(rows):
         if np.isin(ops.name, name_ids).any():
             notes.append("GEMM / convolution / attention operators without shapes: record with "
                          "torch.profiler.profile(record_shapes=True) for FLOPs and MFU")
-        return OpModel([], kernel_flops, notes)
+        return WorkModel([], kernel_flops, notes)
     tops = _outermost(tl, rows)
     owner = _kernel_owner(tl, tops)
-    gemm_cls = np.isin(tl.kernels.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
+    gemm_cls = np.isin(tl.activities.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
     calls = []
     for i, r in enumerate(tops):
         name = tl.names[ops.name[r]]
         work = trace_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
         mine = np.flatnonzero(owner == i)
-        t = float(tl.kernels.dur_us[mine].sum())
+        t = float(tl.activities.dur_us[mine].sum())
         carriers = mine[gemm_cls[mine]] if gemm_cls[mine].any() else mine
-        t_carry = float(tl.kernels.dur_us[carriers].sum())
+        t_carry = float(tl.activities.dur_us[carriers].sum())
         if work.flops and t_carry > 0:
-            kernel_flops[carriers] += work.flops * tl.kernels.dur_us[carriers] / t_carry
+            kernel_flops[carriers] += work.flops * tl.activities.dur_us[carriers] / t_carry
         calls.append(OpCalls(int(r), name, work, mine, t, t_carry,
-                             _precision(work, tl.kernels.tensor_cores[carriers], peaks or {})))
+                             _precision(work, tl.activities.tensor_cores[carriers], peaks or {})))
     unknown = sum(1 for c in calls if c.work.flops is None)
     if unknown:
         why = next(c.work.note for c in calls if c.work.flops is None)
         notes.append(f"{unknown} of {len(calls)} modelled operator calls have no FLOP count ({why})")
-    return OpModel(calls, kernel_flops, notes)
+    return WorkModel(calls, kernel_flops, notes)
 
 
 def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_back: int = 64) -> np.ndarray:
@@ -164,17 +164,17 @@ def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_ba
     return owner
 
 
-def other_kernel_work(tl: Timeline, model: OpModel) -> tuple[np.ndarray, np.ndarray]:
+def other_kernel_work(tl: Timeline, work_model: WorkModel) -> tuple[np.ndarray, np.ndarray]:
     """Per kernel row: (FLOPs, bytes) of the kernels no modelled operator owns (element-wise, normalization,
     reduction, gathers, copies), from the innermost recorded operator that launched each
     (core.ops.aten.trace_other_work), spread over that operator's kernels by duration; 0 FLOPs and NaN bytes
     where the trace does not say."""
-    n = len(tl.kernels)
+    n = len(tl.activities)
     flops, nbytes = np.zeros(n), np.full(n, np.nan)
     owned = np.zeros(n, dtype=bool)
-    for c in model.calls:
+    for c in work_model.calls:
         owned[c.kernels] = True
-    kernels = np.flatnonzero(~owned & (tl.kernels.category == KERNEL))
+    kernels = np.flatnonzero(~owned & (tl.activities.category == KERNEL))
     rows = np.flatnonzero(tl.cpu_ops.input_dims != NO_ID) if len(tl.cpu_ops) else np.empty(0, dtype=np.int64)
     if not len(kernels) or not len(rows):
         return flops, nbytes
@@ -184,7 +184,7 @@ def other_kernel_work(tl: Timeline, model: OpModel) -> tuple[np.ndarray, np.ndar
         name = tl.names[tl.cpu_ops.name[r]]
         work = trace_other_work(name, classify_operator(name).cls, _arg(tl, "input_dims", r),
                                 _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
-        t = tl.kernels.dur_us[mine]
+        t = tl.activities.dur_us[mine]
         if work is None or t.sum() <= 0:
             continue
         flops[mine], nbytes[mine] = work[0] * t / t.sum(), work[1] * t / t.sum()
@@ -209,14 +209,14 @@ def _per_us(amount: int | None, time_us: float, unit: float) -> float | None:
     return amount / (time_us * unit) if amount is not None and time_us > 0 else None
 
 
-def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dict[str, float]) -> list[dict]:
+def op_rows(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], measured: dict[str, float]) -> list[dict]:
     """Per operator name, shape and dtype: calls, FLOPs, bytes, kernel time, and achieved TFLOP/s two ways, each
     with its share of the datasheet peak and of the measured ceiling (TFLOP/s by datasheet column):
     `op_tflops` over the op's time on the GPU (`kernel_time_us`: all its kernels, the copies and casts an
     aten::matmul launches included: what the op costs), `kernel_tflops` over its math kernels' own time
     (`math_kernel_time_us`: the GEMM-class kernels, else all: how fast the math ran). Most kernel time first."""
     groups: dict[tuple, dict] = {}
-    for c in model.calls:
+    for c in work_model.calls:
         key = (c.name, shape_label(c.work), c.work.dtype)
         g = groups.setdefault(key, {"op": c.name, "family": c.work.family, "shape": key[1], "dtype": c.work.dtype,
                                     "precision": c.precision, "calls": 0, "flops": 0, "bytes": 0,
@@ -229,8 +229,8 @@ def op_rows(tl: Timeline, model: OpModel, peaks: dict[str, float], measured: dic
         g["kernel_time_us"] += c.kernel_time_us
         g["math_kernel_time_us"] += c.math_time_us
         g["kernels"] += len(c.kernels)
-        yes = tl.kernels.tensor_cores[c.kernels] == TC_VALUES.index("yes")
-        g["tc_kernel_time_us"] += float(tl.kernels.dur_us[c.kernels][yes].sum())
+        yes = tl.activities.tensor_cores[c.kernels] == TC_VALUES.index("yes")
+        g["tc_kernel_time_us"] += float(tl.activities.dur_us[c.kernels][yes].sum())
     out = []
     for g in groups.values():
         t, t_math = g["kernel_time_us"], g["math_kernel_time_us"]
@@ -271,20 +271,20 @@ def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[floa
     return at_peak, flops, sorted(missing)
 
 
-def mfu(tl: Timeline, model: OpModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None) -> dict:
+def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None) -> dict:
     """MFU of the whole trace and of each window (steps): see the module docstring."""
     ops = tl.cpu_ops
     per_step = []
     if windows is not None and len(windows):
         for j in range(len(windows)):
             lo, hi, pid = windows.ts_us[j], windows.end_us[j], windows.pid[j]
-            mine = [c for c in model.calls if ops.pid[c.row] == pid and lo <= ops.ts_us[c.row] <= hi]
+            mine = [c for c in work_model.calls if ops.pid[c.row] == pid and lo <= ops.ts_us[c.row] <= hi]
             at_peak, flops, _ = time_at_peak_us(mine, peaks)
             wall = float(windows.dur_us[j])
             per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
                              "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
                              "mfu": at_peak / wall if wall > 0 and at_peak else None})
-    at_peak, flops, missing = time_at_peak_us(model.calls, peaks)
+    at_peak, flops, missing = time_at_peak_us(work_model.calls, peaks)
     window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
     basis = "the steps' summed CPU duration" if per_step else "the span of GPU activity (no steps in the trace)"
     return {"model_flops": flops, "window_us": window, "window": basis,
@@ -308,8 +308,8 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     """Eligibility without shapes, the TensorBoard plugin's measure (eligibility.toml [by_operator]): the kernel
     time whose innermost launching operator is of a Tensor Core family in a dtype the chip takes or could take
     with AMP / TF32, split into what ran on Tensor Cores and what did not (`unused`), with the operators behind it."""
-    kernels = np.flatnonzero(tl.kernels.category == KERNEL)
-    total = float(tl.kernels.dur_us[kernels].sum())
+    kernels = np.flatnonzero(tl.activities.category == KERNEL)
+    total = float(tl.activities.dur_us[kernels].sum())
     out = {"basis": "the launching operator's name and recorded dtype (TensorBoard plugin rule; no shapes needed)",
            "eligible_time_us": 0.0, "unused_time_us": 0.0, "untyped_time_us": 0.0, "eligible_share": None,
            "unused_share": None, "ops": []}
@@ -320,15 +320,15 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     by_op: dict[tuple[str, str | None], list[float]] = {}
     for r in np.unique(owner[owner >= 0]):
         name = tl.names[tl.cpu_ops.name[r]]
-        if not eligibility.operator_could_use_tensor_cores(name):
+        if not eligibility.operator_could_use_matrix_units(name):
             continue
         dtype = first_float_dtype(tl, int(r))
-        if not eligibility.dtype_could_use_tensor_cores(dtype, device):
+        if not eligibility.dtype_could_use_matrix_units(dtype, device):
             continue
         mine = kernels[owner == r]
         t = by_op.setdefault((name, dtype), [0.0, 0.0])
-        t[0] += float(tl.kernels.dur_us[mine].sum())
-        t[1] += float(tl.kernels.dur_us[mine][tl.kernels.tensor_cores[mine] != yes].sum())
+        t[0] += float(tl.activities.dur_us[mine].sum())
+        t[1] += float(tl.activities.dur_us[mine][tl.activities.tensor_cores[mine] != yes].sum())
     out["eligible_time_us"] = sum(t[0] for t in by_op.values())
     out["unused_time_us"] = sum(t[1] for t in by_op.values())
     out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
@@ -338,19 +338,19 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     return out
 
 
-def eligibility_findings(tl: Timeline, model: OpModel, device: eligibility.Device) -> dict:
+def eligibility_findings(tl: Timeline, work_model: WorkModel, device: eligibility.Device) -> dict:
     """DLProf's check over every modelled operator call: findings grouped by rule and operator, with the kernel
     time at stake, most time first; and the total time eligible for Tensor Cores but run without them."""
     autocast_id = tl.names.find("aten::_autocast_to_reduced_precision")
     autocast = autocast_id != NO_ID and bool((tl.cpu_ops.name == autocast_id).any())
     gemm = {i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")}
     out: dict[tuple, dict] = {}
-    for c in model.calls:
-        rows = [r for r in c.kernels if tl.kernels.cls[r] in gemm]
+    for c in work_model.calls:
+        rows = [r for r in c.kernels if tl.activities.cls[r] in gemm]
         if not rows:
             continue
-        tc = [TC_VALUES[tl.kernels.tensor_cores[r]] for r in rows]
-        names = [tl.names[tl.kernels.name[r]] for r in rows]
+        tc = [TC_VALUES[tl.activities.tensor_cores[r]] for r in rows]
+        names = [tl.names[tl.activities.name[r]] for r in rows]
         f = eligibility.check(c.work, tc, names, device, autocast, _arg(tl, "input_strides", c.row))
         if f is None:
             continue

@@ -152,7 +152,7 @@ def _add_process(path: Path, b: TimelineBuilder, proc: _Process) -> None:
         ts = r.start_timestamp / NS_PER_US
         dur = max(r.end_timestamp - r.start_timestamp, 0) / NS_PER_US
         b.cover(ts, ts + dur)
-        b.add_kernel(names.get(d.kernel_id, f"kernel {d.kernel_id}"), ts, dur, devices.get(d.agent_id.handle, 0),
+        b.add_activity(names.get(d.kernel_id, f"kernel {d.kernel_id}"), ts, dur, devices.get(d.agent_id.handle, 0),
                      r.stream_id.handle or d.queue_id.handle, r.correlation_id.internal, NO_ID, KERNEL)
     copies = ops.get("MEMORY_COPY", [])
     for r in _records(path, proc, "memory_copy"):
@@ -160,7 +160,7 @@ def _add_process(path: Path, b: TimelineBuilder, proc: _Process) -> None:
         b.cover(ts, ts + dur)
         op = copies[r.operation] if 0 <= r.operation < len(copies) else str(r.operation)
         dev = devices.get(r.dst_agent_id.handle, devices.get(r.src_agent_id.handle, 0))
-        b.add_kernel(COPY_NAMES.get(op, op), ts, dur, dev, r.stream_id.handle, r.correlation_id.internal, NO_ID, MEMCPY)
+        b.add_activity(COPY_NAMES.get(op, op), ts, dur, dev, r.stream_id.handle, r.correlation_id.internal, NO_ID, MEMCPY)
     hip = ops.get("HIP_RUNTIME_API", [])
     pid = b.process(proc.metadata.pid)
     for r in _records(path, proc, "hip_api"):
