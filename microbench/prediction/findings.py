@@ -21,10 +21,10 @@ import numpy as np
 import tomllib
 
 from microbench.core.resources import data_file
-from microbench.prediction.chips import assumptions, find_entry
+from microbench.prediction.chips import Chip, assumptions, find_entry
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
-from microbench.prediction.kernels import GROUP_OF_CLASS, MATRIX, kernel_work
+from microbench.prediction.kernels import GROUP_OF_CLASS, MATRIX, KernelWork, kernel_work
 from microbench.prediction.model import (
     Scenario,
     Variant,
@@ -236,7 +236,6 @@ def cpu_work(rows: list[tuple[dict, str, float]]):
     """KernelWork over (layer, class, ms) rows: a GEMM / convolution row carries its layer's matrix FLOPs and dtype
     (its bytes are not split from the layer's: unknown, the roofline takes it as compute-bound, which CPU
     convolutions are: 190-440 FLOP/B against a ridge near 16); the other rows their time only."""
-    from microbench.prediction.kernels import KernelWork
     n = len(rows)
     group = np.array([GROUP_OF_CLASS.get(c, "other") for _, c, _ in rows], dtype=object)
     matrix = np.isin(group, MATRIX)
@@ -253,7 +252,6 @@ def cpu_chip(doc: dict):
     cycle of its ISA), the achievable rate a measured ceiling of that dtype where `decompose` measured one, else
     the estimate x matrix_efficiency (data/prediction.toml), as for a GPU without a published figure. The floor
     is 0 and the memory figure 1: on the same chip both cancel (only source / target ratios enter)."""
-    from microbench.prediction.chips import Chip
     comp = [c for c in doc.get("ceilings") or [] if c.get("kind") == "compute" and c.get("dtype")]
     peak = {c["dtype"]: c["value"] for c in comp if c.get("source") == "estimate"}
     if "fp32" not in peak:
@@ -447,9 +445,10 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | None:
     wait = f.mean(lambda st: _idle(st, "dataloader"))
     if wait < threshold("dataloader_idle_share") * f.step_us:
         return None
-    # workers load the next batch while this step runs: all of the wait goes, or, with one worker whose loading
-    # outlasts the rest of the step, only the part the rest of the step covers
-    low = f.mean(lambda st: min(_idle(st, "dataloader"), st["breakdown_span_us"] - _idle(st, "dataloader")))
+    # workers load the next batch while this step runs: all of the wait goes where the host has cores to spare for
+    # them (expected, high); the trace records no host core count, and where the workers take the main process's
+    # cores the loading stays on the step's path: low 0 (findings.toml [rules.dataloader] low_reason)
+    low = 0.0
     what = f"the GPU waits {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
 
