@@ -24,7 +24,12 @@ from microbench.core.resources import data_file
 from microbench.prediction.chips import Chip, assumptions, find_entry
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
-from microbench.prediction.kernels import GROUP_OF_CLASS, MATRIX, KernelWork, kernel_work
+from microbench.prediction.kernels import (
+    GROUP_OF_CLASS,
+    MATRIX,
+    KernelWork,
+    kernel_work,
+)
 from microbench.prediction.model import (
     Scenario,
     Variant,
