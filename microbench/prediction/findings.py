@@ -262,7 +262,10 @@ def cpu_chip(doc: dict):
     if "fp32" not in peak:
         return None
     eff = assumptions()["defaults"]["matrix_efficiency"]
-    measured = {c["dtype"]: c["value"] for c in comp if c.get("source") != "estimate"}
+    measured: dict[str, float] = {}
+    for c in comp:  # the best measured rate of each dtype
+        if c.get("source") != "estimate" and c.get("value"):
+            measured[c["dtype"]] = max(measured.get(c["dtype"], 0.0), float(c["value"]))
     rates = {k: measured.get(k, v * eff) for k, v in peak.items()}
     src = {k: "measured (decompose ceilings)" if k in measured else f"cpu_estimate x {eff:g}" for k in peak}
     hw = doc.get("hardware") or {}
