@@ -366,8 +366,8 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     dtype = _amp_dtype(f)
     time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
     cpu = isinstance(f, CpuFacts)
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 / TF32 GEMM / convolution "
-            f"{'operators' if cpu else 'kernels'}: {dtype} autocast moves them to the {dtype} "
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'' if cpu else '/ TF32 '}GEMM / "
+            f"convolution {'operators' if cpu else 'kernels'}: {dtype} autocast moves them to the {dtype} "
             + ("matrix-instruction (oneDNN bf16) rate; the operators around them are held (from cache, computed in "
                "fp32 after a conversion: half the bytes is not half the time on a CPU)" if cpu else
                "Tensor Core rate and halves the activation bytes of the kernels around them")) + _unmoved(f, rows)
