@@ -75,7 +75,7 @@ def _with_findings(d) -> dict:
     from microbench.models.ranges import STEP_RANGE
     ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
     tdoc = ta.document()
-    doc = with_findings(d.doc, findings_of(ta, d.cfg))
+    doc = with_findings(d.doc, findings_of(ta, d.cfg, cpu_doc=None if d.dev.is_gpu else d.doc))
     doc["trace_analysis"] = {k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes",
                                                    "classes", "mfu")}
     return doc

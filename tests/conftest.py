@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -103,6 +104,14 @@ def pytest_configure(config):
         # own, inherited by the commands tests start. `pytest --benchmark-only` shares the user's cache with
         # `python -m microbench.roofline`: one source of ceilings.
         os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dawnscope-test-cache-")
+        config._dawnscope_cache = os.environ[CACHE_ENV]
+
+
+def pytest_unconfigure(config):
+    # the suite's own ceilings cache goes with the session (one folder a run was left in /tmp, hundreds by now)
+    folder = getattr(config, "_dawnscope_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -262,17 +262,22 @@ def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config
 
 
 def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
-    """A CPU decomposition: its own profiler trace has no GPU activity, so no finding is checked, and it says so
-    in one line; report.html is the trace page over that trace, with the host breakdown per step."""
+    """A CPU decomposition: the CPU is the device, its operators the activities; the rules that read GPU idle time
+    are not checked, each with its reason (findings.toml `cpu_why`), and a model this small (a few kFLOP of matrix
+    work: less than a microsecond to save at any CPU rate) has no finding; report.html is the trace page over that
+    trace, with the host breakdown per step."""
     from microbench import decompose_step
 
     doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
                          measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
-    assert doc["findings_not_checked"] == [{"id": "all", "why": "no GPU activity in the trace"}]
+    cpu_rules = [rid for rid, r in F.rules()["rules"].items() if "cpu_why" in r]
+    assert [n["id"] for n in doc["findings_not_checked"]] == cpu_rules
+    assert "channels_last" in cpu_rules and "amp" not in cpu_rules
     from microbench.reports.findings_report import headline, not_checked_lines
 
-    assert headline(doc) == "no finding checked: no GPU activity in the trace" and not not_checked_lines(doc)
+    assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
+        {F.rules()["rules"][r]["cpu_why"] for r in cpu_rules})
     page = (tmp_path / "report.html").read_text()
     assert "<h2>step breakdown</h2>" in page and page.count("<svg") == 1 and "cpu_exec" in page
     saved = json.loads((tmp_path / "decomposition.json").read_text())
@@ -351,6 +356,7 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     plugin = F.Facts(TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config), config)
     dl = F.rule_dataloader(plugin, rule["dataloader"])
     assert dl["saving_us"]["expected"] == pytest.approx(1186, abs=1) and "num_workers" in dl["fix"]
+    assert dl["saving_us"]["low"] == 0  # the workers may take the main process's cores (low_reason)
     cl = F.rule_channels_last(plugin, rule["channels_last"])
     k = plugin.ta.tl.activities
     mask = plugin.name_mask(rule["channels_last"]["pattern"])
@@ -359,3 +365,42 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     bert = F.Facts(TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config), config)
     sync = F.rule_sync(bert, rule["sync"])
     assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
+
+
+def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path):
+    """The CPU as the device (prediction/findings.py CpuFacts): an fp32 GEMM-bound step on a CPU with a bf16 rate
+    in its cpu_estimate tier (bench.toml) gets the amp finding, its saving the prediction model's over the
+    decomposition's own operators (the same dtype_saving as on a GPU), its chip the ceilings' estimate; the same
+    step under bf16 autocast has nothing left to move. The measured before/after pairs are in docs/findings.md."""
+    from microbench.models.ranges import STEP_RANGE
+
+    from microbench import decompose_step
+
+    fast = {"device": "cpu", "replay": False, "measure_ceilings": False, "plot": False, "timed_steps": 0,
+            "profiled_steps": 1, "profiler_warmup_steps": 0}
+    doc = decompose_step("tests.findings_models:matmul_mlp", batch=256, out=tmp_path / "fp32", **fast)
+    est = {c["dtype"]: c["value"] for c in doc["ceilings"] if c["source"] == "estimate"}
+    if not est.get("bf16", 0) > est["fp32"]:
+        pytest.skip(f"this CPU's cpu_estimate tier has no bf16 rate above fp32 ({est}): AMP moves bytes only")
+    ta = TraceAnalysis.of(tmp_path / "fp32" / "trace.json.gz", None, STEP_RANGE)
+    f = F.CpuFacts(ta, None, None, doc)
+    assert f.chip.peak_tflops == est and f.chip.rate("bf16") > f.chip.rate("fp32")
+    model_saving = F.dtype_saving(f, "bf16")
+    # the CPU's base assumptions scale each GEMM operator's whole time with the rate (never below the bf16
+    # datasheet roof) and hold the operators around them; halving those is the range's upper side
+    gemm_us = sum(layer["gemm_time_ms"] for layer in doc["layers"]) * 1e3
+    rest_us = sum(layer["time_ms"] for layer in doc["layers"]) * 1e3 - gemm_us
+    rate_ratio = f.chip.rate("fp32") / f.chip.rate("bf16")
+    assert 0 < model_saving["expected"] <= gemm_us * (1 - rate_ratio) * (1 + 1e-9)
+    assert model_saving["low"] < model_saving["expected"] < model_saving["high"]
+    assert rest_us > 0 and f.working[np.isin(f.work.group, ("gemm_conv",))].all()
+    amp = [x for x in doc["findings"] if x["id"] == "amp"]
+    if model_saving["expected"] >= F.threshold("min_saving_share") * f.step_us:
+        (x,) = amp
+        assert x["saving_us"] == pytest.approx(model_saving) and x["per"] == "step"
+        assert "device_type='cpu'" in x["fix"] and x["evidence"]["layer"].startswith("oneDNN")
+        assert x["time_us"] == pytest.approx(gemm_us)
+    else:
+        assert not amp  # a very slow (busy) run: the saving is under 2 % of its step
+    after = decompose_step("tests.findings_models:matmul_mlp", batch=256, dtype="bf16", **fast)
+    assert not [x for x in after["findings"] if x["id"] == "amp"]

@@ -12,8 +12,7 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from .engine import EngineRun, Failed, find_traces, job_settings, run_ranks
 from .ranks import RankSummary, collective_record, match
-from microbench.core.frames import unknown_table
-from microbench.core.frames import frame
+from microbench.core.frames import Tables, unknown_table
 
 SCHEMA = "dawnscope.comm.ranks/2"
 MAX_NAMED = 3  # files named per group in an error line
@@ -212,7 +211,7 @@ def analyze_job(specs: list, workers: int | None = None, scheduler: str | None =
     return doc
 
 
-class Job:
+class Job(Tables):
     """A job of many ranks for notebooks (docs/api.md): the report `python -m microbench.comm ranks` prints
     (`analyze_job`: the traces found, each rank read in a worker, combined), computed once on first use, with
     its tables as lists of dicts and, with pandas (the `frames` extra), DataFrames. `traces`: files, folders or
@@ -274,14 +273,6 @@ class Job:
         if name == "failed":
             return list(self.report["failed"])
         return list(getattr(self, name))
-
-    def to_frame(self, name: str):
-        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`gpu_time.busy_us`)."""
-        return frame(self.table(name), name)
-
-    def frames(self) -> dict:
-        """Every table of TABLES as a DataFrame, by name."""
-        return {name: self.to_frame(name) for name in self.TABLES}
 
     def __repr__(self) -> str:  # nothing read until a result is asked for
         state = f"{len(self.ranks)} ranks read" if "report" in self.__dict__ else "not read yet"

@@ -46,3 +46,21 @@ def frame(rows: Iterable[Mapping], name: str):
 def unknown_table(name: str, tables: Iterable[str], what: str) -> KeyError:
     """The error for a table name that `what` (an analysis) does not have, listing the ones it has."""
     return KeyError(f"{what} has no table {name!r}; its tables: {', '.join(tables)}")
+
+
+class Tables:
+    """What an analysis with named tables gives a notebook: each of TABLES (its `table(name)`: a list of dicts)
+    as a DataFrame, one or all (TraceAnalysis, Job)."""
+
+    TABLES: tuple[str, ...] = ()
+
+    def table(self, name: str) -> list[dict]:
+        raise NotImplementedError
+
+    def to_frame(self, name: str):
+        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
+        return frame(self.table(name), name)
+
+    def frames(self) -> dict:
+        """Every table of TABLES as a DataFrame, by name."""
+        return {name: self.to_frame(name) for name in self.TABLES}

@@ -12,18 +12,19 @@ This sits in `prediction` (level 6) because the dtype findings need the predicti
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import tomllib
 
 from microbench.core.resources import data_file
-from microbench.prediction.chips import assumptions, find_entry
+from microbench.prediction.chips import Chip, assumptions, find_entry
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
-from microbench.prediction.kernels import MATRIX, activity_work
+from microbench.prediction.kernels import GROUP_OF_CLASS, MATRIX, ActivityWork, activity_work
 from microbench.prediction.model import (
     Scenario,
     Variant,
@@ -149,11 +150,132 @@ class Facts:
         total = float(self.ta.tl.activities.dur_us.sum())
         return s["gpu_busy_us"] / total if total > 0 else 1.0
 
+    extra_alternatives: ClassVar[tuple] = ()  # dtype_saving's alternatives beyond the prediction's (keyword sets of saved)
+
+    def saved(self, dtype: str, v: Variant) -> np.ndarray:
+        """Per activity: the time `dtype` saves under the assumptions `v`."""
+        return _times(self, Scenario(), v) - _times(self, Scenario(dtype=dtype), v)
+
     def name_mask(self, pattern: str) -> np.ndarray:
         tl = self.ta.tl
         rx = re.compile(pattern)
         hit = np.array([bool(isinstance(s, str) and rx.search(s)) for s in tl.names.strings], dtype=bool)
         return hit[tl.activities.name] if len(tl.activities) else np.zeros(0, dtype=bool)
+
+
+@dataclass
+class CpuFacts(Facts):
+    """What the dtype rules read of a decomposition on a CPU (`decompose` with no GPU): the CPU is the device and
+    its operators are its activities, one row per (layer, phase) and kernel-rule class of the median profiled step
+    (the layer table's `time_by_class_ms`), with the layer's matrix FLOPs and dtype; the chip is the CPU with its
+    ceilings (the bench.toml cpu_estimate tier as the datasheet, a measured ceiling as the achievable rate)."""
+
+    doc: dict | None = None  # the decomposition document (layers, ceilings, summary, hardware)
+
+    @property
+    def per(self) -> str:
+        return "step"
+
+    @cached_property
+    def step_us(self) -> float:
+        # the profiled step the rows are of (its operators' total): the unprofiled step time is another run of the
+        # step, and on a busy CPU the two differ by more than the matrix share
+        return float(self.doc["summary"]["profiled_time_ms"]) * 1e3
+
+    def per_step(self, per_row: np.ndarray) -> float:
+        return float(np.sum(per_row))  # the rows are already one step's (the median profiled step)
+
+    @property
+    def overlap(self) -> float:
+        return 1.0  # the operators of one thread pool run one after another
+
+    extra_alternatives: ClassVar[tuple] = ({"hold": False},)
+
+    def saved(self, dtype: str, v: Variant, hold: bool = True) -> np.ndarray:
+        """On a CPU an operator is the kernel itself on all cores: a working one's time beyond its roofline is
+        its own efficiency (the FMA pipes' use), not a launch latency or a tail, and the bf16 kernel of the same
+        family reaches a like share of its own rate, so the base scales the slack of the matrix operators whose
+        fp32 roofline time is cpu_operator_floor_us or more (the GPU's base holds it; measured: ResNet-9's
+        convolutions at ~20 % of the estimate ran 1.6-1.9x faster under bf16 autocast, docs/findings.md) and
+        holds it on smaller ones (dispatch-bound); the slack alternative swaps the two. The other operators are
+        held (`hold`): at these sizes they run from cache and compute in fp32 after a conversion, and halving
+        their bytes did not halve their time (ResNet-9's went from 83 to 93 ms); not holding them is an
+        alternative."""
+        plain = Facts.saved(self, dtype, v)
+        flipped = Facts.saved(self, dtype, replace(v, scale_slack=not v.scale_slack))
+        out = np.where(self.working, flipped, plain)
+        return np.where(~np.isin(self.work.group, MATRIX), 0.0, out) if hold else out
+
+    @cached_property
+    def working(self) -> np.ndarray:
+        w = self.work
+        with np.errstate(invalid="ignore", divide="ignore"):
+            roof_us = w.flops / (self.chip.rate("fp32") * 1e6)
+        return np.isin(w.group, MATRIX) & (roof_us >= threshold("cpu_operator_floor_us"))
+
+    @cached_property
+    def missing(self) -> dict[str, str]:
+        # the shapes are the decomposition's own operator records (their FLOPs), not the trace's
+        return {} if np.any(self.work.flops > 0) else {"shapes": NEEDS_WHY["shapes"]}
+
+    @cached_property
+    def rows(self) -> list[tuple[dict, str, float]]:
+        return [(layer, cls, ms) for layer in self.doc["layers"]
+                for cls, ms in (layer.get("time_by_class_ms") or {}).items() if ms > 0]
+
+    @cached_property
+    def work(self):
+        return cpu_work(self.rows)
+
+    @cached_property
+    def chip(self):
+        return cpu_chip(self.doc)
+
+
+def cpu_work(rows: list[tuple[dict, str, float]]):
+    """ActivityWork over (layer, class, ms) rows: a GEMM / convolution row carries its layer's matrix FLOPs and dtype
+    (its bytes are not split from the layer's: unknown, the roofline takes it as compute-bound, which CPU
+    convolutions are: 190-440 FLOP/B against a ridge near 16); the other rows their time only."""
+    n = len(rows)
+    group = np.array([GROUP_OF_CLASS.get(c, "other") for _, c, _ in rows], dtype=object)
+    matrix = np.isin(group, MATRIX)
+    flops = np.array([float(layer.get("matrix_flops") or 0) if m else 0.0 for (layer, _, _), m in zip(rows, matrix)])
+    precision = np.array([layer.get("dtype") if m else None for (layer, _, _), m in zip(rows, matrix)], dtype=object)
+    return ActivityWork([f"{layer['name']} {layer['phase']} ({c})" for layer, c, _ in rows],
+                      np.array([ms * 1e3 for _, _, ms in rows], dtype=float), group, np.array([c for _, c, _ in rows], dtype=object),
+                      flops, np.full(n, np.nan), precision, np.zeros(n, dtype=np.int64), precision.copy(),
+                      np.full(n, None, dtype=object), n, [])
+
+
+def cpu_chip(doc: dict):
+    """The CPU as a prediction Chip: the datasheet is the cpu_estimate tier (bench.toml: cores x clock x FLOPs per
+    cycle of its ISA), the achievable rate a measured ceiling of that dtype where `decompose` measured one, else
+    the estimate x matrix_efficiency (data/prediction.toml), as for a GPU without a published figure. The floor
+    is 0 and the memory figure 1: on the same chip both cancel (only source / target ratios enter)."""
+    comp = [c for c in doc.get("ceilings") or [] if c.get("kind") == "compute" and c.get("dtype")]
+    peak = {c["dtype"]: c["value"] for c in comp if c.get("source") == "estimate"}
+    if "fp32" not in peak:
+        return None
+    eff = assumptions()["defaults"]["matrix_efficiency"]
+    measured: dict[str, float] = {}
+    for c in comp:  # the best measured rate of each dtype
+        if c.get("source") != "estimate" and c.get("value"):
+            measured[c["dtype"]] = max(measured.get(c["dtype"], 0.0), float(c["value"]))
+    rates = {k: measured.get(k, v * eff) for k, v in peak.items()}
+    src = {k: "measured (decompose ceilings)" if k in measured else f"cpu_estimate x {eff:g}" for k in peak}
+    hw = doc.get("hardware") or {}
+    return Chip("cpu", hw.get("name") or "CPU", rates, peak, 1.0, 1.0, None, 0.0, src)
+
+
+def _cpu_matrix_evidence(f: CpuFacts, rows: np.ndarray) -> dict:
+    layers = [f.rows[r][0] for r in rows]
+    top = sorted(((f.work.names[r], float(f.work.dur_us[r])) for r in rows), key=lambda kv: -kv[1])[:3]
+    tc = [layer.get("tensor_cores") for layer in layers]
+    return {"layer": "oneDNN primitive records (the implementation: avx512_core is fp32 FMA, *_bf16 / amx the "
+                     "matrix units) + recorded operator shapes",
+            "kernels": [{"kernel": k, "time_us": t} for k, t in top], "ops": [],
+            "impls": sorted({e for layer in layers for e in [layer.get("tensor_core_evidence", "")] if e})[:3],
+            "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
 
 
 def _top_kernels(f: Facts, rows: np.ndarray, n: int = 3) -> list[dict]:
@@ -190,16 +312,21 @@ def _times(f: Facts, scenario: Scenario, v: Variant) -> np.ndarray:
 def dtype_saving(f: Facts, dtype: str) -> dict[str, float]:
     """The busy time per step the prediction saves by moving fp32 matrix work to `dtype` on the same chip: the
     base assumptions give `expected`; each alternative assumption (ALTERNATIVES) moves it, and low / high add up
-    the moves down and up (the prediction's own range rule, prediction/document.py)."""
-    def one(v: Variant) -> float:
-        return f.per_step(_times(f, Scenario(), v) - _times(f, Scenario(dtype=dtype), v)) * f.overlap
+    the moves down and up (the prediction's own range rule, prediction/document.py). On a CPU (CpuFacts.saved)
+    the base scales the working matrix operators' slack and holds the other operators; halving those with their
+    bytes is one more alternative."""
+    def one(v: Variant, **kw) -> float:
+        return f.per_step(f.saved(dtype, v, **kw)) * f.overlap
 
     expected = one(Variant())
     moves = [one(v) - expected for v in ALTERNATIVES.values()]
+    moves += [one(Variant(), **kw) - expected for kw in f.extra_alternatives]
     return saving(expected + sum(min(m, 0.0) for m in moves), expected, expected + sum(max(m, 0.0) for m in moves))
 
 
 def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
+    if isinstance(f, CpuFacts):
+        return _cpu_matrix_evidence(f, rows)
     tl = f.ta.evidence
     tc = [TC_VALUES[v] for v in tl.activities.tensor_cores[rows]]
     ops = [{"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
@@ -233,11 +360,14 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
         return None
     dtype = _amp_dtype(f)
     time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 / TF32 GEMM / convolution "
-            f"kernels: {dtype} autocast moves them to the {dtype} Tensor Core rate and halves the activation bytes of "
-            "the kernels around them") + _unmoved(f, rows)
+    cpu = isinstance(f, CpuFacts)
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'' if cpu else '/ TF32 '}GEMM / "
+            f"convolution {'operators' if cpu else 'kernels'}: {dtype} autocast moves them to the {dtype} "
+            + ("matrix-instruction (oneDNN bf16) rate; the operators around them are held (from cache, computed in "
+               "fp32 after a conversion: half the bytes is not half the time on a CPU)" if cpu else
+               "Tensor Core rate and halves the activation bytes of the kernels around them")) + _unmoved(f, rows)
     return _finding("amp", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, dtype),
-                    dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype])
+                    dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype], device="cpu" if cpu else "cuda")
 
 
 def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
@@ -318,9 +448,10 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | None:
     wait = f.mean(lambda st: _idle(st, "dataloader"))
     if wait < threshold("dataloader_idle_share") * f.step_us:
         return None
-    # workers load the next batch while this step runs: all of the wait goes, or, with one worker whose loading
-    # outlasts the rest of the step, only the part the rest of the step covers
-    low = f.mean(lambda st: min(_idle(st, "dataloader"), st["breakdown_span_us"] - _idle(st, "dataloader")))
+    # workers load the next batch while this step runs: all of the wait goes where the host has cores to spare for
+    # them (expected, high); the trace records no host core count, and where the workers take the main process's
+    # cores the loading stays on the step's path: low 0 (findings.toml [rules.dataloader] low_reason)
+    low = 0.0
     what = f"the GPU waits {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
 
@@ -410,17 +541,22 @@ def _not_checked_amp(f: Facts) -> str:
             "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm >= 0.001 else NEEDS_WHY["shapes"]
 
 
-def findings_of(ta, cfg=None, source: str | None = None) -> dict:
+def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = None) -> dict:
     """The findings of one analysis (module docstring): `findings` in rank order, `not_checked` (id, why), the step
     time the shares are of, and whether the savings are per step or for the whole trace. `source`: the chip the
-    trace ran on where the trace does not name it."""
-    f = Facts(ta, cfg, source)
+    trace ran on where the trace does not name it. `cpu_doc`: a CPU decomposition's document, whose operators are
+    the activities where the trace has no GPU activity (CpuFacts; the rules with a `cpu_why` are not checked)."""
+    cpu = cpu_doc is not None and not len(ta.tl.activities)
+    f = CpuFacts(ta, cfg, source, cpu_doc) if cpu else Facts(ta, cfg, source)
     made, not_checked = [], []
-    if not len(ta.tl.activities):
+    if not len(ta.tl.activities) and not cpu:
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
                 "step_time_us": 0.0, "per": f.per}
     for rid, fn in RULES.items():
         rule = rules()["rules"][rid]
+        if cpu and "cpu_why" in rule:
+            not_checked.append({"id": rid, "why": "a CPU run: " + rule["cpu_why"]})
+            continue
         lacking = [n for n in rule.get("needs", []) if n in f.missing]
         if lacking:
             why = _not_checked_amp(f) if rid in ("amp", "tf32") and lacking == ["shapes"] else "; ".join(f.missing[n] for n in lacking)

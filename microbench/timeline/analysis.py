@@ -17,7 +17,7 @@ from microbench.core import thresholds
 from microbench.core.config import Config, load_config
 from microbench.core.datasheet import match_datasheet
 from microbench.core.files import open_input
-from microbench.core.frames import frame, unknown_table
+from microbench.core.frames import Tables, unknown_table
 from microbench.core.results import TraceKernelRow
 from microbench.core.stats import summarize
 from microbench.timeline import counters as C
@@ -99,7 +99,7 @@ def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict,
     return keys, ops, notes
 
 
-class TraceAnalysis:
+class TraceAnalysis(Tables):
     """One trace's analysis. The timeline (`tl`) is read once and never changed: every result is a property
     computed from it on first use. Hardware counters, where the trace has them, are the strongest Tensor Core
     evidence: their verdicts are a column of their own (`counter_tensor_cores`), and the results that count
@@ -307,14 +307,6 @@ class TraceAnalysis:
         if name == "eligibility":
             return list(self.eligibility["findings"])
         return list(getattr(self, name))
-
-    def to_frame(self, name: str):
-        """One of TABLES as a pandas DataFrame, nested dicts spread into dotted columns (`time_ms.median`)."""
-        return frame(self.table(name), name)
-
-    def frames(self) -> dict:
-        """Every table of TABLES as a DataFrame, by name."""
-        return {name: self.to_frame(name) for name in self.TABLES}
 
     def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
         return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.activities):,} GPU activities)>"
