@@ -1,11 +1,12 @@
 """Fuzzing every reader of user input (Hypothesis): the config loader, the trace reader and the results
 reader (compare's), fed random bytes and mutated real files (bench.toml; a slice of a real H100 trace,
 tests/data/h100_bert_small_slice.json; a real results.json from docs/), end in a result or in one
-InputError / ConfigError line, never in another exception, and never in a hang (a deadline per example).
-A result they return holds no NaN or infinity.
+InputError / ConfigError line, never in another exception. A result they return holds no NaN or infinity.
 
-Bounded for CI: a fixed number of examples per test and a deadline each (about 20 s for the whole file on a
-2-core machine). HYPOTHESIS_PROFILE=long runs 20x more examples, for a fuzzing session by hand.
+Bounded for CI by a fixed number of examples per test (about 20 s for the whole file on a 2-core machine), never by
+time: a per-example deadline is a timing threshold (on a loaded machine a first example took 6.2 s, its rerun
+0.18 s, and Hypothesis failed the test as flaky), and it cannot catch a hang, since it is checked only once an
+example has returned. HYPOTHESIS_PROFILE=long runs 20x more examples, for a fuzzing session by hand.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from microbench.reports.compare import load_machine
 from microbench.timeline.analysis import analyze
 from tests.conftest import NCU, NSYS, REPO
 
-settings.register_profile("ci", max_examples=60, deadline=4000, database=None,
+settings.register_profile("ci", max_examples=60, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 settings.register_profile("long", parent=settings.get_profile("ci"), max_examples=1200)
 FUZZ = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
@@ -221,8 +222,8 @@ def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
 from tests.conftest import SHARED  # noqa: E402
 
 needs_nsight = pytest.mark.skipif(not NSYS.is_file() or not NCU.is_file(), reason=f"{SHARED / 'nsight'} is not here")
-# Each example reads a whole real export: fewer of them, each with a longer deadline.
-FUZZ_SLOW = settings(FUZZ, max_examples=max(FUZZ.max_examples // 4, 10), deadline=20000)
+# Each example reads a whole real export: fewer of them.
+FUZZ_SLOW = settings(FUZZ, max_examples=max(FUZZ.max_examples // 4, 10))
 SQL_ODD = ["'x'", "''", "NULL", "-1", "0.5", "1e300", "-9e18", "9223372036854775807", "X'00ff'", "'12'"]
 
 
