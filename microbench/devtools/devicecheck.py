@@ -83,7 +83,7 @@ def _pytest(select: str, *paths: str, gpu: bool = True) -> list[str]:
 # Conv first: the larger, never-run family is not the one the cap cuts.
 _TRITON_TESTS = ("tests/test_triton_conv.py", "tests/test_triton_gemm.py")
 _CUDA_TESTS = ("tests/test_cuda_kernels.py", "tests/test_cuda_wrappers.py")
-# Every other test file with a `gpu`-marked test (tests/test_gpu_paths_b_budget.py checks none is missing).
+# Every other test file with a `gpu`-marked test (tests/test_gpu_paths_stage_budgets.py checks none is missing).
 _OTHER_GPU_TESTS = ("tests/test_gpu_core.py", "tests/test_decompose.py")
 # DAWNSCOPE_AUTOTUNE=0 (_env): an "autotuned" test would run the default configuration a second time. bf16 and
 # tf32 only: about half of the 71 default-configuration compiles (docs/cuda.md, the plan); fp16 and fp32 run
