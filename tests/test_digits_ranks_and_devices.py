@@ -92,7 +92,8 @@ def test_a_rank_that_is_not_a_rank_number_is_one_line(tmp_path, capsys, info, ke
     bad = _rank_trace(tmp_path, 1, info)
     assert comm.main(["ranks", str(good), str(bad), "--readers", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{bad}: {key} = {value}" in err and "\n" not in err, err
+    # one line naming the file, then (with fewer than two ranks left to combine) the key and its value
+    assert err.startswith(f"error: {bad}: ") and f"{key} = {value}" in err and "\n" not in err, err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the check is of a machine without a GPU")
