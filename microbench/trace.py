@@ -17,7 +17,7 @@ from microbench.core.datasheet import ceilings_from_args
 from microbench.core.jsonio import load_json
 from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
-from microbench.core.errors import run_command, shown
+from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, write_file
 from microbench.reports.trace_report import print_trace_report
@@ -94,7 +94,9 @@ def _run(args) -> int:
             _job_page(args)
         return rc
     args.file = Path(args.file[0])
-
+    if args.out is not None:  # a job's folder: one trace would write nothing there, and say nothing
+        raise InputError(None, "is a job's folder (heatmap.png, job.html; several traces, a folder or a glob): one "
+                         "trace writes --json OUT and --html OUT", key="--out", value=str(args.out))
     for opt, path in (("--json", args.json), ("--html", args.html)):
         if path:
             check_file(path, opt)

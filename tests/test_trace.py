@@ -14,7 +14,7 @@ from microbench.timeline import analysis as trace
 from microbench.timeline import kineto
 from microbench.core.config import load_config
 
-from .conftest import TRACES, needs_traces
+from .conftest import SLICE, TRACES, needs_traces
 
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
@@ -338,3 +338,12 @@ def test_bad_traces_exit_2_with_one_line(tmp_path, capsys):
         assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), (label, captured.err)
         assert expect in lines[0], (label, lines[0])
         assert captured.out == "", label
+
+
+def test_out_with_one_trace_is_one_line_not_silence(tmp_path, capsys):
+    """--out DIR is a job's folder: given one trace it used to exit 0 having written nothing and said nothing."""
+    out = tmp_path / "out"
+    assert trace_cli.main([str(SLICE), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --out") and str(out) in err and "--json OUT" in err and "\n" not in err, err
+    assert not out.exists()
