@@ -63,6 +63,9 @@ class Workload:
     optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None
     facts: BenchmarkFacts | None = None
     channels_last: bool | None = None  # None: from the facts (False without facts)
+    # make_loader(batch) -> an iterable of (inputs, target) batches (a DataLoader: models/loader.py). Given, each
+    # step takes its batch from it inside the step range, loading included; None: the inputs are made once.
+    make_loader: Callable[[int], Iterable[tuple[Any, Any]]] | None = None
 
     def build_optimizer(self, params) -> torch.optim.Optimizer:
         if self.optimizer is not None:
@@ -114,7 +117,8 @@ class TrainingStep:
 
     fp32 means IEEE fp32: TF32 is switched off for the step (a GPU would otherwise run convolutions on
     TF32 Tensor Cores by default, and "fp32" would not say what ran). The inputs are made once, so every
-    step trains on the same synthetic batch: the work per step is what matters here, not convergence.
+    step trains on the same synthetic batch: the work per step is what matters here, not convergence. A
+    workload with a loader (`make_loader`) takes each step's batch from it instead, inside the step range.
     """
 
     def __init__(self, workload: Workload, batch: int, device: torch.device | str, dtype: str = "fp32",
@@ -130,9 +134,10 @@ class TrainingStep:
         if workload.uses_channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
-        inputs, target = workload.make_inputs(batch, self.device)
-        self.inputs = tuple(self._layout(t) for t in _as_tuple(inputs))
-        self.target = target
+        self.loader = workload.make_loader(batch) if workload.make_loader is not None else None
+        self._batches = iter(self.loader) if self.loader is not None else None
+        if self.loader is None:
+            self._use(*workload.make_inputs(batch, self.device))
         self.loss_fn = workload.loss_fn or default_loss
         self.optimizer = workload.build_optimizer(self.model.parameters())
         self.scaler = torch.amp.GradScaler(self.device.type) if dtype == "fp16" else None
@@ -140,6 +145,22 @@ class TrainingStep:
         # Called as the last thing inside the `step` range (a profiled step: torch.cuda.synchronize), so that
         # the range closes when the GPU has finished the step, not when the CPU has launched it.
         self.sync_at_end = None
+
+    def _use(self, inputs, target) -> None:
+        self.inputs = tuple(self._layout(t) for t in _as_tuple(inputs))
+        self.target = target
+
+    def _next_batch(self) -> None:
+        """The loader's next batch, moved to the device (from pinned memory without blocking where it is pinned);
+        at an epoch's end the loader starts the next one."""
+        try:
+            inputs, target = next(self._batches)
+        except StopIteration:
+            self._batches = iter(self.loader)
+            inputs, target = next(self._batches)
+        def move(t):
+            return t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t
+        self._use(tuple(move(t) for t in _as_tuple(inputs)), move(target))
 
     def _layout(self, t):
         if self.workload.uses_channels_last and isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point():
@@ -156,6 +177,8 @@ class TrainingStep:
                                   enabled=STEP_DTYPES[self.dtype] is not None)
         loss_range = self.ranges.layer(LOSS_LAYER) if self.ranges is not None else contextlib.nullcontext()
         with tf32_allowed(False), self._range(STEP_RANGE):
+            if self.loader is not None:
+                self._next_batch()
             with self._range("forward"):
                 with autocast:
                     output = self.model(*self.inputs)

@@ -271,13 +271,17 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
                          measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
-    cpu_rules = [rid for rid, r in F.rules()["rules"].items() if "cpu_why" in r]
+    rules = F.rules()["rules"]
+    cpu_rules = [rid for rid, r in rules.items() if "cpu_why" in r or rid == "dataloader"]
     assert [n["id"] for n in doc["findings_not_checked"]] == cpu_rules
     assert "channels_last" in cpu_rules and "amp" not in cpu_rules
+    # dataloader is checked on a CPU where the step loads its batches; this one makes its inputs once
+    (dl,) = [n for n in doc["findings_not_checked"] if n["id"] == "dataloader"]
+    assert dl["why"] == "a CPU run: " + rules["dataloader"]["cpu_no_loader"]
     from microbench.reports.findings_report import headline, not_checked_lines
 
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
-        {F.rules()["rules"][r]["cpu_why"] for r in cpu_rules})
+        {rules[r].get("cpu_why", r) for r in cpu_rules})
     page = (tmp_path / "report.html").read_text()
     assert "<h2>step breakdown</h2>" in page and page.count("<svg") == 1 and "cpu_exec" in page
     saved = json.loads((tmp_path / "decomposition.json").read_text())
@@ -404,3 +408,62 @@ def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path
         assert not amp  # a very slow (busy) run: the saving is under 2 % of its step
     after = decompose_step("tests.findings_models:matmul_mlp", batch=256, dtype="bf16", **fast)
     assert not [x for x in after["findings"] if x["id"] == "amp"]
+
+
+def _cpu_loader_facts(cores: int, threads: int, busy: float | None, step_us: float, wait_us: float):
+    """CpuFacts over one made-up profiled step of `step_us` with `wait_us` in enumerate(DataLoader), on `cores`
+    cores with `threads` intra-op threads, the timed steps keeping `busy` cores busy."""
+    idle = {"sync": 0.0, "runtime": 0.0, "dataloader": wait_us, "cpu_ops": step_us - wait_us, "other": 0.0}
+    st = {"breakdown_span_us": step_us, "idle_by_host_us": idle, "kernel_count": 0,
+          "breakdown_us": {"kernel": 0.0, "memcpy": 0.0, "memset": 0.0, "runtime": 0.0, "dataloader": wait_us,
+                           "cpu_exec": step_us - wait_us, "other": 0.0}}
+    spread = {} if busy is None else {"cpu_busy_cores": busy}
+    doc = {"hardware": {"units": cores, "extra": {"torch_threads": threads}},
+           "summary": {"step_time_spread": spread, "profiled_time_ms": step_us / 1e3}}
+    f = F.CpuFacts(None, None, None, doc)
+    f.__dict__["steps"] = [st]  # the cached property, as TraceAnalysis.steps would give it
+    return f
+
+
+@pytest.mark.parametrize("cores,threads,busy,expected", [
+    (2, 1, 1.0, 3000.0),  # a free core: the worker takes all of the loading off the step
+    (2, 2, 2.0, 0.0),  # both cores busy: the rest of the step, on one thread, takes twice as long (7,000 us more)
+    (4, 4, 2.0, 3000.0),  # the rest keeps 2.43 of 4 cores busy: three threads still cover it
+    (3, 3, 2.0, 1500.0),  # the rest keeps 2.43 cores busy: on two threads it takes 8,500 us instead of 7,000
+])
+def test_the_cpu_dataloader_saving_is_the_loading_less_what_the_rest_loses_with_the_workers_core(
+        cores, threads, busy, expected):
+    """findings.toml [rules.dataloader] cpu_model: a 10,000 us step, 3,000 us of it loading; after the fix the step is
+    max(rest x used / min(used, threads left), loading), used from the timed steps' busy cores less the loading."""
+    f = _cpu_loader_facts(cores, threads, busy, 10000.0, 3000.0)
+    x = F.rule_dataloader(f, F.rules()["rules"]["dataloader"])
+    assert x["saving_us"]["expected"] == pytest.approx(max(expected, 0.0))
+    assert x["saving_us"]["high"] == pytest.approx(3000.0)  # the rest loses nothing: all of the loading goes
+    assert x["saving_us"]["low"] == 0.0  # the hand-off of each batch stays on the step (cpu_model)
+    assert x["time_us"] == 3000.0 and x["share"] == pytest.approx(0.3) and "num_workers=1" in x["fix"]
+    assert ("set_num_threads" in x["fix"]) == (threads > cores - 1)
+
+
+def test_an_unmeasured_cpu_is_taken_at_its_worst_and_one_core_has_no_worker_fix():
+    """Without the timed steps' busy cores the rest is taken to use every thread (here both cores: nothing to
+    save); a one-core CPU has no core to give a worker: no finding."""
+    rule = F.rules()["rules"]["dataloader"]
+    x = F.rule_dataloader(_cpu_loader_facts(2, 2, None, 10000.0, 3000.0), rule)
+    assert x["saving_us"]["expected"] == x["saving_us"]["low"] == 0.0
+    assert F.rule_dataloader(_cpu_loader_facts(1, 1, 1.0, 10000.0, 3000.0), rule) is None
+
+
+def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_busy(tmp_path):
+    """A workload with make_loader (models/loader.py) takes a new batch inside every step: the trace has the
+    profiler's enumerate(DataLoader) range in each step, the per-step breakdown counts it as dataloader, the
+    rule is checked (not listed as not checked), and the timed steps say how many cores they kept busy."""
+    from microbench import decompose_step
+
+    doc = decompose_step("tests.findings_models:digits_loader", batch=8, device="cpu", out=tmp_path, replay=False,
+                         measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=2, profiler_warmup_steps=0)
+    steps = doc["trace_analysis"]["steps"]
+    assert len(steps) == 2 and all(st["breakdown_us"]["dataloader"] > 0 for st in steps)
+    assert "dataloader" not in [n["id"] for n in doc["findings_not_checked"]]
+    busy = doc["summary"]["step_time_spread"].get("cpu_busy_cores")
+    if busy is not None:  # /proc schedstat: Linux only
+        assert 0 < busy <= doc["hardware"]["units"] * 1.2

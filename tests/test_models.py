@@ -217,3 +217,28 @@ def test_factory_contract():
     assert torch.isfinite(step.last_loss)
     with pytest.raises(TypeError, match="scalar loss"):
         models.step.default_loss(torch.ones(2), None)
+
+
+def test_a_loader_workload_takes_a_new_batch_every_step_and_restarts_its_epochs():
+    """Workload.make_loader: each step takes the loader's next batch inside the step range (an epoch's end starts
+    the next one); the synthetic augmented images are the same for the same index and differ between indices."""
+    from microbench.models.loader import AugmentedImages
+
+    data = AugmentedImages((3, 8, 8), 10, pad=2, length=6)
+    (a, ya), (b, _) = data[1], data[2]
+    assert a.shape == (3, 8, 8) and torch.equal(a, data[1][0]) and ya == data[1][1] and not torch.equal(a, b)
+    assert a.dtype == torch.float32 and float(a.abs().max()) <= 2.0 + 1e-6  # (x / 255 - 0.5) / 0.25
+    seen = []
+
+    def make_loader(batch):
+        loader = torch.utils.data.DataLoader(data, batch_size=batch, drop_last=True)
+        return [(x, y) for x, y in loader]  # two batches of 3: any iterable of (inputs, target)
+
+    wl = Workload("loaded", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), None,
+                  make_loader=make_loader)
+    step = TrainingStep(wl, batch=3, device="cpu")
+    for _ in range(3):
+        step()
+        seen.append(step.inputs[0].clone())
+    assert not torch.equal(seen[0], seen[1]) and torch.equal(seen[0], seen[2])  # the second epoch starts again
+    assert torch.isfinite(step.last_loss)

@@ -49,3 +49,23 @@ def test_measure_honours_min_reps_for_slow_calls():
 def test_measure_rejects_no_calls():
     with pytest.raises(ValueError):
         time_calls([], cpu_device(), TimingSettings())
+
+
+def test_cpu_timings_say_how_many_cores_the_calls_kept_busy():
+    """cpu_busy_cores (our threads' time on a CPU over the timed wall time, /proc schedstat): a call that sleeps
+    keeps no core busy, one that spins in Python keeps at most one (its one thread); the DataLoader finding on a
+    CPU reads it (docs/findings.md)."""
+    from microbench.core.conditions import sched_ns
+
+    if sched_ns() is None:
+        pytest.skip("no /proc/self/task/*/schedstat on this system")
+
+    def spin():
+        end = time.perf_counter() + 0.002
+        while time.perf_counter() < end:
+            pass
+
+    settings = TimingSettings(warmup_ms=4.0, rep_ms=40.0, min_reps=5, max_reps=50)
+    asleep = time_calls(lambda: time.sleep(0.002), cpu_device(), settings).cpu_busy_cores
+    busy = time_calls(spin, cpu_device(), settings).cpu_busy_cores
+    assert 0 <= asleep < 0.3 and asleep < busy <= 1.2  # 1.2: the schedstat reads bracket the timed calls

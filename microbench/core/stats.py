@@ -41,6 +41,9 @@ class Timing:
     reps: int
     noise: tuple[str, ...] = field(default=())  # why the repeats are not stable; empty: stable (or not judged)
     cpu_wait: float | None = None  # CPU: share of our threads' runnable time spent waiting for a CPU
+    # CPU: our threads' time on a CPU over the timed wall time, i.e. how many cores the calls kept busy on average
+    # (the DataLoader finding on a CPU reads it: a worker process needs a core the step does not use)
+    cpu_busy_cores: float | None = None
 
     @property
     def noisy(self) -> bool:
@@ -49,7 +52,8 @@ class Timing:
     def as_dict(self) -> dict:
         return {"median": self.median_ms, "p20": self.p20_ms, "p80": self.p80_ms, "cov": self.cov,
                 "reps": self.reps, "noise": list(self.noise),
-                **({"cpu_wait": self.cpu_wait} if self.cpu_wait is not None else {})}
+                **({"cpu_wait": self.cpu_wait} if self.cpu_wait is not None else {}),
+                **({"cpu_busy_cores": self.cpu_busy_cores} if self.cpu_busy_cores is not None else {})}
 
 
 def _quantiles(s: list[float]) -> tuple[float, float]:

@@ -211,5 +211,7 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
         run, wait = after[0] - before[0], after[1] - before[1]
         cpu_wait = wait / (run + wait) if run + wait > 0 else 0.0
         extra = wait_reason(cpu_wait, noise) if noise is not None else None
-        t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()))
+        busy = run / 1e6 / sum(samples) if sum(samples) > 0 else None  # ns on a CPU per ms of wall time
+        t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()),
+                    cpu_busy_cores=round(busy, 3) if busy is not None else None)
     return t

@@ -178,9 +178,10 @@ class CpuFacts(Facts):
 
     @cached_property
     def step_us(self) -> float:
-        # the profiled step the rows are of (its operators' total): the unprofiled step time is another run of the
-        # step, and on a busy CPU the two differ by more than the matrix share
-        return float(self.doc["summary"]["profiled_time_ms"]) * 1e3
+        # the profiled steps' wall time (as on a GPU: the plugin window), the run the rows are of: the unprofiled
+        # step time is another run of the step, and on a busy CPU the two differ by more than the matrix share;
+        # without step ranges, the operators' total
+        return Facts.step_us.func(self) if self.steps else float(self.doc["summary"]["profiled_time_ms"]) * 1e3
 
     def per_step(self, per_row: np.ndarray) -> float:
         return float(np.sum(per_row))  # the rows are already one step's (the median profiled step)
@@ -444,16 +445,50 @@ def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
                     saving(in_span - gaps, in_span, host))
 
 
-def rule_dataloader(f: Facts, rule: dict) -> dict | None:
+def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
+    cpu = isinstance(f, CpuFacts)
+    if cpu and not f.mean(lambda st: st["breakdown_us"]["dataloader"]):
+        return "a CPU run: " + rule["cpu_no_loader"]
     wait = f.mean(lambda st: _idle(st, "dataloader"))
     if wait < threshold("dataloader_idle_share") * f.step_us:
         return None
+    if cpu:
+        return _cpu_dataloader(f, rule, wait)
     # workers load the next batch while this step runs: all of the wait goes where the host has cores to spare for
     # them (expected, high); the trace records no host core count, and where the workers take the main process's
     # cores the loading stays on the step's path: low 0 (findings.toml [rules.dataloader] low_reason)
     low = 0.0
     what = f"the GPU waits {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
+
+
+def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
+    """On a CPU the step's operators and a DataLoader worker share the cores: the fix is one worker with a core of its
+    own (the step's threads one fewer where they had them all), and its saving is the loading removed from the step
+    less what the rest of the step loses with that core (findings.toml [rules.dataloader] cpu_model)."""
+    hw = f.doc.get("hardware") or {}
+    cores = int(hw.get("units") or 1)
+    threads = int((hw.get("extra") or {}).get("torch_threads") or cores)
+    rest = f.step_us - wait
+    if cores < 2 or rest <= 0:
+        return None  # one core: a worker has none of its own (the loading only moves)
+    busy = (f.doc["summary"].get("step_time_spread") or {}).get("cpu_busy_cores")
+    # the cores the rest of the step keeps busy, the loading taken as one core's work (its per-sample operators run
+    # on the main thread); unmeasured, as many as it has threads
+    used = min(max((busy * f.step_us - wait) / rest, 1.0), threads) if busy else float(threads)
+    left = min(threads, cores - 1)
+
+    def saved(u: float) -> float:  # the rest's work on `left` threads, the loading beside it on the worker's core
+        return f.step_us - max(rest * u / min(u, left), wait)
+
+    what = (f"the step spends {wait:,.0f} us ({wait / f.step_us:.1%}) in enumerate(DataLoader) on its own cores; the "
+            f"rest of it keeps {used:.1f} of the {cores} cores busy" + (f" ({threads} threads)" if threads != cores else ""))
+    ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
+                                                "rest_busy_cores": used}
+    fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
+    # low 0: the worker hands each batch over through a queue and shared memory, and the main process waits for
+    # that inside enumerate(DataLoader) still (cpu_model: 40-45 % of the wait, measured on the pair)
+    return _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev, saving(0.0, saved(used), saved(1.0)))
 
 
 def rule_sync(f: Facts, rule: dict) -> dict | None:

@@ -1,0 +1,65 @@
+"""A data loader for a training step, for workloads whose step should take its batch from a loader as a training
+loop does (`Workload.make_loader`): the step then calls `next()` on it inside its step range, so the profiler
+records the loading (`enumerate(DataLoader)#...__next__`, the range the TensorBoard plugin counts as DataLoader)
+and the findings can say how long the step waits on it (docs/findings.md).
+
+The images are synthetic (no downloads), the work per sample is real: each image is made as 8-bit pixels and put
+through the CIFAR10 training augmentation of the DAWNBench entries (pad and random crop, random horizontal flip,
+scale to [0, 1], normalize per channel), one sample at a time, as torchvision's transforms do.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+# Samples per epoch: enough that no profiled run of decompose ends an epoch (an epoch's end restarts a loader's
+# workers unless they persist; the step restarts the iterator then, models/step.py).
+EPOCH_SAMPLES = 1 << 16
+
+
+class AugmentedImages(Dataset):
+    """`length` synthetic images of `input_shape` (C, H, W) with labels, augmented per sample: reflect-pad by
+    `pad`, a random H x W crop, a random horizontal flip (`flip`), / 255, normalized. Sample i is the same image
+    with the same crop in every worker (its own generator, seeded by i)."""
+
+    def __init__(self, input_shape, num_classes: int, pad: int = 4, flip: bool = True,
+                 length: int = EPOCH_SAMPLES, seed: int = 0):
+        self.shape = tuple(input_shape)
+        self.num_classes, self.pad, self.flip, self.length, self.seed = num_classes, pad, flip, length, seed
+        channels = self.shape[0]
+        self.mean = torch.full((channels, 1, 1), 0.5)
+        self.std = torch.full((channels, 1, 1), 0.25)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        c, h, w = self.shape
+        pixels = torch.randint(0, 256, (c, h, w), dtype=torch.uint8, generator=gen)
+        x = pixels.float()
+        if self.pad:
+            x = torch.nn.functional.pad(x[None], (self.pad,) * 4, mode="reflect")[0]
+            dy, dx = torch.randint(0, 2 * self.pad + 1, (2,), generator=gen).tolist()
+            x = x[:, dy:dy + h, dx:dx + w]
+        if self.flip and torch.rand((), generator=gen) < 0.5:
+            x = x.flip(-1)
+        x = (x / 255.0 - self.mean) / self.std
+        return x.contiguous(), int(torch.randint(0, self.num_classes, (), generator=gen))
+
+
+def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: int = 4,
+                     flip: bool = True) -> Callable[[int], DataLoader]:
+    """`make_loader(batch)` for Workload.make_loader: a shuffling DataLoader over AugmentedImages, loading in the
+    step's own process (`num_workers=0`) or in that many worker processes (persistent, pinned where a GPU is)."""
+
+    def make_loader(batch: int) -> DataLoader:
+        data = AugmentedImages(input_shape, num_classes, pad=pad, flip=flip)
+        workers = {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
+        return DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, num_workers=num_workers,
+                          pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(0),
+                          **workers)
+
+    return make_loader
