@@ -127,10 +127,14 @@ def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
                             for l in relu_bwd)
     conv_rows = [r for r in model_rows if r["op"] == "Conv2d"]
     assert conv_rows and all(r["dtype"] == "bf16" for r in conv_rows)
-    # bf16 convolutions run through oneDNN, whose verbose log names the implementation of each one
+    # bf16 convolutions: the evidence names the oneDNN implementations of each (or says oneDNN left no record)
     conv_layers = [l for l in doc["layers"] if l["module"] == "Conv2d" and l["gemm_time_ms"] > 0]
     assert all("oneDNN implementations" in l["tensor_core_evidence"] for l in conv_layers)
-    assert all(l["tensor_cores"] in ("yes", "no") for l in conv_layers)
+    # where oneDNN left no record (a CPU without AVX-512: PyTorch runs bf16 convolutions outside oneDNN) nothing
+    # says which unit ran them: the verdict is unknown, never a guess; with a record it is yes or no
+    for l in conv_layers:
+        unrecorded = "100% without a oneDNN record" in l["tensor_core_evidence"]
+        assert l["tensor_cores"] == "unknown" if unrecorded else l["tensor_cores"] in ("yes", "no"), l["name"]
     # the layer table read piped (120 columns): the layer, its phase and time never collapse
     from rich.console import Console
 
