@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 # Samples per epoch: enough that no profiled run of decompose ends an epoch (an epoch's end restarts a loader's
 # workers unless they persist; the step restarts the iterator then, models/step.py).
@@ -63,3 +63,16 @@ def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: i
                           **workers)
 
     return make_loader
+
+
+def one_worker(loader) -> DataLoader | None:
+    """A copy of `loader` that makes the same batches in one persistent worker process (the CPU dataloader finding's
+    fix), for the hand-off probe of decompose (step/analysis.py); None where `loader` is not a torch DataLoader (a
+    user's own iterable: nothing to copy)."""
+    if not isinstance(loader, DataLoader):
+        return None
+    common = {"collate_fn": loader.collate_fn, "num_workers": 1, "persistent_workers": True, "prefetch_factor": 2,
+              "pin_memory": loader.pin_memory, "worker_init_fn": loader.worker_init_fn}
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **common)
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **common)

@@ -444,6 +444,32 @@ def test_the_cpu_dataloader_saving_is_the_loading_less_what_the_rest_loses_with_
     assert ("set_num_threads" in x["fix"]) == (threads > cores - 1)
 
 
+def _probed(f, step_ms: float, loading_ms: float, handoff_ms: tuple[float, float, float]):
+    """`f` with decompose's loader probe (summary.loader_ms): the loading and the one worker's hand-off per batch
+    (p20, median, p80), timed without the profiler, in a step timed at `step_ms`."""
+    def timing(p20, median, p80):
+        return {"median": median, "p20": p20, "p80": p80, "cov": 0.1, "reps": 20, "noise": []}
+    f.doc["summary"] |= {"step_time_ms": step_ms, "loader_ms": {
+        "in_process": timing(loading_ms, loading_ms, loading_ms), "one_worker": timing(*handoff_ms),
+        "one_worker_gap_ms": step_ms}}
+    return f
+
+
+def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofiled_loading():
+    """With the probe the loading and the step are the unprofiled ones (the trace's 3,000 us of a 10,000 us step
+    become 2,000 of 8,000: the profiler's cost per small operator is not saved), and each batch's hand-off from the
+    worker stays on the step: expected 2,000 - 600, high less the hand-off's p20, low less its p80."""
+    rule = F.rules()["rules"]["dataloader"]
+    f = _probed(_cpu_loader_facts(2, 1, 1.0, 10000.0, 3000.0), 8.0, 2.0, (0.4, 0.6, 0.9))
+    x = F.rule_dataloader(f, rule)
+    assert x["saving_us"] == pytest.approx({"low": 1100.0, "expected": 1400.0, "high": 1600.0})
+    assert x["time_us"] == pytest.approx(2000.0) and x["share"] == pytest.approx(0.25)
+    assert "hands a batch over in 600 us" in x["what"] and x["evidence"]["loader_ms"]["one_worker"]["median"] == 0.6
+    # a hand-off dearer than the loading: the fix would slow the step, no finding (all three clipped at 0)
+    f = _probed(_cpu_loader_facts(2, 1, 1.0, 10000.0, 3000.0), 8.0, 2.0, (1.8, 2.1, 2.4))
+    assert F.rule_dataloader(f, rule)["saving_us"] == {"low": 0.0, "expected": 0.0, "high": 200.0}
+
+
 def test_an_unmeasured_cpu_is_taken_at_its_worst_and_one_core_has_no_worker_fix():
     """Without the timed steps' busy cores the rest is taken to use every thread (here both cores: nothing to
     save); a one-core CPU has no core to give a worker: no finding."""
@@ -467,3 +493,7 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
     busy = doc["summary"]["step_time_spread"].get("cpu_busy_cores")
     if busy is not None:  # /proc schedstat: Linux only
         assert 0 < busy <= doc["hardware"]["units"] * 1.2
+    probe = doc["summary"]["loader_ms"]  # the loading without the profiler, and one worker's hand-off
+    assert probe["in_process"]["median"] > 0 and probe["one_worker"]["median"] > 0
+    assert probe["in_process"]["reps"] == probe["one_worker"]["reps"] >= 20
+    assert probe["one_worker_gap_ms"] == pytest.approx(doc["summary"]["step_time_ms"], rel=1e-3)

@@ -242,3 +242,16 @@ def test_a_loader_workload_takes_a_new_batch_every_step_and_restarts_its_epochs(
         seen.append(step.inputs[0].clone())
     assert not torch.equal(seen[0], seen[1]) and torch.equal(seen[0], seen[2])  # the second epoch starts again
     assert torch.isfinite(step.last_loss)
+
+
+def test_one_worker_copies_a_dataloader_and_refuses_anything_else():
+    """models.loader.one_worker: the decompose probe's copy of a step's loader, the same dataset, batches and
+    collation made in one persistent worker process; a user's own iterable has nothing to copy."""
+    from microbench.models.loader import augmented_loader, one_worker
+
+    loader = augmented_loader((1, 8, 8), 10, pad=1, flip=False)(4)
+    copy = one_worker(loader)
+    assert copy.num_workers == 1 and copy.persistent_workers and copy.dataset is loader.dataset
+    (x, y), (x0, y0) = next(iter(copy)), next(iter(loader))
+    assert x.shape == x0.shape == (4, 1, 8, 8) and y.shape == y0.shape == (4,) and x.dtype == x0.dtype
+    assert one_worker([(x, y)]) is None

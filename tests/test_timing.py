@@ -69,3 +69,26 @@ def test_cpu_timings_say_how_many_cores_the_calls_kept_busy():
     asleep = time_calls(lambda: time.sleep(0.002), cpu_device(), settings).cpu_busy_cores
     busy = time_calls(spin, cpu_device(), settings).cpu_busy_cores
     assert 0 <= asleep < 0.3 and asleep < busy <= 1.2  # 1.2: the schedstat reads bracket the timed calls
+
+
+def test_between_runs_untimed_before_every_timed_call():
+    """time_calls(between=...): the probe of a DataLoader's hand-off sleeps there for a step's time; the sleep runs
+    before each timed call (and its warm-up), and is in none of the times. A GPU has no such gap: refused."""
+    calls = {"between": 0, "timed": 0}
+
+    def between():
+        calls["between"] += 1
+        time.sleep(0.005)
+
+    def timed():
+        calls["timed"] += 1
+
+    settings = TimingSettings(warmup_ms=1e-9, rep_ms=1e-9, min_reps=8, max_reps=8)
+    t = time_calls(timed, cpu_device(), settings, between=between)
+    assert t.reps == 8 and t.median_ms < 5.0  # a call that does nothing, not the 5 ms sleep before it
+    assert calls["between"] == calls["timed"] - 1  # all but time_calls' own first, untimed call
+
+    class FakeGpu:
+        is_gpu = True
+    with pytest.raises(ValueError, match="between"):
+        time_calls(timed, FakeGpu(), settings, between=between)

@@ -117,8 +117,9 @@ def flush_bytes(device: Device) -> int:
 class _Clock:
     """Times one call; the GPU version records events and reads them at the end (one sync per batch)."""
 
-    def __init__(self, device: Device, flush: bool, lead_max_ms: float = 50.0, ops=None):
+    def __init__(self, device: Device, flush: bool, lead_max_ms: float = 50.0, ops=None, between=None):
         self.device = device
+        self.between = between
         self.gpu = device.is_gpu
         self.flush_buf = None
         self.ops = ops or (CudaOps() if self.gpu else None)
@@ -139,6 +140,8 @@ class _Clock:
         out = []
         for i in range(reps):
             fn = fns[i % len(fns)]
+            if self.between is not None:
+                self.between()
             t0 = time.perf_counter_ns()
             fn()
             out.append((time.perf_counter_ns() - t0) / 1e6)
@@ -179,14 +182,19 @@ class _Clock:
 
 
 def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
-            settings: TimingSettings, noise: NoiseSettings | None = None) -> Timing:
+            settings: TimingSettings, noise: NoiseSettings | None = None,
+            between: Callable[[], object] | None = None) -> Timing:
     """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
     the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
-    tick is a CPU matter, so a GPU's repeats are judged without it."""
+    tick is a CPU matter, so a GPU's repeats are judged without it. `between` (a CPU only): an untimed call
+    before each timed one, for what must happen between the calls (the DataLoader hand-off probe sleeps there
+    for the rest of a step, models/loader.py); the warm-up runs it too."""
     fns = [calls] if callable(calls) else list(calls)
     if not fns:
         raise ValueError("time_calls() needs at least one callable")
-    clock = _Clock(device, settings.flush_l2, settings.gpu_lead_max_ms)
+    if between is not None and device.is_gpu:
+        raise ValueError("time_calls(between=...) is for a CPU: a GPU's calls are queued back to back")
+    clock = _Clock(device, settings.flush_l2, settings.gpu_lead_max_ms, between=between)
     # First call outside any budget: compilation, autotuning and lazy initialisation land here.
     fns[0]()
     device.synchronize()

@@ -465,30 +465,43 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
 def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
     """On a CPU the step's operators and a DataLoader worker share the cores: the fix is one worker with a core of its
     own (the step's threads one fewer where they had them all), and its saving is the loading removed from the step
-    less what the rest of the step loses with that core (findings.toml [rules.dataloader] cpu_model)."""
+    less what the rest of the step loses with that core and the worker's hand-off of each batch (findings.toml
+    [rules.dataloader] cpu_model). Where decompose probed the loader (summary.loader_ms) the loading and the step are
+    its times without the profiler, else the trace's."""
     hw = f.doc.get("hardware") or {}
     cores = int(hw.get("units") or 1)
     threads = int((hw.get("extra") or {}).get("torch_threads") or cores)
-    rest = f.step_us - wait
+    summary = f.doc["summary"]
+    probe = summary.get("loader_ms")
+    step = summary["step_time_ms"] * 1e3 if probe else f.step_us
+    if probe:
+        wait = probe["in_process"]["median"] * 1e3
+    rest = step - wait
     if cores < 2 or rest <= 0:
         return None  # one core: a worker has none of its own (the loading only moves)
-    busy = (f.doc["summary"].get("step_time_spread") or {}).get("cpu_busy_cores")
+    busy = (summary.get("step_time_spread") or {}).get("cpu_busy_cores")
     # the cores the rest of the step keeps busy, the loading taken as one core's work (its per-sample operators run
     # on the main thread); unmeasured, as many as it has threads
-    used = min(max((busy * f.step_us - wait) / rest, 1.0), threads) if busy else float(threads)
+    used = min(max((busy * step - wait) / rest, 1.0), threads) if busy else float(threads)
     left = min(threads, cores - 1)
+    # the main process's wait per batch from one worker: the probe's median, p20 and p80; unprobed (a loader that is
+    # not a torch DataLoader) taken as free, which the low of 0 allows for
+    h = probe["one_worker"] if probe else {"median": 0.0, "p20": 0.0, "p80": 0.0}
 
-    def saved(u: float) -> float:  # the rest's work on `left` threads, the loading beside it on the worker's core
-        return f.step_us - max(rest * u / min(u, left), wait)
+    def saved(u: float, q: str) -> float:  # the rest on `left` threads, the worker's loading beside it, the hand-off
+        return step - max(rest * u / min(u, left), wait) - h[q] * 1e3
 
-    what = (f"the step spends {wait:,.0f} us ({wait / f.step_us:.1%}) in enumerate(DataLoader) on its own cores; the "
-            f"rest of it keeps {used:.1f} of the {cores} cores busy" + (f" ({threads} threads)" if threads != cores else ""))
+    what = (f"the step spends {wait:,.0f} us ({wait / step:.1%}) in enumerate(DataLoader) on its own cores; the rest "
+            f"of it keeps {used:.1f} of the {cores} cores busy" + (f" ({threads} threads)" if threads != cores else ""))
+    if probe:
+        what += f"; one worker hands a batch over in {h['median'] * 1e3:,.0f} us (both timed without the profiler)"
     ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
-                                                "rest_busy_cores": used}
+                                                "rest_busy_cores": used, "loader_ms": probe}
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
-    # low 0: the worker hands each batch over through a queue and shared memory, and the main process waits for
-    # that inside enumerate(DataLoader) still (cpu_model: 40-45 % of the wait, measured on the pair)
-    return _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev, saving(0.0, saved(used), saved(1.0)))
+    low = saved(used, "p80") if probe else 0.0
+    out = _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev,
+                   saving(low, saved(used, "median"), saved(1.0, "p20")))
+    return out | {"share": wait / step}  # of the step it was timed in (unprofiled where probed)
 
 
 def rule_sync(f: Facts, rule: dict) -> dict | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -197,6 +198,7 @@ class Decomposition:
     step_timing: object = None  # core.stats.Timing
     unprofiled: object = None  # the step timed without the profiler (core.stats.Timing), or None
     profiled_steps: object = None  # the profiled steps' wall times (core.stats.Timing)
+    loader_probe: dict | None = None  # a CPU step's loader per batch, in process and from one worker (_loader_probe)
     conditions: object = None  # core.conditions.Conditions, started when the device is known
     vendor_step: dict = field(default_factory=dict)  # [step]'s vendor settings as applied (core.vendor)
     records: list = field(default_factory=list)  # step.oprecord.OpRecord of one step
@@ -309,6 +311,7 @@ def stage_record(d: Decomposition) -> None:
         d.opts.progress(f"timing {d.steps['timed_steps']} steps")
         d.step_timing = time_calls(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
         d.unprofiled = d.step_timing
+        d.loader_probe = _loader_probe(d)
     d.opts.progress("counting FLOPs and bytes, operator by operator")
     d.step.ranges.reset()
     with FlopCounterMode(display=False) as flop_counter, OpRecorder(d.step.ranges) as recorder:
@@ -319,6 +322,52 @@ def stage_record(d: Decomposition) -> None:
     d.records = recorder.records
     d.flops_per_step = sum(r.flops for r in d.records)  # our formulas, not FlopCounterMode's
     d.flop_counter_flops = flop_counter.get_total_flops()
+
+
+# The hand-off probe's batches: as many as fit in about this long, within the bounds (a decile needs 20)
+HANDOFF_PROBE_MS, HANDOFF_PROBE_BATCHES = 1500.0, (20, 60)
+
+
+def _loader_probe(d: Decomposition) -> dict | None:
+    """A CPU step that loads in its own process (a DataLoader, num_workers=0): its loading per batch timed without the
+    profiler (whose cost per operator inflates a loader's many small per-sample operators in the trace), and how long
+    the main process waits per batch when one worker makes the batches instead (the CPU dataloader finding's fix), the
+    worker given a step's time for each. Each batch arrives through a queue and shared memory, and that costs the main
+    process 0.6 - 2 ms per batch on a 2-core CPU even when the worker is idle and the batch ready, more than loading
+    32 small samples (docs/findings.md). The main process sleeps between batches, as a step's operators would leave
+    its GIL free for the loader's queue threads; a spinning stand-in would hold it. None where there is nothing to
+    probe."""
+    from microbench.harness.timing import time_calls
+    from microbench.models.loader import one_worker
+
+    loader = d.step.loader
+    if d.dev.is_gpu or loader is None or getattr(loader, "num_workers", 1) != 0 or d.step_timing is None:
+        return None
+    copy = one_worker(loader)
+    if copy is None:
+        return None
+    gap_ms = d.step_timing.median_ms  # the step's rest and its loading: the worker has at least the rest
+    low, high = HANDOFF_PROBE_BATCHES
+    reps = int(min(max(HANDOFF_PROBE_MS / (gap_ms + 2.0), low), high))
+    d.opts.progress(f"DataLoader: {reps} batches in this process, {reps} from one worker")
+    settings = _timing_settings(d.cfg, reps)
+    in_process = time_calls(_next_batch_of(loader), d.dev, settings, d.cfg.noise)
+    handoff = time_calls(_next_batch_of(copy), d.dev, settings, d.cfg.noise, between=lambda: time.sleep(gap_ms / 1e3))
+    return {"in_process": in_process.as_dict(), "one_worker": handoff.as_dict(), "one_worker_gap_ms": round(gap_ms, 3)}
+
+
+def _next_batch_of(loader) -> Callable[[], object]:
+    """next() on one iterator of `loader`, a new one at an epoch's end (its persistent workers end with it)."""
+    batches = iter(loader)
+
+    def next_batch():
+        nonlocal batches
+        try:
+            return next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            return next(batches)
+    return next_batch
 
 
 def _ranges(d: Decomposition, backward_ranges: bool = True):
@@ -586,6 +635,7 @@ def step_summary(d: Decomposition) -> dict:
     return {
         "step_time_ms": step_ms,
         "step_time_spread": d.step_timing.as_dict(),
+        **({"loader_ms": d.loader_probe} if d.loader_probe else {}),
         **_profiled_summary(att, rep, total_ms),
         "flops_per_step": flops,
         "flop_counter_flops": d.flop_counter_flops,
