@@ -170,14 +170,16 @@ class TrainingStep:
     def _range(self, name: str):
         return self.ranges.phase(name) if self.ranges is not None else contextlib.nullcontext()
 
-    def __call__(self) -> None:
+    def __call__(self, load: bool = True) -> None:
+        """One step; `load=False` trains on the batch it has, without taking the loader's next (decompose's loader
+        probe runs that between its timed batches)."""
         from microbench.core.tf32 import tf32_allowed
 
         autocast = torch.autocast(self.device.type, dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
                                   enabled=STEP_DTYPES[self.dtype] is not None)
         loss_range = self.ranges.layer(LOSS_LAYER) if self.ranges is not None else contextlib.nullcontext()
         with tf32_allowed(False), self._range(STEP_RANGE):
-            if self.loader is not None:
+            if self.loader is not None and load:
                 self._next_batch()
             with self._range("forward"):
                 with autocast:

@@ -450,8 +450,7 @@ def _probed(f, step_ms: float, loading_ms: float, handoff_ms: tuple[float, float
     def timing(p20, median, p80):
         return {"median": median, "p20": p20, "p80": p80, "cov": 0.1, "reps": 20, "noise": []}
     f.doc["summary"] |= {"step_time_ms": step_ms, "loader_ms": {
-        "in_process": timing(loading_ms, loading_ms, loading_ms), "one_worker": timing(*handoff_ms),
-        "one_worker_gap_ms": step_ms}}
+        "in_process": timing(loading_ms, loading_ms, loading_ms), "one_worker": timing(*handoff_ms)}}
     return f
 
 
@@ -495,5 +494,4 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
         assert 0 < busy <= doc["hardware"]["units"] * 1.2
     probe = doc["summary"]["loader_ms"]  # the loading without the profiler, and one worker's hand-off
     assert probe["in_process"]["median"] > 0 and probe["one_worker"]["median"] > 0
-    assert probe["in_process"]["reps"] == probe["one_worker"]["reps"] >= 20
-    assert probe["one_worker_gap_ms"] == pytest.approx(doc["summary"]["step_time_ms"], rel=1e-3)
+    assert probe["in_process"]["reps"] == probe["one_worker"]["reps"] >= 5

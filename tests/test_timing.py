@@ -72,8 +72,8 @@ def test_cpu_timings_say_how_many_cores_the_calls_kept_busy():
 
 
 def test_between_runs_untimed_before_every_timed_call():
-    """time_calls(between=...): the probe of a DataLoader's hand-off sleeps there for a step's time; the sleep runs
-    before each timed call (and its warm-up), and is in none of the times. A GPU has no such gap: refused."""
+    """time_calls(between=...): decompose's DataLoader probe runs the rest of the step there; it runs before each
+    timed call (and its warm-up), and is in none of the times. A GPU has no such gap: refused."""
     calls = {"between": 0, "timed": 0}
 
     def between():

@@ -187,8 +187,8 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
     """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
     the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
     tick is a CPU matter, so a GPU's repeats are judged without it. `between` (a CPU only): an untimed call
-    before each timed one, for what must happen between the calls (the DataLoader hand-off probe sleeps there
-    for the rest of a step, models/loader.py); the warm-up runs it too."""
+    before each timed one, for what must happen between the calls (decompose's DataLoader probe runs the rest
+    of the training step there, step/analysis.py); the warm-up runs it too."""
     fns = [calls] if callable(calls) else list(calls)
     if not fns:
         raise ValueError("time_calls() needs at least one callable")

@@ -324,19 +324,19 @@ def stage_record(d: Decomposition) -> None:
     d.flop_counter_flops = flop_counter.get_total_flops()
 
 
-# The hand-off probe's batches: as many as fit in about this long, within the bounds (a decile needs 20)
-HANDOFF_PROBE_MS, HANDOFF_PROBE_BATCHES = 1500.0, (20, 60)
+# The loader probe's batches: as many as fit in about this long, within the bounds
+LOADER_PROBE_MS, LOADER_PROBE_BATCHES = 2000.0, (5, 60)
 
 
 def _loader_probe(d: Decomposition) -> dict | None:
-    """A CPU step that loads in its own process (a DataLoader, num_workers=0): its loading per batch timed without the
-    profiler (whose cost per operator inflates a loader's many small per-sample operators in the trace), and how long
-    the main process waits per batch when one worker makes the batches instead (the CPU dataloader finding's fix), the
-    worker given a step's time for each. Each batch arrives through a queue and shared memory, and that costs the main
-    process 0.6 - 2 ms per batch on a 2-core CPU even when the worker is idle and the batch ready, more than loading
-    32 small samples (docs/findings.md). The main process sleeps between batches, as a step's operators would leave
-    its GIL free for the loader's queue threads; a spinning stand-in would hold it. None where there is nothing to
-    probe."""
+    """A CPU step that loads in its own process (a DataLoader, num_workers=0): its loading per batch timed without
+    the profiler (whose cost per operator inflates a loader's many small per-sample operators in the trace), and how
+    long the main process waits per batch when one worker makes the batches instead (the CPU dataloader finding's
+    fix). Between the timed batches the step runs without its loading, as in training: loading timed back to back
+    ran 30 % faster than inside the steps (4.2 against 6.0 - 6.4 ms at the digits model's batch 128), and the
+    worker is given the step's time for each batch. A batch arriving through the worker's queue and shared memory
+    costs the main process 0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is
+    nothing to probe."""
     from microbench.harness.timing import time_calls
     from microbench.models.loader import one_worker
 
@@ -346,14 +346,14 @@ def _loader_probe(d: Decomposition) -> dict | None:
     copy = one_worker(loader)
     if copy is None:
         return None
-    gap_ms = d.step_timing.median_ms  # the step's rest and its loading: the worker has at least the rest
-    low, high = HANDOFF_PROBE_BATCHES
-    reps = int(min(max(HANDOFF_PROBE_MS / (gap_ms + 2.0), low), high))
+    low, high = LOADER_PROBE_BATCHES
+    reps = int(min(max(LOADER_PROBE_MS / (2 * d.step_timing.median_ms), low), high))
     d.opts.progress(f"DataLoader: {reps} batches in this process, {reps} from one worker")
     settings = _timing_settings(d.cfg, reps)
-    in_process = time_calls(_next_batch_of(loader), d.dev, settings, d.cfg.noise)
-    handoff = time_calls(_next_batch_of(copy), d.dev, settings, d.cfg.noise, between=lambda: time.sleep(gap_ms / 1e3))
-    return {"in_process": in_process.as_dict(), "one_worker": handoff.as_dict(), "one_worker_gap_ms": round(gap_ms, 3)}
+    rest = lambda: d.step(load=False)  # noqa: E731 - the step without its loading, between the timed batches
+    in_process = time_calls(_next_batch_of(loader), d.dev, settings, d.cfg.noise, between=rest)
+    worker = time_calls(_next_batch_of(copy), d.dev, settings, d.cfg.noise, between=rest)
+    return {"in_process": in_process.as_dict(), "one_worker": worker.as_dict()}
 
 
 def _next_batch_of(loader) -> Callable[[], object]:

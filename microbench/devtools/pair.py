@@ -1,0 +1,111 @@
+"""What a fix really saved, for the checks of docs/findings.md: the training steps of two workloads (before and after
+the fix) timed in one process, in alternating blocks of steps, so that both see the same machine.
+
+One `decompose` run per setting measured each step in its own process, and on our 2-core machines the runs fall
+into speed modes (a configuration's step 12 - 14 ms in one run, 17 - 23 ms in the next): paired differences of
+whole runs spread over -4 to +11 ms, wider than the savings being checked. Blocks of a few steps each, A B A B ...,
+put both settings in every mode; the saving is the median of the paired differences of the blocks' median steps.
+
+    python -m microbench.devtools.pair --before tests.findings_models:digits_loader_one_thread \\
+        --after tests.findings_models:digits_loader_worker_core --batch 128 --blocks 40 --steps 5
+
+Each workload keeps the intra-op thread count its factory set (torch.set_num_threads), set again before each of its
+blocks; `--dtype-before` / `--dtype-after` make an AMP pair of one model. The timer is harness.timing's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, replace
+
+from microbench import models
+from microbench.core.config import TimingSettings
+
+
+@dataclass
+class Side:
+    """One setting of the pair: its training step and the thread count its factory chose."""
+
+    spec: str
+    dtype: str
+    step: object  # models.step.TrainingStep
+    threads: int
+
+
+def _side(spec: str, dtype: str, batch: int, device) -> Side:
+    import torch
+
+    from microbench.models.step import TrainingStep
+
+    default = torch.get_num_threads()
+    workload = models.as_workload(spec)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(default)  # the next factory starts where this one did
+    return Side(spec, dtype, TrainingStep(workload, batch, device.torch_device, dtype), threads)
+
+
+def _block_ms(side: Side, steps: int, device) -> float:
+    """The median of `steps` steps of one side, on its own thread count (harness.timing: the first call untimed)."""
+    import torch
+
+    from microbench.harness.timing import time_calls
+
+    torch.set_num_threads(side.threads)
+    settings = replace(TimingSettings(), warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
+    return time_calls(side.step, device, settings).median_ms
+
+
+def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: int = 5, dtype_before: str = "fp32",
+                 dtype_after: str = "fp32", device=None) -> dict:
+    """The blocks' median step times of both sides and the saving per step: the median of the paired differences
+    (before - after) with their quartiles, and the difference of the two sides' medians."""
+    from microbench.core.device import cpu_device
+
+    device = device or cpu_device()
+    sides = [_side(before, dtype_before, batch, device), _side(after, dtype_after, batch, device)]
+    times: list[list[float]] = [[], []]
+    for i in range(blocks):
+        order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
+        for j in order:
+            times[j].append(_block_ms(sides[j], steps, device))
+    diffs = sorted(b - a for b, a in zip(*times))
+    q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
+    return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads, "block_ms": times[0]},
+            "after": {"model": after, "dtype": dtype_after, "threads": sides[1].threads, "block_ms": times[1]},
+            "batch": batch, "blocks": blocks, "steps_per_block": steps,
+            "saving_us": {"median": statistics.median(diffs) * 1e3, "q1": q1 * 1e3, "q3": q3 * 1e3,
+                          "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m microbench.devtools.pair", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", required=True, help="the workload before the fix (a decompose --model spec)")
+    ap.add_argument("--after", required=True, help="the workload after it")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--blocks", type=int, default=40, help="blocks of each side (default 40)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
+    ap.add_argument("--dtype-before", default="fp32")
+    ap.add_argument("--dtype-after", default="fp32")
+    ap.add_argument("--json", help="write the result here")
+    a = ap.parse_args(argv)
+    if a.blocks < 2 or a.steps < 1 or a.batch < 1:
+        print("pair: --blocks must be at least 2, --steps and --batch at least 1", file=sys.stderr)
+        return 2
+    try:
+        doc = measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after)
+    except (ValueError, ImportError) as e:
+        print(f"pair: {e}", file=sys.stderr)
+        return 2
+    s = doc["saving_us"]
+    print(f"saving per step: {s['median']:,.0f} us (paired blocks' quartiles {s['q1']:,.0f} - {s['q3']:,.0f}; "
+          f"difference of the medians {s['of_medians']:,.0f}), {a.blocks} blocks of {a.steps} steps each side")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
