@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from microbench import models
 from microbench.core.config import TimingSettings
+from microbench.core.errors import InputError
 
 
 @dataclass
@@ -61,15 +62,21 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
                  dtype_after: str = "fp32", device=None) -> dict:
     """The blocks' median step times of both sides and the saving per step: the median of the paired differences
     (before - after) with their quartiles, and the difference of the two sides' medians."""
+    import torch
+
     from microbench.core.device import cpu_device
 
     device = device or cpu_device()
-    sides = [_side(before, dtype_before, batch, device), _side(after, dtype_after, batch, device)]
-    times: list[list[float]] = [[], []]
-    for i in range(blocks):
-        order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
-        for j in order:
-            times[j].append(_block_ms(sides[j], steps, device))
+    threads = torch.get_num_threads()
+    try:
+        sides = [_side(before, dtype_before, batch, device), _side(after, dtype_after, batch, device)]
+        times: list[list[float]] = [[], []]
+        for i in range(blocks):
+            order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
+            for j in order:
+                times[j].append(_block_ms(sides[j], steps, device))
+    finally:
+        torch.set_num_threads(threads)  # the caller's, whatever the factories set
     diffs = sorted(b - a for b, a in zip(*times))
     q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
     return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads, "block_ms": times[0]},
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         doc = measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after)
-    except (ValueError, ImportError) as e:
+    except (InputError, ValueError, ImportError) as e:  # a bad model spec, batch or dtype: one line
         print(f"pair: {e}", file=sys.stderr)
         return 2
     s = doc["saving_us"]
