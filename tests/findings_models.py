@@ -65,3 +65,38 @@ def digits_loader_one_thread():
 def digits_loader_two_workers():
     """The fix as commonly written, without regard to cores: two workers beside the step's own threads."""
     return _digits_with_loader(2)
+
+
+def _small_cifar_with_loader(num_workers: int):
+    """A two-convolution CNN on CIFAR-sized images (3 x 32 x 32), each batch from a DataLoader that puts every sample
+    through the CIFAR10 training augmentation (pad 4, random crop, flip, normalize): a second loader and model for
+    the DataLoader checks, held out from the digits pairs the CPU rule was shaped on (docs/findings.md)."""
+    from torch import nn
+
+    from microbench.models.loader import augmented_loader
+    from microbench.models.step import Workload
+
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+    return Workload(name=f"small_cifar_loader_w{num_workers}", model=model, make_inputs=None,
+                    loss_fn=nn.functional.cross_entropy,
+                    make_loader=augmented_loader((3, 32, 32), 10, num_workers=num_workers))
+
+
+def small_cifar_loader_one_thread():
+    """The "before": one thread, the CIFAR augmentation in the step's own process."""
+    import torch
+
+    torch.set_num_threads(1)
+    return _small_cifar_with_loader(0)
+
+
+def small_cifar_loader_worker_core():
+    """The CPU finding's fix: one persistent worker, the step's operators on the remaining cores."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(len(os.sched_getaffinity(0)) - 1, 1))
+    return _small_cifar_with_loader(1)
