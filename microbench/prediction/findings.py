@@ -462,49 +462,56 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
 
 
+_FREE_HANDOFF = {"median": 0.0, "p20": 0.0, "p80": 0.0}
+
+
+def _cpu_loader_times(f: CpuFacts, wait: float) -> tuple[float, float, dict, tuple[float, float]]:
+    """(step, loading, hand-off, (slow, fast)) in us for the CPU dataloader rule. Where decompose probed the loader
+    (summary.loader_ms): the unprofiled step and loading, one worker's hand-off per batch (median, p20, p80, ms), and
+    how far the rest may shift, the timed steps' p80 and p20 over their median (once the loading leaves the process
+    its caches and allocator are no longer shared: the rest ran 4 % faster at the digits pair's batch 256, 4 % slower
+    at 64). Unprobed (a loader that is not a torch DataLoader): the trace's step and loading, the hand-off taken as
+    free and no shift, which the low of 0 allows for."""
+    summary = f.doc["summary"]
+    probe = summary.get("loader_ms")
+    if not probe:
+        return f.step_us, wait, _FREE_HANDOFF, (1.0, 1.0)
+    spread = summary.get("step_time_spread") or {}
+    median = spread.get("median") or 0.0
+    shift = (spread["p80"] / median, spread["p20"] / median) if median else (1.0, 1.0)
+    return summary["step_time_ms"] * 1e3, probe["in_process"]["median"] * 1e3, probe["one_worker"], shift
+
+
 def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
     """On a CPU the step's operators and a DataLoader worker share the cores: the fix is one worker with a core of its
     own (the step's threads one fewer where they had them all), and its saving is the loading removed from the step
     less what the rest of the step loses with that core and the worker's hand-off of each batch (findings.toml
-    [rules.dataloader] cpu_model). Where decompose probed the loader (summary.loader_ms) the loading and the step are
-    its times without the profiler, else the trace's."""
+    [rules.dataloader] cpu_model)."""
     hw = f.doc.get("hardware") or {}
     cores = int(hw.get("units") or 1)
     threads = int((hw.get("extra") or {}).get("torch_threads") or cores)
-    summary = f.doc["summary"]
-    probe = summary.get("loader_ms")
-    step = summary["step_time_ms"] * 1e3 if probe else f.step_us
-    if probe:
-        wait = probe["in_process"]["median"] * 1e3
+    step, wait, h, (slow, fast) = _cpu_loader_times(f, wait)
     rest = step - wait
     if cores < 2 or rest <= 0:
         return None  # one core: a worker has none of its own (the loading only moves)
-    busy = (summary.get("step_time_spread") or {}).get("cpu_busy_cores")
+    busy = (f.doc["summary"].get("step_time_spread") or {}).get("cpu_busy_cores")
     # the cores the rest of the step keeps busy, the loading taken as one core's work (its per-sample operators run
     # on the main thread); unmeasured, as many as it has threads
     used = min(max((busy * step - wait) / rest, 1.0), threads) if busy else float(threads)
     left = min(threads, cores - 1)
-    # the main process's wait per batch from one worker: the probe's median, p20 and p80; unprobed (a loader that is
-    # not a torch DataLoader) taken as free, which the low of 0 allows for
-    h = probe["one_worker"] if probe else {"median": 0.0, "p20": 0.0, "p80": 0.0}
-
-    # the rest may shift within the step's own spread once the loading leaves the process (its caches and allocator
-    # no longer shared with the loading: the rest ran 4 % faster at the digits pair's batch 256, 4 % slower at 64)
-    spread = summary.get("step_time_spread") or {}
-    median = spread.get("median") or 0.0
-    slow, fast = (spread["p80"] / median, spread["p20"] / median) if probe and median else (1.0, 1.0)
 
     def saved(u: float, q: str, shift: float = 1.0) -> float:  # the rest on `left` threads, the loading beside it
         return step - max(rest * shift * u / min(u, left), wait) - h[q] * 1e3
 
+    probed = h is not _FREE_HANDOFF
     what = (f"the step spends {wait:,.0f} us ({wait / step:.1%}) in enumerate(DataLoader) on its own cores; the rest "
             f"of it keeps {used:.1f} of the {cores} cores busy" + (f" ({threads} threads)" if threads != cores else ""))
-    if probe:
+    if probed:
         what += f"; one worker hands a batch over in {h['median'] * 1e3:,.0f} us (both timed without the profiler)"
     ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
-                                                "rest_busy_cores": used, "loader_ms": probe}
+                                                "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
-    low = saved(used, "p80", slow) if probe else 0.0
+    low = saved(used, "p80", slow) if probed else 0.0
     out = _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev,
                    saving(low, saved(used, "median"), saved(1.0, "p20", fast)))
     return out | {"share": wait / step}  # of the step it was timed in (unprofiled where probed)
