@@ -504,10 +504,14 @@ def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
         return step - max(rest * shift * u / min(u, left), wait) - h[q] * 1e3
 
     probed = h is not _FREE_HANDOFF
-    what = (f"the step spends {wait:,.0f} us ({wait / step:.1%}) in enumerate(DataLoader) on its own cores; the rest "
-            f"of it keeps {used:.1f} of the {cores} cores busy" + (f" ({threads} threads)" if threads != cores else ""))
+    # probed, the share is of the step timed without the profiler, which the line says: the header's step is the
+    # profiled one, and the profiler's cost falls mostly on the loader's many small operators
+    of = f" of the {step:,.0f} us step timed without the profiler" if probed else ""
+    what = (f"the step spends {wait:,.0f} us ({wait / step:.1%}{of}) in enumerate(DataLoader) on its own cores; the "
+            f"rest of it keeps {used:.1f} of the {cores} cores busy"
+            + (f" ({threads} thread{'s' if threads > 1 else ''})" if threads != cores else ""))
     if probed:
-        what += f"; one worker hands a batch over in {h['median'] * 1e3:,.0f} us (both timed without the profiler)"
+        what += f"; one worker would hand each batch over in {h['median'] * 1e3:,.0f} us (timed the same way)"
     ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
                                                 "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
