@@ -65,6 +65,21 @@ def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: i
     return make_loader
 
 
+def endless(loader) -> Callable[[], object]:
+    """next() over `loader` epoch after epoch: a new iterator where one ends (a step's batches, models/step.py; the
+    loader probe of decompose). The first iterator is made now, so that a loader's workers start here."""
+    batches = iter(loader)
+
+    def next_batch():
+        nonlocal batches
+        try:
+            return next(batches)
+        except StopIteration:
+            batches = iter(loader)
+            return next(batches)
+    return next_batch
+
+
 def one_worker(loader) -> DataLoader | None:
     """A copy of `loader` that makes the same batches in one persistent worker process (the CPU dataloader finding's
     fix), for the hand-off probe of decompose (step/analysis.py); None where `loader` is not a torch DataLoader (a

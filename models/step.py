@@ -17,6 +17,7 @@ from torch import nn
 
 from microbench.core import dtypes
 
+from .loader import endless
 from .ranges import LOSS_LAYER, STEP_RANGE, StepRanges
 
 # Step dtype -> the autocast dtype, None for a step run as stored (microbench.core.dtypes decides which).
@@ -135,7 +136,7 @@ class TrainingStep:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
         self.loader = workload.make_loader(batch) if workload.make_loader is not None else None
-        self._batches = iter(self.loader) if self.loader is not None else None
+        self._next = endless(self.loader) if self.loader is not None else None
         if self.loader is None:
             self._use(*workload.make_inputs(batch, self.device))
         self.loss_fn = workload.loss_fn or default_loss
@@ -153,11 +154,7 @@ class TrainingStep:
     def _next_batch(self) -> None:
         """The loader's next batch, moved to the device (from pinned memory without blocking where it is pinned);
         at an epoch's end the loader starts the next one."""
-        try:
-            inputs, target = next(self._batches)
-        except StopIteration:
-            self._batches = iter(self.loader)
-            inputs, target = next(self._batches)
+        inputs, target = self._next()
         def move(t):
             return t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t
         self._use(tuple(move(t) for t in _as_tuple(inputs)), move(target))

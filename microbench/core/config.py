@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from microbench.core import dtypes as dt_table
@@ -51,6 +51,12 @@ class TimingSettings:
     flush_l2: bool = True
     max_case_seconds: float = 10.0
     gpu_lead_max_ms: float = 50.0  # GPU: the longest sleep ahead of one batch of timed repeats (harness/timing)
+
+    def exactly(self, reps: int) -> "TimingSettings":
+        """Exactly `reps` timed calls after time_calls()'s own untimed first call and probe, and no L2 flush between
+        them: for training steps (their own working set is far larger than L2, and steps follow each other
+        directly) and the batches of a step's loader."""
+        return replace(self, warmup_ms=1e-9, rep_ms=1e-9, min_reps=reps, max_reps=reps, flush_l2=False)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from microbench import models
 from microbench.core.config import TimingSettings
@@ -54,8 +54,7 @@ def _block_ms(side: Side, steps: int, device) -> float:
     from microbench.harness.timing import time_calls
 
     torch.set_num_threads(side.threads)
-    settings = replace(TimingSettings(), warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
-    return time_calls(side.step, device, settings).median_ms
+    return time_calls(side.step, device, TimingSettings().exactly(steps)).median_ms
 
 
 def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: int = 5, dtype_before: str = "fp32",

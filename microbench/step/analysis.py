@@ -29,7 +29,7 @@ from microbench import models
 from microbench.core import dtypes, ops
 from microbench.core.conditions import Conditions
 from microbench.core import vendor
-from microbench.core.config import CaseSet, TimingSettings, load_config
+from microbench.core.config import CaseSet, load_config
 from microbench.core.errors import InputError
 from microbench.core.ops.work import Work
 from microbench.core.results import LayerRow
@@ -92,11 +92,6 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
 
 
 # ---- the decomposition -----------------------------------------------------------------------------------
-def _timing_settings(cfg, steps: int) -> TimingSettings:
-    # Exactly `steps` timed steps after time_calls()'s own untimed first call and probe; no L2 flush between
-    # steps (a training step's own working set is far larger than L2, and steps follow each other directly).
-    return replace(cfg.timing, warmup_ms=1e-9, rep_ms=1e-9, min_reps=steps, max_reps=steps, flush_l2=False)
-
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
@@ -309,7 +304,7 @@ def stage_record(d: Decomposition) -> None:
     _run_first_step(d.step, lambda backward_ranges=True: _ranges(d, backward_ranges), d.notes)
     if d.steps["timed_steps"]:
         d.opts.progress(f"timing {d.steps['timed_steps']} steps")
-        d.step_timing = time_calls(d.step, d.dev, _timing_settings(d.cfg, d.steps["timed_steps"]), d.cfg.noise)
+        d.step_timing = time_calls(d.step, d.dev, d.cfg.timing.exactly(d.steps["timed_steps"]), d.cfg.noise)
         d.unprofiled = d.step_timing
         d.loader_probe = _loader_probe(d)
     d.opts.progress("counting FLOPs and bytes, operator by operator")
@@ -338,7 +333,7 @@ def _loader_probe(d: Decomposition) -> dict | None:
     costs the main process 0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is
     nothing to probe."""
     from microbench.harness.timing import time_calls
-    from microbench.models.loader import one_worker
+    from microbench.models.loader import endless, one_worker
 
     loader = d.step.loader
     if d.dev.is_gpu or loader is None or getattr(loader, "num_workers", 1) != 0 or d.step_timing is None:
@@ -349,25 +344,11 @@ def _loader_probe(d: Decomposition) -> dict | None:
     low, high = LOADER_PROBE_BATCHES
     reps = int(min(max(LOADER_PROBE_MS / (2 * d.step_timing.median_ms), low), high))
     d.opts.progress(f"DataLoader: {reps} batches in this process, {reps} from one worker")
-    settings = _timing_settings(d.cfg, reps)
+    settings = d.cfg.timing.exactly(reps)
     rest = lambda: d.step(load=False)  # noqa: E731 - the step without its loading, between the timed batches
-    in_process = time_calls(_next_batch_of(loader), d.dev, settings, d.cfg.noise, between=rest)
-    worker = time_calls(_next_batch_of(copy), d.dev, settings, d.cfg.noise, between=rest)
+    in_process = time_calls(endless(loader), d.dev, settings, d.cfg.noise, between=rest)
+    worker = time_calls(endless(copy), d.dev, settings, d.cfg.noise, between=rest)
     return {"in_process": in_process.as_dict(), "one_worker": worker.as_dict()}
-
-
-def _next_batch_of(loader) -> Callable[[], object]:
-    """next() on one iterator of `loader`, a new one at an epoch's end (its persistent workers end with it)."""
-    batches = iter(loader)
-
-    def next_batch():
-        nonlocal batches
-        try:
-            return next(batches)
-        except StopIteration:
-            batches = iter(loader)
-            return next(batches)
-    return next_batch
 
 
 def _ranges(d: Decomposition, backward_ranges: bool = True):
