@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -92,7 +91,6 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
 
 
 # ---- the decomposition -----------------------------------------------------------------------------------
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"
@@ -327,11 +325,10 @@ def _loader_probe(d: Decomposition) -> dict | None:
     """A CPU step that loads in its own process (a DataLoader, num_workers=0): its loading per batch timed without
     the profiler (whose cost per operator inflates a loader's many small per-sample operators in the trace), and how
     long the main process waits per batch when one worker makes the batches instead (the CPU dataloader finding's
-    fix). Between the timed batches the step runs without its loading, as in training: loading timed back to back
-    ran 30 % faster than inside the steps (4.2 against 6.0 - 6.4 ms at the digits model's batch 128), and the
-    worker is given the step's time for each batch. A batch arriving through the worker's queue and shared memory
-    costs the main process 0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is
-    nothing to probe."""
+    fix). Between the timed batches the step runs without its loading, as in training: the worker has a step's time
+    for each batch, and the step's operators leave the GIL to the loader's queue threads as they would (a spinning
+    stand-in holds it). A batch arriving through the worker's queue and shared memory costs the main process
+    0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is nothing to probe."""
     from microbench.harness.timing import time_calls
     from microbench.models.loader import endless, one_worker
 
