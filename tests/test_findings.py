@@ -469,6 +469,9 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     # high at its p20
     f.doc["summary"]["step_time_spread"] |= {"median": 8.0, "p20": 7.6, "p80": 8.8}
     assert F.rule_dataloader(f, rule)["saving_us"] == pytest.approx({"low": 500.0, "expected": 1400.0, "high": 1900.0})
+    assert "noisy" not in F.rule_dataloader(f, rule)["what"]
+    f.doc["summary"]["loader_ms"]["one_worker"]["noise"] = ["p20-p80 spread 40% of the median > 25%"]
+    assert "noisy: p20-p80 spread 40% of the median > 25%" in F.rule_dataloader(f, rule)["what"]  # the judge's word
     # a hand-off dearer than the loading: the fix would slow the step, no finding (all three clipped at 0)
     f = _probed(_cpu_loader_facts(2, 1, 1.0, 10000.0, 3000.0), 8.0, 2.0, (1.8, 2.1, 2.4))
     assert F.rule_dataloader(f, rule)["saving_us"] == {"low": 0.0, "expected": 0.0, "high": 200.0}

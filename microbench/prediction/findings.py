@@ -512,6 +512,10 @@ def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
             + (f" ({threads} thread{'s' if threads > 1 else ''})" if threads != cores else ""))
     if probed:
         what += f"; one worker would hand each batch over in {h['median'] * 1e3:,.0f} us (timed the same way)"
+        # the probe's timings as the one judge saw them (core.stats.noise_reasons): unstable, the line says so
+        noisy = sorted({r for t in f.doc["summary"]["loader_ms"].values() for r in t.get("noise") or ()})
+        if noisy:
+            what += "; noisy: " + "; ".join(noisy)
     ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
                                                 "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
