@@ -465,6 +465,10 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     assert x["time_us"] == pytest.approx(2000.0) and x["share"] == pytest.approx(0.25)
     assert "hand each batch over in 600 us" in x["what"] and x["evidence"]["loader_ms"]["one_worker"]["median"] == 0.6
     assert "(25.0% of the 8,000 us step timed without the profiler)" in x["what"]  # not the header's profiled step
+    # its evidence is the CPU's own (no GPU idle, no kernels): the ranges and the probe
+    from microbench.reports.findings_report import evidence_text
+    assert evidence_text(x["evidence"]) == ("the profiled steps' enumerate(DataLoader) ranges and decompose's loader "
+                                            "probe (summary.loader_ms)")
     # the rest may shift within the timed steps' own p20 - p80 (7.6 - 8.8 of 8.0 ms): low with the rest at its p80,
     # high at its p20
     f.doc["summary"]["step_time_spread"] |= {"median": 8.0, "p20": 7.6, "p80": 8.8}

@@ -91,9 +91,10 @@ class Facts:
     @cached_property
     def step_us(self) -> float:
         """The mean step time (the plugin window: breakdown_span_us), else the whole GPU span."""
-        if self.steps:
-            return float(np.mean([st["breakdown_span_us"] for st in self.steps]))
-        return float(self.ta.summary["gpu_span_us"])
+        return self.steps_mean_us() if self.steps else float(self.ta.summary["gpu_span_us"])
+
+    def steps_mean_us(self) -> float:
+        return float(np.mean([st["breakdown_span_us"] for st in self.steps]))
 
     def per_step(self, per_row: np.ndarray) -> float:
         """A per-activity quantity summed per step and averaged over the steps (else summed over the trace)."""
@@ -181,7 +182,16 @@ class CpuFacts(Facts):
         # the profiled steps' wall time (as on a GPU: the plugin window), the run the rows are of: the unprofiled
         # step time is another run of the step, and on a busy CPU the two differ by more than the matrix share;
         # without step ranges, the operators' total
-        return Facts.step_us.func(self) if self.steps else float(self.doc["summary"]["profiled_time_ms"]) * 1e3
+        return self.steps_mean_us() if self.steps else float(self.doc["summary"]["profiled_time_ms"]) * 1e3
+
+    @property
+    def cores(self) -> int:
+        return int((self.doc.get("hardware") or {}).get("units") or 1)
+
+    @property
+    def torch_threads(self) -> int:
+        """The step's intra-op threads (core.device records them), else every core."""
+        return int(((self.doc.get("hardware") or {}).get("extra") or {}).get("torch_threads") or self.cores)
 
     def per_step(self, per_row: np.ndarray) -> float:
         return float(np.sum(per_row))  # the rows are already one step's (the median profiled step)
@@ -487,9 +497,7 @@ def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
     own (the step's threads one fewer where they had them all), and its saving is the loading removed from the step
     less what the rest of the step loses with that core and the worker's hand-off of each batch (findings.toml
     [rules.dataloader] cpu_model)."""
-    hw = f.doc.get("hardware") or {}
-    cores = int(hw.get("units") or 1)
-    threads = int((hw.get("extra") or {}).get("torch_threads") or cores)
+    cores, threads = f.cores, f.torch_threads
     step, wait, h, (slow, fast) = _cpu_loader_times(f, wait)
     rest = step - wait
     if cores < 2 or rest <= 0:
@@ -516,8 +524,10 @@ def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
         noisy = sorted({r for t in f.doc["summary"]["loader_ms"].values() for r in t.get("noise") or ()})
         if noisy:
             what += "; noisy: " + "; ".join(noisy)
-    ev = _host_evidence(f, ("dataloader",)) | {"cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
-                                                "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
+    ev = {"layer": "the profiled steps' enumerate(DataLoader) ranges"
+                   + (" and decompose's loader probe (summary.loader_ms)" if probed else ""),
+          "dataloader_us": wait, "cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
+          "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
     low = saved(used, "p80", slow) if probed else 0.0
     out = _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev,
