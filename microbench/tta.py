@@ -23,7 +23,7 @@ from .accuracy.thresholds import check_range, study
 from .core.jsonio import dumps
 from .core.outdir import OutputDir, check_file, write_file
 from microbench.core.cli import MAX_COUNT, Parser, number
-from microbench.core.errors import run_command, shown
+from microbench.core.errors import InputError, run_command, shown
 
 
 TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
@@ -82,10 +82,14 @@ def _leaderboard(args) -> int:
     if args.json:
         check_file(args.json, "--json")
     board = build(args.dirs, check=not args.no_check)
+    if not board.entries and not board.unreadable:
+        # nothing to rank is a wrong folder, not an empty success (a script would take exit 0 as a leaderboard)
+        raise InputError(" ".join(map(str, args.dirs)), "no leaderboard input under it: no DAWNBench training TSV and "
+                         f"no MLPerf result log (:::MLLOG lines); {board.skipped} other file(s)")
     print_leaderboard(board)
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(board.as_list()), '--json'))}", file=sys.stderr)
-    return 0
+    return 0 if board.entries else 1  # every input unreadable: listed with its reason, nothing ranked
 
 
 def _thresholds(args) -> int:

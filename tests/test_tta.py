@@ -288,6 +288,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     assert len(err.splitlines()) == 1 and words in err
 
 
+def test_a_leaderboard_with_nothing_to_rank_is_not_a_success(tmp_path, capsys):
+    """A folder with no leaderboard input is a wrong folder (exit 2, one line naming it and what it held); one whose
+    every input is unreadable lists them with their reasons and exits 1: neither is an empty exit-0 board."""
+    (tmp_path / "notes.md").write_text("not a submission")
+    assert tta.main(["leaderboard", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path) in err and "1 other file(s)" in err
+    (tmp_path / "bad.tsv").write_text("x\ty\n")
+    assert tta.main(["leaderboard", str(tmp_path)]) == 1
+    assert "bad.tsv: no task folder on its path" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_profile_decomposes_one_epoch(tmp_path):
     from microbench.accuracy.run import run_tta
