@@ -3,6 +3,8 @@
 one line per reason, with the findings it stops."""
 from __future__ import annotations
 
+from microbench.core.kernel_names import distinct_labels
+
 VALIDATION_NOTE_KEY = "findings_validation"
 
 
@@ -15,7 +17,7 @@ def evidence_text(ev: dict) -> str:
     if ev.get("kernels"):
         k = ev["kernels"][0]
         more = f" and {len(ev['kernels']) - 1} more" if len(ev["kernels"]) > 1 else ""
-        bits.append(f"largest kernel {k['kernel'][:70]} ({k['time_us']:,.0f} us){more}")
+        bits.append(f"largest kernel {distinct_labels([k['kernel']], 70)[0]} ({k['time_us']:,.0f} us){more}")
     if ev.get("ops"):
         bits.append("ops: " + ", ".join(f"{o['op']} ({o['reason']})" for o in ev["ops"][:2]))
     if "kernels_per_step" in ev:

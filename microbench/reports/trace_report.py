@@ -1,6 +1,7 @@
 """The terminal report of a trace analysis (microbench.timeline): devices, kernel time by class, top kernels,
 steps and annotations."""
 from __future__ import annotations
+from microbench.core.kernel_names import distinct_labels
 from microbench.reports.findings_report import print_step_breakdown
 
 from microbench.reports.cells import or_dash
@@ -17,6 +18,7 @@ def _short(name: str, width: int = 96) -> str:
 
 # Where a column a narrow terminal drops is kept: the trace command writes only what it is asked for.
 KEPT_IN = "the JSON report (--json OUT) and the HTML page (--html OUT)"
+KERNEL_WIDTH = 48  # the kernel column's characters: the rest of a name is in the JSON and the HTML page
 # Columns a narrow terminal drops first: the kernel, its time and share, TC and TFLOP/s stay.
 KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "calls", "class", "DRAM GB/s")
 
@@ -31,13 +33,14 @@ def _kernel_cells(doc: dict, top: int):
     cols += [("DRAM GB/s", "right"), ("FLOP/B", "right")] if dram else []
     cols += [("model GFLOP", "right"), ("counted GFLOP", "right")] if counted else []
     rows = []
-    for k in doc["kernels"][:top]:
+    labels = distinct_labels([k["params"]["kernel"] for k in doc["kernels"][:top]], KERNEL_WIDTH)
+    for k, label in zip(doc["kernels"][:top], labels):
         p = k["params"]
         ev = "counters" if p.get("evidence") == "counters" else p["rule"].split(" ")[0]
         if str(p.get("evidence", "")).endswith("(inferred)"):  # a structural verdict: labelled, never a rule's
             ev = "inferred: " + p["rule"].split(" + ")[-1].split(" ")[0]
         flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
-        rows.append(([_short(p["kernel"], 48), p["class"], k["tensor_cores"], ev, str(p["calls"]),
+        rows.append(([label, p["class"], k["tensor_cores"], ev, str(p["calls"]),
                       f"{p['kernel_time_us']:,.1f}", _pct(p["share"]),
                       _num(p.get("achieved_tflops") or k.get("tflops"), ".3g"),
                       *([_num(k.get("gbps"), ",.1f"), _num(k.get("intensity"), ".3g")] if dram else []),

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from microbench.core.kernel_names import kernel_signature_name
 from microbench.core.resources import data_file
 
 RULES_PATH = data_file("kernel_rules.toml")
@@ -99,27 +100,6 @@ def _structure(c: Classification, name: str) -> Classification:
             return Classification(c.cls, rule.tensor_cores, f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
                                   f"inferred from the name's structure: {rule.note}", "structure (inferred)")
     return c
-
-
-def kernel_signature_name(name: str) -> str:
-    """A demangled kernel name without its trailing parameter list: `void f<T, 4>(float*, X::reduced_divisor)`
-    -> `void f<T, 4>`. Profilers report full signatures; the parameter types say nothing about what the
-    kernel does and mislead the rules (`reduced_divisor` is not a reduction, `fbgemm_gpu::` not a GEMM).
-    Template arguments stay: `cutlass::Kernel<cutlass_80_tensorop_s1688gemm_...>` is named only there."""
-    if not name.endswith(")"):
-        return name
-    depth = 0
-    for i in range(len(name) - 1, -1, -1):
-        ch = name[i]
-        if ch == ")":
-            depth += 1
-        elif ch == "(":
-            depth -= 1
-            if depth == 0:
-                head = name[:i].rstrip()
-                # `(anonymous namespace)` or a bare parenthesised name is not a parameter list
-                return head if head and not head.endswith("::") else name
-    return name  # unbalanced: keep the whole name
 
 
 @lru_cache(maxsize=65536)
