@@ -13,6 +13,7 @@ import pytest
 
 from microbench import trace as trace_cli
 from microbench.core.config import load_config
+from microbench.core.stats import NoiseSettings
 from microbench.prediction import findings as F
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis, read_trace
@@ -497,13 +498,15 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
     from microbench import decompose_step
 
     doc = decompose_step("tests.findings_models:digits_loader", batch=8, device="cpu", out=tmp_path, replay=False,
-                         measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=2, profiler_warmup_steps=0)
+                         measure_ceilings=False, plot=False, timed_steps=30, profiled_steps=2, profiler_warmup_steps=0)
     steps = doc["trace_analysis"]["steps"]
     assert len(steps) == 2 and all(st["breakdown_us"]["dataloader"] > 0 for st in steps)
     assert "dataloader" not in [n["id"] for n in doc["findings_not_checked"]]
-    busy = doc["summary"]["step_time_spread"].get("cpu_busy_cores")
-    if busy is not None:  # /proc schedstat: Linux only
-        assert 0 < busy <= doc["hardware"]["units"] * 1.2
+    spread = doc["summary"]["step_time_spread"]
+    # within its error where the window was long enough for it (harness.timing._busy_cores: 30 steps of 3 - 6 ms
+    # here, two threads; many threads on a fast machine may need a longer window), never more cores than there are
+    busy = spread.get("cpu_busy_cores")
+    assert busy is None or 0 < busy <= doc["hardware"]["units"] + NoiseSettings().max_busy_error_cores
     probe = doc["summary"]["loader_ms"]  # the loading without the profiler, and one worker's hand-off
     assert probe["in_process"]["median"] > 0 and probe["one_worker"]["median"] > 0
     assert probe["in_process"]["reps"] == probe["one_worker"]["reps"] >= 5

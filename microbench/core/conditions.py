@@ -65,10 +65,10 @@ def _own_jiffies() -> int:
         return int((t.user + t.system) * os.sysconf("SC_CLK_TCK"))
 
 
-def sched_ns() -> tuple[int, int] | None:
-    """(running, waiting for a CPU) nanoseconds summed over this process's threads (/proc/self/task/*/schedstat:
-    time on a CPU, time runnable on a run queue). None where the kernel does not provide it."""
-    run = wait = 0
+def sched_tasks() -> dict[str, tuple[int, int]] | None:
+    """Per thread of this process: (running, waiting for a CPU) nanoseconds (/proc/self/task/*/schedstat: time on a
+    CPU, time runnable on a run queue). None where the kernel does not provide it."""
+    out = {}
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -79,8 +79,19 @@ def sched_ns() -> tuple[int, int] | None:
                 a, b = f.read().split()[:2]
         except (OSError, ValueError):
             continue  # a thread that ended meanwhile
-        run, wait = run + int(a), wait + int(b)
-    return (run, wait) if run else None
+        out[t] = (int(a), int(b))
+    return out if any(run for run, _ in out.values()) else None
+
+
+def sched_ns() -> tuple[int, int] | None:
+    """(running, waiting for a CPU) nanoseconds summed over this process's threads (sched_tasks)."""
+    tasks = sched_tasks()
+    return None if tasks is None else (sum(r for r, _ in tasks.values()), sum(w for _, w in tasks.values()))
+
+
+def threads_that_ran(before: dict, after: dict) -> int:
+    """How many of the process's threads were on a CPU between two sched_tasks() reads."""
+    return sum(1 for t, (run, _) in after.items() if run > before.get(t, (0, 0))[0])
 
 
 def loadavg() -> list[float] | None:

@@ -29,6 +29,7 @@ class NoiseSettings:
     tick_max_multiple: float = 12.0  # above this many ticks a tick is a small part of the time: not judged
     min_reps: int = 3  # fewer repeats cannot show a spread
     max_cpu_wait: float = 0.10  # CPU: share of our threads' runnable time spent waiting for a CPU while timed
+    max_busy_error_cores: float = 0.25  # CPU: the busy-cores figure's error bound (threads x tick / window) at most
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 
 from microbench.core.config import TimingSettings
 from microbench.core.device import Device
-from microbench.core.conditions import sched_ns
+from microbench.core.conditions import sched_tasks, threads_that_ran
 from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 from microbench.core.datasheet import amd_chips
 
@@ -181,6 +181,18 @@ class _Clock:
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], caught_up
 
 
+def _busy_cores(cpu_ns: int, window_ns: int, threads: int, noise: NoiseSettings) -> float | None:
+    """The cores the process kept busy over a timed window: its CPU time (CLOCK_PROCESS_CPUTIME_ID) over the window's
+    wall time. The kernel adds a thread running on another core to that count only at a tick or a switch, so each
+    thread may be up to a tick behind or ahead: over 3 digits steps of 5 ms that made 2.5 cores busy of 2. None
+    where that error (the threads that ran x tick / window) is over noise.max_busy_error_cores. With calls between
+    the timed ones (`between`) the window's CPU time is theirs too: not the calls', and not reported."""
+    tick_ns = max(noise.tick_ms or (4.0,)) * 1e6
+    if window_ns <= 0 or threads * tick_ns / window_ns > noise.max_busy_error_cores:
+        return None
+    return cpu_ns / window_ns
+
+
 def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
             settings: TimingSettings, noise: NoiseSettings | None = None,
             between: Callable[[], object] | None = None) -> Timing:
@@ -208,18 +220,22 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
         noise = replace(noise, tick_ms=())
     if clock.lead is not None:
         clock.lead.reset_counts()  # the probe's and the warm-up's batches are not judged
-    before = None if device.is_gpu else sched_ns()
+    before = None if device.is_gpu else sched_tasks()
+    window_ns, cpu_ns = time.perf_counter_ns(), time.process_time_ns()
     samples = clock.run(fns, reps)
-    after = None if before is None else sched_ns()
+    window_ns, cpu_ns = time.perf_counter_ns() - window_ns, time.process_time_ns() - cpu_ns
+    after = None if before is None else sched_tasks()
     t = summarize(samples, noise)
     host_bound = clock.lead.reason() if clock.lead is not None and noise is not None else None
     if host_bound:
         t = replace(t, noise=t.noise + (host_bound,))
     if before and after:
-        run, wait = after[0] - before[0], after[1] - before[1]
+        run = sum(r for r, _ in after.values()) - sum(r for r, _ in before.values())
+        wait = sum(w for _, w in after.values()) - sum(w for _, w in before.values())
         cpu_wait = wait / (run + wait) if run + wait > 0 else 0.0
         extra = wait_reason(cpu_wait, noise) if noise is not None else None
-        busy = run / 1e6 / sum(samples) if sum(samples) > 0 else None  # ns on a CPU per ms of wall time
+        ran = threads_that_ran(before, after)
+        busy = _busy_cores(cpu_ns, window_ns, ran, noise or NoiseSettings()) if between is None else None
         t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()),
                     cpu_busy_cores=round(busy, 3) if busy is not None else None)
     return t
