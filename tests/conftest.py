@@ -36,6 +36,14 @@ def load_script(name: str):
     return module
 
 
+def child_pytest_env(**extra: str) -> dict[str, str]:
+    """The environment for a pytest run in a child process: this one's, less what marks it as a pytest-xdist
+    worker (pytest-benchmark reads PYTEST_XDIST_WORKER and then disables every benchmark: a child run under
+    `pytest -n 2` timed nothing and failed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_") and k != "PYTEST_CURRENT_TEST"}
+    return env | extra
+
+
 def mllog_events(path: Path) -> list[dict]:
     """The `:::MLLOG {json}` events of an MLPerf result log, in order: read here, apart from the project's reader,
     for tests to compute what they expect."""

@@ -19,7 +19,7 @@ from microbench.reports import compare
 from microbench.core.device import cpu_device, fingerprint, software
 from microbench.core.results import KernelCaseRow, ResultsWriter
 
-from .conftest import REPO
+from .conftest import REPO, child_pytest_env
 
 CASES = [  # (op, shape, dtype, median ms, flops)
     ("gemm", "512x512x512", "fp32", 4.0, 2 * 512**3),
@@ -70,7 +70,7 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
     out = d / "bench.json"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(d / "pytest.ini"),
                         str(d / "test_pb.py"), f"--benchmark-json={out}"], cwd=d, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, env=child_pytest_env())
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -86,8 +86,7 @@ def our_benchmark_json(tmp_path_factory, request) -> Path:
     tol = "\n".join(f"{k} = {v!r}" for k, v in load_config().tolerance.items())
     (d / "bench.toml").write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
     out = d / "bench.json"
-    env = {**os.environ, "DAWNSCOPE_CONFIG": str(d / "bench.toml"), "DAWNSCOPE_PROFILE": "tiny",
-           "DAWNSCOPE_DEVICE": "cpu"}
+    env = child_pytest_env(DAWNSCOPE_CONFIG=str(d / "bench.toml"), DAWNSCOPE_PROFILE="tiny", DAWNSCOPE_DEVICE="cpu")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_benchmarks.py",
                         "-k", "gemm-64x48x32-fp32-torch", "--benchmark-only", f"--benchmark-json={out}",
                         "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"],

@@ -18,7 +18,7 @@ from microbench.core.errors import InputError
 from microbench.harness.trace_cases import compare, same_device_reason, trace_cases
 from microbench.prediction.replay import summary
 
-from .conftest import REPO, TRACES, needs_traces
+from .conftest import REPO, TRACES, child_pytest_env, needs_traces
 
 pytestmark = needs_traces
 BERT = {"h100": "h100_bert_small.json.gz", "mi300": "mi300_bert_small.json.gz"}
@@ -240,9 +240,9 @@ def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
 def test_benchmarks_run_a_traces_cases(tmp_path, replay_config):
     """DAWNSCOPE_TRACE: pytest-benchmark times the trace's cases, each with its trace_source (the tests' short timing,
     a ceilings cache of their own)."""
-    env = {**os.environ, "DAWNSCOPE_TRACE": str(TRACES / BERT["mi300"]), "DAWNSCOPE_TRACE_TOP": "1",
-           "DAWNSCOPE_DEVICE": "cpu", "DAWNSCOPE_CONFIG": str(replay_config),
-           "DAWNSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    env = child_pytest_env(DAWNSCOPE_TRACE=str(TRACES / BERT["mi300"]), DAWNSCOPE_TRACE_TOP="1",
+                           DAWNSCOPE_DEVICE="cpu", DAWNSCOPE_CONFIG=str(replay_config),
+                           DAWNSCOPE_CACHE_DIR=str(tmp_path / "cache"))
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only",
                         f"--benchmark-json={out}", str(REPO / "tests" / "test_benchmarks.py")], env=env, cwd=tmp_path,
