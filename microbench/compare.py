@@ -71,7 +71,7 @@ def _inspect_files(args, paths) -> bool:
     if args.html:
         raise InputError(args.html, "no HTML page for inspect files (use --json)", key="--html")
     cmp = I.compare_inspect(records, tuple(args.target) if args.target else None)
-    I.print_inspect_compare(cmp)
+    I.print_inspect_compare(cmp, kept_in=f"the --json file {shown(args.json)}" if args.json else "compare --json OUT")
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(cmp), '--json'))}", file=sys.stderr)
     return True

@@ -278,8 +278,12 @@ def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeyp
     assert [(r["module"], r["target"]) for r in rows if "error" in r] == [("fake_amd_broken", "gfx950")]
 
 
-def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys):
+def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys, monkeypatch):
+    """At 80 columns piped the table keeps its key columns readable (they folded to 3 characters a line) and says
+    where the dropped ones are: the --json file the command wrote."""
     from microbench import compare
+
+    monkeypatch.setenv("COLUMNS", "80")
 
     nv = {"kernel": "triton_gemm", "config": "bf16 BM128 BN128 BK64 G8 w8 s3", "target": "sm_90", "dtype": "bf16",
           "default": True, "registers": 168, "spills": False, "stack_bytes": 0, "shared_bytes": 0,
@@ -300,6 +304,8 @@ def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys):
     assert row["cells"]["sm_90"]["matrix_per_k_step"] == 4 and row["cells"]["gfx942"]["registers"] == "v204 a0 s44"
     text = capsys.readouterr().out
     assert "32768" in text and "98304" in text and "2 w/SIMD" in text and "8 w/SM" in text
+    assert "v204 a0 s44" in text and max(len(line) for line in text.splitlines()) <= 80
+    assert "are in the --json file" in " ".join(text.split()) and "cmp.json" in text  # a long path may fold
     assert compare.main([str(a), "--target", "gfx950"]) == 2
 
 

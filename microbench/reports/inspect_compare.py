@@ -134,20 +134,19 @@ def inspect_table_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
     return cols, rows
 
 
-def print_inspect_compare(cmp: dict, console=None) -> None:
-    from rich.table import Table
+# Columns a narrow terminal drops first: the kernel, target, registers, occupancy and the verdict stay
+INSPECT_COMPARE_DROP_ORDER = ("pair", "config", "MMA/K", "smem/LDS B", "dtype", "spills")
 
-    from microbench.reports.report import wide_console
+
+def print_inspect_compare(cmp: dict, console=None, kept_in: str = "the JSON (compare --json OUT)") -> None:
+    from microbench.reports.report import rich_table, wide_console
 
     cols, rows = inspect_table_cells(cmp)
-    t = Table(title=f"one kernel, {len(cmp['targets'])} targets: {' vs '.join(cmp['targets'])} (static, compiled "
-                    "ahead of time; no GPU ran these)", header_style="bold")
-    for c in cols:
-        t.add_column(c, overflow="fold", no_wrap=c in ("kernel", "target", "regs"))
-    for r in rows:
-        t.add_row(*r)
     out = console or wide_console()
-    out.print(t)
+    out.print(rich_table([(c, "left") for c in cols], [(r, None) for r in rows],
+                         title=f"one kernel, {len(cmp['targets'])} targets: {' vs '.join(cmp['targets'])} (static, "
+                               "compiled ahead of time; no GPU ran these)",
+                         width=out.width, drop_order=INSPECT_COMPARE_DROP_ORDER, kept_in=kept_in))
     reasons = {(t, c["fallback"]) for row in cmp["rows"] for t, c in row["cells"].items() if c and c["fallback"]}
     for target, why in sorted(reasons):
         out.print(f"fallback on {target}: {why}")
