@@ -53,6 +53,10 @@ def build_parser(prog: str = "python -m microbench.decompose") -> argparse.Argum
     ap.add_argument("--no-measure-ceilings", action="store_true",
                     help="use datasheet (GPU) or estimated (CPU) ceilings only; skips measuring them")
     ap.add_argument("--steps", type=positive_int, default=None, help="profiled steps (default: models/benchmarks.toml)")
+    ap.add_argument("--num-workers", type=non_negative_int, default=None, metavar="N",
+                    help="take each step's batch from the workload's DataLoader with N persistent worker processes "
+                         "(0: in the step's process) instead of its own setting: to measure what the dataloader "
+                         "finding's fix saves (with OMP_NUM_THREADS for its thread count); default: the workload's")
     ap.add_argument("--timed-steps", type=non_negative_int, default=None,
                     help="steps timed without the profiler; 0: take the step time from the profiled steps")
     ap.add_argument("--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s")
@@ -101,7 +105,7 @@ def _run(args, out_dir) -> int:
                                 config=args.config, replay=not args.no_replay, providers=providers,
                                 profile=args.profile, measure_ceilings=not args.no_measure_ceilings,
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
-                                on_progress=progress)
+                                num_workers=args.num_workers, on_progress=progress)
         doc = decompose_step(args.model, opts)
     print_findings(wide_console(), doc)  # the findings first
     print_decomposition(doc, top=args.top)

@@ -80,14 +80,16 @@ def endless(loader) -> Callable[[], object]:
     return next_batch
 
 
-def one_worker(loader) -> DataLoader | None:
-    """A copy of `loader` that makes the same batches in one persistent worker process (the CPU dataloader finding's
-    fix), for the hand-off probe of decompose (step/analysis.py); None where `loader` is not a torch DataLoader (a
-    user's own iterable: nothing to copy)."""
+def with_workers(loader, num_workers: int) -> DataLoader | None:
+    """A copy of `loader` that makes the same batches in `num_workers` persistent worker processes (0: in the
+    calling process), for the CPU dataloader finding's fix: the hand-off probe of decompose (step/analysis.py) and
+    `decompose --num-workers`; None where `loader` is not a torch DataLoader (a user's own iterable: nothing to
+    copy)."""
     if not isinstance(loader, DataLoader):
         return None
-    common = {"collate_fn": loader.collate_fn, "num_workers": 1, "persistent_workers": True, "prefetch_factor": 2,
-              "pin_memory": loader.pin_memory, "worker_init_fn": loader.worker_init_fn}
+    workers = {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
+    common = {"collate_fn": loader.collate_fn, "num_workers": num_workers, "pin_memory": loader.pin_memory,
+              "worker_init_fn": loader.worker_init_fn, **workers}
     if isinstance(loader.dataset, IterableDataset):
         return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **common)
     return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **common)

@@ -17,7 +17,7 @@ from torch import nn
 
 from microbench.core import dtypes
 
-from .loader import endless
+from .loader import endless, with_workers
 from .ranges import LOSS_LAYER, STEP_RANGE, StepRanges
 
 # Step dtype -> the autocast dtype, None for a step run as stored (microbench.core.dtypes decides which).
@@ -113,6 +113,22 @@ def _as_tuple(inputs) -> tuple:
     return inputs if isinstance(inputs, tuple) else (inputs,)
 
 
+class NoDataLoader(ValueError):
+    """Workers asked for (TrainingStep(num_workers=...)) of a workload that loads from no torch DataLoader."""
+
+
+def _with_workers(workload: Workload, loader, num_workers: int):
+    """`loader` with `num_workers` workers (the dataloader finding's fix), or ValueError naming why it cannot be."""
+    if loader is None:
+        raise NoDataLoader(f"workload {workload.name!r} has no DataLoader: its inputs are made once, in memory "
+                         "(a workload takes its batches from a loader through make_loader: models/loader.py)")
+    copy = with_workers(loader, num_workers)
+    if copy is None:
+        raise NoDataLoader(f"workload {workload.name!r} loads from a {type(loader).__name__}, not a torch DataLoader: "
+                         "no workers to set")
+    return copy
+
+
 class TrainingStep:
     """One training step of a workload on a device, batch size and precision (`fp32`, `bf16`, `fp16`).
 
@@ -123,7 +139,7 @@ class TrainingStep:
     """
 
     def __init__(self, workload: Workload, batch: int, device: torch.device | str, dtype: str = "fp32",
-                 ranges: StepRanges | None = None):
+                 ranges: StepRanges | None = None, num_workers: int | None = None):
         if dtype not in STEP_DTYPES:
             raise ValueError(f"unknown dtype {dtype!r} (use {', '.join(STEP_DTYPES)})")
         self.workload = workload
@@ -136,6 +152,8 @@ class TrainingStep:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
         self.loader = workload.make_loader(batch) if workload.make_loader is not None else None
+        if num_workers is not None:
+            self.loader = _with_workers(workload, self.loader, num_workers)
         self._next = endless(self.loader) if self.loader is not None else None
         if self.loader is None:
             self._use(*workload.make_inputs(batch, self.device))

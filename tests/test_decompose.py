@@ -227,6 +227,8 @@ def test_attribution_on_a_real_v100_trace():
     (["--model", "resnet9", "--batch", "x"], "not an integer"),
     (["--model", "resnet9", "--dtype", "fp64"], "invalid choice"),
     (["--model", "resnet9", "--providers", "nope"], "unknown provider"),
+    (["--model", "resnet9", "--num-workers", "1", "--no-replay"], "--num-workers = 1: workload 'resnet9' has no DataLoader"),
+    (["--model", "resnet9", "--num-workers", "-1"], "--num-workers: '-1' must be an integer from 0"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, problem, capsys):
     try:

@@ -510,3 +510,16 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
     probe = doc["summary"]["loader_ms"]  # the loading without the profiler, and one worker's hand-off
     assert probe["in_process"]["median"] > 0 and probe["one_worker"]["median"] > 0
     assert probe["in_process"]["reps"] == probe["one_worker"]["reps"] >= 5
+    assert doc["run"]["loader_workers"] == 0
+
+
+def test_decompose_runs_the_dataloader_fix_to_measure_it(tmp_path):
+    """--num-workers N (DecomposeOptions.num_workers): the same workload's DataLoader with N workers, recorded in
+    `run`; the step's enumerate(DataLoader) is then the hand-off, and no probe runs (it is for in-process loading)."""
+    from microbench import decompose_step
+
+    doc = decompose_step("tests.findings_models:digits_loader", batch=8, device="cpu", out=tmp_path, replay=False,
+                         measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=2, profiler_warmup_steps=0,
+                         num_workers=1)
+    assert doc["run"]["loader_workers"] == 1 and "loader_ms" not in doc["summary"]
+    assert all(st["breakdown_us"]["dataloader"] > 0 for st in doc["trace_analysis"]["steps"])

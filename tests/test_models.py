@@ -244,14 +244,37 @@ def test_a_loader_workload_takes_a_new_batch_every_step_and_restarts_its_epochs(
     assert torch.isfinite(step.last_loss)
 
 
-def test_one_worker_copies_a_dataloader_and_refuses_anything_else():
-    """models.loader.one_worker: the decompose probe's copy of a step's loader, the same dataset, batches and
-    collation made in one persistent worker process; a user's own iterable has nothing to copy."""
-    from microbench.models.loader import augmented_loader, one_worker
+def test_with_workers_copies_a_dataloader_and_refuses_anything_else():
+    """models.loader.with_workers: the decompose probe's and `--num-workers`' copy of a step's loader, the same
+    dataset, batches and collation made in that many persistent worker processes (0: in the process); a user's own
+    iterable has nothing to copy."""
+    from microbench.models.loader import augmented_loader, with_workers
 
     loader = augmented_loader((1, 8, 8), 10, pad=1, flip=False)(4)
-    copy = one_worker(loader)
+    copy = with_workers(loader, 1)
     assert copy.num_workers == 1 and copy.persistent_workers and copy.dataset is loader.dataset
     (x, y), (x0, y0) = next(iter(copy)), next(iter(loader))
     assert x.shape == x0.shape == (4, 1, 8, 8) and y.shape == y0.shape == (4,) and x.dtype == x0.dtype
-    assert one_worker([(x, y)]) is None
+    in_process = with_workers(copy, 0)
+    assert in_process.num_workers == 0 and not in_process.persistent_workers
+    assert in_process.batch_sampler is loader.batch_sampler and next(iter(in_process))[0].shape == (4, 1, 8, 8)
+    assert with_workers([(x, y)], 1) is None
+
+
+def test_a_step_can_take_its_batches_from_more_workers():
+    """TrainingStep(num_workers=N): the workload's DataLoader with N workers (decompose --num-workers, the dataloader
+    finding's fix); a workload whose inputs are made once, or whose loader is not a DataLoader, cannot."""
+    from microbench.models.step import TrainingStep
+    from tests.findings_models import digits_loader
+
+    step = TrainingStep(digits_loader(), 4, "cpu", num_workers=1)
+    assert step.loader.num_workers == 1
+    step()
+    assert step.last_loss is not None and torch.isfinite(step.last_loss)
+    with pytest.raises(ValueError, match="no DataLoader"):
+        TrainingStep(Workload(name="flat", model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)),
+                              make_inputs=image_inputs((1, 8, 8), 10)), 4, "cpu", num_workers=1)
+    wl = digits_loader()
+    wl.make_loader = lambda batch: [(torch.zeros(batch, 1, 8, 8), torch.zeros(batch, dtype=torch.long))]
+    with pytest.raises(ValueError, match="not a torch DataLoader"):
+        TrainingStep(wl, 4, "cpu", num_workers=1)

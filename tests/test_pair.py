@@ -23,8 +23,21 @@ def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_med
     assert torch.get_num_threads() == threads  # the factories' thread counts do not outlive the measurement
 
 
+def test_a_dataloader_pair_of_one_workload():
+    """--workers-after: the same workload's DataLoader with that many workers on the after side; a workload with no
+    DataLoader cannot have workers (one line, exit 2)."""
+    doc = pair.measure_pair("tests.findings_models:digits_loader", "tests.findings_models:digits_loader", batch=4,
+                            blocks=2, steps=1, workers_after=1, threads_after=1)
+    assert doc["before"]["loader_workers"] == 0 and doc["after"]["loader_workers"] == 1
+    assert doc["after"]["threads"] == 1 and doc["before"]["threads"] == torch.get_num_threads()
+    assert len(doc["after"]["block_ms"]) == 2 and min(doc["after"]["block_ms"]) > 0
+
+
 def test_bad_arguments_are_one_line_and_exit_2(capsys):
     assert pair.main(["--before", "x", "--after", "y", "--batch", "4", "--blocks", "1"]) == 2
     assert pair.main(["--before", "no_such_model", "--after", "y", "--batch", "4", "--blocks", "2"]) == 2
+    assert pair.main(["--before", "resnet9", "--after", "resnet9", "--batch", "2", "--blocks", "2",
+                      "--workers-after", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("pair: ") for line in err) and "no_such_model" in err[1]
+    assert len(err) == 3 and all(line.startswith("pair: ") for line in err) and "no_such_model" in err[1]
+    assert "has no DataLoader" in err[2]

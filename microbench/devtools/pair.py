@@ -10,7 +10,9 @@ put both settings in every mode; the saving is the median of the paired differen
         --after tests.findings_models:digits_loader_worker_core --batch 128 --blocks 40 --steps 5
 
 Each workload keeps the intra-op thread count its factory set (torch.set_num_threads), set again before each of its
-blocks; `--dtype-before` / `--dtype-after` make an AMP pair of one model. The timer is harness.timing's.
+blocks; `--dtype-before` / `--dtype-after` make an AMP pair of one model, `--workers-before` / `--workers-after` a
+DataLoader pair (the workload's DataLoader with that many workers), `--threads-before` / `--threads-after` set a
+side's thread count. The timer is harness.timing's.
 """
 from __future__ import annotations
 
@@ -35,16 +37,17 @@ class Side:
     threads: int
 
 
-def _side(spec: str, dtype: str, batch: int, device) -> Side:
+def _side(spec: str, dtype: str, batch: int, device, num_workers: int | None = None,
+          threads: int | None = None) -> Side:
     import torch
 
     from microbench.models.step import TrainingStep
 
     default = torch.get_num_threads()
     workload = models.as_workload(spec)
-    threads = torch.get_num_threads()
+    threads = threads or torch.get_num_threads()  # asked for, else what the factory set
     torch.set_num_threads(default)  # the next factory starts where this one did
-    return Side(spec, dtype, TrainingStep(workload, batch, device.torch_device, dtype), threads)
+    return Side(spec, dtype, TrainingStep(workload, batch, device.torch_device, dtype, num_workers=num_workers), threads)
 
 
 def _block_ms(side: Side, steps: int, device) -> float:
@@ -58,7 +61,9 @@ def _block_ms(side: Side, steps: int, device) -> float:
 
 
 def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: int = 5, dtype_before: str = "fp32",
-                 dtype_after: str = "fp32", device=None) -> dict:
+                 dtype_after: str = "fp32", device=None, workers_before: int | None = None,
+                 workers_after: int | None = None, threads_before: int | None = None,
+                 threads_after: int | None = None) -> dict:
     """The blocks' median step times of both sides and the saving per step: the median of the paired differences
     (before - after) with their quartiles, and the difference of the two sides' medians."""
     import torch
@@ -68,7 +73,8 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
     device = device or cpu_device()
     threads = torch.get_num_threads()
     try:
-        sides = [_side(before, dtype_before, batch, device), _side(after, dtype_after, batch, device)]
+        sides = [_side(before, dtype_before, batch, device, workers_before, threads_before),
+                 _side(after, dtype_after, batch, device, workers_after, threads_after)]
         times: list[list[float]] = [[], []]
         for i in range(blocks):
             order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
@@ -78,8 +84,11 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
         torch.set_num_threads(threads)  # the caller's, whatever the factories set
     diffs = sorted(b - a for b, a in zip(*times))
     q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
-    return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads, "block_ms": times[0]},
-            "after": {"model": after, "dtype": dtype_after, "threads": sides[1].threads, "block_ms": times[1]},
+    workers = [getattr(side.step.loader, "num_workers", None) for side in sides]
+    return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads,
+                       "loader_workers": workers[0], "block_ms": times[0]},
+            "after": {"model": after, "dtype": dtype_after, "threads": sides[1].threads,
+                      "loader_workers": workers[1], "block_ms": times[1]},
             "batch": batch, "blocks": blocks, "steps_per_block": steps,
             "saving_us": {"median": statistics.median(diffs) * 1e3, "q1": q1 * 1e3, "q3": q3 * 1e3,
                           "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
@@ -94,13 +103,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
     ap.add_argument("--dtype-before", default="fp32")
     ap.add_argument("--dtype-after", default="fp32")
+    ap.add_argument("--workers-before", type=int, default=None, metavar="N",
+                    help="the before workload's DataLoader with N workers (decompose --num-workers)")
+    ap.add_argument("--workers-after", type=int, default=None, metavar="N", help="the after workload's likewise")
+    ap.add_argument("--threads-before", type=int, default=None, metavar="T",
+                    help="the before side's intra-op threads (default: what its factory set)")
+    ap.add_argument("--threads-after", type=int, default=None, metavar="T", help="the after side's likewise")
     ap.add_argument("--json", help="write the result here")
     a = ap.parse_args(argv)
-    if a.blocks < 2 or a.steps < 1 or a.batch < 1:
-        print("pair: --blocks must be at least 2, --steps and --batch at least 1", file=sys.stderr)
+    if a.blocks < 2 or a.steps < 1 or a.batch < 1 or min(a.workers_before or 0, a.workers_after or 0) < 0 \
+            or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after)):
+        print("pair: --blocks must be at least 2, --steps, --batch and --threads-* at least 1, --workers-* at least 0",
+              file=sys.stderr)
         return 2
     try:
-        doc = measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after)
+        doc = measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after,
+                           workers_before=a.workers_before, workers_after=a.workers_after,
+                           threads_before=a.threads_before, threads_after=a.threads_after)
     except (InputError, ValueError, ImportError) as e:  # a bad model spec, batch or dtype: one line
         print(f"pair: {e}", file=sys.stderr)
         return 2

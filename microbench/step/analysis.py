@@ -166,6 +166,7 @@ class DecomposeOptions:
     timed_steps: int | None = None  # None: models.decompose_defaults()
     profiled_steps: int | None = None
     profiler_warmup_steps: int | None = None
+    num_workers: int | None = None  # the workload's DataLoader with this many workers (its own setting: None)
     plot: bool = True
     on_progress: Callable[[str], None] | None = None
 
@@ -261,6 +262,8 @@ def stage_load(d: Decomposition) -> None:
         raise ModelError(None, f"unknown dtype (use {', '.join(dtypes.STEP_DTYPES)})", key="--dtype", value=o.dtype)
     if o.batch is not None:
         _positive("--batch", o.batch, 1)
+    if o.num_workers is not None:
+        _positive("--num-workers", o.num_workers, 0)
     defaults = models.decompose_defaults()
     for k in ("timed_steps", "profiled_steps", "profiler_warmup_steps"):
         v = getattr(o, k)
@@ -268,6 +271,9 @@ def stage_load(d: Decomposition) -> None:
             _positive(k, v, 1 if k == "profiled_steps" else 0)
         d.steps[k] = defaults[k] if v is None else v
     d.workload = models.as_workload(d.model)
+    if o.num_workers is not None and d.workload.make_loader is None:  # said before any work: nothing to set
+        raise ModelError(None, f"workload {d.workload.name!r} has no DataLoader: its inputs are made once, in memory",
+                         key="--num-workers", value=o.num_workers)
     try:
         d.dev = devmod.detect(o.device)
     except (RuntimeError, ValueError) as e:
@@ -330,12 +336,12 @@ def _loader_probe(d: Decomposition) -> dict | None:
     stand-in holds it). A batch arriving through the worker's queue and shared memory costs the main process
     0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is nothing to probe."""
     from microbench.harness.timing import time_calls
-    from microbench.models.loader import endless, one_worker
+    from microbench.models.loader import endless, with_workers
 
     loader = d.step.loader
     if d.dev.is_gpu or loader is None or getattr(loader, "num_workers", 1) != 0 or d.step_timing is None:
         return None
-    copy = one_worker(loader)
+    copy = with_workers(loader, 1)
     if copy is None:
         return None
     low, high = LOADER_PROBE_BATCHES
@@ -356,12 +362,15 @@ def _ranges(d: Decomposition, backward_ranges: bool = True):
 
 
 def _build_step(d: Decomposition):
-    from microbench.models.step import TrainingStep
+    from microbench.models.step import NoDataLoader, TrainingStep
 
     try:
-        return TrainingStep(d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d))
+        return TrainingStep(d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d),
+                            num_workers=d.opts.num_workers)
     except InputError:
         raise
+    except NoDataLoader as e:
+        raise ModelError(None, str(e), key="--num-workers", value=d.opts.num_workers) from None
     except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory's model or input maker that cannot run
         raise _step_error("cannot set up the training step", e, d.workload.name, d.batch) from None
 
@@ -456,7 +465,8 @@ def _document(d: Decomposition) -> dict:
                   "facts": facts.as_dict() if facts else None},
         "run": {"batch": d.batch, "dtype": d.opts.dtype, "device": d.dev.torch_device,
                 "channels_last": w.uses_channels_last, "optimizer": type(step.optimizer).__name__,
-                "grad_scaler": step.scaler is not None, **d.steps, "backward_ranges": step.ranges.backward_ranges},
+                "grad_scaler": step.scaler is not None, **d.steps, "backward_ranges": step.ranges.backward_ranges,
+                "loader_workers": getattr(step.loader, "num_workers", None)},
         "hardware": devmod.fingerprint(d.dev),
         "software": devmod.software(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
