@@ -1,4 +1,4 @@
-"""Kernel names in a terminal column: short, and two kernels never shown alike (reports/names.py)."""
+"""Kernel names in a terminal column: short, and two kernels never shown alike (core/kernel_names.py)."""
 from __future__ import annotations
 
 from microbench.core.kernel_names import ELLIPSIS, distinct_labels, kernel_label
