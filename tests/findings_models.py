@@ -100,3 +100,46 @@ def small_cifar_loader_worker_core():
 
     torch.set_num_threads(max(len(os.sched_getaffinity(0)) - 1, 1))
     return _small_cifar_with_loader(1)
+
+
+class _Spectrograms:
+    """One-second 8 kHz clips made per sample (a few tones and noise, a random gain and time shift) and turned into
+    a normalized log-magnitude spectrogram in the loader (STFT, 256-point window, hop 128: 129 x 63), as audio
+    pipelines do: a third loader and model for the DataLoader checks, of another kind than the image ones, written
+    after the CPU rule and its ranges were committed (docs/findings.md)."""
+
+    RATE, CLASSES = 8000, 10
+
+    def __len__(self) -> int:
+        return 1 << 16
+
+    def __getitem__(self, i: int):
+        import torch
+
+        gen = torch.Generator().manual_seed(i)
+        label = int(torch.randint(0, self.CLASSES, (), generator=gen))
+        t = torch.arange(self.RATE) / self.RATE
+        tones = 200.0 * (label + 1) * torch.rand(3, 1, generator=gen).add(0.5)
+        clip = torch.sin(2 * torch.pi * tones * t).sum(0) + 0.3 * torch.randn(self.RATE, generator=gen)
+        clip = torch.roll(clip * torch.empty(()).uniform_(0.5, 1.5, generator=gen),
+                          int(torch.randint(0, self.RATE // 10, (), generator=gen)))
+        spec = torch.stft(clip, 256, hop_length=128, window=torch.hann_window(256), return_complex=True).abs()
+        spec = spec.add(1e-3).log()
+        return ((spec - spec.mean()) / spec.std())[None], label
+
+
+def spectrogram_loader():
+    """A two-convolution CNN on spectrograms made per sample in a DataLoader in the step's own process (the
+    "before"; `decompose --num-workers 1` and `pair --workers-after 1` make the "after")."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from microbench.models.step import Workload
+
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, stride=2, padding=1), nn.ReLU(),
+                          nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, _Spectrograms.CLASSES))
+    return Workload(name="spectrogram_loader", model=model, make_inputs=None, loss_fn=nn.functional.cross_entropy,
+                    make_loader=lambda batch: DataLoader(_Spectrograms(), batch_size=batch, shuffle=True, drop_last=True,
+                                                         generator=torch.Generator().manual_seed(0)))
