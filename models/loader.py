@@ -50,6 +50,12 @@ class AugmentedImages(Dataset):
         return x.contiguous(), int(torch.randint(0, self.num_classes, (), generator=gen))
 
 
+def worker_settings(num_workers: int) -> dict:
+    """The DataLoader keywords for `num_workers` workers: persistent (an epoch's end would otherwise restart them
+    inside a step) with two batches in flight each, the fix the dataloader finding prints; none for 0."""
+    return {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
+
+
 def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: int = 4,
                      flip: bool = True) -> Callable[[int], DataLoader]:
     """`make_loader(batch)` for Workload.make_loader: a shuffling DataLoader over AugmentedImages, loading in the
@@ -57,10 +63,9 @@ def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: i
 
     def make_loader(batch: int) -> DataLoader:
         data = AugmentedImages(input_shape, num_classes, pad=pad, flip=flip)
-        workers = {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
         return DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, num_workers=num_workers,
                           pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(0),
-                          **workers)
+                          **worker_settings(num_workers))
 
     return make_loader
 
@@ -87,9 +92,8 @@ def with_workers(loader, num_workers: int) -> DataLoader | None:
     copy)."""
     if not isinstance(loader, DataLoader):
         return None
-    workers = {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
     common = {"collate_fn": loader.collate_fn, "num_workers": num_workers, "pin_memory": loader.pin_memory,
-              "worker_init_fn": loader.worker_init_fn, **workers}
+              "worker_init_fn": loader.worker_init_fn, **worker_settings(num_workers)}
     if isinstance(loader.dataset, IterableDataset):
         return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **common)
     return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **common)
