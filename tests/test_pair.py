@@ -41,3 +41,28 @@ def test_bad_arguments_are_one_line_and_exit_2(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("pair: ") for line in err) and "no_such_model" in err[1]
     assert "has no DataLoader" in err[2]
+
+
+def test_processes_runs_the_pair_in_that_many_processes_and_takes_the_median(tmp_path, capsys, monkeypatch):
+    """--processes K: K runs of the command in processes of their own, one line each, the saving the median of
+    theirs (each process has a speed of its own: docs/findings.md); --json holds every process's document."""
+    from .conftest import REPO
+
+    monkeypatch.chdir(REPO)  # the children import tests.findings_models from where they start
+    out = tmp_path / "pair.json"
+    assert pair.main(["--before", "tests.findings_models:digits_loader", "--after", "tests.findings_models:digits_loader",
+                      "--workers-after", "1", "--batch", "4", "--blocks", "2", "--steps", "1", "--processes", "2",
+                      "--json", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    each = [p["saving_us"]["median"] for p in doc["processes"]]
+    assert len(each) == 2 and all(p["after"]["loader_workers"] == 1 for p in doc["processes"])
+    assert doc["saving_us"] == pytest.approx({"median": statistics.median(each), "min": min(each), "max": max(each)})
+    text = capsys.readouterr().out
+    assert "process 1 of 2" in text and "process 2 of 2" in text and "the median of 2 processes" in text
+
+
+def test_without_drops_a_flag_and_its_value_in_either_spelling():
+    assert pair._without(["--a", "1", "--json", "x", "--b"], "--json") == ["--a", "1", "--b"]
+    assert pair._without(["--json=x", "--processes", "3"], "--json") == ["--processes", "3"]

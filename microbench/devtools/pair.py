@@ -10,7 +10,8 @@ put both settings in every mode; the saving is the median of the paired differen
         --after tests.findings_models:digits_loader_worker_core --batch 128 --blocks 40 --steps 5
 
 Each workload keeps the intra-op thread count its factory set (torch.set_num_threads), set again before each of its
-blocks; `--dtype-before` / `--dtype-after` make an AMP pair of one model, `--workers-before` / `--workers-after` a
+blocks; `--processes K` runs K such processes and takes the median of their savings (the checks of
+docs/findings.md did that by hand); `--dtype-before` / `--dtype-after` make an AMP pair of one model, `--workers-before` / `--workers-after` a
 DataLoader pair (the workload's DataLoader with that many workers), `--threads-before` / `--threads-after` set a
 side's thread count. The timer is harness.timing's.
 """
@@ -94,7 +95,7 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
                           "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m microbench.devtools.pair", description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="the workload before the fix (a decompose --model spec)")
     ap.add_argument("--after", required=True, help="the workload after it")
@@ -109,23 +110,81 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads-before", type=int, default=None, metavar="T",
                     help="the before side's intra-op threads (default: what its factory set)")
     ap.add_argument("--threads-after", type=int, default=None, metavar="T", help="the after side's likewise")
+    ap.add_argument("--processes", type=int, default=1, metavar="K",
+                    help="K pair processes one after another, the saving the median of theirs (default 1): each "
+                         "process has a speed of its own, and on a 2-core CPU one process's saving is good to a few "
+                         "ms only (docs/findings.md)")
     ap.add_argument("--json", help="write the result here")
-    a = ap.parse_args(argv)
-    if a.blocks < 2 or a.steps < 1 or a.batch < 1 or min(a.workers_before or 0, a.workers_after or 0) < 0 \
-            or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after)):
-        print("pair: --blocks must be at least 2, --steps, --batch and --threads-* at least 1, --workers-* at least 0",
-              file=sys.stderr)
+    return ap
+
+
+def _bad(a) -> bool:
+    return (a.blocks < 2 or a.steps < 1 or a.batch < 1 or a.processes < 1
+            or min(a.workers_before or 0, a.workers_after or 0) < 0
+            or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after)))
+
+
+def _one(a) -> dict:
+    return measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after,
+                        workers_before=a.workers_before, workers_after=a.workers_after,
+                        threads_before=a.threads_before, threads_after=a.threads_after)
+
+
+def _processes(argv: list[str], k: int) -> dict:
+    """K runs of this command in processes of their own (--processes 1, each its --json): the median of their savings,
+    with the lowest and the highest."""
+    import subprocess
+    import tempfile
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="dawnscope-pair-") as tmp:
+        for i in range(k):
+            out = f"{tmp}/{i}.json"
+            p = subprocess.run([sys.executable, "-m", "microbench.devtools.pair", *argv, "--processes", "1",
+                                "--json", out], capture_output=True, text=True, check=False)
+            if p.returncode != 0:
+                lines = (p.stderr or p.stdout).strip().splitlines() or [f"exit {p.returncode}"]
+                raise ValueError(f"process {i + 1} of {k}: {lines[-1].removeprefix('pair: ')}")
+            with open(out) as fh:
+                runs.append(json.load(fh))
+            print(f"process {i + 1} of {k}: {runs[-1]['saving_us']['median']:,.0f} us", flush=True)
+    each = [r["saving_us"]["median"] for r in runs]
+    return {"processes": runs, "saving_us": {"median": statistics.median(each), "min": min(each), "max": max(each)}}
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """`argv` less `flag` and its value (either spelling: `--flag V` or `--flag=V`)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x == flag:
+            skip = True
+        elif not x.startswith(flag + "="):
+            out.append(x)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    a = _parser().parse_args(argv)
+    if _bad(a):
+        print("pair: --blocks must be at least 2, --steps, --batch, --processes and --threads-* at least 1, "
+              "--workers-* at least 0", file=sys.stderr)
         return 2
     try:
-        doc = measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after,
-                           workers_before=a.workers_before, workers_after=a.workers_after,
-                           threads_before=a.threads_before, threads_after=a.threads_after)
+        doc = _one(a) if a.processes == 1 else _processes(_without(_without(argv, "--json"), "--processes"),
+                                                          a.processes)
     except (InputError, ValueError, ImportError) as e:  # a bad model spec, batch or dtype: one line
         print(f"pair: {e}", file=sys.stderr)
         return 2
     s = doc["saving_us"]
-    print(f"saving per step: {s['median']:,.0f} us (paired blocks' quartiles {s['q1']:,.0f} - {s['q3']:,.0f}; "
-          f"difference of the medians {s['of_medians']:,.0f}), {a.blocks} blocks of {a.steps} steps each side")
+    if a.processes == 1:
+        print(f"saving per step: {s['median']:,.0f} us (paired blocks' quartiles {s['q1']:,.0f} - {s['q3']:,.0f}; "
+              f"difference of the medians {s['of_medians']:,.0f}), {a.blocks} blocks of {a.steps} steps each side")
+    else:
+        print(f"saving per step: {s['median']:,.0f} us, the median of {a.processes} processes ({s['min']:,.0f} - "
+              f"{s['max']:,.0f}), {a.blocks} blocks of {a.steps} steps each side in each")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(doc, fh, indent=1)
