@@ -273,12 +273,15 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
                          measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
     rules = F.rules()["rules"]
-    cpu_rules = [rid for rid, r in rules.items() if "cpu_why" in r or rid == "dataloader"]
+    cpu_rules = [rid for rid, r in rules.items() if "cpu_why" in r or rid in ("dataloader", "allocator")]
     assert [n["id"] for n in doc["findings_not_checked"]] == cpu_rules
     assert "channels_last" in cpu_rules and "amp" not in cpu_rules
     # dataloader is checked on a CPU where the step loads its batches; this one makes its inputs once
     (dl,) = [n for n in doc["findings_not_checked"] if n["id"] == "dataloader"]
     assert dl["why"] == "a CPU run: " + rules["dataloader"]["cpu_no_loader"]
+    # allocator reads the unprofiled steps' system time, and --timed-steps 0 times none
+    (al,) = [n for n in doc["findings_not_checked"] if n["id"] == "allocator"]
+    assert "--timed-steps 0" in al["why"]
     from microbench.reports.findings_report import headline, not_checked_lines
 
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
@@ -523,3 +526,56 @@ def test_decompose_runs_the_dataloader_fix_to_measure_it(tmp_path):
                          num_workers=1)
     assert doc["run"]["loader_workers"] == 1 and "loader_ms" not in doc["summary"]
     assert all(st["breakdown_us"]["dataloader"] > 0 for st in doc["trace_analysis"]["steps"])
+
+
+def test_the_allocator_saving_is_the_probes_measured_difference():
+    """[rules.allocator]: a CPU step that re-faults its freed buffers; its saving is the step timed again with glibc's
+    thresholds fixed (summary.allocator_ms): expected the medians' difference, low the default's p20 less the fixed
+    p80, high the default's p80 less the fixed p20. No probe (the step does not page-fault) is no finding; no system
+    time measured, or not glibc, is a rule not checked, with the reason."""
+    rule = F.rules()["rules"]["allocator"]
+    f = _cpu_loader_facts(2, 2, 2.0, 70000.0, 0.0)
+    assert F.rule_allocator(f, rule).startswith("a CPU run without its unprofiled steps' system time")
+    f.doc["summary"]["step_time_spread"] |= {"sys_ms_per_call": 0.1, "minor_faults_per_call": 3.0}
+    assert F.rule_allocator(f, rule) is None
+    default = {"median": 67.0, "p20": 64.0, "p80": 70.0, "noise": [], "sys_ms_per_call": 15.0,
+               "minor_faults_per_call": 7000.0}
+    fixed = {"median": 52.0, "p20": 50.0, "p80": 55.0, "noise": [], "sys_ms_per_call": 0.0, "minor_faults_per_call": 50.0}
+    f.doc["summary"]["allocator_ms"] = {"default": default, "fixed": fixed, "env": "MALLOC_TOP_PAD_=1"}
+    x = F.rule_allocator(f, rule)
+    assert x["saving_us"] == pytest.approx({"low": 9000.0, "expected": 15000.0, "high": 20000.0})
+    assert x["time_us"] == 15000.0 and x["share"] == pytest.approx(15 / 67) and x["fix"].startswith("MALLOC_TOP_PAD_=1 ")
+    assert "7,000 page faults a step" in x["what"] and "52,000 us (50 faults)" in x["what"]
+    f.doc["summary"]["allocator_ms"] = {"not_run": "not glibc's malloc"}
+    assert F.rule_allocator(f, rule) == "a CPU run: not glibc's malloc"
+
+
+def test_a_gpu_trace_lists_the_allocator_rule_as_not_checked(tmp_path):
+    out = tmp_path / "t.json"
+    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--json", str(out)]) == 0
+    why = [n["why"] for n in json.loads(out.read_text())["findings_not_checked"] if n["id"] == "allocator"]
+    assert why == [F.rules()["rules"]["allocator"]["gpu_why"]]
+
+
+def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path, monkeypatch):
+    """stage_allocator: where the unprofiled steps spend os_time_share in the OS page-faulting, the step is timed again
+    with the thresholds fixed (summary.allocator_ms, a note that they stay fixed); not glibc: the rule is not checked,
+    with why. The probe itself is stood in for (it cannot be undone in this process: tests/test_allocator.py runs it
+    in a child)."""
+    from microbench import decompose_step
+    from microbench.harness.timing import time_calls
+    from microbench.step import allocator, analysis
+
+    monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
+
+    monkeypatch.setattr(allocator, "probe", lambda step, dev, settings, noise: time_calls(step, dev, settings))
+    kw = dict(batch=8, device="cpu", replay=False, measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=1,
+              profiler_warmup_steps=0)
+    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "a", **kw)
+    probe = doc["summary"]["allocator_ms"]
+    assert probe["fixed"]["reps"] == 3 and probe["env"] == allocator.env_assignments()
+    assert any("stay so in a process" in n for n in doc["notes"])
+    assert "allocator" not in [n["id"] for n in doc["findings_not_checked"]]  # checked (no saving to name here)
+    monkeypatch.setattr(allocator, "probe", lambda *a: None)
+    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
+    assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"].startswith("a CPU run: not glibc")

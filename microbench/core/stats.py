@@ -45,6 +45,11 @@ class Timing:
     # CPU: our threads' time on a CPU over the timed wall time, i.e. how many cores the calls kept busy on average
     # (the DataLoader finding on a CPU reads it: a worker process needs a core the step does not use)
     cpu_busy_cores: float | None = None
+    # CPU: the process's time in the operating system per timed call (getrusage system time), and its minor page
+    # faults per call: a step whose freed buffers go back to the OS faults them in again on the next one
+    # (glibc malloc's dynamic mmap threshold; docs/measurement.md)
+    sys_ms_per_call: float | None = None
+    minor_faults_per_call: float | None = None
 
     @property
     def noisy(self) -> bool:
@@ -54,7 +59,9 @@ class Timing:
         return {"median": self.median_ms, "p20": self.p20_ms, "p80": self.p80_ms, "cov": self.cov,
                 "reps": self.reps, "noise": list(self.noise),
                 **({"cpu_wait": self.cpu_wait} if self.cpu_wait is not None else {}),
-                **({"cpu_busy_cores": self.cpu_busy_cores} if self.cpu_busy_cores is not None else {})}
+                **({"cpu_busy_cores": self.cpu_busy_cores} if self.cpu_busy_cores is not None else {}),
+                **({"sys_ms_per_call": self.sys_ms_per_call, "minor_faults_per_call": self.minor_faults_per_call}
+                   if self.sys_ms_per_call is not None else {})}
 
 
 def _quantiles(s: list[float]) -> tuple[float, float]:

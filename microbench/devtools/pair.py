@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from microbench import models
@@ -133,9 +135,6 @@ def _one(a) -> dict:
 def _processes(argv: list[str], k: int) -> dict:
     """K runs of this command in processes of their own (--processes 1, each its --json): the median of their savings,
     with the lowest and the highest."""
-    import subprocess
-    import tempfile
-
     runs = []
     with tempfile.TemporaryDirectory(prefix="dawnscope-pair-") as tmp:
         for i in range(k):

@@ -16,6 +16,11 @@ from __future__ import annotations
 import math
 import statistics
 import time
+
+try:
+    import resource
+except ImportError:  # not on Windows: no system time or page faults to report
+    resource = None
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -181,6 +186,22 @@ class _Clock:
         return [s.elapsed_time(e) for s, e in zip(starts, ends)], caught_up
 
 
+def _rusage():
+    """The process's (system CPU seconds, minor page faults) so far, all its threads; None where unsupported."""
+    if resource is None:
+        return None
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_stime, r.ru_minflt
+
+
+def _rusage_per_call(before, after, reps: int) -> dict | None:
+    """sys_ms_per_call and minor_faults_per_call over a window of `reps` calls (means: getrusage has totals)."""
+    if before is None or after is None or reps <= 0:
+        return None
+    return {"sys_ms_per_call": round((after[0] - before[0]) * 1e3 / reps, 3),
+            "minor_faults_per_call": round((after[1] - before[1]) / reps, 1)}
+
+
 def _busy_cores(cpu_ns: int, window_ns: int, threads: int, noise: NoiseSettings) -> float | None:
     """The cores the process kept busy over a timed window: its CPU time (CLOCK_PROCESS_CPUTIME_ID) over the window's
     wall time. The kernel adds a thread running on another core to that count only at a tick or a switch, so each
@@ -221,9 +242,10 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
     if clock.lead is not None:
         clock.lead.reset_counts()  # the probe's and the warm-up's batches are not judged
     before = None if device.is_gpu else sched_tasks()
-    window_ns, cpu_ns = time.perf_counter_ns(), time.process_time_ns()
+    window_ns, cpu_ns, usage = time.perf_counter_ns(), time.process_time_ns(), _rusage()
     samples = clock.run(fns, reps)
     window_ns, cpu_ns = time.perf_counter_ns() - window_ns, time.process_time_ns() - cpu_ns
+    usage = _rusage_per_call(usage, _rusage(), reps) if between is None else None
     after = None if before is None else sched_tasks()
     t = summarize(samples, noise)
     host_bound = clock.lead.reason() if clock.lead is not None and noise is not None else None
@@ -237,5 +259,6 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
         ran = threads_that_ran(before, after)
         busy = _busy_cores(cpu_ns, window_ns, ran, noise or NoiseSettings()) if between is None else None
         t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()),
-                    cpu_busy_cores=round(busy, 3) if busy is not None else None)
+                    cpu_busy_cores=round(busy, 3) if busy is not None else None,
+                    **(usage or {}))
     return t

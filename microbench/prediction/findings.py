@@ -606,10 +606,41 @@ def rule_channels_last(f: Facts, rule: dict) -> dict | None:
     return _finding("channels_last", rule, t, f, what, ev, saving(low * f.overlap, t * f.overlap, t * f.overlap))
 
 
+def rule_allocator(f: Facts, rule: dict) -> dict | str | None:
+    """A CPU step that re-faults the memory it freed: its saving measured by decompose's allocator probe, the same
+    step timed again with glibc malloc's thresholds fixed (summary.allocator_ms, step/allocator.py; findings.toml
+    [rules.allocator])."""
+    summary = f.doc["summary"]
+    if (summary.get("step_time_spread") or {}).get("sys_ms_per_call") is None:
+        return ("a CPU run without its unprofiled steps' system time (--timed-steps 0, or no getrusage / "
+                "/proc schedstat here)")
+    probe = summary.get("allocator_ms")
+    if not probe:
+        return None  # the step does not spend os_time_share of itself in the OS page-faulting (step/analysis.py)
+    if "not_run" in probe:
+        return "a CPU run: " + probe["not_run"]
+    before, after = probe["default"], probe["fixed"]
+    step = before["median"] * 1e3
+    sys_us = before["sys_ms_per_call"] * 1e3
+    what = (f"{sys_us:,.0f} us of the {step:,.0f} us step timed without the profiler ({sys_us / step:.1%}) is in the "
+            f"operating system, {before['minor_faults_per_call']:,.0f} page faults a step: the buffers each step frees "
+            f"go back to the OS and are faulted in again; with glibc's thresholds fixed the step took "
+            f"{after['median'] * 1e3:,.0f} us ({after.get('minor_faults_per_call', 0):,.0f} faults)")
+    noisy = sorted(set(before.get("noise") or ()) | set(after.get("noise") or ()))
+    if noisy:
+        what += "; noisy: " + "; ".join(noisy)
+    ev = {"layer": "decompose's unprofiled steps (system time and page faults, getrusage) and the same steps with "
+                   "glibc's malloc thresholds fixed (summary.allocator_ms)", "allocator_ms": probe}
+    out = _finding("allocator", rule, sys_us, f, what, ev,
+                   saving((before["p20"] - after["p80"]) * 1e3, (before["median"] - after["median"]) * 1e3,
+                          (before["p80"] - after["p20"]) * 1e3), env=probe["env"])
+    return out | {"share": sys_us / step}  # of the unprofiled step the probe timed
+
+
 RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "host_bound": rule_host_bound,
          "dataloader": rule_dataloader,
          "sync": rule_sync, "exposed_comm": rule_exposed_comm, "pageable_copy": rule_pageable_copy,
-         "channels_last": rule_channels_last}
+         "channels_last": rule_channels_last, "allocator": rule_allocator}
 
 
 def _not_checked_amp(f: Facts) -> str:
@@ -635,6 +666,9 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         rule = rules()["rules"][rid]
         if cpu and "cpu_why" in rule:
             not_checked.append({"id": rid, "why": "a CPU run: " + rule["cpu_why"]})
+            continue
+        if not cpu and "gpu_why" in rule:
+            not_checked.append({"id": rid, "why": rule["gpu_why"]})
             continue
         lacking = [n for n in rule.get("needs", []) if n in f.missing]
         if lacking:

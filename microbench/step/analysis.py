@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from microbench import models
-from microbench.core import dtypes, ops
+from microbench.core import dtypes, ops, thresholds
 from microbench.core.conditions import Conditions
 from microbench.core import vendor
 from microbench.core.config import CaseSet, load_config
@@ -36,6 +36,7 @@ from microbench.core.stats import NoiseSettings, spreads_overlap, summarize
 from microbench.core.verdict import IMPOSSIBLE
 from microbench.harness import registry
 from microbench.models import ModelError
+from microbench.step import allocator
 from microbench.step.attribution import attribute, load_trace
 from microbench.timeline.classify import class_set
 from microbench.timeline.classify import classify_cpu_impl
@@ -429,6 +430,40 @@ def stage_judge(d: Decomposition) -> None:
     judge_layers(d)
     d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
                                        d.cfg.noise.max_spread))
+    if flag := os_time_flag(d.unprofiled):
+        d.summary["step_flags"].append(flag)
+
+
+def os_time_flag(unprofiled) -> str | None:
+    """The flag for a CPU step that spends a share of its time in the operating system (os_time_share of
+    data/thresholds.toml) while it page-faults: the buffers it frees go back to the OS and are faulted in again on
+    the next step. The measured timing stands; the flag says part of it is the allocator's."""
+    if not _in_os(unprofiled):
+        return None
+    faults = unprofiled.minor_faults_per_call or 0.0
+    head = (f"{unprofiled.sys_ms_per_call:.3g} ms of each {unprofiled.median_ms:.3g} ms step "
+            f"({unprofiled.sys_ms_per_call / unprofiled.median_ms:.0%}) is in the operating system, with {faults:,.0f} "
+            "page faults per step")
+    if not _page_faulting(unprofiled):
+        return head + ": not mostly page faults (system calls, a busy machine's scheduling)"
+    return head + (": memory freed in one step and faulted in again in the next (glibc malloc returns large buffers "
+                   "to the OS; the allocator finding)")
+
+
+def _in_os(t) -> bool:
+    """A CPU step timing whose system time is os_time_share of its median or more."""
+    return bool(t is not None and t.sys_ms_per_call and t.median_ms
+                and t.sys_ms_per_call / t.median_ms >= thresholds.value("os_time_share"))
+
+
+def _page_faulting(t) -> bool:
+    """...and that system time is mostly minor page faults (FAULTS_PER_SYS_MS)."""
+    return _in_os(t) and (t.minor_faults_per_call or 0.0) >= FAULTS_PER_SYS_MS * t.sys_ms_per_call
+
+
+# A minor fault that maps and zeroes a 4 KiB page costs the OS about 1 - 3 us (the spectrogram CNN: 5,900 faults
+# in 15 ms of system time, 390 a ms): under 100 a ms the system time is mostly something else
+FAULTS_PER_SYS_MS = 100.0
 
 
 def judge_layers(d: Decomposition) -> None:
@@ -446,6 +481,24 @@ def stage_replay(d: Decomposition) -> None:
         d.replay_doc, d.replay_rows = _replay(d.workload.name, d.records, d.dev, d.cfg, d.ceilings,
                                               d.replay_providers, d.opts.on_progress)
         _attach_replay(d.layers, d.replay_doc)
+
+
+def stage_allocator(d: Decomposition) -> None:
+    """Stage allocator, the last to measure (what it sets stays set): a CPU step flagged for its time in the OS while
+    it page-faults, timed again with glibc malloc's thresholds fixed (step/allocator.py): summary.allocator_ms."""
+    if d.dev.is_gpu or d.unprofiled is None or not _page_faulting(d.unprofiled):
+        return
+    d.opts.progress(f"timing {d.steps['timed_steps']} steps with the allocator's thresholds fixed")
+    fixed = allocator.probe(d.step, d.dev, d.cfg.timing.exactly(d.steps["timed_steps"]), d.cfg.noise)
+    if fixed is None:
+        d.summary["allocator_ms"] = {"not_run": "not glibc's malloc (no mallopt thresholds to fix): the allocator "
+                                                "probe did not run"}
+        return
+    d.summary["allocator_ms"] = {"default": d.unprofiled.as_dict(), "fixed": fixed.as_dict(),
+                                 "env": allocator.env_assignments()}
+    d.notes.append("glibc malloc's thresholds were fixed in this process for the allocator probe, after every other "
+                   f"measurement ({allocator.env_assignments()}, through mallopt); they stay so in a process that "
+                   "called decompose_step")
 
 
 def stage_document(d: Decomposition) -> None:
@@ -479,7 +532,8 @@ def _document(d: Decomposition) -> dict:
     }
 
 
-STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay, stage_document)
+STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay,
+          stage_allocator, stage_document)
 
 
 def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=None):
