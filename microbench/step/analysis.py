@@ -447,7 +447,7 @@ def os_time_flag(unprofiled) -> str | None:
     if not _page_faulting(unprofiled):
         return head + ": not mostly page faults (system calls, a busy machine's scheduling)"
     return head + (": memory freed in one step and faulted in again in the next (glibc malloc returns large buffers "
-                   "to the OS; the allocator finding)")
+                   "to the OS); what that costs the step is the allocator finding's measurement")
 
 
 def _in_os(t) -> bool:
