@@ -55,3 +55,37 @@ def test_the_fix_is_printed_from_the_same_data_the_probe_sets():
     env = allocator.env_assignments()
     assert env.split() == [f"{s['env']}={s['value']}" for s in allocator.settings()]
     assert {s["mallopt"] for s in allocator.settings()} == {"M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD", "M_TOP_PAD"}
+
+
+def test_the_child_probe_times_a_named_workload_in_processes_of_each_setting():
+    """child_probe: the workload rebuilt from its name in one process with the defaults and one with the fix in its
+    environment, each timing the asked-for steps; pooled, the median of the processes' medians and the widest
+    p20 / p80."""
+    if allocator._libc() is None:
+        pytest.skip("not glibc: no mallopt thresholds")
+    spec = {"model": "tests.findings_models:digits_loader", "batch": 4, "dtype": "fp32", "num_workers": None,
+            "threads": 1, "timed_steps": 3, "config": None}
+    out = allocator.child_probe(spec, 1, 300.0)
+    assert not isinstance(out, str), out
+    assert out["processes"] == 1
+    for side in ("default", "fixed"):
+        t = out[side]
+        assert t["reps"] == 3 and len(t["per_process"]) == 1 and t["p20"] <= t["median"] <= t["p80"]
+
+
+def test_a_child_that_fails_is_one_line_naming_why():
+    spec = {"model": "no_such_module_here:factory", "batch": 4, "dtype": "fp32", "num_workers": None, "threads": 1,
+            "timed_steps": 3, "config": None}
+    out = allocator.child_probe(spec, 1, 300.0)
+    assert isinstance(out, str) and out.startswith("the allocator probe's child process failed (exit 1): ")
+    assert "no_such_module_here" in out and "\n" not in out
+
+
+def test_pooled_processes_span_every_process_spread():
+    a = {"median": 10.0, "p20": 9.0, "p80": 11.0, "reps": 5, "noise": [], "sys_ms_per_call": 2.0,
+         "minor_faults_per_call": 100.0}
+    b = {"median": 14.0, "p20": 13.0, "p80": 16.0, "reps": 5, "noise": ["bimodal"], "sys_ms_per_call": 4.0,
+         "minor_faults_per_call": 300.0}
+    assert allocator.pooled([a, b]) == {"median": 12.0, "p20": 9.0, "p80": 16.0, "reps": 10, "noise": ["bimodal"],
+                                        "per_process": [10.0, 14.0], "sys_ms_per_call": 3.0,
+                                        "minor_faults_per_call": 200.0}

@@ -559,10 +559,10 @@ def test_a_gpu_trace_lists_the_allocator_rule_as_not_checked(tmp_path):
 
 def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path, monkeypatch):
     """stage_allocator: where the unprofiled steps spend os_time_share in the OS page-faulting, the step is timed again
-    with the thresholds fixed (summary.allocator_ms, a note that they stay fixed); not glibc: the rule is not checked,
-    with why. The probe itself is stood in for (it cannot be undone in this process: tests/test_allocator.py runs it
-    in a child)."""
-    from microbench import decompose_step
+    with the thresholds fixed (summary.allocator_ms). A workload given as an object is timed again in this process
+    (a note that the thresholds stay fixed); not glibc: the rule is not checked, with why. The probe itself is stood
+    in for (it cannot be undone in this process: tests/test_allocator.py runs it in a child)."""
+    from microbench import decompose_step, models
     from microbench.harness.timing import time_calls
     from microbench.step import allocator, analysis
 
@@ -571,11 +571,41 @@ def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path,
     monkeypatch.setattr(allocator, "probe", lambda step, dev, settings, noise: time_calls(step, dev, settings))
     kw = dict(batch=8, device="cpu", replay=False, measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=1,
               profiler_warmup_steps=0)
-    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "a", **kw)
+    workload = models.as_workload("tests.findings_models:digits_loader")
+    doc = decompose_step(workload, out=tmp_path / "a", **kw)
     probe = doc["summary"]["allocator_ms"]
-    assert probe["fixed"]["reps"] == 3 and probe["env"] == allocator.env_assignments()
+    assert probe["fixed"]["reps"] == 3 and probe["env"] == allocator.env_assignments() and probe["processes"] == 0
     assert any("stay so in a process" in n for n in doc["notes"])
     assert "allocator" not in [n["id"] for n in doc["findings_not_checked"]]  # checked (no saving to name here)
     monkeypatch.setattr(allocator, "probe", lambda *a: None)
-    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
+    doc = decompose_step(workload, out=tmp_path / "b", **kw)
     assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"].startswith("a CPU run: not glibc")
+
+
+def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
+    """A workload given by name is rebuilt in child processes (allocator.child_probe, stood in for here; its own test
+    is in tests/test_allocator.py) with the step's batch, dtype, workers, threads and timed steps; this process's
+    thresholds are left alone (no note), and a child that failed is the rule's reason for not checking."""
+    from microbench import decompose_step
+    from microbench.step import allocator, analysis
+
+    monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
+    monkeypatch.setattr(allocator, "probe", lambda *a: pytest.fail("the in-process probe ran for a named workload"))
+    seen = []
+    side = {"median": 5.0, "p20": 4.0, "p80": 6.0, "reps": 6, "noise": [], "per_process": [5.0, 5.0],
+            "sys_ms_per_call": 1.0, "minor_faults_per_call": 500.0}
+    monkeypatch.setattr(allocator, "child_probe",
+                        lambda spec, n, timeout_s: seen.append((spec, n)) or {"default": side, "fixed": side,
+                                                                                   "processes": n})
+    kw = dict(batch=8, device="cpu", replay=False, measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=1,
+              profiler_warmup_steps=0, dtype="bf16")
+    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "a", **kw)
+    ((spec, n),) = seen
+    assert n == allocator.processes() and doc["summary"]["allocator_ms"]["processes"] == n
+    assert spec | {"threads": 0} == {"model": "tests.findings_models:digits_loader", "batch": 8, "dtype": "bf16",
+                                     "num_workers": None, "threads": 0, "timed_steps": 3, "config": None}
+    assert not any("stay so in a process" in note for note in doc["notes"])
+    monkeypatch.setattr(allocator, "child_probe", lambda *a: "the allocator probe's child process failed (exit 1): X")
+    doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
+    assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"] == (
+        "a CPU run: the allocator probe's child process failed (exit 1): X")

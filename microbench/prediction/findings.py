@@ -621,16 +621,22 @@ def rule_allocator(f: Facts, rule: dict) -> dict | str | None:
         return "a CPU run: " + probe["not_run"]
     before, after = probe["default"], probe["fixed"]
     step = before["median"] * 1e3
-    sys_us = before["sys_ms_per_call"] * 1e3
+    # the probe's own "before" where it has one (the child processes'), else the decomposition's unprofiled steps
+    sys_us = before.get("sys_ms_per_call", summary["step_time_spread"]["sys_ms_per_call"]) * 1e3
+    faults = before.get("minor_faults_per_call", summary["step_time_spread"].get("minor_faults_per_call") or 0.0)
     what = (f"{sys_us:,.0f} us of the {step:,.0f} us step timed without the profiler ({sys_us / step:.1%}) is in the "
-            f"operating system, {before['minor_faults_per_call']:,.0f} page faults a step: the buffers each step frees "
+            f"operating system, {faults:,.0f} page faults a step: the buffers each step frees "
             f"go back to the OS and are faulted in again; with glibc's thresholds fixed the step took "
             f"{after['median'] * 1e3:,.0f} us ({after.get('minor_faults_per_call', 0):,.0f} faults)")
+    k = probe.get("processes") or 0
+    what += (f" (medians of {k} processes each way, in turn)" if k else
+             " (in the same process, after the defaults: a step that drifts over a run credits the fix with the drift)")
     noisy = sorted(set(before.get("noise") or ()) | set(after.get("noise") or ()))
     if noisy:
         what += "; noisy: " + "; ".join(noisy)
     ev = {"layer": "decompose's unprofiled steps (system time and page faults, getrusage) and the same steps with "
-                   "glibc's malloc thresholds fixed (summary.allocator_ms)", "allocator_ms": probe}
+                   "glibc's malloc thresholds fixed (summary.allocator_ms)"
+                   + (f", each in {k} separate processes" if k else ", in one process"), "allocator_ms": probe}
     out = _finding("allocator", rule, sys_us, f, what, ev,
                    saving((before["p20"] - after["p80"]) * 1e3, (before["median"] - after["median"]) * 1e3,
                           (before["p80"] - after["p20"]) * 1e3), env=probe["env"])

@@ -484,21 +484,44 @@ def stage_replay(d: Decomposition) -> None:
 
 
 def stage_allocator(d: Decomposition) -> None:
-    """Stage allocator, the last to measure (what it sets stays set): a CPU step flagged for its time in the OS while
-    it page-faults, timed again with glibc malloc's thresholds fixed (step/allocator.py): summary.allocator_ms."""
+    """Stage allocator, the last to measure: a CPU step flagged for its time in the OS while it page-faults, timed
+    again with glibc malloc's thresholds fixed (step/allocator.py): summary.allocator_ms. A workload given by name is
+    rebuilt and timed in separate processes, each setting in as many (the fix acts from a process's start); one given
+    as an object is timed again in this process, with the thresholds set for good."""
     if d.dev.is_gpu or d.unprofiled is None or not _page_faulting(d.unprofiled):
         return
-    d.opts.progress(f"timing {d.steps['timed_steps']} steps with the allocator's thresholds fixed")
-    fixed = allocator.probe(d.step, d.dev, d.cfg.timing.exactly(d.steps["timed_steps"]), d.cfg.noise)
+    n = d.steps["timed_steps"]
+    if isinstance(d.model, str):
+        d.summary["allocator_ms"] = _allocator_children(d, n)
+        return
+    d.opts.progress(f"timing {n} steps with the allocator's thresholds fixed")
+    fixed = allocator.probe(d.step, d.dev, d.cfg.timing.exactly(n), d.cfg.noise)
     if fixed is None:
         d.summary["allocator_ms"] = {"not_run": "not glibc's malloc (no mallopt thresholds to fix): the allocator "
                                                 "probe did not run"}
         return
     d.summary["allocator_ms"] = {"default": d.unprofiled.as_dict(), "fixed": fixed.as_dict(),
-                                 "env": allocator.env_assignments()}
+                                 "env": allocator.env_assignments(), "processes": 0}
     d.notes.append("glibc malloc's thresholds were fixed in this process for the allocator probe, after every other "
                    f"measurement ({allocator.env_assignments()}, through mallopt); they stay so in a process that "
                    "called decompose_step")
+
+
+def _allocator_children(d: Decomposition, n: int) -> dict:
+    import torch
+
+    if allocator._libc() is None:
+        return {"not_run": "not glibc's malloc (no thresholds to fix): the allocator probe did not run"}
+    k = allocator.processes()
+    d.opts.progress(f"timing {n} steps in {2 * k} processes, {k} with the allocator's thresholds fixed")
+    spec = {"model": d.model, "batch": d.batch, "dtype": d.opts.dtype, "num_workers": d.opts.num_workers,
+            "threads": torch.get_num_threads(), "timed_steps": n,
+            "config": str(d.opts.config) if d.opts.config is not None else None}
+    timeout_s = allocator._data()["probe"]["start_s"] + 20 * (n + 4) * d.unprofiled.median_ms / 1e3
+    out = allocator.child_probe(spec, k, timeout_s)
+    if isinstance(out, str):
+        return {"not_run": out}
+    return out | {"env": allocator.env_assignments()}
 
 
 def stage_document(d: Decomposition) -> None:
