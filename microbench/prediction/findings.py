@@ -624,12 +624,13 @@ def rule_allocator(f: Facts, rule: dict) -> dict | str | None:
     # the probe's own "before" where it has one (the child processes'), else the decomposition's unprofiled steps
     sys_us = before.get("sys_ms_per_call", summary["step_time_spread"]["sys_ms_per_call"]) * 1e3
     faults = before.get("minor_faults_per_call", summary["step_time_spread"].get("minor_faults_per_call") or 0.0)
-    what = (f"{sys_us:,.0f} us of the {step:,.0f} us step timed without the profiler ({sys_us / step:.1%}) is in the "
+    k = probe.get("processes") or 0
+    timed = f"timed in {k} fresh processes" if k else "timed without the profiler"
+    what = (f"{sys_us:,.0f} us of the {step:,.0f} us step {timed} ({sys_us / step:.1%}) is in the "
             f"operating system, {faults:,.0f} page faults a step: the buffers each step frees "
             f"go back to the OS and are faulted in again; with glibc's thresholds fixed the step took "
             f"{after['median'] * 1e3:,.0f} us ({after.get('minor_faults_per_call', 0):,.0f} faults)")
-    k = probe.get("processes") or 0
-    what += (f" (medians of {k} processes each way, in turn)" if k else
+    what += (f" in {k} more" if k else
              " (in the same process, after the defaults: a step that drifts over a run credits the fix with the drift)")
     noisy = sorted(set(before.get("noise") or ()) | set(after.get("noise") or ()))
     if noisy:
