@@ -19,7 +19,7 @@ from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis, read_trace
 from microbench.timeline.metrics import union
 
-from .conftest import TRACES, needs_traces
+from .conftest import REPO, TRACES, needs_traces
 
 pytestmark = needs_traces
 
@@ -609,3 +609,34 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
     assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"] == (
         "a CPU run: the allocator probe's child process failed (exit 1): X")
+
+
+def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_device(capsys):
+    """findings.toml [validation.RID]: a finding carries its rule's tally on the report's device (a GPU trace's amp
+    finding: none on a GPU, the CPU's tally beside it), printed under it; a rule with no checks says so."""
+    from rich.console import Console
+
+    from microbench.reports.findings_report import print_findings, validation_line
+
+    v = F.validation_of("amp", "gpu")
+    assert (v["checks"], v["held"], v["on"]) == (0, 0, "gpu") and v["elsewhere"]["cpu"]["checks"] > 0
+    assert validation_line({"validation": v}).startswith("its range is not yet checked against a fix's measured "
+                                                         "saving on a GPU (on a CPU ")
+    c = F.validation_of("allocator", "cpu")
+    assert validation_line({"validation": c}).startswith(f"its range held the measured saving in {c['held']} of "
+                                                         f"{c['checks']} checks on a CPU")
+    assert validation_line({"validation": F.validation_of("launch_bound", "gpu")}) == (
+        "its range is not yet checked against a fix's measured saving (docs/findings.md)")
+    doc = F.analyze(TRACES / "h100_bert_small.json.gz")
+    (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
+    assert lb["validation"]["checks"] == 0
+    console = Console(width=120, force_terminal=False)
+    print_findings(console, doc)
+    assert "checked: its range is not yet checked against a fix's measured saving" in capsys.readouterr().out
+
+
+def test_the_validation_tallies_add_up_to_the_docs_count():
+    """The per-rule tallies of findings.toml add up to docs/findings.md's "Range checks made so far: N, held M"."""
+    tallies = [t for v in F.rules()["validation"].values() for d, t in v.items() if d in ("cpu", "gpu")]
+    m = re.search(r"Range checks made so far: (\d+), held (\d+)", (REPO / "docs" / "findings.md").read_text())
+    assert (sum(t["checks"] for t in tallies), sum(t["held"] for t in tallies)) == (int(m[1]), int(m[2]))

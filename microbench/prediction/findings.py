@@ -688,8 +688,18 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
             made.append(out)
     made.sort(key=lambda x: -x["saving_us"]["expected"])
+    made = [x | {"validation": validation_of(x["id"], "cpu" if cpu else "gpu")} for x in made]
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked,
             "step_time_us": f.step_us, "per": f.per, "validation": rules().get("validation")}
+
+
+def validation_of(rid: str, on: str) -> dict:
+    """How often `rid`'s range held a fix's measured saving on the checks of docs/findings.md (findings.toml
+    [validation.RID]): on the report's kind of device (`on`: cpu or gpu) and on the others, with where they are."""
+    v = (rules().get("validation") or {}).get(rid) or {}
+    tally = lambda d: {"held": int((v.get(d) or {}).get("held", 0)), "checks": int((v.get(d) or {}).get("checks", 0))}  # noqa: E731
+    return {"on": on, **tally(on), "elsewhere": {d: tally(d) for d in ("cpu", "gpu") if d != on and v.get(d)},
+            "where": v.get("where", "")}
 
 
 def with_findings(doc: dict, result: dict) -> dict:

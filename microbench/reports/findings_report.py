@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from microbench.core.kernel_names import distinct_labels
 
-VALIDATION_NOTE_KEY = "findings_validation"
-
-
 def saving_text(s: dict, per: str) -> str:
     return f"saves {s['expected']:,.0f} us per {per} (range {s['low']:,.0f} - {s['high']:,.0f})"
 
@@ -48,13 +45,21 @@ def headline(doc: dict) -> str:
             "the prediction's alternative assumptions or the trace's own intervals)")
 
 
-def validation_line(doc: dict) -> str | None:
-    v = doc.get(VALIDATION_NOTE_KEY)
-    if not v:
-        return None
-    if not v.get("checks"):
-        return f"the saving ranges have not yet been checked against a fix's measured saving ({v['where']})"
-    return f"the ranges held the measured saving in {v['held']} of {v['checks']} checks ({v['where']})"
+DEVICE_WORDS = {"cpu": "a CPU", "gpu": "a GPU"}
+
+
+def validation_line(finding: dict) -> str:
+    """How often this finding's rule's range held on the checks in the docs, on the report's kind of device."""
+    v = finding.get("validation") or {}
+    on = DEVICE_WORDS.get(v.get("on"), "this device")
+    others = "; ".join(f"on {DEVICE_WORDS[d]} {t['held']} of {t['checks']} held" for d, t in (v.get("elsewhere") or {}).items())
+    where = f" ({v['where']})" if v.get("where") else ""
+    if v.get("checks"):
+        return (f"its range held the measured saving in {v['held']} of {v['checks']} checks on {on}"
+                + (f"; {others}" if others else "") + where)
+    if others:
+        return f"its range is not yet checked against a fix's measured saving on {on} ({others}){where}"
+    return "its range is not yet checked against a fix's measured saving (docs/findings.md)"
 
 
 def print_findings(console, doc: dict) -> None:
@@ -68,9 +73,7 @@ def print_findings(console, doc: dict) -> None:
         console.print(f"   {escape(saving_text(f['saving_us'], f['per']))}")
         console.print(f"   fix: {escape(f['fix'])}")
         console.print(f"   evidence: {escape(evidence_text(f['evidence']))}")
-    line = validation_line(doc)
-    if line and doc["findings"]:
-        console.print(f"   {escape(line)}")
+        console.print(f"   checked: {escape(validation_line(f))}")
     for line in not_checked_lines(doc):
         console.print(f"[yellow]{escape(line)}[/]")
 

@@ -55,10 +55,8 @@ def findings_html(doc: dict) -> str:
     for i, f in enumerate(doc.get("findings") or [], 1):
         parts.append(f'<div class="finding"><p><b>{i}. {esc(f["id"])}</b>: {esc(f["what"])}<br>'
                      f'<span class="save">{esc(saving_text(f["saving_us"], f["per"]))}</span><br>'
-                     f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence']))}</p></div>")
-    line = validation_line(doc)
-    if line and doc.get("findings"):
-        parts.append(f"<p>{esc(line)}</p>")
+                     f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence']))}<br>"
+                     f"checked: {esc(validation_line(f))}</p></div>")
     return "".join(parts) + notes_html(not_checked_lines(doc))
 
 
