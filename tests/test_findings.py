@@ -640,3 +640,42 @@ def test_the_validation_tallies_add_up_to_the_docs_count():
     tallies = [t for v in F.rules()["validation"].values() for d, t in v.items() if d in ("cpu", "gpu")]
     m = re.search(r"Range checks made so far: (\d+), held (\d+)", (REPO / "docs" / "findings.md").read_text())
     assert (sum(t["checks"] for t in tallies), sum(t["held"] for t in tallies)) == (int(m[1]), int(m[2]))
+
+
+def test_autocast_halves_only_the_kernels_whose_data_is_fp32():
+    """prediction/model.py autocast_halves (data/prediction.toml [autocast]): an embedding kernel already in
+    c10::Half, an integer index permute, a host copy and a collective keep their bytes; a float kernel, one whose op
+    ran in fp32, and one whose name says nothing are halved."""
+    from microbench.prediction.kernels import ActivityWork
+    from microbench.prediction.model import autocast_halves
+
+    rows = [("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long>(x)",
+             "elementwise", None, False),
+            ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int)", "copies", None,
+             False),
+            ("Memcpy HtoD (Pageable -> Device)", "copies", None, False),
+            ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "communication", None, False),
+            ("void permute_pooled_embs_kernel<float>(float const*, long const*)", "elementwise", None, True),
+            ("void at::native::vectorized_elementwise_kernel<4, Functor>(int)", "elementwise", "fp32", True),
+            ("void at::native::reduce_kernel<512, 1, Op>(Op)", "reduction", "bf16", False),
+            ("fused_layer_norm_kernel", "normalization", None, True)]
+    n = len(rows)
+    w = ActivityWork([r[0] for r in rows], np.ones(n), np.array([r[1] for r in rows], dtype=object),
+                     np.array(["x"] * n, dtype=object), np.zeros(n), np.ones(n), np.full(n, None, dtype=object),
+                     np.zeros(n, dtype=np.int64), np.array([r[2] for r in rows], dtype=object),
+                     np.full(n, None, dtype=object), 0, [])
+    assert autocast_halves(w).tolist() == [r[3] for r in rows]
+
+
+def test_the_amp_finding_says_where_its_saving_is_beyond_the_matrix_kernels():
+    """torchrec on an A100: most of its fp32 matrix kernels already run as TF32 on Tensor Cores (the line says how
+    much), and the saving splits into the matrix kernels' part and the halved activations of the others, adding up
+    to the expected; its FBGEMM Half embedding kernels are not halved, so the saving stays under what is there."""
+    doc = F.analyze(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
+    (amp,) = [x for x in doc["findings"] if x["id"] == "amp"]
+    m = re.search(r"\(([\d,]+) us of them already TF32 on Tensor Cores\)", amp["what"])
+    assert m and 0 < float(m[1].replace(",", "")) <= amp["time_us"]
+    m = re.search(r"of the ([\d,]+) us it saves, ([\d,]+) us are on those kernels and ([\d,]+) us on", amp["what"])
+    total, on, around = (float(g.replace(",", "")) for g in m.groups())
+    assert total == pytest.approx(amp["saving_us"]["expected"], abs=1) and on + around == pytest.approx(total, abs=2)
+    assert on < amp["time_us"]  # TF32 -> bf16 at most doubles the rate: under the matrix time it names

@@ -372,13 +372,41 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     dtype = _amp_dtype(f)
     time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
     cpu = isinstance(f, CpuFacts)
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'' if cpu else '/ TF32 '}GEMM / "
-            f"convolution {'operators' if cpu else 'kernels'}: {dtype} autocast moves them to the {dtype} "
+    tf32 = "" if cpu else _on_tf32(f, rows)
+    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'/ TF32 ' if tf32 else ''}GEMM / "
+            f"convolution {'operators' if cpu else 'kernels'}{tf32}: {dtype} autocast moves them to the {dtype} "
             + ("matrix-instruction (oneDNN bf16) rate; the operators around them are held (from cache, computed in "
                "fp32 after a conversion: half the bytes is not half the time on a CPU)" if cpu else
                "Tensor Core rate and halves the activation bytes of the kernels around them")) + _unmoved(f, rows)
-    return _finding("amp", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, dtype),
+    save = dtype_saving(f, dtype)
+    return _finding("amp", rule, time_us, f, what + _saving_split(f, rows, dtype, save["expected"]),
+                    _matrix_evidence(f, rows), save,
                     dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype], device="cpu" if cpu else "cuda")
+
+
+def _on_tf32(f: Facts, rows: np.ndarray) -> str:
+    """The part of those matrix kernels that already runs as TF32 on Tensor Cores (the trace's own precision), said
+    so the line does not read as all of them on the CUDA cores."""
+    tf = rows[np.array([f.work.precision[r] == "tf32" for r in rows], dtype=bool)]
+    if not len(tf):
+        return ""
+    us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), tf), f.work.dur_us, 0.0))
+    return f" ({us:,.0f} us of them already TF32 on Tensor Cores)"
+
+
+def _saving_split(f: Facts, rows: np.ndarray, dtype: str, expected_us: float) -> str:
+    """Where the expected saving is, said in the finding: on the matrix kernels it names, and on the kernels around
+    them whose fp32 activations autocast halves (prediction/model.py autocast_halves); the second is why a saving
+    can exceed the matrix time the line quotes. Nothing where all of it is on the matrix kernels."""
+    saved = f.saved(dtype, Variant())
+    mine = np.isin(np.arange(len(saved)), rows)
+    on_rows = f.per_step(np.where(mine, saved, 0.0)) * f.overlap
+    around = expected_us - on_rows
+    if around < 0.01 * max(expected_us, 1.0):
+        return ""
+    n = f.per_step(np.where(~mine & (saved > 0), 1.0, 0.0))  # per step, as the times are
+    return (f"; of the {expected_us:,.0f} us it saves, {on_rows:,.0f} us are on those kernels and {around:,.0f} us on "
+            f"{n:,.0f} other kernels per {f.per}, whose fp32 activations it halves")
 
 
 def rule_tf32(f: Facts, rule: dict) -> dict | str | None:

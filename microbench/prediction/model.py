@@ -20,11 +20,13 @@ Idle time (CPU-side gaps) is held; busy time keeps the source's overlap (predict
 predicted kernel time / source kernel time)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from microbench.prediction.chips import Chip
+from microbench.prediction.chips import Chip, assumptions
 from microbench.prediction.kernels import MATRIX, MEMORY_BOUND, ActivityWork
 
 HOST_COPY = ("HtoD", "DtoH", "HtoH", "PtoP", "Host", "Pinned", "Pageable")
@@ -89,10 +91,32 @@ def _target_precision(w: ActivityWork, scenario: Scenario) -> tuple[np.ndarray, 
         prec[moved] = scenario.dtype
         if scenario.dtype == "tf32":  # TF32 keeps fp32 storage: the same bytes, the Tensor Core rate
             return prec, factor
-        # 2-byte operands instead of 4-byte; the other kernels' activations follow autocast (an assumption:
+        # 2-byte operands instead of 4-byte; the other kernels' fp32 activations follow autocast (an assumption:
         # fp32 master weights and optimizer state are a small share of their traffic)
-        factor[moved | ~matrix] = 0.5
+        factor[moved | (~matrix & autocast_halves(w))] = 0.5
     return prec, factor
+
+
+@lru_cache(maxsize=1)
+def _autocast_rules() -> tuple[re.Pattern, re.Pattern, re.Pattern, frozenset]:
+    a = assumptions()["autocast"]
+    return (re.compile(a["sixteen_bit"]), re.compile(a["float_type"]), re.compile(a["integer_type"]),
+            frozenset(a["not_halved_dtypes"]))
+
+
+def autocast_halves(w: ActivityWork) -> np.ndarray:
+    """Per row: whether autocast would halve a non-matrix kernel's bytes (data/prediction.toml [autocast])."""
+    sixteen, floats, ints, not_fp32 = _autocast_rules()
+
+    def one(name: str, group: str, op_dtype) -> bool:
+        if group == "communication" or (group == "copies" and any(h in name for h in HOST_COPY)):
+            return False
+        if op_dtype is not None:
+            return op_dtype not in not_fp32
+        args = name[name.find("<"):] if "<" in name else ""  # the type arguments, where the name has them
+        return not (sixteen.search(args) or (ints.search(args) and not floats.search(args)))
+
+    return np.array([one(n, g, d) for n, g, d in zip(w.names, w.group, w.op_dtype)], dtype=bool)
 
 
 def _matrix_times(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant) -> tuple[np.ndarray, np.ndarray]:
