@@ -605,6 +605,11 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     assert spec | {"threads": 0} == {"model": "tests.findings_models:digits_loader", "batch": 8, "dtype": "bf16",
                                      "num_workers": None, "threads": 0, "timed_steps": 3, "config": None}
     assert not any("stay so in a process" in note for note in doc["notes"])
+    # the fix measured no faster: checked, and said to be under the threshold (the step's flag is not left open)
+    (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "allocator"]
+    assert below["saving_us"]["expected"] == 0.0
+    from microbench.reports.findings_report import below_line
+    assert "allocator 0 us" in below_line(doc)
     monkeypatch.setattr(allocator, "child_probe", lambda *a: "the allocator probe's child process failed (exit 1): X")
     doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
     assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"] == (

@@ -96,6 +96,14 @@ class Facts:
     def steps_mean_us(self) -> float:
         return float(np.mean([st["breakdown_span_us"] for st in self.steps]))
 
+    @property
+    def step_time_what(self) -> str:
+        """What step_us is, said beside it in the report's headline."""
+        if not self.steps:
+            return "the GPU span"
+        n = len(self.steps)
+        return f"the mean 'step us' of the {n} step{'s' if n != 1 else ''} below"
+
     def per_step(self, per_row: np.ndarray) -> float:
         """A per-activity quantity summed per step and averaged over the steps (else summed over the trace)."""
         if not self.steps:
@@ -183,6 +191,13 @@ class CpuFacts(Facts):
         # step time is another run of the step, and on a busy CPU the two differ by more than the matrix share;
         # without step ranges, the operators' total
         return self.steps_mean_us() if self.steps else float(self.doc["summary"]["profiled_time_ms"]) * 1e3
+
+    @property
+    def step_time_what(self) -> str:
+        if not self.steps:
+            return "the profiled operators' total"
+        n = len(self.steps)
+        return f"the mean of the {n} profiled step{'s' if n != 1 else ''}, with the profiler's cost"
 
     @property
     def cores(self) -> int:
@@ -693,7 +708,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     the activities where the trace has no GPU activity (CpuFacts; the rules with a `cpu_why` are not checked)."""
     cpu = cpu_doc is not None and not len(ta.tl.activities)
     f = CpuFacts(ta, cfg, source, cpu_doc) if cpu else Facts(ta, cfg, source)
-    made, not_checked = [], []
+    made, not_checked, below = [], [], []
     if not len(ta.tl.activities) and not cpu:
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
                 "step_time_us": 0.0, "per": f.per}
@@ -715,10 +730,13 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
             not_checked.append({"id": rid, "why": out})
         elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
             made.append(out)
+        elif out is not None:  # checked, and the fix would save too little: said, so that a flag is not left open
+            below.append({"id": rid, "saving_us": out["saving_us"], "what": out["what"]})
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     made = [x | {"validation": validation_of(x["id"], "cpu" if cpu else "gpu")} for x in made]
-    return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked,
-            "step_time_us": f.step_us, "per": f.per, "validation": rules().get("validation")}
+    return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked, "below": below,
+            "step_time_us": f.step_us, "step_time_what": f.step_time_what, "per": f.per,
+            "validation": rules().get("validation")}
 
 
 def validation_of(rid: str, on: str) -> dict:
@@ -735,7 +753,9 @@ def with_findings(doc: dict, result: dict) -> dict:
     `findings_not_checked`, and the step time and unit (`per`) the savings and shares are of."""
     head = {k: doc[k] for k in ("schema", "file") if k in doc}
     return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
+                   "findings_below_threshold": result.get("below", []),
                    "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
+                   "findings_step_time_what": result.get("step_time_what", ""),
                    "findings_validation": result.get("validation")} | doc
 
 

@@ -40,9 +40,27 @@ def headline(doc: dict) -> str:
     if not n:
         of = "a step" if doc.get("findings_per", "step") == "step" else "the GPU span"
         return f"no finding: no rule of data/findings.toml that this trace supports would save 2 % of {of}"
+    what = doc.get("findings_step_time_what")
     return (f"findings ({n}, ranked by the time the fix would save per {doc.get('findings_per', 'step')}; "
-            f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us; ranges: "
-            "the prediction's alternative assumptions or the trace's own intervals)")
+            f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us"
+            + (f", {what}" if what else "") + "; ranges: the prediction's alternative assumptions or the trace's own "
+            "intervals)")
+
+
+def below_line(doc: dict) -> str | None:
+    """The rules that were checked and found a saving too small to be a finding, in one line."""
+    below = doc.get("findings_below_threshold") or []
+    if not below:
+        return None
+    per = doc.get("findings_per", "step")
+    return (f"checked, under the {_min_share():.0%} of the {per} a finding needs ({len(below)}): "
+            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" for b in below))
+
+
+def _min_share() -> float:
+    from microbench.prediction.findings import threshold
+
+    return threshold("min_saving_share")
 
 
 DEVICE_WORDS = {"cpu": "a CPU", "gpu": "a GPU"}
@@ -74,6 +92,8 @@ def print_findings(console, doc: dict) -> None:
         console.print(f"   fix: {escape(f['fix'])}")
         console.print(f"   evidence: {escape(evidence_text(f['evidence']))}")
         console.print(f"   checked: {escape(validation_line(f))}")
+    if line := below_line(doc):
+        console.print(escape(line))
     for line in not_checked_lines(doc):
         console.print(f"[yellow]{escape(line)}[/]")
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from microbench.reports.figures import pyplot
 from microbench.reports.findings_report import (
+    below_line,
     evidence_text,
     headline,
     not_checked_lines,
@@ -57,7 +58,8 @@ def findings_html(doc: dict) -> str:
                      f'<span class="save">{esc(saving_text(f["saving_us"], f["per"]))}</span><br>'
                      f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence']))}<br>"
                      f"checked: {esc(validation_line(f))}</p></div>")
-    return "".join(parts) + notes_html(not_checked_lines(doc))
+    below = below_line(doc)
+    return "".join(parts) + notes_html(([below] if below else []) + not_checked_lines(doc))
 
 
 def summary_html(doc: dict) -> str:
