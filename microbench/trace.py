@@ -88,7 +88,7 @@ def _run(args) -> int:
     if is_job(args.file):
         args.traces = args.file
         if args.html:
-            check_file(args.html, "--html")
+            check_file(args.html, "--html", inputs=args.file)
         rc = run_ranks(args)
         if args.html:
             _job_page(args)
@@ -99,7 +99,7 @@ def _run(args) -> int:
                          "trace writes --json OUT and --html OUT", key="--out", value=str(args.out))
     for opt, path in (("--json", args.json), ("--html", args.html)):
         if path:
-            check_file(path, opt)
+            check_file(path, opt, inputs=[args.file, args.graph_capture, args.ceilings])
     measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,

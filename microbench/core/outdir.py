@@ -77,13 +77,24 @@ def check_dir(path: str | Path, what: str = "--out") -> Path:
     return path
 
 
-def check_file(path: str | Path, what: str = "--json") -> Path:
-    """An output file: absent or a writable file, in a folder that exists or can be created."""
+def check_file(path: str | Path, what: str = "--json", inputs=()) -> Path:
+    """An output file: absent or a writable file, in a folder that exists or can be created, and none of the
+    command's `inputs` (writing the report over the trace it read would lose the trace)."""
     path = Path(path)
-    if check_output(path, what) is not None and not os.access(path, os.W_OK):
+    exists = check_output(path, what) is not None
+    if exists and any(_same(path, i) for i in inputs):
+        raise InputError(path, "is also an input of this command: the report would overwrite it", key=what)
+    if exists and not os.access(path, os.W_OK):
         raise InputError(path, "the file is not writable", key=what)
     _check_parent(path, what)
     return path
+
+
+def _same(a: Path, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def write_file(path: str | Path, text: str, what: str = "--json") -> Path:

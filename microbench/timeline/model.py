@@ -251,7 +251,12 @@ class Timeline:
 
     def step_rows(self, step_range: str | None = None) -> np.ndarray:
         """The one step rule: the rows of the CPU ranges named `step_range` where there are any, else those
-        of the profiler's ProfilerStep#N ranges; in step order."""
+        of the profiler's ProfilerStep#N ranges; in step order. A range of no duration is no step (a trace whose
+        writer lost the steps' end times): left out, and step_windows says so."""
+        rows = self._step_candidates(step_range)
+        return rows[self.ranges.dur_us[rows] > 0]
+
+    def _step_candidates(self, step_range: str | None) -> np.ndarray:
         cpu = self.ranges.kind == CPU_RANGE
         if step_range is not None and (sid := self.names.find(step_range)) != NO_ID:
             sel = np.flatnonzero(cpu & (self.ranges.name == sid))
@@ -262,10 +267,18 @@ class Timeline:
         return sel[np.argsort([int(self.names[n].split("#")[1]) for n in self.ranges.name[sel]], kind="stable")]
 
     def step_windows(self, step_range: str | None = None) -> Windows:
-        """The step windows (`step_rows`), with a note where `step_range` was asked for but is missing."""
+        """The step windows (`step_rows`), with a note where `step_range` was asked for but is missing, or where
+        step ranges of no duration were left out."""
         w = self.windows(self.step_rows(step_range))
+        notes = []
         if step_range is not None and len(w) and (not w.names or w.names[0] != step_range):
-            w.note = f"no {step_range!r} ranges: step windows are the profiler's ProfilerStep# ranges"
+            notes.append(f"no {step_range!r} ranges: step windows are the profiler's ProfilerStep# ranges")
+        empty = len(self._step_candidates(step_range)) - len(w)
+        if empty:
+            notes.append(f"{empty} step range{'s' if empty > 1 else ''} of 0 us left out (no end time recorded): "
+                         + ("the other steps are the steps" if len(w) else "the trace is read as having no steps"))
+        if notes:
+            w.note = "; ".join(notes)
         return w
 
     def windows(self, rows: np.ndarray) -> Windows:
