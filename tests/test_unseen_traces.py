@@ -46,3 +46,31 @@ def test_the_report_is_never_written_over_the_trace_it_reads(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "is also an input of this command" in err and opt in err and "Traceback" not in err
     assert path.read_bytes() == before
+
+
+def _cpu_ahead(doc: dict) -> None:
+    """The GPU's events 5 ms later: a step whose CPU has launched its work and ended before the GPU ran it."""
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation") and "ts" in e:
+            e["ts"] = float(e["ts"]) + 5000.0
+
+
+def test_a_step_whose_cpu_runs_ahead_is_judged_over_its_gpu_time(tmp_path):
+    """MFU of a step is over its time to its last GPU activity where the CPU range ends sooner (it read 3,706 % over
+    a CPU range of launches only); the trace's MFU counts the steps' operators over the steps' time."""
+    from microbench.timeline.analysis import TraceAnalysis
+
+    ta = TraceAnalysis.of(_variant(tmp_path, "h100_bert_small", _cpu_ahead))
+    (st,) = ta.mfu["steps"]
+    (step,) = ta.steps
+    assert st["wall_us"] == step["breakdown_span_us"] > step["wall_us"] + 4000
+    assert ta.mfu["model_flops"] == st["model_flops"] and ta.mfu["window_us"] == st["wall_us"]
+    assert not ta.mfu["impossible"]
+
+
+def test_an_mfu_above_100_percent_is_flagged():
+    from microbench.timeline.opmetrics import mfu_above_peak
+
+    m = {"mfu": 0.4, "steps": [{"name": "ProfilerStep#3", "mfu": 37.06}, {"name": "ProfilerStep#4", "mfu": 0.5}]}
+    (line,) = mfu_above_peak(m)
+    assert line.startswith("ProfilerStep#3: MFU 3706.0% is above 100 %: impossible")

@@ -208,7 +208,9 @@ class TraceAnalysis(Tables):
     @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
-        m = opmetrics.mfu(self.evidence, self.work_model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"])
+        lo, hi = gpu_time.plugin_windows(self.tl, w) if len(w) else ((), ())
+        m = opmetrics.mfu(self.evidence, self.work_model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"],
+                          spans_us=[b - a for a, b in zip(lo, hi)] if len(w) else None)
         if self.measured and self.work_model.calls:
             at_meas, _, _ = opmetrics.time_at_peak_us(self.work_model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
@@ -253,7 +255,7 @@ class TraceAnalysis(Tables):
             notes.append(self._steps[0].note)
         notes += perf_notes(self.tl, self.work_model, self.peaks, device_of(self.devices))
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
-        notes += opmetrics.above_peak(self.ops)
+        notes += opmetrics.above_peak(self.ops) + self.mfu.get("impossible", [])
         notes += eligible_note(self.eligibility["by_operator"])
         return notes + self.graphs[2]
 

@@ -15,9 +15,10 @@ DLProf's eligibility check (microbench/timeline/eligibility.py). Definitions: do
   (how fast the math itself ran).
 - Peak of an operator: the datasheet peak of its input precision; fp32 is judged against TF32 where its
   kernels ran on Tensor Cores, else against the fp32 (CUDA core) peak.
-- MFU of a window (a step: its CPU duration; the whole trace: the steps' summed duration, or the span from the
-  first to the last GPU activity where there are no steps) = sum over its operators of FLOPs / peak, over the
-  window: achieved model FLOP/s over peak, PaLM's definition, with mixed precisions weighted per operator.
+- MFU of a window (a step: its CPU duration, or to its last GPU activity where that is later; the whole trace:
+  the steps' summed time and the operators inside them, or the span from the first to the last GPU activity
+  where there are no steps) = sum over its operators of FLOPs / peak, over the window: achieved model FLOP/s
+  over peak, PaLM's definition, with mixed precisions weighted per operator. Above 100 % it is flagged.
 """
 from __future__ import annotations
 
@@ -271,26 +272,43 @@ def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[floa
     return at_peak, flops, sorted(missing)
 
 
-def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None) -> dict:
-    """MFU of the whole trace and of each window (steps): see the module docstring."""
+def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None,
+        spans_us=None) -> dict:
+    """MFU of the whole trace and of each window (steps): see the module docstring. `spans_us`: each step's time
+    from its start to its last GPU activity (the plugin window, gpu_time.plugin_windows), which a step whose CPU
+    runs ahead of its GPU needs: over the CPU range alone its MFU read 3,706 %."""
     ops = tl.cpu_ops
-    per_step = []
+    per_step, at_peak_in, flops_in = [], 0.0, 0
     if windows is not None and len(windows):
         for j in range(len(windows)):
             lo, hi, pid = windows.ts_us[j], windows.end_us[j], windows.pid[j]
             mine = [c for c in work_model.calls if ops.pid[c.row] == pid and lo <= ops.ts_us[c.row] <= hi]
             at_peak, flops, _ = time_at_peak_us(mine, peaks)
-            wall = float(windows.dur_us[j])
+            at_peak_in, flops_in = at_peak_in + at_peak, flops_in + flops
+            wall = max(float(windows.dur_us[j]), float(spans_us[j]) if spans_us is not None else 0.0)
             per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
                              "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
                              "mfu": at_peak / wall if wall > 0 and at_peak else None})
     at_peak, flops, missing = time_at_peak_us(work_model.calls, peaks)
+    if per_step:  # the steps' operators over the steps' time: an operator outside every step is in neither
+        at_peak, flops = at_peak_in, flops_in
     window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
-    basis = "the steps' summed CPU duration" if per_step else "the span of GPU activity (no steps in the trace)"
-    return {"model_flops": flops, "window_us": window, "window": basis,
-            "achieved_tflops": flops / (window * 1e6) if window and flops else None,
-            "mfu": at_peak / window if window and at_peak else None,
-            "precisions_without_peak": missing, "steps": per_step}
+    basis = ("the steps' summed time, each to its last GPU activity" if per_step
+             else "the span of GPU activity (no steps in the trace)")
+    out = {"model_flops": flops, "window_us": window, "window": basis,
+           "achieved_tflops": flops / (window * 1e6) if window and flops else None,
+           "mfu": at_peak / window if window and at_peak else None,
+           "precisions_without_peak": missing, "steps": per_step}
+    return out | {"impossible": mfu_above_peak(out)}
+
+
+def mfu_above_peak(m: dict) -> list[str]:
+    """Impossible numbers, flagged: an MFU above 100 % (plus kernel_above_peak_slack) says the FLOP model, the
+    peaks or the window is wrong, and the figure is not to be believed."""
+    limit = 1 + thresholds.value("kernel_above_peak_slack")
+    rows = [("the trace", m.get("mfu"))] + [(st["name"], st.get("mfu")) for st in m.get("steps") or []]
+    return [f"{name}: MFU {v:.1%} is above 100 %: impossible (a wrong FLOP model or peak, or a window that misses "
+            "GPU time)" for name, v in rows if v is not None and v > limit]
 
 
 def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | None:
