@@ -74,3 +74,59 @@ def test_an_mfu_above_100_percent_is_flagged():
     m = {"mfu": 0.4, "steps": [{"name": "ProfilerStep#3", "mfu": 37.06}, {"name": "ProfilerStep#4", "mfu": 0.5}]}
     (line,) = mfu_above_peak(m)
     assert line.startswith("ProfilerStep#3: MFU 3706.0% is above 100 %: impossible")
+
+
+def _archives(tmp_path) -> dict[str, object]:
+    import bz2
+    import io
+    import lzma
+    import tarfile
+    import zipfile
+
+    text = gzip.open(TRACES / "h100_bert_small.json.gz").read()
+    made = {}
+    made["a zip archive"] = tmp_path / "t.zip"
+    with zipfile.ZipFile(made["a zip archive"], "w") as z:
+        z.writestr("trace.json", text)
+    made["a bzip2 file"] = tmp_path / "t.json.bz2"
+    made["a bzip2 file"].write_bytes(bz2.compress(text))
+    made["an xz file"] = tmp_path / "t.json.xz"
+    made["an xz file"].write_bytes(lzma.compress(text))
+    made["a tar archive"] = tmp_path / "logs.tar.gz"
+    with tarfile.open(made["a tar archive"], "w:gz") as t:
+        info = tarfile.TarInfo("trace.json")
+        info.size = len(text)
+        t.addfile(info, io.BytesIO(text))
+    made["a gzip file inside a gzip file"] = tmp_path / "t.json.gz.gz"
+    made["a gzip file inside a gzip file"].write_bytes(gzip.compress(gzip.compress(text)))
+    made["rocprofv3's CSV output"] = tmp_path / "908_kernel_trace.csv"
+    made["rocprofv3's CSV output"].write_text('"Kind","Agent_Id","Queue_Id","Kernel_Id","Kernel_Name","Correlation_Id"\n'
+                                              '"KERNEL_DISPATCH",4,1,12,"Cijk_Ailk_Bljk",7\n')
+    made["an Nsight Systems report"] = tmp_path / "report1.nsys-rep"
+    made["an Nsight Systems report"].write_bytes(b"\x00\x01binary report")
+    return made
+
+
+def test_files_that_are_not_traces_are_named_with_what_to_do(tmp_path, capsys):
+    """An archive, another compression, rocprofv3's CSV or an Nsight report: one line saying what the file is and how
+    to get a trace this reads from it (data/file_signatures.toml), not "not JSON: starts with 'P'"."""
+    for what, path in _archives(tmp_path).items():
+        assert trace_cli.main([str(path)]) == 2
+        err = capsys.readouterr().err
+        assert what in err and "not a trace this reads: " in err and "Traceback" not in err, (what, err)
+
+
+def test_a_byte_order_mark_and_events_without_a_category(tmp_path, capsys):
+    """A UTF-8 byte-order mark before the JSON is read past; complete events with no category at all (another tool's
+    Chrome trace) are counted and said, not dropped without a word."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + gzip.open(TRACES / "h100_bert_small.json.gz").read())
+    out = tmp_path / "bom.report.json"
+    assert trace_cli.main([str(path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["kernel_count"] == 60
+    other = tmp_path / "results.json"
+    other.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "Cijk_gemm", "pid": 6, "tid": 0, "ts": 10.0 + i,
+                                                  "dur": 0.5} for i in range(5)]}))
+    capsys.readouterr()
+    assert trace_cli.main([str(other)]) == 0
+    assert "skipped 5 complete events without a category (cat)" in capsys.readouterr().out

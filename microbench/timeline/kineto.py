@@ -34,12 +34,15 @@ counted by name (`meta["unread_device_categories"]`).
 from __future__ import annotations
 
 import re
+import tomllib
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 
 from microbench.core.errors import InputError
+from microbench.core.resources import data_file
 from microbench.core.jsonio import read_byte_chunks, read_bytes
 from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, STEP_RE, Timeline,
                                        TimelineBuilder)
@@ -254,6 +257,8 @@ def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: i
 def _read_whole(path: Path) -> Timeline:
     """The whole decompressed text at once: the events as raw byte ranges, decoded BATCH_EVENTS at a time."""
     data = read_bytes(path)
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (an editor's or Windows tool's save): not JSON's
+        del data[:3]
     head = _header(path, data)
     b = TimelineBuilder(str(path), "kineto")
     _keep_header(b, head)
@@ -289,6 +294,8 @@ def _header(path: Path, data: bytes) -> _Header:
         raise InputError(path, "a JSON array at the top level: not a PyTorch profiler (Kineto) trace, which is an "
                                "object with a traceEvents array")
     if start != b"{":
+        if (known := known_file(data, path)) is not None:
+            raise InputError(path, f"{known['what']}, not a trace this reads: {known['do']}")
         try:
             shown = bytes(data[first:first + 4]).decode("utf-8")[:1]
         except UnicodeDecodeError:
@@ -315,6 +322,27 @@ def _header(path: Path, data: bytes) -> _Header:
         raise InputError(path, "not a PyTorch profiler (Kineto) trace: no traceEvents array "
                                f"(top-level keys: {shown or 'none'})")
     return head
+
+
+@lru_cache(maxsize=1)
+def _signatures() -> tuple[dict, ...]:
+    return tuple(tomllib.loads(data_file("file_signatures.toml").read_text())["signature"])
+
+
+def known_file(data, path: Path | None = None) -> dict | None:
+    """The data/file_signatures.toml entry whose bytes, first line or file-name ending `data` has, else None."""
+    line = bytes(data[:4096]).split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    for sig in _signatures():
+        if "suffix" in sig:
+            if path is not None and str(path).lower().endswith(tuple(sig["suffix"])):
+                return sig
+        elif "magic" in sig:
+            at, magic = int(sig.get("offset", 0)), bytes.fromhex(sig["magic"])
+            if bytes(data[at:at + len(magic)]) == magic:
+                return sig
+        elif re.search(sig["text"], line):
+            return sig
+    return None
 
 
 def _syntax_error(path: Path, data: bytes, e: msgspec.DecodeError) -> InputError:
@@ -495,5 +523,10 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
         b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
                      _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
                      _arg(b, args.input_strides))
+    elif cat == "" and ev.cat is None:
+        # no category at all: not the PyTorch profiler's (a Chrome trace of another tool: rocprof v1/v2's
+        # results.json has none), said, so that a report of "0 kernels" is not taken for the GPU's
+        b.skip("complete events without a category (cat): a Chrome trace of another tool? this reads the PyTorch "
+               "profiler's categories (kernel, cpu_op, cuda_runtime, ...), rocprofv3 JSON and Nsight exports")
     elif cat not in LEFT_OUT_CATEGORIES:
         b.unread_category(str(ev.cat))
