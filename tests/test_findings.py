@@ -684,3 +684,32 @@ def test_the_amp_finding_says_where_its_saving_is_beyond_the_matrix_kernels():
     total, on, around = (float(g.replace(",", "")) for g in m.groups())
     assert total == pytest.approx(amp["saving_us"]["expected"], abs=1) and on + around == pytest.approx(total, abs=2)
     assert on < amp["time_us"]  # TF32 -> bf16 at most doubles the rate: under the matrix time it names
+
+
+def test_exposed_communication_is_checked_without_steps_and_its_fix_fits_the_collective():
+    """[rules.exposed_comm]: without step ranges (the MI350X rocprofv3 capture) the whole trace is checked, and its
+    saving, small beside so little computation, is said to be under the threshold rather than 'not checked'; the
+    TorchRec rank's exposed all-to-all gets the pipelining fix, not DDP's buckets."""
+    doc = F.analyze(TRACES / "mi350x_rocprofv3.json.gz", load_config())
+    assert "exposed_comm" not in [n["id"] for n in doc["findings_not_checked"]]
+    (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "exposed_comm"]
+    assert 0 < below["saving_us"]["expected"] < 0.02 * doc["findings_step_time_us"]
+    doc = F.analyze(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
+    (comm,) = [x for x in doc["findings"] if x["id"] == "exposed_comm"]
+    assert "SendRecv" in comm["evidence"]["kernels"][0]["kernel"] and "all-to-all" in comm["fix"]
+    assert "bucket_cap_mb" not in comm["fix"]
+
+
+def test_the_host_side_findings_trace_their_figures_back_to_the_breakdown(capsys):
+    """launch_bound on the H100 BERT trace: its runtime and CPU-operator figures are the breakdown's runtime and
+    cpu_exec less the time in a synchronize, and the line says so with that time, so that both add up."""
+    doc = F.analyze(TRACES / "h100_bert_small.json.gz")
+    (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
+    (st,) = doc["steps"]
+    sync = st["idle_by_host_us"]["sync"]
+    m = re.search(r"runtime calls ([\d,]+), CPU operators ([\d,]+).*less their ([\d,]+) us in a synchronize",
+                  lb["what"])
+    runtime, cpu_ops, said_sync = (float(g.replace(",", "")) for g in m.groups())
+    b = st["breakdown_us"]
+    assert said_sync == pytest.approx(sync, abs=1)
+    assert runtime + cpu_ops + said_sync == pytest.approx(b["runtime"] + b["cpu_exec"], abs=2)

@@ -468,14 +468,29 @@ def _host_waits(f: Facts) -> tuple[float, float, float] | None:
     return idle_share, host, host / max(f.mean(lambda st: st["kernel_count"]), 1.0)
 
 
+# Where the host-side findings' figures are in the report: the step breakdown table (its 'step us' window)
+_IN_BREAKDOWN = " (the step breakdown below: all but its kernel, memcpy and memset)"
+
+
+def _host_parts(f: Facts) -> str:
+    """The host-side idle by what the host did, traced back to the breakdown's columns: runtime and cpu_exec there
+    include the time in a synchronize, which is the sync finding's and is left out here."""
+    parts = ", ".join(f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}" for k, label in (
+        ("runtime", "runtime calls"), ("cpu_ops", "CPU operators"), ("other", "nothing traced (Python, waits)")))
+    sync = f.mean(lambda st: _idle(st, "sync"))
+    less = f": the breakdown's runtime and cpu_exec less their {sync:,.0f} us in a synchronize, and its other" if sync else ""
+    return f" ({parts} us{less})"
+
+
 def rule_host_bound(f: Facts, rule: dict) -> dict | None:
     waits = _host_waits(f)
     if waits is None or waits[2] <= threshold("launch_gap_per_kernel_us"):
         return None  # short gaps per kernel: launch_bound's
     idle_share, host, per_kernel = waits
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
-            f"works between launches, {per_kernel:,.0f} us per kernel (far more than a launch takes)")
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step{_IN_BREAKDOWN}; {host:,.0f} us of it "
+            f"while the host works between launches{_host_parts(f)}, {per_kernel:,.0f} us per kernel (far more than a "
+            "launch takes)")
     # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
     # host-side idle at most; at least nothing, where the work cannot move
     return _finding("host_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
@@ -490,10 +505,8 @@ def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
     # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
     gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
-    parts = ", ".join(f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}" for k, label in (
-        ("runtime", "runtime calls"), ("cpu_ops", "CPU operators"), ("other", "nothing traced (Python, waits)")))
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step; {host:,.0f} us of it while the host "
-            f"is between launches ({parts} us)")
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step{_IN_BREAKDOWN}; {host:,.0f} us of it "
+            f"while the host is between launches{_host_parts(f)}")
     return _finding("launch_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
                     saving(in_span - gaps, in_span, host))
 
@@ -599,22 +612,38 @@ def _longest_per_step(f: Facts, rows_mask: np.ndarray) -> float:
     return float(np.mean(out)) if out else 0.0
 
 
+def _gpu_time(f: Facts, key: str) -> float:
+    """A figure of the one GPU time breakdown per step (the steps' mean), else of the whole trace."""
+    return f.mean(lambda st: st[key]) if f.steps else float(f.ta.summary["gpu_time"][key])
+
+
 def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
-    exposed = f.mean(lambda st: st["exposed_comm_us"])
-    span = f.mean(lambda st: st["gpu_span_us"])
+    exposed, span = _gpu_time(f, "exposed_comm_us"), _gpu_time(f, "gpu_span_us")
     if not span or exposed < threshold("exposed_comm_share") * span:
         return None
     # it can hide under the computation not already hiding communication; the last bucket's all-reduce, after the
     # backward, cannot
-    expected = f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
+    expected = (f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
+                if f.steps else min(exposed, max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)))
     comm = f.ta.tl.class_mask("comm")
-    low = expected - _longest_per_step(f, comm)
-    what = (f"{exposed:,.0f} us per step ({exposed / f.step_us:.1%}) of communication runs with no computation "
-            "under it")
-    ev = {"layer": "kernel-name rule (comm class) + the one GPU time breakdown",
-          "kernels": _top_kernels(f, np.flatnonzero(comm)), "exposed_comm_us": exposed,
-          "overlapped_comm_us": f.mean(lambda st: st["overlapped_comm_us"])}
-    return _finding("exposed_comm", rule, exposed, f, what, ev, saving(low, expected, exposed))
+    longest = _longest_per_step(f, comm) if f.steps else float(f.ta.tl.activities.dur_us[comm].max(initial=0.0))
+    free = max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)
+    what = (f"{exposed:,.0f} us per {f.per} ({exposed / f.step_us:.1%}) of communication runs with no computation "
+            f"under it; {free:,.0f} us of computation runs with none under it, which is what could hide it")
+    kernels = _top_kernels(f, np.flatnonzero(comm))
+    ev = {"layer": "kernel-name rule (comm class) + the one GPU time breakdown", "kernels": kernels,
+          "exposed_comm_us": exposed, "overlapped_comm_us": _gpu_time(f, "overlapped_comm_us")}
+    fix = _comm_fix(rule, kernels[0]["kernel"] if kernels else "")
+    return _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, saving(expected - longest, expected, exposed))
+
+
+def _comm_fix(rule: dict, kernel: str) -> str:
+    """The fix for the collective that takes the most time (findings.toml [[rules.exposed_comm.by_collective]]):
+    DDP's buckets for an all-reduce, the pipeline for an embedding all-to-all, FSDP's prefetch for all-gathers."""
+    for c in rule.get("by_collective", []):
+        if re.search(c["pattern"], kernel):
+            return c["fix"]
+    return rule["fix"]
 
 
 def _kernels_matching(f: Facts, rule: dict, category: int) -> np.ndarray:
