@@ -8,7 +8,7 @@ from pathlib import Path
 
 from microbench.communication.engine import GLOB_CHARS
 from microbench.communication.report import add_job_arguments
-from microbench.communication.report import run_ranks
+from microbench.communication.report import check_json, print_ranks, write_job_files, write_json
 from microbench.core.cli import positive_int
 from microbench.core.config import load_config
 from microbench.core.datasheet import ceilings_machine, check_ceilings_machine
@@ -19,7 +19,7 @@ from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
-from microbench.core.outdir import check_file, write_file
+from microbench.core.outdir import check_dir, check_file, write_file
 from microbench.reports.trace_report import print_trace_report
 from microbench.prediction.findings import analyze
 from microbench.communication.job import analyze_job
@@ -89,10 +89,7 @@ def _run(args) -> int:
         args.traces = args.file
         if args.html:
             check_file(args.html, "--html", inputs=args.file)
-        rc = run_ranks(args)
-        if args.html:
-            _job_page(args)
-        return rc
+        return _run_job(args)
     args.file = Path(args.file[0])
     if args.out is not None:  # a job's folder: one trace would write nothing there, and say nothing
         raise InputError(None, "is a job's folder (heatmap.png, job.html; several traces, a folder or a glob): one "
@@ -116,20 +113,33 @@ def _run(args) -> int:
     return 0
 
 
-def _job_page(args) -> None:
-    """A job's --html: the trace page of its straggler rank (else its first), with the job's cross-rank lines
-    (straggler, outliers, slowest step) above it."""
+def _run_job(args) -> int:
+    """A job's traces: the report opens with the findings of its straggler rank (else its first), whose trace is read
+    again whole for them, then the job's cross-rank tables; --json holds both (`findings`, `findings_rank`), --html
+    is that rank's trace page with the job's cross-rank lines above it."""
+    check_json(args.json)
+    if args.out is not None:
+        check_dir(args.out)
     job = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                       step_range=args.steps)
     ranks = job.get("ranks") or []
-    if not ranks:
-        return
-    rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0])
-    cfg = load_config(args.config)
-    doc = analyze(rank["file"], cfg, step_range=args.steps, source=args.source)
-    title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
-    page = trace_page(doc, title, job_lines=_findings(job))
-    print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
+    rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
+    doc = analyze(rank["file"], load_config(args.config), step_range=args.steps, source=args.source) if rank else None
+    if doc is not None:
+        wide_console().print(f"[bold]rank {rank['rank']}"
+                             + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")
+                             + f"'s findings[/] ({shown(Path(rank['file']))}):")
+        print_findings(wide_console(), doc)
+        job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
+    print_ranks(job)
+    write_json(args.json, job)
+    if args.out is not None:
+        write_job_files(args.out, job)
+    if args.html and doc is not None:
+        title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
+        page = trace_page(doc, title, job_lines=_findings(job))
+        print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

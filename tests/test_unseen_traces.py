@@ -130,3 +130,16 @@ def test_a_byte_order_mark_and_events_without_a_category(tmp_path, capsys):
     capsys.readouterr()
     assert trace_cli.main([str(other)]) == 0
     assert "skipped 5 complete events without a category (cat)" in capsys.readouterr().out
+
+
+def test_a_jobs_report_opens_with_its_straggler_ranks_findings(tmp_path, capsys):
+    """`trace RANK0 RANK1`: the findings of the straggler rank first (its id in the JSON, `findings_rank`), then the
+    job's cross-rank tables."""
+    out = tmp_path / "job.json"
+    ranks = [str(TRACES / f"a100_torchrec_rank{i}.json.gz") for i in (0, 1)]
+    assert trace_cli.main(ranks + ["--readers", "0", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["findings_rank"] == doc["straggler_rank"] and doc["findings"]
+    assert text.index(f"rank {doc['straggler_rank']} (the straggler)'s findings") < text.index("straggler: rank")
+    assert text.index("1. " + doc["findings"][0]["id"]) < text.index("straggler: rank")  # the job's lines after
