@@ -265,8 +265,8 @@ def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config
 def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     """A CPU decomposition: the CPU is the device, its operators the activities; the rules that read GPU idle time
     are not checked, each with its reason (findings.toml `cpu_why`), and a model this small (a few kFLOP of matrix
-    work: less than a microsecond to save at any CPU rate) has no finding; report.html is the trace page over that
-    trace, with the host breakdown per step."""
+    work: less than a microsecond to save at any CPU rate) has no finding; report.html is the CPU's page, with the
+    host breakdown per step of its trace."""
     from microbench import decompose_step
 
     doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
@@ -287,7 +287,7 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
         {rules[r].get("cpu_why", r) for r in cpu_rules})
     page = (tmp_path / "report.html").read_text()
-    assert "<h2>step breakdown</h2>" in page and page.count("<svg") == 1 and "cpu_exec" in page
+    assert "<h2>step breakdown</h2>" in page and "<svg" in page and "cpu_exec" in page and "CPU summary" in page
     saved = json.loads((tmp_path / "decomposition.json").read_text())
     assert saved["files"]["report_html"].endswith("report.html")
     (st,) = saved["trace_analysis"]["steps"]
@@ -605,6 +605,10 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     assert spec | {"threads": 0} == {"model": "tests.findings_models:digits_loader", "batch": 8, "dtype": "bf16",
                                      "num_workers": None, "threads": 0, "timed_steps": 3, "config": None}
     assert not any("stay so in a process" in note for note in doc["notes"])
+    # a CPU decomposition's page is the CPU's: no GPU summary, no GPU-side integrity notes beside its findings
+    page = (tmp_path / "a" / "report.html").read_text()
+    assert "CPU summary" in page and "layers, their FLOPs and the ceilings" in page and "<svg" in page
+    assert "GPU summary" not in page and "no GPU kernel events" not in page
     # the fix measured no faster: checked, and said to be under the threshold (the step's flag is not left open)
     (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "allocator"]
     assert below["saving_us"]["expected"] == 0.0

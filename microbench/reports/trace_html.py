@@ -218,5 +218,82 @@ def decompose_page(doc: dict) -> str:
     tdoc = {"file": (doc.get("files") or {}).get("trace", "trace.json.gz"), "annotations": [], **t,
             **{k: doc[k] for k in doc if k.startswith("findings")}}
     run = doc.get("run") or {}
-    return trace_page(tdoc, f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} "
-                            f"{run.get('dtype', '')} on {run.get('device', '?')}")
+    title = (f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} {run.get('dtype', '')} on "
+             f"{run.get('device', '?')}")
+    if (doc.get("hardware") or {}).get("kind") == "cpu":
+        return cpu_decompose_page(doc, tdoc, title)
+    return trace_page(tdoc, title)
+
+
+def cpu_decompose_page(doc: dict, tdoc: dict, title: str) -> str:
+    """A CPU decomposition's page: the CPU is the device and its operators its work, so the GPU sections of a trace
+    page (kernels, Tensor Cores, the trace's operators without shapes, communication) give way to the
+    decomposition's own: its summary, time by class, the layers with their FLOPs on the CPU's roofline, and its
+    notes and flags (the trace's GPU-side integrity notes do not apply)."""
+    s = doc["summary"]
+    sections = [("findings", findings_html(tdoc)), ("CPU summary", _cpu_summary_html(doc)),
+                ("step breakdown", steps_html(tdoc)), ("time by class", _cpu_classes_html(s)),
+                ("layers, their FLOPs and the ceilings", _cpu_layers_html(doc)),
+                ("notes and flags", notes_html(list(s.get("step_flags") or []) + list(doc.get("notes") or []))
+                 or "<p>none</p>")]
+    body = f"<style>{_CSS}</style>" + "\n".join(f"<h2>{esc(h)}</h2>\n{b}" for h, b in sections)
+    return page(title, body)
+
+
+def _cpu_summary_html(doc: dict) -> str:
+    s, hw = doc["summary"], doc.get("hardware") or {}
+    threads = (hw.get("extra") or {}).get("torch_threads")
+    rows = [("device", f"{hw.get('name') or 'CPU'}, {hw.get('units', '?')} cores"
+                       + (f", {threads} torch thread(s)" if threads else "")),
+            ("step time ms (median, without the profiler)", _num(s.get("step_time_ms"), ",.2f")),
+            ("profiled step ms (with the profiler's cost)", _num(s.get("profiled_step_ms"), ",.2f")),
+            ("GFLOP per step", _num((s.get("flops_per_step") or 0) / 1e9, ",.3f")),
+            ("achieved TFLOP/s", _num(s.get("achieved_tflops"), ".3g")),
+            ("matrix-unit share of operator time", _pct(s.get("tensor_core_time_share"))),
+            ("GEMM/conv ms (at the ceilings)", f"{_num(s.get('gemm_time_ms'), ',.2f')} "
+                                               f"({_num(s.get('gemm_time_at_ceiling_ms'), ',.2f')})")]
+    return table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows])
+
+
+def _cpu_classes_html(s: dict) -> str:
+    by = s.get("time_by_class_ms") or {}
+    share = s.get("share_by_class") or {}
+    return table([("class", "left"), ("ms per step", "right"), ("share", "right")],
+                 [([c, _num(ms, ",.2f"), _pct(share.get(c))], None) for c, ms in by.items()])
+
+
+def _cpu_layers_html(doc: dict) -> str:
+    layers = sorted(doc.get("layers") or [], key=lambda x: -(x.get("time_ms") or 0.0))[:TOP]
+    cols = [("layer", "left"), ("phase", "left"), ("dtype", "left"), ("ms", "right"), ("GFLOP", "right"),
+            ("TFLOP/s", "right"), ("% of ceiling", "right"), ("matrix unit", "left")]
+    rows = [([x["name"], x["phase"], x.get("dtype") or "?", _num(x.get("time_ms"), ",.2f"),
+              _num((x.get("flops") or 0) / 1e9, ",.3f"), _num(x.get("tflops"), ".3g"), _num(x.get("pct_of_ceiling")),
+              x.get("tensor_cores") or "-"], None) for x in layers]
+    fig = _cpu_roofline_figure(doc, layers)
+    if fig is None:
+        return table(cols, rows)
+    try:
+        return f'<figure class="chart">{svg_of(fig)}</figure>' + table(cols, rows)
+    finally:
+        pyplot().close(fig)
+
+
+def _cpu_roofline_figure(doc: dict, layers: list[dict]):
+    """The layers with FLOPs at their arithmetic intensity and achieved rate, under the CPU's compute ceilings."""
+    pts = [x for x in layers if x.get("flops") and x.get("intensity") and x.get("tflops")]
+    if not pts:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for c in doc.get("ceilings") or []:
+        if c.get("kind") == "compute" and c.get("value"):
+            ax.axhline(c["value"], linestyle="--", linewidth=1, label=f"{c['name']} {c['value']:.3g} TFLOP/s")
+    ax.scatter([x["intensity"] for x in pts], [x["tflops"] for x in pts], label="layers", zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity, FLOP / byte")
+    ax.set_ylabel("achieved TFLOP/s (the layer's FLOPs / its operator time)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig
