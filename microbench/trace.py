@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "record it): each replayed kernel is attributed to the operator that captured it")
     ap.add_argument("--source", default=None, metavar="DEVICE",
                     help="the chip the trace ran on, where the trace does not name it (a bench.toml [devices] key or "
-                         "name): the findings' predictions need its rates")
+                         "name): its datasheet for every figure (MFU, %% of peak, the findings' predictions)")
     add_job_arguments(ap)
     return ap
 

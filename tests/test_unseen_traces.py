@@ -143,3 +143,17 @@ def test_a_jobs_report_opens_with_its_straggler_ranks_findings(tmp_path, capsys)
     assert doc["findings_rank"] == doc["straggler_rank"] and doc["findings"]
     assert text.index(f"rank {doc['straggler_rank']} (the straggler)'s findings") < text.index("straggler: rank")
     assert text.index("1. " + doc["findings"][0]["id"]) < text.index("straggler: rank")  # the job's lines after
+
+
+def test_source_names_the_chip_for_the_whole_report(tmp_path):
+    """`trace --source` on a trace that names no device (the TorchRec rank): the chip's datasheet for every figure,
+    MFU and % of peak included, not only for the findings; the integrity note keeps what the trace itself lacks."""
+    out = tmp_path / "r.json"
+    assert trace_cli.main([str(TRACES / "a100_torchrec_rank0.json.gz"), "--source", "a100_sxm4_80gb",
+                           "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    (dev,) = doc["devices"]
+    assert dev["datasheet"]["entry"] == "a100_sxm4_80gb" and "given by --source" in dev["datasheet"]["note"]
+    assert doc["mfu"]["mfu"] is not None and 0 < doc["mfu"]["mfu"] < 1
+    assert not any("MFU" in str(m.get("unreliable")) for m in doc["integrity"]["missing"]
+                   if m.get("what") == "device properties")

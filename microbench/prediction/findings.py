@@ -791,5 +791,5 @@ def with_findings(doc: dict, result: dict) -> dict:
 def analyze(path, cfg=None, step_range: str | None = None, measured: dict | None = None, graph_capture=None,
             source: str | None = None) -> dict:
     """timeline.analysis.analyze with the findings (the trace command's and the API's document)."""
-    ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture)
+    ta = TraceAnalysis.of(path, cfg, step_range, measured, graph_capture, source)
     return with_findings(ta.document(), findings_of(ta, cfg, source))

@@ -108,19 +108,20 @@ class TraceAnalysis(Tables):
     itself is built on the rule's verdicts: the counters' verdict needs its FLOPs."""
 
     def __init__(self, tl: Timeline, cfg=None, step_range: str | None = None, measured: dict | None = None,
-                 graph_capture: str | Path | None = None, path: str | Path | None = None):
+                 graph_capture: str | Path | None = None, path: str | Path | None = None, source: str | None = None):
         self.tl, self.cfg, self.step_range = tl, cfg, step_range
         self.measured, self.graph_capture = measured or {}, graph_capture
         self.path = str(path if path is not None else tl.source)
+        self.source = source  # the chip the trace ran on, given by the user (--source): its datasheet entry
 
     @classmethod
     def of(cls, path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
-           graph_capture: str | Path | None = None) -> "TraceAnalysis":
-        return cls(read_trace(path), cfg, step_range, measured, graph_capture, path)
+           graph_capture: str | Path | None = None, source: str | None = None) -> "TraceAnalysis":
+        return cls(read_trace(path), cfg, step_range, measured, graph_capture, path, source)
 
     @cached_property
     def devices(self) -> list[dict]:
-        return device_entries(self.tl, self.cfg)
+        return device_entries(self.tl, self.cfg, self.source)
 
     @cached_property
     def peaks(self) -> dict[str, float]:
@@ -387,9 +388,19 @@ def _datasheet(name: str, cfg) -> dict:
             "memory_tbs": entry.memory_tbs, "note": note}
 
 
-def device_entries(tl: Timeline, cfg=None) -> list[dict]:
+def _given(source: str, cfg, name: str) -> dict:
+    """The datasheet entry the user named (--source), for a device whatever the trace calls it."""
+    from microbench.prediction.chips import find_entry
+
+    entry = find_entry(source, cfg.devices, "--source")
+    named = f"; the trace names it {name!r}" if name else "; the trace names no device"
+    return {"entry": entry.key, "name": entry.name, "peaks_tflops": dict(entry.peaks_tflops),
+            "memory_tbs": entry.memory_tbs, "note": f"given by --source {source}{named}"}
+
+
+def device_entries(tl: Timeline, cfg=None, source: str | None = None) -> list[dict]:
     """The devices kernels ran on (else the first the trace describes), with the trace's properties and the
-    matching datasheet entry where `cfg` is given."""
+    matching datasheet entry where `cfg` is given (the one `source` names, where given)."""
     used = metrics.devices_with_kernels(tl)
     props, mapped = _properties_by_device(tl, used)
     out = []
@@ -408,7 +419,9 @@ def device_entries(tl: Timeline, cfg=None) -> list[dict]:
         for src, dst in (("numSms", "sms"), ("totalGlobalMem", "memory_bytes")):
             if src in p:
                 entry[dst] = p[src]
-        if name and cfg is not None:
+        if source is not None and cfg is not None:
+            entry["datasheet"] = _given(source, cfg, name)
+        elif name and cfg is not None:
             entry["datasheet"] = _datasheet(name, cfg)
         elif not name:
             entry["datasheet"] = {"entry": None, "note": _unnamed(dev, p)}
@@ -424,7 +437,7 @@ def _unnamed(dev: int, props: dict) -> str:
         return f"the trace names no device {dev} (no deviceProperties entry): no datasheet peaks"
     what = ", ".join(f"{k} {props[k]}" for k in ("computeMajor", "computeMinor", "numSms") if k in props)
     return (f"device {dev}'s deviceProperties entry has no name ({what}): no datasheet entry is guessed from those; "
-            "no datasheet peaks (predict: give --source DEVICE)")
+            "no datasheet peaks (give --source DEVICE)")
 
 
 def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict], dict[int, int]]:

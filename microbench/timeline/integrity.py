@@ -62,6 +62,10 @@ def _devices(devices: list[dict]) -> list[dict]:
     for d in devices:
         ds = d.get("datasheet") or {}
         if not d.get("name"):
+            if ds.get("entry"):  # the user named the chip (--source): its peaks stand; the eligibility check needs
+                out.append(_entry("device properties", f"device {d['id']} is not named in the trace; its datasheet "
+                                  f"is {ds['note'].removeprefix('given by ')}", [ELIGIBILITY]))  # the trace's properties
+                continue
             out.append(_entry("device properties", ds.get("note") or f"device {d['id']} is not named in the trace",
                               [MFU, PEAKS, ELIGIBILITY]))
         elif "datasheet" in d and not ds.get("entry"):
