@@ -30,7 +30,7 @@ def kernel_signature_name(name: str) -> str:
 
 
 # `at::native::`, `(anonymous namespace)::`, `c10::`: qualifiers say where a name lives, not which kernel it is
-_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|[A-Za-z_]\w*)::(?!\{)")
+_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|(?<!\w)[A-Za-z_]\w*)::(?!\{)")
 ELLIPSIS = "…"
 _CONTEXT = 4  # characters kept before the place two names differ, so the cut reads as part of a word
 
