@@ -157,3 +157,17 @@ def test_source_names_the_chip_for_the_whole_report(tmp_path):
     assert doc["mfu"]["mfu"] is not None and 0 < doc["mfu"]["mfu"] < 1
     assert not any("MFU" in str(m.get("unreliable")) for m in doc["integrity"]["missing"]
                    if m.get("what") == "device properties")
+
+
+def test_a_rocprofv3_record_that_ends_before_it_starts_is_said(tmp_path):
+    from microbench.timeline.analysis import read_trace
+
+    doc = json.loads(gzip.open(TRACES / "mi350x_rocprofv3.json.gz").read())
+    (proc,) = doc["rocprofiler-sdk-tool"] if isinstance(doc["rocprofiler-sdk-tool"], list) else [doc["rocprofiler-sdk-tool"]]
+    rec = proc["buffer_records"]["kernel_dispatch"][0]
+    rec["end_timestamp"] = rec["start_timestamp"] - 1000
+    path = tmp_path / "roc.json"
+    path.write_text(json.dumps(doc))
+    tl = read_trace(path)
+    assert tl.skipped == {"durations of rocprofv3 kernel_dispatch records that end before they start (each record "
+                          "kept, at 0 us)": 1}

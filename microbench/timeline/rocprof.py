@@ -143,20 +143,28 @@ def _records(path: Path, proc: _Process, kind: str) -> list[_Record]:
         raise InputError(path, f"{TOOL_KEY}.buffer_records.{kind}: {e}") from None
 
 
+def _dur_us(b: TimelineBuilder, r, kind: str) -> float:
+    """A record's duration; one that ends before it starts (a clock or buffer fault) is kept at 0 us and counted in
+    the reader's skip notes, so that its time is known to be missing."""
+    if r.end_timestamp < r.start_timestamp:
+        b.skip(f"durations of rocprofv3 {kind} records that end before they start (each record kept, at 0 us)")
+        return 0.0
+    return (r.end_timestamp - r.start_timestamp) / NS_PER_US
+
+
 def _add_process(path: Path, b: TimelineBuilder, proc: _Process) -> None:
     devices = _devices(b, proc)
     names = {s.kernel_id: s.formatted_kernel_name or s.kernel_name.removesuffix(".kd") for s in proc.kernel_symbols}
     ops = {k.kind: k.operations for k in proc.strings.buffer_records}
     for r in _records(path, proc, "kernel_dispatch"):
         d = r.dispatch_info or _Dispatch()
-        ts = r.start_timestamp / NS_PER_US
-        dur = max(r.end_timestamp - r.start_timestamp, 0) / NS_PER_US
+        ts, dur = r.start_timestamp / NS_PER_US, _dur_us(b, r, "kernel_dispatch")
         b.cover(ts, ts + dur)
         b.add_activity(names.get(d.kernel_id, f"kernel {d.kernel_id}"), ts, dur, devices.get(d.agent_id.handle, 0),
                      r.stream_id.handle or d.queue_id.handle, r.correlation_id.internal, NO_ID, KERNEL)
     copies = ops.get("MEMORY_COPY", [])
     for r in _records(path, proc, "memory_copy"):
-        ts, dur = r.start_timestamp / NS_PER_US, max(r.end_timestamp - r.start_timestamp, 0) / NS_PER_US
+        ts, dur = r.start_timestamp / NS_PER_US, _dur_us(b, r, "memory_copy")
         b.cover(ts, ts + dur)
         op = copies[r.operation] if 0 <= r.operation < len(copies) else str(r.operation)
         dev = devices.get(r.dst_agent_id.handle, devices.get(r.src_agent_id.handle, 0))
@@ -164,7 +172,7 @@ def _add_process(path: Path, b: TimelineBuilder, proc: _Process) -> None:
     hip = ops.get("HIP_RUNTIME_API", [])
     pid = b.process(proc.metadata.pid)
     for r in _records(path, proc, "hip_api"):
-        ts, dur = r.start_timestamp / NS_PER_US, max(r.end_timestamp - r.start_timestamp, 0) / NS_PER_US
+        ts, dur = r.start_timestamp / NS_PER_US, _dur_us(b, r, "hip_api")
         b.cover(ts, ts + dur)
         name = hip[r.operation] if 0 <= r.operation < len(hip) else f"hip {r.operation}"
         b.add_launch(name, ts, dur, pid, b.thread(pid, r.thread_id), r.correlation_id.internal)
