@@ -717,3 +717,12 @@ def test_the_host_side_findings_trace_their_figures_back_to_the_breakdown(capsys
     b = st["breakdown_us"]
     assert said_sync == pytest.approx(sync, abs=1)
     assert runtime + cpu_ops + said_sync == pytest.approx(b["runtime"] + b["cpu_exec"], abs=2)
+
+
+def test_steps_that_launched_no_gpu_work_stop_the_step_rules_with_that_reason():
+    """The Triton example's one ProfilerStep holds no kernel (13 s of host work, its kernel after it): the rules that
+    split a step's GPU time are not checked, saying why, rather than checked at 0 us."""
+    doc = F.analyze(TRACES / "a100_triton_example.json.gz", load_config())
+    why = {n["id"]: n["why"] for n in doc["findings_not_checked"]}
+    assert why["launch_bound"].startswith("the one step launched no GPU work") and why["host_bound"] == why["launch_bound"]
+    assert not doc["findings"] and not doc["findings_below_threshold"]

@@ -121,6 +121,10 @@ class Facts:
         out = {}
         if not self.steps:
             out["steps"] = NEEDS_WHY["steps"]
+        elif not any(st.get("kernel_count") for st in self.steps):
+            n = len(self.steps)
+            out["steps"] = (f"{f'the {n} steps' if n > 1 else 'the one step'} launched no GPU work (its kernels ran outside "
+                            "every step range): nothing of a step's GPU time to split")
         if not len(tl.launches):
             out["launches"] = NEEDS_WHY["launches"]
         if not self.ta.work_model.calls:
