@@ -11,6 +11,7 @@ from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, write_file
 from microbench.reports import inspect_compare as I, trace_compare as T
+from microbench.reports.cells import kept_in
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
 
 
@@ -54,7 +55,8 @@ def _run(args) -> int:
         return 0
     traces = T.load_trace_reports(paths)
     cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
-    (T.print_trace_compare if traces else print_compare)(cmp)
+    # a column a narrow terminal leaves out is in the files this run writes: named, else the options that write them
+    (T.print_trace_compare if traces else print_compare)(cmp, kept_in=kept_in(args.json, args.html, what="comparison"))
     if args.html:
         page = (T.trace_compare_html if traces else compare_html)(cmp)
         print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)

@@ -13,10 +13,11 @@ from microbench.core.datasheet import ceilings_file
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, write_file
-from microbench.prediction.chips import find_entry
+from microbench.core.datasheet import find_entry
 from microbench.prediction.from_ops import from_model
 from microbench.prediction.from_trace import fabrics, from_trace
 from microbench.prediction.model import Scenario
+from microbench.reports.cells import kept_in
 from microbench.reports.prediction_report import prediction_html, print_prediction
 
 WHAT_IF_DTYPES = ("bf16", "fp16")
@@ -96,7 +97,7 @@ def _run(args) -> int:
         if path:
             check_file(path, opt)
     doc = _predict(args, load_config(args.config))
-    print_prediction(doc)
+    print_prediction(doc, kept_in=kept_in(args.json, args.html, what="prediction"))
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
     if args.html:

@@ -20,6 +20,7 @@ from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_dir, check_file, write_file
+from microbench.reports.cells import kept_in
 from microbench.reports.trace_report import print_trace_report
 from microbench.prediction.findings import analyze
 from microbench.communication.job import analyze_job
@@ -105,7 +106,7 @@ def _run(args) -> int:
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
     print_findings(wide_console(), doc)  # the report opens with its findings
-    print_trace_report(doc, top=args.top)
+    print_trace_report(doc, top=args.top, kept_in=kept_in(args.json, args.html))
     if args.json:
         print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
     if args.html:

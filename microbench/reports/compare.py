@@ -21,6 +21,7 @@ from microbench.core.errors import InputError
 from microbench.core.files import exists, is_folder
 from microbench.core.fingerprint import read_benchmark_block
 from microbench.reports import html as H
+from microbench.reports.cells import kept_in as kept_in_text
 from microbench.reports.cells import or_dash as _f
 from microbench.reports.figures import pyplot
 from microbench.reports.html import fingerprint_text
@@ -401,7 +402,7 @@ COMPARE_LEGEND = ("time ms: median (p20-p80); ~ noisy, ! flagged. % meas/ds: % o
                   "fast); same: same within noise (the p20-p80 spreads overlap); noise: a noisy row, no ratio")
 
 
-def print_compare(cmp: dict, console=None) -> None:
+def print_compare(cmp: dict, console=None, kept_in: str = kept_in_text(what="comparison")) -> None:
     from rich.markup import escape
 
     from microbench.reports.report import rich_table, wide_console
@@ -420,7 +421,7 @@ def print_compare(cmp: dict, console=None) -> None:
         drop += [f"[{i + 1}] vs base" for i in range(n)]
     styled = [(cells, "red" if "missing" in cls else None) for (cells, _), cls in zip(rows, classes)]
     console.print(rich_table(columns, styled, width=console.width, drop_order=drop,
-                             title=COMPARE_LEGEND, kept_in="the results files compared and the HTML page (--html OUT)"))
+                             title=COMPARE_LEGEND, kept_in=f"the results files compared, {kept_in}"))
     for n in cmp["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
 

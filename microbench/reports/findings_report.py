@@ -4,6 +4,7 @@ one line per reason, with the findings it stops."""
 from __future__ import annotations
 
 from microbench.core.kernel_names import distinct_labels
+from microbench.reports.cells import fit_columns
 
 def saving_text(s: dict, per: str) -> str:
     return f"saves {s['expected']:,.0f} us per {per} (range {s['low']:,.0f} - {s['high']:,.0f})"
@@ -53,14 +54,10 @@ def below_line(doc: dict) -> str | None:
     if not below:
         return None
     per = doc.get("findings_per", "step")
-    return (f"checked, under the {_min_share():.0%} of the {per} a finding needs ({len(below)}): "
+    share = doc.get("findings_min_saving_share", 0.02)
+    return (f"checked, under the {share:.0%} of the {per} a finding needs ({len(below)}): "
             + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" for b in below))
 
-
-def _min_share() -> float:
-    from microbench.prediction.findings import threshold
-
-    return threshold("min_saving_share")
 
 
 DEVICE_WORDS = {"cpu": "a CPU", "gpu": "a GPU"}
@@ -101,9 +98,10 @@ def print_findings(console, doc: dict) -> None:
 BREAKDOWN_COLUMNS = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
 
 
-def print_step_breakdown(console, doc: dict, kept_in: str) -> None:
+def print_step_breakdown(console, doc: dict, kept_in: str, left=None) -> None:
     """Per step, the TensorBoard plugin's categories (adding up to the step) and the GPU idle time spent in a
-    synchronize, apart (docs/findings.md, "Where idle time comes from")."""
+    synchronize, apart (docs/findings.md, "Where idle time comes from"). `left`: the report's cells.LeftOut, which
+    says the columns a narrow terminal left out once under the report (else this table says its own)."""
     from microbench.reports.report import rich_table
 
     steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
@@ -113,8 +111,12 @@ def print_step_breakdown(console, doc: dict, kept_in: str) -> None:
            [("idle in sync", "right")]
     rows = [([st["name"], f"{st['breakdown_span_us']:,.1f}"] + [f"{st['breakdown_us'][c]:,.1f}" for c in BREAKDOWN_COLUMNS]
              + [f"{st['idle_by_host_us']['sync']:,.1f}"], None) for st in steps]
-    console.print(rich_table(cols, rows, width=console.width, kept_in=kept_in,
-                             drop_order=("idle in sync", "memset", "memcpy"),
+    order = ("idle in sync", "memset", "memcpy")
+    if left is not None:
+        fit = left.add("step breakdown", fit_columns(cols, rows, console.width, order))
+        cols, rows = fit.columns, fit.rows
+    console.print(rich_table(cols, rows, width=None if left is not None else console.width, kept_in=kept_in,
+                             drop_order=order,
                              title="step time by what ran (us; each instant to the first active: GPU kernel, "
                                    "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
                                    "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)"))

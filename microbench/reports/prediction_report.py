@@ -3,8 +3,13 @@ class, the totals with their range and dominant assumption, the kernels not plac
 same tables."""
 from __future__ import annotations
 
-from microbench.reports.cells import or_dash
+from microbench.core.kernel_names import distinct_labels
+from microbench.reports.cells import KERNEL_WIDTH, LeftOut, fit_columns, kept_in as kept_in_text, or_dash
 from microbench.reports.html import esc, notes_html, page, table
+
+KEPT_IN = kept_in_text(what="prediction")
+# The kernel table's columns a narrow terminal drops first: the kernel's label and its two times stay.
+KERNEL_DROP_ORDER = ("calls", "class")
 
 
 def _us(v) -> str:
@@ -52,8 +57,23 @@ def headline(doc: dict) -> list[str]:
     return lines
 
 
-def tables(doc: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]]:
-    """(title, columns, rows) of each table of the report."""
+COPY_CLASSES = ("copies", "memcpy")  # a copy's name (`Memcpy DtoH (Device -> Pinned)`) is no C++ signature
+
+
+def _html_names(rows: list[dict]) -> list[str]:
+    return [r["kernel"][:90] for r in rows]
+
+
+def terminal_labels(rows: list[dict]) -> list[str]:
+    """Kernel names as the trace report labels them (no `void`, namespaces or parameter list, look-alikes
+    apart); a copy keeps its name, whose parentheses say its direction and memory."""
+    kernels = [r["kernel"] for r in rows if r["class"] not in COPY_CLASSES]
+    labels = iter(distinct_labels(kernels, KERNEL_WIDTH))
+    return [r["kernel"] if r["class"] in COPY_CLASSES else next(labels) for r in rows]
+
+
+def tables(doc: dict, labels=_html_names) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]]:
+    """(title, columns, rows) of each table of the report; `labels`: kernel rows -> the kernel column's cells."""
     s_dev, t_dev = doc["source"]["device"], doc["target"]["device"]
     cls = ("by class (us)", [("class", "left"), ("kernels", "right"), (f"source {s_dev}", "right"),
                              (f"target {t_dev}", "right"), ("target / source", "right")],
@@ -64,8 +84,8 @@ def tables(doc: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
            [[a["name"], a["what"], _us(a["busy_us"]), f"{a['delta_us']:+,.1f}"] for a in doc["range"]["assumptions"]])
     top = ("top kernels by source time", [("kernel", "left"), ("class", "left"), ("calls", "right"),
                                           ("source us", "right"), ("target us", "right")],
-           [[k["kernel"][:90], k["class"], str(k["calls"]), _us(k["source_us"]), _us(k["target_us"])]
-            for k in doc["kernels"]])
+           [[label, k["class"], str(k["calls"]), _us(k["source_us"]), _us(k["target_us"])]
+            for k, label in zip(doc["kernels"], labels(doc["kernels"]))])
     ops = ("modelled operators (their kernels' time)", [("op", "left"), ("kernels", "right"), ("source us", "right"),
                                                           ("target us", "right")],
            [[o["op"], str(o["kernels"]), _us(o["source_us"]), _us(o["target_us"])] for o in doc.get("ops", [])])
@@ -78,28 +98,37 @@ def tables(doc: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
     if doc.get("unplaced"):
         out.append(("not placed (kept at the source's time)", [("kernel", "left"), ("why", "left"),
                                                                 ("calls", "right"), ("time us", "right")],
-                    [[u["kernel"][:90], u["why"], str(u["calls"]), _us(u["time_us"])] for u in doc["unplaced"]]))
+                    [[label, u["why"], str(u["calls"]), _us(u["time_us"])]
+                     for u, label in zip(doc["unplaced"], labels(doc["unplaced"]))]))
     return out
 
 
-def print_prediction(doc: dict, console=None) -> None:
+def print_prediction(doc: dict, console=None, kept_in: str = KEPT_IN) -> None:
+    """The report; `kept_in`: where the columns a narrow terminal leaves out are (the files the command wrote)."""
     from rich.markup import escape
     from rich.table import Table
 
-    from microbench.reports.report import wide_console
+    from microbench.reports.report import rich_table, wide_console
 
     console = console or wide_console()
     for line in headline(doc):
         console.print(escape(line))
-    for title, cols, rows in tables(doc):
+    left = LeftOut(kept_in)
+    for title, cols, rows in tables(doc, terminal_labels):
+        if cols[0][0] == "kernel" and cols[1][0] == "class":  # labels never wrap: the table drops columns instead
+            fit = left.add("top kernels", fit_columns(cols, [(r, None) for r in rows], console.width, KERNEL_DROP_ORDER))
+            console.print(rich_table(fit.columns, fit.rows, title=title))
+            continue
         t = Table(title=title, header_style="bold")
         for c, j in cols:
-            t.add_column(c, justify=j)
+            t.add_column(c, justify=j, no_wrap=c == "kernel")
         for r in rows:
             t.add_row(*[escape(x) for x in r])
         console.print(t)
     for n in doc.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(n)}")
+    if line := left.line():
+        console.print(f"[dim]{escape(line)}[/]")
 
 
 def prediction_html(doc: dict) -> str:

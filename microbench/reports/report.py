@@ -17,6 +17,7 @@ from microbench.core.fingerprint import fingerprint_line
 from microbench.core.results import rows_of
 from microbench.core.stats import spreads_overlap
 from microbench.core.verdict import is_above_roof, is_noisy, untrusted_word
+from microbench.reports.cells import fit_columns
 from microbench.reports.cells import or_dash as _fmt
 from microbench.reports.figures import pyplot
 
@@ -144,22 +145,16 @@ def rich_table(columns, rows, title: str | None = None, width: int | None = None
     from rich.console import Group
     from rich.text import Text
 
-    t = _table(columns, rows)
-    dropped = []
-    for name in drop_order if width else ():
-        if _natural_width(t) <= width:
-            break
-        j = next((k for k, c in enumerate(columns) if c[0] == name), None)
-        if j is None:
-            continue
-        columns = columns[:j] + columns[j + 1:]
-        rows = [(cells[:j] + cells[j + 1:], style) for cells, style in rows]
-        dropped.append(name)
-        t = _table(columns, rows)
+    fit = fit_columns(columns, rows, width, drop_order)  # the one rule of what a narrow table keeps (cells.py)
+    t = _table(fit.columns, fit.rows)
     parts = ([Text(title, style="bold")] if title else []) + [t]
-    if dropped:  # a caption wider than the columns would squeeze them too
-        parts.append(Text(f"narrow terminal: columns {', '.join(dropped)} are in {kept_in}",
-                          style="dim"))
+    said = []
+    if fit.dropped:  # a caption wider than the columns would squeeze them too
+        said.append(f"columns {', '.join(fit.dropped)} are in {kept_in}")
+    if fit.empty:
+        said.append(f"columns with no value in any row left out: {', '.join(fit.empty)}")
+    if said:
+        parts.append(Text("narrow terminal: " + "; ".join(said), style="dim"))
     return Group(*parts) if len(parts) > 1 else t
 
 

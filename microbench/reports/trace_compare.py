@@ -9,11 +9,15 @@ from pathlib import Path
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json, number, of_type, text
 from microbench.reports import html as H
+from microbench.reports.cells import LeftOut, fit_columns, kept_in
 from microbench.reports.cells import or_dash as _f
 from microbench.reports.compare import unique_labels
 from microbench.reports.figures import pyplot
 
 SCHEMA = "dawnscope.trace_compare/1"
+# Where a column a narrow terminal drops is: compare writes the comparison's JSON and HTML page when asked.
+KEPT_IN = kept_in(what="comparison")
+TABLE_NAMES = ("classes", "operators", "GPU time")  # tables()'s, in the one line of what narrow tables left out
 TRACE_SCHEMA = "dawnscope.trace/1"
 GPU_FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
 # What a person reads for each key of the trace report's GPU time (the HTML glossary gives the key beside it).
@@ -143,7 +147,8 @@ def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
     per = []
     for i, _ in enumerate(labels):
         t = f"[{i + 1}]"
-        per += [(f"{t} time us", "right"), (f"{t} share %", "right"), (f"{t} TFLOP/s", "right"), (f"{t} vs base", "right")]
+        # "[1] us", as the GPU time table's: a narrow terminal then has room for two machines' times
+        per += [(f"{t} us", "right"), (f"{t} share %", "right"), (f"{t} TFLOP/s", "right"), (f"{t} vs base", "right")]
     names = cmp.get("class_labels") or {}
     cls = [[names.get(r["class"], r["class"])] + _cells_for(r["cells"], labels) for r in cmp["classes"]]
     ops = [[r["op"], r["shape"], r["dtype"]] + _cells_for(r["cells"], labels) for r in cmp["ops"]]
@@ -165,7 +170,8 @@ def tables(cmp: dict) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]
             ("GPU time over the whole trace (kernel intervals merged across streams)", gcols, g)]
 
 
-def print_trace_compare(cmp: dict, console=None) -> None:
+def print_trace_compare(cmp: dict, console=None, kept_in: str = KEPT_IN) -> None:
+    """The comparison's tables; `kept_in`: where the columns a narrow terminal leaves out are (the files written)."""
     from rich.markup import escape
 
     from microbench.reports.report import rich_table, wide_console
@@ -175,20 +181,29 @@ def print_trace_compare(cmp: dict, console=None) -> None:
         base = " (baseline)" if m["label"] == cmp["baseline"] else ""
         console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: kernel time "
                       f"{m['kernel_time_us']:,.1f} us  [dim]{escape(m['file'])}[/]")
-    for title, cols, rows in tables(cmp):
+    left = LeftOut(kept_in)
+    for (title, cols, rows), name in zip(tables(cmp), TABLE_NAMES):
         # a narrow terminal drops the per-machine numbers least needed first, never the class, op, shape or dtype
-        console.print(rich_table(cols, [(r, None) for r in rows], title=f"{title}; vs base: baseline time / this time",
-                                 width=console.width, drop_order=compare_drop_order(cols),
-                                 kept_in="the HTML page (--html OUT)"))
+        fit = left.add(name, fit_columns(cols, [(r, None) for r in rows], console.width,
+                                         compare_drop_order(cols, _base_index(cmp))))
+        console.print(rich_table(fit.columns, fit.rows, title=f"{title}; vs base: baseline time / this time"))
+    if line := left.line():
+        console.print(f"[dim]{escape(line)}[/]")
 
 
-def compare_drop_order(cols: list[tuple[str, str]]) -> list[str]:
-    """Columns a narrow terminal drops first: every machine's share, then its TFLOP/s, then the baseline's own
-    "vs base" (always 1.00x), then the machines' times (last machine first); the ratios stay longest."""
+def _base_index(cmp: dict) -> int:
+    return next(i for i, m in enumerate(cmp["machines"]) if m["label"] == cmp["baseline"])
+
+
+def compare_drop_order(cols: list[tuple[str, str]], base: int = 0) -> list[str]:
+    """Columns a narrow terminal drops first: the baseline's own "vs base" (always 1.00x), every machine's share,
+    then its TFLOP/s, then the other machines' ratios (last machine first), then the times (last machine first):
+    the times stay longest, since a ratio without them says how much but not of what."""
     names = [c for c, _ in cols]
-    order = [n for n in names if n.endswith("share %")] + [n for n in names if n.endswith("TFLOP/s")]
-    order += names[1:] and [n for n in names if n.startswith("[1]") and n.endswith("vs base")]
-    order += [n for n in reversed(names) if n.endswith(("time us", " us")) and n not in order]
+    order = [n for n in names if n == f"[{base + 1}] vs base"]
+    order += [n for n in names if n.endswith("share %")] + [n for n in names if n.endswith("TFLOP/s")]
+    order += [n for n in reversed(names) if n.endswith("vs base") and n not in order]
+    order += [n for n in reversed(names) if n.endswith(" us") and n not in order]
     return order
 
 

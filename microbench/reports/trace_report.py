@@ -4,7 +4,7 @@ from __future__ import annotations
 from microbench.core.kernel_names import distinct_labels
 from microbench.reports.findings_report import print_step_breakdown
 
-from microbench.reports.cells import or_dash
+from microbench.reports.cells import KERNEL_WIDTH, LeftOut, caption, fit_columns, kept_in, or_dash
 from microbench.reports.cells import or_dash as _num
 
 
@@ -16,11 +16,43 @@ def _short(name: str, width: int = 96) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-# Where a column a narrow terminal drops is kept: the trace command writes only what it is asked for.
-KEPT_IN = "the JSON report (--json OUT) and the HTML page (--html OUT)"
-KERNEL_WIDTH = 48  # the kernel column's characters: the rest of a name is in the JSON and the HTML page
+# Where a column a narrow terminal drops is kept: the trace command writes only what it is asked for (the
+# command passes the files it writes: kept_in(json=..., html=...)).
+KEPT_IN = kept_in()
 # Columns a narrow terminal drops first: the kernel, its time and share, TC and TFLOP/s stay.
 KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "calls", "class", "DRAM GB/s")
+# With hardware counters the counted FLOPs and the evidence are the trace's point: calls and class go first.
+COUNTER_KERNEL_DROP_ORDER = ("calls", "class", "FLOP/B", "DRAM GB/s", "model GFLOP", "evidence", "counted GFLOP")
+# The evidence column's codes (below, from classify.py's rule ids SECTION[INDEX]): what each prefix means, said
+# once under the table for the prefixes it shows.
+EVIDENCE_CODES = {"kernel": "kernel[N] = rule N (from 0) of data/kernel_rules.toml's [[kernel]] name rules",
+                  "structure": "inferred: structure[N] = a [[structure]] rule, read in the name's structure",
+                  "launcher": "inferred: launcher[N] = a [[launcher]] rule, read in the launching operator's name",
+                  "counters": "counters = the hardware counters", "unknown": "unknown = no rule settles it"}
+# The analysis' notes that make the headline's times something else (timeline/analysis.perf_notes words them; a
+# document gives notes no kind): said beside the headline, before the figures, not at the end.
+HEADLINE_CAVEATS = ("not kernel run times", "of this serialized timeline mean nothing")
+
+
+def headline_caveats(doc: dict) -> list[str]:
+    return [n for n in doc["notes"] if n.endswith(HEADLINE_CAVEATS)]
+
+
+def evidence_legend(codes: list[str]) -> str | None:
+    """One line: what the evidence codes shown (`kernel[22]`, `inferred: structure[2]`, `counters`) mean."""
+    seen = {c.removeprefix("inferred: ").split("[")[0] for c in codes}
+    said = [text for prefix, text in EVIDENCE_CODES.items() if prefix in seen]
+    return "evidence: " + "; ".join(said) if said else None
+
+
+def _print_table(console, left: LeftOut, name: str, cols, cells, drop_order, title) -> set[str]:
+    """One table at the console's width (cells.fit_columns decides what it keeps; `left` says it under the
+    report); a title of (column, text) parts names no column it left out. Returns the columns shown."""
+    from microbench.reports.report import rich_table
+
+    fit = left.add(name, fit_columns(cols, cells, console.width, drop_order))
+    console.print(rich_table(fit.columns, fit.rows, title=title if isinstance(title, str) else caption(*title, fit.shown)))
+    return fit.shown
 
 
 def _kernel_cells(doc: dict, top: int):
@@ -48,11 +80,12 @@ def _kernel_cells(doc: dict, top: int):
     return cols, rows
 
 
-def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
+def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KEPT_IN) -> None:
+    """The report; `kept_in`: where the columns a narrow terminal leaves out are (the files the command wrote)."""
     from rich.markup import escape
     from rich.table import Table
 
-    from microbench.reports.report import rich_table, wide_console
+    from microbench.reports.report import wide_console
 
     console = console or wide_console()
     s = doc["summary"]
@@ -74,15 +107,10 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
     if dist:
         console.print("distributed: " + ", ".join(f"{k} {v}" for k, v in dist.items()))
     _print_integrity(console, doc.get("integrity"))
-    console.print(
-        f"{s['kernel_count']} kernels, kernel time {s['kernel_time_us']:,.1f} us; Tensor Core share "
-        f"{_pct(s['tensor_core_share'])} (unknown {_pct(s['tensor_core_unknown_share'])}); communication "
-        f"{_pct(s['comm_share'])} of kernel time; over the GPU span (first to last GPU activity"
-        f"{', summed over devices' if s.get('devices_with_kernels', 1) > 1 else ''}) of {s.get('gpu_span_us', 0.0):,.1f} us: "
-        f"computation {_pct(s.get('computation_share'))}, copies {_pct(s.get('copy_share'))}, exposed communication "
-        f"{_pct(s['exposed_comm_share'])} ({s['exposed_comm_us']:,.1f} us), idle {_pct(s.get('idle_share'))} "
-        f"(busy {_pct(s['gpu_busy_share'])}: the first three); the traced span, CPU events included, is "
-        f"{s['wall_span_us']:,.1f} us")
+    caveats = headline_caveats(doc)
+    console.print(escape(headline(s, bool(caveats))))
+    for n in caveats:  # before the figures it makes something else
+        console.print(f"[bold yellow]warning:[/] {escape(n)}")
 
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
@@ -95,34 +123,53 @@ def print_trace_report(doc: dict, top: int = 15, console=None) -> None:
                   _pct(on_tc[cls] / tm) if on_tc.get(cls) and tm else "-")
     console.print(t)
 
-    console.print(rich_table(*_kernel_cells(doc, top), width=console.width, drop_order=KERNEL_DROP_ORDER,
-                             kept_in=KEPT_IN,
-                             title=f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the "
-                                   "trace has them, else the name rule, else inferred from the name's structure or the launching operator)"))
-    _print_steps(console, doc)
-    print_step_breakdown(console, doc, KEPT_IN)
-    _print_ops(console, doc, top)
+    left = LeftOut(kept_in)
+    cols, cells = _kernel_cells(doc, top)
+    counters = any("counted_flops" in k["params"] for k in doc["kernels"])
+    shown = _print_table(console, left, "top kernels", cols, cells,
+                         COUNTER_KERNEL_DROP_ORDER if counters else KERNEL_DROP_ORDER,
+                         f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has "
+                         "them, else the name rule, else inferred from the name's structure or the launching operator)")
+    if "evidence" in shown and (legend := evidence_legend([c[cols.index(("evidence", "left"))] for c, _ in cells])):
+        console.print(f"[dim]{escape(legend)}[/]")
+    _print_steps(console, left, doc)
+    print_step_breakdown(console, doc, kept_in, left)
+    _print_ops(console, left, doc, top)
     if doc["annotations"]:
-        _print_annotations(console, doc, top)
+        _print_annotations(console, left, doc, top)
     _print_graphs(console, doc, top)
     _print_unknown(console, doc)
     for n in doc["notes"]:
-        console.print(f"[yellow]note:[/] {escape(n)}")
+        if n not in caveats:
+            console.print(f"[yellow]note:[/] {escape(n)}")
+    if line := left.line():
+        console.print(f"[dim]{escape(line)}[/]")
 
 
-def _print_annotations(console, doc: dict, top: int) -> None:
+def headline(s: dict, ranges: bool = False) -> str:
+    """The summary line; `ranges`: the trace's durations are not run times (the warning under it says what)."""
+    caveat = " (the profiler's ranges, not run times: the warning below)" if ranges else ""
+    return (
+        f"{s['kernel_count']} kernels, kernel time {s['kernel_time_us']:,.1f} us{caveat}; Tensor Core share "
+        f"{_pct(s['tensor_core_share'])} (unknown {_pct(s['tensor_core_unknown_share'])}); communication "
+        f"{_pct(s['comm_share'])} of kernel time; over the GPU span (first to last GPU activity"
+        f"{', summed over devices' if s.get('devices_with_kernels', 1) > 1 else ''}) of {s.get('gpu_span_us', 0.0):,.1f} us: "
+        f"computation {_pct(s.get('computation_share'))}, copies {_pct(s.get('copy_share'))}, exposed communication "
+        f"{_pct(s['exposed_comm_share'])} ({s['exposed_comm_us']:,.1f} us), idle {_pct(s.get('idle_share'))} "
+        f"(busy {_pct(s['gpu_busy_share'])}: the first three); the traced span, CPU events included, is "
+        f"{s['wall_span_us']:,.1f} us")
+
+
+def _print_annotations(console, left: LeftOut, doc: dict, top: int) -> None:
     """Time per user annotation: the name is the row's key, never cut; a narrow terminal drops figures first."""
-    from microbench.reports.report import rich_table
-
     cols = [(c, "left" if c == "annotation" else "right")
             for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us")]
     cells = [([_short(a["name"], 60), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
                f"{a['kernel_time_us']:,.1f}", _num(a.get("gpu_annotation_us"), ",.1f")], None)
              for a in doc["annotations"][:top]]
-    console.print(rich_table(cols, cells, width=console.width, kept_in=KEPT_IN,
-                             drop_order=("GPU annotation us", "calls", "wall us", "kernels"),
-                             title="user annotations (record_function ranges; kernels by launch time, any thread)"
-                                   + _unreliable(doc, "annotations")))
+    _print_table(console, left, "annotations", cols, cells, ("GPU annotation us", "calls", "wall us", "kernels"),
+                 "user annotations (record_function ranges; kernels by launch time, any thread)"
+                 + _unreliable(doc, "annotations"))
 
 
 def _unreliable(doc: dict, figure: str) -> str:
@@ -149,14 +196,12 @@ def _print_integrity(console, ig: dict | None) -> None:
                       f"and per-op totals {verdict}")
 
 
-def _print_steps(console, doc: dict) -> None:
+def _print_steps(console, left: LeftOut, doc: dict) -> None:
     """Per step and over the whole trace: the GPU time breakdown (kernel intervals merged across streams) and
     MFU."""
-    from microbench.reports.report import rich_table
-
     g, m = doc["summary"].get("gpu_time") or {}, doc.get("mfu") or {}
     cols = [(c, "left" if c == "step" else "right") for c in (
-        "step", "wall", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
+        "step", "CPU range", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
         "TFLOP/s", "MFU")]
     cells = []
     rows = [(st["name"], st["wall_us"], str(st["kernel_count"]), st) for st in doc["steps"]]
@@ -164,23 +209,28 @@ def _print_steps(console, doc: dict) -> None:
     for key, label in (("before_first_step", "before the first step"), ("outside_steps", "outside the steps")):
         if doc["steps"] and (out.get(key) or {}).get("activities"):
             rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
-    rows.append(("whole trace", m.get("window_us"), str(doc["summary"]["kernel_count"]), g | m))
+    cpu = sum(st["wall_us"] for st in doc["steps"]) if doc["steps"] else None  # the steps' CPU ranges, summed
+    rows.append(("whole trace", cpu, str(doc["summary"]["kernel_count"]), g | m))
     for name, wall, n, st in rows:
         cells.append(([name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
             "gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")),
             _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
     # the step's name never truncates: the least needed columns go first at a narrow width
-    console.print(rich_table(cols, cells, width=console.width, drop_order=("kernels", "exposed memcpy", "wall", "MFU"),
-                             kept_in=KEPT_IN,
-                             title="GPU time per step (us; each GPU activity in the one step that launched it; busy = "
-                                   "computation + exposed communication + exposed memcpy/memset; idle = span - busy)"
-                                   + _unreliable(doc, "per-step values")))
+    _print_table(console, left, "steps", cols, cells, ("kernels", "exposed memcpy", "CPU range", "MFU"),
+                 "GPU time per step (us; each GPU activity in the one step that launched it; CPU range = the step's "
+                 "ProfilerStep range on the host, which the GPU can outlast ('step us' below runs to its last GPU "
+                 "activity, and MFU is over the longer); busy = computation + exposed communication + exposed "
+                 "memcpy/memset; idle = span - busy)" + _unreliable(doc, "per-step values"))
 
 
-def _print_ops(console, doc: dict, top: int) -> None:
+# The operator table's title: each part with the columns it explains (cells.caption says a part only beside them).
+OPS_CAPTION = (("op TFLOP/s", "op TFLOP/s = FLOPs / all the op's kernels' time"),
+               ("kernel TFLOP/s", "kernel TFLOP/s = FLOPs / its math kernels' time"),
+               (("% datasheet", "% measured"), "{cols}: op TFLOP/s as % of the peak"))
+
+
+def _print_ops(console, left: LeftOut, doc: dict, top: int) -> None:
     from rich.markup import escape
-
-    from microbench.reports.report import rich_table
 
     if doc.get("ops"):
         cols = [(c, "left" if c in ("op", "shape", "dtype") else "right") for c in (
@@ -192,12 +242,9 @@ def _print_ops(console, doc: dict, top: int) -> None:
                    _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f")], None)
                  for o in doc["ops"][:top]]
         # op and shape are the row's key: a narrow terminal drops the least needed figures, never cuts them
-        console.print(rich_table(cols, cells, width=console.width, kept_in=KEPT_IN,
-                                 drop_order=("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet",
-                                             "op us"),
-                                 title="operators with a work model (recorded shapes): op TFLOP/s = FLOPs / all the "
-                                       "op's kernels' time (op us); kernel TFLOP/s = FLOPs / its math kernels' time "
-                                       "(math us); % of op TFLOP/s" + _unreliable(doc, "per-op totals")))
+        _print_table(console, left, "operators", cols, cells,
+                     ("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet", "op us"),
+                     ("operators with a work model (recorded shapes)" + _unreliable(doc, "per-op totals"), OPS_CAPTION))
     el = doc.get("eligibility") or {}
     if el.get("findings"):
         s = doc["summary"]
