@@ -10,7 +10,8 @@ import pytest
 
 from microbench.core.archjson import read_arch, to_arch
 from microbench.core.config import load_config
-from microbench.prediction.chips import chip, find_entry
+from microbench.core.datasheet import find_entry
+from microbench.prediction.chips import chip
 from microbench.prediction.kernels import ActivityWork
 from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
 from microbench.predict import main

@@ -128,3 +128,27 @@ def ceilings_from_args(pairs: list[str], results: Path | None) -> dict[str, floa
                                    f"finite positive number up to {MAX_CEILING_TFLOPS:g}", key="--ceiling", value=pair)
         out[prec] = tflops
     return out
+
+
+def find_entry(name: str, devices, option: str = "--on"):
+    """A bench.toml [devices] entry by its key (`h100_sxm5`), a short name an entry lists in `aliases` (`A100`),
+    a device name as a profiler writes it (`NVIDIA H100 80GB HBM3`), or a short name all of whose tokens one
+    entry's `match` holds (`V100`, `MI300X`). Unknown or ambiguous: one line naming the known entries."""
+    by_key = {d.key: d for d in devices}
+    if name.lower() in by_key:
+        return by_key[name.lower()]
+    aliased = [d for d in devices if name.upper() in d.aliases]
+    if len(aliased) == 1:
+        return aliased[0]
+    entry, note = match_datasheet(name, devices)
+    if entry is not None:
+        return entry
+    tokens = norm_tokens(name)
+    short = [d for d in devices if tokens and tokens <= set(d.match) | norm_tokens(d.name)
+             and not (tokens & set(d.exclude))]
+    if len(short) == 1:
+        return short[0]
+    known = ", ".join(sorted(by_key))
+    why = "ambiguous" if len(short) > 1 or note.startswith("ambiguous") else "unknown device"
+    raise InputError(None, f"{why}: no single bench.toml [devices] entry matches (known: {known})", key=option,
+                     value=name)

@@ -21,7 +21,8 @@ import numpy as np
 import tomllib
 
 from microbench.core.resources import data_file
-from microbench.prediction.chips import Chip, assumptions, find_entry
+from microbench.core.datasheet import find_entry
+from microbench.prediction.chips import Chip, assumptions
 from microbench.prediction.document import VARIANTS
 from microbench.prediction.from_trace import source_chip
 from microbench.prediction.kernels import GROUP_OF_CLASS, MATRIX, ActivityWork, activity_work
@@ -787,6 +788,7 @@ def with_findings(doc: dict, result: dict) -> dict:
     head = {k: doc[k] for k in ("schema", "file") if k in doc}
     return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
                    "findings_below_threshold": result.get("below", []),
+                   "findings_min_saving_share": threshold("min_saving_share"),
                    "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
                    "findings_step_time_what": result.get("step_time_what", ""),
                    "findings_validation": result.get("validation")} | doc

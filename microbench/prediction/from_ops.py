@@ -13,7 +13,8 @@ from microbench import models
 from microbench.core.dtypes import PRECISION_OF
 from microbench.core.errors import InputError
 from microbench.models import ModelError
-from microbench.prediction.chips import Chip, assumptions, chip, find_entry
+from microbench.core.datasheet import find_entry
+from microbench.prediction.chips import Chip, assumptions, chip
 from microbench.prediction.kernels import GROUP_LABELS, GROUP_OF_CLASS, GROUPS, output_tiles
 from microbench.prediction.model import roofline_us, wave_factor
 

@@ -8,7 +8,8 @@ import numpy as np
 from microbench.communication.scale import load_fabric
 from microbench.core.errors import InputError
 from microbench.prediction import document
-from microbench.prediction.chips import assumptions, chip, find_entry
+from microbench.core.datasheet import find_entry
+from microbench.prediction.chips import assumptions, chip
 from microbench.prediction.kernels import MATRIX, activity_work
 from microbench.prediction.model import Fabrics, Scenario
 from microbench.timeline import gpu_time

@@ -30,6 +30,8 @@ import sys
 import tomllib
 from functools import lru_cache
 
+from microbench import models
+from microbench.core.config import load_config
 from microbench.core.resources import data_file
 
 
@@ -151,8 +153,6 @@ def _child(spec: dict) -> dict:
     """In the child: the workload built from its name, one untimed step, WARM_STEPS more, and the timed steps."""
     import torch
 
-    from microbench import models
-    from microbench.core.config import load_config
     from microbench.core.device import cpu_device
     from microbench.harness.timing import time_calls
     from microbench.models.step import TrainingStep

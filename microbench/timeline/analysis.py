@@ -15,7 +15,7 @@ import numpy as np
 
 from microbench.core import thresholds
 from microbench.core.config import Config, load_config
-from microbench.core.datasheet import match_datasheet
+from microbench.core.datasheet import find_entry, match_datasheet
 from microbench.core.files import open_input
 from microbench.core.frames import Tables, unknown_table
 from microbench.core.results import TraceKernelRow
@@ -390,8 +390,6 @@ def _datasheet(name: str, cfg) -> dict:
 
 def _given(source: str, cfg, name: str) -> dict:
     """The datasheet entry the user named (--source), for a device whatever the trace calls it."""
-    from microbench.prediction.chips import find_entry
-
     entry = find_entry(source, cfg.devices, "--source")
     named = f"; the trace names it {name!r}" if name else "; the trace names no device"
     return {"entry": entry.key, "name": entry.name, "peaks_tflops": dict(entry.peaks_tflops),
