@@ -55,3 +55,11 @@ def test_a_kernel_name_of_any_length_is_labelled():
 
     long = "k" + "x" * 200_000
     assert kernel_label(f"void at::native::(anonymous namespace)::{long}<float>(int)") == f"{long}<float>"
+
+
+def test_a_copy_keeps_its_direction_and_memory_kinds():
+    from microbench.core.kernel_names import distinct_labels, kernel_label
+
+    assert kernel_label("Memcpy HtoD (Pageable -> Device)") == "Memcpy HtoD (Pageable -> Device)"
+    assert distinct_labels(["Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)"], 48) == [
+        "Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)"]

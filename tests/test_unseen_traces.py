@@ -130,6 +130,11 @@ def test_a_byte_order_mark_and_events_without_a_category(tmp_path, capsys):
     capsys.readouterr()
     assert trace_cli.main([str(other)]) == 0
     assert "skipped 5 complete events without a category (cat)" in capsys.readouterr().out
+    pairs = tmp_path / "be.json"
+    pairs.write_text(json.dumps({"traceEvents": [{"ph": ph, "name": "k", "cat": "kernel", "pid": 0, "tid": 7,
+                                                  "ts": 10.0 + i} for i, ph in enumerate("BEBE")]}))
+    assert trace_cli.main([str(pairs)]) == 0
+    assert "skipped 4 begin / end ('B' / 'E') events" in capsys.readouterr().out
 
 
 def test_a_jobs_report_opens_with_its_straggler_ranks_findings(tmp_path, capsys):

@@ -36,7 +36,10 @@ _CONTEXT = 4  # characters kept before the place two names differ, so the cut re
 
 
 def kernel_label(name: str) -> str:
-    """`void at::native::f<4, at::native::Add<c10::Half>>(int, ...)` -> `f<4, Add<Half>>`."""
+    """`void at::native::f<4, at::native::Add<c10::Half>>(int, ...)` -> `f<4, Add<Half>>`. A copy keeps its name
+    whole: `Memcpy HtoD (Pageable -> Device)` says in its parentheses what the pageable-copy finding is about."""
+    if name.startswith(("Memcpy ", "Memset ")):
+        return name
     short = _QUALIFIER.sub("", kernel_signature_name(name))
     return short[5:] if short.startswith("void ") else short
 

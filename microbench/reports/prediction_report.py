@@ -57,19 +57,14 @@ def headline(doc: dict) -> list[str]:
     return lines
 
 
-COPY_CLASSES = ("copies", "memcpy")  # a copy's name (`Memcpy DtoH (Device -> Pinned)`) is no C++ signature
-
-
 def _html_names(rows: list[dict]) -> list[str]:
     return [r["kernel"][:90] for r in rows]
 
 
 def terminal_labels(rows: list[dict]) -> list[str]:
-    """Kernel names as the trace report labels them (no `void`, namespaces or parameter list, look-alikes
-    apart); a copy keeps its name, whose parentheses say its direction and memory."""
-    kernels = [r["kernel"] for r in rows if r["class"] not in COPY_CLASSES]
-    labels = iter(distinct_labels(kernels, KERNEL_WIDTH))
-    return [r["kernel"] if r["class"] in COPY_CLASSES else next(labels) for r in rows]
+    """Kernel names as the trace report labels them (core.kernel_names: no `void`, namespaces or parameter list,
+    look-alikes apart; a copy keeps its name)."""
+    return distinct_labels([r["kernel"] for r in rows], KERNEL_WIDTH)
 
 
 def tables(doc: dict, labels=_html_names) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]]:

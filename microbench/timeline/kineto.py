@@ -459,6 +459,9 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
                     b.meta["flow_events"] = b.meta.get("flow_events", 0) + 1
                     if type(ev.id) is int and type(ev.ts) in _NUM:
                         b.add_flow(ev.ph == "s", ev.pid, ev.tid, ev.ts, ev.id)
+                elif ev.ph in ("B", "E"):  # another writer's durations: said, so that what is missing is known
+                    b.skip("begin / end ('B' / 'E') events: only complete ('X') events are read, as the PyTorch "
+                           "profiler writes them")
                 continue
             cat = ev.cat.lower() if type(ev.cat) is str else ""
             ts, dur = ev.ts, ev.dur
