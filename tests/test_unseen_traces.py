@@ -176,3 +176,15 @@ def test_a_rocprofv3_record_that_ends_before_it_starts_is_said(tmp_path):
     tl = read_trace(path)
     assert tl.skipped == {"durations of rocprofv3 kernel_dispatch records that end before they start (each record "
                           "kept, at 0 us)": 1}
+
+
+def test_a_nan_in_the_json_is_named_with_its_place(tmp_path, capsys):
+    """Python's json.dump writes NaN by default, and JSON has no NaN: the one line says so, where (a byte offset in a
+    one-line file, whose line number says nothing), and how to write it instead."""
+    doc = json.loads(gzip.open(TRACES / "h100_bert_small.json.gz").read())
+    doc["traceEvents"][5]["args"] = {"weird": float("nan")}
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps(doc))
+    assert trace_cli.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid JSON: NaN at byte " in err and "allow_nan=False" in err

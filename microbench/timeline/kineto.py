@@ -352,10 +352,16 @@ def _syntax_error(path: Path, data: bytes, e: msgspec.DecodeError) -> InputError
     m = _AT_BYTE.match(msg)
     if not m:
         return InputError(path, f"not valid JSON: {msg}")
-    what, line = m.group(1).removeprefix("JSON is malformed: "), data.count(b"\n", 0, int(m.group(2))) + 1
+    at = int(m.group(2))
+    what, line = m.group(1).removeprefix("JSON is malformed: "), data.count(b"\n", 0, at) + 1
+    where = f"line {line}" if line > 1 else f"byte {at:,}"  # a one-line file: its line says nothing
     if what.startswith("trailing characters"):
-        return InputError(path, f"not valid JSON: extra data after the top-level object at line {line}")
-    return InputError(path, f"not valid JSON: {what} at line {line}")
+        return InputError(path, f"not valid JSON: extra data after the top-level object at {where}")
+    word = bytes(data[at:at + 9])
+    if word.startswith((b"NaN", b"Infinity", b"-Infinity")):
+        return InputError(path, f"not valid JSON: {word.split(b',')[0].split(b'}')[0].decode()} at {where} (Python's "
+                                "json.dump writes NaN / Infinity unless allow_nan=False; JSON has no such number)")
+    return InputError(path, f"not valid JSON: {what} at {where}")
 
 
 def _event_error(path: Path, e: msgspec.ValidationError, base: int) -> InputError:
