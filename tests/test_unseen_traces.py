@@ -188,3 +188,14 @@ def test_a_nan_in_the_json_is_named_with_its_place(tmp_path, capsys):
     assert trace_cli.main([str(path)]) == 2
     err = capsys.readouterr().err
     assert "not valid JSON: NaN at byte " in err and "allow_nan=False" in err
+
+
+def test_a_tensorboard_log_folder_says_where_its_traces_are(tmp_path, capsys):
+    """A TensorBoard log folder keeps its traces under plugins/profile/RUN/: given the folder, the one line names
+    them (not read: several runs are no job)."""
+    run = tmp_path / "plugins" / "profile" / "2026_12_03"
+    run.mkdir(parents=True)
+    (run / "worker0.1700000000.pt.trace.json.gz").write_bytes((TRACES / "h100_bert_small.json.gz").read_bytes())
+    assert trace_cli.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no traces in this folder" in err and "1 in its subfolders (plugins/profile/2026_12_03/worker0." in err

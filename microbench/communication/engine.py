@@ -50,6 +50,16 @@ def _is_trace(p: Path, suffixes: tuple[str, ...]) -> bool:
     return p.is_file() and p.name.lower().endswith(suffixes)
 
 
+def _deeper(folder: Path, suffixes: tuple[str, ...], shown: int = 3) -> str:
+    """Where a folder's traces are when they are in its subfolders (a TensorBoard log folder keeps them under
+    plugins/profile/RUN/): said, not read, since traces of several runs are no job."""
+    found = sorted(q for q in folder.rglob("*") if _is_trace(q, suffixes))
+    if not found:
+        return ""
+    names = ", ".join(str(q.relative_to(folder)) for q in found[:shown]) + (", ..." if len(found) > shown else "")
+    return f"; {len(found)} in its subfolders ({names}): give one trace, or the folder that holds one job's ranks"
+
+
 def find_traces(specs: list[str | Path]) -> list[Path]:
     """The rank traces named by files, folders (their trace files, not recursing) and glob patterns, sorted and
     each once. A folder or pattern that names no trace is bad input."""
@@ -60,7 +70,8 @@ def find_traces(specs: list[str | Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if _is_trace(q, suffixes))
             if not found:
-                raise InputError(p, f"no traces in this folder (files ending {', '.join(suffixes)})")
+                raise InputError(p, f"no traces in this folder (files ending {', '.join(suffixes)})"
+                                 + _deeper(p, suffixes))
         elif any(ch in spec for ch in GLOB_CHARS) and not p.exists():
             found = sorted(Path(q) for q in glob.glob(spec) if _is_trace(Path(q), suffixes))
             if not found:
