@@ -102,6 +102,7 @@ def _run(args) -> int:
     cfg = load_config(args.config)
     doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,
                   source=args.source)
+    _check_step_range(args, doc)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
@@ -112,6 +113,16 @@ def _run(args) -> int:
     if args.html:
         print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
     return 0
+
+
+def _check_step_range(args, doc: dict) -> None:
+    """--step-range names ranges the trace has: a name it lacks (a typo) is bad input, not a quiet fall back to
+    the ProfilerStep ranges (which the library does for a caller's default)."""
+    if args.steps is None or any(st["name"] == args.steps for st in doc.get("steps") or []):
+        return
+    names = [a["name"] for a in doc.get("annotations") or []][:6]
+    has = f"its ranges include: {', '.join(names)}" if names else "it has no record_function / NVTX ranges"
+    raise InputError(args.file, f"no range named {args.steps!r} ({has})", key="--step-range", value=args.steps)
 
 
 def _run_job(args) -> int:

@@ -199,3 +199,11 @@ def test_a_tensorboard_log_folder_says_where_its_traces_are(tmp_path, capsys):
     assert trace_cli.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no traces in this folder" in err and "1 in its subfolders (plugins/profile/2026_12_03/worker0." in err
+
+
+def test_a_step_range_the_trace_lacks_is_bad_input(capsys):
+    path = str(TRACES / "h100_bert_small.json.gz")
+    assert trace_cli.main([path, "--step-range", "ProfilerStp#6"]) == 2
+    err = capsys.readouterr().err
+    assert "no range named 'ProfilerStp#6' (its ranges include: ProfilerStep#6)" in err and "--step-range" in err
+    assert trace_cli.main([path, "--step-range", "ProfilerStep#6"]) == 0
