@@ -98,7 +98,7 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     if plot:
         plot_roofline(writer.doc, out.file("roofline"))
         files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]
-    out.file("report.html").write_text(decompose_page(doc), encoding="utf-8")
+    out.file("report.html").write_text(decompose_page(doc, writer.doc), encoding="utf-8")
     files["report_html"] = str(out.final("report.html"))
     doc["files"] = files
     out.file("decomposition.json").write_text(dumps(doc))

@@ -22,7 +22,6 @@ from microbench.core.outdir import check_file
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import write_file
 from microbench.reports.findings_report import print_findings
-from microbench.reports.trace_html import decompose_page
 from microbench.reports.report import wide_console
 
 
@@ -115,7 +114,8 @@ def _run(args, out_dir) -> int:
     if args.json:
         console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
     if args.html:
-        console.print(f"wrote {write_file(args.html, decompose_page(doc), '--html')}")
+        page = Path(files["report_html"]).read_text(encoding="utf-8")  # the page written, not drawn again
+        console.print(f"wrote {write_file(args.html, page, '--html')}")
     return 0
 
 

@@ -102,8 +102,7 @@ class Facts:
         """What step_us is, said beside it in the report's headline."""
         if not self.steps:
             return "the GPU span"
-        n = len(self.steps)
-        return f"the mean 'step us' of the {n} step{'s' if n != 1 else ''} below"
+        return f"the mean 'step us' of {_steps_phrase(len(self.steps))} below"
 
     def per_step(self, per_row: np.ndarray) -> float:
         """A per-activity quantity summed per step and averaged over the steps (else summed over the trace)."""
@@ -123,8 +122,7 @@ class Facts:
         if not self.steps:
             out["steps"] = NEEDS_WHY["steps"]
         elif not any(st.get("kernel_count") for st in self.steps):
-            n = len(self.steps)
-            out["steps"] = (f"{f'the {n} steps' if n > 1 else 'the one step'} launched no GPU work (its kernels ran outside "
+            out["steps"] = (f"{_steps_phrase(len(self.steps))} launched no GPU work (its kernels ran outside "
                             "every step range): nothing of a step's GPU time to split")
         if not len(tl.launches):
             out["launches"] = NEEDS_WHY["launches"]
@@ -201,8 +199,7 @@ class CpuFacts(Facts):
     def step_time_what(self) -> str:
         if not self.steps:
             return "the profiled operators' total"
-        n = len(self.steps)
-        return f"the mean of the {n} profiled step{'s' if n != 1 else ''}, with the profiler's cost"
+        return f"the mean of {_steps_phrase(len(self.steps))} profiled, with the profiler's cost"
 
     @property
     def cores(self) -> int:
@@ -328,6 +325,15 @@ def _finding(rid: str, rule: dict, time_us: float, f: Facts, what: str, evidence
 
 # --- the dtype findings: the prediction model, same chip, Scenario(dtype) against Scenario() ---------------------
 
+def _rows_time_us(f: Facts, rows: np.ndarray) -> float:
+    """The time per step (or trace) of the activities `rows`."""
+    return f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
+
+
+def _steps_phrase(n: int) -> str:
+    return "the one step" if n == 1 else f"the {n} steps"
+
+
 def _fp32_matrix_rows(f: Facts) -> np.ndarray:
     """Matrix kernels (GEMM / convolution / attention) whose operator ran in fp32 (or TF32)."""
     w = f.work
@@ -375,7 +381,7 @@ def _unmoved(f: Facts, rows: np.ndarray) -> str:
     left = rows[why != ""]
     if not len(left):
         return ""
-    us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), left), f.work.dur_us, 0.0))
+    us = _rows_time_us(f, left)
     return f"; {us:,.0f} us of them have no FLOP count ({why[why != ''][0]}): kept as they are, not in the saving"
 
 
@@ -390,7 +396,7 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     if not len(rows):
         return None
     dtype = _amp_dtype(f)
-    time_us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), rows), f.work.dur_us, 0.0))
+    time_us = _rows_time_us(f, rows)
     cpu = isinstance(f, CpuFacts)
     tf32 = "" if cpu else _on_tf32(f, rows)
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'/ TF32 ' if tf32 else ''}GEMM / "
@@ -410,7 +416,7 @@ def _on_tf32(f: Facts, rows: np.ndarray) -> str:
     tf = rows[np.array([f.work.precision[r] == "tf32" for r in rows], dtype=bool)]
     if not len(tf):
         return ""
-    us = f.per_step(np.where(np.isin(np.arange(len(f.work.dur_us)), tf), f.work.dur_us, 0.0))
+    us = _rows_time_us(f, tf)
     return f" ({us:,.0f} us of them already TF32 on Tensor Cores)"
 
 
@@ -438,7 +444,7 @@ def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
     rows = np.flatnonzero(np.isin(w.group, MATRIX) & np.array([p == "fp32" for p in w.precision], dtype=bool))
     if not len(rows):
         return None
-    time_us = f.per_step(np.where(np.isin(np.arange(len(w.dur_us)), rows), w.dur_us, 0.0))
+    time_us = _rows_time_us(f, rows)
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
             "CUDA cores, on a chip with TF32 Tensor Cores") + _unmoved(f, rows)
     return _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))

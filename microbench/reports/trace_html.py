@@ -211,9 +211,10 @@ def write_trace_page(path, doc: dict, title: str | None = None):
     return write(path, trace_page(doc, title))
 
 
-def decompose_page(doc: dict) -> str:
+def decompose_page(doc: dict, results_doc: dict | None = None) -> str:
     """decompose's report.html: the same page, over the analysis of its own profiler trace (`trace_analysis`),
-    with the decomposition's findings first."""
+    with the decomposition's findings first; on a CPU, the CPU's page (its roofline from `results_doc`, the
+    results.json document)."""
     t = doc.get("trace_analysis") or {}
     tdoc = {"file": (doc.get("files") or {}).get("trace", "trace.json.gz"), "annotations": [], **t,
             **{k: doc[k] for k in doc if k.startswith("findings")}}
@@ -221,19 +222,19 @@ def decompose_page(doc: dict) -> str:
     title = (f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} {run.get('dtype', '')} on "
              f"{run.get('device', '?')}")
     if (doc.get("hardware") or {}).get("kind") == "cpu":
-        return cpu_decompose_page(doc, tdoc, title)
+        return cpu_decompose_page(doc, tdoc, title, results_doc)
     return trace_page(tdoc, title)
 
 
-def cpu_decompose_page(doc: dict, tdoc: dict, title: str) -> str:
+def cpu_decompose_page(doc: dict, tdoc: dict, title: str, results_doc: dict | None = None) -> str:
     """A CPU decomposition's page: the CPU is the device and its operators its work, so the GPU sections of a trace
     page (kernels, Tensor Cores, the trace's operators without shapes, communication) give way to the
-    decomposition's own: its summary, time by class, the layers with their FLOPs on the CPU's roofline, and its
-    notes and flags (the trace's GPU-side integrity notes do not apply)."""
+    decomposition's own: its summary, time by class, its roofline and layer table, and its notes and flags (the
+    trace's GPU-side integrity notes do not apply)."""
     s = doc["summary"]
     sections = [("findings", findings_html(tdoc)), ("CPU summary", _cpu_summary_html(doc)),
                 ("step breakdown", steps_html(tdoc)), ("time by class", _cpu_classes_html(s)),
-                ("layers, their FLOPs and the ceilings", _cpu_layers_html(doc)),
+                ("layers, their FLOPs and the ceilings", _results_roofline_html(results_doc) + _cpu_layers_html(doc)),
                 ("notes and flags", notes_html(list(s.get("step_flags") or []) + list(doc.get("notes") or []))
                  or "<p>none</p>")]
     body = f"<style>{_CSS}</style>" + "\n".join(f"<h2>{esc(h)}</h2>\n{b}" for h, b in sections)
@@ -269,31 +270,18 @@ def _cpu_layers_html(doc: dict) -> str:
     rows = [([x["name"], x["phase"], x.get("dtype") or "?", _num(x.get("time_ms"), ",.2f"),
               _num((x.get("flops") or 0) / 1e9, ",.3f"), _num(x.get("tflops"), ".3g"), _num(x.get("pct_of_ceiling")),
               x.get("tensor_cores") or "-"], None) for x in layers]
-    fig = _cpu_roofline_figure(doc, layers)
-    if fig is None:
-        return table(cols, rows)
+    return table(cols, rows)
+
+
+def _results_roofline_html(results_doc: dict | None) -> str:
+    """The decomposition's roofline as decompose draws roofline.png (reports/report.roofline_figure over its
+    results.json: the layers and the replayed cases, numbered as in that file, on the CPU's ceilings)."""
+    from microbench.reports.report import roofline_figure
+
+    if not results_doc:
+        return "<p>no results document: no roofline (roofline.png in the output folder where it was drawn)</p>"
+    fig = roofline_figure(results_doc)
     try:
-        return f'<figure class="chart">{svg_of(fig)}</figure>' + table(cols, rows)
+        return f'<figure class="chart">{svg_of(fig)}</figure>'
     finally:
         pyplot().close(fig)
-
-
-def _cpu_roofline_figure(doc: dict, layers: list[dict]):
-    """The layers with FLOPs at their arithmetic intensity and achieved rate, under the CPU's compute ceilings."""
-    pts = [x for x in layers if x.get("flops") and x.get("intensity") and x.get("tflops")]
-    if not pts:
-        return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for c in doc.get("ceilings") or []:
-        if c.get("kind") == "compute" and c.get("value"):
-            ax.axhline(c["value"], linestyle="--", linewidth=1, label=f"{c['name']} {c['value']:.3g} TFLOP/s")
-    ax.scatter([x["intensity"] for x in pts], [x["tflops"] for x in pts], label="layers", zorder=3)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity, FLOP / byte")
-    ax.set_ylabel("achieved TFLOP/s (the layer's FLOPs / its operator time)")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    return fig
