@@ -8,7 +8,7 @@ import pytest
 from microbench.core.config import TimingSettings
 from microbench.core.device import cpu_device
 from microbench.core.stats import NoiseSettings, summarize
-from microbench.harness.timing import time_calls
+from microbench.harness.timing import _busy_cores, time_calls
 
 
 def test_summarize_quantiles_and_cov():
@@ -71,8 +71,13 @@ def test_cpu_timings_say_how_many_cores_the_calls_kept_busy():
     busy = time_calls(spin, cpu_device(), settings).cpu_busy_cores
     error = NoiseSettings().max_busy_error_cores  # a tick per thread, at most this over an 80 ms window
     assert 0 <= asleep < error and asleep < busy <= 1 + error
-    short = TimingSettings(warmup_ms=0.0, rep_ms=1e-9, min_reps=3, max_reps=3)  # 6 ms: a tick is too much of it
-    assert time_calls(spin, cpu_device(), short).cpu_busy_cores is None
+    # a window too short for the figure: decided on the window's wall time, which a loaded machine stretches (3
+    # calls of a 2 ms spin took 30 ms with 4 other spinners on 2 cores), so the rule is checked on given windows
+    noise = NoiseSettings(tick_ms=(4.0,))
+    assert _busy_cores(6_000_000, 6_000_000, 1, noise) is None  # a 4 ms tick is 67 % of a 6 ms window
+    assert _busy_cores(0, 0, 1, noise) is None
+    assert _busy_cores(40_000_000, 80_000_000, 1, noise) == 0.5  # 4 / 80 = 5 %: under the 25 % bound
+    assert _busy_cores(40_000_000, 80_000_000, 6, noise) is None  # 6 threads x 4 ms: 30 %
     assert time_calls(spin, cpu_device(), settings, between=spin).cpu_busy_cores is None
 
 
