@@ -206,13 +206,17 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     rank, world = _rank_and_world(info, path, fallback_rank)
     s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
+    origin = tl.meta.get("ts_origin_us", 0)  # the reader's times are relative to it; ranks meet on the clock's
+    for c in s.calls:
+        if c.kernel_ts is not None:
+            c.kernel_ts, c.kernel_end = c.kernel_ts + origin, c.kernel_end + origin
     k = tl.activities
     comm = tl.class_mask("comm") & (k.category == KERNEL)
     s.comm_kernels, s.comm_us = int(comm.sum()), gpu_time.covered(k.ts_us[comm], k.end_us[comm])
     s.whole = gpu_time.breakdown(tl)
     s.steps, s.outside_steps = _steps(tl, step_range)
     if len(k):
-        s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()), float(k.end_us.max())
+        s.gpu_first_us, s.gpu_last_us = float(k.ts_us.min()) + origin, float(k.end_us.max()) + origin
     s.read_s, s.cpu_s = time.perf_counter() - t0, time.process_time() - c0
     s.worker = f"{os.uname().nodename}:{os.getpid()}"
     s.worker_peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB

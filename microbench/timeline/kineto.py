@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
@@ -73,6 +74,7 @@ LEFT_OUT_CATEGORIES = ("python_function", "cuda_sync", "overhead", "cpu_instant_
 # Events whose times the report cannot do without: a non-numeric ts/dur there is an error, elsewhere a skip.
 NEEDS_TIMES = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation")
 _NUM = (int, float)
+_EXACT = (int, float, Decimal)
 # CUPTI range-profiler mode (torch.profiler with experimental_config profiler_metrics): one range per kernel.
 PROFILER_RANGE = "cuda_profiler_range"
 # The domain of an event's numbers: beyond these a value is corrupt, not a long run, and would overflow later
@@ -147,6 +149,28 @@ class _TailRaw(msgspec.Struct):
 
 _NO_ARGS = Args()
 _EVENTS = msgspec.json.Decoder(list[Event])
+# Timestamps counted from the Unix epoch (1.7e15 us) keep only 0.25 us in a float64, and Kineto since 2024 writes
+# them with nanoseconds in the decimals: a busy-time union of 1 us kernels would be 4 % off. A trace whose ts are
+# that large with a fraction is decoded with its long numbers exact (Decimal) and every ts is kept relative to
+# an origin, a whole second before its first event (`meta["ts_origin_us"]`: what to add back for the clock).
+_EPOCH_TS = re.compile(rb'"ts"[ \t\r\n]*:[ \t\r\n]*(-?\d{14,})\.\d')
+EXACT_DIGITS = 17  # a decimal number this long or longer may hold more than a float64 keeps
+
+
+def _exact_float(text: str) -> float | Decimal:
+    return float(text) if len(text) < EXACT_DIGITS else Decimal(text)
+
+
+_EXACT_EVENTS = msgspec.json.Decoder(list[Event], float_hook=_exact_float)
+
+
+def _events_decoder(b: TimelineBuilder, sample) -> msgspec.json.Decoder:
+    """The decoder of this trace's events, chosen once, from the first events (`sample`): where they have
+    epoch-scale timestamps with fractions, the exact one, and the builder's ts origin is set."""
+    if "ts_origin_us" not in b.meta:
+        m = _EPOCH_TS.search(sample)
+        b.meta["ts_origin_us"] = int(m.group(1)) // 1_000_000 * 1_000_000 if m else 0
+    return _EXACT_EVENTS if b.meta["ts_origin_us"] else _EVENTS
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _AT_BYTE = re.compile(r"^(.*) \(byte (\d+)\)$")
@@ -196,7 +220,7 @@ def _read_pieces(path: Path) -> Timeline:
         if len(buf) >= CHUNK_BYTES:
             base = _add_complete_events(path, b, buf, base)
     text = b'{"traceEvents":[' + bytes(buf)
-    tail = _decode(text, _Tail)
+    tail = _decode(text, _Tail, _events_decoder(b, text) is _EXACT_EVENTS)
     _add_events(path, b, tail.traceEvents, base, _raw_events(text, _TailRaw))
     for k in _Meta.__struct_fields__:  # keys after the array complete those before it
         if getattr(tail, k) is not None:
@@ -206,8 +230,10 @@ def _read_pieces(path: Path) -> Timeline:
     return b.build(decode_arg=msgspec.json.decode)
 
 
-def _decode(data: bytes, kind):
+def _decode(data: bytes, kind, exact: bool = False):
     try:
+        if exact:
+            return msgspec.json.Decoder(kind, float_hook=_exact_float).decode(data)
         return msgspec.json.decode(data, type=kind)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         raise _Unsplit from None
@@ -237,7 +263,7 @@ def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: i
             with memoryview(buf) as view:
                 text = b"".join((b"[", view[:p + 1], b"]"))
             try:
-                events = _EVENTS.decode(text)
+                events = _events_decoder(b, text).decode(text)
             except msgspec.ValidationError as e:  # an element that is not an event: a real error
                 raise _event_error(path, e, base) from None
             except (msgspec.DecodeError, RecursionError):  # not an event boundary (or broken: see read)
@@ -267,7 +293,8 @@ def _read_whole(path: Path) -> Timeline:
     for base in range(0, len(raws), BATCH_EVENTS):
         batch = raws[base:base + BATCH_EVENTS]
         try:
-            events = _EVENTS.decode(b"[" + b",".join(batch) + b"]")
+            text = b"[" + b",".join(batch) + b"]"
+            events = _events_decoder(b, text).decode(text)
         except msgspec.ValidationError as e:
             raise _event_error(path, e, base) from None
         except msgspec.DecodeError as e:  # the first pass did not look inside the events (invalid UTF-8)
@@ -458,8 +485,14 @@ def _cat(ev: Event) -> str:
 def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, raws=None) -> None:
     """One batch of decoded events into the builder's columns (the rules of the module docstring)."""
     i = 0
+    origin = b.meta.get("ts_origin_us", 0)
     try:
         for i, ev in enumerate(events):
+            if origin:  # exact (int or Decimal) minus a whole number, then a float: a rounding of ns, not 0.25 us
+                if type(ev.ts) in _EXACT:
+                    ev.ts = float(ev.ts - origin)
+                if type(ev.dur) is Decimal:
+                    ev.dur = float(ev.dur)
             if ev.ph != "X":
                 if ev.ph in ("s", "f") and type(ev.cat) is str and ev.cat.lower() in FLOW_CATEGORIES:
                     b.meta["flow_events"] = b.meta.get("flow_events", 0) + 1
