@@ -6,9 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from microbench.timeline import gpu_time, kineto
 from microbench.timeline.analysis import read_trace
+from microbench.timeline.model import positions_by_key
 
 from .conftest import TRACES, needs_traces
 
@@ -182,3 +185,40 @@ def test_work_from_before_the_step_stays_out_of_it(tmp_path):
     assert step["gpu_span_us"] == pytest.approx(3496.0, abs=0.5)
     assert step["idle_us"] / step["gpu_span_us"] == pytest.approx(3105 / 3496, abs=0.005)
     assert outside["outside_steps"]["kernel_count"] == 20 and outside["unlaunched_outside_steps"] == 20
+
+
+def _naive_split(lo, hi, layers):
+    """The definition: every interval of the trace clipped to the window, each instant to the first layer."""
+    bounds = sorted({lo, hi, *(min(max(x, lo), hi) for _, s, e in layers for x in (*s, *e))})
+    out = {}
+    for a, z in zip(bounds, bounds[1:]):
+        mid = (a + z) / 2
+        n = next((n for n, s, e in layers if any(x <= mid < y for x, y in zip(s, e))), "other")
+        out[n] = out.get(n, 0.0) + (z - a)
+    return out
+
+
+interval_lists = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(interval_lists, min_size=1, max_size=3), st.integers(0, 220), st.integers(0, 120))
+def test_a_windows_split_takes_only_its_intervals_and_agrees_with_the_definition(layers, lo, width):
+    """gpu_time._split finds a window's intervals by search (sorted starts, running maximum end) instead of
+    clipping the whole trace's per step (quadratic in a long trace): the same parts as the definition."""
+    named = [(f"l{i}", np.array([float(a) for a, _ in iv]), np.array([float(a + d) for a, d in iv]))
+             for i, iv in enumerate(layers)]
+    halves = [(n, [gpu_time._by_start(s[::2], e[::2]), gpu_time._by_start(s[1::2], e[1::2])]) for n, s, e in named]
+    got = gpu_time._split(float(lo), float(lo + width), halves)  # a layer of two sets, as `runtime` is
+    want = _naive_split(float(lo), float(lo + width), named)
+    assert {k: v for k, v in got.items() if v} == pytest.approx({k: v for k, v in want.items() if v})
+    assert sum(got.values()) == pytest.approx(width)
+
+
+@given(st.lists(st.integers(-1, 6), max_size=40))
+def test_positions_by_key_is_each_keys_positions(keys):
+    keys = np.array(keys, dtype=np.int64)
+    got = positions_by_key(keys)
+    assert set(got) == {int(k) for k in keys if k >= 0}
+    for k, at in got.items():
+        assert at.tolist() == [i for i, x in enumerate(keys) if x == k]

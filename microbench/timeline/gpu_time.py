@@ -347,10 +347,30 @@ def _covering(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.cumsum(diff)[:-1] > 0
 
 
-def _split(lo: float, hi: float, layers: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, float]:
-    """[lo, hi] split among `layers` (name, starts, ends), each instant to the first layer covering it, the rest
-    to `other`: the parts add up to hi - lo exactly."""
-    clipped = [(n, np.clip(s, lo, hi), np.clip(e, lo, hi)) for n, s, e in layers]
+def _by_start(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals sorted by start, with the running maximum of their ends: a window's intervals are then a slice
+    (`_in_window`), not a pass over the whole trace per step."""
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    return s, e, (np.maximum.accumulate(e) if len(e) else e)
+
+
+def _in_window(lo: float, hi: float, s: np.ndarray, e: np.ndarray, reach: np.ndarray):
+    """The intervals (sorted by start, `reach` their running maximum end) that overlap (lo, hi), clipped to it:
+    those before the first whose reach passes lo all end by lo; those from the first starting at hi on start after."""
+    a, z = np.searchsorted(reach, lo, side="right"), np.searchsorted(s, hi, side="left")
+    s, e = s[a:z], e[a:z]
+    keep = e > lo
+    return np.clip(s[keep], lo, hi), np.clip(e[keep], lo, hi)
+
+
+def _split(lo: float, hi: float, layers: list[tuple[str, list[tuple]]]) -> dict[str, float]:
+    """[lo, hi] split among `layers` (name, the `_by_start` interval sets it is made of), each instant to the first
+    layer covering it, the rest to `other`: the parts add up to hi - lo exactly."""
+    clipped = []
+    for n, sets in layers:
+        parts = [_in_window(lo, hi, *x) for x in sets]
+        clipped.append((n, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
     b = np.unique(np.concatenate([[lo, hi]] + [x for _, s, e in clipped for x in (s, e)]))
     seg = np.diff(b)
     free = np.ones(len(seg), dtype=bool)
@@ -367,16 +387,10 @@ def plugin_windows(tl: Timeline, windows: Windows) -> tuple[np.ndarray, np.ndarr
     """Each step's time as the TensorBoard plugin counts it (tb_plugin profiler/event_parser.py,
     `_update_steps_duration`): from its CPU start (not before the previous step's end) to the later of its CPU
     end and the end of the last GPU activity it launched."""
-    step = assign_steps(tl, windows).step
-    k = tl.activities
-    lo, hi = windows.ts_us.copy(), windows.end_us.copy()
-    for j in range(len(windows)):
-        mine = step == j
-        if mine.any():
-            hi[j] = max(hi[j], float(k.end_us[mine].max()))
-        if j:
-            lo[j] = max(lo[j], hi[j - 1])
-            hi[j] = max(hi[j], lo[j])
+    lo, hi = windows.ts_us.astype(float), step_ends(tl, windows)
+    for j in range(1, len(windows)):
+        lo[j] = max(lo[j], hi[j - 1])
+        hi[j] = max(hi[j], lo[j])
     return lo, hi
 
 
@@ -384,17 +398,20 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
     """Per step: `breakdown_us` in the plugin's categories (PLUGIN_CATEGORIES, adding up to `breakdown_span_us`,
     the step's plugin window) and `idle_by_host_us`, the same window's GPU idle time by what the host was doing
     then (HOST_CATEGORIES; it adds up to runtime + dataloader + cpu_exec + other)."""
-    k, host = tl.activities, host_intervals(tl)
-    gpu = [(CATEGORIES[c], k.ts_us[k.category == c], k.end_us[k.category == c]) for c in (KERNEL, MEMCPY, MEMSET)]
-    plugin_host = [("runtime", *_cat(host["sync_runtime"], host["runtime"])), ("dataloader", *host["dataloader"]),
-                   ("cpu_exec", *_cat(host["sync_ops"], host["cpu_ops"]))]
-    by_host = [("sync", *_cat(host["sync_runtime"], host["sync_ops"])), ("runtime", *host["runtime"]),
-               ("dataloader", *host["dataloader"]), ("cpu_ops", *host["cpu_ops"])]
-    busy = [("busy", *_cat(*[(s, e) for _, s, e in gpu]))]
+    k = tl.activities
+    sets = {CATEGORIES[c]: (k.ts_us[k.category == c], k.end_us[k.category == c]) for c in (KERNEL, MEMCPY, MEMSET)}
+    sets.update(host_intervals(tl))
+    sets = {n: _by_start(s, e) for n, (s, e) in sets.items()}  # sorted once, shared by the layers made of them
+    gpu = [sets["kernel"], sets["memcpy"], sets["memset"]]
+    plugin = [(c, [x]) for c, x in zip(("kernel", "memcpy", "memset"), gpu)] + [
+        ("runtime", [sets["sync_runtime"], sets["runtime"]]), ("dataloader", [sets["dataloader"]]),
+        ("cpu_exec", [sets["sync_ops"], sets["cpu_ops"]])]
+    idle_layers = [("busy", gpu), ("sync", [sets["sync_runtime"], sets["sync_ops"]]), ("runtime", [sets["runtime"]]),
+                   ("dataloader", [sets["dataloader"]]), ("cpu_ops", [sets["cpu_ops"]])]
     out = []
     for lo, hi in zip(*plugin_windows(tl, windows)):
-        parts = _split(lo, hi, gpu + plugin_host)
-        idle = _split(lo, hi, busy + by_host)
+        parts = _split(lo, hi, plugin)
+        idle = _split(lo, hi, idle_layers)
         idle.pop("busy")
         out.append({"breakdown_span_us": float(hi - lo), "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
                     "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES}})

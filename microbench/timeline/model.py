@@ -96,6 +96,18 @@ def _col(code: str):
     return field(metadata={"code": code})
 
 
+def positions_by_key(keys: np.ndarray) -> dict[int, np.ndarray]:
+    """For each distinct key >= 0 of `keys` (a kernel's owning operator, a call's step), the positions holding it,
+    ascending: one sort, where a pass of `keys == k` per key was quadratic in a long trace (a 200 MB TorchRec
+    trace spent 3.4 s of 24 there)."""
+    keep = np.flatnonzero(keys >= 0)
+    order = keep[np.argsort(keys[keep], kind="stable")]
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else np.empty(0, dtype=np.int64)
+    ends = np.r_[starts[1:], len(order)]
+    return {int(ordered[a]): order[a:z] for a, z in zip(starts, ends)}
+
+
 @dataclass
 class Activities(Table):
     name: np.ndarray = _col("i")  # id into Timeline.names

@@ -30,7 +30,7 @@ from microbench.core import thresholds
 from microbench.core.dtypes import PRECISION_OF
 from microbench.timeline import eligibility
 from microbench.timeline.classify import class_set, classify_operator
-from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline
+from microbench.timeline.model import KERNEL, NO_ID, TC_VALUES, Timeline, positions_by_key
 from microbench.core.ops.aten import OpWork, dtype_of, modelled_ops, trace_other_work, trace_work
 
 TOP_ELIGIBLE_OPS = 10  # operators listed behind the eligibility-without-shapes share
@@ -120,11 +120,11 @@ def work_model(tl: Timeline, peaks: dict[str, float] | None = None) -> WorkModel
     tops = _outermost(tl, rows)
     owner = _kernel_owner(tl, tops)
     gemm_cls = np.isin(tl.activities.cls, [i for i, c in enumerate(tl.classes) if c.cls in class_set("gemm")])
-    calls = []
+    calls, owned, none = [], positions_by_key(owner), np.empty(0, dtype=np.int64)
     for i, r in enumerate(tops):
         name = tl.names[ops.name[r]]
         work = trace_work(name, _arg(tl, "input_dims", r), _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
-        mine = np.flatnonzero(owner == i)
+        mine = owned.get(i, none)
         t = float(tl.activities.dur_us[mine].sum())
         carriers = mine[gemm_cls[mine]] if gemm_cls[mine].any() else mine
         t_carry = float(tl.activities.dur_us[carriers].sum())
@@ -180,8 +180,8 @@ def other_kernel_work(tl: Timeline, work_model: WorkModel) -> tuple[np.ndarray, 
     if not len(kernels) or not len(rows):
         return flops, nbytes
     owner = _innermost_owner(tl, rows, kernels)
-    for r in np.unique(owner[owner >= 0]):
-        mine = kernels[owner == r]
+    for r, at in positions_by_key(owner).items():
+        mine = kernels[at]
         name = tl.names[tl.cpu_ops.name[r]]
         work = trace_other_work(name, classify_operator(name).cls, _arg(tl, "input_dims", r),
                                 _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
@@ -272,17 +272,32 @@ def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[floa
     return at_peak, flops, sorted(missing)
 
 
+def _calls_by_window(tl: Timeline, calls: list, windows) -> dict[int, list[int]]:
+    """Per window j: the indices of `calls` whose operator starts inside it (its ts within [ts, end], same
+    process), by a search over the calls' sorted starts, not a pass over every call per window."""
+    if not calls:
+        return {}
+    rows = np.array([c.row for c in calls])
+    ts, pid = tl.cpu_ops.ts_us[rows], tl.cpu_ops.pid[rows]
+    order = np.argsort(ts, kind="stable")
+    starts = ts[order]
+    out = {}
+    for j in range(len(windows)):
+        at = order[np.searchsorted(starts, windows.ts_us[j], "left"):np.searchsorted(starts, windows.end_us[j], "right")]
+        out[j] = sorted(int(i) for i in at if pid[i] == windows.pid[j])
+    return out
+
+
 def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None,
         spans_us=None) -> dict:
     """MFU of the whole trace and of each window (steps): see the module docstring. `spans_us`: each step's time
     from its start to its last GPU activity (the plugin window, gpu_time.plugin_windows), which a step whose CPU
     runs ahead of its GPU needs: over the CPU range alone its MFU read 3,706 %."""
-    ops = tl.cpu_ops
     per_step, at_peak_in, flops_in = [], 0.0, 0
     if windows is not None and len(windows):
+        in_step = _calls_by_window(tl, work_model.calls, windows)
         for j in range(len(windows)):
-            lo, hi, pid = windows.ts_us[j], windows.end_us[j], windows.pid[j]
-            mine = [c for c in work_model.calls if ops.pid[c.row] == pid and lo <= ops.ts_us[c.row] <= hi]
+            mine = [work_model.calls[i] for i in in_step.get(j, ())]
             at_peak, flops, _ = time_at_peak_us(mine, peaks)
             at_peak_in, flops_in = at_peak_in + at_peak, flops_in + flops
             wall = max(float(windows.dur_us[j]), float(spans_us[j]) if spans_us is not None else 0.0)
@@ -336,14 +351,14 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     owner = _innermost_owner(tl, np.arange(len(tl.cpu_ops)), kernels)
     yes = TC_VALUES.index("yes")
     by_op: dict[tuple[str, str | None], list[float]] = {}
-    for r in np.unique(owner[owner >= 0]):
+    for r, at in positions_by_key(owner).items():
         name = tl.names[tl.cpu_ops.name[r]]
         if not eligibility.operator_could_use_matrix_units(name):
             continue
-        dtype = first_float_dtype(tl, int(r))
+        dtype = first_float_dtype(tl, r)
         if not eligibility.dtype_could_use_matrix_units(dtype, device):
             continue
-        mine = kernels[owner == r]
+        mine = kernels[at]
         t = by_op.setdefault((name, dtype), [0.0, 0.0])
         t[0] += float(tl.activities.dur_us[mine].sum())
         t[1] += float(tl.activities.dur_us[mine][tl.activities.tensor_cores[mine] != yes].sum())
