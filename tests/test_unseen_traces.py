@@ -207,3 +207,26 @@ def test_a_step_range_the_trace_lacks_is_bad_input(capsys):
     err = capsys.readouterr().err
     assert "no range named 'ProfilerStp#6' (its ranges include: ProfilerStep#6)" in err and "--step-range" in err
     assert trace_cli.main([path, "--step-range", "ProfilerStep#6"]) == 0
+
+
+def _no_launches(doc: dict) -> None:
+    """A profile of operators and kernels without the runtime calls (a tool that kept only those two kinds), and a
+    communication id beyond 64 bits on an operator (HTA's tests keep a trace of such `Comms Id`s)."""
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if not str(e.get("cat", "")).endswith(("_runtime", "_driver")) and e.get("ph") != "f"
+                          and e.get("ph") != "s"]
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    op.setdefault("args", {})["Comms Id"] = 2**70 + 1
+
+
+def test_kernels_and_operators_without_launches_are_read_to_a_report(tmp_path, capsys):
+    """The operator owning a kernel is found through its launch: with no launch in the trace the owner search
+    indexed an empty table (IndexError); now each kernel has no owner and the report says launches are missing."""
+    path = _variant(tmp_path, "h100_bert_small", _no_launches)
+    out = tmp_path / "report.json"
+    assert trace_cli.main([str(path), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    kernels = sum(1 for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels and doc["summary"]["kernel_count"] == kernels
+    text = capsys.readouterr().out
+    assert "launches missing" in text and "Traceback" not in text

@@ -32,10 +32,7 @@ def _range_owner(tl: Timeline, kernels: np.ndarray) -> np.ndarray:
     cpu = np.flatnonzero(r.kind == CPU_RANGE)
     rows = cpu[_launcher_rows(tl.names, r.name[cpu])]
     owner = np.full(len(kernels), -1, dtype=np.int64)
-    li = tl.launch_index()[kernels]
-    has = li != NO_ID
-    ts = np.where(has, tl.launches.ts_us[np.where(has, li, 0)], np.nan)
-    thread = np.where(has, tl.launches.thread[np.where(has, li, 0)], -1)
+    has, ts, thread = tl.launch_of(kernels)
     for i in sorted(rows, key=lambda i: r.ts_us[i]):  # later starts overwrite: the innermost wins
         inside = has & (thread == r.thread[i]) & (ts >= r.ts_us[i]) & (ts <= r.ts_us[i] + r.dur_us[i])
         owner[inside] = i

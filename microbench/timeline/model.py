@@ -261,6 +261,15 @@ class Timeline:
         pid[linked] = self.launches.pid[li[linked]]
         return ts, pid
 
+    def launch_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per activity row of `rows`: whether it has a launch, the launch's start (NaN without) and its thread
+        (-1 without); also for a trace with kernels and no launches at all."""
+        li = self.launch_index()[rows]
+        has = li != NO_ID
+        ts, thread = np.full(len(li), np.nan), np.full(len(li), -1, dtype=np.int64)
+        ts[has], thread[has] = self.launches.ts_us[li[has]], self.launches.thread[li[has]]
+        return has, ts, thread
+
     def step_rows(self, step_range: str | None = None) -> np.ndarray:
         """The one step rule: the rows of the CPU ranges named `step_range` where there are any, else those
         of the profiler's ProfilerStep#N ranges; in step order. A range of no duration is no step (a trace whose

@@ -144,11 +144,9 @@ def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_ba
     thread: the latest-starting one that contains it. Looking back from the latest one started before the launch
     passes the operators that ended before it (earlier siblings and their descendants), at most `max_back` of
     them; -1 for none."""
-    ops, li = tl.cpu_ops, tl.launch_index()[kernels]
+    ops = tl.cpu_ops
     owner = np.full(len(kernels), -1, dtype=np.int64)
-    has = li != NO_ID
-    l_ts = np.where(has, tl.launches.ts_us[np.where(has, li, 0)], np.nan)
-    l_thread = np.where(has, tl.launches.thread[np.where(has, li, 0)], -1)
+    has, l_ts, l_thread = tl.launch_of(kernels)
     for th in np.unique(ops.thread[rows]):
         mine = rows[ops.thread[rows] == th]
         mine = mine[np.lexsort((-ops.dur_us[mine], ops.ts_us[mine]))]  # by start; a parent before its child
