@@ -158,10 +158,31 @@ def test_devices_are_broken_down_apart_and_summed():
     b.add_activity(GEMM, 20.0, 5.0, 1, 7, NO_ID, NO_ID, KERNEL)
     tl = b.build()
     dev = gpu_time.per_device(tl)
-    assert (dev[0]["computation_us"], dev[0]["idle_us"]) == (10, 0)
-    assert (dev[1]["exposed_comm_us"], dev[1]["computation_us"], dev[1]["idle_us"], dev[1]["gpu_span_us"]) == (10, 5, 10, 25)
+    assert (dev["0"]["computation_us"], dev["0"]["idle_us"], dev["0"]["kernel_count"]) == (10, 0, 1)
+    assert (dev["1"]["exposed_comm_us"], dev["1"]["computation_us"], dev["1"]["idle_us"], dev["1"]["gpu_span_us"]) == (10, 5, 10, 25)
     whole = gpu_time.breakdown(tl)
-    assert all(whole[f] == dev[0][f] + dev[1][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
+    assert all(whole[f] == dev["0"][f] + dev["1"][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
+
+
+def test_a_step_on_two_devices_has_each_devices_own_breakdown(tmp_path):
+    """A process driving two GPUs: the step's figures add the devices' spans (its GPU span can exceed its wall
+    time), so each step also carries each device's own (`by_device`), which the steps table prints under it."""
+    events = [_step(1, 100), _launch(1, 110), _gpu("kernel", GEMM, 120, 50, 7, 1), _launch(2, 115),
+              {**_gpu("kernel", GEMM, 130, 60, 7, 2), "pid": 1}]
+    events[-1]["args"] = {**events[-1]["args"], "device": 1}
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tl = kineto.read(path)
+    _, (step,), _ = gpu_time.step_breakdowns(tl)
+    assert step["gpu_span_us"] == 110 and step["computation_us"] == 110  # 50 + 60: the devices summed
+    def all_computation(us: float) -> dict:
+        return {"kernel_count": 1, "gpu_span_us": us, "busy_us": us, "computation_us": us, "exposed_comm_us": 0,
+                "exposed_memcpy_us": 0, "idle_us": 0, "comm_us": 0, "overlapped_comm_us": 0}
+
+    assert step["by_device"] == {"0": pytest.approx(all_computation(50)), "1": pytest.approx(all_computation(60))}
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"traceEvents": events[:3]}))
+    assert "by_device" not in gpu_time.step_breakdowns(kineto.read(one))[1][0]
 
 
 @needs_traces

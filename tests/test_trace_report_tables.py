@@ -109,3 +109,30 @@ def test_both_eligibility_measures_are_named_together(cfg):
             f"the operators with recorded shapes; by launching operator, with or without shapes: "
             f"{s['eligible_unused_by_operator_share']:.1%})") in text
     assert f"kernels with {s['eligible_unused_by_operator_share']:.1%} of kernel time are launched" in text
+
+
+@needs_traces
+def test_a_process_on_two_gpus_shows_each_devices_own_row(cfg, tmp_path):
+    """The H100 bert-small trace with every other GPU activity moved to a second device: the step's GPU span adds
+    the two devices' (over its CPU range), so each device's row follows it, and the HTML summary says it sums."""
+    import gzip
+    import json
+
+    from microbench.reports.trace_html import summary_html
+
+    doc = json.loads(gzip.open(TRACES / "h100_bert_small.json.gz").read())
+    gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    for e in gpu[1::2]:
+        e["pid"], e["args"]["device"] = 1, 1
+    path = tmp_path / "two_gpus.json"
+    path.write_text(json.dumps(doc))
+    report = analyze(path, cfg)
+    by = report["summary"]["gpu_time_by_device"]
+    assert set(by) == {"0", "1"} and sum(d["kernel_count"] for d in by.values()) == report["summary"]["kernel_count"]
+    step = report["steps"][0]
+    assert step["gpu_span_us"] == pytest.approx(sum(d["gpu_span_us"] for d in step["by_device"].values()))
+    lines = _report(report, 120).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith(step["name"]) and "GPU" not in line)
+    assert lines[at + 1].strip().startswith("GPU 0") and lines[at + 2].strip().startswith("GPU 1")
+    assert "2 devices: a step's figures add theirs" in " ".join(lines)
+    assert "summed over 2 devices" in summary_html(report)

@@ -69,7 +69,20 @@ def summary_html(doc: dict) -> str:
             ("GPU span us", _num(g.get("gpu_span_us"))), ("GPU busy", _pct(s.get("gpu_busy_share"))),
             ("idle us", _num(g.get("idle_us"))), ("Tensor Core share of kernel time", _pct(s["tensor_core_share"])),
             ("MFU", _pct((doc.get("mfu") or {}).get("mfu")))]
-    return table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows])
+    by = s.get("gpu_time_by_device") or {}
+    if len(by) > 1:
+        rows[3] = (f"GPU span us (summed over {len(by)} devices)", rows[3][1])
+        rows[5] = (f"idle us (summed over {len(by)} devices)", rows[5][1])
+    out = table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows])
+    return out + (_devices_html(by) if len(by) > 1 else "")
+
+
+def _devices_html(by: dict) -> str:
+    """Each device's own GPU time, where the trace has several (one process driving them): the summary adds them."""
+    cols = [("device", "left")] + [(c, "right") for c in ("kernels", "GPU span us", "busy us", "idle us", "busy")]
+    rows = [([f"GPU {d}", f"{g['kernel_count']:,}", _num(g["gpu_span_us"]), _num(g["busy_us"]), _num(g["idle_us"]),
+              _pct(g["busy_us"] / g["gpu_span_us"] if g["gpu_span_us"] else None)], None) for d, g in by.items()]
+    return table(cols, rows)
 
 
 def breakdown_figure(steps: list[dict]):

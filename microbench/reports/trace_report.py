@@ -210,8 +210,9 @@ def _print_steps(console, left: LeftOut, doc: dict) -> None:
         if doc["steps"] and (out.get(key) or {}).get("activities"):
             rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
     cpu = sum(st["wall_us"] for st in doc["steps"]) if doc["steps"] else None  # the steps' CPU ranges, summed
-    rows.append(("whole trace", cpu, str(doc["summary"]["kernel_count"]), g | m))
-    for name, wall, n, st in rows:
+    rows.append(("whole trace", cpu, str(doc["summary"]["kernel_count"]), g | m
+                 | {"by_device": doc["summary"].get("gpu_time_by_device") or {}}))
+    for name, wall, n, st in _with_devices(rows):
         cells.append(([name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
             "gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")),
             _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
@@ -220,7 +221,25 @@ def _print_steps(console, left: LeftOut, doc: dict) -> None:
                  "GPU time per step (us; each GPU activity in the one step that launched it; CPU range = the step's "
                  "ProfilerStep range on the host, which the GPU can outlast ('step us' below runs to its last GPU "
                  "activity, and MFU is over the longer); busy = computation + exposed communication + exposed "
-                 "memcpy/memset; idle = span - busy)" + _unreliable(doc, "per-step values"))
+                 "memcpy/memset; idle = span - busy" + _devices_summed(doc) + ")" + _unreliable(doc, "per-step values"))
+
+
+def _with_devices(rows: list[tuple]) -> list[tuple]:
+    """The steps table's rows, each followed by one row per device where the trace has several (`by_device`): the
+    row itself adds the devices' spans, so its GPU span can exceed its CPU range."""
+    out = []
+    for name, wall, n, st in rows:
+        out.append((name, wall, n, st))
+        by = st.get("by_device") or {}
+        if len(by) > 1:
+            # keys are device ids written as text (JSON's keys): gpu_time.per_step
+            out += [(f"  GPU {d}", None, str(dev["kernel_count"]), dev) for d, dev in sorted(by.items(), key=lambda kv: int(kv[0]))]
+    return out
+
+
+def _devices_summed(doc: dict) -> str:
+    n = len(doc["summary"].get("gpu_time_by_device") or {})
+    return f"; {n} devices: a step's figures add theirs, each device's own on the rows under it" if n > 1 else ""
 
 
 # The operator table's title: each part with the columns it explains (cells.caption says a part only beside them).

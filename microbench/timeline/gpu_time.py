@@ -122,10 +122,12 @@ def breakdown(tl: Timeline, rows: np.ndarray | None = None, window: tuple[float,
     return of_intervals(k.ts_us[rows], k.end_us[rows], kinds(tl, rows), k.device[rows], window)
 
 
-def per_device(tl: Timeline) -> dict[int, dict[str, float]]:
-    """The whole trace's breakdown of each device with GPU activity."""
-    dev = tl.activities.device
-    return {int(d): breakdown(tl, np.flatnonzero(dev == d)) for d in np.unique(dev)}
+def per_device(tl: Timeline) -> dict[str, dict[str, float]]:
+    """The whole trace's breakdown of each device with GPU activity (keyed by the device id as text, as JSON
+    keys are), with its kernel count."""
+    k = tl.activities
+    return {str(d): {"kernel_count": int(((k.device == d) & (k.category == KERNEL)).sum()),
+                     **breakdown(tl, np.flatnonzero(k.device == d))} for d in np.unique(k.device)}
 
 
 @dataclass
@@ -272,11 +274,11 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     # owners: the steps in order, then before-the-first-step, then outside: steps win shared instants
     owner = np.where(a.step >= 0, a.step, np.where(a.step == BEFORE_FIRST_STEP, n_steps, n_steps + 1))
     k, kind = tl.activities, kinds(tl)
-    total = np.zeros((n_steps + 3, 5))
+    total, parts = np.zeros((n_steps + 3, 5)), {}
     for dev in np.unique(k.device):
         on = k.device == dev
-        part = _owned(k.ts_us[on], k.end_us[on], kind[on], owner[on], n_steps + 2)
-        total += part
+        parts[int(dev)] = _owned(k.ts_us[on], k.end_us[on], kind[on], owner[on], n_steps + 2)
+        total += parts[int(dev)]
     is_kernel = k.category == KERNEL
     counts = np.bincount(owner, minlength=n_steps + 2)
     kernel_counts = np.bincount(owner[is_kernel], minlength=n_steps + 2)
@@ -284,6 +286,11 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     gpu_time = np.bincount(owner, weights=k.dur_us, minlength=n_steps + 2)
     rows = [{"kernel_count": int(kernel_counts[j]), "kernel_time_us": float(kernel_time[j]),
              "gpu_time_us": float(gpu_time[j]), **_as_fields(total[j])} for j in range(n_steps + 2)]
+    if len(parts) > 1:  # the sums above add the devices' spans: each device's own, beside them
+        per_dev = {d: np.bincount(owner[is_kernel & (k.device == d)], minlength=n_steps + 2) for d in parts}
+        for j, row in enumerate(rows):
+            row["by_device"] = {str(d): {"kernel_count": int(per_dev[d][j]), **_as_fields(p[j])}
+                                for d, p in parts.items() if p[j, :4].any()}
     outside = {"before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
                "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
                "between_steps_idle_us": float(total[n_steps + 2, 3]),
