@@ -103,3 +103,22 @@ def test_the_terminal_says_what_is_missing_before_the_headline_and_splits_the_sp
         assert f"{label} {s[key]:.1%}" in head
     assert "GPU busy" not in head
     assert s["computation_share"] + s["copy_share"] + s["exposed_comm_share"] + s["idle_share"] == pytest.approx(1)
+
+
+def _step(n: int, ts: float, dur: float, pid: int = 1) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": pid, "tid": 1, "ts": ts, "dur": dur}
+
+
+def test_steps_that_overlap_are_said_and_counted_once(cfg, tmp_path):
+    """ProfilerStep#3 inside #1, #2 starting before #1 ends (a writer's nesting): per-step values are unreliable,
+    the line names the first such step, and the whole trace's CPU range is the steps' union, not a sum past the
+    trace (2,100 us in a 1,500 us trace before). Another process's step at the same time is no overlap."""
+    events = [_step(1, 0, 1000), _step(2, 500, 1000), _step(3, 200, 100), _step(1, 0, 1000, pid=2)]
+    doc = analyze(_write(tmp_path, {"traceEvents": events}), cfg)
+    m = _missing(doc)["disjoint steps"]
+    assert m["detail"].startswith("2 of 4 steps start inside an earlier step of their process (ProfilerStep#3 at 200.0")
+    assert "per-step values" in doc["integrity"]["unreliable"]
+    assert doc["outside_steps"]["steps_cpu_us"] == 1500
+    apart = [_step(1, 0, 100), _step(2, 100, 100), _step(1, 50, 100, pid=2)]  # back to back; another process
+    doc = analyze(_write(tmp_path, {"traceEvents": apart}), cfg)
+    assert "disjoint steps" not in _missing(doc) and doc["outside_steps"]["steps_cpu_us"] == 200

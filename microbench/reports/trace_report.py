@@ -209,7 +209,8 @@ def _print_steps(console, left: LeftOut, doc: dict) -> None:
     for key, label in (("before_first_step", "before the first step"), ("outside_steps", "outside the steps")):
         if doc["steps"] and (out.get(key) or {}).get("activities"):
             rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
-    cpu = sum(st["wall_us"] for st in doc["steps"]) if doc["steps"] else None  # the steps' CPU ranges, summed
+    # the steps' CPU ranges, each instant once (overlapping steps, an integrity line, would add past the trace)
+    cpu = out.get("steps_cpu_us", sum(st["wall_us"] for st in doc["steps"])) if doc["steps"] else None
     rows.append(("whole trace", cpu, str(doc["summary"]["kernel_count"]), g | m
                  | {"by_device": doc["summary"].get("gpu_time_by_device") or {}}))
     for name, wall, n, st in _with_devices(rows):

@@ -294,6 +294,8 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     outside = {"before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
                "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
                "between_steps_idle_us": float(total[n_steps + 2, 3]),
+               # the steps' CPU ranges, each instant once: their sum where steps overlap (integrity says so)
+               "steps_cpu_us": covered(windows.ts_us, windows.end_us) if n_steps else 0.0,
                "placed_by_gpu_annotation": int(a.by_gpu_annotation.sum()),
                "unlaunched_outside_steps": int((np.isnan(tl.launch_time()[0]) & (a.step < 0)).sum()) if n_steps else 0}
     return rows[:n_steps], outside

@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from microbench.core import thresholds
-from microbench.timeline.model import GPU_RANGE, Timeline
+from microbench.timeline.model import EPS_US, GPU_RANGE, Timeline
 
 # The figures an entry can name (the report's words for the document's keys).
 STEPS, ANNOTATIONS, OPS, MFU, ELIGIBILITY, PEAKS, ALL = ("per-step values", "annotations", "per-op totals", "MFU",
@@ -50,11 +50,36 @@ def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
     if not len(windows):
         return [_entry("steps", "no ProfilerStep#N (or --step-range) ranges: whole-trace figures only; MFU over the "
                                 "GPU span", [STEPS])]
+    if (overlap := _overlapping_steps(windows)) is not None:
+        return [overlap]
     gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
     if gpu_steps.any() or not np.isnan(tl.launch_time()[0]).any():
         return []  # only a kernel without a launch needs them
     return [_entry("GPU-side step annotations", "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
                                                 "are outside the steps, whichever launched them", [STEPS])]
+
+
+def _overlapping_steps(windows) -> dict | None:
+    """Steps of one process whose CPU ranges overlap (a writer's nesting, or a step range that is not a step): each
+    GPU activity goes to the latest-starting one around its launch, and the steps' times add past the trace."""
+    pairs = []
+    for p in np.unique(windows.pid):
+        mine = np.flatnonzero(windows.pid == p)
+        mine = mine[np.argsort(windows.ts_us[mine], kind="stable")]
+        reach, holder = -np.inf, None
+        for j in mine:
+            if windows.ts_us[j] < reach - EPS_US:
+                pairs.append((j, holder))
+            if windows.end_us[j] > reach:
+                reach, holder = windows.end_us[j], j
+    if not pairs:
+        return None
+    j, h = pairs[0]
+    return _entry("disjoint steps", f"{len(pairs)} of {len(windows)} steps start inside an earlier step of their process "
+                                    f"({windows.names[j]} at {windows.ts_us[j]:,.1f} us, inside {windows.names[h]}, "
+                                    f"{windows.ts_us[h]:,.1f} - {windows.end_us[h]:,.1f} us): each GPU activity is in "
+                                    "the latest-starting step around its launch; the whole trace counts each instant "
+                                    "once", [STEPS])
 
 
 def _devices(devices: list[dict]) -> list[dict]:
