@@ -71,3 +71,12 @@ def test_ranks_are_placed_on_the_clock_not_on_their_origins():
     assert tl.meta["ts_origin_us"] > 1e15
     assert s.gpu_first_us == pytest.approx(tl.meta["ts_origin_us"] + float(tl.activities.ts_us.min()), abs=0.5)
     assert all(c.kernel_ts > 1e15 for c in s.calls if c.kernel_ts is not None)
+
+
+def test_header_keys_after_the_events_stay_plain_numbers(tmp_path):
+    """Only the events are decoded exact: a long number in a key written after the array (distributedInfo, the
+    tail's) is a float, not a Decimal that the JSON report and the job's arithmetic would meet."""
+    path = tmp_path / "tail.json"
+    path.write_text(_trace(EPOCH_START)[:-1] + ', "distributedInfo": {"rank": 0, "skew": 12345678901234567.5}}')
+    tl = kineto.read(path)
+    assert tl.meta["ts_origin_us"] and type(tl.distributed["skew"]) is float

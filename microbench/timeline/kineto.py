@@ -143,6 +143,10 @@ class _Tail(_Meta):
     traceEvents: list[Event] = []  # noqa: N815, RUF012 - the last events, decoded
 
 
+class _TailEvents(msgspec.Struct):
+    traceEvents: list[Event] = []  # noqa: N815, RUF012 - the last events alone, for their exact decoding
+
+
 class _TailRaw(msgspec.Struct):
     traceEvents: list[msgspec.Raw] = []  # noqa: N815, RUF012 - the same, as raw byte ranges
 
@@ -220,7 +224,9 @@ def _read_pieces(path: Path) -> Timeline:
         if len(buf) >= CHUNK_BYTES:
             base = _add_complete_events(path, b, buf, base)
     text = b'{"traceEvents":[' + bytes(buf)
-    tail = _decode(text, _Tail, _events_decoder(b, text) is _EXACT_EVENTS)
+    tail = _decode(text, _Tail)
+    if _events_decoder(b, text) is _EXACT_EVENTS:  # the events exact; the header keys after them plain (no Decimal)
+        tail.traceEvents = _decode(text, _TailEvents, exact=True).traceEvents
     _add_events(path, b, tail.traceEvents, base, _raw_events(text, _TailRaw))
     for k in _Meta.__struct_fields__:  # keys after the array complete those before it
         if getattr(tail, k) is not None:
