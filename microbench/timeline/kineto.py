@@ -175,6 +175,8 @@ def _events_decoder(b: TimelineBuilder, sample) -> msgspec.json.Decoder:
         m = _EPOCH_TS.search(sample)
         b.meta["ts_origin_us"] = int(m.group(1)) // 1_000_000 * 1_000_000 if m else 0
     return _EXACT_EVENTS if b.meta["ts_origin_us"] else _EVENTS
+
+
 _LEADING_WS = re.compile(rb"[ \t\r\n]*")
 _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _AT_BYTE = re.compile(r"^(.*) \(byte (\d+)\)$")
