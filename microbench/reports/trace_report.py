@@ -233,8 +233,8 @@ def _with_devices(rows: list[tuple]) -> list[tuple]:
         out.append((name, wall, n, st))
         by = st.get("by_device") or {}
         if len(by) > 1:
-            # keys are device ids written as text (JSON's keys): gpu_time.per_step
-            out += [(f"  GPU {d}", None, str(dev["kernel_count"]), dev) for d, dev in sorted(by.items(), key=lambda kv: int(kv[0]))]
+            for d in sorted(by, key=int):  # device ids written as text (JSON's keys): gpu_time.per_step
+                out.append((f"  GPU {d}", None, str(by[d]["kernel_count"]), by[d]))
     return out
 
 

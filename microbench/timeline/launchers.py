@@ -32,7 +32,7 @@ def _range_owner(tl: Timeline, kernels: np.ndarray) -> np.ndarray:
     cpu = np.flatnonzero(r.kind == CPU_RANGE)
     rows = cpu[_launcher_rows(tl.names, r.name[cpu])]
     owner = np.full(len(kernels), -1, dtype=np.int64)
-    has, ts, thread = tl.launch_of(kernels)
+    has, ts, thread, _ = tl.launch_of(kernels)
     for i in sorted(rows, key=lambda i: r.ts_us[i]):  # later starts overwrite: the innermost wins
         inside = has & (thread == r.thread[i]) & (ts >= r.ts_us[i]) & (ts <= r.ts_us[i] + r.dur_us[i])
         owner[inside] = i

@@ -252,23 +252,20 @@ class Timeline:
         return self._cache["launch_index"]
 
     def launch_time(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per kernel row: its launch's start (NaN without one) and process."""
-        li = self.launch_index()
-        linked = li != NO_ID
-        ts = np.full(len(li), np.nan)
-        pid = np.zeros(len(li), dtype=np.int64)
-        ts[linked] = self.launches.ts_us[li[linked]]
-        pid[linked] = self.launches.pid[li[linked]]
-        return ts, pid
+        """Per kernel row: its launch's start (NaN without one) and process (0 without)."""
+        has, ts, _, pid = self.launch_of(np.arange(len(self.activities)))
+        return ts, np.where(has, pid, 0)  # a string pid's key is negative (TimelineBuilder.process): not a max
 
-    def launch_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per activity row of `rows`: whether it has a launch, the launch's start (NaN without) and its thread
-        (-1 without); also for a trace with kernels and no launches at all."""
+    def launch_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per activity row of `rows`: whether it has a launch, the launch's start (NaN without), its thread and its
+        process (-1 without); also for a trace with kernels and no launches at all."""
         li = self.launch_index()[rows]
         has = li != NO_ID
-        ts, thread = np.full(len(li), np.nan), np.full(len(li), -1, dtype=np.int64)
-        ts[has], thread[has] = self.launches.ts_us[li[has]], self.launches.thread[li[has]]
-        return has, ts, thread
+        la, at = self.launches, li[has]
+        ts = np.full(len(li), np.nan)
+        thread, pid = np.full(len(li), -1, dtype=np.int64), np.full(len(li), -1, dtype=np.int64)
+        ts[has], thread[has], pid[has] = la.ts_us[at], la.thread[at], la.pid[at]
+        return has, ts, thread, pid
 
     def step_rows(self, step_range: str | None = None) -> np.ndarray:
         """The one step rule: the rows of the CPU ranges named `step_range` where there are any, else those

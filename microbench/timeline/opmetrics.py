@@ -146,7 +146,7 @@ def _innermost_owner(tl: Timeline, rows: np.ndarray, kernels: np.ndarray, max_ba
     them; -1 for none."""
     ops = tl.cpu_ops
     owner = np.full(len(kernels), -1, dtype=np.int64)
-    has, l_ts, l_thread = tl.launch_of(kernels)
+    has, l_ts, l_thread, _ = tl.launch_of(kernels)
     for th in np.unique(ops.thread[rows]):
         mine = rows[ops.thread[rows] == th]
         mine = mine[np.lexsort((-ops.dur_us[mine], ops.ts_us[mine]))]  # by start; a parent before its child
