@@ -31,6 +31,22 @@ def test_conditions_block_is_recorded():
     assert doc["cores"] >= 1
 
 
+def test_own_cpu_time_counts_the_children_waited_for():
+    """The ranks `comm` starts and the probe processes of `decompose` are the command's own work: their CPU time
+    is not "other processes" (a two-rank `comm ddp` once called its own ranks a busy machine)."""
+    import os
+    import subprocess
+    import sys
+
+    from microbench.core.conditions import _own_jiffies
+
+    burn_s = 0.3  # the child spins until it has used this much CPU time itself, however loaded the machine is
+    before = _own_jiffies()
+    subprocess.run([sys.executable, "-c", f"import time\nwhile time.process_time() < {burn_s}: pass"], check=True)
+    counted_s = (_own_jiffies() - before) / os.sysconf("SC_CLK_TCK")
+    assert counted_s >= burn_s - 0.05  # a jiffy or two of rounding, never the whole child
+
+
 def test_conditions_judgement():
     st = ConditionSettings(max_other_cores=0.25, max_load_per_core=1.0, max_steal_share=0.05)
     quiet = {"cores": 2, "before": {"loadavg": [0.3, 0.2, 0.1], "other_cores": 0.02, "steal_share": 0.0},

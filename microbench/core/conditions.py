@@ -55,14 +55,16 @@ def _cpu_jiffies() -> tuple[int, int, int] | None:
 
 
 def _own_jiffies() -> int:
-    """This process's user + system time in jiffies (all its threads), children excluded."""
+    """This process's user + system time in jiffies (all its threads), with that of the children it has waited
+    for: the ranks of `comm` and the probe processes of `decompose` are its own work, not another program's
+    (without them a two-rank `comm ddp` called its own ranks "other processes kept 1.88 of 2 cores busy")."""
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
+        return sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime (fields 14 - 17 of proc(5))
     except (OSError, IndexError, ValueError):
         t = os.times()
-        return int((t.user + t.system) * os.sysconf("SC_CLK_TCK"))
+        return int((t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK"))
 
 
 def sched_tasks() -> dict[str, tuple[int, int]] | None:
