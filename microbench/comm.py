@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=POSITIVE_INT, default=3, help="profiled steps (after one warm-up step)")
     d.add_argument("--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
+    d.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="keep each rank's profiler trace there (rankN.pt.trace.json, for `trace` and `comm ranks`); "
+                        "default: not kept")
     d.add_argument("--config", type=Path, default=None, help="bench.toml (its conditions settings); default: the "
                    "project's")
     r = sub.add_parser("ranks", help="a whole job: the traces of its ranks (files, a folder or a glob pattern)")

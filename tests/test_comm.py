@@ -202,13 +202,29 @@ def test_cli_error_exit_code(capsys):
 # --- DDP step -------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_ddp_step_split(hang_guard):
-    from microbench.communication.ddp import DdpPlan, ddp_rank
+def test_ddp_step_split(hang_guard, tmp_path):
+    from microbench.communication.ddp import DdpPlan, ddp_rank, split_steps
     from tests.ext_model import Tiny
 
     cap_mb = 0.01  # several buckets for a 34 kB model
-    doc = world.run_local(ddp_rank, (DdpPlan("tests.ext_model:make", 4, steps=2, bucket_cap_mb=cap_mb),), 2,
-                          "gloo", timeout_s=60)[0]
+    plan = DdpPlan("tests.ext_model:make", 4, steps=2, bucket_cap_mb=cap_mb, trace_dir=str(tmp_path))
+    doc = world.run_local(ddp_rank, (plan,), 2, "gloo", timeout_s=60)[0]
+    # each rank's trace is kept (--out) and is the one its split was read from
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
+    assert [split_steps(tmp_path / f"rank{r['rank']}.pt.trace.json") for r in doc["ranks"]] == \
+        [r["steps"] for r in doc["ranks"]]
+    # `trace` of a kept rank trace reads the same breakdown: its communication figures are the split's
+    from microbench.prediction.findings import CpuCommFacts
+    from microbench.timeline.analysis import TraceAnalysis
+
+    facts = CpuCommFacts(TraceAnalysis.of(tmp_path / "rank0.pt.trace.json", None, "dawnscope.ddp_step"))
+    keys = (("exposed_comm_us", "exposed_comm_ms"), ("comm_us", "comm_ms"), ("computation_us", "compute_ms"),
+            ("gpu_span_us", "step_ms"))
+    assert [st[a] for st in facts.steps for a, _ in keys] == \
+        pytest.approx([s[b] * 1e3 for s in doc["ranks"][0]["steps"] for _, b in keys])
+    import os
+
+    assert facts.host["local_ranks"] == 2 and facts.host["cores"] == len(os.sched_getaffinity(0))  # written by the rank
     params = list(Tiny().parameters())
     assert doc["gradient_bytes"] == sum(p.numel() * 4 for p in params)
     assert doc["buckets"] > 1 and sum(doc["bucket_bytes"]) == doc["gradient_bytes"]

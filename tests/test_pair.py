@@ -66,3 +66,22 @@ def test_processes_runs_the_pair_in_that_many_processes_and_takes_the_median(tmp
 def test_without_drops_a_flag_and_its_value_in_either_spelling():
     assert pair._without(["--a", "1", "--json", "x", "--b"], "--json") == ["--a", "1", "--b"]
     assert pair._without(["--json=x", "--processes", "3"], "--json") == ["--processes", "3"]
+
+
+@pytest.mark.slow
+def test_a_ddp_pair_runs_both_bucket_caps_in_the_same_ranks(tmp_path, capsys):
+    """--nproc 2: two gloo ranks, each holding both sides' models wrapped in DDP with their own bucket cap and
+    running the same side's block at the same time; rank 0's blocks are the document."""
+    import json
+
+    out = tmp_path / "pair.json"
+    assert pair.main(["--before", "tests.ext_model:make", "--after", "tests.ext_model:make", "--batch", "4",
+                      "--blocks", "2", "--steps", "1", "--nproc", "2", "--bucket-mb-before", "1000",
+                      "--bucket-mb-after", "0.01", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["nproc"] == 2 and doc["backend"] == "gloo"
+    assert doc["before"]["ddp_bucket_cap_mb"] == 1000 and doc["after"]["ddp_bucket_cap_mb"] == 0.01
+    assert len(doc["before"]["block_ms"]) == len(doc["after"]["block_ms"]) == 2
+    assert min(doc["before"]["block_ms"] + doc["after"]["block_ms"]) > 0
+    assert pair.main(["--before", "x", "--after", "y", "--batch", "4", "--nproc", "2", "--bucket-mb-after", "0"]) == 2
+    assert "--bucket-mb-* above 0" in capsys.readouterr().err

@@ -17,6 +17,8 @@ On a CPU the gloo threads share the cores with compute: "overlapped" there is co
 """
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -30,7 +32,9 @@ from microbench.timeline import gpu_time
 
 from microbench.timeline.analysis import read_trace
 
-from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID
+from microbench.timeline.kineto import HOST_KEY
+
+from microbench.timeline.model import KERNEL, NO_ID
 
 STEP_RANGE = "dawnscope.ddp_step"
 DEFAULT_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's default
@@ -44,6 +48,7 @@ class DdpPlan:
     warmup: int = 1
     bucket_cap_mb: float | None = None  # None: DDP's default (1 MiB first bucket, then 25 MiB)
     device: str = "cpu"
+    trace_dir: str | None = None  # keep each rank's trace there (rankN.pt.trace.json); None: a temporary folder
 
 
 def grad_bytes(model) -> int:
@@ -102,27 +107,10 @@ def _gpu_split(tl, w) -> list[dict]:
     return out
 
 
-def _cpu_intervals(tl, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """gloo: the collectives (ranges or operators named `gloo:*` / `nccl:*`) as communication, the training
-    thread's `aten::` operators as compute; starts, ends, kinds and names."""
-    parts = []
-    for table, cpu in ((tl.ranges, tl.ranges.kind == CPU_RANGE), (tl.cpu_ops, np.ones(len(tl.cpu_ops), bool))):
-        names = [tl.names[n] for n in table.name]
-        is_comm = np.array([n.startswith(("gloo:", "nccl:")) for n in names], dtype=bool) & cpu
-        is_compute = (np.array([n.startswith("aten::") for n in names], dtype=bool) & (table.thread == main_thread)
-                      & (table is tl.cpu_ops))
-        for sel, kind in ((is_comm, gpu_time.COMM), (is_compute, gpu_time.COMPUTE)):
-            rows = np.flatnonzero(sel)
-            parts.append((table.ts_us[rows], table.ts_us[rows] + table.dur_us[rows], np.full(len(rows), kind),
-                          [names[r] for r in rows]))
-    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]), [n for p in parts for n in p[3]])
-
-
 def _cpu_split(tl, w) -> list[dict]:
     """gloo: each step's breakdown over the CPU intervals within its range; each all-reduce a bucket's window."""
     main_thread = tl.ranges.thread[tl.step_rows(STEP_RANGE)[0]]
-    starts, ends, kinds, names = _cpu_intervals(tl, main_thread)
+    starts, ends, kinds, names = gpu_time.cpu_intervals(tl, main_thread)
     out = []
     for j in range(len(w)):
         lo, hi = float(w.ts_us[j]), float(w.end_us[j])
@@ -158,6 +146,17 @@ def summarize_steps(steps: list[dict]) -> dict:
     return med
 
 
+def host_facts(info) -> dict:
+    """What a CPU rank's trace cannot show of its host, written into it (the trace's `dawnscope_host` key): the cores
+    this rank may run on, the ranks on this host (torchrun's LOCAL_WORLD_SIZE, else every rank: local processes)
+    and this rank's intra-op threads. The communication finding on a CPU reads them (docs/findings.md)."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"cores": cores, "local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)),
+            "intra_op_threads": torch.get_num_threads()}
+
+
 def ddp_rank(info, plan: DdpPlan) -> dict | None:
     """Runs on every rank: a profiled DDP step; rank 0 returns every rank's split."""
     import torch
@@ -181,13 +180,14 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
         step()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device != "cpu" else [])
     with profile(activities=acts) as prof:
+        prof.add_metadata_json(HOST_KEY, json.dumps(host_facts(info)))
         for _ in range(plan.steps):
             with record_function(STEP_RANGE):
                 step()
                 if device != "cpu":
                     torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"rank{info.rank}.json"
+        path = Path(plan.trace_dir or tmp) / f"rank{info.rank}.pt.trace.json"
         prof.export_chrome_trace(str(path))
         steps = split_steps(path)
     mine = {"rank": info.rank, "steps": steps, "summary": summarize_steps(steps)}
@@ -197,4 +197,5 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
         return None
     return {"model": workload.name, "batch_per_rank": plan.batch, "nranks": info.world_size,
             "backend": info.backend, "gradient_bytes": gbytes, "bucket_cap_mb": plan.bucket_cap_mb,
-            "bucket_bytes": buckets, "buckets": len(buckets), "ranks": gathered}
+            "bucket_bytes": buckets, "buckets": len(buckets), "ranks": gathered,
+            "trace_dir": plan.trace_dir}

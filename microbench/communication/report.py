@@ -12,7 +12,7 @@ from . import world
 from .busbw import OPS
 from .busbw import canonical_op
 from .collectives import DEFAULT_SIZES, Plan, bench_rank, counts, parse_sizes, to_rows
-from .ddp import DdpPlan, ddp_rank
+from .ddp import STEP_RANGE, DdpPlan, ddp_rank
 from . import engine, scale  # modules, not names: tests replace engine.job_settings and scale.scale_command
 from .plots import plot_busbw
 from microbench.core.cli import Heartbeat, non_negative_int, positive_seconds
@@ -176,8 +176,11 @@ def print_collectives(doc: dict) -> None:
 def run_ddp(args) -> int:
     check_json(args.json)
     backend = _backend(args)
+    out = getattr(args, "out", None)
+    if out is not None:
+        check_dir(out).mkdir(parents=True, exist_ok=True)
     plan = DdpPlan(args.model, args.batch, args.steps, bucket_cap_mb=args.bucket_mb,
-                   device="cpu" if backend == "gloo" else "cuda")
+                   device="cpu" if backend == "gloo" else "cuda", trace_dir=str(out.resolve()) if out else None)
 
     look = _look(backend, getattr(args, "config", None))
     with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
@@ -189,6 +192,9 @@ def run_ddp(args) -> int:
     dev = _device(backend)
     doc.update(hardware=devmod.fingerprint(dev), software=devmod.software(), conditions=look.stop())
     print_ddp(doc)
+    if out is not None:
+        print(f"wrote {shown(out)}/rank0..{doc['nranks'] - 1}.pt.trace.json (findings: python -m microbench.trace "
+              f"{shown(out)}/rank0.pt.trace.json --step-range {STEP_RANGE})", file=sys.stderr)
     write_json(args.json, doc)
     return 0
 

@@ -13,7 +13,9 @@ Each workload keeps the intra-op thread count its factory set (torch.set_num_thr
 blocks; `--processes K` runs K such processes and takes the median of their savings (the checks of
 docs/findings.md did that by hand); `--dtype-before` / `--dtype-after` make an AMP pair of one model, `--workers-before` / `--workers-after` a
 DataLoader pair (the workload's DataLoader with that many workers), `--threads-before` / `--threads-after` set a
-side's thread count. The timer is harness.timing's.
+side's thread count; `--nproc N` a DDP pair: N local ranks (gloo), each holding both settings' models wrapped in
+DistributedDataParallel (`--bucket-mb-before` / `--bucket-mb-after`: the cap of each, default DDP's own), every rank
+running the same side's block at the same time; rank 0's blocks are the result. The timer is harness.timing's.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import tempfile
 from dataclasses import dataclass
 
 from microbench import models
+from microbench.communication import world
 from microbench.core.config import TimingSettings
 from microbench.core.errors import InputError
 
@@ -41,7 +44,7 @@ class Side:
 
 
 def _side(spec: str, dtype: str, batch: int, device, num_workers: int | None = None,
-          threads: int | None = None) -> Side:
+          threads: int | None = None, ddp: bool = False, bucket_mb: float | None = None) -> Side:
     import torch
 
     from microbench.models.step import TrainingStep
@@ -50,7 +53,12 @@ def _side(spec: str, dtype: str, batch: int, device, num_workers: int | None = N
     workload = models.as_workload(spec)
     threads = threads or torch.get_num_threads()  # asked for, else what the factory set
     torch.set_num_threads(default)  # the next factory starts where this one did
-    return Side(spec, dtype, TrainingStep(workload, batch, device.torch_device, dtype, num_workers=num_workers), threads)
+    step = TrainingStep(workload, batch, device.torch_device, dtype, num_workers=num_workers)
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step.model = DistributedDataParallel(step.model, bucket_cap_mb=bucket_mb)
+    return Side(spec, dtype, step, threads)
 
 
 def _block_ms(side: Side, steps: int, device) -> float:
@@ -66,7 +74,8 @@ def _block_ms(side: Side, steps: int, device) -> float:
 def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: int = 5, dtype_before: str = "fp32",
                  dtype_after: str = "fp32", device=None, workers_before: int | None = None,
                  workers_after: int | None = None, threads_before: int | None = None,
-                 threads_after: int | None = None) -> dict:
+                 threads_after: int | None = None, ddp: bool = False, bucket_mb_before: float | None = None,
+                 bucket_mb_after: float | None = None) -> dict:
     """The blocks' median step times of both sides and the saving per step: the median of the paired differences
     (before - after) with their quartiles, and the difference of the two sides' medians."""
     import torch
@@ -76,8 +85,8 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
     device = device or cpu_device()
     threads = torch.get_num_threads()
     try:
-        sides = [_side(before, dtype_before, batch, device, workers_before, threads_before),
-                 _side(after, dtype_after, batch, device, workers_after, threads_after)]
+        sides = [_side(before, dtype_before, batch, device, workers_before, threads_before, ddp, bucket_mb_before),
+                 _side(after, dtype_after, batch, device, workers_after, threads_after, ddp, bucket_mb_after)]
         times: list[list[float]] = [[], []]
         for i in range(blocks):
             order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
@@ -89,12 +98,22 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
     q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
     workers = [getattr(side.step.loader, "num_workers", None) for side in sides]
     return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads,
-                       "loader_workers": workers[0], "block_ms": times[0]},
+                       "loader_workers": workers[0], "block_ms": times[0]} | _ddp_of(ddp, bucket_mb_before),
             "after": {"model": after, "dtype": dtype_after, "threads": sides[1].threads,
-                      "loader_workers": workers[1], "block_ms": times[1]},
+                      "loader_workers": workers[1], "block_ms": times[1]} | _ddp_of(ddp, bucket_mb_after),
             "batch": batch, "blocks": blocks, "steps_per_block": steps,
             "saving_us": {"median": statistics.median(diffs) * 1e3, "q1": q1 * 1e3, "q3": q3 * 1e3,
                           "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
+
+
+def _ddp_of(ddp: bool, bucket_mb: float | None) -> dict:
+    return {"ddp_bucket_cap_mb": bucket_mb if bucket_mb is not None else "DDP's default"} if ddp else {}
+
+
+def _ddp_rank(info, a) -> dict | None:
+    """One rank of a DDP pair: both sides' blocks, in the same order on every rank (DDP's collectives pair up)."""
+    doc = _one(a, ddp=True)
+    return doc | {"nproc": info.world_size, "backend": info.backend} if info.rank == 0 else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads-before", type=int, default=None, metavar="T",
                     help="the before side's intra-op threads (default: what its factory set)")
     ap.add_argument("--threads-after", type=int, default=None, metavar="T", help="the after side's likewise")
+    ap.add_argument("--nproc", type=int, default=1, metavar="N",
+                    help="a DDP pair over N local ranks (gloo); default 1: no DDP")
+    ap.add_argument("--bucket-mb-before", type=float, default=None, metavar="MB",
+                    help="with --nproc: the before side's DDP bucket_cap_mb (default DDP's own)")
+    ap.add_argument("--bucket-mb-after", type=float, default=None, metavar="MB", help="the after side's likewise")
     ap.add_argument("--processes", type=int, default=1, metavar="K",
                     help="K pair processes one after another, the saving the median of theirs (default 1): each "
                          "process has a speed of its own, and on a 2-core CPU one process's saving is good to a few "
@@ -121,15 +145,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _bad(a) -> bool:
-    return (a.blocks < 2 or a.steps < 1 or a.batch < 1 or a.processes < 1
+    return (a.blocks < 2 or a.steps < 1 or a.batch < 1 or a.processes < 1 or a.nproc < 1
+            or any(b is not None and b <= 0 for b in (a.bucket_mb_before, a.bucket_mb_after))
             or min(a.workers_before or 0, a.workers_after or 0) < 0
             or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after)))
 
 
-def _one(a) -> dict:
+def _one(a, ddp: bool = False) -> dict:
+    if a.nproc > 1 and not ddp:
+        return world.run_local(_ddp_rank, (a,), a.nproc, "gloo", timeout_s=600.0)[0]
     return measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after,
                         workers_before=a.workers_before, workers_after=a.workers_after,
-                        threads_before=a.threads_before, threads_after=a.threads_after)
+                        threads_before=a.threads_before, threads_after=a.threads_after, ddp=ddp,
+                        bucket_mb_before=a.bucket_mb_before, bucket_mb_after=a.bucket_mb_after)
 
 
 def _processes(argv: list[str], k: int) -> dict:
@@ -168,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = _parser().parse_args(argv)
     if _bad(a):
-        print("pair: --blocks must be at least 2, --steps, --batch, --processes and --threads-* at least 1, "
-              "--workers-* at least 0", file=sys.stderr)
+        print("pair: --blocks must be at least 2, --steps, --batch, --processes, --nproc and --threads-* at least 1, "
+              "--workers-* at least 0, --bucket-mb-* above 0", file=sys.stderr)
         return 2
     try:
         doc = _one(a) if a.processes == 1 else _processes(_without(_without(argv, "--json"), "--processes"),

@@ -35,6 +35,7 @@ from microbench.prediction.model import (
 )
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis
+from microbench.timeline.kineto import HOST_KEY
 from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
 
 RULES_PATH = data_file("findings.toml")
@@ -168,6 +169,21 @@ class Facts:
         """Per activity: the time `dtype` saves under the assumptions `v`."""
         return _times(self, Scenario(), v) - _times(self, Scenario(dtype=dtype), v)
 
+    comm_layer: ClassVar[str] = "kernel-name rule (comm class) + the one GPU time breakdown"
+    comm_unit: ClassVar[str] = "kernel"
+
+    def longest_comm_us(self) -> float:
+        """Each step's longest communication kernel, the steps' mean (else the trace's longest)."""
+        comm = self.ta.tl.class_mask("comm")
+        return _longest_per_step(self, comm) if self.steps else float(self.ta.tl.activities.dur_us[comm].max(initial=0.0))
+
+    def comm_evidence(self) -> list[dict]:
+        return _top_kernels(self, np.flatnonzero(self.ta.tl.class_mask("comm")))
+
+    def comm_hideable(self) -> bool | float | str:
+        """How much of the exposed communication computation can hide: True on a GPU (its own stream)."""
+        return True
+
     def name_mask(self, pattern: str) -> np.ndarray:
         tl = self.ta.tl
         rx = re.compile(pattern)
@@ -258,6 +274,74 @@ class CpuFacts(Facts):
     @cached_property
     def chip(self):
         return cpu_chip(self.doc)
+
+
+@dataclass
+class CpuCommFacts(Facts):
+    """What the communication rule reads of a CPU trace of a data-parallel job (gloo, no GPU activity; findings.toml
+    [cpu_trace]): per step range, the one breakdown over CPU intervals (gpu_time.cpu_intervals: the collectives on
+    the process group's threads as communication, the training thread's operators as computation), the step's
+    wall time as its span."""
+
+    comm_layer: ClassVar[str] = ("gloo / nccl collective ranges on the CPU + the one breakdown over CPU intervals "
+                                 "(the training thread's operators as computation)")
+    comm_unit: ClassVar[str] = "collective"
+
+    @cached_property
+    def _windows(self):
+        return self.ta.tl.step_windows(self.ta.step_range)
+
+    @cached_property
+    def _intervals(self):
+        tl = self.ta.tl
+        return gpu_time.cpu_intervals(tl, int(tl.ranges.thread[tl.step_rows(self.ta.step_range)[0]]))
+
+    @cached_property
+    def steps(self) -> list[dict]:
+        if not len(self._windows):
+            return []
+        starts, ends, kinds, _ = self._intervals
+        return [gpu_time.of_intervals(starts, ends, kinds, window=(lo, hi)) | {"breakdown_span_us": hi - lo}
+                for lo, hi in zip(self._windows.ts_us.tolist(), self._windows.end_us.tolist())]
+
+    @property
+    def step_time_what(self) -> str:
+        name = self._windows.names[0] if self._windows.names else "step"
+        return f"the mean wall time of the {len(self.steps)} {name} ranges (the annotation table below)"
+
+    @cached_property
+    def missing(self) -> dict[str, str]:
+        return {} if self.steps else {"steps": NEEDS_WHY["steps"]}
+
+    @cached_property
+    def host(self) -> dict | None:
+        """The rank's host as a dawnscope run wrote it into the trace (communication/ddp.py host_facts), else None."""
+        h = self.ta.tl.meta.get(HOST_KEY)
+        keys = ("cores", "local_ranks", "intra_op_threads")
+        ok = isinstance(h, dict) and all(type(h.get(k)) is int and h[k] >= 1 for k in keys)
+        return {k: h[k] for k in keys} if ok else None
+
+    def comm_hideable(self) -> float | str:
+        """The share of a core each rank's collectives find idle under its computation: the cores per rank on
+        its host less its intra-op threads, from 0 to 1 (findings.toml [rules.exposed_comm] cpu_model)."""
+        if self.host is None:
+            return rules()["rules"]["exposed_comm"]["cpu_no_host"]
+        h = self.host
+        return min(1.0, max(0.0, h["cores"] / h["local_ranks"] - h["intra_op_threads"]))
+
+    def host_phrase(self, hideable: float) -> str:
+        h = self.host
+        return (f"on this host ({h['cores']} cores, {h['local_ranks']} ranks, {h['intra_op_threads']} intra-op "
+                f"thread(s) each) the ranks' threads leave {hideable:.2g} of a core per rank idle for the "
+                "collectives' own CPU work, which hidden under computation takes its time from it")
+
+    def comm_evidence(self) -> list[dict]:
+        starts, ends, kinds, names = self._intervals
+        by: dict[str, float] = {}
+        for i in np.flatnonzero(kinds == gpu_time.COMM):
+            by[names[i]] = by.get(names[i], 0.0) + float(ends[i] - starts[i])
+        top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+        return [{"kernel": k, "time_us": t / max(len(self.steps), 1)} for k, t in top]
 
 
 def cpu_work(rows: list[tuple[dict, str, float]]):
@@ -636,16 +720,23 @@ def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
     # backward, cannot
     expected = (f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
                 if f.steps else min(exposed, max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)))
-    comm = f.ta.tl.class_mask("comm")
-    longest = _longest_per_step(f, comm) if f.steps else float(f.ta.tl.activities.dur_us[comm].max(initial=0.0))
+    hideable = f.comm_hideable()
+    if isinstance(hideable, str):
+        return hideable
     free = max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)
     what = (f"{exposed:,.0f} us per {f.per} ({exposed / f.step_us:.1%}) of communication runs with no computation "
             f"under it; {free:,.0f} us of computation runs with none under it, which is what could hide it")
-    kernels = _top_kernels(f, np.flatnonzero(comm))
-    ev = {"layer": "kernel-name rule (comm class) + the one GPU time breakdown", "kernels": kernels,
+    kernels = f.comm_evidence()
+    ev = {"layer": f.comm_layer, "kernels": kernels, "unit": f.comm_unit,
           "exposed_comm_us": exposed, "overlapped_comm_us": _gpu_time(f, "overlapped_comm_us")}
     fix = _comm_fix(rule, kernels[0]["kernel"] if kernels else "")
-    return _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, saving(expected - longest, expected, exposed))
+    if hideable is True:  # a GPU: the collectives run on their own stream, beside the computation
+        save = saving(expected - f.longest_comm_us(), expected, exposed)
+    else:  # a CPU: only the cores the ranks' threads leave idle take the collectives' work (findings.toml cpu_model)
+        what += "; " + f.host_phrase(hideable)
+        ev["host"] = f.host
+        save = saving(0.0, expected * hideable, exposed)
+    return _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, save)
 
 
 def _comm_fix(rule: dict, kernel: str) -> str:
@@ -747,14 +838,22 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     trace ran on where the trace does not name it. `cpu_doc`: a CPU decomposition's document, whose operators are
     the activities where the trace has no GPU activity (CpuFacts; the rules with a `cpu_why` are not checked)."""
     cpu = cpu_doc is not None and not len(ta.tl.activities)
-    f = CpuFacts(ta, cfg, source, cpu_doc) if cpu else Facts(ta, cfg, source)
+    cpu_trace = not cpu and not len(ta.tl.activities) and gpu_time.has_cpu_collectives(ta.tl)
+    f = (CpuFacts(ta, cfg, source, cpu_doc) if cpu else CpuCommFacts(ta, cfg, source) if cpu_trace
+         else Facts(ta, cfg, source))
     made, not_checked, below = [], [], []
-    if not len(ta.tl.activities) and not cpu:
+    if not len(ta.tl.activities) and not cpu and not cpu_trace:
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
                 "step_time_us": 0.0, "per": f.per}
+    on_cpu_trace = rules()["cpu_trace"]
     for rid, fn in RULES.items():
         rule = rules()["rules"][rid]
-        if cpu and "cpu_why" in rule:
+        if cpu_trace:
+            if rid not in on_cpu_trace["rules"]:
+                not_checked.append({"id": rid, "why": on_cpu_trace["why"]})
+                continue
+            rule = rule | {"needs": on_cpu_trace["needs"]}
+        elif cpu and "cpu_why" in rule:
             not_checked.append({"id": rid, "why": "a CPU run: " + rule["cpu_why"]})
             continue
         if not cpu and "gpu_why" in rule:
@@ -773,7 +872,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         elif out is not None:  # checked, and the fix would save too little: said, so that a flag is not left open
             below.append({"id": rid, "saving_us": out["saving_us"], "what": out["what"]})
     made.sort(key=lambda x: -x["saving_us"]["expected"])
-    made = [x | {"validation": validation_of(x["id"], "cpu" if cpu else "gpu")} for x in made]
+    made = [x | {"validation": validation_of(x["id"], "cpu" if cpu or cpu_trace else "gpu")} for x in made]
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked, "below": below,
             "step_time_us": f.step_us, "step_time_what": f.step_time_what, "per": f.per,
             "validation": rules().get("validation")}

@@ -15,7 +15,7 @@ def evidence_text(ev: dict) -> str:
     if ev.get("kernels"):
         k = ev["kernels"][0]
         more = f" and {len(ev['kernels']) - 1} more" if len(ev["kernels"]) > 1 else ""
-        bits.append(f"largest kernel {distinct_labels([k['kernel']], 70)[0]} ({k['time_us']:,.0f} us){more}")
+        bits.append(f"largest {ev.get('unit', 'kernel')} {distinct_labels([k['kernel']], 70)[0]} ({k['time_us']:,.0f} us){more}")
     if ev.get("ops"):
         bits.append("ops: " + ", ".join(f"{o['op']} ({o['reason']})" for o in ev["ops"][:2]))
     if "kernels_per_step" in ev:
@@ -56,7 +56,11 @@ def below_line(doc: dict) -> str | None:
     per = doc.get("findings_per", "step")
     share = doc.get("findings_min_saving_share", 0.02)
     return (f"checked, under the {share:.0%} of the {per} a finding needs ({len(below)}): "
-            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" for b in below))
+            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" + _up_to(b['saving_us']) for b in below))
+
+
+def _up_to(s: dict) -> str:
+    return f" (up to {s['high']:,.0f})" if s["high"] > s["expected"] else ""
 
 
 

@@ -97,6 +97,33 @@ def of_intervals(starts, ends, kind, devices=None, window: tuple[float, float] |
     return out
 
 
+# A collective on a CPU (gloo, or the host side of NCCL): PyTorch's record_function titles of its work
+CPU_COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
+
+
+def cpu_intervals(tl: Timeline, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """A CPU-only trace of a data-parallel step (gloo: no kernels) as activities for `of_intervals`: the
+    collectives (ranges or operators named gloo:* / nccl:*, on the process group's worker threads) as
+    communication, the training thread's `aten::` operators as computation. Starts, ends, kinds and names."""
+    parts = []
+    for table, cpu in ((tl.ranges, tl.ranges.kind == CPU_RANGE), (tl.cpu_ops, np.ones(len(tl.cpu_ops), bool))):
+        names = [tl.names[n] for n in table.name]
+        is_comm = np.array([n.startswith(CPU_COLLECTIVE_PREFIXES) for n in names], dtype=bool) & cpu
+        is_compute = (np.array([n.startswith("aten::") for n in names], dtype=bool) & (table.thread == main_thread)
+                      & (table is tl.cpu_ops))
+        for sel, kind in ((is_comm, COMM), (is_compute, COMPUTE)):
+            rows = np.flatnonzero(sel)
+            parts.append((table.ts_us[rows], table.ts_us[rows] + table.dur_us[rows], np.full(len(rows), kind),
+                          [names[r] for r in rows]))
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]), [n for p in parts for n in p[3]])
+
+
+def has_cpu_collectives(tl: Timeline) -> bool:
+    """The trace records collectives on the CPU (a gloo job's rank, or NCCL's host-side ranges)."""
+    return any(isinstance(n, str) and n.startswith(CPU_COLLECTIVE_PREFIXES) for n in tl.names.strings)
+
+
 def _one_device(s: np.ndarray, e: np.ndarray, k: np.ndarray) -> dict[str, float]:
     compute = covered(s[k == COMPUTE], e[k == COMPUTE])
     kernels = covered(s[k != MEMORY], e[k != MEMORY])

@@ -55,6 +55,7 @@ MAX_PIECE_BYTES = 64 << 20
 CUT_TRIES = 16
 # Events decoded per batch when the whole file is read at once.
 BATCH_EVENTS = 1_000
+HOST_KEY = "dawnscope_host"  # _Meta.dawnscope_host: the host facts a dawnscope run writes into its traces
 HEADER_KEYS = ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cuda_runtime_version",
                "cuda_driver_version", "cupti_version", "roctracer_version", "hip_runtime_version")
 COPY_CATEGORIES = {"gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET, "memset": MEMSET}
@@ -129,6 +130,9 @@ class _Meta(msgspec.Struct):
     cupti_version: Any = None
     roctracer_version: Any = None
     hip_runtime_version: Any = None
+    # what a dawnscope run (comm ddp) adds with prof.add_metadata_json: the host the rank ran on, its cores, the
+    # ranks on it and each rank's intra-op threads (prediction/findings.py CpuCommFacts)
+    dawnscope_host: Any = None
     # libkineto's own log, written as top-level lists by severity (output_json.cpp finalizeTrace): its CUPTI
     # layer logs "Dropped N activity records" and "Exceeded max GPU buffer count (...) - terminating tracing"
     WARNING: Any = None
@@ -422,6 +426,8 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     if isinstance(head.distributedInfo, dict):
         b.distributed = head.distributedInfo
     b.meta.update({k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None})
+    if isinstance(head.dawnscope_host, dict):
+        b.meta[HOST_KEY] = head.dawnscope_host
     log = [(level, m) for level in ("ERROR", "WARNING") if isinstance(getattr(head, level), list)
            for m in getattr(head, level) if isinstance(m, str)]
     if log:
