@@ -371,7 +371,7 @@ def summary_of(tl: Timeline) -> dict:
         "copy_share": _share(whole["exposed_memcpy_us"], span),
         "idle_share": _share(whole["idle_us"], span),
         "gpu_time": whole,
-        **({"gpu_time_by_device": gpu_time.per_device(tl)} if len(np.unique(acts.device)) > 1 else {}),
+        **({"gpu_time_by_device": gpu_time.per_device(tl)} if gpu_time.several_devices(tl) else {}),
         "devices_with_kernels": len(metrics.devices_with_kernels(tl)),
         "memcpy_count": copies["memcpy"][0],
         "memcpy_time_us": copies["memcpy"][1],

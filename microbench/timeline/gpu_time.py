@@ -149,6 +149,12 @@ def breakdown(tl: Timeline, rows: np.ndarray | None = None, window: tuple[float,
     return of_intervals(k.ts_us[rows], k.end_us[rows], kinds(tl, rows), k.device[rows], window)
 
 
+def several_devices(tl: Timeline) -> bool:
+    """The trace's GPU activity is on more than one device (a process driving several GPUs): the sums over devices
+    then add their spans, and each device's own breakdown is shown beside them."""
+    return len(np.unique(tl.activities.device)) > 1
+
+
 def per_device(tl: Timeline) -> dict[str, dict[str, float]]:
     """The whole trace's breakdown of each device with GPU activity (keyed by the device id as text, as JSON
     keys are), with its kernel count."""
@@ -313,7 +319,7 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     gpu_time = np.bincount(owner, weights=k.dur_us, minlength=n_steps + 2)
     rows = [{"kernel_count": int(kernel_counts[j]), "kernel_time_us": float(kernel_time[j]),
              "gpu_time_us": float(gpu_time[j]), **_as_fields(total[j])} for j in range(n_steps + 2)]
-    if len(parts) > 1:  # the sums above add the devices' spans: each device's own, beside them
+    if several_devices(tl):  # the sums above add the devices' spans: each device's own, beside them
         per_dev = {d: np.bincount(owner[is_kernel & (k.device == d)], minlength=n_steps + 2) for d in parts}
         for j, row in enumerate(rows):
             row["by_device"] = {str(d): {"kernel_count": int(per_dev[d][j]), **_as_fields(p[j])}
