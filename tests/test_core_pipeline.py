@@ -170,6 +170,70 @@ def test_too_slow_case_skipped_by_estimate(tiny_config):
     assert row.status == "skipped" and "max_case_seconds" in row.reason
 
 
+def test_a_case_whose_calls_take_longer_than_the_limit_is_checked_not_timed(scratch_providers, tiny_config):
+    """The ceilings can be wrong about a call's time (a CPU without native bf16: its estimate puts bf16 at the fp32
+    rate, PyTorch ran it 60x slower): a provider whose call takes longer than the limit is skipped with its output
+    checked; on a GPU only where a second call is slow too (the first may be a JIT compile or an autotune)."""
+    import time
+
+    from microbench.core.device import Device
+
+    cfg = load_config(tiny_config)
+    calls = {"slow": 0, "first": 0}
+
+    def slow(a, b, *, allow_tf32=False):
+        calls["slow"] += 1
+        time.sleep(0.06)
+        return torch.matmul(a, b)
+
+    def slow_first(a, b, *, allow_tf32=False):
+        calls["first"] += 1
+        time.sleep(0.06 if calls["first"] == 1 else 0.0)
+        return torch.matmul(a, b)
+
+    provider("gemm", "t_slow")(slow)
+    provider("gemm", "t_slow_first")(slow_first)
+    runner = _runner(cfg)
+    runner.max_case_seconds = 0.05  # the profile's limit, under what a sleep of 0.06 s must take
+    case = Case("gemm", GemmShape(8, 8, 8), "fp32")
+    ps = [registry.get("gemm", n) for n in ("t_slow", "t_slow_first")]
+    rows = {r.provider: r for r in runner.run(case, ps)}
+    for r in rows.values():  # a CPU: the first call decides
+        assert r.status == "skipped" and r.time_ms is None and "first call took" in r.reason and r.rel_err < 1e-5
+        assert "max_case_seconds = 0.05" in r.reason
+    assert calls == {"slow": 1, "first": 1}
+
+    class AsIfGpu(Device):  # the same CPU, taken for a GPU: the second call decides
+        @property
+        def is_gpu(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            pass  # nothing queued: the calls ran on the CPU
+
+    cpu = runner.device
+    runner.device = AsIfGpu(**{f: getattr(cpu, f) for f in cpu.__dataclass_fields__})
+    a, b = make_inputs(case, "cpu", seed=0)
+    assert runner._over_limit(lambda: slow_first(a, b), first_s=0.06) is None  # the second call was fast: timed
+    assert "(the first 0.06 s)" in runner._over_limit(lambda: slow(a, b), first_s=0.06)
+    assert calls == {"slow": 2, "first": 2}
+
+
+def test_a_profile_sets_its_own_longest_call(tmp_path):
+    from microbench.core.config import load_config as load
+    from microbench.core.errors import InputError
+
+    from .conftest import REPO
+
+    text = (REPO / "bench.toml").read_text()
+    assert load(REPO / "bench.toml").case_sets["quick"].max_case_seconds == 1.0
+    assert load(REPO / "bench.toml").case_sets["default"].max_case_seconds is None  # timing.max_case_seconds
+    bad = tmp_path / "bench.toml"
+    bad.write_text(text.replace("max_case_seconds = 1.0 ", "max_case_seconds = -1.0 ", 1))
+    with pytest.raises(InputError, match="profiles.quick.max_case_seconds"):
+        load(bad)
+
+
 def test_judge_roofline_and_flags():
     work = gemm_work(GemmShape(100, 100, 100), "fp32")  # 2e6 FLOPs, 120 kB, intensity 16.7
     c = Ceilings([Ceiling("m", "compute", "fp32", 1.0, "TFLOP/s", "measured"),

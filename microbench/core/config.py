@@ -102,6 +102,7 @@ class CaseSet:
     providers: tuple[str, ...]
     cases: tuple[Case, ...]
     ceiling_budget_s: float | None = None  # the ceiling search's time per dtype; None: [ceilings.KIND].budget_s
+    max_case_seconds: float | None = None  # the longest call this profile times; None: timing.max_case_seconds
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,8 @@ def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
     own: dict[str, list[Case]] = {}
     for name, t in raw.items():
         where = f"profiles.{name}"
-        rd.keys(t, where, {"description", "providers", "extends", "ceiling_budget_s", *ops.FAMILIES}, {"providers"})
+        rd.keys(t, where, {"description", "providers", "extends", "ceiling_budget_s", "max_case_seconds",
+                           *ops.FAMILIES}, {"providers"})
         providers = rd.strings(t, "providers", where)
         if not providers:
             rd.fail(f"{where}.providers", providers, "empty list")
@@ -304,7 +306,9 @@ def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
             extends[name] = t["extends"]
         own[name] = cases
         budget = float(rd.num(t, "ceiling_budget_s", where)) if "ceiling_budget_s" in t else None
-        out[name] = CaseSet(name, str(t.get("description", "")), providers, (), budget)
+        limit = (float(rd.num(t, "max_case_seconds", where, maximum=MAX_CASE_SECONDS)) if "max_case_seconds" in t
+                 else None)
+        out[name] = CaseSet(name, str(t.get("description", "")), providers, (), budget, limit)
 
     def all_cases(name: str, seen: tuple[str, ...] = ()) -> list[Case]:
         if name in seen:
@@ -317,7 +321,7 @@ def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
         cases = all_cases(name)
         if not cases:
             rd.fail(f"profiles.{name}", None, "profile has no cases")
-        out[name] = CaseSet(p.name, p.description, p.providers, tuple(cases), p.ceiling_budget_s)
+        out[name] = CaseSet(p.name, p.description, p.providers, tuple(cases), p.ceiling_budget_s, p.max_case_seconds)
     return out
 
 

@@ -1,6 +1,8 @@
 """The flow for each case: providers -> correctness -> timing -> work counting -> ceilings -> result row."""
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -56,6 +58,36 @@ class CaseRunner:
     ceilings: Ceilings
     faulted: dict = field(default_factory=dict)  # (case, provider) -> why it lost the context in pre-flight
     lost: str | None = None  # set when a call lost this process's device context: the run stops there
+    max_case_seconds: float | None = None  # the profile's own limit (its max_case_seconds), else timing's
+
+    @property
+    def limit_s(self) -> float:
+        return self.max_case_seconds if self.max_case_seconds is not None else self.cfg.timing.max_case_seconds
+
+    def _call_s(self, call) -> tuple[object, float]:
+        """One call, to the end of its device work: its output and its wall time in seconds (a guard on how long
+        timing would take, not a measurement: the timer is harness.timing's)."""
+        t0 = time.perf_counter()
+        out = call()
+        self.device.synchronize()
+        return out, time.perf_counter() - t0
+
+    def _over_limit(self, call, first_s: float) -> str | None:
+        """Why a case's timing is skipped: its call took longer than the limit; on a GPU the first call and one
+        more (the first may include a JIT compile or an autotune), on a CPU the first (no compile there: PyTorch's
+        own first call sets up in milliseconds, and a second slow call would double the cost). A ceiling can miss
+        it: the estimate of a CPU without native bf16 puts bf16 at the fp32 rate, and PyTorch's bf16 GEMM there
+        ran 60x slower (a 2048^3 call: 13 - 64 s, seven calls to time it)."""
+        if first_s <= self.limit_s:
+            return None
+        if not self.device.is_gpu:
+            return (f"not timed: its first call took {first_s:.3g} s > max_case_seconds = {self.limit_s:g}; its "
+                    "output was checked")
+        _, again_s = self._call_s(call)
+        if again_s <= self.limit_s:
+            return None
+        return (f"not timed: a call took {again_s:.3g} s (the first {first_s:.3g} s) > max_case_seconds = "
+                f"{self.limit_s:g}; its output was checked")
 
     def _lost(self, row: KernelCaseRow, case: Case, p: Provider, e: BaseException, while_: str = "") -> bool:
         """A lost device context: the row says so and the runner stops (every later call would fail too)."""
@@ -84,7 +116,7 @@ class CaseRunner:
         work = case_work(case)
         dev = self.device.torch_device
         inputs = ref = None
-        slow = too_slow(case, work, self.ceilings, self.cfg.timing.max_case_seconds)
+        slow = too_slow(case, work, self.ceilings, self.limit_s)
         for p in providers:
             row = self._row(case, p, flops=work.flops, bytes=work.bytes_moved, intensity=work.intensity)
             why = p.unavailable_reason(self.device)
@@ -107,8 +139,7 @@ class CaseRunner:
                     inputs = make_inputs(case, dev, seed=0)
                     ref = reference(case, *inputs)
                 call = bind(p, case, *inputs)
-                out = call()
-                self.device.synchronize()
+                out, first_s = self._call_s(call)
             except Unsupported as e:
                 row.status, row.reason = "skipped", f"unsupported: {e}"
                 yield row
@@ -135,6 +166,11 @@ class CaseRunner:
                 yield row
                 continue
             try:
+                over = self._over_limit(call, first_s)
+                if over:
+                    row.status, row.reason = "skipped", over
+                    yield row
+                    continue
                 calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
                                   for i in range(1, self._input_sets(inputs))]
                 judge(row, work, time_calls(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
@@ -175,7 +211,7 @@ def preflight_pairs(cases, providers: dict[str, list[Provider]], runner: CaseRun
               if p.name in isolate and p.unavailable_reason(runner.device) is None}
     pairs = []
     for case in cases:
-        if too_slow(case, case_work(case), runner.ceilings, runner.cfg.timing.max_case_seconds):
+        if too_slow(case, case_work(case), runner.ceilings, runner.limit_s):
             continue
         pairs += [preflight.Pair(case, p.name, p.fn.__module__) for p in providers[case.family] if p.name in usable]
     return pairs
@@ -189,7 +225,7 @@ def run_case_set(case_set: CaseSet, device: Device, cfg: Config, ceilings: Ceili
     (harness/preflight.py). Returns None, or the line that says why the run stopped early: a call that lost
     this process's device context ends it (the rows already given to `on_row` stand)."""
     providers = resolve_providers(case_set, cfg)
-    runner = CaseRunner(device, cfg, ceilings)
+    runner = CaseRunner(device, cfg, ceilings, max_case_seconds=case_set.max_case_seconds)
     if device.is_gpu or isolate is not None:  # a CPU has no context to lose, unless a test asks
         pairs = preflight_pairs(case_set.cases, providers, runner, isolated_providers() if isolate is None else isolate)
         runner.faulted = preflight.faults(pairs, "cuda" if device.is_gpu else "cpu") if pairs else {}
