@@ -77,7 +77,7 @@ class CaseRunner:
         more (the first may include a JIT compile or an autotune), on a CPU the first (no compile there: PyTorch's
         own first call sets up in milliseconds, and a second slow call would double the cost). A ceiling can miss
         it: the estimate of a CPU without native bf16 puts bf16 at the fp32 rate, and PyTorch's bf16 GEMM there
-        ran 60x slower (a 2048^3 call: 13 - 64 s, seven calls to time it)."""
+        ran 60x slower (a 2048^3 call: 59 - 64 s, seven calls to time it)."""
         if first_s <= self.limit_s:
             return None
         if not self.device.is_gpu:
