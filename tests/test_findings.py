@@ -13,6 +13,7 @@ import pytest
 
 from microbench import trace as trace_cli
 from microbench.core.config import load_config
+from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.stats import NoiseSettings
 from microbench.prediction import findings as F
 from microbench.timeline import gpu_time
@@ -273,9 +274,11 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
                          measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
     rules = F.rules()["rules"]
-    cpu_rules = [rid for rid, r in rules.items() if "cpu_why" in r or rid in ("dataloader", "allocator")]
+    native = cpu_native_bf16(doc["hardware"]["isa_flags"])  # else amp is not checked either (below)
+    cpu_rules = [rid for rid, r in rules.items()
+                 if "cpu_why" in r or rid in ("dataloader", "allocator") or (rid == "amp" and not native)]
     assert [n["id"] for n in doc["findings_not_checked"]] == cpu_rules
-    assert "channels_last" in cpu_rules and "amp" not in cpu_rules
+    assert "channels_last" in cpu_rules and ("amp" in cpu_rules) != native
     # dataloader is checked on a CPU where the step loads its batches; this one makes its inputs once
     (dl,) = [n for n in doc["findings_not_checked"] if n["id"] == "dataloader"]
     assert dl["why"] == "a CPU run: " + rules["dataloader"]["cpu_no_loader"]
@@ -286,6 +289,9 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
 
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
         {rules[r].get("cpu_why", r) for r in cpu_rules})
+    if not native:
+        (amp,) = [n for n in doc["findings_not_checked"] if n["id"] == "amp"]
+        assert amp["why"] == rules["amp"]["cpu_no_bf16"]
     page = (tmp_path / "report.html").read_text()
     assert "<h2>step breakdown</h2>" in page and "<svg" in page and "cpu_exec" in page and "CPU summary" in page
     saved = json.loads((tmp_path / "decomposition.json").read_text())
@@ -373,6 +379,22 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     bert = F.Facts(TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config), config)
     sync = F.rule_sync(bert, rule["sync"])
     assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
+
+
+@pytest.mark.parametrize("flags, native", [(["avx2", "fma"], False), (["avx2", "fma", "avx512f"], False),
+                                           (["avx512f", "avx512_bf16"], True), (["amx_tile", "amx_bf16"], True)])
+def test_amp_is_not_offered_on_a_cpu_that_has_no_bf16_instructions(flags, native):
+    """On a CPU without AVX512-BF16 / AMX-BF16 PyTorch converts bf16 to fp32 and back around every operator (an
+    AVX2 EPYC: ResNet-9 15x slower under autocast, docs/findings.md): the amp rule is not checked there, with
+    that reason, rather than offered with the estimate tier's bf16 rate (the fp32 one); on a CPU with them it is
+    checked (here: on to the chip, which this made-up document has no ceilings for)."""
+    doc = {"hardware": {"units": 2, "isa_flags": flags}, "ceilings": [], "layers": []}
+    out = F.rule_amp(F.CpuFacts(None, None, None, doc), F.rules()["rules"]["amp"])
+    assert cpu_native_bf16(flags) is native
+    assert (out == F.rules()["rules"]["amp"]["cpu_no_bf16"]) is not native
+    assert native == (out == F.NO_CHIP)
+    # a document from before the ISA flags were recorded is checked as before
+    assert F.CpuFacts(None, None, None, {"hardware": {"units": 2}}).native_bf16
 
 
 def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from microbench import models
+from microbench.core.conditions import usable_cores
 
 from microbench.timeline import gpu_time
 
@@ -152,8 +153,7 @@ def host_facts(info) -> dict:
     and this rank's intra-op threads. The communication finding on a CPU reads them (docs/findings.md)."""
     import torch
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return {"cores": cores, "local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)),
+    return {"cores": usable_cores(), "local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)),
             "intra_op_threads": torch.get_num_threads()}
 
 

@@ -37,7 +37,8 @@ class ConditionSettings:
     sample_s: float = 0.5  # the quiet look at the machine before the run
 
 
-def _cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or taskset's share, not the machine's)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -149,7 +150,7 @@ def threads_block() -> dict:
     """The thread count CPU ops run with and why."""
     import torch
 
-    cores = _cores()
+    cores = usable_cores()
     n = torch.get_num_threads()
     env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}
     if _FITTED and _FITTED["threads"] == n:
@@ -193,7 +194,7 @@ class Conditions:
 
         if not self.busy_now() or any(k in os.environ for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
             return None
-        was, cores = torch.get_num_threads(), _cores()
+        was, cores = torch.get_num_threads(), usable_cores()
         other = self.before.get("other_cores")
         if other is None:
             load = (self.before.get("loadavg") or [cores])[0]
@@ -209,14 +210,14 @@ class Conditions:
 
     def busy_now(self) -> bool:
         """Whether the look before the run (start) already found the machine busy."""
-        return bool(judge_conditions({"before": self.before, "cores": _cores()}, self.st))
+        return bool(judge_conditions({"before": self.before, "cores": usable_cores()}, self.st))
 
     def stop(self) -> dict:
         during = self.window.stop() if self.window else {}
         during["loadavg"] = loadavg()
         if self.gpu_index is not None:
             during["gpu"] = gpu_window(self.before.get("gpu") or {}, gpu_state(self.gpu_index), during.get("wall_s") or 0.0)
-        doc = {"before": self.before, "during": during, "threads": threads_block(), "cores": _cores(),
+        doc = {"before": self.before, "during": during, "threads": threads_block(), "cores": usable_cores(),
                "thresholds": {"max_other_cores": self.st.max_other_cores,
                               "max_load_per_core": self.st.max_load_per_core,
                               "max_steal_share": self.st.max_steal_share}}

@@ -12,6 +12,8 @@ import torch
 from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
 from microbench.core.cli import digits
 from microbench.core.datasheet import amd_product_name
+from microbench.core.conditions import usable_cores
+from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.fingerprint import installed_version
 
 # CPU flags that decide which vector / matrix units oneDNN and MKL can use.
@@ -44,7 +46,7 @@ class Device:
         (on other CPUs PyTorch emulates bf16, slower than fp32)."""
         if self.is_gpu:
             return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-        return bool({"avx512_bf16", "amx_bf16"} & set(self.isa_flags))
+        return cpu_native_bf16(self.isa_flags)
 
     def synchronize(self) -> None:
         if self.is_gpu:
@@ -95,9 +97,8 @@ def _meminfo_bytes() -> int:
 def cpu_device() -> Device:
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return Device(kind="cpu", torch_device="cpu", name=info.get("model name", platform.processor() or "cpu"),
-                  arch=platform.machine(), units=cores, memory_bytes=_meminfo_bytes(),
+                  arch=platform.machine(), units=usable_cores(), memory_bytes=_meminfo_bytes(),
                   clock_mhz=_cpu_clock_mhz(info), isa_flags=tuple(f for f in CPU_ISA_FLAGS if f in flags),
                   extra={"torch_threads": torch.get_num_threads(), "vendor": info.get("vendor_id", "")})
 

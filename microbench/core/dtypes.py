@@ -108,3 +108,12 @@ def _by_torch() -> dict:
         if t is not None:
             out.setdefault(t, d.name)  # the first entry names a shared storage type
     return out
+
+
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_native_bf16(isa_flags) -> bool:
+    """A CPU computes bf16 in hardware where it has AVX512-BF16 or AMX-BF16; elsewhere PyTorch and oneDNN convert
+    to fp32 and back around every operator (an AVX2 EPYC: ResNet-9's step 15x slower, docs/findings.md)."""
+    return bool(NATIVE_BF16_FLAGS & set(isa_flags or ()))

@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 import tomllib
 
+from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.resources import data_file
 from microbench.core.datasheet import find_entry
 from microbench.prediction.chips import Chip, assumptions
@@ -222,6 +223,13 @@ class CpuFacts(Facts):
         return int((self.doc.get("hardware") or {}).get("units") or 1)
 
     @property
+    def native_bf16(self) -> bool:
+        """The CPU computes bf16 in hardware (core.device.cpu_native_bf16 over the recorded ISA flags); a document
+        that records none is taken to (the older ones)."""
+        hw = self.doc.get("hardware") or {}
+        return "isa_flags" not in hw or cpu_native_bf16(hw["isa_flags"])
+
+    @property
     def torch_threads(self) -> int:
         """The step's intra-op threads (core.device records them), else every core."""
         return int(((self.doc.get("hardware") or {}).get("extra") or {}).get("torch_threads") or self.cores)
@@ -337,11 +345,8 @@ class CpuCommFacts(Facts):
 
     def comm_evidence(self) -> list[dict]:
         starts, ends, kinds, names = self._intervals
-        by: dict[str, float] = {}
-        for i in np.flatnonzero(kinds == gpu_time.COMM):
-            by[names[i]] = by.get(names[i], 0.0) + float(ends[i] - starts[i])
-        top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-        return [{"kernel": k, "time_us": t / max(len(self.steps), 1)} for k, t in top]
+        comm = np.flatnonzero(kinds == gpu_time.COMM)
+        return _top_named([names[i] for i in comm], ends[comm] - starts[comm], len(self.steps))
 
 
 def cpu_work(rows: list[tuple[dict, str, float]]):
@@ -390,14 +395,18 @@ def _cpu_matrix_evidence(f: CpuFacts, rows: np.ndarray) -> dict:
             "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
 
 
+def _top_named(names, times_us, steps: int, n: int = 3) -> list[dict]:
+    """The `n` names with the most time (summed by name), as evidence: time per step where there are steps."""
+    by: dict[str, float] = {}
+    for nm, t in zip(names, times_us):
+        by[nm] = by.get(nm, 0.0) + float(t)
+    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
+    return [{"kernel": k, "time_us": t / max(steps, 1)} for k, t in top]
+
+
 def _top_kernels(f: Facts, rows: np.ndarray, n: int = 3) -> list[dict]:
     tl = f.ta.tl
-    by: dict[str, float] = {}
-    for r in rows:
-        nm = tl.names[tl.activities.name[r]]
-        by[nm] = by.get(nm, 0.0) + float(tl.activities.dur_us[r])
-    top = sorted(by.items(), key=lambda kv: -kv[1])[:n]
-    return [{"kernel": k, "time_us": t / max(len(f.steps), 1)} for k, t in top]
+    return _top_named([tl.names[tl.activities.name[r]] for r in rows], tl.activities.dur_us[rows], len(f.steps), n)
 
 
 def _finding(rid: str, rule: dict, time_us: float, f: Facts, what: str, evidence: dict, save: dict,
@@ -474,6 +483,9 @@ def _amp_dtype(f: Facts) -> str:
 
 
 def rule_amp(f: Facts, rule: dict) -> dict | str | None:
+    cpu = isinstance(f, CpuFacts)
+    if cpu and not f.native_bf16:
+        return rule["cpu_no_bf16"]
     if f.chip is None:
         return NO_CHIP
     rows = _fp32_matrix_rows(f)
@@ -481,7 +493,6 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
         return None
     dtype = _amp_dtype(f)
     time_us = _rows_time_us(f, rows)
-    cpu = isinstance(f, CpuFacts)
     tf32 = "" if cpu else _on_tf32(f, rows)
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'/ TF32 ' if tf32 else ''}GEMM / "
             f"convolution {'operators' if cpu else 'kernels'}{tf32}: {dtype} autocast moves them to the {dtype} "

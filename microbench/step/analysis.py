@@ -303,6 +303,10 @@ def stage_record(d: Decomposition) -> None:
                        + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items()))
     if d.opts.dtype == "fp32":
         d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
+    if d.opts.dtype == "bf16" and not d.dev.is_gpu and not d.dev.native_bf16:
+        d.notes.append(f"bf16 autocast on {d.dev.name}, which has no bf16 instructions (AVX512-BF16 / AMX-BF16): "
+                       "PyTorch converts to fp32 and back around every operator, and the step runs slower than in "
+                       "fp32 (compare --dtype fp32)")
     d.opts.progress("building the step")
     d.step = _build_step(d)
     d.opts.progress("first step")
