@@ -9,7 +9,7 @@ from pathlib import Path
 from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
-from microbench.core.outdir import check_file, write_file
+from microbench.core.outdir import check_file, print_written, write_file
 from microbench.reports import inspect_compare as I, trace_compare as T
 from microbench.reports.cells import kept_in
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
@@ -55,13 +55,12 @@ def _run(args) -> int:
         return 0
     traces = T.load_trace_reports(paths)
     cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
+    # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
+    written = [write_file(args.html, (T.trace_compare_html if traces else compare_html)(cmp), "--html")] if args.html else []
+    written += [write_file(args.json, dumps(cmp), "--json")] if args.json else []
     # a column a narrow terminal leaves out is in the files this run writes: named, else the options that write them
     (T.print_trace_compare if traces else print_compare)(cmp, kept_in=kept_in(args.json, args.html, what="comparison"))
-    if args.html:
-        page = (T.trace_compare_html if traces else compare_html)(cmp)
-        print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(cmp), '--json'))}", file=sys.stderr)
+    print_written(written)
     return 0
 
 
@@ -73,9 +72,9 @@ def _inspect_files(args, paths) -> bool:
     if args.html:
         raise InputError(args.html, "no HTML page for inspect files (use --json)", key="--html")
     cmp = I.compare_inspect(records, tuple(args.target) if args.target else None)
+    written = [write_file(args.json, dumps(cmp), "--json")] if args.json else []
     I.print_inspect_compare(cmp, kept_in=f"the --json file {shown(args.json)}" if args.json else "compare --json OUT")
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(cmp), '--json'))}", file=sys.stderr)
+    print_written(written)
     return True
 
 

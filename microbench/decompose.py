@@ -20,7 +20,7 @@ from microbench.step.analysis import DecomposeOptions
 from microbench.step.analysis import DECOMPOSE_FILES
 from microbench.core.outdir import check_file
 from microbench.core.jsonio import dumps
-from microbench.core.outdir import write_file
+from microbench.core.outdir import print_written, write_file
 from microbench.reports.findings_report import print_findings
 from microbench.reports.report import wide_console
 
@@ -106,16 +106,17 @@ def _run(args, out_dir) -> int:
                                 profiled_steps=args.steps, timed_steps=args.timed_steps, plot=not args.no_plot,
                                 num_workers=args.num_workers, on_progress=progress)
         doc = decompose_step(args.model, opts)
-    print_findings(wide_console(), doc)  # the findings first
-    print_decomposition(doc, top=args.top)
+    # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
     files = doc.get("files", {})
-    console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
-                  + "".join(f", {p}" for p in files.get("roofline", [])))
-    if args.json:
-        console.print(f"wrote {write_file(args.json, dumps(doc), '--json')}")
+    written = [write_file(args.json, dumps(doc), "--json")] if args.json else []
     if args.html:
         page = Path(files["report_html"]).read_text(encoding="utf-8")  # the page written, not drawn again
-        console.print(f"wrote {write_file(args.html, page, '--html')}")
+        written.append(write_file(args.html, page, "--html"))
+    print_findings(wide_console(), doc)  # the findings first
+    print_decomposition(doc, top=args.top)
+    console.print("wrote " + ", ".join(str(v) for k, v in files.items() if not isinstance(v, list))
+                  + "".join(f", {p}" for p in files.get("roofline", [])))
+    print_written(written)
     return 0
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from microbench.core.cli import Parser, positive_int
 from microbench.core.config import load_config
 from microbench.core.datasheet import ceilings_file
-from microbench.core.errors import InputError, run_command, shown
+from microbench.core.errors import InputError, run_command
 from microbench.core.jsonio import dumps
-from microbench.core.outdir import check_file, write_file
+from microbench.core.outdir import check_file, print_written, write_file
 from microbench.core.datasheet import find_entry
 from microbench.prediction.from_ops import from_model
 from microbench.prediction.from_trace import fabrics, from_trace
@@ -97,11 +97,11 @@ def _run(args) -> int:
         if path:
             check_file(path, opt)
     doc = _predict(args, load_config(args.config))
+    # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
+    written = [write_file(args.json, dumps(doc), "--json")] if args.json else []
+    written += [write_file(args.html, prediction_html(doc), "--html")] if args.html else []
     print_prediction(doc, kept_in=kept_in(args.json, args.html, what="prediction"))
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
-    if args.html:
-        print(f"wrote {shown(write_file(args.html, prediction_html(doc), '--html'))}", file=sys.stderr)
+    print_written(written)
     return 0
 
 

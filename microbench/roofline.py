@@ -181,13 +181,18 @@ def _run(args, cfg, case_set, out, replay=None) -> int:
         console.print(f"[yellow]interrupted before any row was measured: {out.path} left as it was[/]")
         return out.exit_code()
 
+    # every file first, then the terminal: a reader that goes away (`| head`) cannot cost the files
     _reports(writer.doc, out, args.no_plot)
-    outputs = out.commit(keep_previous=interrupted)
-    console.print("wrote " + ", ".join(str(p) for p in outputs))
+    lines = ["wrote " + ", ".join(str(p) for p in out.commit(keep_previous=interrupted))]
     if args.arch_json:
-        _write_arch(writer.doc, args.arch_json, console)
+        lines.append(_write_arch(writer.doc, args.arch_json))
     if args.json:
-        console.print(f"wrote {write_file(args.json, dumps(writer.doc), '--json')}")
+        lines.append(f"wrote {write_file(args.json, dumps(writer.doc), '--json')}")
+    from microbench.reports.report import print_report
+
+    print_report(writer.doc)
+    for line in lines:
+        console.print(line)
     if interrupted:
         console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
                       + (f"; the earlier run's files are in {out.final('previous')}[/]"
@@ -266,22 +271,21 @@ def _measure(writer, dev, cfg, case_set, console, busy_now: bool, attach=None) -
 
 
 def _reports(doc: dict, out, no_plot: bool) -> None:
-    """The terminal table, the plot and report.html, all into the staging folder."""
-    from microbench.reports.report import plot_roofline, print_report
+    """The plot and report.html, into the staging folder."""
+    from microbench.reports.report import plot_roofline
 
-    print_report(doc)
     if not no_plot:
         plot_roofline(doc, out.file("roofline"))
     write_html(out.file("report.html"), results_html(doc, plot=not no_plot))
 
 
-def _write_arch(doc: dict, path: Path, console) -> None:
+def _write_arch(doc: dict, path: Path) -> str:
+    """Writes the Arch JSON of the run's ceilings; the line that says what became of it."""
     hw = doc.get("hardware", {})
     arch = to_arch(hw.get("name") or "?", doc.get("ceilings", []), hw.get("memory_gib"))
     if not arch["max_achievable_tflops"]:
-        console.print(f"[yellow]no measured compute ceiling: {path} not written[/]")
-        return
-    console.print(f"wrote {shown(write_file(path, dumps(arch), '--arch-json'))}")
+        return f"[yellow]no measured compute ceiling: {path} not written[/]"
+    return f"wrote {shown(write_file(path, dumps(arch), '--arch-json'))}"
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from microbench.core.dtypes import PRECISIONS
 from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
-from microbench.core.outdir import check_dir, check_file, write_file
+from microbench.core.outdir import check_dir, check_file, print_written, write_file
 from microbench.reports.cells import kept_in
 from microbench.reports.trace_report import print_trace_report
 from microbench.prediction.findings import analyze
@@ -106,12 +106,12 @@ def _run(args) -> int:
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
             check_ceilings_machine(args.ceilings, ceilings_machine(load_json(args.ceilings)), dev["name"], cfg.devices)
+    # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
+    written = [write_file(args.json, dumps(doc), "--json")] if args.json else []
+    written += [write_file(args.html, trace_page(doc), "--html")] if args.html else []
     print_findings(wide_console(), doc)  # the report opens with its findings
     print_trace_report(doc, top=args.top, kept_in=kept_in(args.json, args.html))
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(doc), '--json'))}", file=sys.stderr)
-    if args.html:
-        print(f"wrote {shown(write_file(args.html, trace_page(doc), '--html'))}", file=sys.stderr)
+    print_written(written)
     return 0
 
 
@@ -138,19 +138,21 @@ def _run_job(args) -> int:
     rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
     doc = analyze(rank["file"], load_config(args.config), step_range=args.steps, source=args.source) if rank else None
     if doc is not None:
+        job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
+    write_json(args.json, job)
+    if args.out is not None:
+        write_job_files(args.out, job)
+    written = []
+    if args.html and doc is not None:
+        title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
+        written.append(write_file(args.html, trace_page(doc, title, job_lines=_findings(job)), "--html"))
+    if doc is not None:
         wide_console().print(f"[bold]rank {rank['rank']}"
                              + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")
                              + f"'s findings[/] ({shown(Path(rank['file']))}):")
         print_findings(wide_console(), doc)
-        job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
     print_ranks(job)
-    write_json(args.json, job)
-    if args.out is not None:
-        write_job_files(args.out, job)
-    if args.html and doc is not None:
-        title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
-        page = trace_page(doc, title, job_lines=_findings(job))
-        print(f"wrote {shown(write_file(args.html, page, '--html'))}", file=sys.stderr)
+    print_written(written)
     return 0
 
 

@@ -458,3 +458,23 @@ def test_config_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
     assert (case.shape.m, case.shape.n, case.shape.k, case.shape.trans_a, case.shape.trans_b) == (3, 5, 7, False, True)
     # and the project's own data files are still found by name
     assert len(load_config().case_set("full").cases) > len(load_config().case_set("default").cases)
+
+
+def test_a_reader_that_goes_away_costs_no_file_and_no_traceback(tmp_path):
+    """`trace FILE --json J --html H | head`: the files are written before the terminal report, so a closed pipe
+    (the read end closed before the command starts: every write to stdout fails) leaves both whole; the command
+    ends quietly with 141, as a process killed by SIGPIPE would, and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    out_json, out_html = tmp_path / "t.json", tmp_path / "t.html"
+    try:
+        p = subprocess.run([sys.executable, "-m", "microbench.trace",
+                            str(REPO / "tests/data/traces/h100_bert_small.json.gz"), "--json", str(out_json),
+                            "--html", str(out_html)], cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True,
+                           timeout=600)
+    finally:
+        os.close(write_end)
+    assert p.returncode == 141, p.stderr
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr
+    assert json.loads(out_json.read_text())["findings"][0]["id"] == "launch_bound"
+    assert out_html.read_text().rstrip().endswith("</html>")

@@ -235,8 +235,6 @@ def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
 
 
 def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
-    from rich.console import Console
-
     from microbench.core.datasheet import ceilings_file, ceilings_from_args
     from microbench.roofline import _write_arch
 
@@ -244,7 +242,7 @@ def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
            "ceilings": [{"kind": "compute", "dtype": "bf16", "value": 780.0, "source": "measured"},
                         {"kind": "memory", "dtype": None, "value": 4300.0, "source": "measured"}]}
     path = tmp_path / "H200.json"
-    _write_arch(doc, path, Console(file=open(tmp_path / "log", "w")))
+    assert _write_arch(doc, path) == f"wrote {path}"
     arch = json.loads(path.read_text())
     assert arch["name"] == "NVIDIA H200" and arch["memory_gb"] == 139.8
     assert arch["max_achievable_tflops"] == {"matrix_bf16": 780.0} and arch["mem_bw_gbps"] == 4300.0

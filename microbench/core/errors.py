@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import signal
 import sys
@@ -117,6 +118,7 @@ def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] 
     - bad input (InputError): `error: LINE`, exit 2;
     - Ctrl-C or SIGTERM, from the first line of the body on: `interrupted`, exit 130 / 143. A command that
       commits partial output gives `on_interrupt`, called first (its returned line replaces `interrupted`);
+    - stdout's reader going away (`| head`): no line, exit 141 (the files come before the report);
     - the machine failing the command (a full disk, an I/O error: OSError) or a failing plot backend
       (`PlotError`): `error: LINE`, exit 1 (exit 2 where the OSError says the path given is wrong). A run that measured rows keeps them (core.outdir moves them to
       `incomplete-...`); nothing else is caught, so a bug still shows its traceback."""
@@ -134,10 +136,24 @@ def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] 
         except KeyboardInterrupt:  # a second one, while on_interrupt committed
             print("interrupted", file=sys.stderr)
             return caught.exit_code()
+        except BrokenPipeError:
+            return _reader_gone()
         except (OSError, PlotError) as e:
             where = f"{shown(e.filename)}: " if getattr(e, "filename", None) else ""
             print(f"error: {where}{shown(getattr(e, 'strerror', None) or e)}", file=sys.stderr)
             return 2 if getattr(e, "errno", None) in BAD_PATH_ERRNOS else 1
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (`| head`): the command's files are already written (they come before the
+    terminal report), so it ends quietly, as a command killed by SIGPIPE would (128 + 13); stdout is pointed at
+    /dev/null so that the interpreter's last flush finds no broken pipe either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (a test's capture): nothing to flush
+        pass
+    return 128 + signal.SIGPIPE
 
 
 class PlotError(Exception):

@@ -114,6 +114,13 @@ def write_file(path: str | Path, text: str, what: str = "--json") -> Path:
     return path
 
 
+def print_written(paths: list[Path]) -> None:
+    """The `wrote FILE` lines of files already written (commands write their files before the terminal report, so
+    that a reader that goes away, `| head`, cannot cost them)."""
+    for p in paths:
+        print(f"wrote {shown(p)}", file=sys.stderr)
+
+
 class OutputDir:
     """with OutputDir(out, owns=("results.json", ...)) as od: write into od.staging, then od.commit()."""
 

@@ -189,11 +189,20 @@ def piped_width() -> int:
     return int(text) if digits(text) and int(text) >= 40 else PIPED_WIDTH
 
 
+class _ReportConsole(Console):
+    """rich's Console, but a reader that goes away (`| head`) ends the command through core.errors.run_command
+    (quietly, exit 141, like every other command's output) instead of rich's own SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def wide_console(stderr: bool = False) -> Console:
     """A terminal keeps its width; a pipe or a file gets piped_width() (tables drop their least important
     columns to fit it, never the key ones)."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=piped_width())
+    return _ReportConsole(stderr=stderr) if stream.isatty() else _ReportConsole(stderr=stderr, width=piped_width())
 
 
 def busy_line(doc: dict) -> str | None:
