@@ -18,6 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .core.config import load_config
+from .prediction.findings import analyze
 from .communication.report import add_job_arguments, run_collectives, run_ddp, run_ranks, run_scale
 from microbench.core.cli import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command
@@ -102,8 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    run = {"collectives": run_collectives, "ddp": run_ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
+    run = {"collectives": run_collectives, "ddp": lambda a: run_ddp(a, _findings(a)), "ranks": run_ranks,
+           "scale": run_scale}[args.cmd]
     return run_command(lambda: run(args))
+
+
+def _findings(args):
+    """`trace`'s findings of a kept rank trace (prediction/findings.py; on a CPU: CpuCommFacts, the split's own
+    breakdown), for `ddp --out` to open its report with rank 0's."""
+    def of(path, step_range):
+        return analyze(path, load_config(args.config), step_range=step_range)
+    return of
 
 
 if __name__ == "__main__":

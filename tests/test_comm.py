@@ -462,3 +462,29 @@ def test_rounded_sizes_are_named(capsys):
     _note_rounded(C.Plan(("allreduce", "allgather"), (12, 24)), 4)  # allgather: 3 or 6 elements on 4 ranks -> 1 each
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["note: allgather splits the message among 4 ranks: bytes rounded to what moves: 12->16, 24->16"], err
+
+
+@pytest.mark.slow
+def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guard, tmp_path, capsys):
+    """`comm ddp --out DIR` keeps each rank's trace and opens its report with rank 0's findings, the ones `trace`
+    makes of that trace per DDP step (checked or listed as not checked, each with its reason); --json holds them
+    beside the split."""
+    from microbench import comm
+    from microbench.prediction.findings import analyze
+
+    out, j = tmp_path / "ddp", tmp_path / "ddp.json"
+    assert comm.main(["ddp", "--model", "tests.ext_model:make", "--nproc", "2", "--batch", "4", "--steps", "2",
+                      "--bucket-mb", "0.01", "--out", str(out), "--json", str(j)]) == 0
+    doc = json.loads(j.read_text())
+    again = analyze(out / "rank0.pt.trace.json", step_range="dawnscope.ddp_step")
+    assert doc["findings_rank"] == 0 and doc["ranks"][0]["steps"]
+    assert [x["id"] for x in doc["findings"]] == [x["id"] for x in again["findings"]]
+    assert [x["id"] for x in doc["findings_not_checked"]] == [x["id"] for x in again["findings_not_checked"]]
+    # a CPU trace of a gloo job (findings.toml [cpu_trace]): the communication rule is its one rule
+    from microbench.prediction.findings import rules
+
+    others = {x["id"]: x["why"] for x in doc["findings_not_checked"] if x["id"] != "exposed_comm"}
+    assert set(others) == set(rules()["rules"]) - {"exposed_comm"}
+    assert set(others.values()) == {rules()["cpu_trace"]["why"]}
+    printed = capsys.readouterr().out
+    assert "rank 0's findings" in printed and ("findings (" in printed or "no finding" in printed)

@@ -27,6 +27,7 @@ from microbench.core.outdir import check_file
 from microbench.core.results import ResultsWriter
 from microbench.core.verdict import is_noisy
 from microbench.reports.cells import or_dash as _f
+from microbench.reports.findings_report import print_findings
 from microbench.reports.job_report import heatmap_figure, job_html
 from .job import analyze_job
 
@@ -173,7 +174,9 @@ def print_collectives(doc: dict) -> None:
     _busy_warning(doc)
 
 
-def run_ddp(args) -> int:
+def run_ddp(args, findings=None) -> int:
+    """`findings(trace, step_range)`: the findings of a kept trace (the command's, prediction.findings: a layer
+    above this one), opened with where --out keeps the traces."""
     check_json(args.json)
     backend = _backend(args)
     out = getattr(args, "out", None)
@@ -191,11 +194,18 @@ def run_ddp(args) -> int:
 
     dev = _device(backend)
     doc.update(hardware=devmod.fingerprint(dev), software=devmod.software(), conditions=look.stop())
+    found = findings(out / "rank0.pt.trace.json", STEP_RANGE) if out is not None and findings else None
+    if found is not None:
+        doc = {"findings_rank": 0} | {k: v for k, v in found.items() if k.startswith("findings")} | doc
+    write_json(args.json, doc)  # the file first: a reader that goes away cannot cost it
+    if found is not None:
+        _console().print(f"[bold]rank 0's findings[/] ({shown(out)}/rank0.pt.trace.json, `trace` of it with "
+                         f"--step-range {STEP_RANGE}):")
+        print_findings(_console(), found)
     print_ddp(doc)
     if out is not None:
-        print(f"wrote {shown(out)}/rank0..{doc['nranks'] - 1}.pt.trace.json (findings: python -m microbench.trace "
-              f"{shown(out)}/rank0.pt.trace.json --step-range {STEP_RANGE})", file=sys.stderr)
-    write_json(args.json, doc)
+        print(f"wrote {shown(out)}/rank0..{doc['nranks'] - 1}.pt.trace.json (the whole report of one: python -m "
+              f"microbench.trace {shown(out)}/rank0.pt.trace.json --step-range {STEP_RANGE})", file=sys.stderr)
     return 0
 
 
