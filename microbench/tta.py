@@ -21,9 +21,9 @@ from pathlib import Path
 from .accuracy.leaderboard import build
 from .accuracy.thresholds import check_range, study
 from .core.jsonio import dumps
-from .core.outdir import OutputDir, check_file, write_file
+from .core.outdir import OutputDir, check_file, print_written, write_file
 from microbench.core.cli import MAX_COUNT, Parser, number
-from microbench.core.errors import InputError, run_command, shown
+from microbench.core.errors import InputError, run_command
 
 
 TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
@@ -86,9 +86,9 @@ def _leaderboard(args) -> int:
         # nothing to rank is a wrong folder, not an empty success (a script would take exit 0 as a leaderboard)
         raise InputError(" ".join(map(str, args.dirs)), "no leaderboard input under it: no DAWNBench training TSV and "
                          f"no MLPerf result log (:::MLLOG lines); {board.skipped} other file(s)")
+    written = [write_file(args.json, dumps(board.as_list()), "--json")] if args.json else []  # before the terminal
     print_leaderboard(board)
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(board.as_list()), '--json'))}", file=sys.stderr)
+    print_written(written)
     return 0 if board.entries else 1  # every input unreadable: listed with its reason, nothing ranked
 
 
@@ -100,11 +100,10 @@ def _thresholds(args) -> int:
         if path:
             check_file(path, key)
     result = study(args.dirs, args.task, user_range)
+    written = [write_file(args.json, dumps(result.as_dict()), "--json")] if args.json else []  # before the terminal
+    written += [plot_thresholds(result, args.plot)] if args.plot else []
     print_thresholds(result)
-    if args.json:
-        print(f"wrote {shown(write_file(args.json, dumps(result.as_dict()), '--json'))}", file=sys.stderr)
-    if args.plot:
-        print(f"wrote {plot_thresholds(result, args.plot)}", file=sys.stderr)
+    print_written(written)
     return 0
 
 
@@ -129,11 +128,11 @@ def _run(args) -> int:
         doc = _train(args, recipes, epochs, ds, out.staging, console)
         out.file("tta.json").write_text(dumps(doc, default=str))
         plot_accuracy(doc, out.file("tta_accuracy.png"))
-        print_run(doc)
-        written = out.commit()
+        written = out.commit()  # the files before the terminal: a reader that goes away cannot cost them
+    extra = [write_file(args.json, dumps(doc, default=str), "--json")] if args.json else []
+    print_run(doc)
     console.print("wrote " + ", ".join(str(p) for p in written))
-    if args.json:
-        console.print(f"wrote {write_file(args.json, dumps(doc, default=str), '--json')}")
+    print_written(extra)
     return 0
 
 

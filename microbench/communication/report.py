@@ -120,9 +120,10 @@ def _measure_collectives(args, plan, backend: str, out) -> int:
                        "reps": plan.reps, "launcher": "torchrun" if world.under_torchrun() else "local processes"},
               "started": _dt.datetime.now(_dt.timezone.utc).isoformat(), "conditions": look.stop()}
     doc = _write_collectives(out, header, records, backend, nranks, args.no_plot, getattr(args, "config", None))
-    written = out.commit()
-    print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
+    written = out.commit()  # the files before the terminal: a reader that goes away cannot cost them
     write_json(getattr(args, "json", None), doc)  # --json OUT: the results document (results.json) there too
+    print_collectives(doc)
+    print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in doc["results"]) else 1
 
 
@@ -133,7 +134,6 @@ def _write_collectives(out, header: dict, records: list[dict], backend: str, nra
 
     with ResultsWriter(out.staging, header) as w:
         w.add_many(to_rows(records, header["hardware"]["name"], backend, load_config(config).noise))
-    print_collectives(w.doc)
     if not no_plot:
         title = f"{backend}, {nranks} ranks: {fingerprint_line(w.doc['hardware'], w.doc['software'])}"
         plot_busbw(w.doc["results"], title, out.file("busbw.png"))
@@ -258,10 +258,10 @@ def run_ranks(args) -> int:
         check_dir(args.out)
     doc = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
                   step_range=getattr(args, "steps", None))
-    print_ranks(doc)
-    write_json(args.json, doc)
+    write_json(args.json, doc)  # the files first: a reader that goes away cannot cost them
     if args.out is not None:
         write_job_files(args.out, doc)
+    print_ranks(doc)
     return 0
 
 
@@ -370,8 +370,8 @@ def print_ranks(doc: dict) -> None:
 def run_scale(args) -> int:
     check_json(args.json)
     doc = scale.scale_command(args)
+    write_json(args.json, doc)  # the file first: a reader that goes away cannot cost it
     print_scale(doc)
-    write_json(args.json, doc)
     return 0
 
 
