@@ -92,6 +92,12 @@ def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave
     made = {x["id"]: x["saving_us"] for x in out["findings"]} | {x["id"]: x["saving_us"] for x in out["below"]}
     assert made["exposed_comm"] == pytest.approx({"low": 0.0, "expected": expected_us, "high": 200.0})
     assert bool(out["findings"]) == (expected_us >= F.threshold("min_saving_share") * 1000.0)
+    # the line under the findings says why the expected is below the exposed time (no core idle: 0 of a core)
+    from microbench.reports.findings_report import below_line
+
+    line = below_line({"findings_below_threshold": out["below"]}) or ""
+    if not expected_us:
+        assert "exposed_comm 0 us (up to 200: the ranks' threads leave 0 of a core per rank idle" in line
 
 
 @pytest.mark.parametrize("host", [None, {"cores": "two", "local_ranks": 2, "intra_op_threads": 1},

@@ -56,11 +56,13 @@ def below_line(doc: dict) -> str | None:
     per = doc.get("findings_per", "step")
     share = doc.get("findings_min_saving_share", 0.02)
     return (f"checked, under the {share:.0%} of the {per} a finding needs ({len(below)}): "
-            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" + _up_to(b['saving_us']) for b in below))
+            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" + _up_to(b['saving_us'], b.get("expected_why"))
+                        for b in below))
 
 
-def _up_to(s: dict) -> str:
-    return f" (up to {s['high']:,.0f})" if s["high"] > s["expected"] else ""
+def _up_to(s: dict, why: str | None = None) -> str:
+    """The range's high side where it is above the expected, with the rule's reason for the gap where it gives one."""
+    return f" (up to {s['high']:,.0f}" + (f": {why}" if why else "") + ")" if s["high"] > s["expected"] else ""
 
 
 
