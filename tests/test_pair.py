@@ -12,8 +12,8 @@ from microbench.devtools import pair
 
 def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_median_paired_difference():
     threads = torch.get_num_threads()
-    doc = pair.measure_pair("tests.findings_models:digits_loader_one_thread",
-                            "tests.findings_models:digits_loader_worker_core", batch=4, blocks=3, steps=2)
+    doc = pair.measure_pair(pair.Setting("tests.findings_models:digits_loader_one_thread"),
+                            pair.Setting("tests.findings_models:digits_loader_worker_core"), batch=4, blocks=3, steps=2)
     b, a = doc["before"]["block_ms"], doc["after"]["block_ms"]
     assert len(b) == len(a) == 3 and min(b + a) > 0
     assert doc["before"]["threads"] == 1  # what the factory set, kept for its blocks
@@ -26,8 +26,9 @@ def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_med
 def test_a_dataloader_pair_of_one_workload():
     """--workers-after: the same workload's DataLoader with that many workers on the after side; a workload with no
     DataLoader cannot have workers (one line, exit 2)."""
-    doc = pair.measure_pair("tests.findings_models:digits_loader", "tests.findings_models:digits_loader", batch=4,
-                            blocks=2, steps=1, workers_after=1, threads_after=1)
+    doc = pair.measure_pair(pair.Setting("tests.findings_models:digits_loader"),
+                            pair.Setting("tests.findings_models:digits_loader", workers=1, threads=1), batch=4,
+                            blocks=2, steps=1)
     assert doc["before"]["loader_workers"] == 0 and doc["after"]["loader_workers"] == 1
     assert doc["after"]["threads"] == 1 and doc["before"]["threads"] == torch.get_num_threads()
     assert len(doc["after"]["block_ms"]) == 2 and min(doc["after"]["block_ms"]) > 0

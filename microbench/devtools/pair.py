@@ -33,32 +33,41 @@ from microbench.core.config import TimingSettings
 from microbench.core.errors import InputError
 
 
-@dataclass
-class Side:
-    """One setting of the pair: its training step and the thread count its factory chose."""
+@dataclass(frozen=True)
+class Setting:
+    """One side of the pair as asked for: a workload (a decompose --model spec) and what is set around it."""
 
     spec: str
-    dtype: str
+    dtype: str = "fp32"
+    workers: int | None = None  # its DataLoader's workers (None: the workload's own)
+    threads: int | None = None  # intra-op threads (None: what its factory set)
+    bucket_mb: float | None = None  # in a DDP pair: the DDP bucket cap (None: DDP's own)
+
+
+@dataclass
+class Side:
+    """One setting of the pair, built: its training step and the thread count its factory chose."""
+
+    setting: Setting
     step: object  # models.step.TrainingStep
     threads: int
 
 
-def _side(spec: str, dtype: str, batch: int, device, num_workers: int | None = None,
-          threads: int | None = None, ddp: bool = False, bucket_mb: float | None = None) -> Side:
+def _side(s: Setting, batch: int, device, ddp: bool = False) -> Side:
     import torch
 
     from microbench.models.step import TrainingStep
 
     default = torch.get_num_threads()
-    workload = models.as_workload(spec)
-    threads = threads or torch.get_num_threads()  # asked for, else what the factory set
+    workload = models.as_workload(s.spec)
+    threads = s.threads or torch.get_num_threads()  # asked for, else what the factory set
     torch.set_num_threads(default)  # the next factory starts where this one did
-    step = TrainingStep(workload, batch, device.torch_device, dtype, num_workers=num_workers)
+    step = TrainingStep(workload, batch, device.torch_device, s.dtype, num_workers=s.workers)
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
 
-        step.model = DistributedDataParallel(step.model, bucket_cap_mb=bucket_mb)
-    return Side(spec, dtype, step, threads)
+        step.model = DistributedDataParallel(step.model, bucket_cap_mb=s.bucket_mb)
+    return Side(s, step, threads)
 
 
 def _block_ms(side: Side, steps: int, device) -> float:
@@ -71,11 +80,8 @@ def _block_ms(side: Side, steps: int, device) -> float:
     return time_calls(side.step, device, TimingSettings().exactly(steps)).median_ms
 
 
-def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: int = 5, dtype_before: str = "fp32",
-                 dtype_after: str = "fp32", device=None, workers_before: int | None = None,
-                 workers_after: int | None = None, threads_before: int | None = None,
-                 threads_after: int | None = None, ddp: bool = False, bucket_mb_before: float | None = None,
-                 bucket_mb_after: float | None = None) -> dict:
+def measure_pair(before: Setting, after: Setting, batch: int, blocks: int = 40, steps: int = 5, device=None,
+                 ddp: bool = False) -> dict:
     """The blocks' median step times of both sides and the saving per step: the median of the paired differences
     (before - after) with their quartiles, and the difference of the two sides' medians."""
     import torch
@@ -85,8 +91,7 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
     device = device or cpu_device()
     threads = torch.get_num_threads()
     try:
-        sides = [_side(before, dtype_before, batch, device, workers_before, threads_before, ddp, bucket_mb_before),
-                 _side(after, dtype_after, batch, device, workers_after, threads_after, ddp, bucket_mb_after)]
+        sides = [_side(before, batch, device, ddp), _side(after, batch, device, ddp)]
         times: list[list[float]] = [[], []]
         for i in range(blocks):
             order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
@@ -96,18 +101,17 @@ def measure_pair(before: str, after: str, batch: int, blocks: int = 40, steps: i
         torch.set_num_threads(threads)  # the caller's, whatever the factories set
     diffs = sorted(b - a for b, a in zip(*times))
     q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
-    workers = [getattr(side.step.loader, "num_workers", None) for side in sides]
-    return {"before": {"model": before, "dtype": dtype_before, "threads": sides[0].threads,
-                       "loader_workers": workers[0], "block_ms": times[0]} | _ddp_of(ddp, bucket_mb_before),
-            "after": {"model": after, "dtype": dtype_after, "threads": sides[1].threads,
-                      "loader_workers": workers[1], "block_ms": times[1]} | _ddp_of(ddp, bucket_mb_after),
+    return {"before": _side_doc(sides[0], times[0], ddp), "after": _side_doc(sides[1], times[1], ddp),
             "batch": batch, "blocks": blocks, "steps_per_block": steps,
             "saving_us": {"median": statistics.median(diffs) * 1e3, "q1": q1 * 1e3, "q3": q3 * 1e3,
                           "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
 
 
-def _ddp_of(ddp: bool, bucket_mb: float | None) -> dict:
-    return {"ddp_bucket_cap_mb": bucket_mb if bucket_mb is not None else "DDP's default"} if ddp else {}
+def _side_doc(side: Side, block_ms: list[float], ddp: bool) -> dict:
+    s = side.setting
+    doc = {"model": s.spec, "dtype": s.dtype, "threads": side.threads,
+           "loader_workers": getattr(side.step.loader, "num_workers", None), "block_ms": block_ms}
+    return doc | ({"ddp_bucket_cap_mb": s.bucket_mb if s.bucket_mb is not None else "DDP's default"} if ddp else {})
 
 
 def _ddp_rank(info, a) -> dict | None:
@@ -154,10 +158,9 @@ def _bad(a) -> bool:
 def _one(a, ddp: bool = False) -> dict:
     if a.nproc > 1 and not ddp:
         return world.run_local(_ddp_rank, (a,), a.nproc, "gloo", timeout_s=600.0)[0]
-    return measure_pair(a.before, a.after, a.batch, a.blocks, a.steps, a.dtype_before, a.dtype_after,
-                        workers_before=a.workers_before, workers_after=a.workers_after,
-                        threads_before=a.threads_before, threads_after=a.threads_after, ddp=ddp,
-                        bucket_mb_before=a.bucket_mb_before, bucket_mb_after=a.bucket_mb_after)
+    before = Setting(a.before, a.dtype_before, a.workers_before, a.threads_before, a.bucket_mb_before)
+    after = Setting(a.after, a.dtype_after, a.workers_after, a.threads_after, a.bucket_mb_after)
+    return measure_pair(before, after, a.batch, a.blocks, a.steps, ddp=ddp)
 
 
 def _processes(argv: list[str], k: int) -> dict:
