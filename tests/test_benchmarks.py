@@ -13,7 +13,6 @@ the timed call, rotates among input sets, and puts flops, bytes, tflops and the 
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -28,7 +27,7 @@ from microbench.core.errors import InputError
 from microbench.core.fingerprint import TRACE_TOP_ENV, benchmark_selection, trace_selection
 from microbench.harness.registry import Unsupported
 from microbench.core.results import KernelCaseRow
-from microbench.harness.runner import judge, too_slow
+from microbench.harness.runner import CaseRunner, judge, too_slow
 from microbench.core.stats import summarize
 from microbench.core.ops import case_work
 from microbench.core import vendor
@@ -61,10 +60,10 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("bench_case", params, ids=ids)
 
 
-def _limit_s(cfg: Config) -> float:
-    """The longest call the profile times: its own max_case_seconds, else timing's."""
-    own = _case_set(cfg).max_case_seconds
-    return own if own is not None else cfg.timing.max_case_seconds
+def _runner(env) -> CaseRunner:
+    """The runner `roofline` runs this profile with: its limit on a call (the profile's max_case_seconds, else
+    timing's) and its rule for a call over it (checked, not timed)."""
+    return CaseRunner(env.device, env.cfg, env.ceilings, max_case_seconds=_case_set(env.cfg).max_case_seconds)
 
 
 def _case_set(cfg: Config):
@@ -131,7 +130,7 @@ def test_benchmark(benchmark, bench_case, bench_env):
     if untimed and bench_env.timing_enabled:
         pytest.skip(untimed)
     work = case_work(case)
-    if bench_env.timing_enabled and (slow := too_slow(case, work, bench_env.ceilings, _limit_s(bench_env.cfg))):
+    if bench_env.timing_enabled and (slow := too_slow(case, work, bench_env.ceilings, _runner(bench_env).limit_s)):
         pytest.skip(slow)
 
     with vendor.settings_for("kernels"):  # the vendor libraries as every kernel-comparing command sets them
@@ -142,20 +141,16 @@ def _bench(benchmark, case, name, p, work, bench_env):
     dev = bench_env.device
     inputs = [make_inputs(case, dev.torch_device, seed=i) for i in range(bench_env.cfg.timing.input_sets)]
     calls = [bind(p, case, *x) for x in inputs]
+    runner = _runner(bench_env)
     try:
-        t0 = time.perf_counter()
-        out = calls[0]()
-        dev.synchronize()
-        first_s = time.perf_counter() - t0
+        out, first_s = runner._call_s(calls[0])
     except Unsupported as e:
         pytest.skip(f"unsupported: {e}")
     err = rel_err(out, reference(case, *inputs[0]))
     tol = bench_env.cfg.tolerance[case.dtype]
     assert err <= tol, f"wrong: relative error {err:.3g} > tolerance {tol:g}"
-    limit_s = _limit_s(bench_env.cfg)
-    if first_s > limit_s and not dev.is_gpu:  # the runner's rule (harness/runner.py _over_limit): checked, not timed
-        pytest.skip(f"checked (relative error {err:.2g}); not timed: its first call took {first_s:.3g} s > "
-                    f"max_case_seconds = {limit_s:g} (a CPU without native bf16: 59 - 64 s a 2048^3 bf16 call)")
+    if over := runner._over_limit(calls[0], first_s):  # e.g. a CPU without native bf16: 59 - 64 s a 2048^3 bf16 call
+        pytest.skip(f"{over} (relative error {err:.2g})")
 
     rotation = itertools.cycle(calls)
 
