@@ -56,7 +56,8 @@ def _run(args) -> int:
     traces = T.load_trace_reports(paths)
     cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
     # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
-    written = [write_file(args.html, (T.trace_compare_html if traces else compare_html)(cmp), "--html")] if args.html else []
+    render = (T.trace_compare_html if traces else compare_html) if args.html else None
+    written = [write_file(args.html, render(cmp), "--html")] if render else []
     written += [write_file(args.json, dumps(cmp), "--json")] if args.json else []
     # a column a narrow terminal leaves out is in the files this run writes: named, else the options that write them
     (T.print_trace_compare if traces else print_compare)(cmp, kept_in=kept_in(args.json, args.html, what="comparison"))

@@ -224,7 +224,7 @@ class CpuFacts(Facts):
 
     @property
     def native_bf16(self) -> bool:
-        """The CPU computes bf16 in hardware (core.device.cpu_native_bf16 over the recorded ISA flags); a document
+        """The CPU computes bf16 in hardware (core.dtypes.cpu_native_bf16 over the recorded ISA flags); a document
         that records none is taken to (the older ones)."""
         hw = self.doc.get("hardware") or {}
         return "isa_flags" not in hw or cpu_native_bf16(hw["isa_flags"])
@@ -747,10 +747,11 @@ def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
         what += "; " + f.host_phrase(hideable)
         ev["host"] = f.host
         save = saving(0.0, expected * hideable, exposed)
-        if hideable < 1:  # said beside the range wherever it is shown, so 0 us next to a large exposed share reads right
-            return _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, save) | {
-                "expected_why": f"the ranks' threads leave {hideable:.2g} of a core per rank idle for the collectives' work"}
-    return _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, save)
+    out = _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, save)
+    if hideable is not True and hideable < 1:  # said beside the range wherever it is shown: 0 us next to a large
+        # exposed share reads right
+        out["expected_why"] = f"the ranks' threads leave {hideable:.2g} of a core per rank idle for the collectives' work"
+    return out
 
 
 def _comm_fix(rule: dict, kernel: str) -> str:
@@ -884,8 +885,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
             made.append(out)
         elif out is not None:  # checked, and the fix would save too little: said, so that a flag is not left open
-            below.append({"id": rid, "saving_us": out["saving_us"], "what": out["what"]}
-                         | ({"expected_why": out["expected_why"]} if "expected_why" in out else {}))
+            below.append({k: out[k] for k in ("id", "saving_us", "what", "expected_why") if k in out})
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     made = [x | {"validation": validation_of(x["id"], "cpu" if cpu or cpu_trace else "gpu")} for x in made]
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked, "below": below,
