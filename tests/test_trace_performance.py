@@ -82,6 +82,22 @@ def _bert_model_flops(ev) -> int:
 
 
 @needs_traces
+def test_mfu_window_counts_no_time_twice(cfg):
+    """ProfilerStep#8 of the plugin's sample starts on the CPU before #7's last kernel ends: its window starts at
+    that end, and the steps' summed time is their span, first start to last end, not more."""
+    ev = _events("v100_resnet50_tbplugin_2021schema.json.gz")
+    steps = sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X"),
+                   key=lambda e: e["ts"])
+    doc = analyze(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", cfg)
+    spans = [st["breakdown_span_us"] for st in doc["steps"]]
+    assert [s["wall_us"] for s in doc["mfu"]["steps"]] == spans
+    assert doc["mfu"]["window_us"] == pytest.approx(sum(spans))
+    assert sum(spans) < sum(max(e["dur"], s) for e, s in zip(steps, spans))  # the old window, which overlapped
+    kernels_end = max(e["ts"] + e["dur"] for e in ev if e.get("cat") in ("Kernel", "kernel"))
+    assert sum(spans) <= max(kernels_end, steps[-1]["ts"] + steps[-1]["dur"]) - steps[0]["ts"]
+
+
+@needs_traces
 def test_mfu_ops_and_kernel_tflops_on_bert_h100(cfg):
     ev = _events("h100_bert_small.json.gz")
     flops = _bert_model_flops(ev)
