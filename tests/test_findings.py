@@ -16,6 +16,8 @@ from microbench.core.config import load_config
 from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.stats import NoiseSettings
 from microbench.prediction import findings as F
+from microbench.prediction.kernels import MATRIX, ActivityWork
+from microbench.prediction.model import Variant, unshaped_fp32, unshaped_rows
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis, read_trace
 from microbench.timeline.metrics import union
@@ -92,7 +94,56 @@ def test_bert_is_launch_bound_first_with_a_range_inside_its_idle(bert, config):
     assert "amp" not in {f["id"] for f in r["findings"]} | {n["id"] for n in r["not_checked"]}
 
 
-def test_a_trace_without_shapes_says_why_amp_is_not_checked(config):
+def test_a_trace_without_shapes_names_amp_from_the_kernel_names(config):
+    """The V100 DDP rank was recorded without shapes: its fp32 cuBLAS / cuDNN kernels (volta_sgemm_*, *_scudnn_*,
+    dgrad_engine<float, ...>) are fp32 by their names, and the model moves `share` of each one's time above the
+    floor at the ratio of the two precisions' achievable rates: all of it at share 1, none at share 0."""
+    ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    r = F.findings_of(ta, config)
+    top = r["findings"][0]
+    assert top["id"] == "amp" and "float16" in top["fix"] and "no operator shapes" in top["evidence"]["layer"]
+    assert "none of them has a FLOP count" in top["what"] and "assumed" in top["what"]
+    assert "amp" not in {n["id"] for n in r["not_checked"]}
+    f = F.Facts(ta, config)
+    w, chip = f.work, f.chip
+    rows = np.flatnonzero(unshaped_rows(w))
+    assert len(rows) and {w.precision[i] for i in rows} == {"fp32"}
+    assert w.dur_us[rows].sum() > 0.9 * w.dur_us[np.isin(w.group, MATRIX)].sum()  # the cask offset kernels: not
+    all_math = np.maximum(w.dur_us[rows] - chip.floor_us, 0.0) * (1 - chip.rate("fp32", False) / chip.rate("fp16", False))
+    assert f.saved("fp16", Variant(), share=1.0)[rows] == pytest.approx(all_math)
+    assert f.saved("fp16", Variant(), share=0.0)[rows] == pytest.approx(np.zeros(len(rows)))
+    s = top["saving_us"]
+    assert s["low"] == pytest.approx(F.dtype_saving(f, "fp16")["low"]) and 0 < s["low"] < s["expected"] < s["high"]
+    assert f.unshaped_share[0] == F.assumptions()["unshaped"]["share"]  # the trace has no kernel with FLOPs
+
+
+def test_a_range_profiler_trace_makes_no_finding_from_its_replayed_durations(config):
+    """The A100 counters trace is of fp32 sgemm kernels without shapes, which the names would move: but each
+    kernel was replayed alone to read its counters, so its duration is no run time to save from."""
+    ta = TraceAnalysis.of(TRACES / "a100_cupti_counters.json.gz", config)
+    assert F.unshaped_rows(F.Facts(ta, config).work).any()
+    r = F.findings_of(ta, config)
+    assert r["findings"] == [] and [n["id"] for n in r["not_checked"]] == ["all"]
+    assert "77 kernels" in r["not_checked"][0]["why"] and "not run times" in r["not_checked"][0]["why"]
+
+
+def test_names_give_fp32_only_to_kernels_without_tensor_cores_and_16_bit_types():
+    names = ["volta_sgemm_64x64_nt", "cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1",
+             "void cudnn::detail::dgrad_engine<float, 512, 6>(int)", "volta_h884gemm_64x64_nn",
+             "void gemv<float, c10::Half>(int)", "volta_sgemm_128x32_tn", "volta_dgemm_64x64_nn"]
+    n = len(names)
+    w = ActivityWork(names, np.ones(n), np.array(["gemm_conv"] * n, dtype=object), np.array(["gemm"] * n, dtype=object),
+                     np.zeros(n), np.full(n, np.nan), np.full(n, None, dtype=object), np.zeros(n, dtype=np.int64),
+                     np.full(n, None, dtype=object), np.full(n, None, dtype=object), 0, [])
+    no_tc = np.array([True, True, True, False, True, False, True])
+    assert list(unshaped_fp32(w, no_tc).precision) == ["fp32", "fp32", "fp32", None, None, None, None]
+
+
+def test_a_trace_without_shapes_whose_names_say_nothing_says_why_amp_is_not_checked(config, monkeypatch):
+    from microbench.prediction import model
+
+    rule = model.assumptions() | {"unshaped": {"fp32_name": "^no kernel is called this$", "share": 0.5}}
+    monkeypatch.setattr(model, "assumptions", lambda: rule)
     ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
     r = F.findings_of(ta, config)
     why = {n["id"]: n["why"] for n in r["not_checked"]}
@@ -221,14 +272,17 @@ def test_the_plugins_step_breakdown_is_reproduced_within_2_percent_of_the_step()
 
 def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
     """The plugin recommends AMP for this fp32 V100 run; so do the findings, with the saving the prediction model
-    gives for the convolutions and GEMMs whose FLOPs the trace gives (the forward convolutions' it does not)."""
+    gives for the convolutions and GEMMs; the forward convolutions, whose FLOPs the 1.9 schema does not give, at the
+    share of their time the trace's other fp32 matrix kernels spend at their roofline."""
     ta = TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config)
     r = F.findings_of(ta, config)
     top = r["findings"][0]
     assert top["id"] == "amp" and "float16" in top["fix"]  # V100: fp16 Tensor Cores, no bf16
     s = top["saving_us"]
-    assert 0 < s["low"] < s["expected"] < s["high"] < top["time_us"] < PLUGIN_STEP_US
-    assert "no FLOP count" in top["what"]
+    assert 0 < s["low"] < s["expected"] < s["high"] < PLUGIN_STEP_US and s["expected"] < top["time_us"]
+    assert "no FLOP count" in top["what"] and "fp32 matrix kernels with FLOPs" in top["what"]
+    f = F.Facts(ta, config)
+    assert 0.5 < f.unshaped_share[0] < 1
 
 
 @pytest.mark.parametrize("columns", [120, 80])

@@ -33,6 +33,9 @@ from microbench.prediction.model import (
     datasheet_roof_us,
     placement,
     predict_activities,
+    roofline_share,
+    unshaped_fp32,
+    unshaped_rows,
 )
 from microbench.timeline import gpu_time
 from microbench.timeline.analysis import TraceAnalysis
@@ -146,8 +149,24 @@ class Facts:
 
     @cached_property
     def work(self):
+        """The activities' work; a GEMM-class kernel no operator with shapes launched takes fp32 from its name
+        where it ran without Tensor Cores (prediction/model.py unshaped_fp32)."""
         d = assumptions()["defaults"]
-        return activity_work(self.ta.evidence, self.ta.peaks, d["tile_m"], d["tile_n"])
+        tl = self.ta.evidence
+        w = activity_work(tl, self.ta.peaks, d["tile_m"], d["tile_n"])
+        return unshaped_fp32(w, tl.activities.tensor_cores == TC_VALUES.index("no"))
+
+    @cached_property
+    def unshaped_share(self) -> tuple[float, str]:
+        """The share of an unshaped GEMM-class kernel's time taken as math (the model's `unshaped_share`), and
+        where it is from: the trace's own fp32 matrix kernels with FLOPs, else data/prediction.toml [unshaped]."""
+        w = self.work
+        known = np.flatnonzero(np.isin(w.group, MATRIX) & (w.flops > 0)
+                               & np.array([p == "fp32" for p in w.precision], dtype=bool))
+        own = roofline_share(w, self.chip, known) if len(known) and self.chip is not None else None
+        if own is not None:
+            return own, f"the share the trace's {len(known):,} fp32 matrix kernels with FLOPs spend at their roofline"
+        return float(assumptions()["unshaped"]["share"]), "assumed: data/prediction.toml [unshaped]"
 
     @cached_property
     def chip(self):
@@ -164,11 +183,14 @@ class Facts:
         total = float(self.ta.tl.activities.dur_us.sum())
         return s["gpu_busy_us"] / total if total > 0 else 1.0
 
-    extra_alternatives: ClassVar[tuple] = ()  # dtype_saving's alternatives beyond the prediction's (keyword sets of saved)
+    # dtype_saving's alternatives beyond the prediction's (keyword sets of saved): an unshaped GEMM-class kernel's
+    # time all slack, held (its share's other end, 1, is the prediction's slack alternative)
+    extra_alternatives: ClassVar[tuple] = ({"share": 0.0},)
 
-    def saved(self, dtype: str, v: Variant) -> np.ndarray:
-        """Per activity: the time `dtype` saves under the assumptions `v`."""
-        return _times(self, Scenario(), v) - _times(self, Scenario(dtype=dtype), v)
+    def saved(self, dtype: str, v: Variant, share: float | None = None) -> np.ndarray:
+        """Per activity: the time `dtype` saves under the assumptions `v` (`share`: of the unshaped GEMM-class
+        kernels' time taken as math, else unshaped_share's)."""
+        return _times(self, Scenario(), v, share) - _times(self, Scenario(dtype=dtype), v, share)
 
     comm_layer: ClassVar[str] = "kernel-name rule (comm class) + the one GPU time breakdown"
     comm_unit: ClassVar[str] = "kernel"
@@ -433,9 +455,14 @@ def _fp32_matrix_rows(f: Facts) -> np.ndarray:
     return np.flatnonzero(np.isin(w.group, MATRIX) & np.array([p in ("fp32", "tf32") for p in w.precision], dtype=bool))
 
 
-def _times(f: Facts, scenario: Scenario, v: Variant) -> np.ndarray:
-    """Per activity: the prediction on the trace's own chip, raised to the datasheet roof as the report does."""
-    t, _ = predict_activities(f.work, f.chip, f.chip, scenario, v)
+def _times(f: Facts, scenario: Scenario, v: Variant, share: float | None = None) -> np.ndarray:
+    """Per activity: the prediction on the trace's own chip, raised to the datasheet roof as the report does; the
+    unshaped GEMM-class kernels placed with `share` (else the trace's unshaped_share) where it has some."""
+    if unshaped_rows(f.work).any():
+        share = f.unshaped_share[0] if share is None else share
+    else:
+        share = None
+    t, _ = predict_activities(f.work, f.chip, f.chip, scenario, v, unshaped_share=share)
     return np.fmax(t, datasheet_roof_us(f.work, f.chip, scenario))
 
 
@@ -462,20 +489,30 @@ def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
     ops = [{"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
            for e in (f.ta.eligibility.get("findings") or [])[:3]]
     counted = any(p.get("evidence") == "counters" for p in (k["params"] for k in f.ta.kernels))
-    return {"layer": ("hardware counters" if counted else "kernel-name rule") + " + recorded operator shapes",
+    shaped = not unshaped_rows(f.work)[rows].all()
+    return {"layer": ("hardware counters" if counted else "kernel-name rule")
+            + (" + recorded operator shapes" if shaped else " (no operator shapes: fp32 by the kernel names)"),
             "kernels": _top_kernels(f, rows), "ops": ops,
             "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
 
 
 def _unmoved(f: Facts, rows: np.ndarray) -> str:
-    """What of those kernels the model cannot move (no FLOPs: their operator's shapes do not give them), said in
-    the finding: the saving is of the rest only."""
-    why = placement(f.work, None)[rows]
+    """What of those kernels the model moves without FLOPs (no operator with shapes launched them: fp32 by their
+    names, a share of their time taken as math) and what it cannot move, said in the finding."""
+    out = ""
+    unshaped = rows[unshaped_rows(f.work)[rows]]
+    if len(unshaped):
+        share, where = f.unshaped_share
+        which = "none of them has a" if len(unshaped) == len(rows) else f"{_rows_time_us(f, unshaped):,.0f} us of them have no"
+        out = (f"; {which} FLOP count (their operators' shapes give none): {share:.0%} of their time above the "
+               f"floor taken as math at their precision's rate (their operator's dtype, else fp32 by their names; "
+               f"{where}; none to all of it in the range)")
+    why = placement(f.work, None, unshaped=True)[rows]
     left = rows[why != ""]
     if not len(left):
-        return ""
+        return out
     us = _rows_time_us(f, left)
-    return f"; {us:,.0f} us of them have no FLOP count ({why[why != ''][0]}): kept as they are, not in the saving"
+    return out + f"; {us:,.0f} us of them have no FLOP count ({why[why != ''][0]}): kept as they are, not in the saving"
 
 
 def _amp_dtype(f: Facts) -> str:
@@ -490,7 +527,7 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
         return NO_CHIP
     rows = _fp32_matrix_rows(f)
     if not len(rows):
-        return None
+        return _not_checked_amp(f) if "shapes" in f.missing else None
     dtype = _amp_dtype(f)
     time_us = _rows_time_us(f, rows)
     tf32 = "" if cpu else _on_tf32(f, rows)
@@ -538,7 +575,7 @@ def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
     w = f.work
     rows = np.flatnonzero(np.isin(w.group, MATRIX) & np.array([p == "fp32" for p in w.precision], dtype=bool))
     if not len(rows):
-        return None
+        return _not_checked_amp(f) if "shapes" in f.missing else None
     time_us = _rows_time_us(f, rows)
     what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
             "CUDA cores, on a chip with TF32 Tensor Cores") + _unmoved(f, rows)
@@ -860,6 +897,9 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     if not len(ta.tl.activities) and not cpu and not cpu_trace:
         return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
                 "step_time_us": 0.0, "per": f.per}
+    if ta.tl.meta.get("counter_ranges"):
+        why = rules()["counter_ranges"]["why"].format(n=ta.tl.meta["counter_ranges"])
+        return {"findings": [], "not_checked": [{"id": "all", "why": why}], "step_time_us": 0.0, "per": f.per}
     on_cpu_trace = rules()["cpu_trace"]
     for rid, fn in RULES.items():
         rule = rules()["rules"][rid]

@@ -15,13 +15,15 @@
   does not give their bytes, all their time above the floor scales by r, the achievable bandwidth ratio;
 - r, communication kernels: the fabric presets' bandwidth ratio above their latency (both fabrics given);
 - a kernel with no rule (class `other`), a GEMM-class kernel with no FLOPs and a host copy cannot be placed: it
-  keeps its source time and is listed.
+  keeps its source time and is listed; except, where `unshaped_share` is given (the findings' what-if dtype on
+  the trace's own chip), a GEMM-class kernel with no FLOPs whose precision its name gives (`unshaped_fp32`):
+  that share of its time above the floor is taken as its roofline time, at the precision's achievable rate.
 Idle time (CPU-side gaps) is held; busy time keeps the source's overlap (predicted busy = source busy x
 predicted kernel time / source kernel time)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -142,12 +144,41 @@ def _above_floor(above: np.ndarray, roof_s: np.ndarray, roof_t: np.ndarray, scal
     return through * r + slack * np.where(scale_slack, r, 1.0)
 
 
-def placement(w: ActivityWork, fabrics: Fabrics | None) -> np.ndarray:
-    """Per row: "" where the model places the kernel, else why not."""
+def unshaped_fp32(w: ActivityWork, without_tensor_cores: np.ndarray) -> ActivityWork:
+    """`w` with fp32 as the precision of each GEMM-class kernel that no modelled operator launched, where it ran
+    without Tensor Cores (`without_tensor_cores`, per row) and its name says fp32 (data/prediction.toml
+    [unshaped] fp32_name, never a name with a 16-bit type)."""
+    fp32, sixteen = re.compile(assumptions()["unshaped"]["fp32_name"]), _autocast_rules()[0]
+    prec = w.precision.copy()
+    for i in np.flatnonzero(np.isin(w.group, MATRIX) & (w.flops <= 0) & without_tensor_cores):
+        if prec[i] is None and fp32.search(w.names[i]) and not sixteen.search(w.names[i]):
+            prec[i] = "fp32"
+    return replace(w, precision=prec)
+
+
+def unshaped_rows(w: ActivityWork) -> np.ndarray:
+    """Per row: a GEMM-class kernel without FLOPs whose precision is known (its name's, unshaped_fp32)."""
+    return np.isin(w.group, MATRIX) & (w.flops <= 0) & np.array([p is not None for p in w.precision], dtype=bool)
+
+
+def roofline_share(w: ActivityWork, chip: Chip, rows: np.ndarray) -> float | None:
+    """The share of `rows`' time above the floor that their roofline time explains on `chip` (base assumptions):
+    a trace's own figure for predict_activities' `unshaped_share`; None where they spend none above it."""
+    roof, _ = _matrix_times(w, chip, chip, Scenario(), Variant())
+    above = np.maximum(w.dur_us[rows] - chip.floor_us, 0.0)
+    total = float(above.sum())
+    return float(np.minimum(above, roof[rows]).sum()) / total if total > 0 else None
+
+
+def placement(w: ActivityWork, fabrics: Fabrics | None, unshaped: bool = False) -> np.ndarray:
+    """Per row: "" where the model places the kernel, else why not (`unshaped`: the kernels of unshaped_rows are
+    placed, predict_activities' `unshaped_share`)."""
     why = np.full(len(w.dur_us), "", dtype=object)
     matrix = np.isin(w.group, MATRIX)
     why[matrix & ((w.flops <= 0) | np.array([p is None for p in w.precision]))] = \
         "GEMM-class kernel without FLOPs (no modelled operator with shapes launched it)"
+    if unshaped:
+        why[unshaped_rows(w)] = ""
     why[w.group == "other"] = "no kernel rule knows it (class other)"
     host = np.array([w.group[i] == "copies" and any(h in w.names[i] for h in HOST_COPY) for i in range(len(why))],
                     dtype=bool)
@@ -158,9 +189,11 @@ def placement(w: ActivityWork, fabrics: Fabrics | None) -> np.ndarray:
 
 
 def predict_activities(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario = Scenario(), v: Variant = Variant(),
-                       fabrics: Fabrics | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the predicted time (us) and why it was not placed ("" where it was)."""
-    why = placement(w, fabrics)
+                       fabrics: Fabrics | None = None, unshaped_share: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the predicted time (us) and why it was not placed ("" where it was). `unshaped_share`: the share
+    of an unshaped_rows kernel's time above its floor taken as its roofline time (module docstring); None: such
+    a kernel is not placed."""
+    why = placement(w, fabrics, unshaped_share is not None)
     floor_t = src.floor_us if v.hold_floor else tgt.floor_us
     bw_s = src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs
     bw_t = tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs
@@ -179,6 +212,12 @@ def predict_activities(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario
     matrix = np.isin(w.group, MATRIX)
     if matrix.any():
         roof_s, roof_t = _matrix_times(w, src, tgt, scenario, v)
+        if unshaped_share is not None:
+            u = unshaped_rows(w)
+            # compute-bound at the precision's rate: the time ratio is the ratio of the two achievable rates
+            r = _rates(src, w.precision[u], v.datasheet_compute) / _rates(tgt, prec_t[u], v.datasheet_compute)
+            roof_s[u] = unshaped_share * above[u]
+            roof_t[u] = roof_s[u] * r
         m_above = _above_floor(above, roof_s, roof_t, v.scale_slack)
         ok = matrix & np.isfinite(m_above)
         out[ok] = floor_t + m_above[ok] * scenario.batch_scale
