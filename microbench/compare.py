@@ -10,24 +10,28 @@ from microbench.core.cli import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, print_written, write_file
+from microbench.prediction.findings import analyze
 from microbench.reports import inspect_compare as I, trace_compare as T
 from microbench.reports.cells import kept_in
 from microbench.reports.compare import compare, compare_html, print_compare, resolve_results
+from microbench.timeline.analysis import is_profiler_trace
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="python -m microbench.compare",
         description="Put results from different machines side by side per case: our results.json and "
-                    "pytest-benchmark --benchmark-json files. Time, TFLOP/s, % of each machine's ceilings, ratio "
+                    "pytest-benchmark --benchmark-json files; or traces of one workload on several machines, per "
+                    "kernel class and per operator. Time, TFLOP/s, % of each machine's ceilings, ratio "
                     "to the baseline machine; missing cases shown as missing; different profiles or software "
                     "versions flagged.",
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a results file; unknown "
                "--baseline; an unusable --html/--json path), 130 interrupted.")
     ap.add_argument("results", nargs="+", type=Path,
                     help="results.json or pytest-benchmark JSON files (.gz too), or result directories (python -m "
-                         "microbench.roofline --out DIR: its results.json); or trace reports (microbench.trace "
-                         "--json): one workload on several machines, per kernel class and per op; or inspect files "
+                         "microbench.roofline --out DIR: its results.json); or profiler traces (any format trace "
+                         "reads) or their reports (microbench.trace --json): one workload on several machines, per "
+                         "kernel class and per op; or inspect files "
                          "(microbench.inspect --json): one kernel on several targets, per kernel and configuration")
     ap.add_argument("--baseline", default=None, metavar="NAME",
                     help="the machine the ratios are relative to: its label (device name), file name or a unique "
@@ -51,9 +55,10 @@ def _run(args) -> int:
             check_file(path, opt)
 
     paths = [resolve_results(p) for p in args.results]  # a results directory: its results.json
-    if _inspect_files(args, paths):
+    analyzed = _analyzed_traces(paths)
+    if not analyzed and _inspect_files(args, paths):
         return 0
-    traces = T.load_trace_reports(paths)
+    traces = T.load_trace_reports(paths, analyzed)
     cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
     # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
     render = (T.trace_compare_html if traces else compare_html) if args.html else None
@@ -63,6 +68,12 @@ def _run(args) -> int:
     (T.print_trace_compare if traces else print_compare)(cmp, kept_in=kept_in(args.json, args.html, what="comparison"))
     print_written(written)
     return 0
+
+
+def _analyzed_traces(paths: list[Path]) -> dict[Path, dict]:
+    """The inputs that are profiler traces, each analysed as `trace FILE --json` would (its report), so that two
+    traces compare as their two reports do."""
+    return {p: analyze(p) for p in paths if is_profiler_trace(p)}
 
 
 def _inspect_files(args, paths) -> bool:

@@ -360,4 +360,28 @@ def test_one_workload_across_vendors(tmp_path, capsys):
     assert "kernel time by class" in page and "aten::scaled_dot_product_attention" in page and "idle_us" in page
     capsys.readouterr()
     assert compare_cli.main([str(h), str(tmp_path / "cmp.json")]) == 2  # a trace report beside something else
-    assert "not a trace report" in capsys.readouterr().err
+    assert "not a profiler trace or a trace report" in capsys.readouterr().err
+
+
+@needs_traces
+def test_compare_reads_two_traces_as_it_reads_their_reports(tmp_path, capsys):
+    """`compare A.json.gz B.json.gz` analyses each trace as `trace --json` does: the comparison is the one of the
+    two reports, and a trace beside a results file names the trace."""
+    traces = [TRACES / "h100_bert_small.json.gz", TRACES / "mi300_bert_small.json.gz"]
+    reports = [tmp_path / "h.json", tmp_path / "m.json"]
+    for src, dst in zip(traces, reports):
+        assert trace_cli.main([str(src), "--json", str(dst)]) == 0
+    of_reports, of_traces = tmp_path / "r.json", tmp_path / "t.json"
+    assert compare_cli.main([*map(str, reports), "--json", str(of_reports)]) == 0
+    assert compare_cli.main([*map(str, traces), "--json", str(of_traces)]) == 0
+    a, b = json.loads(of_reports.read_text()), json.loads(of_traces.read_text())
+    assert [m["file"] for m in b["machines"]] == [str(t) for t in traces]
+    for key in ("classes", "ops", "gpu_time", "gpu_time_ratio", "baseline"):
+        assert a[key] == b[key], key
+    assert a["ops"] and a["classes"]
+    capsys.readouterr()
+    assert compare_cli.main([str(reports[0]), str(traces[1])]) == 0  # a report beside a trace: both traces
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": []}))
+    assert compare_cli.main([str(results), str(traces[0])]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {traces[0]}: a profiler trace, and the first input is not")

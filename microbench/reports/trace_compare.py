@@ -26,20 +26,27 @@ GPU_LABELS = {"gpu_span_us": "GPU span (first to last GPU activity)", "busy_us":
               "exposed_memcpy_us": "exposed copies (memcpy / memset)", "idle_us": "GPU idle"}
 
 
-def load_trace_reports(paths: list[Path]) -> list[tuple[Path, dict]] | None:
-    """The documents when every input is a trace report, None when none is; a mix is an error."""
+def load_trace_reports(paths: list[Path], analyzed: dict | None = None) -> list[tuple[Path, dict]] | None:
+    """The documents when every input is a trace report, None when none is; a mix is an error naming the first
+    input of another kind than the first's. `analyzed`: the reports of inputs that are profiler traces themselves
+    (compare analyses them as `trace --json` would)."""
+    analyzed = analyzed or {}
     docs = []
     for p in paths:
-        doc = load_json(p)
+        doc = analyzed.get(p)
+        doc = load_json(p) if doc is None else doc
         is_trace = isinstance(doc, dict) and str(doc.get("schema", "")).startswith("dawnscope.trace/")
         docs.append((Path(p), doc if is_trace else None))
     traces = [d for d in docs if d[1] is not None]
     if not traces:
         return None
     if len(traces) != len(docs):
-        other = next(p for p, d in docs if d is None)
-        raise InputError(other, "not a trace report (microbench.trace --json), and the other inputs are: compare "
-                                "trace reports with trace reports, results with results")
+        first_is_trace = docs[0][1] is not None
+        other = next(p for p, d in docs if (d is not None) != first_is_trace)
+        what = ("not a profiler trace or a trace report (microbench.trace --json), and the first input is one"
+                if first_is_trace else
+                f"{'a profiler trace' if other in analyzed else 'a trace report'}, and the first input is not")
+        raise InputError(other, what + ": compare traces with traces, results with results")
     return traces
 
 

@@ -221,7 +221,7 @@ def _print_steps(console, left: LeftOut, doc: dict) -> None:
     _print_table(console, left, "steps", cols, cells, ("kernels", "exposed memcpy", "CPU range", "MFU"),
                  "GPU time per step (us; each GPU activity in the one step that launched it; CPU range = the step's "
                  "ProfilerStep range on the host, which the GPU can outlast ('step us' below runs to its last GPU "
-                 "activity, and MFU is over the longer); busy = computation + exposed communication + exposed "
+                 "activity, and MFU is over that window); busy = computation + exposed communication + exposed "
                  "memcpy/memset; idle = span - busy" + _devices_summed(doc) + ")" + _unreliable(doc, "per-step values"))
 
 

@@ -60,17 +60,33 @@ def detect_format(path: str | Path) -> str:
     return "kineto"
 
 
-def _decompressed_head(path: str | Path, head: bytes) -> bytes:
+def _decompressed_head(path: str | Path, head: bytes, size: int = 256) -> bytes:
     """The first bytes of the text (gunzipped where the file is gzip); empty where it cannot be read (the
-    Kineto reader then words the error)."""
+    Kineto reader then words the error); `size`: how much of a gzip file to decompress."""
     if not head.startswith(b"\x1f\x8b"):
         return head
 
     try:
         with gzip.open(path, "rb") as f:
-            return f.read(256)
+            return f.read(size)
     except (OSError, EOFError, zlib.error):
         return b""
+
+
+# Keys of a Kineto / Chrome trace (its events' array, an event's phase) that no document of ours (results, trace
+# reports, inspect files) has; looked for in its first MiB: a trace's header before its events can be long.
+_KINETO_KEYS = (b'"traceEvents"', b'"ph"')
+_SNIFF_BYTES = 1 << 20
+
+
+def is_profiler_trace(path: str | Path) -> bool:
+    """A file read_trace reads (an Nsight or rocprofv3 export, a PyTorch profiler trace), not another JSON
+    document such as a report of ours: by content."""
+    if detect_format(path) != "kineto":
+        return True
+    with open_input(path) as f:
+        head = _decompressed_head(path, f.read(_SNIFF_BYTES), _SNIFF_BYTES)
+    return any(k in head for k in _KINETO_KEYS)
 
 
 def read_trace(path: str | Path) -> Timeline:
