@@ -136,3 +136,39 @@ def test_a_process_on_two_gpus_shows_each_devices_own_row(cfg, tmp_path):
     assert lines[at + 1].strip().startswith("GPU 0") and lines[at + 2].strip().startswith("GPU 1")
     assert "2 devices: a step's figures add theirs" in " ".join(lines)
     assert "summed over 2 devices" in summary_html(report)
+
+
+def _host_only_trace(path) -> None:
+    """Two profiler steps of a CPU run (no kernel, memcpy or memset): a convolution with its shapes in each."""
+    import json
+
+    ev = []
+    for i, t0 in enumerate((0, 10_000)):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t0, "dur": 9_000,
+                   "pid": 1, "tid": 1})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "ts": t0 + 100, "dur": 8_000, "pid": 1,
+                   "tid": 1, "args": {"Input Dims": [[32, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []],
+                                      "Input type": ["float", "float", "float", "ScalarList", "ScalarList",
+                                                     "ScalarList", "Int"]}})
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+
+
+def test_a_trace_of_the_host_alone_says_so_instead_of_tables_of_zeros(cfg, tmp_path):
+    """No GPU activity: one line says so and the kernel / GPU time tables are left out; the host's step breakdown
+    stays; an operator that launched no kernel shows no kernel time (not 0.0 us, which reads as measured)."""
+    trace = tmp_path / "cpu.json"
+    _host_only_trace(trace)
+    doc = analyze(trace, cfg)
+    text = _report(doc, 120)
+    assert "no GPU activity: a trace of the host alone (19,000.0 us traced)" in text
+    for gone in ("kernel time by class", "top 0 kernels", "GPU time per step", "0 kernels, kernel time"):
+        assert gone not in text
+    assert "step time by what ran" in text and "ProfilerStep#1" in text
+    ops = text[text.index("operators with a work model"):]
+    row = next(line for line in ops.splitlines() if "aten::conv2d" in line)
+    assert doc["ops"][0]["kernel_time_us"] == 0.0 and " 0.0" not in row
+    from microbench.reports.trace_html import trace_page
+
+    page = trace_page(doc)
+    assert "no GPU activity: a trace of the host alone" in page and "step breakdown" in page
+    assert "kernels by class" not in page and "communication and overlap" not in page

@@ -20,6 +20,7 @@ from microbench.reports.findings_report import (
     validation_line,
 )
 from microbench.reports.html import esc, notes_html, page, table, write
+from microbench.reports.trace_report import HOST_ONLY, host_only
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
 BREAKDOWN = (("kernel", "#4e79a7"), ("memcpy", "#f28e2b"), ("memset", "#e15759"), ("runtime", "#76b7b2"),
@@ -146,7 +147,8 @@ def ops_html(doc: dict) -> str:
     cols = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("calls", "right"), ("GFLOP", "right"),
             ("time us", "right"), ("TFLOP/s", "right"), ("% of peak", "right")]
     rows = [([o["op"], o["shape"], o["dtype"] or "?", str(o["calls"]),
-              _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), _num(o["kernel_time_us"]),
+              _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
+              _num(o["kernel_time_us"] if o.get("kernels", 1) else None),  # no kernel launched: no time, not 0.0
               _num(o["op_tflops"], ".3g"), _num(o["pct_of_datasheet"])], None) for o in ops[:TOP]]
     return table(cols, rows)
 
@@ -211,10 +213,14 @@ def trace_page(doc: dict, title: str | None = None, job_lines: list[str] | None 
     """The whole page of one trace document (timeline.analysis + prediction.findings); `job_lines`: a job's
     cross-rank lines (straggler, outliers), shown first where the page is one rank's of a job."""
     sections = [("the job", notes_html(job_lines, "job"))] if job_lines else []
-    sections += [("findings", findings_html(doc)), ("GPU summary", summary_html(doc)),
-                ("step breakdown", steps_html(doc)), ("kernels by class, Tensor Cores and evidence", kernels_html(doc)),
-                ("top operators", ops_html(doc)), ("roofline of the operators", roofline_html(doc)),
-                ("communication and overlap", comm_html(doc)),
+    gpu = [("GPU summary", summary_html(doc))]
+    kernels = [("kernels by class, Tensor Cores and evidence", kernels_html(doc))]
+    comm = [("communication and overlap", comm_html(doc))]
+    if host_only(doc["summary"]):  # tables of zeros read as measurements: one line instead
+        gpu = [("GPU summary", f"<p>{esc(HOST_ONLY.format(span_us=doc['summary']['wall_span_us']))}</p>")]
+        kernels = comm = []
+    sections += [("findings", findings_html(doc)), *gpu, ("step breakdown", steps_html(doc)), *kernels,
+                 ("top operators", ops_html(doc)), ("roofline of the operators", roofline_html(doc)), *comm,
                 ("integrity notes", notes_html(doc.get("notes") or []) or "<p>none</p>")]
     body = f"<style>{_CSS}</style>" + "\n".join(f"<h2>{esc(h)}</h2>\n{b}" for h, b in sections)
     return page(title or f"dawnscope trace: {doc.get('file', '?')}", body)

@@ -83,13 +83,37 @@ def _kernel_cells(doc: dict, top: int):
 def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KEPT_IN) -> None:
     """The report; `kept_in`: where the columns a narrow terminal leaves out are (the files the command wrote)."""
     from rich.markup import escape
-    from rich.table import Table
 
     from microbench.reports.report import wide_console
 
     console = console or wide_console()
     s = doc["summary"]
     console.print(f"[bold]trace[/] {escape(doc['file'])}")
+    _print_devices(console, doc)
+    _print_integrity(console, doc.get("integrity"))
+    caveats = headline_caveats(doc)
+    left = LeftOut(kept_in)
+    if host_only(s):
+        console.print(escape(HOST_ONLY.format(span_us=s["wall_span_us"])))
+    else:
+        _print_gpu_tables(console, left, doc, top, caveats)
+    print_step_breakdown(console, doc, kept_in, left)
+    _print_ops(console, left, doc, top)
+    if doc["annotations"]:
+        _print_annotations(console, left, doc, top)
+    _print_graphs(console, doc, top)
+    _print_unknown(console, doc)
+    for n in doc["notes"]:
+        if n not in caveats:
+            console.print(f"[yellow]note:[/] {escape(n)}")
+    if line := left.line():
+        console.print(f"[dim]{escape(line)}[/]")
+
+
+def _print_devices(console, doc: dict) -> None:
+    """A line per device with its datasheet entry (a note where it has none, once), and the job's ranks."""
+    from rich.markup import escape
+
     said: set[str] = set()
     for d in doc["devices"]:
         ds = d.get("datasheet") or {}
@@ -106,12 +130,29 @@ def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KE
     dist = doc["trace"].get("distributed")
     if dist:
         console.print("distributed: " + ", ".join(f"{k} {v}" for k, v in dist.items()))
-    _print_integrity(console, doc.get("integrity"))
-    caveats = headline_caveats(doc)
+
+
+# A trace with no GPU activity at all (a CPU run, or one recorded without ProfilerActivity.CUDA): its kernel and
+# GPU-time tables would be rows of zeros, which read as measurements.
+HOST_ONLY = ("no GPU activity: a trace of the host alone ({span_us:,.1f} us traced); its kernel and GPU time tables "
+             "are left out. The steps' time by what ran (below) is the host's; the CPU as a device, its operators "
+             "on its own roofline, is what `decompose` measures (docs/models.md)")
+
+
+def host_only(s: dict) -> bool:
+    """No kernel, memcpy or memset in the trace (the summary's counts)."""
+    return not (s["kernel_count"] or s.get("memcpy_count") or s.get("memset_count"))
+
+
+def _print_gpu_tables(console, left: LeftOut, doc: dict, top: int, caveats: list[str]) -> None:
+    """The headline, kernel time by class, the top kernels and the GPU time per step."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    s = doc["summary"]
     console.print(escape(headline(s, bool(caveats))))
     for n in caveats:  # before the figures it makes something else
         console.print(f"[bold yellow]warning:[/] {escape(n)}")
-
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
     for c, j in (("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right"),
@@ -122,8 +163,6 @@ def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KE
         t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]),
                   _pct(on_tc[cls] / tm) if on_tc.get(cls) and tm else "-")
     console.print(t)
-
-    left = LeftOut(kept_in)
     cols, cells = _kernel_cells(doc, top)
     counters = any("counted_flops" in k["params"] for k in doc["kernels"])
     shown = _print_table(console, left, "top kernels", cols, cells,
@@ -133,17 +172,6 @@ def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KE
     if "evidence" in shown and (legend := evidence_legend([c[cols.index(("evidence", "left"))] for c, _ in cells])):
         console.print(f"[dim]{escape(legend)}[/]")
     _print_steps(console, left, doc)
-    print_step_breakdown(console, doc, kept_in, left)
-    _print_ops(console, left, doc, top)
-    if doc["annotations"]:
-        _print_annotations(console, left, doc, top)
-    _print_graphs(console, doc, top)
-    _print_unknown(console, doc)
-    for n in doc["notes"]:
-        if n not in caveats:
-            console.print(f"[yellow]note:[/] {escape(n)}")
-    if line := left.line():
-        console.print(f"[dim]{escape(line)}[/]")
 
 
 def headline(s: dict, ranges: bool = False) -> str:
@@ -249,6 +277,14 @@ OPS_CAPTION = (("op TFLOP/s", "op TFLOP/s = FLOPs / all the op's kernels' time")
                (("% datasheet", "% measured"), "{cols}: op TFLOP/s as % of the peak"))
 
 
+def _op_times(o: dict) -> tuple[str, str]:
+    """An operator's kernel time and math-kernel time; "-" where it launched no kernel (an operator of a trace of
+    the host alone): no kernel time, which 0.0 would read as a measured one."""
+    if not o.get("kernels", 1):
+        return "-", "-"
+    return f"{o['kernel_time_us']:,.1f}", f"{o['math_kernel_time_us']:,.1f}"
+
+
 def _print_ops(console, left: LeftOut, doc: dict, top: int) -> None:
     from rich.markup import escape
 
@@ -257,8 +293,8 @@ def _print_ops(console, left: LeftOut, doc: dict, top: int) -> None:
             "op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
             "% datasheet", "% measured")]
         cells = [([o["op"], o["shape"], o["dtype"] or "?", str(o["calls"]),
-                   _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"), f"{o['kernel_time_us']:,.1f}",
-                   f"{o['math_kernel_time_us']:,.1f}", _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
+                   _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
+                   *_op_times(o), _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
                    _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f")], None)
                  for o in doc["ops"][:top]]
         # op and shape are the row's key: a narrow terminal drops the least needed figures, never cuts them
