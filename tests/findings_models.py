@@ -143,3 +143,60 @@ def spectrogram_loader():
     return Workload(name="spectrogram_loader", model=model, make_inputs=None, loss_fn=nn.functional.cross_entropy,
                     make_loader=lambda batch: DataLoader(_Spectrograms(), batch_size=batch, shuffle=True, drop_last=True,
                                                          generator=torch.Generator().manual_seed(0)))
+
+
+class _Reviews:
+    """Short synthetic product reviews made per sample (a seeded choice of words, numbers and punctuation) and
+    tokenized in the loader as a bag-of-words text classifier's input pipeline does: lower-cased, split, stripped of
+    punctuation, each word and bigram hashed into a fixed vocabulary, cut or padded to a fixed length. Pure Python
+    per sample: a fourth loader for the DataLoader checks, of another kind than the image and audio ones, written
+    after the CPU rule and its ranges were committed (docs/findings.md, check 19)."""
+
+    WORDS = ("the", "battery", "screen", "lasted", "broke", "after", "two", "weeks", "great", "terrible", "price",
+             "shipping", "was", "slow", "fast", "would", "buy", "again", "never", "works", "as", "described", "not",
+             "worth", "it", "excellent", "quality", "cheap", "plastic", "love", "this", "product", "returned")
+    BUCKETS, LENGTH, CLASSES = 1 << 16, 256, 4
+
+    def __len__(self) -> int:
+        return 1 << 16
+
+    def __getitem__(self, i: int):
+        import random
+        import zlib
+
+        import torch
+
+        rng = random.Random(i)
+        label = rng.randrange(self.CLASSES)
+        words = [rng.choice(self.WORDS) + rng.choice(("", "", "", ",", ".", "!")) for _ in range(rng.randint(80, 160))]
+        words[rng.randrange(len(words))] = f"{rng.randint(1, 99)}/10"
+        tokens = [w.strip(",.!").lower() for w in " ".join(words).split()]
+        grams = tokens + [a + " " + b for a, b in zip(tokens, tokens[1:])]
+        ids = [zlib.crc32(g.encode()) % (self.BUCKETS - 1) + 1 for g in grams][: self.LENGTH]
+        ids += [0] * (self.LENGTH - len(ids))  # 0: padding, left out of the bag (padding_idx)
+        return torch.tensor(ids), label
+
+
+def text_loader():
+    """A bag-of-words classifier (an EmbeddingBag of the hashed words and bigrams, then a two-layer MLP) taking its
+    batches from a DataLoader that tokenizes every review in the step's own process (the "before"; `decompose
+    --num-workers 1` and `pair --workers-after 1` make the "after")."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from microbench.models.step import Workload
+
+    class BagOfWords(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(_Reviews.BUCKETS, 64, mode="mean", padding_idx=0)
+            self.mlp = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                     nn.Linear(512, _Reviews.CLASSES))
+
+        def forward(self, ids):
+            return self.mlp(self.bag(ids))
+
+    return Workload(name="text_loader", model=BagOfWords(), make_inputs=None, loss_fn=nn.functional.cross_entropy,
+                    make_loader=lambda batch: DataLoader(_Reviews(), batch_size=batch, shuffle=True, drop_last=True,
+                                                         generator=torch.Generator().manual_seed(0)))
