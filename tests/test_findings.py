@@ -152,10 +152,13 @@ def test_a_trace_without_shapes_whose_names_say_nothing_says_why_amp_is_not_chec
 
 
 def test_a_trace_without_steps_checks_only_what_needs_no_steps(config):
+    """The A100 AlexNet trace has no steps, and read whole its span is the warm-up forward's (12.3 s of runtime
+    calls at context creation, allocation): the step rules are not checked, saying so, not called host-bound."""
     ta = TraceAnalysis.of(TRACES / "a100_alexnet_forward.json.gz", config)
     r = F.findings_of(ta, config)
     assert r["per"] == "trace" and not r["findings"]
-    stopped = {n["id"] for n in r["not_checked"] if "no steps" in n["why"]}
+    stopped = {n["id"] for n in r["not_checked"] if n["why"].startswith("no steps, and read whole the trace is mostly "
+                                                                        "one-off set-up")}
     assert stopped == {rid for rid, rule in F.rules()["rules"].items() if "steps" in rule["needs"]}
 
 

@@ -79,7 +79,8 @@ def test_a_cpu_trace_without_step_ranges_does_not_check_communication(tmp_path):
 def test_a_cpu_trace_without_collectives_has_no_finding_to_check(tmp_path):
     events = [e for e in _step(0.0) if not e["name"].startswith("gloo:")]
     out = _findings(_trace(tmp_path, events))
-    assert out["not_checked"] == [{"id": "all", "why": "no GPU activity in the trace"}]
+    assert out["not_checked"] == [{"id": "all", "why": F.rules()["host_only"]["why"]}]
+    assert out["not_checked"][0]["why"].startswith("no GPU activity in the trace; for a CPU run")
 
 
 @pytest.mark.parametrize("host, expected_us", [(NO_SPARE_CORE, 0.0), ({"cores": 3, "local_ranks": 2,

@@ -37,10 +37,10 @@ from microbench.prediction.model import (
     unshaped_fp32,
     unshaped_rows,
 )
-from microbench.timeline import gpu_time
+from microbench.timeline import gpu_time, graphs
 from microbench.timeline.analysis import TraceAnalysis
 from microbench.timeline.kineto import HOST_KEY
-from microbench.timeline.model import KERNEL, MEMCPY, TC_VALUES
+from microbench.timeline.model import KERNEL, MEMCPY, NO_ID, TC_VALUES
 
 RULES_PATH = data_file("findings.toml")
 # The prediction's alternative assumptions (its one list, prediction/document.py): the range of a dtype saving.
@@ -207,11 +207,77 @@ class Facts:
         """How much of the exposed communication computation can hide: True on a GPU (its own stream)."""
         return True
 
+    @cached_property
+    def host_launches(self) -> float:
+        """Kernel launches per step as the host issues them: a kernel launched on its own counts one, the kernels
+        of one graph launch one together (they share its correlation id)."""
+        tl = self.ta.tl
+        li = tl.launch_index()
+        _, inverse, counts = np.unique(li, return_inverse=True, return_counts=True)
+        one = np.where(li == NO_ID, 1.0, 1.0 / counts[inverse]) if len(li) else np.zeros(0)
+        return self.per_step(np.where(tl.activities.category == KERNEL, one, 0.0))
+
+    @cached_property
+    def graph_kernel_share(self) -> float:
+        """The share of the step's kernels that already replay from CUDA / HIP graphs."""
+        kernel = self.ta.tl.activities.category == KERNEL
+        n = self.per_step(kernel.astype(float))
+        return self.per_step(graphs.graph_kernel_mask(self.ta.tl).astype(float)) / n if n else 0.0
+
     def name_mask(self, pattern: str) -> np.ndarray:
         tl = self.ta.tl
         rx = re.compile(pattern)
         hit = np.array([bool(isinstance(s, str) and rx.search(s)) for s in tl.names.strings], dtype=bool)
         return hit[tl.activities.name] if len(tl.activities) else np.zeros(0, dtype=bool)
+
+
+@dataclass
+class WholeTraceFacts(Facts):
+    """A GPU trace without steps (no ProfilerStep#, no --step-range: a few iterations profiled without
+    prof.step()) read as one step, its traced span (gpu_time.trace_window), so that the step rules check it as
+    they check a step; its savings are per trace."""
+
+    @cached_property
+    def _window(self) -> tuple:
+        return gpu_time.window_breakdowns(self.ta.tl, gpu_time.trace_window(self.ta.tl))
+
+    @cached_property
+    def steps(self) -> list[dict]:
+        return self._window[1]
+
+    @cached_property
+    def step_of(self) -> np.ndarray:
+        return gpu_time.assign_steps(self.ta.tl, self._window[0]).step
+
+    @property
+    def per(self) -> str:
+        return "trace"
+
+    @cached_property
+    def missing(self) -> dict[str, str]:
+        """Facts.missing; and where the span is mostly one-off set-up (findings.toml [whole_trace]), no step."""
+        out = dict(super().missing)
+        wt = rules()["whole_trace"]
+        span = float(self._window[0].dur_us[0])
+        setup = gpu_time.runtime_time_in(self.ta.tl, self._window[0], "|".join(wt["setup_calls"]))
+        if span and setup >= wt["max_setup_share"] * span:
+            names = [a["name"] for a in self.ta.annotations][:4]
+            ranges = f" (its ranges include: {', '.join(names)})" if names else ""
+            out["steps"] = wt["setup_why"].format(setup_us=setup, share=setup / span, span_us=span, ranges=ranges)
+        return out
+
+    @property
+    def step_time_what(self) -> str:
+        return ("the whole trace read as one step (no steps: from its first kernel launch to the end of its last "
+                f"GPU activity, the '{gpu_time.WHOLE_TRACE}' row below)")
+
+
+def gpu_facts(ta, cfg=None, source: str | None = None) -> Facts:
+    """The facts of a GPU trace: one without steps is read as one step (WholeTraceFacts) where one process
+    launched its GPU work, unless it records a graph capture (a one-off: its warm-up and capture are no step)."""
+    if ta.steps or graphs.captures_graphs(ta.tl) or not len(gpu_time.trace_window(ta.tl)):
+        return Facts(ta, cfg, source)
+    return WholeTraceFacts(ta, cfg, source)
 
 
 @dataclass
@@ -598,20 +664,29 @@ def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
     return {"layer": "host ranges: runtime calls, CPU operators, enumerate(DataLoader), synchronize (per-step "
                      "breakdown_us / idle_by_host_us)",
             "idle_by_host_us": per, "kinds": list(kinds),
-            "kernels_per_step": f.mean(lambda st: st["kernel_count"])}
+            "kernels_per_step": f.mean(lambda st: st["kernel_count"]), "launches_per_step": f.host_launches,
+            "graph_kernel_share": f.graph_kernel_share}
 
 
 def _host_waits(f: Facts) -> tuple[float, float, float] | None:
-    """(idle share of the step, host-side idle us, that idle per kernel) where the GPU waits on the host between
-    launches (not on data loading or a synchronize) for launch_bound_idle_share of the step or more, else None."""
+    """(idle share of the step, host-side idle us, that idle per launch the host issues: a graph launch is one) where
+    the GPU waits on the host between launches (not on data loading or a synchronize) for launch_bound_idle_share
+    of the step or more, else None."""
     idle_share = f.mean(lambda st: 1 - _busy(st) / st["breakdown_span_us"] if st["breakdown_span_us"] else 0.0)
     host = f.mean(lambda st: _idle(st, "runtime", "cpu_ops", "other"))
     if idle_share < threshold("launch_bound_idle_share") or host < f.mean(lambda st: _idle(st, "dataloader", "sync")):
         return None
-    return idle_share, host, host / max(f.mean(lambda st: st["kernel_count"]), 1.0)
+    return idle_share, host, host / max(f.host_launches, 1.0)
 
 
-# Where the host-side findings' figures are in the report: the step breakdown table (its 'step us' window)
+def _graphed(f: Facts) -> bool:
+    """The step's kernels already replay from CUDA / HIP graphs (graph_launched_share of them or more): what the
+    host does between the replays is its own work, which capturing does not remove."""
+    return f.graph_kernel_share >= threshold("graph_launched_share")
+
+
+# Where the host-side findings' figures are in the report: the step breakdown table (its 'step us' window; a trace
+# without steps: its 'whole trace' row)
 _IN_BREAKDOWN = " (the step breakdown below: all but its kernel, memcpy and memset)"
 
 
@@ -627,13 +702,14 @@ def _host_parts(f: Facts) -> str:
 
 def rule_host_bound(f: Facts, rule: dict) -> dict | None:
     waits = _host_waits(f)
-    if waits is None or waits[2] <= threshold("launch_gap_per_kernel_us"):
-        return None  # short gaps per kernel: launch_bound's
-    idle_share, host, per_kernel = waits
+    if waits is None or (waits[2] <= threshold("launch_gap_per_kernel_us") and not _graphed(f)):
+        return None  # short gaps per launch, launched one by one: launch_bound's
+    idle_share, host, per_launch = waits
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step{_IN_BREAKDOWN}; {host:,.0f} us of it "
-            f"while the host works between launches{_host_parts(f)}, {per_kernel:,.0f} us per kernel (far more than a "
-            "launch takes)")
+    why = (f"{f.graph_kernel_share:.0%} of its kernels already replay from CUDA / HIP graphs" if _graphed(f)
+           else "far more than a launch takes")
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
+            f"it while the host works between launches{_host_parts(f)}, {per_launch:,.0f} us per launch ({why})")
     # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
     # host-side idle at most; at least nothing, where the work cannot move
     return _finding("host_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
@@ -642,14 +718,14 @@ def rule_host_bound(f: Facts, rule: dict) -> dict | None:
 
 def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
     waits = _host_waits(f)
-    if waits is None or waits[2] > threshold("launch_gap_per_kernel_us"):
-        return None  # long gaps per kernel: host_bound's
+    if waits is None or waits[2] > threshold("launch_gap_per_kernel_us") or _graphed(f):
+        return None  # long gaps per launch, or the kernels replay from graphs already: host_bound's
     idle_share, host, _ = waits
     # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
     gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us step{_IN_BREAKDOWN}; {host:,.0f} us of it "
-            f"while the host is between launches{_host_parts(f)}")
+    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
+            f"it while the host is between launches{_host_parts(f)}")
     return _finding("launch_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
                     saving(in_span - gaps, in_span, host))
 
@@ -667,7 +743,7 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
     # them (expected, high); the trace records no host core count, and where the workers take the main process's
     # cores the loading stays on the step's path: low 0 (findings.toml [rules.dataloader] low_reason)
     low = 0.0
-    what = f"the GPU waits {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
+    what = f"the GPU waits {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
 
 
@@ -738,7 +814,7 @@ def rule_sync(f: Facts, rule: dict) -> dict | None:
     wait = f.mean(lambda st: _idle(st, "sync"))
     if wait < threshold("sync_idle_share") * f.step_us:
         return None
-    what = (f"the GPU is idle {wait:,.0f} us per step ({wait / f.step_us:.1%}) while the host is in a synchronize "
+    what = (f"the GPU is idle {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in a synchronize "
             "or .item()")
     return _finding("sync", rule, wait, f, what, _host_evidence(f, ("sync",)), saving(wait, wait, wait))
 
@@ -813,7 +889,7 @@ def rule_pageable_copy(f: Facts, rule: dict) -> dict | None:
     compute = f.mean(lambda st: st["computation_us"])
     # pinned and non_blocking, the copy runs on a copy engine under the step's computation (as far as there is
     # computation to hide it under); with nothing to overlap it stays where it is
-    what = f"{t:,.0f} us per step ({t / f.step_us:.1%}) in copies from pageable host memory"
+    what = f"{t:,.0f} us per {f.per} ({t / f.step_us:.1%}) in copies from pageable host memory"
     ev = {"layer": "memcpy kernel names (Pageable)", "kernels": _top_kernels(f, np.flatnonzero(mask))}
     return _finding("pageable_copy", rule, t, f, what, ev, saving(0.0, min(t, compute), t))
 
@@ -825,7 +901,7 @@ def rule_channels_last(f: Facts, rule: dict) -> dict | None:
     kernel_us = f.per_step(np.where(f.ta.tl.activities.category == KERNEL, dur, 0.0))
     if not kernel_us or t < threshold("layout_transpose_share") * kernel_us:
         return None
-    what = f"{t:,.0f} us per step ({t / f.step_us:.1%}) in NCHW <-> NHWC transpose kernels"
+    what = f"{t:,.0f} us per {f.per} ({t / f.step_us:.1%}) in NCHW <-> NHWC transpose kernels"
     ev = {"layer": "kernel names (layout transposes)", "kernels": _top_kernels(f, np.flatnonzero(mask))}
     # channels_last removes them, except the input batch's own conversion (at most the longest one per step)
     low = t - (_longest_per_step(f, mask) if f.steps else float(dur[mask].max()))
@@ -892,10 +968,10 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     cpu = cpu_doc is not None and not len(ta.tl.activities)
     cpu_trace = not cpu and not len(ta.tl.activities) and gpu_time.has_cpu_collectives(ta.tl)
     f = (CpuFacts(ta, cfg, source, cpu_doc) if cpu else CpuCommFacts(ta, cfg, source) if cpu_trace
-         else Facts(ta, cfg, source))
+         else gpu_facts(ta, cfg, source))
     made, not_checked, below = [], [], []
     if not len(ta.tl.activities) and not cpu and not cpu_trace:
-        return {"findings": [], "not_checked": [{"id": "all", "why": "no GPU activity in the trace"}],
+        return {"findings": [], "not_checked": [{"id": "all", "why": rules()["host_only"]["why"]}],
                 "step_time_us": 0.0, "per": f.per}
     if ta.tl.meta.get("counter_ranges"):
         why = rules()["counter_ranges"]["why"].format(n=ta.tl.meta["counter_ranges"])
@@ -930,7 +1006,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     made = [x | {"validation": validation_of(x["id"], "cpu" if cpu or cpu_trace else "gpu")} for x in made]
     return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked, "below": below,
             "step_time_us": f.step_us, "step_time_what": f.step_time_what, "per": f.per,
-            "validation": rules().get("validation")}
+            "window": f.steps[0] if isinstance(f, WholeTraceFacts) else None, "validation": rules().get("validation")}
 
 
 def validation_of(rid: str, on: str) -> dict:
@@ -951,6 +1027,8 @@ def with_findings(doc: dict, result: dict) -> dict:
                    "findings_min_saving_share": threshold("min_saving_share"),
                    "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
                    "findings_step_time_what": result.get("step_time_what", ""),
+                   # a trace without steps read as one: that step's breakdown (the reports' 'whole trace' row)
+                   **({"findings_window": result["window"]} if result.get("window") else {}),
                    "findings_validation": result.get("validation")} | doc
 
 

@@ -10,7 +10,8 @@ def saving_text(s: dict, per: str) -> str:
     return f"saves {s['expected']:,.0f} us per {per} (range {s['low']:,.0f} - {s['high']:,.0f})"
 
 
-def evidence_text(ev: dict) -> str:
+def evidence_text(ev: dict, per: str = "step") -> str:
+    """The evidence in one line; `per`: what the counts are per (the finding's: step, or trace without steps)."""
     bits = [ev.get("layer", "")]
     if ev.get("kernels"):
         k = ev["kernels"][0]
@@ -19,7 +20,10 @@ def evidence_text(ev: dict) -> str:
     if ev.get("ops"):
         bits.append("ops: " + ", ".join(f"{o['op']} ({o['reason']})" for o in ev["ops"][:2]))
     if "kernels_per_step" in ev:
-        bits.append(f"{ev['kernels_per_step']:,.0f} kernels per step")
+        launches = ev.get("launches_per_step")
+        graphs = (f" from {launches:,.0f} launches ({ev.get('graph_kernel_share', 0.0):.0%} from graphs)"
+                  if launches is not None and round(launches) != round(ev["kernels_per_step"]) else "")
+        bits.append(f"{ev['kernels_per_step']:,.0f} kernels per {per}{graphs}")
     return "; ".join(b for b in bits if b)
 
 
@@ -93,7 +97,7 @@ def print_findings(console, doc: dict) -> None:
         console.print(f"{i}. [bold]{escape(f['id'])}[/]: {escape(f['what'])}")
         console.print(f"   {escape(saving_text(f['saving_us'], f['per']))}")
         console.print(f"   fix: {escape(f['fix'])}")
-        console.print(f"   evidence: {escape(evidence_text(f['evidence']))}")
+        console.print(f"   evidence: {escape(evidence_text(f['evidence'], f['per']))}")
         console.print(f"   checked: {escape(validation_line(f))}")
     if line := below_line(doc):
         console.print(escape(line))
@@ -104,13 +108,20 @@ def print_findings(console, doc: dict) -> None:
 BREAKDOWN_COLUMNS = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
 
 
+def breakdown_steps(doc: dict) -> list[dict]:
+    """The steps with a breakdown; a trace without steps: the one its findings read it as (`findings_window`,
+    the whole trace), so that the figures they quote are on the page."""
+    steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
+    return steps or ([doc["findings_window"]] if doc.get("findings_window") else [])
+
+
 def print_step_breakdown(console, doc: dict, kept_in: str, left=None) -> None:
     """Per step, the TensorBoard plugin's categories (adding up to the step) and the GPU idle time spent in a
     synchronize, apart (docs/findings.md, "Where idle time comes from"). `left`: the report's cells.LeftOut, which
     says the columns a narrow terminal left out once under the report (else this table says its own)."""
     from microbench.reports.report import rich_table
 
-    steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
+    steps = breakdown_steps(doc)
     if not steps:
         return
     cols = [("step", "left"), ("step us", "right")] + [(c, "right") for c in BREAKDOWN_COLUMNS] + \

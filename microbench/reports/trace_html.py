@@ -13,6 +13,7 @@ import numpy as np
 from microbench.reports.figures import pyplot
 from microbench.reports.findings_report import (
     below_line,
+    breakdown_steps,
     evidence_text,
     headline,
     not_checked_lines,
@@ -57,7 +58,7 @@ def findings_html(doc: dict) -> str:
     for i, f in enumerate(doc.get("findings") or [], 1):
         parts.append(f'<div class="finding"><p><b>{i}. {esc(f["id"])}</b>: {esc(f["what"])}<br>'
                      f'<span class="save">{esc(saving_text(f["saving_us"], f["per"]))}</span><br>'
-                     f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence']))}<br>"
+                     f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence'], f['per']))}<br>"
                      f"checked: {esc(validation_line(f))}</p></div>")
     below = below_line(doc)
     return "".join(parts) + notes_html(([below] if below else []) + not_checked_lines(doc))
@@ -105,7 +106,7 @@ def breakdown_figure(steps: list[dict]):
 
 
 def steps_html(doc: dict) -> str:
-    steps = [st for st in doc.get("steps") or [] if "breakdown_us" in st]
+    steps = breakdown_steps(doc)
     if not steps:
         return "<p>no steps in the trace: no step breakdown (ProfilerStep# ranges, or --steps NAME)</p>"
     fig = breakdown_figure(steps)

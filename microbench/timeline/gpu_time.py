@@ -337,11 +337,44 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
 def step_breakdowns(tl: Timeline, step_range: str | None = None) -> tuple[Windows, list[dict], dict]:
     """`per_step` over the timeline's step windows (the one step rule, `Timeline.step_windows`), each step
     named and with its CPU duration (`wall_us`)."""
-    w = tl.step_windows(step_range)
+    return window_breakdowns(tl, tl.step_windows(step_range))
+
+
+# The one window a trace without steps is read as (trace_window), by the findings' step rules.
+WHOLE_TRACE = "whole trace"
+
+
+def trace_window(tl: Timeline) -> Windows:
+    """A trace without steps as one step: from its first launch of a GPU activity to the end of its last GPU
+    activity (the time the GPU had work issued; the host's lead-in before it may be set-up), where one process
+    launched them all (each rank of a job is its own step); empty otherwise."""
+    ts, pid = tl.launch_time()
+    launched = ~np.isnan(ts)
+    if not launched.any() or len(np.unique(pid[launched])) > 1 or not len(tl.activities):
+        return Windows([], np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64))
+    lo, hi = float(ts[launched].min()), float(tl.activities.end_us.max())
+    return Windows([WHOLE_TRACE], np.array([lo]), np.array([max(hi - lo, 0.0)]), pid[launched][:1].astype(np.int64))
+
+
+def runtime_time_in(tl: Timeline, w: Windows, pattern: str) -> float:
+    """The time the host spent in runtime / driver calls whose name matches `pattern`, inside the first window
+    of `w` (their union, clipped to it)."""
+    if not len(w):
+        return 0.0
+    la = tl.launches
+    rx = re.compile(pattern)
+    hit = np.array([bool(isinstance(n, str) and rx.search(n)) for n in tl.names.strings], dtype=bool)
+    rows = np.flatnonzero(hit[la.name]) if len(la) else np.zeros(0, dtype=np.int64)
+    lo, hi = float(w.ts_us[0]), float(w.end_us[0])
+    s, e = np.clip(la.ts_us[rows], lo, hi), np.clip(la.ts_us[rows] + la.dur_us[rows], lo, hi)
+    return covered(s, e)
+
+
+def window_breakdowns(tl: Timeline, w: Windows) -> tuple[Windows, list[dict], dict]:
+    """`per_step` and the host breakdown over windows `w`, each named and with its CPU duration (`wall_us`)."""
     steps, outside = per_step(tl, w)
     host = host_breakdown(tl, w)
     return w, [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st, **host[j]} for j, st in enumerate(steps)], outside
-
 
 
 # The step in the TensorBoard plugin's categories (docs/traces.md, "Where the host was"): each instant of the step

@@ -63,6 +63,13 @@ def _innermost_op(cap: Timeline, thread: int, ts: float) -> int:
     return int(inside[np.argmax(ops.ts_us[inside])]) if len(inside) else NO_ID
 
 
+def captures_graphs(tl: Timeline) -> bool:
+    """The trace records a graph capture (a *StreamBeginCapture call): the kernels it ran were its warm-up and
+    capture, a one-off, not a step it repeats."""
+    ids = [i for i in (tl.names.find(n) for n in CAPTURE_BEGIN) if i != NO_ID]
+    return bool(ids) and bool(np.isin(tl.launches.name, ids).any())
+
+
 def captured_graphs(cap: Timeline) -> list[list[CapturedLaunch]]:
     """Each capture (BeginCapture .. EndCapture on one thread) of the capture trace: its kernel launches in order."""
     la = cap.launches
