@@ -234,12 +234,14 @@ class Facts:
 @dataclass
 class WholeTraceFacts(Facts):
     """A GPU trace without steps (no ProfilerStep#, no --step-range: a few iterations profiled without
-    prof.step()) read as one step, its traced span (gpu_time.trace_window), so that the step rules check it as
-    they check a step; its savings are per trace."""
+    prof.step()) read as one step, from its first kernel launch to the end of its last GPU activity (`window`,
+    gpu_time.trace_window), so that the step rules check it as they check a step; its savings are per trace."""
+
+    window: object = None  # gpu_time.Windows: the one window
 
     @cached_property
     def _window(self) -> tuple:
-        return gpu_time.window_breakdowns(self.ta.tl, gpu_time.trace_window(self.ta.tl))
+        return gpu_time.window_breakdowns(self.ta.tl, self.window)
 
     @cached_property
     def steps(self) -> list[dict]:
@@ -275,9 +277,8 @@ class WholeTraceFacts(Facts):
 def gpu_facts(ta, cfg=None, source: str | None = None) -> Facts:
     """The facts of a GPU trace: one without steps is read as one step (WholeTraceFacts) where one process
     launched its GPU work, unless it records a graph capture (a one-off: its warm-up and capture are no step)."""
-    if ta.steps or graphs.captures_graphs(ta.tl) or not len(gpu_time.trace_window(ta.tl)):
-        return Facts(ta, cfg, source)
-    return WholeTraceFacts(ta, cfg, source)
+    window = None if ta.steps or graphs.captures_graphs(ta.tl) else gpu_time.trace_window(ta.tl)
+    return WholeTraceFacts(ta, cfg, source, window) if window is not None and len(window) else Facts(ta, cfg, source)
 
 
 @dataclass
