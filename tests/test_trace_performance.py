@@ -385,3 +385,20 @@ def test_compare_reads_two_traces_as_it_reads_their_reports(tmp_path, capsys):
     results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": []}))
     assert compare_cli.main([str(results), str(traces[0])]) == 2
     assert capsys.readouterr().err.startswith(f"error: {traces[0]}: a profiler trace, and the first input is not")
+
+
+def test_compare_says_why_a_table_is_empty(tmp_path, capsys):
+    """Two traces recorded without shapes: the operator table is one line saying so, not headers over nothing."""
+    paths = []
+    for i, dur in enumerate((10, 20)):
+        events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 100,
+                   "dur": 5, "args": {"correlation": 1}},
+                  {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 110,
+                   "dur": dur, "args": {"device": 0, "stream": 7, "correlation": 1}}]
+        paths.append(tmp_path / f"t{i}.json")
+        paths[-1].write_text(json.dumps({"traceEvents": events}))
+    capsys.readouterr()
+    assert compare_cli.main([str(p) for p in paths]) == 0
+    out = capsys.readouterr().out
+    assert "recorded shapes): none (no trace recorded operator shapes (record_shapes=True))" in out
+    assert "kernel time by class; vs base" in out

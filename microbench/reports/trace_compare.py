@@ -18,6 +18,9 @@ SCHEMA = "dawnscope.trace_compare/1"
 # Where a column a narrow terminal drops is: compare writes the comparison's JSON and HTML page when asked.
 KEPT_IN = kept_in(what="comparison")
 TABLE_NAMES = ("classes", "operators", "GPU time")  # tables()'s, in the one line of what narrow tables left out
+# Why a table has no row: said in its place
+EMPTY = {"classes": "no kernels in any trace", "operators": "no trace recorded operator shapes (record_shapes=True)",
+         "GPU time": "no GPU activity in any trace"}
 TRACE_SCHEMA = "dawnscope.trace/1"
 GPU_FIELDS = ("gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")
 # What a person reads for each key of the trace report's GPU time (the HTML glossary gives the key beside it).
@@ -190,6 +193,9 @@ def print_trace_compare(cmp: dict, console=None, kept_in: str = KEPT_IN) -> None
                       f"{m['kernel_time_us']:,.1f} us  [dim]{escape(m['file'])}[/]")
     left = LeftOut(kept_in)
     for (title, cols, rows), name in zip(tables(cmp), TABLE_NAMES):
+        if not rows:  # a table of headers alone reads as a failure: say what is missing
+            console.print(f"{escape(title)}: none ({EMPTY[name]})")
+            continue
         # a narrow terminal drops the per-machine numbers least needed first, never the class, op, shape or dtype
         fit = left.add(name, fit_columns(cols, [(r, None) for r in rows], console.width,
                                          compare_drop_order(cols, _base_index(cmp))))
