@@ -362,9 +362,7 @@ def runtime_time_in(tl: Timeline, w: Windows, pattern: str) -> float:
     if not len(w):
         return 0.0
     la = tl.launches
-    rx = re.compile(pattern)
-    hit = np.array([bool(isinstance(n, str) and rx.search(n)) for n in tl.names.strings], dtype=bool)
-    rows = np.flatnonzero(hit[la.name]) if len(la) else np.zeros(0, dtype=np.int64)
+    rows = np.flatnonzero(_name_mask(tl, la.name, re.compile(pattern)))
     lo, hi = float(w.ts_us[0]), float(w.end_us[0])
     s, e = np.clip(la.ts_us[rows], lo, hi), np.clip(la.ts_us[rows] + la.dur_us[rows], lo, hi)
     return covered(s, e)
