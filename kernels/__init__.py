@@ -1,5 +1,5 @@
 """Kernels and vendor baselines, one op per file. Each module registers its providers with
-`microbench.harness.registry.provider`; importing this package registers them all."""
+`microbench.roofline.registry.provider`; importing this package registers them all."""
 import importlib
 
 # The provider modules; a module whose optional dependency is missing still imports and
@@ -20,7 +20,7 @@ def load_all() -> None:
         importlib.import_module(name)
 
 
-# Modules that define `aot_builds(target)` (see microbench/harness/sass.py): compiled ahead of time for sm_80 and
+# Modules that define `aot_builds(target)` (see microbench/roofline/sass.py): compiled ahead of time for sm_80 and
 # sm_90 and inspected by `python -m microbench.inspect` without a GPU.
 STATIC_MODULES: tuple[str, ...] = (
     "microbench.kernels.gemm_triton",

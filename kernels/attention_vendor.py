@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from microbench.core.tf32 import tf32_allowed
-from microbench.harness.registry import Unsupported, provider
+from microbench.roofline.registry import Unsupported, provider
 
 
 def _sdpa(q: torch.Tensor, kv: torch.Tensor, causal: bool) -> torch.Tensor:

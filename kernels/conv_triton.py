@@ -29,14 +29,14 @@ import triton.language as tl
 
 from microbench.core import dtypes, targets
 from microbench.core.shapes import ConvShape
-from microbench.harness.registry import Unsupported, provider
+from microbench.roofline.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .gemm_triton import device_family, input_precision, precision_key
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
-from microbench.harness.sass import inspect_build
+from microbench.roofline.sass import inspect_build
 
 
 @triton.jit

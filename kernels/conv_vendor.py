@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from microbench.core.ops.conv2d import convolution
-from microbench.harness.evidence import vendor_evidence
-from microbench.harness.registry import Unsupported, provider
+from microbench.roofline.evidence import vendor_evidence
+from microbench.roofline.registry import Unsupported, provider
 
 from microbench.core.dtypes import is_fp8
 from microbench.core.tf32 import tf32_allowed

@@ -21,10 +21,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
 
-from microbench.core.cli import digits
-from microbench.harness import launches
-from microbench.harness.registry import Evidence
-from microbench.harness.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch, toolchain
+from microbench.core.args import digits
+from microbench.roofline import launches
+from microbench.roofline.registry import Evidence
+from microbench.roofline.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch, toolchain
 
 from . import nvrtc
 import json
@@ -126,7 +126,7 @@ def cubin_cache_dir() -> Path | None:
         return None
     if env:
         return Path(env)
-    from microbench.harness.ceilings import cache_dir
+    from microbench.roofline.ceilings import cache_dir
 
     return cache_dir() / "cubins"
 
@@ -223,7 +223,7 @@ class Launch:
 
 
 def report(launch: Launch) -> None:
-    """A wrapper's launch, into microbench.harness.launches' record: the evidence hook then names the kernel
+    """A wrapper's launch, into microbench.roofline.launches' record: the evidence hook then names the kernel
     that really ran (the tile and layout depend on the operands' strides and the device), not a guess."""
     launches.report_launch(launch.kernel, launch.config, detail=launch)
 

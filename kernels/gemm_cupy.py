@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from microbench.core import dtypes
-from microbench.harness.registry import Unsupported, provider
-from microbench.harness.sass import AotBuild, ptxas_arch
+from microbench.roofline.registry import Unsupported, provider
+from microbench.roofline.sass import AotBuild, ptxas_arch
 
 from . import cuda_kernels as ck
 from .cuda_kernels import Tile

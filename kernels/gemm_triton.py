@@ -18,13 +18,13 @@ import triton
 import triton.language as tl
 
 from microbench.core import dtypes, targets
-from microbench.harness.registry import Unsupported, provider
+from microbench.roofline.registry import Unsupported, provider
 
 from . import triton_configs as cfgs
 from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
                              interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
                              record_plan, report_launch)
-from microbench.harness.sass import inspect_build
+from microbench.roofline.sass import inspect_build
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 # Both e4m3 flavours: OCP (NVIDIA, gfx950) and fnuz (gfx942's matrix cores; microbench.core.dtypes.storage_dtype)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from microbench.core.cli import digits
+from microbench.core.args import digits
 
 KERNEL_DIR = Path(__file__).resolve().parent
 

@@ -141,7 +141,7 @@ def gemm_configs_sm90(dtype: str) -> list[TileConfig]:
 
 def gemm_configs_cdna(dtype: str) -> list[TileConfig]:
     # Every entry compiles without spills for gfx942 and gfx950, and its LDS fits gfx942's 64 KB (python -m
-    # microbench.inspect --target gfx942 --target gfx950; docs/amd.md). Gone: 256x256x64 (fp16 / bf16 spilled
+    # microbench.inspect.cli --target gfx942 --target gfx950; docs/amd.md). Gone: 256x256x64 (fp16 / bf16 spilled
     # 140-244 bytes of scratch on gfx942 and 16-96 on gfx950, plain and persistent), and the 64-wide K-blocks
     # for tf32 (4-byte operands: up to 1188 bytes of scratch, and 96-128 KB of LDS that no gfx942 CU holds).
     amd = (("matrix_instr_nonkdim", 16), ("waves_per_eu", 2))

@@ -33,10 +33,10 @@ import triton.language as tl
 
 from .triton_configs import TileConfig, wants_wgmma
 from microbench.core import targets
-from microbench.harness import launches
-from microbench.harness.amdgcn import inspect_amd_build, matrix_instructions
-from microbench.harness.registry import Evidence
-from microbench.harness.sass import AotBuild, inspect_build
+from microbench.roofline import launches
+from microbench.roofline.amdgcn import inspect_amd_build, matrix_instructions
+from microbench.roofline.registry import Evidence
+from microbench.roofline.sass import AotBuild, inspect_build
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
 # million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
@@ -169,7 +169,7 @@ def interpreter_refusal(macs: int) -> str | None:
 def autotune(kernel, configs: list, key: list[str], prune=None):
     """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
     100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
-    configuration; the reported time is measured afterwards by microbench.harness.timing."""
+    configuration; the reported time is measured afterwards by microbench.roofline.timing."""
     def bench(fn, quantiles):
         return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
 
@@ -178,11 +178,11 @@ def autotune(kernel, configs: list, key: list[str], prune=None):
 
 
 # --------------------------------------------------------------------------------------------------
-# What ran: the wrappers report each GPU launch (microbench.harness.launches), so that an evidence hook can
+# What ran: the wrappers report each GPU launch (microbench.roofline.launches), so that an evidence hook can
 # read the machine code of the kernel that actually ran (the autotuner's choice).
 
 def report_launch(kernel_name: str, compiled, config_label: str) -> None:
-    """Into microbench.harness.launches' record, with Triton's CompiledKernel as the launch's detail."""
+    """Into microbench.roofline.launches' record, with Triton's CompiledKernel as the launch's detail."""
     launches.report_launch(kernel_name, config_label, detail=compiled)
 
 
@@ -250,7 +250,7 @@ AMD_TRANSIENT = ("instruction not supported on this GPU", "ld.lld: error")
 
 def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False, note: str = "",
               variant: str = ""):
-    """A compiled kernel as the static-inspection record it becomes (`microbench.harness.sass.AotBuild`): its
+    """A compiled kernel as the static-inspection record it becomes (`microbench.roofline.sass.AotBuild`): its
     cubin (NVIDIA) or AMDGCN assembly (AMD). `variant` joins the configuration label (e.g. an fp8 flavour)."""
 
     amd = target.startswith("gfx")

@@ -40,16 +40,16 @@ __all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", 
            "TraceAnalysis", "Job"]
 
 _WHERE = {
-    "provider": ("microbench.harness.registry", "provider"),
-    "Unsupported": ("microbench.harness.registry", "Unsupported"),
+    "provider": ("microbench.roofline.registry", "provider"),
+    "Unsupported": ("microbench.roofline.registry", "Unsupported"),
     "shapes": ("microbench.core.shapes", None),
     "Case": ("microbench.core.shapes", "Case"),
     "ResultRow": ("microbench.core.results", "ResultRow"),
     "measure": ("microbench.api", "measure"),
     "decompose_step": ("microbench.api", "decompose_step"),
     "analyze_trace": ("microbench.api", "analyze_trace"),
-    "TraceAnalysis": ("microbench.timeline.analysis", "TraceAnalysis"),
-    "Job": ("microbench.communication.job", "Job"),
+    "TraceAnalysis": ("microbench.trace.analysis", "TraceAnalysis"),
+    "Job": ("microbench.comm.job", "Job"),
 }
 
 

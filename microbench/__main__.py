@@ -10,14 +10,14 @@ from pathlib import Path
 
 # command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
 COMMANDS = {
-    "roofline": "microbench.roofline",
-    "trace": "microbench.trace",
-    "compare": "microbench.compare",
-    "decompose": "microbench.decompose",
-    "comm": "microbench.comm",
-    "predict": "microbench.predict",
-    "inspect": "microbench.inspect",
-    "tta": "microbench.tta",
+    "roofline": "microbench.roofline.cli",
+    "trace": "microbench.trace.cli",
+    "compare": "microbench.compare.cli",
+    "decompose": "microbench.decompose.cli",
+    "comm": "microbench.comm.cli",
+    "predict": "microbench.predict.cli",
+    "inspect": "microbench.inspect.cli",
+    "tta": "microbench.tta.cli",
 }
 USAGE = ("usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; "
          "dawnscope --version)")
@@ -44,7 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"dawnscope: error: unknown command {command!r}; {USAGE.removeprefix('usage: ')}", file=sys.stderr)
         return 2
-    return importlib.import_module(COMMANDS[command]).main(rest)
+    return run(command, rest)
+
+
+def run(command: str, argv: list[str], **kw) -> int:
+    """One command's main(argv): how a command hands its arguments to another (`roofline --model` to
+    decompose) without importing the other's module."""
+    return importlib.import_module(COMMANDS[command]).main(argv, **kw)
 
 
 if __name__ == "__main__":

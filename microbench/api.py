@@ -16,11 +16,11 @@ from microbench.core.outdir import OutputDir
 from microbench.core.results import ResultRow
 from microbench.core.results import ResultsWriter, results_header
 from microbench.core.shapes import Case
-from microbench.harness import registry
-from microbench.step.analysis import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
-from microbench.prediction.findings import analyze, findings_of, with_findings  # the trace document with its findings first
-from microbench.reports.trace_html import decompose_page
-from microbench.timeline.analysis import TraceAnalysis
+from microbench.roofline import registry
+from microbench.decompose.pipeline import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
+from microbench.findings.engine import analyze, findings_of, with_findings  # the trace document with its findings first
+from microbench.report.trace_html import decompose_page
+from microbench.trace.analysis import TraceAnalysis
 
 
 def _load_providers() -> None:
@@ -32,8 +32,8 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
     """One case through the named providers (default: every registered provider of its op family): checked
     against float64, timed, counted and judged; one row per provider."""
     from microbench.core import device as devmod
-    from microbench.harness.ceilings import build_ceilings, machine_ceilings
-    from microbench.harness.runner import CaseRunner
+    from microbench.roofline.ceilings import build_ceilings, machine_ceilings
+    from microbench.roofline.runner import CaseRunner
 
     _load_providers()
     cfg = load_config(config)
@@ -47,7 +47,7 @@ def measure(case: Case, providers: list[str] | None = None, *, device: str = "au
 
 
 def decompose_step(model, options=None, **kw) -> dict:
-    """A model's training step decomposed into kernels or operators (see microbench.step.analysis).
+    """A model's training step decomposed into kernels or operators (see microbench.decompose.pipeline).
     `options`: a DecomposeOptions; or its fields as keyword arguments (batch=, dtype=, device=, out=, ...),
     which also override those of `options`. An unknown keyword is a TypeError, as for any function. With `out`
     (a folder, or an entered microbench.core.outdir.OutputDir) the files are written there too, replacing an
@@ -70,7 +70,7 @@ def decompose_step(model, options=None, **kw) -> dict:
 
 
 def _with_findings(d) -> dict:
-    """The decomposition with the findings of its own profiler trace first (prediction/findings.py), and the
+    """The decomposition with the findings of its own profiler trace first (findings/engine.py), and the
     trace's analysis for the report page (`trace`)."""
     from microbench.models.ranges import STEP_RANGE
     ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
@@ -84,7 +84,7 @@ def _with_findings(d) -> dict:
 def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:
     """decomposition.json, results.json / .csv (the layer and replay rows) and the roofline plot, into an entered
     OutputDir's staging folder (which already holds the profiler's trace.json.gz), then committed."""
-    from microbench.reports.report import plot_roofline
+    from microbench.report.roofline_report import plot_roofline
 
     header = results_header(doc["hardware"], doc["software"], config_file,
                             {"model": doc["model"]["name"], "run": doc["run"],
@@ -107,7 +107,7 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
 
 
 def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:
-    """What a profiler trace says about the GPU (see microbench.timeline): a Kineto JSON, an Nsight Systems
+    """What a profiler trace says about the GPU (see microbench.trace): a Kineto JSON, an Nsight Systems
     SQLite export or an Nsight Compute CSV. `steps`: the name of the step ranges; `measured`: measured compute
     ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
     return analyze(path, load_config(config), step_range=steps, measured=measured)

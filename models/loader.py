@@ -87,7 +87,7 @@ def endless(loader) -> Callable[[], object]:
 
 def with_workers(loader, num_workers: int) -> DataLoader | None:
     """A copy of `loader` that makes the same batches in `num_workers` persistent worker processes (0: in the
-    calling process), for the CPU dataloader finding's fix: the hand-off probe of decompose (step/analysis.py) and
+    calling process), for the CPU dataloader finding's fix: the hand-off probe of decompose (decompose/pipeline.py) and
     `decompose --num-workers`; None where `loader` is not a torch DataLoader (a user's own iterable: nothing to
     copy)."""
     if not isinstance(loader, DataLoader):

@@ -2,7 +2,7 @@
 (`forward`, `backward`, `optimizer`) and every module's forward and backward, nested as the modules are.
 
 NVTX ranges (the `nvtx` package) show in Nsight Systems; the profiler ranges (`record_function`) show in
-torch.profiler traces, where microbench.step.attribution reads them. Forward ranges come from forward pre-/post-
+torch.profiler traces, where microbench.decompose.attribution reads them. Forward ranges come from forward pre-/post-
 hooks and nest exactly. Backward ranges come from full backward pre-hooks and hooks, with two corrections:
 
 - When none of a module's inputs requires a gradient (the stem convolution: its input is the image; an

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.harness.ceilings.CACHE_ENV (not imported here: torch-free start)
+CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.roofline.ceilings.CACHE_ENV (not imported here: torch-free start)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -257,7 +257,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = getattr(config, "_benchmarksession", None)
     infos = [b.extra_info for b in getattr(session, "benchmarks", []) or [] if getattr(b, "extra_info", None)]
     if infos:
-        from microbench.reports.benchmark_table import render
+        from microbench.report.benchmark_table import render
 
         terminalreporter.write(render(infos, terminalreporter._tw.fullwidth))
     terminalreporter.write_line(("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from microbench.harness.registry import provider
+from microbench.roofline.registry import provider
 
 FAULT_M = 16
 ERROR = ("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously "

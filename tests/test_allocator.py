@@ -1,4 +1,4 @@
-"""The allocator probe (microbench/step/allocator.py): a step that frees and allocates the same large buffers
+"""The allocator probe (microbench/decompose/allocator.py): a step that frees and allocates the same large buffers
 page-faults them in again every call under glibc's adaptive thresholds, and not once they are fixed. Run in a
 child process: mallopt cannot be undone, and the test process keeps its allocator as it was."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from microbench.step import allocator
+from microbench.decompose import allocator
 
 from .conftest import REPO
 
@@ -18,8 +18,8 @@ CHILD = """
 import json, torch
 from microbench.core.config import TimingSettings
 from microbench.core.device import cpu_device
-from microbench.harness.timing import time_calls
-from microbench.step import allocator
+from microbench.roofline.timing import time_calls
+from microbench.decompose import allocator
 
 def step():  # 20 buffers of 1 MiB, freed at the end: a training step's activations in small
     xs = [torch.ones(256 * 1024) for _ in range(20)]

@@ -19,8 +19,8 @@ def test_the_names_are_public_and_import_microbench_stays_cheap():
     start-up); the names are the library's own classes, not copies."""
     code = ("import sys, microbench\n"
             "from microbench import TraceAnalysis, Job\n"
-            "from microbench.timeline.analysis import TraceAnalysis as T\n"
-            "from microbench.communication.job import Job as J\n"
+            "from microbench.trace.analysis import TraceAnalysis as T\n"
+            "from microbench.comm.job import Job as J\n"
             "assert TraceAnalysis is T and Job is J and {'TraceAnalysis', 'Job'} <= set(microbench.__all__)\n"
             "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
@@ -29,7 +29,7 @@ def test_the_names_are_public_and_import_microbench_stays_cheap():
 
 def test_trace_analysis_frames_on_the_h100_slice(cfg):
     from microbench import TraceAnalysis
-    from microbench.timeline.analysis import analyze
+    from microbench.trace.analysis import analyze
 
     a = TraceAnalysis.open(SLICE)
     assert repr(a) == f"<TraceAnalysis of {SLICE} (kineto, 9 GPU activities)>"  # 8 kernels and a memcpy
@@ -71,7 +71,7 @@ def test_trace_analysis_frames_on_the_shared_traces(name):
 @needs_traces
 def test_job_of_the_two_torchrec_ranks():
     from microbench import Job
-    from microbench.communication.job import analyze_job
+    from microbench.comm.job import analyze_job
 
     paths = [TRACES / f"a100_torchrec_rank{r}.json.gz" for r in (0, 1)]
     job = Job(paths, workers=0)

@@ -17,21 +17,21 @@ from dataclasses import dataclass
 
 import pytest
 
-from microbench.harness import registry
+from microbench.roofline import registry
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.harness.registry import bind
-from microbench.harness.ceilings import Ceilings, build_ceilings, machine_ceilings
+from microbench.roofline.registry import bind
+from microbench.roofline.ceilings import Ceilings, build_ceilings, machine_ceilings
 from microbench.core.config import Config, load_config
 from microbench.core.device import DEVICE_REQUESTS, Device, detect
 from microbench.core.errors import InputError
 from microbench.core.fingerprint import TRACE_TOP_ENV, benchmark_selection, trace_selection
-from microbench.harness.registry import Unsupported
+from microbench.roofline.registry import Unsupported
 from microbench.core.results import KernelCaseRow
-from microbench.harness.runner import CaseRunner, judge, too_slow
+from microbench.roofline.runner import CaseRunner, judge, too_slow
 from microbench.core.stats import summarize
 from microbench.core.ops import case_work
 from microbench.core import vendor
-from microbench.harness.timing import time_calls
+from microbench.roofline.timing import time_calls
 
 PROFILE, CONFIG, DEVICE = benchmark_selection()  # the environment variables above, read where conftest reads them
 TRACE, TRACE_TOP = trace_selection()
@@ -75,8 +75,8 @@ def _case_set(cfg: Config):
         except InputError as e:
             raise pytest.UsageError(f"error: {e.line()} (DAWNSCOPE_PROFILE)") from None
     if _TRACE_CASE_SET is None:
-        from microbench.core.cli import positive_int
-        from microbench.harness.trace_cases import case_set_of, trace_cases
+        from microbench.core.args import positive_int
+        from microbench.roofline.trace_cases import case_set_of, trace_cases
 
         try:
             top = positive_int(TRACE_TOP) if TRACE_TOP else None
@@ -180,11 +180,11 @@ def _bench(benchmark, case, name, p, work, bench_env):
 def _judged_timing(benchmark, calls, bench_env):
     """The times the row is judged on, timed as the ceilings were. pytest-benchmark's own figures are wall clock
     around a synchronized call (launch, Python and the synchronization included); a GPU's ceilings are timed with
-    events (harness.timing), so there the row is timed again with the same events and judged on those. A CPU's
+    events (roofline.timing), so there the row is timed again with the same events and judged on those. A CPU's
     ceilings are timed with perf_counter, as pytest-benchmark times: its samples are judged."""
     dev, cfg = bench_env.device, bench_env.cfg
     if dev.is_gpu:
-        return ("events (harness.timing.time_calls, as the ceilings); pytest-benchmark's stats are wall clock",
+        return ("events (roofline.timing.time_calls, as the ceilings); pytest-benchmark's stats are wall clock",
                 time_calls(calls, dev, cfg.timing, cfg.noise))
     samples_ms = [t * 1e3 for t in benchmark.stats.stats.data]
     return "wall clock (perf_counter, as the CPU ceilings)", summarize(samples_ms, cfg.noise)

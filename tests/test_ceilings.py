@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from microbench.harness.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
+from microbench.roofline.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
 

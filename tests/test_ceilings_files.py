@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from microbench import predict, trace
+from microbench.predict import cli as predict
+
+from microbench.trace import cli as trace
 from microbench.core.config import load_config
 from microbench.core.datasheet import ceilings_file
 from microbench.core.errors import InputError

@@ -1,4 +1,4 @@
-"""Flags renamed for one meaning per flag name (core.cli.RENAMED_FLAGS): the old spelling still parses to the
+"""Flags renamed for one meaning per flag name (core.args.RENAMED_FLAGS): the old spelling still parses to the
 same options as the new one, with one notice line on stderr, through each command's own parser."""
 from __future__ import annotations
 
@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from microbench import comm, decompose, roofline, trace, tta
-from microbench.core.cli import RENAMED_FLAGS, renamed_args
+from microbench.comm import cli as comm
+
+from microbench.decompose import cli as decompose
+
+from microbench.roofline import cli as roofline
+
+from microbench.trace import cli as trace
+
+from microbench.tta import cli as tta
+from microbench.core.args import RENAMED_FLAGS, renamed_args
 
 SLICE = Path(__file__).parent / "data" / "h100_bert_small_slice.json"
 
@@ -97,7 +105,11 @@ def _leaf_parsers():
     """Every command's parser, a subcommand's own (comm ranks, tta run, ...), by its prog."""
     import argparse
 
-    from microbench import compare, inspect, predict
+    from microbench.compare import cli as compare
+
+    from microbench.inspect import cli as inspect
+
+    from microbench.predict import cli as predict
     from microbench.__main__ import COMMANDS
 
     builds = {"roofline": roofline, "trace": trace, "compare": compare, "decompose": decompose, "comm": comm,
@@ -108,7 +120,7 @@ def _leaf_parsers():
         ap = mod.build_parser()
         subs = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
         for p in ([ap] if not subs else list(subs[0].choices.values())):
-            out[p.prog.removeprefix("python -m microbench.")] = {s: a for a in p._actions for s in a.option_strings}
+            out[p.prog.removeprefix("dawnscope ")] = {s: a for a in p._actions for s in a.option_strings}
     return out
 
 

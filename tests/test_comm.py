@@ -1,4 +1,4 @@
-"""Communication (microbench.communication, python -m microbench.comm): nccl-tests formulas, checked collectives on
+"""Communication (microbench.comm, python -m microbench.comm): nccl-tests formulas, checked collectives on
 2 and 3 gloo processes, the DDP step split, the TorchRec rank pair, the scaling model, and failures that
 end in one line instead of a hang."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 import pytest
 import torch
 
-from microbench.communication import busbw, collectives as C, scale, world
-from microbench.communication.world import CommError
+from microbench.comm import busbw, collectives as C, scale, world
+from microbench.comm.world import CommError
 
 
 HANG_GUARD_S = 600
@@ -118,8 +118,8 @@ def test_collective_row_round_trip():
 
 def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     """Two result files of collective rows (e.g. two fabrics) line up per case in compare, with busbw."""
-    from microbench.reports import compare
-    from microbench.communication.collectives import to_rows
+    from microbench.report import compare
+    from microbench.comm.collectives import to_rows
     from microbench.core.results import ResultsWriter
 
     files = []
@@ -140,7 +140,7 @@ def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     assert cells["fabric-b"]["busbw_gbps"] == pytest.approx(2**20 / 0.5e-3 / 1e9)
     columns, rows, _ = compare.table_cells(cmp)
     assert "[2] busbw GB/s" in [c[0] for c in columns]
-    from microbench.communication.plots import plot_busbw
+    from microbench.comm.plots import plot_busbw
 
     doc = json.loads(files[0].read_text())
     png = plot_busbw(doc["results"], "a", tmp_path / "busbw.png")
@@ -192,7 +192,7 @@ def test_taken_port_is_one_line(hang_guard):
 
 
 def test_cli_error_exit_code(capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.main(["collectives", "--sizes", "nope"]) == 2
     err = capsys.readouterr().err.strip()
@@ -203,7 +203,7 @@ def test_cli_error_exit_code(capsys):
 
 @pytest.mark.slow
 def test_ddp_step_split(hang_guard, tmp_path):
-    from microbench.communication.ddp import DdpPlan, ddp_rank, split_steps
+    from microbench.comm.ddp import DdpPlan, ddp_rank, split_steps
     from tests.ext_model import Tiny
 
     cap_mb = 0.01  # several buckets for a 34 kB model
@@ -214,8 +214,8 @@ def test_ddp_step_split(hang_guard, tmp_path):
     assert [split_steps(tmp_path / f"rank{r['rank']}.pt.trace.json") for r in doc["ranks"]] == \
         [r["steps"] for r in doc["ranks"]]
     # `trace` of a kept rank trace reads the same breakdown: its communication figures are the split's
-    from microbench.prediction.findings import CpuCommFacts
-    from microbench.timeline.analysis import TraceAnalysis
+    from microbench.findings.engine import CpuCommFacts
+    from microbench.trace.analysis import TraceAnalysis
 
     facts = CpuCommFacts(TraceAnalysis.of(tmp_path / "rank0.pt.trace.json", None, "dawnscope.ddp_step"))
     keys = (("exposed_comm_us", "exposed_comm_ms"), ("comm_us", "comm_ms"), ("computation_us", "compute_ms"),
@@ -262,7 +262,7 @@ def _allreduce_kernel(events, elements):
 
 
 def test_rank_pair(shared_dir):
-    from microbench.communication.job import analyze_job as analyze
+    from microbench.comm.job import analyze_job as analyze
 
     paths = [shared_dir / "traces" / f"a100_torchrec_rank{r}.json.gz" for r in (1, 0)]  # order does not matter
     doc = analyze(paths, workers=0)
@@ -285,7 +285,7 @@ def test_rank_pair(shared_dir):
 
 
 def test_ranks_needs_two():
-    from microbench.communication.job import analyze_job as analyze
+    from microbench.comm.job import analyze_job as analyze
 
     with pytest.raises(Exception, match="at least two"):
         analyze(["x.json"])
@@ -335,7 +335,7 @@ def test_paper_figures_reproduced(name, target):
 
 
 def test_scale_cli_json(tmp_path):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     out = tmp_path / "s.json"
     assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", str(10**8), "--workers", "1,8,16",
@@ -393,7 +393,7 @@ SCALE_OK = ["scale", "--gradient-bytes", "1000000", "--step-ms", "10"]
     (["ddp", "--bucket-mb", "0"], "--bucket-mb"),
 ])
 def test_bad_option_is_one_line(argv, option, capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     with pytest.raises(SystemExit) as e:
         comm.main(argv)
@@ -402,7 +402,7 @@ def test_bad_option_is_one_line(argv, option, capsys):
 
 
 def test_number_type_accepts_the_edges():
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.FRACTION("0") == 0.0 and comm.FRACTION("1") == 1.0
     assert comm.PORT("65535") == 65535 and comm.POSITIVE("1e-9") == 1e-9
@@ -418,7 +418,7 @@ def test_number_type_accepts_the_edges():
 def test_bad_collective_input_is_one_line(argv, start, capsys, tmp_path, monkeypatch):
     import torch
 
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the nccl check, also on a GPU machine
     assert comm.main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "collectives" else [])) == 2
@@ -427,8 +427,8 @@ def test_bad_collective_input_is_one_line(argv, start, capsys, tmp_path, monkeyp
 
 
 def test_interrupt_is_one_line(capsys, monkeypatch):
-    from microbench import comm
-    from microbench.communication import scale
+    from microbench.comm import cli as comm
+    from microbench.comm import scale
 
     def stop(args):
         raise KeyboardInterrupt
@@ -439,7 +439,7 @@ def test_interrupt_is_one_line(capsys, monkeypatch):
 
 
 def test_unrelated_traces_refused(shared_dir, capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     paths = [str(shared_dir / "traces" / f"{g}_bert_small.json.gz") for g in ("h100", "mi300")]
     assert comm.main(["ranks", *paths]) == 2
@@ -448,7 +448,7 @@ def test_unrelated_traces_refused(shared_dir, capsys):
 
 
 def test_different_world_sizes_refused(tmp_path):
-    from microbench.communication import job, ranks as R
+    from microbench.comm import job, ranks as R
 
     a, b = R.RankSummary(tmp_path / "a", 0, 2), R.RankSummary(tmp_path / "b", 1, 4)
     a.calls = b.calls = [R.Call(0, "allreduce", "nccl:all_reduce", 4, 2, 0.0)]
@@ -457,7 +457,7 @@ def test_different_world_sizes_refused(tmp_path):
 
 
 def test_rounded_sizes_are_named(capsys):
-    from microbench.communication.report import _note_rounded
+    from microbench.comm.report import _note_rounded
 
     _note_rounded(C.Plan(("allreduce", "allgather"), (12, 24)), 4)  # allgather: 3 or 6 elements on 4 ranks -> 1 each
     err = capsys.readouterr().err.strip().splitlines()
@@ -469,8 +469,8 @@ def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guar
     """`comm ddp --out DIR` keeps each rank's trace and opens its report with rank 0's findings, the ones `trace`
     makes of that trace per DDP step (checked or listed as not checked, each with its reason); --json holds them
     beside the split."""
-    from microbench import comm
-    from microbench.prediction.findings import analyze
+    from microbench.comm import cli as comm
+    from microbench.findings.engine import analyze
 
     out, j = tmp_path / "ddp", tmp_path / "ddp.json"
     assert comm.main(["ddp", "--model", "tests.ext_model:make", "--nproc", "2", "--batch", "4", "--steps", "2",
@@ -481,7 +481,7 @@ def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guar
     assert [x["id"] for x in doc["findings"]] == [x["id"] for x in again["findings"]]
     assert [x["id"] for x in doc["findings_not_checked"]] == [x["id"] for x in again["findings_not_checked"]]
     # a CPU trace of a gloo job (findings.toml [cpu_trace]): the communication rule is its one rule
-    from microbench.prediction.findings import rules
+    from microbench.findings.engine import rules
 
     others = {x["id"]: x["why"] for x in doc["findings_not_checked"] if x["id"] != "exposed_comm"}
     assert set(others) == set(rules()["rules"]) - {"exposed_comm"}

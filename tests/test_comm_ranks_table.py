@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from microbench import comm
+from microbench.comm import cli as comm
 from tests.conftest import TRACES, needs_traces
 
 

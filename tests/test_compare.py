@@ -1,4 +1,4 @@
-"""microbench.compare: results from different machines side by side. The documents are generated here with
+"""microbench.compare.cli: results from different machines side by side. The documents are generated here with
 the project's own writer and row type (and one real pytest-benchmark run), variants built from them."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from microbench import compare as compare_cli
-from microbench.reports import compare
+from microbench.compare import cli as compare_cli
+from microbench.report import compare
 from microbench.core.device import cpu_device, fingerprint, software
 from microbench.core.results import KernelCaseRow, ResultsWriter
 

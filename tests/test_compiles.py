@@ -1,4 +1,4 @@
-"""The compile budget, counted on a CPU (microbench.devtools.compiles): the wrappers' GPU path under
+"""The compile budget, counted on a CPU (microbench.inspect.compiles): the wrappers' GPU path under
 triton_runtime.planning records what the JIT would compile, and DAWNSCOPE_AUTOTUNE=0 leaves one default
 configuration per kernel and specialization. Expected counts are computed here from the configuration
 lists and Triton's specialization rule, not read back from the code under test."""
@@ -9,7 +9,7 @@ import triton
 
 from microbench.kernels import triton_configs as cfgs
 from microbench.kernels import triton_runtime as tr
-from microbench.devtools.compiles import count, plan_cases
+from microbench.inspect.compiles import count, plan_cases
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
 pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # compiles for sm_80 and sm_90
@@ -85,8 +85,8 @@ def test_conv_candidates_larger_than_the_problem_are_not_compiled(monkeypatch):
 def test_defaults_do_not_spill_at_the_quick_profiles_odd_and_batch8_shapes(target):
     """Where the 4096^3 builds hide it: 127x33x7 (no size or stride divisible by 16: more address registers)
     and ResNet's conv2_x 3x3 at batch 8, as the quick profile runs them. Compiled ahead of time with the
-    JIT's specialization for these very arguments (microbench.devtools.compiles.default_plans)."""
-    from microbench.devtools.compiles import default_plans, inspect_plans
+    JIT's specialization for these very arguments (microbench.inspect.compiles.default_plans)."""
+    from microbench.inspect.compiles import default_plans, inspect_plans
 
     cases = [Case("gemm", GemmShape(127, 33, 7), "fp32"), Case("gemm", GemmShape(127, 33, 7), "bf16"),
              Case("conv2d_fwd", ConvShape(8, 64, 56, 56, 64, 3, 3, pad=(1, 1)), "fp32")]

@@ -14,9 +14,9 @@ from microbench.core.device import cpu_device
 from microbench.core.results import KernelCaseRow, ResultsWriter
 from microbench.core.stats import summarize
 from microbench.core.ops.work import gemm_work
-from microbench.harness import registry
-from microbench.harness.ceilings import Ceiling, Ceilings
-from microbench.harness.runner import CaseRunner, judge
+from microbench.roofline import registry
+from microbench.roofline.ceilings import Ceiling, Ceilings
+from microbench.roofline.runner import CaseRunner, judge
 
 GemmShape, ConvShape = microbench.shapes.GemmShape, microbench.shapes.ConvShape
 
@@ -82,7 +82,7 @@ def test_vendor_matches_float64_reference(case, cfg):
     if case.op == "gemm" and case.shape.trans_a:
         assert not a.is_contiguous()  # a column-major view, as the case says
     p = registry.baseline(case.family)
-    from microbench.harness.registry import bind
+    from microbench.roofline.registry import bind
     out = bind(p, case, a, b)()
     assert rel_err(out, reference(case, a, b)) <= cfg.tolerance[case.dtype]
 
@@ -151,8 +151,8 @@ def test_untimed_provider_gets_correctness_only(scratch_providers, tiny_config):
 def test_a_fallback_path_flags_the_row(scratch_providers, tiny_config):
     """Evidence that the matrix units ran the case at another precision's rate (an AMD fp8 flavour upcast to
     f16, fp32 without xf32) flags the row: the table and the roofline say it beside the figure."""
-    from microbench.harness.registry import Evidence
-    from microbench.harness.runner import FALLBACK
+    from microbench.roofline.registry import Evidence
+    from microbench.roofline.runner import FALLBACK
 
     cfg = load_config(tiny_config)
     why = "no xf32 (TF32) matrix instructions on gfx950: fp32 operands run as IEEE fp32"
@@ -278,4 +278,4 @@ def test_public_names_are_not_module_names(tiny_config):
         importlib.import_module(f"microbench.{name}")
     rows = microbench.measure(Case("gemm", GemmShape(8, 8, 8), "fp32"), ["torch"], device="cpu", config=tiny_config)
     assert [(r.provider, r.status) for r in rows] == [("torch", "ok")]
-    assert callable(microbench.decompose_step) and callable(microbench.decompose.main)
+    assert callable(microbench.decompose_step) and callable(microbench.decompose.cli.main)

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from microbench.kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
-from microbench.harness import registry
-from microbench.harness import sass
+from microbench.roofline import registry
+from microbench.roofline import sass
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
-from microbench.harness.registry import Unsupported
+from microbench.roofline.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
 
 pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # .ci/run's image simulation selects inspect; the builds take minutes
@@ -156,7 +156,7 @@ def test_function_sections_split_a_multi_kernel_cubin(static_records):
 
 def test_inspect_cli_lists_every_cuda_kernel(static_records, tmp_path, monkeypatch, capsys):
     from microbench import kernels
-    from microbench import inspect
+    from microbench.inspect import cli as inspect
 
     monkeypatch.setattr(kernels, "STATIC_MODULES", tuple(m.__name__ for m in MODULES))
     out = tmp_path / "static.json"
@@ -244,10 +244,10 @@ def test_wgmma_provider_wants_hopper():
 
 def test_runner_rows_read_unavailable_without_a_gpu():
     """The roofline's rows for the `cupy` providers on this machine: skipped, with the reason."""
-    from microbench.harness.ceilings import build_ceilings
+    from microbench.roofline.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import cpu_device
-    from microbench.harness.runner import CaseRunner
+    from microbench.roofline.runner import CaseRunner
 
     cfg = load_config()
     dev = cpu_device()
@@ -388,10 +388,10 @@ def test_gpu_conv_matches_float64_and_cudnn(shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU: PyTorch sees no CUDA device here")
 def test_gpu_rows_are_correct_with_sass_evidence():
-    from microbench.harness.ceilings import build_ceilings
+    from microbench.roofline.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import detect
-    from microbench.harness.runner import CaseRunner
+    from microbench.roofline.runner import CaseRunner
 
     cfg = load_config()
     dev = detect("cuda")

@@ -14,13 +14,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from microbench import models
-from microbench.step.attribution import attribute, load_trace
-from microbench.decompose import main
+from microbench.decompose.attribution import attribute, load_trace
+from microbench.decompose.cli import main
 from microbench.core.ops import of as spec_of
 from microbench import decompose_step
-from microbench.step.analysis import cpu_matrix_evidence, onednn_key
-from microbench.harness.evidence import OneDnnExec
-from microbench.step.oprecord import OpRecorder
+from microbench.decompose.pipeline import cpu_matrix_evidence, onednn_key
+from microbench.roofline.evidence import OneDnnExec
+from microbench.decompose.oprecord import OpRecorder
 from microbench.models.ranges import StepRanges
 from microbench.models.step import TrainingStep, image_inputs
 from microbench.models.transformer import make_inputs_for
@@ -57,7 +57,7 @@ def _small(name):
 
 
 def _trace_total_us(path: Path) -> float:
-    """The profiled total, counted here independently of microbench.step.attribution: the summed duration of
+    """The profiled total, counted here independently of microbench.decompose.attribution: the summed duration of
     the outermost operators (no enclosing operator on their thread) that start inside a `step` range."""
     ev = [e for e in json.loads(gzip.open(path, "rt").read())["traceEvents"] if e.get("ph") == "X"]
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation" and e["name"] == "step"]
@@ -138,7 +138,7 @@ def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     # the layer table read piped (120 columns): the layer, its phase and time never collapse
     from rich.console import Console
 
-    from microbench.reports.decomposition import print_decomposition
+    from microbench.report.decomposition import print_decomposition
 
     console = Console(width=120, record=True, color_system=None)
     print_decomposition(doc, console)
@@ -268,8 +268,8 @@ def test_gpu_summary_from_a_real_v100_trace():
 
     from microbench.core.device import Device
     from microbench.core.stats import summarize
-    from microbench.harness.ceilings import Ceilings
-    from microbench.step.analysis import DecomposeOptions, Decomposition, judge_layers
+    from microbench.roofline.ceilings import Ceilings
+    from microbench.decompose.pipeline import DecomposeOptions, Decomposition, judge_layers
 
     a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
                                                        "## optimizer ##": "optimizer"})

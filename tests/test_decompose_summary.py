@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from microbench.reports.decomposition import print_decomposition
+from microbench.report.decomposition import print_decomposition
 from microbench import decompose_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from microbench.devtools import devicecheck as dc
+from devtools import devicecheck as dc
 
 from .conftest import REPO
 
@@ -114,7 +114,7 @@ def test_dry_run_end_to_end(tmp_path):
 
 
 def test_probe_names_the_declared_dependencies_this_environment_lacks(tmp_path):
-    from microbench.devtools.probe import missing_dependencies
+    from devtools.probe import missing_dependencies
 
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=1.26", "pytest[testing] >=8", '
@@ -205,7 +205,7 @@ def test_stage_processes_do_not_outlive_device_check(tmp_path, sig):
         """)
     driver = _script(tmp_path, "driver", f"""
         from pathlib import Path
-        from microbench.devtools import devicecheck as dc
+        from devtools import devicecheck as dc
         dc._interrupt_on_signals()
         plan = [dc.Stage("stage", 300, [], {stage!r}, 300)]
         dc.run_all(Path({str(tmp_path)!r}), dry=True, deadline_s=400, plan=plan, grace_s=2)

@@ -1,4 +1,4 @@
-"""The hardware-counter stage of scripts/device-check (microbench.devtools.ncucheck), on a CPU with a fake `ncu` on
+"""The hardware-counter stage of scripts/device-check (devtools.ncucheck), on a CPU with a fake `ncu` on
 PATH that replays a real Nsight Compute export (tests/data/nsight/copy_blocked.ncu.csv): the metrics asked are
 those the chip lists, the run is at the chip's own clocks, and the export is read by the project's ncu reader
 into a verdict per labelled GEMM against the expected one (the fp32 GEMM with TF32 off is the negative control).
@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from microbench.devtools import devicecheck as dc
-from microbench.devtools import ncucheck
+from devtools import devicecheck as dc
+from devtools import ncucheck
 
 FAKE_NCU = """#!{python}
 import csv, io, os, sys
@@ -136,7 +136,7 @@ def test_counter_stage_with_a_fake_ncu_replaying_a_real_export(fake_ncu, real_ex
     assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in asked
     assert "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" in asked
     assert not any(m.startswith(("sm__pipe_tc_", "sm__pipe_tensor_cycles")) for m in asked)
-    assert args[-4:] == ["microbench.devtools.ncucheck", "--app", "--only", "cublas_bf16"]  # the profiled program
+    assert args[-4:] == ["devtools.ncucheck", "--app", "--only", "cublas_bf16"]  # the profiled program
 
     rows = ncucheck.evidence(out)
     got = {r["label"]: (r["counters_say"], r["as_expected"]) for r in rows}

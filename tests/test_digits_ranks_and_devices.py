@@ -11,11 +11,13 @@ import json
 import pytest
 import torch
 
-from microbench import comm, tta
-from microbench.core.cli import digits
+from microbench.comm import cli as comm
+
+from microbench.tta import cli as tta
+from microbench.core.args import digits
 from microbench.core.errors import InputError
-from microbench.reports.report import PIPED_WIDTH, piped_width
-from microbench.timeline.ncu import read_ncu_csv
+from microbench.report.roofline_report import PIPED_WIDTH, piped_width
+from microbench.trace.ncu import read_ncu_csv
 
 from .conftest import REPO, SHARED, TRACES
 
@@ -33,11 +35,11 @@ def test_every_digit_test_goes_through_core_cli_digits():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in ("isdigit", "isnumeric", "isdecimal"):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert found == ["microbench/core/cli.py:" + str(_line_of_digits())]
+    assert found == ["microbench/core/args.py:" + str(_line_of_digits())]
 
 
 def _line_of_digits() -> int:
-    tree = ast.parse((REPO / "microbench" / "core" / "cli.py").read_text())
+    tree = ast.parse((REPO / "microbench" / "core" / "args.py").read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "digits")
     return next(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Attribute) and n.attr == "isdigit")
 

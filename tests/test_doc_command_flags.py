@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from microbench.core.cli import RENAMED_FLAGS
+from microbench.core.args import RENAMED_FLAGS
 from tests.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -33,7 +33,7 @@ def test_doc_command_lines_use_the_new_flag_names():
 
 
 def test_integrity_line_names_the_current_flag(cfg):
-    from microbench.timeline.analysis import analyze
+    from microbench.trace.analysis import analyze
 
     # the MI350X rocprofv3 slice has no ProfilerStep ranges: the integrity line says how to name other steps
     doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)
@@ -42,7 +42,7 @@ def test_integrity_line_names_the_current_flag(cfg):
 
 
 def test_findings_name_the_current_flag(cfg):
-    from microbench.prediction.findings import analyze
+    from microbench.findings.engine import analyze
 
     # the findings' "not checked: no steps" line said "--steps" (renamed --step-range)
     doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)

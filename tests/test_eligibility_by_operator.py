@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from microbench.core.config import load_config
-from microbench.timeline.analysis import TraceAnalysis
-from microbench.timeline.eligibility import operator_could_use_matrix_units
+from microbench.trace.analysis import TraceAnalysis
+from microbench.trace.eligibility import operator_could_use_matrix_units
 
 from .conftest import TRACES
 

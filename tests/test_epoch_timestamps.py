@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from microbench.communication import ranks
-from microbench.timeline import gpu_time, kineto
-from microbench.timeline.model import KERNEL
+from microbench.comm import ranks
+from microbench.trace import gpu_time, kineto
+from microbench.trace.timeline import KERNEL
 
 from .conftest import TRACES, needs_traces
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microbench.timeline.classify import classify_kernel
-from microbench.harness.evidence import from_kernel_names, from_onednn, onednn_implementations
+from microbench.trace.classify import classify_kernel
+from microbench.roofline.evidence import from_kernel_names, from_onednn, onednn_implementations
 
 
 @pytest.mark.parametrize("name, cls, tc", [
@@ -66,7 +66,7 @@ def test_onednn_verbose_is_captured_for_a_real_convolution():
     ("aten::native_batch_norm_backward", "norm"),
 ])
 def test_operator_rules(op, cls):
-    from microbench.timeline.classify import classify_operator
+    from microbench.trace.classify import classify_operator
 
     assert classify_operator(op).cls == cls
 

@@ -1,6 +1,6 @@
 """Findings first: the per-step breakdown in the TensorBoard plugin's categories and the GPU idle split by
 what the host was doing (timeline/gpu_time.host_breakdown), the findings and their savings from the prediction
-model (prediction/findings.py), the terminal section and the trace's HTML page, on the shared real traces."""
+model (findings/engine.py), the terminal section and the trace's HTML page, on the shared real traces."""
 from __future__ import annotations
 
 import json
@@ -11,16 +11,16 @@ import subprocess
 import numpy as np
 import pytest
 
-from microbench import trace as trace_cli
+from microbench.trace import cli as trace_cli
 from microbench.core.config import load_config
 from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.stats import NoiseSettings
-from microbench.prediction import findings as F
-from microbench.prediction.kernels import MATRIX, ActivityWork
-from microbench.prediction.model import Variant, unshaped_fp32, unshaped_rows
-from microbench.timeline import gpu_time
-from microbench.timeline.analysis import TraceAnalysis, read_trace
-from microbench.timeline.metrics import union
+from microbench.findings import engine as F
+from microbench.predict.kernels import MATRIX, ActivityWork
+from microbench.predict.estimate import Variant, unshaped_fp32, unshaped_rows
+from microbench.trace import gpu_time
+from microbench.trace.analysis import TraceAnalysis, read_trace
+from microbench.trace.metrics import union
 
 from .conftest import REPO, TRACES, needs_traces
 
@@ -140,7 +140,7 @@ def test_names_give_fp32_only_to_kernels_without_tensor_cores_and_16_bit_types()
 
 
 def test_a_trace_without_shapes_whose_names_say_nothing_says_why_amp_is_not_checked(config, monkeypatch):
-    from microbench.prediction import model
+    from microbench.predict import estimate as model
 
     rule = model.assumptions() | {"unshaped": {"fp32_name": "^no kernel is called this$", "share": 0.5}}
     monkeypatch.setattr(model, "assumptions", lambda: rule)
@@ -290,7 +290,7 @@ def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
 
 @pytest.mark.parametrize("columns", [120, 80])
 def test_compare_keeps_operator_and_shape_readable_and_names_only_what_exists(tmp_path, monkeypatch, capsys, columns):
-    from microbench import compare as compare_cli
+    from microbench.compare import cli as compare_cli
 
     docs = []
     for name in ("h100_bert_small", "mi300_bert_small"):
@@ -342,7 +342,7 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     # allocator reads the unprofiled steps' system time, and --timed-steps 0 times none
     (al,) = [n for n in doc["findings_not_checked"] if n["id"] == "allocator"]
     assert "--timed-steps 0" in al["why"]
-    from microbench.reports.findings_report import headline, not_checked_lines
+    from microbench.report.findings_report import headline, not_checked_lines
 
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
         {rules[r].get("cpu_why", r) for r in cpu_rules})
@@ -370,7 +370,7 @@ def test_a_jobs_page_is_its_straggler_ranks_page_with_the_job_first(tmp_path):
 def test_a_flag_shared_by_many_layer_rows_is_one_line_with_its_count():
     from rich.console import Console
 
-    from microbench.reports.decomposition import flag_groups
+    from microbench.report.decomposition import flag_groups
 
     why = "impossible: above the datasheet peak"
     layers = [{"name": f"layer{i}", "phase": "forward", "flags": [why]} for i in range(7)]
@@ -378,7 +378,7 @@ def test_a_flag_shared_by_many_layer_rows_is_one_line_with_its_count():
     groups = flag_groups(layers)
     assert [(t, len(rows)) for t, rows in groups] == [(why, 7), ("noisy: repeats disagree", 1)]
     console = Console(width=120, record=True)
-    from microbench.reports import decomposition
+    from microbench.report import decomposition
 
     for text, rows in groups:  # the lines the report prints (print_decomposition's loop)
         console.print(f"flag ({len(rows)} layer rows): {text}")
@@ -386,8 +386,8 @@ def test_a_flag_shared_by_many_layer_rows_is_one_line_with_its_count():
 
 
 def test_predicts_range_says_how_often_it_held():
-    from microbench.prediction.chips import assumptions
-    from microbench.reports.prediction_report import headline
+    from microbench.predict.chips import assumptions
+    from microbench.report.prediction_report import headline
 
     v = assumptions()["validation"]
     assert (v["held"], v["checks"]) == (2, 8)
@@ -455,7 +455,7 @@ def test_amp_is_not_offered_on_a_cpu_that_has_no_bf16_instructions(flags, native
 
 
 def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path):
-    """The CPU as the device (prediction/findings.py CpuFacts): an fp32 GEMM-bound step on a CPU with a bf16 rate
+    """The CPU as the device (findings/engine.py CpuFacts): an fp32 GEMM-bound step on a CPU with a bf16 rate
     in its cpu_estimate tier (bench.toml) gets the amp finding, its saving the prediction model's over the
     decomposition's own operators (the same dtype_saving as on a GPU), its chip the ceilings' estimate; the same
     step under bf16 autocast has nothing left to move. The measured before/after pairs are in docs/findings.md."""
@@ -549,7 +549,7 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     assert "hand each batch over in 600 us" in x["what"] and x["evidence"]["loader_ms"]["one_worker"]["median"] == 0.6
     assert "(25.0% of the 8,000 us step timed without the profiler)" in x["what"]  # not the header's profiled step
     # its evidence is the CPU's own (no GPU idle, no kernels): the ranges and the probe
-    from microbench.reports.findings_report import evidence_text
+    from microbench.report.findings_report import evidence_text
     assert evidence_text(x["evidence"]) == ("the profiled steps' enumerate(DataLoader) ranges and decompose's loader "
                                             "probe (summary.loader_ms)")
     # the rest may shift within the timed steps' own p20 - p80 (7.6 - 8.8 of 8.0 ms): low with the rest at its p80,
@@ -585,7 +585,7 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
     assert len(steps) == 2 and all(st["breakdown_us"]["dataloader"] > 0 for st in steps)
     assert "dataloader" not in [n["id"] for n in doc["findings_not_checked"]]
     spread = doc["summary"]["step_time_spread"]
-    # within its error where the window was long enough for it (harness.timing._busy_cores: 30 steps of 3 - 6 ms
+    # within its error where the window was long enough for it (roofline.timing._busy_cores: 30 steps of 3 - 6 ms
     # here, two threads; many threads on a fast machine may need a longer window), never more cores than there are
     busy = spread.get("cpu_busy_cores")
     assert busy is None or 0 < busy <= doc["hardware"]["units"] + NoiseSettings().max_busy_error_cores
@@ -642,8 +642,8 @@ def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path,
     (a note that the thresholds stay fixed); not glibc: the rule is not checked, with why. The probe itself is stood
     in for (it cannot be undone in this process: tests/test_allocator.py runs it in a child)."""
     from microbench import decompose_step, models
-    from microbench.harness.timing import time_calls
-    from microbench.step import allocator, analysis
+    from microbench.roofline.timing import time_calls
+    from microbench.decompose import allocator, pipeline as analysis
 
     monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
 
@@ -666,7 +666,7 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     is in tests/test_allocator.py) with the step's batch, dtype, workers, threads and timed steps; this process's
     thresholds are left alone (no note), and a child that failed is the rule's reason for not checking."""
     from microbench import decompose_step
-    from microbench.step import allocator, analysis
+    from microbench.decompose import allocator, pipeline as analysis
 
     monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
     monkeypatch.setattr(allocator, "probe", lambda *a: pytest.fail("the in-process probe ran for a named workload"))
@@ -691,7 +691,7 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     # the fix measured no faster: checked, and said to be under the threshold (the step's flag is not left open)
     (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "allocator"]
     assert below["saving_us"]["expected"] == 0.0
-    from microbench.reports.findings_report import below_line
+    from microbench.report.findings_report import below_line
     assert "allocator 0 us" in below_line(doc)
     monkeypatch.setattr(allocator, "child_probe", lambda *a: "the allocator probe's child process failed (exit 1): X")
     doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
@@ -704,7 +704,7 @@ def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_dev
     finding: none on a GPU, the CPU's tally beside it), printed under it; a rule with no checks says so."""
     from rich.console import Console
 
-    from microbench.reports.findings_report import print_findings, validation_line
+    from microbench.report.findings_report import print_findings, validation_line
 
     v = F.validation_of("amp", "gpu")
     assert (v["checks"], v["held"], v["on"]) == (0, 0, "gpu") and v["elsewhere"]["cpu"]["checks"] > 0
@@ -733,11 +733,11 @@ def test_the_validation_tallies_add_up_to_the_docs_count():
 
 
 def test_autocast_halves_only_the_kernels_whose_data_is_fp32():
-    """prediction/model.py autocast_halves (data/prediction.toml [autocast]): an embedding kernel already in
+    """predict/estimate.py autocast_halves (data/prediction.toml [autocast]): an embedding kernel already in
     c10::Half, an integer index permute, a host copy and a collective keep their bytes; a float kernel, one whose op
     ran in fp32, and one whose name says nothing are halved."""
-    from microbench.prediction.kernels import ActivityWork
-    from microbench.prediction.model import autocast_halves
+    from microbench.predict.kernels import ActivityWork
+    from microbench.predict.estimate import autocast_halves
 
     rows = [("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long>(x)",
              "elementwise", None, False),

@@ -1,6 +1,6 @@
 """The communication finding on a CPU trace of a data-parallel job (gloo: collectives on the CPU, no GPU activity):
-its figures are the one breakdown over CPU intervals (timeline/gpu_time.py `cpu_intervals`), the DDP split's own
-(communication/ddp.py), and the rules that need GPU activity or decompose's measurements say so."""
+its figures are the one breakdown over CPU intervals (trace/gpu_time.py `cpu_intervals`), the DDP split's own
+(comm/ddp.py), and the rules that need GPU activity or decompose's measurements say so."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.prediction import findings as F
-from microbench.timeline.analysis import TraceAnalysis
+from microbench.findings import engine as F
+from microbench.trace.analysis import TraceAnalysis
 
 STEP = "train_step"
 TRAIN, GLOO = 1, 2  # the training thread and the process group's worker thread
@@ -94,7 +94,7 @@ def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave
     assert made["exposed_comm"] == pytest.approx({"low": 0.0, "expected": expected_us, "high": 200.0})
     assert bool(out["findings"]) == (expected_us >= F.threshold("min_saving_share") * 1000.0)
     # the line under the findings says why the expected is below the exposed time (no core idle: 0 of a core)
-    from microbench.reports.findings_report import below_line
+    from microbench.report.findings_report import below_line
 
     line = below_line({"findings_below_threshold": out["below"]}) or ""
     if not expected_us:

@@ -1,5 +1,5 @@
 """A GPU trace without steps (a few iterations profiled without prof.step()) read as one step for the step rules
-(prediction/findings.py WholeTraceFacts, timeline/gpu_time.py trace_window): launch- and host-bound per trace,
+(findings/engine.py WholeTraceFacts, trace/gpu_time.py trace_window): launch- and host-bound per trace,
 graph replays counted as one launch each, and the traces it must not be read so (warm-up, several processes,
 a graph capture)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.prediction import findings as F
-from microbench.reports.findings_report import print_step_breakdown
-from microbench.timeline import gpu_time
-from microbench.timeline.analysis import TraceAnalysis
+from microbench.findings import engine as F
+from microbench.report.findings_report import print_step_breakdown
+from microbench.trace import gpu_time
+from microbench.trace.analysis import TraceAnalysis
 
 KERNEL = "triton_poi_fused_addmm_gelu_1"  # an Inductor element-wise kernel
 

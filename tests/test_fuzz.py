@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import InputError
 from microbench.core.jsonio import dumps
-from microbench.reports.compare import load_machine
-from microbench.timeline.analysis import analyze
+from microbench.report.compare import load_machine
+from microbench.trace.analysis import analyze
 from tests.conftest import NCU, NSYS, REPO
 
 settings.register_profile("ci", max_examples=60, deadline=None, database=None,
@@ -180,7 +180,7 @@ def test_results_reader_on_a_mutated_real_results_file(tmp_path, data):
 @given(data=restructured(RESULTS))
 def test_results_reader_on_a_restructured_real_results_file(tmp_path, data):
     """Through the whole comparison (with the unmutated file as the baseline), not only the reader."""
-    from microbench.reports.compare import compare, compare_html
+    from microbench.report.compare import compare, compare_html
 
     base = tmp_path / "base.json"
     base.write_text(json.dumps(RESULTS))
@@ -204,7 +204,7 @@ def _trace_report() -> dict:
 @FUZZ
 @given(data=st.data())
 def test_compare_of_trace_reports_on_a_restructured_report(tmp_path, data):
-    from microbench.reports.trace_compare import compare_traces, load_trace_reports, trace_compare_html
+    from microbench.report.trace_compare import compare_traces, load_trace_reports, trace_compare_html
 
     base, path = tmp_path / "base.json", tmp_path / "report.json"
     base.write_text(json.dumps(_trace_report()))
@@ -230,7 +230,7 @@ SQL_ODD = ["'x'", "''", "NULL", "-1", "0.5", "1e300", "-9e18", "9223372036854775
 @st.composite
 def nsys_edits(draw):
     """A few cells of the real export's tables that the reader reads, set to odd values."""
-    from microbench.timeline.nsys import FIELDS
+    from microbench.trace.nsys import FIELDS
 
     edits = []
     for _ in range(draw(st.integers(1, 3))):
@@ -289,7 +289,7 @@ MLLOG_RUN = [_mllog_doc("submission_benchmark", 0, "resnet"), _mllog_doc("submis
 
 def _board_is_writable(root):
     """The leaderboard over `root`: every file an entry or listed as unreadable, and its JSON writable."""
-    from microbench.accuracy.leaderboard import build
+    from microbench.tta.leaderboard import build
 
     board = build([root], check=False)
     dumps(board.as_list())  # refuses NaN / Infinity
@@ -329,7 +329,7 @@ FABRIC_RESULTS = {"results": [{"op": "allreduce", "bytes": b, "nranks": 2, "time
 @FUZZ
 @given(data=restructured(FABRIC_RESULTS))
 def test_comm_results_read_back_as_a_fabric(tmp_path, data):
-    from microbench.communication.scale import Workload, fabric_from_results, sweep
+    from microbench.comm.scale import Workload, fabric_from_results, sweep
 
     fabric = one_line_or_result(fabric_from_results, tmp_path / "results.json", data)
     if fabric is not None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microbench.harness import registry
+from microbench.roofline import registry
 from microbench.core.cases import make_inputs
-from microbench.harness.registry import bind
-from microbench.harness.ceilings import build_ceilings
+from microbench.roofline.registry import bind
+from microbench.roofline.ceilings import build_ceilings
 from microbench.core.config import TimingSettings
 from microbench.core.device import detect, fingerprint
-from microbench.harness.evidence import vendor_evidence
+from microbench.roofline.evidence import vendor_evidence
 from microbench.core.shapes import Case, GemmShape
-from microbench.harness.timing import time_calls
+from microbench.roofline.timing import time_calls
 
 pytestmark = pytest.mark.gpu
 

@@ -14,9 +14,9 @@ from microbench.core import device as device_mod
 from microbench.core.config import load_config
 from microbench.core.datasheet import amd_product_name, match_datasheet
 from microbench.core.device import Device
-from microbench.harness import evidence
-from microbench.harness.registry import Evidence, Unsupported
-from microbench.harness.timing import flush_bytes
+from microbench.roofline import evidence
+from microbench.roofline.registry import Evidence, Unsupported
+from microbench.roofline.timing import flush_bytes
 
 MI300X_PROPS = types.SimpleNamespace(name="AMD Radeon Graphics", gcnArchName="gfx942:sramecc+:xnack-",
                                      multi_processor_count=304, total_memory=205_822_885_888,

@@ -12,12 +12,12 @@ import json
 import pytest
 import torch
 
-from microbench import roofline
+from microbench.roofline import cli as roofline
 from microbench.api import decompose_step, measure
 from microbench.core import vendor
 from microbench.core.shapes import Case, GemmShape
-from microbench.harness import registry
-from microbench.harness.registry import provider
+from microbench.roofline import registry
+from microbench.roofline.registry import provider
 
 SEEN: list[dict] = []
 pytestmark = pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")

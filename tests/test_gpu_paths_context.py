@@ -12,14 +12,14 @@ import sys
 
 import pytest
 
-from microbench import roofline
+from microbench.roofline import cli as roofline
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, GemmShape
-from microbench.harness import preflight, registry
-from microbench.harness.ceilings import Ceilings
-from microbench.harness.faults import lost_context
-from microbench.harness.runner import run_case_set
+from microbench.roofline import preflight, registry
+from microbench.roofline.ceilings import Ceilings
+from microbench.roofline.faults import lost_context
+from microbench.roofline.runner import run_case_set
 
 
 @pytest.fixture

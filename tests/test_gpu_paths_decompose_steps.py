@@ -2,7 +2,7 @@
 work, before the GPU has done it. Two parts, both checked on this CPU:
 - the step ends with the device synchronization inside its `step` range (models.step.TrainingStep.sync_at_end;
   here a CPU stand-in for torch.cuda.synchronize, recorded as a profiler range, shows where it runs);
-- a profiled step lasts until the last GPU activity it launched ends (timeline.gpu_time.step_ends, the same
+- a profiled step lasts until the last GPU activity it launched ends (trace.gpu_time.step_ends, the same
   attribution by launch as `trace`), on the synthetic pipelined Kineto trace of tests/test_gpu_time.py whose
   first step's GEMM runs 50 us past the step's CPU range."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from torch import nn
 
 from microbench.models.ranges import STEP_RANGE, StepRanges
 from microbench.models.step import TrainingStep, Workload
-from microbench.step.analysis import profiled_step_ms, profiler_overhead
-from microbench.timeline import gpu_time
+from microbench.decompose.pipeline import profiled_step_ms, profiler_overhead
+from microbench.trace import gpu_time
 
 from .test_gpu_time import pipelined_trace
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from microbench.devtools import ncucheck
+from devtools import ncucheck
 from .test_device_check_ncu import GEMMS, _labelled_export, fake_ncu, real_export  # noqa: F401 - fixtures
 
 HANG = '''

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from microbench.devtools import ncuapp
-from microbench.harness import preflight
+from devtools import ncuapp
+from microbench.roofline import preflight
 
 LABELS = ["cublas_bf16", "cublas_fp32_no_tf32", "triton_bf16", "cupy_mma_bf16", "cupy_wgmma_bf16"]
 ERROR = "CUDA error: an illegal memory access was encountered"

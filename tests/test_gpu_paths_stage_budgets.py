@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from microbench.core.config import load_config
-from microbench.devtools import devicecheck as dc
-from microbench.harness import ceilings as C
+from devtools import devicecheck as dc
+from microbench.roofline import ceilings as C
 
 REPO = Path(__file__).resolve().parents[1]
 

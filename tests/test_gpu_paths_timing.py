@@ -1,6 +1,6 @@
 """event timings must not include the host's launch time of short calls.
 
-No GPU here, so the loop of harness/timing.py runs against a model of one CUDA stream (FakeStream below) that
+No GPU here, so the loop of roofline/timing.py runs against a model of one CUDA stream (FakeStream below) that
 follows the documented semantics: work is queued in order and runs when the GPU is free and the host has
 queued it; `Event.record()` takes the time at which the stream reaches it; `elapsed_time` is the difference
 of two such times; `Event.query()` is True once the stream has passed the event; `torch.cuda._sleep(cycles)`
@@ -18,7 +18,7 @@ import pytest
 from microbench.core.config import TimingSettings
 from microbench.core.device import Device
 from microbench.core.stats import NoiseSettings
-from microbench.harness import timing
+from microbench.roofline import timing
 
 CYCLES_PER_MS = 1.5e6  # the modelled GPU clock: 1.5 GHz
 

@@ -1,4 +1,4 @@
-"""The one GPU time breakdown (microbench/timeline/gpu_time.py): the whole trace, steps whose GPU work overlaps
+"""The one GPU time breakdown (microbench/trace/gpu_time.py): the whole trace, steps whose GPU work overlaps
 (every activity in exactly one step, sums that add up), windows, and the shared V100 ResNet DDP trace."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from microbench.timeline import gpu_time, kineto
-from microbench.timeline.analysis import read_trace
-from microbench.timeline.model import positions_by_key
+from microbench.trace import gpu_time, kineto
+from microbench.trace.analysis import read_trace
+from microbench.trace.timeline import positions_by_key
 
 from .conftest import TRACES, needs_traces
 
@@ -123,9 +123,9 @@ def test_v100_resnet_ddp_steps_add_up():
 
 
 def test_ddp_split_per_step_and_bucket(tmp_path):
-    """communication/ddp.py's split of a GPU trace is this breakdown: two DDP steps [0, 100) and [100, 200); each
+    """comm/ddp.py's split of a GPU trace is this breakdown: two DDP steps [0, 100) and [100, 200); each
     backward GEMM runs while the previous bucket's all-reduce runs on NCCL's stream."""
-    from microbench.communication.ddp import STEP_RANGE, split_steps, summarize_steps
+    from microbench.comm.ddp import STEP_RANGE, split_steps, summarize_steps
 
     nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
     events = []
@@ -150,7 +150,7 @@ def test_ddp_split_per_step_and_bucket(tmp_path):
 def test_devices_are_broken_down_apart_and_summed():
     """Two devices (a trace of two GPUs, or the same time on two ranks): no overlap across devices hides
     anything; the whole is the sum."""
-    from microbench.timeline.model import KERNEL, NO_ID, TimelineBuilder
+    from microbench.trace.timeline import KERNEL, NO_ID, TimelineBuilder
 
     b = TimelineBuilder("two devices", "kineto")
     b.add_activity(GEMM, 0.0, 10.0, 0, 7, NO_ID, NO_ID, KERNEL)

@@ -1,5 +1,5 @@
-"""The wheels a GPU loan carries (scripts/gpu-wheels, microbench.devtools.wheels) and the probe's list of missing
-dependencies, against the image's package list (microbench/data/gpu_image.toml). Downloads are faked with wheels
+"""The wheels a GPU loan carries (scripts/gpu-wheels, devtools.wheels) and the probe's list of missing
+dependencies, against the image's package list (devtools/gpu_image.toml). Downloads are faked with wheels
 written here: which requirements are fetched, recursion into their own, markers evaluated for the image's
 CPython 3.12, one version each, the size budget, and `.whl/` left as it was when the new set is refused."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.devtools import probe, wheels
+from devtools import probe, wheels
 
 from .conftest import REPO
 
@@ -65,7 +65,7 @@ def test_over_the_budget_is_refused_and_the_earlier_set_stays(tmp_path):
 
 
 def test_the_image_data_is_the_shared_list(shared_dir):
-    """microbench/data/gpu_image.toml holds the names of the lent image's package list, in its order
+    """devtools/gpu_image.toml holds the names of the lent image's package list, in its order
     (gpu-image/packages.txt of the optional corpus beside the repository)."""
     listed = shared_dir / "gpu-image" / "packages.txt"
     if not listed.is_file():

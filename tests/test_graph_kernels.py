@@ -1,4 +1,4 @@
-"""Kernels launched from CUDA / HIP graphs (microbench/timeline/graphs.py): counted one by one, and attributed to
+"""Kernels launched from CUDA / HIP graphs (microbench/trace/graphs.py): counted one by one, and attributed to
 the operators that captured them given the capture trace; on the real vLLM MI300 pair and a generated CUDA graph."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from microbench.timeline.analysis import analyze
+from microbench.trace.analysis import analyze
 
 GEMM = "ampere_sgemm_128x64_nn"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"
@@ -105,7 +105,7 @@ def test_real_vllm_mi300_pair(shared_dir):
 
 
 def test_bad_capture_path_one_line(tmp_path, capsys):
-    from microbench import trace
+    from microbench.trace import cli as trace
 
     replay, _ = _cuda_graph_pair(tmp_path)
     assert trace.main([str(replay), "--graph-capture", str(tmp_path / "missing.json")]) == 2

@@ -1,7 +1,7 @@
 """Hostile inputs and faults, one test per class: every reader checks each field where it reads it,
 only regular files are read or replaced, every command's argument errors are one line, numbers are bounded,
 and a fault after rows were measured keeps them. Each class is fixed at one place (core.files,
-core.errors.run_command, core.cli, core.outdir), so each test stands for every input of its class.
+core.errors.run_command, core.args, core.outdir), so each test stands for every input of its class.
 """
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from tests.conftest import NCU, NSYS, SHARED, SLICE
 
 needs_nsight = pytest.mark.skipif(not NSYS.is_file() or not NCU.is_file(), reason=f"{SHARED / 'nsight'} is not here")
 
-trace_cmd = importlib.import_module("microbench.trace")
-compare_cmd = importlib.import_module("microbench.compare")
-comm_cmd = importlib.import_module("microbench.comm")
-tta_cmd = importlib.import_module("microbench.tta")
+trace_cmd = importlib.import_module("microbench.trace.cli")
+compare_cmd = importlib.import_module("microbench.compare.cli")
+comm_cmd = importlib.import_module("microbench.comm.cli")
+tta_cmd = importlib.import_module("microbench.tta.cli")
 
 
 def one_line(capsys) -> str:
@@ -93,16 +93,16 @@ def test_a_name_too_long_is_one_line(tmp_path, capsys):
 
 # ---- arguments: one line, bounded -----------------------------------------------------------------------------
 @pytest.mark.parametrize("module, argv, names", [
-    ("microbench.trace", [str(SLICE), "--bogus"], "unrecognized"), ("microbench.compare", [], "required"),
-    ("microbench.inspect", ["--bogus"], "unrecognized"), ("microbench.roofline", ["--device", "tpu"], "--device"),
-    ("microbench.devtools.compiles", ["--sms", "0"], "--sms"), ("microbench.trace", [str(SLICE), "--top", "0"], "--top"),
-    ("microbench.comm", ["collectives", "--timeout", "1e300"], "--timeout"),
-    ("microbench.comm", ["collectives", "--timeout", "1e-9"], "--timeout"),
-    ("microbench.comm", ["collectives", "--nproc", "100000"], "--nproc"),
-    ("microbench.comm", ["scale", "--gradient-bytes", "1" + "0" * 40], "--gradient-bytes"),
-    ("microbench.decompose", ["--model", "resnet9", "--batch", "1e12"], "--batch"),
-    ("microbench.decompose", ["--model", "resnet9", "--steps", "1000000000000"], "--steps"),
-    ("microbench.tta", ["run", "--model", "digits", "--seeds", "100000000000000000000"], "--seeds"),
+    ("microbench.trace.cli", [str(SLICE), "--bogus"], "unrecognized"), ("microbench.compare.cli", [], "required"),
+    ("microbench.inspect.cli", ["--bogus"], "unrecognized"), ("microbench.roofline.cli", ["--device", "tpu"], "--device"),
+    ("devtools.compiles", ["--sms", "0"], "--sms"), ("microbench.trace.cli", [str(SLICE), "--top", "0"], "--top"),
+    ("microbench.comm.cli", ["collectives", "--timeout", "1e300"], "--timeout"),
+    ("microbench.comm.cli", ["collectives", "--timeout", "1e-9"], "--timeout"),
+    ("microbench.comm.cli", ["collectives", "--nproc", "100000"], "--nproc"),
+    ("microbench.comm.cli", ["scale", "--gradient-bytes", "1" + "0" * 40], "--gradient-bytes"),
+    ("microbench.decompose.cli", ["--model", "resnet9", "--batch", "1e12"], "--batch"),
+    ("microbench.decompose.cli", ["--model", "resnet9", "--steps", "1000000000000"], "--steps"),
+    ("microbench.tta.cli", ["run", "--model", "digits", "--seeds", "100000000000000000000"], "--seeds"),
 ])
 def test_argument_errors_are_one_line_and_name_the_argument(module, argv, names, capsys):
     with pytest.raises(SystemExit) as e:
@@ -212,7 +212,7 @@ GOOD_LOG = [_mllog("submission_benchmark", 0, "resnet"), _mllog("submission_org"
     (GOOD_LOG[:3] + [_mllog("eval_accuracy", 5000, 0.7, epoch_num={"a": 1})] + GOOD_LOG[4:], "epoch_num"),
 ])
 def test_mlperf_logs_with_bad_fields_are_listed_with_the_reason(tmp_path, lines, words):
-    from microbench.accuracy.leaderboard import build
+    from microbench.tta.leaderboard import build
 
     d = tmp_path / "results" / "sys" / "resnet"
     d.mkdir(parents=True)
@@ -224,7 +224,7 @@ def test_mlperf_logs_with_bad_fields_are_listed_with_the_reason(tmp_path, lines,
 @pytest.mark.parametrize("tsv, words", [("1\tnan\t95", "'nan'"), ("1\tinf\t95", "'inf'"),
                                         ("1\t0.1\t" + "9" * 200_000, "not a TSV"), ("1\t1e308\t95", "1e308")])
 def test_dawnbench_tsvs_with_bad_fields_are_listed_with_the_reason(tmp_path, tsv, words):
-    from microbench.accuracy.leaderboard import build
+    from microbench.tta.leaderboard import build
 
     d = tmp_path / "CIFAR10" / "train"
     d.mkdir(parents=True)
@@ -237,7 +237,7 @@ def test_dawnbench_tsvs_with_bad_fields_are_listed_with_the_reason(tmp_path, tsv
 
 
 def test_dawnbench_metadata_of_the_wrong_type_is_a_note(tmp_path):
-    from microbench.accuracy.leaderboard import build
+    from microbench.tta.leaderboard import build
 
     d = tmp_path / "CIFAR10" / "train"
     d.mkdir(parents=True)
@@ -325,7 +325,7 @@ def test_a_lock_held_for_a_dead_process_is_taken_over(tmp_path, capsys):
 
 def test_a_failing_plot_backend_is_one_line_and_keeps_the_rows(tmp_path, monkeypatch, capsys):
     from microbench.core.errors import PlotError
-    from microbench.reports.figures import pyplot
+    from microbench.report.figures import pyplot
 
     import matplotlib
 
@@ -351,7 +351,7 @@ def test_a_failing_plot_backend_is_one_line_and_keeps_the_rows(tmp_path, monkeyp
 
 
 def test_compare_gives_each_input_its_own_label():
-    from microbench.reports.compare import unique_labels
+    from microbench.report.compare import unique_labels
 
     assert unique_labels(["A", "A", "A #1"]) == ["A #2", "A #3", "A #1"]
     assert unique_labels(["X", "X #2", "X"]) == ["X #1", "X #2", "X #3"]

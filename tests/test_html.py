@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench import compare as compare_cli
-from microbench.reports import compare
+from microbench.compare import cli as compare_cli
+from microbench.report import compare
 
-from microbench import roofline
+from microbench.roofline import cli as roofline
 
 TINY_CONFIG = """
 [timing]
@@ -91,7 +91,7 @@ def test_roofline_writes_a_self_contained_report(roofline_out):
 
 
 def test_strings_from_files_are_escaped(tmp_path):
-    from microbench.reports.html import results_html
+    from microbench.report.html import results_html
 
     doc = {"hardware": {"name": "<script>alert(1)</script>", "kind": "cpu"}, "software": {}, "config": {},
            "results": [{"op": "gemm", "shape": "<b>x</b>", "dtype": "fp32", "provider": "p", "status": "ok",

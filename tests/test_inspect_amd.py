@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from microbench.core import targets
-from microbench.harness import amdgcn
-from microbench.harness.sass import AotBuild, StaticRecord, inspect_build
+from microbench.roofline import amdgcn
+from microbench.roofline.sass import AotBuild, StaticRecord, inspect_build
 
 # The issue's table: tl.dot of 128x128 tiles, 4 warps, Triton's default instruction size (32x32), and tl.dot's
 # default input precision (fp32 rows: what a kernel that does not say gets).
@@ -252,7 +252,7 @@ def test_waves_per_simd_follow_the_unified_register_file():
 
 def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeypatch, capsys):
     from microbench import kernels
-    from microbench import inspect as cli
+    from microbench.inspect import cli as cli
 
     listing = _LISTING.replace("ScratchSize: 16", "ScratchSize: 0").replace("\tscratch_store_dword off, v3, off offset:200 ; 4-byte Folded Spill\n", "")
     good, bad = types.ModuleType("fake_amd_good"), types.ModuleType("fake_amd_broken")
@@ -281,7 +281,7 @@ def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeyp
 def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys, monkeypatch):
     """At 80 columns piped the table keeps its key columns readable (they folded to 3 characters a line) and says
     where the dropped ones are: the --json file the command wrote."""
-    from microbench import compare
+    from microbench.compare import cli as compare
 
     monkeypatch.setenv("COLUMNS", "80")
 

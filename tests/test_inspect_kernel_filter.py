@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from microbench import inspect
+from microbench.inspect import cli as inspect
 
 
 def test_unknown_kernel_is_refused_before_compiling(monkeypatch, capsys):

@@ -14,11 +14,11 @@ import json
 import pytest
 
 from microbench.kernels import conv_triton, gemm_triton
-from microbench import inspect as inspect_cli
-from microbench.harness import registry
-from microbench.harness import sass
+from microbench.inspect import cli as inspect_cli
+from microbench.roofline import registry
+from microbench.roofline import sass
 from microbench.core.cases import make_inputs
-from microbench.harness.registry import bind
+from microbench.roofline.registry import bind
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, ConvShape, GemmShape
 

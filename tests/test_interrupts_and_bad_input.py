@@ -18,16 +18,16 @@ from microbench.core.config import MAX_TIMING_MS, load_config
 from microbench.core.errors import ConfigError, InputError
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import LOCK_NAME, OutputDir, check_dir, check_file
-from microbench.harness import registry
-from microbench.harness.registry import provider
+from microbench.roofline import registry
+from microbench.roofline.registry import provider
 from tests.conftest import REPO, SLICE
 
 # The command modules (the package exports functions of the same names).
-compare_cmd = importlib.import_module("microbench.compare")
-decompose_cmd = importlib.import_module("microbench.decompose")
-inspect_cmd = importlib.import_module("microbench.inspect")
-roofline = importlib.import_module("microbench.roofline")
-trace_cmd = importlib.import_module("microbench.trace")
+compare_cmd = importlib.import_module("microbench.compare.cli")
+decompose_cmd = importlib.import_module("microbench.decompose.cli")
+inspect_cmd = importlib.import_module("microbench.inspect.cli")
+roofline = importlib.import_module("microbench.roofline.cli")
+trace_cmd = importlib.import_module("microbench.trace.cli")
 
 DOC_RESULTS = REPO / "docs" / "cpu-roofline" / "results.json"
 
@@ -114,7 +114,7 @@ def test_sigterm_from_outside(tiny_config, tmp_path):
     out = tmp_path / "out"
     child = _child(f"""
 import importlib, sys, time
-from microbench.harness.registry import provider
+from microbench.roofline.registry import provider
 
 @provider("gemm", "t_wait")
 def wait(a, b, *, allow_tf32=False):
@@ -123,7 +123,7 @@ def wait(a, b, *, allow_tf32=False):
         time.sleep(300)
     return a @ b
 
-sys.exit(importlib.import_module("microbench.roofline").main({roofline_args(tiny_config, out)!r}))
+sys.exit(importlib.import_module("microbench.roofline.cli").main({roofline_args(tiny_config, out)!r}))
 """)
     try:
         for line in child.stderr:
@@ -183,7 +183,7 @@ def test_interrupt_before_the_first_row_leaves_out_as_it_was(tiny_config, tmp_pa
     def ctrl_c(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("microbench.harness.ceilings.build_ceilings", ctrl_c)
+    monkeypatch.setattr("microbench.roofline.ceilings.build_ceilings", ctrl_c)
     assert roofline.main(roofline_args(tiny_config, out)) == 130
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME, "results.csv", "results.json", "roofline.png"]
     assert (out / "results.json").read_text() == '{"earlier": true}'

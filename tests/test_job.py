@@ -1,4 +1,4 @@
-"""A whole job of rank traces (microbench/communication/job.py, engine.py): made by scripts/make-job from the
+"""A whole job of rank traces (microbench/comm/job.py, engine.py): made by scripts/make-job from the
 two real TorchRec ranks with a planted straggler, read by the engines (inline, local processes, a Dask
 LocalCluster), and the bad inputs."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from microbench.communication import job
+from microbench.comm import job
 from microbench.core.errors import InputError
 
 from .conftest import load_script
@@ -84,7 +84,7 @@ def test_dask_local_cluster_same_as_inline(job_dir):
 
 @pytest.mark.slow
 def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.main(["ranks", str(job_dir), "--readers", "0", "--json", str(tmp_path / "j.json"),
                       "--out", str(tmp_path / "out")]) == 0
@@ -98,14 +98,14 @@ def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
 
 
 def test_trace_command_takes_a_folder(job_dir, capsys):
-    from microbench import trace
+    from microbench.trace import cli as trace
 
     assert trace.main([str(job_dir), "--readers", "0"]) == 0
     assert f"straggler: rank {STRAGGLER}" in capsys.readouterr().out
 
 
 def test_folder_without_traces(tmp_path, capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     (tmp_path / "notes.txt").write_text("x")
     assert comm.main(["ranks", str(tmp_path)]) == 2
@@ -140,7 +140,7 @@ def test_different_jobs_mixed_named(job_dir, tmp_path, shared_dir):
 
 
 def test_unreachable_scheduler_one_line(job_dir, capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.main(["ranks", str(job_dir), "--scheduler", "tcp://127.0.0.1:9", "--timeout", "1"]) == 2
     err = capsys.readouterr().err.strip()
@@ -148,7 +148,7 @@ def test_unreachable_scheduler_one_line(job_dir, capsys):
 
 
 def test_dask_environment_variable_is_the_scheduler(job_dir, capsys, monkeypatch):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:9")
     assert comm.main(["ranks", str(job_dir), "--timeout", "1"]) == 2
@@ -164,7 +164,7 @@ def test_outliers_statistic():
 
 
 def test_interrupt_is_130(job_dir, capsys, monkeypatch):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
@@ -184,14 +184,14 @@ def test_missing_ranks_are_said(job_dir, shared_dir, tmp_path, capsys):
         (pair / f"rank{k}.json.gz").write_bytes((shared_dir / "traces" / f"a100_torchrec_rank{k}.json.gz").read_bytes())
     doc = job.analyze_job([pair], workers=0)
     assert (doc["world_size"], doc["missing_ranks"]) == (128, 126) and doc["missing_rank_ids"][:3] == [2, 3, 4]
-    from microbench import trace
+    from microbench.trace import cli as trace
 
     assert trace.main([str(pair), "--readers", "0"]) == 0
     assert "126 of 128 ranks have no trace here" in capsys.readouterr().out
 
 
 def test_large_job_prints_the_ranks_worth_a_look(job_dir, capsys, monkeypatch):
-    from microbench.communication import engine, report
+    from microbench.comm import engine, report
 
     doc = job.analyze_job([job_dir], workers=0)
     assert report._ranks_to_show(doc) == doc["ranks"]  # a small job: every rank
@@ -207,7 +207,7 @@ def test_large_job_prints_the_ranks_worth_a_look(job_dir, capsys, monkeypatch):
 
 
 def test_a_long_jobs_table_lists_the_most_frequent_stragglers_only():
-    from microbench.communication import report
+    from microbench.comm import report
 
     ranks = [{"rank": i, "times": 1, "gpu_time": {"busy_us": float(i)}} for i in range(100)]
     for i, times in ((7, 9), (8, 5), (9, 3)):

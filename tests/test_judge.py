@@ -1,5 +1,5 @@
-"""The one judge for every row kind (microbench.harness.judge) and the one source of ceilings
-(microbench.harness.ceilings.machine_ceilings): each number the issue saw printed as valid when it was not, as a
+"""The one judge for every row kind (microbench.roofline.judge) and the one source of ceilings
+(microbench.roofline.ceilings.machine_ceilings): each number the issue saw printed as valid when it was not, as a
 test. Timings are synthetic: nothing here depends on how fast or how loaded this machine is."""
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from microbench.core.results import CollectiveRow, KernelCaseRow, LayerRow, Time
 from microbench.core.stats import NoiseSettings, summarize
 from microbench.core.verdict import BUSY_CEILING, IMPOSSIBLE, NOISY, is_impossible, trusted
 from microbench.core.ops.work import Work
-from microbench.harness import ceilings as C
-from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
-from microbench.harness.judge import judge
-from microbench.harness.runner import too_slow
+from microbench.roofline import ceilings as C
+from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+from microbench.roofline.judge import judge
+from microbench.roofline.runner import too_slow
 
 from .conftest import REPO
 
@@ -92,7 +92,7 @@ def test_noisy_slow_repeats_are_not_called_impossible():
 
 
 def test_impossible_row_gets_no_ratio():
-    from microbench.reports.report import baseline_ratios
+    from microbench.report.roofline_report import baseline_ratios
 
     base = KernelCaseRow(op="gemm", shape="s", dtype="fp32", provider="torch", device="cpu", baseline=True)
     judge(base, WORK, summarize([4.0, 4.0, 4.01, 4.0, 3.99], ST), _ceilings(estimate_tflops=1.0))
@@ -104,7 +104,7 @@ def test_impossible_row_gets_no_ratio():
 
 # ---- every row kind -----------------------------------------------------------------------------------------
 def test_collective_with_a_cov_of_155_percent_is_noisy():
-    from microbench.communication.collectives import to_rows
+    from microbench.comm.collectives import to_rows
 
     rec = {"op": "allreduce", "requested_bytes": 4096, "message_bytes": 4096, "elements": 1024, "nranks": 2,
            "samples_ms": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 5.0], "wrong": 0}
@@ -114,7 +114,7 @@ def test_collective_with_a_cov_of_155_percent_is_noisy():
 
 
 def test_collective_that_agrees_is_not_noisy():
-    from microbench.communication.collectives import to_rows
+    from microbench.comm.collectives import to_rows
 
     rec = {"op": "allreduce", "requested_bytes": 4096, "message_bytes": 4096, "elements": 1024, "nranks": 2,
            "samples_ms": [0.1, 0.101, 0.099, 0.1, 0.1], "wrong": 0}
@@ -125,7 +125,7 @@ def test_collective_that_agrees_is_not_noisy():
 def test_tta_summary_over_seeds_that_disagree_is_noisy():
     from types import SimpleNamespace
 
-    from microbench.accuracy.run import summary_row
+    from microbench.tta.run import summary_row
 
     def run(tta_s):
         return SimpleNamespace(tta_s=tta_s, recipe=None, final_accuracy=0.95, new_test_accuracy=None)
@@ -141,7 +141,7 @@ def test_tta_summary_over_seeds_that_disagree_is_noisy():
 def test_pytest_benchmark_rows_carry_the_judges_flags_into_compare(tmp_path):
     """A pytest-benchmark JSON's extra_info flags (written by tests/test_benchmarks.py through the judge) keep a
     noisy or impossible case out of compare's ratios."""
-    from microbench.reports.compare import compare
+    from microbench.report.compare import compare
 
     def bench(flags, median_s):
         return {"name": "t", "fullname": "t", "stats": {"median": median_s, "mean": median_s, "stddev": 0.0,
@@ -252,7 +252,7 @@ def test_a_broken_cache_file_is_measured_again(fake_search, monkeypatch, cfg):
 
 # ---- comm scale never mixes machines --------------------------------------------------------------------------
 def test_scale_refuses_this_cpus_step_time_for_a_v100_fabric(capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.main(["scale", "--model", "resnet9", "--fabric", "v100_nvlink", "--workers", "1,8"]) == 2
     err = capsys.readouterr().err
@@ -260,7 +260,7 @@ def test_scale_refuses_this_cpus_step_time_for_a_v100_fabric(capsys):
 
 
 def test_scale_table_says_where_the_step_time_came_from(capsys):
-    from microbench import comm
+    from microbench.comm import cli as comm
 
     assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "1000000", "--workers", "1,8"]) == 0
     assert "(--step-ms)" in capsys.readouterr().out.replace("\n", " ")
@@ -270,7 +270,7 @@ def test_scale_table_says_where_the_step_time_came_from(capsys):
 def test_ncu_export_names_its_device_and_places_kernels_by_its_dram_throughput(shared_dir, cfg):
     """The export has no device name, only the CC column: the device is named by its architecture (no product
     guessed, so no datasheet picked), and each kernel goes on the roofline by the export's own DRAM traffic."""
-    from microbench.timeline.analysis import analyze
+    from microbench.trace.analysis import analyze
 
     path = shared_dir / "nsight" / "copy_blocked.ncu.csv"
     if not path.is_file():

@@ -13,10 +13,10 @@ from microbench.core.conditions import ConditionSettings, Conditions, gpu_state,
 from microbench.core.results import KernelCaseRow
 from microbench.core.stats import NoiseSettings, Timing, summarize
 from microbench.core.ops.work import Work
-from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
-from microbench.harness.runner import judge
-from microbench.reports import report
-from microbench.reports.compare import compare, print_compare
+from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+from microbench.roofline.runner import judge
+from microbench.report import roofline_report as report
+from microbench.report.compare import compare, print_compare
 
 ST = NoiseSettings()
 
@@ -201,7 +201,7 @@ def test_roofline_only_present_dtypes_distinct_roofs_marked_and_numbered():
 
 
 def test_html_explains_every_column_and_warns():
-    from microbench.reports.html import results_html
+    from microbench.report.html import results_html
 
     page = results_html(_long_doc(busy=True), plot=False)
     assert page.index("warning: machine busy") < page.index("<h2>results</h2>")
@@ -240,7 +240,7 @@ def test_compare_directories_same_within_noise_and_narrow(tmp_path):
 
 
 def test_compare_directory_without_results(tmp_path):
-    from microbench import compare as cmd
+    from microbench.compare import cli as cmd
 
     (tmp_path / "empty").mkdir()
     assert cmd.main([str(tmp_path / "empty")]) == 2
@@ -251,8 +251,8 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
     from microbench.core.config import CeilingSettings
     from microbench.core.device import cpu_device
     from microbench.core.shapes import GemmShape
-    from microbench.harness import ceilings as C
-    from microbench.harness import registry
+    from microbench.roofline import ceilings as C
+    from microbench.roofline import registry
 
     peak = GemmShape(48, 64, 32)  # the synthetic library is fastest here, which no square reaches
 
@@ -288,8 +288,8 @@ def test_gemm_search_walks_to_the_best_shape_and_repeats_it(monkeypatch, cfg):
 def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg):
     from microbench.core.config import CeilingSettings
     from microbench.core.device import cpu_device
-    from microbench.harness import ceilings as C
-    from microbench.harness import registry
+    from microbench.roofline import ceilings as C
+    from microbench.roofline import registry
 
     monkeypatch.setattr(C, "time_calls", lambda *a, **k: summarize([1.0] * 5, ST))
     st = CeilingSettings({"fp32": (16, 32)}, (1,), budget_s=0.0, repeats=2, top=1)
@@ -302,7 +302,7 @@ def test_gemm_search_without_budget_times_one_shape_and_says_so(monkeypatch, cfg
 
 # ---- decompose: the profiler's overhead -------------------------------------------------------------------
 def test_profiler_overhead_flags():
-    from microbench.step.analysis import profiler_overhead
+    from microbench.decompose.pipeline import profiler_overhead
 
     quiet = summarize([100.0, 101.0, 99.0, 100.5], ST)
     slower = summarize([140.0, 141.0, 139.0, 140.5], ST)
@@ -326,7 +326,7 @@ def test_depthwise_model_backward_is_twice_forward():
     """The MobileNetV2-style test model through the decomposition: backward matrix FLOPs are twice the forward,
     less the stem convolution's backward-data (no gradient for the images)."""
     from microbench import kernels
-    from microbench.step.analysis import DecomposeOptions, decomposition_doc
+    from microbench.decompose.pipeline import DecomposeOptions, decomposition_doc
 
     kernels.load_all()
     doc = decomposition_doc("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
@@ -341,7 +341,7 @@ def test_depthwise_model_backward_is_twice_forward():
 
 # ---- progress when stderr is not a terminal ---------------------------------------------------------------
 def test_progress_line_per_case_on_a_pipe(tiny_config, tmp_path, capsys):
-    from microbench import roofline
+    from microbench.roofline import cli as roofline
 
     assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(tmp_path / "o"),
                           "--device", "cpu", "--no-plot"]) == 0
@@ -353,7 +353,7 @@ def test_progress_line_per_case_on_a_pipe(tiny_config, tmp_path, capsys):
 
 
 def test_compare_command_takes_result_directories(tmp_path, capsys):
-    from microbench import compare as cmd
+    from microbench.compare import cli as cmd
 
     a = _write(tmp_path, "a", [_timed("torch", [1.0, 1.05, 1.1, 1.0, 1.02], baseline=True)])
     b = _write(tmp_path, "b", [_timed("torch", [2.0, 2.01, 2.02, 2.0, 2.01], baseline=True)])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.timeline.classify import _load, classify_kernel, kernel_signature_name
+from microbench.trace.classify import _load, classify_kernel, kernel_signature_name
 
 from .conftest import NSYS, TRACES, needs_traces
 
@@ -44,7 +44,7 @@ def test_every_kernel_rule_is_the_first_match_of_a_real_name():
 def test_strict_fp32_nvjet_is_not_tensor_core_work_by_name():
     """The issue's case: cuBLAS's nvjet on fp32 without tf32 in the name is not counted as Tensor Core
     work; with tf32 (or on 16-bit types) it is."""
-    from microbench.harness.evidence import from_kernel_names
+    from microbench.roofline.evidence import from_kernel_names
 
     assert from_kernel_names({"nvjet_sss_128x256_TNT": 1.0}).tensor_cores == "unknown"
     assert from_kernel_names({"nvjet_sm100_sss_64x32_64x16_2x1_v_bz_TNT": 1.0}).tensor_cores == "unknown"
@@ -74,7 +74,7 @@ def test_no_tensor_core_rule_can_match_an_element_wise_kernel():
 
 
 def test_communication_kernels_are_comm():
-    from microbench.timeline.classify import is_comm
+    from microbench.trace.classify import is_comm
 
     comm = [e["name"] for e in NAMES if e["class"] == "comm"]
     assert len(comm) >= 10 and all(is_comm(n) for n in comm)

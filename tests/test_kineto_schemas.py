@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from microbench.timeline import kineto
-from microbench.timeline.model import KERNEL, MEMCPY, NO_ID
+from microbench.trace import kineto
+from microbench.trace.timeline import KERNEL, MEMCPY, NO_ID
 
 from .conftest import TRACES
 
@@ -110,7 +110,7 @@ def test_device_work_in_an_unknown_category_is_counted_by_name(tmp_path):
 
 @pytest.mark.skipif(TB_SAMPLE is None or not TB_SAMPLE.is_file(), reason="tests/data/traces not here")
 def test_the_whole_tensorboard_sample_matches_the_plugins_own_kernel_time():
-    from microbench.timeline import gpu_time
+    from microbench.trace import gpu_time
 
     tl = kineto.read(TB_SAMPLE)
     assert (tl.launch_index() != NO_ID).all()
@@ -168,7 +168,7 @@ def test_later_schema_cuts_read_steps_operators_and_launches(name, steps, activi
 def test_without_launches_the_gpu_step_annotation_places_the_kernels(tmp_path):
     """The MI300X cut with its hipLaunchKernel calls taken out: the step's GPU-side annotation (Kineto's
     gpu_user_annotation ProfilerStep#6) still places every kernel in the step, with the same GPU figures."""
-    from microbench.timeline import gpu_time
+    from microbench.trace import gpu_time
 
     full = gpu_time.step_breakdowns(kineto.read(DATA / "mi300_bert_small_rocm_slice.json"))
     doc = json.loads((DATA / "mi300_bert_small_rocm_slice.json").read_text())

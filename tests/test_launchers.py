@@ -1,5 +1,5 @@
 """Kernels no name rule settles, classified by the operator or range that launched them (kernel_rules.toml
-[[launcher]], timeline/launchers.py): communication by what launched it (nccl:*, c10d::*, record_param_comms),
+[[launcher]], trace/launchers.py): communication by what launched it (nccl:*, c10d::*, record_param_comms),
 a GEMM of unknown unit by its fp16 / bf16 / fp8 matrix operator (a custom autograd function such as
 LinearWithGradAccumulationFP8 included), labelled inferred; element-wise, copy and cast kernels never change."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from microbench.core.config import load_config
-from microbench.timeline.analysis import TraceAnalysis, read_trace
-from microbench.timeline.classify import classify_by_launcher, classify_kernel
+from microbench.trace.analysis import TraceAnalysis, read_trace
+from microbench.trace.classify import classify_by_launcher, classify_kernel
 
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
 QUANTIZE = "void transformer_engine::quantize_kernel<fp8e4m3>"  # an FP8 cast inside an FP8 linear
@@ -89,7 +89,7 @@ def test_the_report_counts_launcher_inferred_time_apart(tmp_path):
 
 
 def test_launcher_rules_name_their_sources():
-    from microbench.timeline.classify import _load
+    from microbench.trace.classify import _load
 
     rules = _load()[1]["launcher"]
     assert rules and all("PyTorch" in r.note or "autograd" in r.note for r in rules)
@@ -99,7 +99,7 @@ def test_launcher_rules_name_their_sources():
 def test_the_job_view_reads_the_same_class(tmp_path):
     """A rank's summary (python -m microbench.comm ranks / the job view) counts the all-to-all that only its
     nccl:all_to_all range names as communication, as the trace report does."""
-    from microbench.communication.ranks import summarize_rank
+    from microbench.comm.ranks import summarize_rank
 
     s = summarize_rank(_trace(tmp_path), 0)
     assert s.comm_kernels == 1 and s.comm_us == 40.0

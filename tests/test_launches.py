@@ -1,4 +1,4 @@
-"""microbench.harness.launches: one record of which kernel ran, for Triton and CUDA C++ providers alike,
+"""microbench.roofline.launches: one record of which kernel ran, for Triton and CUDA C++ providers alike,
 separate per thread, nested records each seeing every launch made inside them."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 from microbench.kernels import cuda_kernels as ck
 from microbench.kernels import triton_runtime
-from microbench.harness.launches import KernelLaunch, launch_record, report_launch
+from microbench.roofline.launches import KernelLaunch, launch_record, report_launch
 
 
 def _cuda_launch(tag: str) -> ck.Launch:

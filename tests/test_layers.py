@@ -11,29 +11,42 @@ import pytest
 from .conftest import REPO
 
 # Lowest first. A package may import its own modules and any lower layer; packages on one level are
-# independent of each other.
+# independent of each other. A command's thin module (`microbench.<command>.cli`, and its `__main__`) sits in its
+# command's package but on the commands' level: it may import any library, and no library imports it.
 LEVELS = {
     "microbench.core": 0,
-    "microbench.reports": 1,
-    "microbench.timeline": 2,
-    "microbench.harness": 3,
+    "microbench.report": 1,
+    "microbench.trace": 2,
+    "microbench.roofline": 3,
     "microbench.models": 3,  # imports only the core (checked below)
     "microbench.kernels": 4,  # providers: core + measurement
-    "microbench.step": 5,
-    "microbench.communication": 5,
-    "microbench.accuracy": 6,
-    "microbench.prediction": 6,
-    "microbench": 9,  # the commands (microbench/<command>.py), the public API
+    "microbench.decompose": 5,
+    "microbench.comm": 5,
+    "microbench.inspect": 5,
+    "microbench.tta": 6,
+    "microbench.predict": 6,
+    "microbench.findings": 7,
+    "microbench.compare": 8,
+    "microbench": 9,  # the commands' modules, the public API (api.py, __init__.py), the door (__main__.py)
 }
+COMMAND_MODULES = ("cli", "__main__")
 MODELS_MAY_IMPORT = ("microbench.core",)
 
 
 def _unit(module: str) -> str:
     """The layer unit a module belongs to: its subpackage, or `microbench` for the top-level commands."""
     parts = module.split(".")
+    if is_command_module(module):
+        return "microbench"
     if parts[0] == "microbench" and len(parts) > 1 and f"microbench.{parts[1]}" in LEVELS:
         return f"microbench.{parts[1]}"
     return parts[0]
+
+
+def is_command_module(module: str) -> bool:
+    """`microbench.<command>.cli` or `microbench.<command>.__main__`: a command's thin module."""
+    parts = module.split(".")
+    return len(parts) == 3 and parts[0] == "microbench" and parts[2] in COMMAND_MODULES
 
 
 def _module_name(path: Path, root: Path = REPO) -> str:
@@ -61,7 +74,7 @@ def _imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
             else:
                 target = node.module
             out.append((node.lineno, target))
-            # `from microbench import trace` imports the submodule microbench.trace
+            # `from microbench import trace` imports the submodule microbench.trace.cli
             out += [(node.lineno, f"{target}.{a.name}") for a in node.names
                     if target in ("microbench", "microbench.kernels", "microbench.models")]
     return out
@@ -109,8 +122,8 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     writes into the checkout)."""
     fake = tmp_path / "microbench" / "core" / "_layer_probe_tmp.py"
     fake.parent.mkdir(parents=True)
-    fake.write_text("def f():\n    from microbench.harness.runner import CaseRunner\n")
-    assert any("_layer_probe_tmp.py:2 imports microbench.harness.runner" in v for v in _violations(tmp_path))
+    fake.write_text("def f():\n    from microbench.roofline.runner import CaseRunner\n")
+    assert any("_layer_probe_tmp.py:2 imports microbench.roofline.runner" in v for v in _violations(tmp_path))
 
 
 @pytest.mark.parametrize("name", ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure",
@@ -192,6 +205,8 @@ def _sibling_cycles(graph: dict[str, set[str]]) -> list[str]:
     for pkg in sorted(packages):
         edges: dict[str, set[str]] = {}
         for src, dsts in graph.items():
+            if is_command_module(src):
+                continue  # an entry point: nothing imports it, so it closes no cycle (test_no_command_imports_another)
             for dst in dsts:
                 a, b = _child(pkg, src), _child(pkg, dst)
                 if a and b and a != b:
@@ -205,6 +220,15 @@ def test_no_import_cycle_at_any_depth():
     """Function-level imports count: an import inside a function that closes a cycle only moves the failure
     to the first call."""
     assert _sibling_cycles(_import_graph()) == []
+
+
+def test_no_library_or_command_imports_a_command_module():
+    """A command's thin module is an entry point: the door (microbench/__main__.py) finds it by name, and nothing
+    else imports it (`roofline --model` goes through the door to decompose, not through decompose's module)."""
+    graph = _import_graph()
+    bad = [f"{src} imports {dst}" for src, dsts in graph.items() for dst in dsts if is_command_module(dst)
+           and not (src.endswith(".__main__") and dst == src.rpartition(".")[0] + ".cli")]
+    assert bad == []
 
 
 def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):

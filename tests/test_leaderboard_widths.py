@@ -9,8 +9,8 @@ from tests.conftest import DATA
 
 @pytest.mark.parametrize("width", [120, 80])
 def test_leaderboard_uses_the_width_it_has(monkeypatch, capsys, width):
-    from microbench.accuracy import leaderboard
-    from microbench.accuracy.report import print_leaderboard
+    from microbench.tta import leaderboard
+    from microbench.tta.report import print_leaderboard
 
     monkeypatch.setenv("COLUMNS", str(width))
     board = leaderboard.build(sorted((DATA / "mlperf").rglob("result_*.txt")))

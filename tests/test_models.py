@@ -168,7 +168,7 @@ def test_shared_module_backward_ranges_all_close():
 def test_backward_attributed_by_sequence_number():
     """Each module's backward operators map to that module through the autograd sequence numbers its
     forward created (the rule attribution uses), whatever thread or order backward runs in."""
-    from microbench.step.oprecord import OpRecorder
+    from microbench.decompose.oprecord import OpRecorder
 
     w = _tiny_cnn()
     ranges = StepRanges(w.model, root_name="Tiny", nvtx_ranges=False)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from microbench.timeline.eligibility import Device, check, device_of
+from microbench.trace.eligibility import Device, check, device_of
 from microbench.core.ops.aten import trace_work as op_work
 
 from .conftest import TRACES, needs_traces

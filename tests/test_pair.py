@@ -1,4 +1,4 @@
-"""microbench.devtools.pair: what a fix really saved, both settings' steps timed in one process in alternating
+"""devtools.pair: what a fix really saved, both settings' steps timed in one process in alternating
 blocks (the checks of docs/findings.md)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from microbench.devtools import pair
+from devtools import pair
 
 
 def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_median_paired_difference():

@@ -1,4 +1,4 @@
-"""Cross-chip prediction (microbench.prediction, python -m microbench.predict): the model's rules on generated
+"""Cross-chip prediction (microbench.predict, python -m microbench.predict): the model's rules on generated
 kernels, the shared bert-small pair in both directions, the what-ifs, TraceLens' arch JSON, and bad input."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from microbench.core.archjson import read_arch, to_arch
 from microbench.core.config import load_config
 from microbench.core.datasheet import find_entry
-from microbench.prediction.chips import chip
-from microbench.prediction.kernels import ActivityWork
-from microbench.prediction.model import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
-from microbench.predict import main
+from microbench.predict.chips import chip
+from microbench.predict.kernels import ActivityWork
+from microbench.predict.estimate import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
+from microbench.predict.cli import main
 
 from .conftest import TRACES, needs_traces
 
@@ -74,8 +74,8 @@ def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_sl
 
 @needs_traces
 def test_memory_bound_kernels_of_a_trace_get_their_operators_bytes():
-    from microbench.prediction.kernels import activity_work
-    from microbench.timeline.analysis import read_trace
+    from microbench.predict.kernels import activity_work
+    from microbench.trace.analysis import read_trace
 
     w = activity_work(read_trace(TRACES / "h100_bert_small.json.gz"), {}, 128, 128)
     gelu = [i for i, n in enumerate(w.names) if "Gelu" in n]
@@ -93,8 +93,8 @@ def test_inferred_bytes_never_beat_the_dram_bandwidth_beyond_l2():
     fit in the A100's 40 MB L2 cannot move them faster than its DRAM (2.04 TB/s; 10 % for the attribution of one
     operator's bytes over its kernels by time). Smaller ones can, from L2: a sqrt over 16.8 MB runs at 2.2 TB/s.
     Tensor lists, fills and scatters once gave 1.6 GB for a 156 us concatenation."""
-    from microbench.prediction.kernels import MEMORY_BOUND, activity_work
-    from microbench.timeline.analysis import read_trace
+    from microbench.predict.kernels import MEMORY_BOUND, activity_work
+    from microbench.trace.analysis import read_trace
 
     w = activity_work(read_trace(TRACES / "a100_torchrec_rank0.json.gz"), {}, 128, 128)
     known = np.isin(w.group, MEMORY_BOUND) & np.isfinite(w.bytes)
@@ -185,7 +185,7 @@ def test_bert_pair_both_directions(tmp_path, src, on, actual, capsys):
 
 @needs_traces
 def test_same_chip_predicts_the_source():
-    from microbench.prediction.from_trace import from_trace
+    from microbench.predict.from_trace import from_trace
 
     doc = from_trace(TRACES / "h100_bert_small.json.gz", "h100_sxm5", CFG)
     assert doc["target"]["busy_us"] == pytest.approx(doc["source"]["busy_us"])
@@ -236,7 +236,7 @@ def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
 
 def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
     from microbench.core.datasheet import ceilings_file, ceilings_from_args
-    from microbench.roofline import _write_arch
+    from microbench.roofline.cli import _write_arch
 
     doc = {"hardware": {"name": "NVIDIA H200", "memory_gib": 139.8},
            "ceilings": [{"kind": "compute", "dtype": "bf16", "value": 780.0, "source": "measured"},
@@ -272,7 +272,7 @@ def test_model_step_predicted_from_recorded_operators(tmp_path):
 
 
 def test_communication_moves_through_the_fabric_presets():
-    from microbench.prediction.from_trace import fabrics
+    from microbench.predict.from_trace import fabrics
 
     f = fabrics("nvlink4", "v100_nvlink")  # 450 GB/s, 5 us against 150 GB/s, 10 us (data/fabrics.toml)
     assert (f.source_gbps, f.source_latency_us, f.target_gbps, f.target_latency_us) == (150.0, 10.0, 450.0, 5.0)
@@ -290,7 +290,7 @@ def test_one_fabric_alone_is_bad_input(tmp_path, capsys):
 
 @needs_traces
 def test_per_step_prediction_over_each_steps_own_activities():
-    from microbench.prediction.from_trace import from_trace
+    from microbench.predict.from_trace import from_trace
 
     doc = from_trace(TRACES / "a100_torchrec_rank0.json.gz", "h100", CFG, source="A100")
     steps = doc["steps"]
@@ -302,7 +302,7 @@ def test_per_step_prediction_over_each_steps_own_activities():
 
 
 def test_roofline_refuses_an_unusable_arch_json_path_before_any_work(tmp_path, capsys):
-    from microbench.roofline import main as roofline_main
+    from microbench.roofline.cli import main as roofline_main
 
     assert roofline_main(["--arch-json", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "--arch-json" in capsys.readouterr().err
@@ -311,7 +311,7 @@ def test_roofline_refuses_an_unusable_arch_json_path_before_any_work(tmp_path, c
 
 @needs_traces
 def test_trace_reads_tracelens_arch_json(tmp_path):
-    from microbench.trace import main as trace_main
+    from microbench.trace.cli import main as trace_main
 
     arch = tmp_path / "H100.json"
     arch.write_text(json.dumps({"name": "H100", "mem_bw_gbps": 3000, "max_achievable_tflops": {"matrix_bf16": 700}}))
@@ -322,9 +322,9 @@ def test_trace_reads_tracelens_arch_json(tmp_path):
 
 
 def test_a_kernel_belongs_to_the_innermost_operator_around_its_launch(tmp_path):
-    from microbench.timeline import opmetrics
-    from microbench.timeline.analysis import read_trace
-    from microbench.timeline.model import NO_ID
+    from microbench.trace import opmetrics
+    from microbench.trace.analysis import read_trace
+    from microbench.trace.timeline import NO_ID
 
     events, launched = [], []
 

@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 
 from microbench.core.errors import InputError
-from microbench.timeline.counters import combine_calls, contradiction, counter_verdict, sass_flops
-from microbench.timeline.ncu import looks_like_ncu_csv, parse_number, read_ncu_csv
-from microbench.timeline.nsys import process_of, read_nsys_sqlite
+from microbench.trace.counters import combine_calls, contradiction, counter_verdict, sass_flops
+from microbench.trace.ncu import looks_like_ncu_csv, parse_number, read_ncu_csv
+from microbench.trace.nsys import process_of, read_nsys_sqlite
 
 from .conftest import NCU, NSYS
 
@@ -201,7 +201,7 @@ def test_truncated_and_ragged_exports_are_one_line(tmp_path):
     ragged.write_text("\n".join(lines[:3] + ['"0","6153","python3.11"']) + "\n")
     with pytest.raises(InputError, match="row 4: 3 fields"):
         read_ncu_csv(ragged)
-    from microbench.timeline import ncu
+    from microbench.trace import ncu
 
     odd = tmp_path / "odd.csv"
     odd.write_text("\n".join(lines).replace('"ns","21,058,944"', '"fortnight","21,058,944"') + "\n")

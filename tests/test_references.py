@@ -1,5 +1,5 @@
-"""Prose that names our code names code that exists: every module path (`microbench/timeline/classify.py`,
-`harness/sass.py`) and dotted name (`microbench.core.ops.case_work`, `timeline.analysis.TraceAnalysis`) in docs/,
+"""Prose that names our code names code that exists: every module path (`microbench/trace/classify.py`,
+`roofline/sass.py`) and dotted name (`microbench.core.ops.case_work`, `trace.analysis.TraceAnalysis`) in docs/,
 in the comments and docstrings of the code and tests, in scripts and in the data files resolves to a file, a module
 or a module's top-level name. A renamed module otherwise leaves its old name behind in a dozen places."""
 from __future__ import annotations
@@ -12,23 +12,24 @@ from pathlib import Path
 
 from .conftest import REPO
 
-# Our namespace packages: a dotted name starting with one of them is ours (`kernels`, `models` and `data` are
+# Our packages: a dotted name starting with one of them is ours (`kernels`, `models` and `data` are
 # common words too, so only `microbench.kernels...` counts for those).
-PACKAGES = ("core", "harness", "timeline", "reports", "step", "communication", "accuracy", "prediction", "devtools")
+PACKAGES = ("core", "report", "trace", "roofline", "decompose", "comm", "tta", "predict", "findings", "compare", "inspect",
+            "devtools")
 _OURS = "|".join(PACKAGES)
 DOTTED = re.compile(rf"(?<![\w./-])(microbench(?:\.[A-Za-z_]\w*)+|(?:{_OURS})(?:\.[A-Za-z_]\w*)+)")
 PATH = re.compile(rf"(?<![\w./-])((?:microbench|kernels|models|tests|scripts|docs|data|ops|{_OURS})/[\w/.-]*\w"
                   r"\.(?:py|toml|cu|cuh|md))\b")
-SUFFIXES = ("py", "toml", "md", "json", "csv", "gz", "cu", "cuh", "sqlite", "png", "html", "txt")
+SUFFIXES = ("py", "toml", "md", "json", "csv", "gz", "cu", "cuh", "sqlite", "png", "svg", "html", "txt")
 
 
 def _modules(root: Path) -> dict[str, Path | None]:
     """Dotted module name -> its file (None for a namespace package: a folder without __init__.py)."""
     out: dict[str, Path | None] = {}
-    for top in ("microbench", "kernels", "models"):
+    for top in ("microbench", "kernels", "models", "devtools"):
         for path in (root / top).rglob("*.py"):
             parts = list(path.relative_to(root).with_suffix("").parts)
-            if parts[0] != "microbench":
+            if parts[0] not in ("microbench", "devtools"):
                 parts.insert(0, "microbench")  # kernels/ and models/ install as microbench.kernels / .models
             if parts[-1] == "__init__":
                 parts.pop()
@@ -54,7 +55,7 @@ def _defined_names(path: Path) -> set[str]:
 
 def _resolves(ref: str, modules: dict[str, Path | None], names: dict[Path, set[str]]) -> bool:
     parts = ref.split(".")
-    if parts[0] != "microbench":
+    if parts[0] not in ("microbench", "devtools"):  # devtools/ lies beside the package, not in it
         parts.insert(0, "microbench")
     if parts[-1] in SUFFIXES or any(p.isupper() for p in parts[1:]):
         return True  # a file name written with dots, or a placeholder (microbench.COMMAND)
@@ -115,15 +116,15 @@ def test_prose_and_data_files_name_only_code_that_exists():
 
 def test_a_stale_name_is_found(tmp_path):
     """The check can fail: a module that is gone, a name a module lacks and a path that is not there."""
-    (tmp_path / "microbench" / "timeline").mkdir(parents=True)
-    (tmp_path / "microbench" / "timeline" / "classify.py").write_text('"""Rules."""\n\ndef classify(name):\n    pass\n')
+    (tmp_path / "microbench" / "trace").mkdir(parents=True)
+    (tmp_path / "microbench" / "trace" / "classify.py").write_text('"""Rules."""\n\ndef classify(name):\n    pass\n')
     for folder in ("kernels", "models", "docs"):
         (tmp_path / folder).mkdir()
-    (tmp_path / "bench.toml").write_text("# Read by microbench/config.py and microbench/timeline/classify.py.\n")
-    (tmp_path / "docs" / "a.md").write_text("`timeline.classify.classify`, `timeline.classify.rules`, "
-                                            "`microbench.timeline.perf`, `microbench.measure`.\n")
-    assert stale_references(tmp_path) == ["bench.toml:1: microbench/config.py", "docs/a.md:1: timeline.classify.rules",
-                                          "docs/a.md:1: microbench.timeline.perf", "docs/a.md:1: microbench.measure"]
+    (tmp_path / "bench.toml").write_text("# Read by microbench/config.py and microbench/trace/classify.py.\n")
+    (tmp_path / "docs" / "a.md").write_text("`trace.classify.classify`, `trace.classify.rules`, "
+                                            "`microbench.trace.perf`, `microbench.measure`.\n")
+    assert stale_references(tmp_path) == ["bench.toml:1: microbench/config.py", "docs/a.md:1: trace.classify.rules",
+                                          "docs/a.md:1: microbench.trace.perf", "docs/a.md:1: microbench.measure"]
 
 
 # The optional corpus beside the repository is named only where the tests look for it.

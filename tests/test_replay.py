@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from microbench import roofline
+from microbench.roofline import cli as roofline
 from microbench.core.config import load_config
 from microbench.core.errors import InputError
-from microbench.harness.trace_cases import compare, same_device_reason, trace_cases
-from microbench.prediction.replay import summary
+from microbench.roofline.trace_cases import compare, same_device_reason, trace_cases
+from microbench.predict.replay import summary
 
 from .conftest import REPO, TRACES, child_pytest_env, needs_traces
 
@@ -230,7 +230,7 @@ def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
     same, why = same_device_reason(tc, "AMD Instinct MI300X VF", full_cfg)
     assert not same and "mi300x_vf" in why
     rp = summary(tc, _rows_for(tc, 0.01), "AMD Instinct MI300X VF", full_cfg, [], same, why)
-    assert rp["rest_how"] == "predicted h100_sxm5 -> mi300x_vf (prediction.model)"
+    assert rp["rest_how"] == "predicted h100_sxm5 -> mi300x_vf (predict.estimate)"
     assert rp["rest_here_us"] > 0 and rp["rest_here_us"] != pytest.approx(rp["rest_trace_us"])
     assert all(r["ratio_vs_trace"] is None for r in rp["groups"])  # another chip: for reference only
     assert rp["matrix_here_us"] == pytest.approx(rp["replayed_here_us"] + rp["rest_here_us"])
@@ -263,8 +263,8 @@ def test_attention_providers_match_the_float64_reference(cfg):
     from microbench.core.cases import make_inputs, reference, rel_err
     from microbench.core.ops import case_work
     from microbench.core.shapes import AttentionShape, Case
-    from microbench.harness import registry
-    from microbench.harness.registry import bind
+    from microbench.roofline import registry
+    from microbench.roofline.registry import bind
 
     outs = {}
     for causal in (False, True):

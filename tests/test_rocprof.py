@@ -1,4 +1,4 @@
-"""rocprofv3 JSON (`rocprofiler-sdk-tool`) read into the one timeline, chosen by content (microbench/timeline/
+"""rocprofv3 JSON (`rocprofiler-sdk-tool`) read into the one timeline, chosen by content (microbench/trace/
 rocprof.py). Inputs: a 150-dispatch cut of the MI350X capture in tests/data/traces (AMD-AGI/TraceLens
 tests/rocprof/908_results.json.gz; tests/data/SOURCES.md) and, where present, the whole capture."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from microbench.core.errors import InputError
-from microbench.timeline import rocprof
-from microbench.timeline.analysis import analyze, detect_format, read_trace
-from microbench.timeline.model import NO_ID
+from microbench.trace import rocprof
+from microbench.trace.analysis import analyze, detect_format, read_trace
+from microbench.trace.timeline import NO_ID
 
 from .conftest import TRACES
 
@@ -93,7 +93,7 @@ def test_memory_copies_are_copies_on_their_gpu(tmp_path):
     """The capture here has no memory_copy records (rocprofv3 ran without --memory-copy-trace); these follow
     rocprofiler-sdk's record (rocprofiler_buffer_tracing_memory_copy_record_t: operation, dst_agent_id,
     src_agent_id, bytes), between the capture's own CPU agent and its first GPU agent."""
-    from microbench.timeline.model import MEMCPY
+    from microbench.trace.timeline import MEMCPY
 
     doc = _doc()
     proc = doc["rocprofiler-sdk-tool"][0]

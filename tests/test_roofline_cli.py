@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from microbench.harness import registry
+from microbench.roofline import registry
 
-from microbench import roofline
-from microbench.harness.registry import provider
+from microbench.roofline import cli as roofline
+from microbench.roofline.registry import provider
 
 REQUIRED_ROW_KEYS = {"op", "shape", "dtype", "provider", "device", "time_ms", "flops", "bytes", "tflops", "gbps",
                      "intensity", "ceiling", "pct_of_ceiling", "bound", "tensor_cores", "tensor_core_evidence",

@@ -12,8 +12,8 @@ import pytest
 from microbench.core import results
 from microbench.core.results import (KernelCaseRow, LayerRow, ResultRow, ResultsWriter, TraceKernelRow,
                                      row_from_dict, row_kind)
-from microbench.reports import compare
-from microbench.reports.report import results_cells
+from microbench.report import compare
+from microbench.report.roofline_report import results_cells
 
 TIME = {"median": 2.0, "p20": 1.9, "p80": 2.2, "cov": 0.05, "reps": 10}
 

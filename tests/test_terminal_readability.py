@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from microbench import compare as compare_cli
-from microbench import predict as predict_cli
-from microbench import trace as trace_cli
-from microbench.reports.cells import LeftOut, empty_columns, fit_columns, kept_in, table_width
-from microbench.reports.trace_compare import compare_drop_order
-from microbench.reports.trace_report import evidence_legend, print_trace_report
-from microbench.timeline.analysis import analyze
+from microbench.compare import cli as compare_cli
+from microbench.predict import cli as predict_cli
+from microbench.trace import cli as trace_cli
+from microbench.report.cells import LeftOut, empty_columns, fit_columns, kept_in, table_width
+from microbench.report.trace_compare import compare_drop_order
+from microbench.report.trace_report import evidence_legend, print_trace_report
+from microbench.trace.analysis import analyze
 from tests.conftest import TRACES, needs_traces
 
 
@@ -173,7 +173,7 @@ def test_narrow_tables_share_one_footnote_that_names_the_files_written(cfg):
     # at 80 columns the BERT trace printed four "narrow terminal: columns ... are in the JSON report (--json OUT)
     # and the HTML page (--html OUT)" lines, one per table
     doc = analyze(TRACES / "h100_bert_small.json.gz", cfg)
-    # the step-breakdown table (reports/findings_report.py draws it) is in the one line too
+    # the step-breakdown table (report/findings_report.py draws it) is in the one line too
     assert _report(doc, 80).count("narrow terminal") == 1
     text = _report(doc, 80, kept_in=kept_in("out.json", "out.html"))
     ours = _joined(text[text.rindex("narrow terminal"):])  # the report's last line
@@ -196,8 +196,8 @@ def test_left_out_counts_columns_and_tables():
 
 
 def test_the_width_rule_is_richs():
-    # cells.table_width decides without rich: it must measure report.rich_table's table as rich does
-    from microbench.reports.report import _natural_width, _table
+    # cells.table_width decides without rich: it must measure roofline_report.rich_table's table as rich does
+    from microbench.report.roofline_report import _natural_width, _table
 
     cols = [("kernel", "left"), ("[1] vs base", "right"), ("share", "right")]
     rows = [(["Kernel2<cutlass_80_wmma…", "1.00x", "32.1%"], None), (["x", "0.66x", "-"], None)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from microbench.core import thresholds
-from microbench.timeline.classify import class_set
+from microbench.trace.classify import class_set
 
 from .conftest import REPO
 

@@ -1,4 +1,4 @@
-"""The timeline model (microbench/timeline/model.py) and its Kineto reader: typed columns checked against an
+"""The timeline model (microbench/trace/timeline.py) and its Kineto reader: typed columns checked against an
 independent reading of the whole file, the one correlation, step and window rules, a timeline built by hand
 as another format's reader would, and commands that never import torch."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from microbench.timeline import gpu_time, kineto, metrics
-from microbench.timeline.model import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
+from microbench.trace import gpu_time, kineto, metrics
+from microbench.trace.timeline import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
                                        Timeline)
 
 from .conftest import REPO, TRACES, needs_traces
@@ -164,7 +164,7 @@ def test_trace_and_compare_commands_do_not_import_torch(tmp_path):
     results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": []}))
     code = (
         "import sys\n"
-        "from microbench import trace, compare\n"
+        "from microbench.trace import cli as trace\nfrom microbench.compare import cli as compare\n"
         f"print(trace.main([{str(AMD)!r}, '--json', {str(tmp_path / 'out.json')!r}]))\n"
         f"print(trace.main([{str(empty)!r}]))\n"
         f"print(compare.main([{str(results)!r}, {str(results)!r}]))\n"
@@ -179,7 +179,7 @@ def test_trace_and_compare_commands_do_not_import_torch(tmp_path):
 def test_attribution_reads_the_same_timeline_and_rules():
     """The step attribution of decompose over the synthetic AMD trace: the ProfilerStep fallback, the window
     rule (the memcpy has no launch: in no step, and said so), kernels to the phase of their launch."""
-    from microbench.step.attribution import attribute, load_trace
+    from microbench.decompose.attribution import attribute, load_trace
 
     a = attribute(load_trace(AMD), phase_ranges={"## forward ##": "forward"})
     assert a.unit == "kernel" and a.steps == 1

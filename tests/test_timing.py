@@ -8,7 +8,7 @@ import pytest
 from microbench.core.config import TimingSettings
 from microbench.core.device import cpu_device
 from microbench.core.stats import NoiseSettings, summarize
-from microbench.harness.timing import _busy_cores, time_calls
+from microbench.roofline.timing import _busy_cores, time_calls
 
 
 def test_summarize_quantiles_and_cov():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from microbench.kernels import nvrtc
-from microbench.harness import sass
+from microbench.roofline import sass
 
 pytestmark = pytest.mark.inspect
 
@@ -123,7 +123,7 @@ def _fake_modules(monkeypatch, cubin: bytes):
 
 
 def test_inspect_goes_on_past_a_failing_module_and_says_what_failed(tmp_path, monkeypatch, capsys):
-    from microbench import inspect as cli
+    from microbench.inspect import cli as cli
 
     cubin, _ = sass.assemble(_real_ptx(), "sm_80")
     _fake_modules(monkeypatch, cubin)
@@ -139,7 +139,7 @@ def test_inspect_goes_on_past_a_failing_module_and_says_what_failed(tmp_path, mo
 
 
 def test_inspect_json_is_written_as_it_goes(tmp_path, monkeypatch):
-    from microbench import inspect as cli
+    from microbench.inspect import cli as cli
 
     cubin, _ = sass.assemble(_real_ptx(), "sm_80")
     _fake_modules(monkeypatch, cubin)

@@ -1,4 +1,4 @@
-"""microbench.trace on the four real GPU traces of tests/data/traces (counts checked against SOURCES.md and
+"""microbench.trace.cli on the four real GPU traces of tests/data/traces (counts checked against SOURCES.md and
 against independent computations from the whole file), on a hand-written AMD trace, and on broken files."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from microbench import trace as trace_cli
-from microbench.timeline import analysis as trace
-from microbench.timeline import kineto
+from microbench.trace import cli as trace_cli
+from microbench.trace import analysis as trace
+from microbench.trace import kineto
 from microbench.core.config import load_config
 
 from .conftest import SLICE, TRACES, needs_traces
@@ -23,8 +23,8 @@ AMD = DATA / "amd_mi300x_synthetic.json"
 @pytest.fixture(scope="module")
 def cfg():
     # Import what analyze() imports lazily (torch among it) now, not under tracemalloc, which slows imports.
-    import microbench.harness.ceilings  # noqa: F401
-    import microbench.harness.timing  # noqa: F401
+    import microbench.roofline.ceilings  # noqa: F401
+    import microbench.roofline.timing  # noqa: F401
 
     return load_config()
 

@@ -1,12 +1,12 @@
-"""The one trace analysis object (microbench/timeline/analysis.py): results computed from the timeline without
+"""The one trace analysis object (microbench/trace/analysis.py): results computed from the timeline without
 changing it; hardware counters' Tensor Core verdicts in a column of their own."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from microbench.timeline.analysis import TraceAnalysis
-from microbench.timeline.model import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, TimelineBuilder
+from microbench.trace.analysis import TraceAnalysis
+from microbench.trace.timeline import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, TimelineBuilder
 
 TENSOR = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 42.5,
           "sm__ops_path_tensor_src_bf16_dst_fp32.sum": 1_048_576.0}

@@ -38,8 +38,8 @@ def _csv(path: Path, add_total: float = 3 * 2.0) -> Path:
 
 def test_a_report_becomes_a_trace_the_prediction_reads(tmp_path):
     from microbench.core.config import load_config
-    from microbench.prediction.from_trace import from_trace
-    from microbench.timeline.analysis import read_trace
+    from microbench.predict.from_trace import from_trace
+    from microbench.trace.analysis import read_trace
 
     out = tmp_path / "t.json.gz"
     assert _rebuild([str(_csv(tmp_path / "ops.csv")), "--device", "h100", "--out", str(out)]) == 0

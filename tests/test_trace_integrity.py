@@ -1,4 +1,4 @@
-"""The integrity block of a trace report (microbench/timeline/integrity.py): what the trace lacks, which figures
+"""The integrity block of a trace report (microbench/trace/integrity.py): what the trace lacks, which figures
 that makes unreliable, and the figures withheld, said before any figure; on cuts of real traces."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.timeline.analysis import analyze
+from microbench.trace.analysis import analyze
 
 from .conftest import TRACES
 
@@ -87,7 +87,7 @@ def test_mfu_is_shown_where_the_flops_cover_the_matrix_time(cfg):
 def test_the_terminal_says_what_is_missing_before_the_headline_and_splits_the_span(cfg):
     from rich.console import Console
 
-    from microbench.reports.trace_report import print_trace_report
+    from microbench.report.trace_report import print_trace_report
 
     doc = analyze(SLICE_2021, cfg)
     console = Console(record=True, width=400)

@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
-from microbench import compare as compare_cli
-from microbench import trace as trace_cli
-from microbench.timeline.analysis import analyze, detect_format
+from microbench.compare import cli as compare_cli
+from microbench.trace import cli as trace_cli
+from microbench.trace.analysis import analyze, detect_format
 
 from .conftest import SHARED, TRACES, needs_traces
 
@@ -260,7 +260,7 @@ def test_op_time_and_math_kernel_time_both_named(tmp_path, cfg):
 
 
 def test_math_kernels_above_the_datasheet_peak_are_flagged():
-    from microbench.timeline.opmetrics import above_peak
+    from microbench.trace.opmetrics import above_peak
 
     row = {"op": "aten::mm", "shape": "M=8 N=8 K=8", "dtype": "bf16", "precision": "bf16", "kernel_tflops": 400.0,
            "kernel_pct_of_datasheet": 128.0}

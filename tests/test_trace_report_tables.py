@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from microbench.reports.trace_report import print_trace_report
-from microbench.timeline import metrics
-from microbench.timeline.analysis import analyze
+from microbench.report.trace_report import print_trace_report
+from microbench.trace import metrics
+from microbench.trace.analysis import analyze
 from tests.conftest import DATA, TRACES, needs_traces
 
 
@@ -51,7 +51,7 @@ def test_a_steps_annotation_row_has_its_own_calls(cfg):
 
 
 def test_gpu_annotations_that_are_not_steps_stay():
-    from microbench.timeline.analysis import read_trace
+    from microbench.trace.analysis import read_trace
 
     # the DDP slice's GPU-side range DistributedDataParallel.forward is no step: it keeps its row and its time
     rows = {a["name"]: a for a in metrics.annotation_times(read_trace(DATA / "v100_resnet_ddp_2023schema_slice.json"))}
@@ -118,7 +118,7 @@ def test_a_process_on_two_gpus_shows_each_devices_own_row(cfg, tmp_path):
     import gzip
     import json
 
-    from microbench.reports.trace_html import summary_html
+    from microbench.report.trace_html import summary_html
 
     doc = json.loads(gzip.open(TRACES / "h100_bert_small.json.gz").read())
     gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -167,7 +167,7 @@ def test_a_trace_of_the_host_alone_says_so_instead_of_tables_of_zeros(cfg, tmp_p
     ops = text[text.index("operators with a work model"):]
     row = next(line for line in ops.splitlines() if "aten::conv2d" in line)
     assert doc["ops"][0]["kernel_time_us"] == 0.0 and " 0.0" not in row
-    from microbench.reports.trace_html import trace_page
+    from microbench.report.trace_html import trace_page
 
     page = trace_page(doc)
     assert "no GPU activity: a trace of the host alone" in page and "step breakdown" in page

@@ -17,11 +17,11 @@ import torch
 
 from microbench.kernels import conv_triton as ct
 from microbench.kernels import triton_configs as cfgs
-from microbench.harness import registry
+from microbench.roofline import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
 from microbench.core.config import load_config
-from microbench.harness.registry import Unsupported
+from microbench.roofline.registry import Unsupported
 from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 
 pytestmark = [pytest.mark.interpreter, pytest.mark.slow]  # .ci/run's image simulation selects interpreter; minutes in all
@@ -127,7 +127,7 @@ def test_refusals():
 
 
 def test_registered_provider_answers_groups_unsupported():
-    from microbench.harness.registry import bind
+    from microbench.roofline.registry import bind
 
     p = registry.get("conv2d", "triton")
     case = Case("conv2d_bwd_data", ConvShape(1, 4, 6, 6, 4, 3, 3, groups=4), "fp16")

@@ -18,11 +18,11 @@ import torch
 from microbench.kernels import gemm_triton as gt
 from microbench.kernels import triton_configs as cfgs
 from microbench.kernels import triton_runtime
-from microbench.harness import registry
+from microbench.roofline import registry
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
-from microbench.harness.registry import Unsupported
+from microbench.roofline.registry import Unsupported
 from microbench.core.shapes import Case, GemmShape
 
 pytestmark = pytest.mark.interpreter  # selected by .ci/run's simulation of the GPU image (-m "interpreter or inspect")
@@ -219,7 +219,7 @@ def test_gpu_fp8(request):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_evidence_reads_the_kernel_that_ran():
-    from microbench.harness.registry import bind
+    from microbench.roofline.registry import bind
     from microbench.core.device import gpu_device
 
     dev = gpu_device()
@@ -234,8 +234,8 @@ def test_gpu_evidence_reads_the_kernel_that_ran():
 
 def test_runner_rows_on_cpu_are_interpreted_with_static_evidence():
     """Through the runner, as `python -m microbench.roofline` runs it: correct, untimed, with evidence."""
-    from microbench.harness.ceilings import build_ceilings
-    from microbench.harness.runner import CaseRunner
+    from microbench.roofline.ceilings import build_ceilings
+    from microbench.roofline.runner import CaseRunner
 
     cfg = load_config()
     dev = cpu_device()

@@ -1,4 +1,4 @@
-"""Time-to-accuracy (microbench.tta): the leaderboard on real DAWNBench and MLPerf files and on untidy
+"""Time-to-accuracy (microbench.tta.cli): the leaderboard on real DAWNBench and MLPerf files and on untidy
 fixtures, the statistics on fixed numbers, the CIFAR-10 binary reader, a short digits run, and its rows in
 `compare`. Every expected value is computed here from the raw files or by hand, not by the code under test."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from microbench import tta
-from microbench.accuracy import datasets, leaderboard, mlperf, stats
+from microbench.tta import cli as tta
+from microbench.tta import datasets, leaderboard, mlperf, stats
 from microbench.core.errors import InputError
 
 from .conftest import mllog_events, needs_shared
@@ -233,7 +233,7 @@ def test_cifar_binary_reader(tmp_path):
 # ---- our own run: digits -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory):
-    from microbench.accuracy.run import run_tta
+    from microbench.tta.run import run_tta
 
     out = tmp_path_factory.mktemp("tta")
     # One thread: on a loaded 2-core machine a 2-thread op waits for its sibling (docs/tta.md).
@@ -257,7 +257,7 @@ def test_digits_run_reaches_target(digits_run):
 
 
 def test_compare_puts_two_tta_files_side_by_side(digits_run, tmp_path):
-    from microbench.reports.compare import compare
+    from microbench.report.compare import compare
 
     out, _ = digits_run
     other = json.loads((out / "results.json").read_text())
@@ -302,7 +302,7 @@ def test_a_leaderboard_with_nothing_to_rank_is_not_a_success(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_profile_decomposes_one_epoch(tmp_path):
-    from microbench.accuracy.run import run_tta
+    from microbench.tta.run import run_tta
 
     doc = run_tta("digits", 0.5, seeds=1, epochs=1, device="cpu", threads=1, profile=True)
     p = doc["profile"]

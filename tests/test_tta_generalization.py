@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from microbench import tta
-from microbench.accuracy import datasets, stats
-from microbench.accuracy.rules import tta_models
+from microbench.tta import cli as tta
+from microbench.tta import datasets, stats
+from microbench.tta.rules import tta_models
 from microbench.core.errors import InputError
 
 

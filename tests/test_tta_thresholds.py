@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from microbench import tta
-from microbench.accuracy import thresholds as T
+from microbench.tta import cli as tta
+from microbench.tta import thresholds as T
 
 from .conftest import mllog_events, needs_shared
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
-from microbench import trace as trace_cli
+from microbench.trace import cli as trace_cli
 
 from .conftest import TRACES
 
@@ -58,7 +58,7 @@ def _cpu_ahead(doc: dict) -> None:
 def test_a_step_whose_cpu_runs_ahead_is_judged_over_its_gpu_time(tmp_path):
     """MFU of a step is over its time to its last GPU activity where the CPU range ends sooner (it read 3,706 % over
     a CPU range of launches only); the trace's MFU counts the steps' operators over the steps' time."""
-    from microbench.timeline.analysis import TraceAnalysis
+    from microbench.trace.analysis import TraceAnalysis
 
     ta = TraceAnalysis.of(_variant(tmp_path, "h100_bert_small", _cpu_ahead))
     (st,) = ta.mfu["steps"]
@@ -69,7 +69,7 @@ def test_a_step_whose_cpu_runs_ahead_is_judged_over_its_gpu_time(tmp_path):
 
 
 def test_an_mfu_above_100_percent_is_flagged():
-    from microbench.timeline.opmetrics import mfu_above_peak
+    from microbench.trace.opmetrics import mfu_above_peak
 
     m = {"mfu": 0.4, "steps": [{"name": "ProfilerStep#3", "mfu": 37.06}, {"name": "ProfilerStep#4", "mfu": 0.5}]}
     (line,) = mfu_above_peak(m)
@@ -165,7 +165,7 @@ def test_source_names_the_chip_for_the_whole_report(tmp_path):
 
 
 def test_a_rocprofv3_record_that_ends_before_it_starts_is_said(tmp_path):
-    from microbench.timeline.analysis import read_trace
+    from microbench.trace.analysis import read_trace
 
     doc = json.loads(gzip.open(TRACES / "mi350x_rocprofv3.json.gz").read())
     (proc,) = doc["rocprofiler-sdk-tool"] if isinstance(doc["rocprofiler-sdk-tool"], list) else [doc["rocprofiler-sdk-tool"]]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from microbench.reports.report import wide_console
+from microbench.report.roofline_report import wide_console
 
 from .conftest import REPO, SLICE, needs_shared
 
@@ -31,8 +31,8 @@ def _rows_doc(provider_rows):
     from microbench.core.results import KernelCaseRow
     from microbench.core.stats import NoiseSettings, summarize
     from microbench.core.ops.work import Work
-    from microbench.harness.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
-    from microbench.harness.judge import judge
+    from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+    from microbench.roofline.judge import judge
 
     ceil = Ceilings([Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05)),
                      Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0))])
@@ -54,7 +54,7 @@ def _rows_doc(provider_rows):
 
 def test_roofline_groups_providers_that_cannot_run(monkeypatch, capsys):
     """On a CPU most of the quick profile's rows were GPU providers that cannot run: one line per provider."""
-    from microbench.reports.report import print_report
+    from microbench.report.roofline_report import print_report
 
     monkeypatch.delenv("COLUMNS", raising=False)
     doc = _rows_doc([("torch", "ok"), ("triton", "skipped"), ("cupy_blas", "skipped")])
@@ -68,7 +68,7 @@ def test_roofline_groups_providers_that_cannot_run(monkeypatch, capsys):
 
 
 def test_compare_fits_120_columns_piped(monkeypatch, capsys, tmp_path):
-    from microbench.reports.compare import compare, print_compare
+    from microbench.report.compare import compare, print_compare
 
     monkeypatch.delenv("COLUMNS", raising=False)
     files = []
@@ -85,7 +85,7 @@ def test_compare_fits_120_columns_piped(monkeypatch, capsys, tmp_path):
 
 
 def test_trace_fits_120_columns_piped(monkeypatch, capsys):
-    from microbench import trace
+    from microbench.trace import cli as trace
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert trace.main([str(SLICE)]) == 0
@@ -93,9 +93,9 @@ def test_trace_fits_120_columns_piped(monkeypatch, capsys):
 
 
 def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
-    from microbench import comm
-    from microbench.communication.collectives import to_rows
-    from microbench.communication.report import print_collectives
+    from microbench.comm import cli as comm
+    from microbench.comm.collectives import to_rows
+    from microbench.comm.report import print_collectives
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "100000000", "--workers", "1,8,128",
@@ -117,8 +117,8 @@ def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
 def test_inspect_table_fits_120_columns_piped(monkeypatch, capsys):
     """inspect's table (records as the compiles give them: an sm_90 and a gfx942 one with a long fallback note) at
     120 columns: kernel, config, target, the instruction count and the verdict are never cut."""
-    from microbench.harness.sass import StaticRecord
-    from microbench.inspect import _table
+    from microbench.roofline.sass import StaticRecord
+    from microbench.inspect.cli import _table
 
     monkeypatch.delenv("COLUMNS", raising=False)
     common = dict(default=True, wants_wgmma=False, hmma=0, hgmma=0, qgmma=0, imma=0, ffma=12, registers=168,
@@ -142,8 +142,8 @@ def test_inspect_table_fits_120_columns_piped(monkeypatch, capsys):
 
 @needs_shared("dawnbench")
 def test_tta_leaderboard_keeps_rank_and_runs_piped(monkeypatch, capsys, shared_dir):
-    from microbench.accuracy import leaderboard
-    from microbench.accuracy.report import print_leaderboard
+    from microbench.tta import leaderboard
+    from microbench.tta.report import print_leaderboard
 
     monkeypatch.delenv("COLUMNS", raising=False)
     tsvs = sorted((shared_dir / "dawnbench").rglob("*.tsv"))[:2]
@@ -163,7 +163,7 @@ def test_heartbeat_prints_each_stage_and_keeps_long_work_alive():
     import io
     import time
 
-    from microbench.core.cli import Heartbeat
+    from microbench.core.args import Heartbeat
 
     out = io.StringIO()
     with Heartbeat("decompose resnet9", every_s=0.05, stream=out, force=True) as beat:
@@ -179,7 +179,7 @@ def test_heartbeat_prints_each_stage_and_keeps_long_work_alive():
 def test_heartbeat_is_silent_on_a_terminal():
     import io
 
-    from microbench.core.cli import Heartbeat
+    from microbench.core.args import Heartbeat
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -207,7 +207,7 @@ def test_no_kineto_usdt_lines_from_our_profiling():
 
 
 def test_roof_labels_never_overlap():
-    from microbench.reports.report import LABEL_PT, label_lifts
+    from microbench.report.roofline_report import LABEL_PT, label_lifts
 
     values = [1.30, 1.33, 0.30, 0.0042, 1.31]  # bf16 measured / estimate / datasheet close together
     lifts = label_lifts(values, 1e-4, 10.0)
@@ -224,7 +224,7 @@ def test_point_numbers_on_one_spot_share_one_label():
     points a decade apart keep their own; no two groups' anchors closer than POINT_LABEL_PT."""
     import math
 
-    from microbench.reports.report import PLOT_HEIGHT_PT, PLOT_WIDTH_PT, POINT_LABEL_PT, point_label_groups
+    from microbench.report.roofline_report import PLOT_HEIGHT_PT, PLOT_WIDTH_PT, POINT_LABEL_PT, point_label_groups
 
     pts = [(10.0, 0.5), (10.05, 0.502), (1.0, 0.05), (10.02, 0.499), (100.0, 0.5)]
     groups = point_label_groups(pts, (0.05, 4000.0), (1e-4, 3.0))
@@ -235,8 +235,8 @@ def test_point_numbers_on_one_spot_share_one_label():
 
 
 def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
-    from microbench.reports.trace_compare import compare_traces, trace_compare_html
-    from microbench.timeline.analysis import analyze
+    from microbench.report.trace_compare import compare_traces, trace_compare_html
+    from microbench.trace.analysis import analyze
 
     amd = REPO / "tests" / "data" / "amd_mi300x_synthetic.json"
     docs = [(p, json.loads(json.dumps(analyze(p), default=str))) for p in (amd, SLICE)]
@@ -249,9 +249,9 @@ def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
 
 def test_compare_pages_draw_their_pictures(tmp_path):
     """compare of results: the ratio per case; compare of two trace reports: time by class per machine."""
-    from microbench.reports.compare import compare, compare_html
-    from microbench.reports.trace_compare import compare_traces, trace_compare_html
-    from microbench.timeline.analysis import analyze
+    from microbench.report.compare import compare, compare_html
+    from microbench.report.trace_compare import compare_traces, trace_compare_html
+    from microbench.trace.analysis import analyze
 
     files = []
     for name in ("machine a", "machine b"):

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from microbench.core.ops import aten
-from microbench.step.oprecord import analyse
+from microbench.decompose.oprecord import analyse
 
 
 class _Live(TorchDispatchMode):
@@ -214,7 +214,7 @@ _COLUMNS, _ROWS, _ADDED = torch.tensor([1, 3, 5]), torch.tensor([0, 7, 7, 49]), 
 def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
     """Element-wise, normalization, reduction, gather and copy calls: the bytes a trace's recorded shapes give
     (trace_other_work, which infers the outputs) are the bytes the live call moves (other_work)."""
-    from microbench.timeline.classify import classify_operator
+    from microbench.trace.classify import classify_operator
 
     fn = MEMORY_BOUND_CALLS[case]
     args = (torch.randn(6, 32), torch.randn(6, 32), torch.randn(50, 16), torch.randint(0, 50, (3, 4)))

@@ -1,4 +1,4 @@
-"""FLOPs of every convolution and matmul variant as the step recorder counts them (microbench.step.oprecord),
+"""FLOPs of every convolution and matmul variant as the step recorder counts them (microbench.decompose.oprecord),
 forward and backward, against formulas written out here, independently of microbench.core.ops.work.
 
 Each module runs forward and backward under a small dispatch mode that records every ATen operator; the
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from microbench.step.oprecord import analyse
+from microbench.decompose.oprecord import analyse
 
 
 class _Record(TorchDispatchMode):

@@ -79,7 +79,7 @@ class DatasheetDevice:
     exclude: tuple[str, ...]
     peaks_tflops: dict[str, float]  # precision -> TFLOP/s (int8: TOPS)
     memory_tbs: float | None
-    # What the chip reaches rather than what it is rated for, and its shape (microbench.prediction): published
+    # What the chip reaches rather than what it is rated for, and its shape (microbench.predict): published
     # max-achievable TFLOP/s per precision (MAMF finder), achievable memory TB/s, SMs / CUs, and the shortest
     # kernel a profiler shows on it. Empty / None: unknown (the prediction says which default it used).
     achievable_tflops: dict[str, float] = field(default_factory=dict)

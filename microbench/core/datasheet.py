@@ -52,14 +52,14 @@ def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[Da
 
 def ceilings_file(path: Path, device_name: str | None = None,
                   devices: tuple[DatasheetDevice, ...] = ()) -> tuple[dict[str, float], float | None]:
-    """Measured ceilings from a file: a results.json of microbench.roofline (its measured `ceilings`) or a
+    """Measured ceilings from a file: a results.json of microbench.roofline.cli (its measured `ceilings`) or a
     TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
     With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
     own run judged noisy is not used. Anything else is one line naming the file."""
     doc = load_json(path)
     ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
     if not is_arch_json(doc) and not isinstance(ceilings, list):
-        raise InputError(path, "neither a results.json of microbench.roofline (no `ceilings` list) nor a TraceLens "
+        raise InputError(path, "neither a results.json of microbench.roofline.cli (no `ceilings` list) nor a TraceLens "
                                "GPU arch JSON (no `max_achievable_tflops`)", key="ceilings")
     parsed = read_arch(doc, path) if is_arch_json(doc) else _measured(path, ceilings)
     if device_name is not None:

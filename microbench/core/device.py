@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
-from microbench.core.cli import digits
+from microbench.core.args import digits
 from microbench.core.datasheet import amd_product_name
 from microbench.core.conditions import usable_cores
 from microbench.core.dtypes import cpu_native_bf16

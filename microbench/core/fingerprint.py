@@ -1,6 +1,6 @@
 """The machine fingerprint as it travels in files: one line for captions, and the one block that our
 pytest-benchmark plugin (tests/conftest.py) writes into a benchmark JSON's `machine_info` and that
-`python -m microbench.compare` reads back. Both sides call this module, so they cannot drift apart.
+`dawnscope compare` reads back. Both sides call this module, so they cannot drift apart.
 
 No torch here: compare reads files without it (the fingerprint itself is taken by microbench.core.device).
 """

@@ -2,7 +2,7 @@
 the file's first bytes, never by its name. Every way such a file can be broken (missing, empty, not gzip
 after all, a truncated gzip stream, not UTF-8, not JSON, cut short) becomes one InputError naming the file.
 Nothing is evaluated or unpickled: the parsers are the standard library's JSON decoder (results files) and
-msgspec's (traces, microbench/timeline/kineto.py), which take the bytes of `read_bytes`."""
+msgspec's (traces, microbench/trace/kineto.py), which take the bytes of `read_bytes`."""
 from __future__ import annotations
 
 import gzip
@@ -72,7 +72,7 @@ def json_error(path, text: str, e: json.JSONDecodeError, at_eof: bool = True) ->
 
 
 def load_json(path: str | Path, max_chars: int = 256 * 2**20):
-    """A whole (small) JSON document: results files, not traces (those are streamed, microbench.trace)."""
+    """A whole (small) JSON document: results files, not traces (those are streamed, microbench.trace.cli)."""
     parts, n = [], 0
     for chunk in read_chunks(path, 1 << 20):
         parts.append(chunk)

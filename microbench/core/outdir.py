@@ -28,7 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from microbench.core.cli import digits
+from microbench.core.args import digits
 from microbench.core.errors import InputError, Interrupts, interrupts_as_keyboard_interrupt, shown
 from microbench.core.files import check_output
 from microbench.core.jsonio import dumps

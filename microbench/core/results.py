@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
-from microbench.core.cli import digits
+from microbench.core.args import digits
 from microbench.core.jsonio import clean, dumps
 
 STATUSES = ("ok", "wrong", "skipped", "failed")
@@ -123,7 +123,7 @@ class KernelCaseRow(ResultRow):
     layer: str | None = None
     phase: str | None = None
     # Replayed from a profiler trace (roofline --from-trace): the trace file, its operators and calls, its kernel
-    # time per call and device, and ours beside it (microbench/harness/trace_cases.py); results.json only, not a
+    # time per call and device, and ours beside it (microbench/roofline/trace_cases.py); results.json only, not a
     # results.csv column. Not `source`: that key is every row's kind marker on file (files from before kinds are
     # read by it).
     trace_source: dict | None = None
@@ -185,7 +185,7 @@ class TraceKernelRow(ResultRow):
 @row_kind
 @dataclass(kw_only=True)
 class TimeToAccuracyRow(ResultRow):
-    """Time to a target accuracy (microbench.accuracy): one seed's run, or (seed None) the summary over seeds."""
+    """Time to a target accuracy (microbench.tta): one seed's run, or (seed None) the summary over seeds."""
 
     kind: ClassVar[str] = "tta"
     source: ClassVar[str] = "tta"
@@ -207,7 +207,7 @@ class TimeToAccuracyRow(ResultRow):
 @row_kind
 @dataclass(kw_only=True)
 class CollectiveRow(ResultRow):
-    """One collective at one message size over `nranks` ranks (microbench.communication): `bytes` the message bytes as
+    """One collective at one message size over `nranks` ranks (microbench.comm): `bytes` the message bytes as
     nccl-tests counts them, `gbps` its algbw, `busbw_gbps` its bus bandwidth, `flops` 0."""
 
     kind: ClassVar[str] = "collective"

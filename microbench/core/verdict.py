@@ -1,4 +1,4 @@
-"""The words of the one judge (microbench.harness.judge): the flag prefixes it writes on a row and what each
+"""The words of the one judge (microbench.roofline.judge): the flag prefixes it writes on a row and what each
 means for the numbers that follow from the row. Here, in the core, so that reports and compare (which may not
 import the harness) read the same verdicts the judge wrote.
 
@@ -20,7 +20,7 @@ BUSY_CEILING = "busy ceiling: "
 ABOVE_ROOF = "above the measured"
 BUSY_THREADS = "busy machine: "
 # A row whose kernel ran on the matrix units at another precision's rate (Evidence.fallback): its % of the dtype's
-# ceilings measures the fallback, not the kernel (written by harness.runner).
+# ceilings measures the fallback, not the kernel (written by roofline.runner).
 FALLBACK = "fallback path: "
 
 

@@ -3,9 +3,9 @@
 The one owner of "how much work does this operator do". Two entry points, one model behind them:
 
 - `live_work(schema, args, kwargs)`: an operator called with live arguments (tensors, lists, numbers), as a
-  TorchDispatchMode sees it (`decompose`, microbench/step/oprecord.py).
+  TorchDispatchMode sees it (`decompose`, microbench/decompose/oprecord.py).
 - `trace_work(name, input_dims, input_types, concrete_inputs)`: an operator recorded in a trace with
-  `record_shapes=True` (`trace`, microbench/timeline/opmetrics.py; the cross-chip prediction): each cpu_op's
+  `record_shapes=True` (`trace`, microbench/trace/opmetrics.py; the cross-chip prediction): each cpu_op's
   `Input Dims`, `Input type` and `Concrete Inputs` lists, one entry per schema argument.
 
 Both turn their input into the same `Call` (per argument: a tensor's shape and dtype, or a non-tensor's value)
@@ -119,7 +119,7 @@ def trace_work(name: str, input_dims: list | None, input_types: list | None,
 def trace_call(name: str, input_dims: list, input_types: list | None, concrete_inputs: list | None = None) -> Call:
     """A recorded call as the work model reads it (each argument a tensor's shape and dtype, or a non-tensor's
     value from Concrete Inputs): what trace_work computes from, and what a replay of the call builds its case from
-    (microbench/harness/trace_cases.py), so the two read one call the same way."""
+    (microbench/roofline/trace_cases.py), so the two read one call the same way."""
     types = list(input_types or [])
     shapes, kinds, values = [], [], []
     for i, d in enumerate(input_dims):
@@ -222,7 +222,7 @@ def recorded_tensor(shape, type_name: str) -> RecordedTensor | None:
 def trace_other_work(name: str, cls: str, input_dims: list | None, input_types: list | None,
                      concrete_inputs: list | None = None) -> tuple[int, int] | None:
     """(FLOPs, bytes) of a recorded ATen call of an operator without a matrix model, by other_work's rules; `cls`
-    is the operator's class (timeline.classify.classify_operator), as the live path has it. A trace records no
+    is the operator's class (trace.classify.classify_operator), as the live path has it. A trace records no
     outputs, so they are inferred (op_models.toml [trace_outputs]): an in-place op (name ending in `_`) writes its
     first operand, a gather the rows it looks up, a reduction its reduced shape, a cast the type it names, a
     comparison bools, anything else one tensor of its operands' broadcast shape in their promoted type. None

@@ -89,7 +89,7 @@ class OpSpec:
         raise NotImplementedError
 
     def onednn_key(self, rec) -> tuple | None:
-        """A oneDNN record (microbench.harness.evidence.OneDnnExec) of `onednn_kind` -> its problem_key."""
+        """A oneDNN record (microbench.roofline.evidence.OneDnnExec) of `onednn_kind` -> its problem_key."""
         return None
 
     def short_op(self, op: str) -> str:

@@ -1,3 +1,0 @@
-"""Developer tooling, apart from the user commands: the GPU machine check (`python -m microbench.devtools.devicecheck`,
-run by scripts/device-check), its environment probe (`python -m microbench.devtools.probe`) and the Triton compile
-count of a profile (`python -m microbench.devtools.compiles`)."""
