@@ -48,7 +48,7 @@ _WHERE = {
     "measure": ("microbench.api", "measure"),
     "decompose_step": ("microbench.api", "decompose_step"),
     "analyze_trace": ("microbench.api", "analyze_trace"),
-    "TraceAnalysis": ("microbench.trace.analysis", "TraceAnalysis"),
+    "TraceAnalysis": ("microbench.findings.analysis", "TraceAnalysis"),
     "Job": ("microbench.comm.job", "Job"),
 }
 

@@ -18,9 +18,9 @@ from microbench.core.results import ResultsWriter, results_header
 from microbench.core.shapes import Case
 from microbench.roofline import registry
 from microbench.decompose.pipeline import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
-from microbench.findings.engine import analyze, findings_of, with_findings  # the trace document with its findings first
+from microbench.findings.analysis import TraceAnalysis  # the trace analysis with its findings
+from microbench.findings.engine import with_findings
 from microbench.report.trace_html import decompose_page
-from microbench.trace.analysis import TraceAnalysis
 
 
 def _load_providers() -> None:
@@ -73,9 +73,9 @@ def _with_findings(d) -> dict:
     """The decomposition with the findings of its own profiler trace first (findings/engine.py), and the
     trace's analysis for the report page (`trace`)."""
     from microbench.models.ranges import STEP_RANGE
-    ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path)
+    ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path, decomposition=None if d.dev.is_gpu else d.doc)
     tdoc = ta.document()
-    doc = with_findings(d.doc, findings_of(ta, d.cfg, cpu_doc=None if d.dev.is_gpu else d.doc))
+    doc = with_findings(d.doc, ta.findings)
     doc["trace_analysis"] = {k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes",
                                                    "classes", "mfu")}
     return doc
@@ -106,8 +106,9 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     return files
 
 
-def analyze_trace(path: str | Path, config=None, steps: str | None = None, measured: dict | None = None) -> dict:
-    """What a profiler trace says about the GPU (see microbench.trace): a Kineto JSON, an Nsight Systems
-    SQLite export or an Nsight Compute CSV. `steps`: the name of the step ranges; `measured`: measured compute
-    ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
-    return analyze(path, load_config(config), step_range=steps, measured=measured)
+def analyze_trace(path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None) -> dict:
+    """What a profiler trace says about the GPU, with its findings first: `TraceAnalysis.open(...).document()`,
+    the document `dawnscope trace --json` writes (a Kineto JSON, an Nsight Systems SQLite export, an Nsight
+    Compute CSV, rocprofv3 JSON). `config`: None for the project's bench.toml; `step_range`: the name of the step
+    ranges; `measured`: measured compute ceilings, TFLOP/s by precision ({"bf16": 769.0})."""
+    return TraceAnalysis.open(path, config, step_range, measured).document()

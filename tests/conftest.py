@@ -28,6 +28,20 @@ CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.roofline.ceilings.CACHE_ENV (not
 REPO = Path(__file__).resolve().parent.parent
 
 
+def analyze(path, config=None, **kw) -> dict:
+    """A trace's document without its findings (the trace layer alone): `trace.analysis.TraceAnalysis.open`."""
+    from microbench.trace.analysis import TraceAnalysis
+
+    return TraceAnalysis.open(path, config, **kw).document()
+
+
+def analyze_with_findings(path, config=None, **kw) -> dict:
+    """A trace's document as `dawnscope trace --json` writes it: `microbench.TraceAnalysis.open(...).document()`."""
+    from microbench.findings.analysis import TraceAnalysis
+
+    return TraceAnalysis.open(path, config, **kw).document()
+
+
 def load_script(name: str):
     """A script of scripts/ (no .py suffix, so not importable by name) as a module, for tests to call its main."""
     loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(REPO / "scripts" / name))

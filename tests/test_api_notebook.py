@@ -19,7 +19,7 @@ def test_the_names_are_public_and_import_microbench_stays_cheap():
     start-up); the names are the library's own classes, not copies."""
     code = ("import sys, microbench\n"
             "from microbench import TraceAnalysis, Job\n"
-            "from microbench.trace.analysis import TraceAnalysis as T\n"
+            "from microbench.findings.analysis import TraceAnalysis as T\n"
             "from microbench.comm.job import Job as J\n"
             "assert TraceAnalysis is T and Job is J and {'TraceAnalysis', 'Job'} <= set(microbench.__all__)\n"
             "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n")
@@ -29,7 +29,7 @@ def test_the_names_are_public_and_import_microbench_stays_cheap():
 
 def test_trace_analysis_frames_on_the_h100_slice(cfg):
     from microbench import TraceAnalysis
-    from microbench.trace.analysis import analyze
+    from .conftest import analyze_with_findings as analyze
 
     a = TraceAnalysis.open(SLICE)
     assert repr(a) == f"<TraceAnalysis of {SLICE} (kineto, 9 GPU activities)>"  # 8 kernels and a memcpy

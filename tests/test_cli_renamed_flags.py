@@ -1,5 +1,5 @@
-"""Flags renamed for one meaning per flag name (core.args.RENAMED_FLAGS): the old spelling still parses to the
-same options as the new one, with one notice line on stderr, through each command's own parser."""
+"""Flags renamed for one meaning per flag name (core.args.RENAMED_FLAGS): the 0.1 aliases are gone, and an old
+spelling is refused in one line that names the new one, through each command's own parser."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from microbench.roofline import cli as roofline
 from microbench.trace import cli as trace
 
 from microbench.tta import cli as tta
-from microbench.core.args import RENAMED_FLAGS, renamed_args
+from microbench.core.args import RENAMED_FLAGS
 
 SLICE = Path(__file__).parent / "data" / "h100_bert_small_slice.json"
 
@@ -36,43 +36,21 @@ def test_every_renamed_command_is_covered():
 
 
 @pytest.mark.parametrize("cmd, old, new", CASES, ids=[f"{c}:{o}" for c, o, _ in CASES])
-def test_old_spelling_parses_as_the_new_with_one_notice(cmd, old, new, capsys):
+def test_old_spelling_is_refused_naming_the_new(cmd, old, new, capsys):
     build, head = PARSERS[cmd]
     tail = [VALUES[old]] if VALUES[old] is not None else []
-    plain = build().parse_args(head)
-    with_new = build().parse_args(head + [new] + tail)
+    build().parse_args(head + [new] + tail)  # the new spelling parses
     assert capsys.readouterr().err == ""
-    with_old = build().parse_args(head + [old] + tail)
-    assert vars(with_old) == vars(with_new) != vars(plain)  # the option took effect, under the new name
-    err = capsys.readouterr().err.splitlines()
-    assert err == [f"note: {old} is now {new}; the old spelling goes in the next release"]
-    if tail:  # --old=VALUE too
-        assert vars(build().parse_args(head + [f"{old}={tail[0]}"])) == vars(with_new)
+    for args in ([old] + tail, [f"{old}={tail[0]}"] if tail else [old]):
+        with pytest.raises(SystemExit) as e:
+            build().parse_args(head + args)
+        assert e.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [f"error: {old} is now {new}"]
 
 
-def test_rewrite_rules():
-    table = {"--steps": "--step-range"}
-    lines = []
-
-    class Lines:
-        def write(self, s):
-            lines.append(s)
-
-    out = renamed_args(["f", "--steps", "A", "--steps=B", "--", "--steps"], table, stream=Lines())
-    assert out == ["f", "--step-range", "A", "--step-range=B", "--", "--steps"]  # after `--`: a value
-    assert "".join(lines).count("note:") == 1  # one notice per old flag, however often it is used
-    assert renamed_args(["--stepsX", "--step"], table) == ["--stepsX", "--step"]  # only the whole flag
-
-
-def test_trace_with_the_old_steps_flag_writes_the_same_report(tmp_path, capsys):
-    """The real command: `trace --steps NAME` (old) and `--step-range NAME` give the same JSON."""
-    docs = []
-    for flag in ("--steps", "--step-range"):
-        out = tmp_path / f"{flag.strip('-')}.json"
-        assert trace.main([str(SLICE), flag, "ProfilerStep#6", "--json", str(out)]) == 0
-        docs.append(json.loads(out.read_text()))
-    assert "note: --steps is now --step-range" in capsys.readouterr().err
-    assert docs[0]["steps"] == docs[1]["steps"] and [s["name"] for s in docs[0]["steps"]] == ["ProfilerStep#6"]
+def test_an_old_spelling_after_double_dash_is_a_value():
+    args = trace.build_parser().parse_args(["--", "--steps"])
+    assert args.file == ["--steps"]
 
 
 @pytest.mark.parametrize("build, head", [(comm.build_parser, ["collectives"]), (roofline.build_parser, []),

@@ -214,10 +214,10 @@ def test_ddp_step_split(hang_guard, tmp_path):
     assert [split_steps(tmp_path / f"rank{r['rank']}.pt.trace.json") for r in doc["ranks"]] == \
         [r["steps"] for r in doc["ranks"]]
     # `trace` of a kept rank trace reads the same breakdown: its communication figures are the split's
-    from microbench.findings.engine import CpuCommFacts
+    from microbench.findings.facts import CpuCommFacts
     from microbench.trace.analysis import TraceAnalysis
 
-    facts = CpuCommFacts(TraceAnalysis.of(tmp_path / "rank0.pt.trace.json", None, "dawnscope.ddp_step"))
+    facts = CpuCommFacts(TraceAnalysis.open(tmp_path / "rank0.pt.trace.json", None, "dawnscope.ddp_step"))
     keys = (("exposed_comm_us", "exposed_comm_ms"), ("comm_us", "comm_ms"), ("computation_us", "compute_ms"),
             ("gpu_span_us", "step_ms"))
     assert [st[a] for st in facts.steps for a, _ in keys] == \
@@ -470,7 +470,7 @@ def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guar
     makes of that trace per DDP step (checked or listed as not checked, each with its reason); --json holds them
     beside the split."""
     from microbench.comm import cli as comm
-    from microbench.findings.engine import analyze
+    from .conftest import analyze_with_findings as analyze
 
     out, j = tmp_path / "ddp", tmp_path / "ddp.json"
     assert comm.main(["ddp", "--model", "tests.ext_model:make", "--nproc", "2", "--batch", "4", "--steps", "2",
@@ -481,7 +481,7 @@ def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guar
     assert [x["id"] for x in doc["findings"]] == [x["id"] for x in again["findings"]]
     assert [x["id"] for x in doc["findings_not_checked"]] == [x["id"] for x in again["findings_not_checked"]]
     # a CPU trace of a gloo job (findings.toml [cpu_trace]): the communication rule is its one rule
-    from microbench.findings.engine import rules
+    from microbench.findings.facts import rules
 
     others = {x["id"]: x["why"] for x in doc["findings_not_checked"] if x["id"] != "exposed_comm"}
     assert set(others) == set(rules()["rules"]) - {"exposed_comm"}

@@ -33,7 +33,7 @@ def test_doc_command_lines_use_the_new_flag_names():
 
 
 def test_integrity_line_names_the_current_flag(cfg):
-    from microbench.trace.analysis import analyze
+    from .conftest import analyze
 
     # the MI350X rocprofv3 slice has no ProfilerStep ranges: the integrity line says how to name other steps
     doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)
@@ -42,7 +42,7 @@ def test_integrity_line_names_the_current_flag(cfg):
 
 
 def test_findings_name_the_current_flag(cfg):
-    from microbench.findings.engine import analyze
+    from .conftest import analyze_with_findings as analyze
 
     # the findings' "not checked: no steps" line said "--steps" (renamed --step-range)
     doc = analyze(REPO / "tests" / "data" / "mi350x_rocprofv3_slice.json", cfg)

@@ -49,7 +49,7 @@ def _trace(tmp_path: Path, cc: tuple[int, int] = (7, 0)) -> Path:
 
 
 def test_fp32_matmul_without_tensor_cores_is_eligible_and_unused(tmp_path):
-    a = TraceAnalysis.of(_trace(tmp_path), load_config())
+    a = TraceAnalysis.open(_trace(tmp_path), load_config())
     e = a.eligibility["by_operator"]
     assert e["eligible_time_us"] == 130.0  # fp32 100 + fp16 30; fp64 and the add are not eligible
     assert e["unused_time_us"] == 100.0  # the fp16 mm ran on Tensor Cores (h884)
@@ -59,7 +59,7 @@ def test_fp32_matmul_without_tensor_cores_is_eligible_and_unused(tmp_path):
 
 
 def test_a_gpu_without_tensor_cores_has_nothing_eligible(tmp_path):
-    e = TraceAnalysis.of(_trace(tmp_path, cc=(6, 0)), load_config()).eligibility["by_operator"]
+    e = TraceAnalysis.open(_trace(tmp_path, cc=(6, 0)), load_config()).eligibility["by_operator"]
     assert e["eligible_time_us"] == 0.0 and e["unused_share"] == 0.0
 
 
@@ -76,7 +76,7 @@ def test_operator_families(name, eligible):
 def test_the_2021_schema_cut_counts_only_convolution_kernels():
     """The 169-event cut of the plugin's sample: its eligible kernels are those of aten::cudnn_convolution, fp32 on
     a V100 (cc 7.0: fp16 Tensor Cores, reachable with AMP), none on Tensor Cores."""
-    a = TraceAnalysis.of(DATA / "v100_resnet50_2021schema_slice.json", load_config())
+    a = TraceAnalysis.open(DATA / "v100_resnet50_2021schema_slice.json", load_config())
     e = a.eligibility["by_operator"]
     assert e["ops"] and {o["op"] for o in e["ops"]} <= {"aten::cudnn_convolution"}
     assert {o["dtype"] for o in e["ops"]} == {"fp32"}
@@ -87,7 +87,7 @@ def test_the_2021_schema_cut_counts_only_convolution_kernels():
 def test_the_plugins_own_sample_gives_its_68_percent():
     """SOURCES.md: the plugin says "Kernels with 68% time are launched by Tensor Cores eligible operators" (0.0 %
     of kernel time on Tensor Cores): the same figure within 3 points, from the launching operators alone."""
-    a = TraceAnalysis.of(TB_SAMPLE, load_config())
+    a = TraceAnalysis.open(TB_SAMPLE, load_config())
     e = a.eligibility["by_operator"]
     assert e["unused_share"] == pytest.approx(0.68, abs=0.03)
     assert a.summary["eligible_unused_by_operator_share"] == e["unused_share"]

@@ -15,7 +15,8 @@ from microbench.trace import cli as trace_cli
 from microbench.core.config import load_config
 from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.stats import NoiseSettings
-from microbench.findings import engine as F
+from .conftest import analyze_with_findings
+from microbench.findings import engine as F, facts as FX, rules as R
 from microbench.predict.kernels import MATRIX, ActivityWork
 from microbench.predict.estimate import Variant, unshaped_fp32, unshaped_rows
 from microbench.trace import gpu_time
@@ -34,7 +35,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def bert(config):
-    return TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config)
+    return TraceAnalysis.open(TRACES / "h100_bert_small.json.gz", config)
 
 
 @pytest.mark.parametrize("name", ["h100_bert_small", "v100_resnet_ddp_rank0", "a100_torchrec_rank0"])
@@ -73,7 +74,7 @@ def test_the_bert_step_splits_its_idle_by_host_activity():
 def test_torchrec_waits_on_its_host_not_on_launches(config):
     """591 us of host-side idle per kernel (launch_gap_per_kernel_us): the host's own work, which a CUDA graph
     does not remove: host_bound, and no launch_bound beside it."""
-    ta = TraceAnalysis.of(TRACES / "a100_torchrec_rank0.json.gz", config)
+    ta = TraceAnalysis.open(TRACES / "a100_torchrec_rank0.json.gz", config)
     r = F.findings_of(ta, config)
     ids = [f["id"] for f in r["findings"]]
     assert ids[0] == "host_bound" and "launch_bound" not in ids
@@ -98,13 +99,13 @@ def test_a_trace_without_shapes_names_amp_from_the_kernel_names(config):
     """The V100 DDP rank was recorded without shapes: its fp32 cuBLAS / cuDNN kernels (volta_sgemm_*, *_scudnn_*,
     dgrad_engine<float, ...>) are fp32 by their names, and the model moves `share` of each one's time above the
     floor at the ratio of the two precisions' achievable rates: all of it at share 1, none at share 0."""
-    ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    ta = TraceAnalysis.open(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
     r = F.findings_of(ta, config)
     top = r["findings"][0]
     assert top["id"] == "amp" and "float16" in top["fix"] and "no operator shapes" in top["evidence"]["layer"]
     assert "none of them has a FLOP count" in top["what"] and "assumed" in top["what"]
     assert "amp" not in {n["id"] for n in r["not_checked"]}
-    f = F.Facts(ta, config)
+    f = FX.Facts(ta, config)
     w, chip = f.work, f.chip
     rows = np.flatnonzero(unshaped_rows(w))
     assert len(rows) and {w.precision[i] for i in rows} == {"fp32"}
@@ -113,15 +114,15 @@ def test_a_trace_without_shapes_names_amp_from_the_kernel_names(config):
     assert f.saved("fp16", Variant(), share=1.0)[rows] == pytest.approx(all_math)
     assert f.saved("fp16", Variant(), share=0.0)[rows] == pytest.approx(np.zeros(len(rows)))
     s = top["saving_us"]
-    assert s["low"] == pytest.approx(F.dtype_saving(f, "fp16")["low"]) and 0 < s["low"] < s["expected"] < s["high"]
-    assert f.unshaped_share[0] == F.assumptions()["unshaped"]["share"]  # the trace has no kernel with FLOPs
+    assert s["low"] == pytest.approx(R.dtype_saving(f, "fp16")["low"]) and 0 < s["low"] < s["expected"] < s["high"]
+    assert f.unshaped_share[0] == FX.assumptions()["unshaped"]["share"]  # the trace has no kernel with FLOPs
 
 
 def test_a_range_profiler_trace_makes_no_finding_from_its_replayed_durations(config):
     """The A100 counters trace is of fp32 sgemm kernels without shapes, which the names would move: but each
     kernel was replayed alone to read its counters, so its duration is no run time to save from."""
-    ta = TraceAnalysis.of(TRACES / "a100_cupti_counters.json.gz", config)
-    assert F.unshaped_rows(F.Facts(ta, config).work).any()
+    ta = TraceAnalysis.open(TRACES / "a100_cupti_counters.json.gz", config)
+    assert FX.unshaped_rows(FX.Facts(ta, config).work).any()
     r = F.findings_of(ta, config)
     assert r["findings"] == [] and [n["id"] for n in r["not_checked"]] == ["all"]
     assert "77 kernels" in r["not_checked"][0]["why"] and "not run times" in r["not_checked"][0]["why"]
@@ -144,7 +145,7 @@ def test_a_trace_without_shapes_whose_names_say_nothing_says_why_amp_is_not_chec
 
     rule = model.assumptions() | {"unshaped": {"fp32_name": "^no kernel is called this$", "share": 0.5}}
     monkeypatch.setattr(model, "assumptions", lambda: rule)
-    ta = TraceAnalysis.of(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    ta = TraceAnalysis.open(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
     r = F.findings_of(ta, config)
     why = {n["id"]: n["why"] for n in r["not_checked"]}
     assert "record_shapes=True" in why["amp"] and "62.9%" in why["amp"]
@@ -154,28 +155,28 @@ def test_a_trace_without_shapes_whose_names_say_nothing_says_why_amp_is_not_chec
 def test_a_trace_without_steps_checks_only_what_needs_no_steps(config):
     """The A100 AlexNet trace has no steps, and read whole its span is the warm-up forward's (12.3 s of runtime
     calls at context creation, allocation): the step rules are not checked, saying so, not called host-bound."""
-    ta = TraceAnalysis.of(TRACES / "a100_alexnet_forward.json.gz", config)
+    ta = TraceAnalysis.open(TRACES / "a100_alexnet_forward.json.gz", config)
     r = F.findings_of(ta, config)
     assert r["per"] == "trace" and not r["findings"]
     stopped = {n["id"] for n in r["not_checked"] if n["why"].startswith("no steps, and read whole the trace is mostly "
                                                                         "one-off set-up")}
-    assert stopped == {rid for rid, rule in F.rules()["rules"].items() if "steps" in rule["needs"]}
+    assert stopped == {rid for rid, rule in FX.rules()["rules"].items() if "steps" in rule["needs"]}
 
 
 def test_amp_saving_is_the_prediction_models_with_its_range(config):
     """The TorchRec rank (A100-class; the trace names no device, so it is given): its fp32 / TF32 GEMMs moved to
     bf16 by the prediction model on the same chip. The saving is the busy time the model removes; the range is
     the model's alternative assumptions, and it moves with the chip's rates (no fixed percentage)."""
-    ta = TraceAnalysis.of(TRACES / "a100_torchrec_rank0.json.gz", config)
-    f = F.Facts(ta, config, "a100_sxm4_80gb")
-    s = F.dtype_saving(f, "bf16")
+    ta = TraceAnalysis.open(TRACES / "a100_torchrec_rank0.json.gz", config)
+    f = FX.Facts(ta, config, "a100_sxm4_80gb")
+    s = R.dtype_saving(f, "bf16")
     assert 0 < s["low"] <= s["expected"] <= s["high"]
     kernel_us = f.per_step(ta.tl.activities.dur_us) * f.overlap
     assert s["high"] < kernel_us  # a saving is never the whole busy time
-    amp = F.rule_amp(f, F.rules()["rules"]["amp"])
+    amp = R.rule_amp(f, FX.rules()["rules"]["amp"])
     assert amp["saving_us"] == s and "bfloat16" in amp["fix"]
     # fp16 on the same chip: the same datasheet rate, the same expected saving
-    assert F.dtype_saving(f, "fp16")["expected"] == pytest.approx(s["expected"], rel=1e-6)
+    assert R.dtype_saving(f, "fp16")["expected"] == pytest.approx(s["expected"], rel=1e-6)
     # without the chip nothing is predicted: it is "not checked", with why
     r = F.findings_of(ta, config)
     assert "datasheet" in {n["id"]: n["why"] for n in r["not_checked"]}["amp"]
@@ -185,7 +186,7 @@ def test_terminal_opens_with_findings_and_groups_not_checked(capsys):
     assert trace_cli.main([str(TRACES / "a100_alexnet_forward.json.gz")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("no finding:")
-    n_steps_rules = sum("steps" in r["needs"] for r in F.rules()["rules"].values())
+    n_steps_rules = sum("steps" in r["needs"] for r in FX.rules()["rules"].values())
     grouped = [ln for ln in out if ln.startswith(f"not checked ({n_steps_rules}:")]
     assert len(grouped) == 1 and "launch_bound" in grouped[0] and "host_bound" in grouped[0]
     assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz")]) == 0
@@ -277,14 +278,14 @@ def test_the_plugins_sample_names_amp_first_as_the_plugin_does(config):
     """The plugin recommends AMP for this fp32 V100 run; so do the findings, with the saving the prediction model
     gives for the convolutions and GEMMs; the forward convolutions, whose FLOPs the 1.9 schema does not give, at the
     share of their time the trace's other fp32 matrix kernels spend at their roofline."""
-    ta = TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config)
+    ta = TraceAnalysis.open(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config)
     r = F.findings_of(ta, config)
     top = r["findings"][0]
     assert top["id"] == "amp" and "float16" in top["fix"]  # V100: fp16 Tensor Cores, no bf16
     s = top["saving_us"]
     assert 0 < s["low"] < s["expected"] < s["high"] < PLUGIN_STEP_US and s["expected"] < top["time_us"]
     assert "no FLOP count" in top["what"] and "fp32 matrix kernels with FLOPs" in top["what"]
-    f = F.Facts(ta, config)
+    f = FX.Facts(ta, config)
     assert 0.5 < f.unshaped_share[0] < 1
 
 
@@ -313,7 +314,7 @@ def test_trace_footnotes_name_no_file_it_did_not_write(monkeypatch, capsys):
 
 
 def test_a_step_that_is_also_an_annotation_shows_the_same_numbers_in_both(config):
-    doc = F.analyze(TRACES / "h100_bert_small.json.gz", config)
+    doc = analyze_with_findings(TRACES / "h100_bert_small.json.gz", config)
     (st,) = doc["steps"]
     (a,) = [a for a in doc["annotations"] if a["name"] == st["name"]]
     assert (a["calls"], a["wall_us"], a["kernel_count"]) == (1, st["wall_us"], st["kernel_count"]) == (1, 4426.114, 60)
@@ -330,7 +331,7 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
                          measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
-    rules = F.rules()["rules"]
+    rules = FX.rules()["rules"]
     native = cpu_native_bf16(doc["hardware"]["isa_flags"])  # else amp is not checked either (below)
     cpu_rules = [rid for rid, r in rules.items()
                  if "cpu_why" in r or rid in ("dataloader", "allocator") or (rid == "amp" and not native)]
@@ -361,7 +362,7 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
 def test_a_jobs_page_is_its_straggler_ranks_page_with_the_job_first(tmp_path):
     page = tmp_path / "job.html"
     ranks = [str(TRACES / f"a100_torchrec_rank{r}.json.gz") for r in (0, 1)]
-    assert trace_cli.main([*ranks, "--workers", "0", "--html", str(page)]) == 0
+    assert trace_cli.main([*ranks, "--readers", "0", "--html", str(page)]) == 0
     text = page.read_text()
     assert text.index("<h2>the job</h2>") < text.index("<h2>findings</h2>")
     assert "straggler: rank 1" in text and "rank 1&#x27;s page" in text and "<svg" in text
@@ -402,7 +403,7 @@ def test_predicts_range_says_how_often_it_held():
 def test_findings_agree_with_the_numbers_below_them(config, name, source):
     """Each finding's range is ordered and inside the step; its share is its time over the step time the report
     names; its what prints that time; the launch-bound idle share is the step table's (1 - GPU time / window)."""
-    doc = F.analyze(TRACES / f"{name}.json.gz", config, source=source)
+    doc = analyze_with_findings(TRACES / f"{name}.json.gz", config, source=source)
     step = doc["findings_step_time_us"]
     assert step == pytest.approx(np.mean([st["breakdown_span_us"] for st in doc["steps"]]))
     assert doc["findings"]
@@ -422,19 +423,20 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     """With every threshold at 0 (findings.toml's are the reasons a rule applies), the dataloader rule on the
     plugin's sample gives the plugin's own DataLoader time (1,186 us per step), the sync rule on BERT the step's
     sync idle, and the channels_last rule the NCHW <-> NHWC transposes' time per step."""
-    monkeypatch.setattr(F, "threshold", lambda name: 0.0)
-    rule = F.rules()["rules"]
-    plugin = F.Facts(TraceAnalysis.of(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config), config)
-    dl = F.rule_dataloader(plugin, rule["dataloader"])
+    for module in (FX, R, F):  # each reads the thresholds through its own name
+        monkeypatch.setattr(module, "threshold", lambda name: 0.0)
+    rule = FX.rules()["rules"]
+    plugin = FX.Facts(TraceAnalysis.open(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", config), config)
+    dl = R.rule_dataloader(plugin, rule["dataloader"])
     assert dl["saving_us"]["expected"] == pytest.approx(1186, abs=1) and "num_workers" in dl["fix"]
     assert dl["saving_us"]["low"] == 0  # the workers may take the main process's cores (low_reason)
-    cl = F.rule_channels_last(plugin, rule["channels_last"])
+    cl = R.rule_channels_last(plugin, rule["channels_last"])
     k = plugin.ta.tl.activities
     mask = plugin.name_mask(rule["channels_last"]["pattern"])
     assert cl["time_us"] == pytest.approx(plugin.per_step(np.where(mask, k.dur_us, 0.0)))
     assert cl["saving_us"]["low"] < cl["saving_us"]["high"] and "channels_last" in cl["fix"]
-    bert = F.Facts(TraceAnalysis.of(TRACES / "h100_bert_small.json.gz", config), config)
-    sync = F.rule_sync(bert, rule["sync"])
+    bert = FX.Facts(TraceAnalysis.open(TRACES / "h100_bert_small.json.gz", config), config)
+    sync = R.rule_sync(bert, rule["sync"])
     assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
 
 
@@ -446,12 +448,12 @@ def test_amp_is_not_offered_on_a_cpu_that_has_no_bf16_instructions(flags, native
     that reason, rather than offered with the estimate tier's bf16 rate (the fp32 one); on a CPU with them it is
     checked (here: on to the chip, which this made-up document has no ceilings for)."""
     doc = {"hardware": {"units": 2, "isa_flags": flags}, "ceilings": [], "layers": []}
-    out = F.rule_amp(F.CpuFacts(None, None, None, doc), F.rules()["rules"]["amp"])
+    out = R.rule_amp(FX.CpuFacts(None, None, None, doc), FX.rules()["rules"]["amp"])
     assert cpu_native_bf16(flags) is native
-    assert (out == F.rules()["rules"]["amp"]["cpu_no_bf16"]) is not native
-    assert native == (out == F.NO_CHIP)
+    assert (out == FX.rules()["rules"]["amp"]["cpu_no_bf16"]) is not native
+    assert native == (out == FX.NO_CHIP)
     # a document from before the ISA flags were recorded is checked as before
-    assert F.CpuFacts(None, None, None, {"hardware": {"units": 2}}).native_bf16
+    assert FX.CpuFacts(None, None, None, {"hardware": {"units": 2}}).native_bf16
 
 
 def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path):
@@ -469,10 +471,10 @@ def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path
     est = {c["dtype"]: c["value"] for c in doc["ceilings"] if c["source"] == "estimate"}
     if not est.get("bf16", 0) > est["fp32"]:
         pytest.skip(f"this CPU's cpu_estimate tier has no bf16 rate above fp32 ({est}): AMP moves bytes only")
-    ta = TraceAnalysis.of(tmp_path / "fp32" / "trace.json.gz", None, STEP_RANGE)
-    f = F.CpuFacts(ta, None, None, doc)
+    ta = TraceAnalysis.open(tmp_path / "fp32" / "trace.json.gz", None, STEP_RANGE)
+    f = FX.CpuFacts(ta, None, None, doc)
     assert f.chip.peak_tflops == est and f.chip.rate("bf16") > f.chip.rate("fp32")
-    model_saving = F.dtype_saving(f, "bf16")
+    model_saving = R.dtype_saving(f, "bf16")
     # the CPU's base assumptions scale each GEMM operator's whole time with the rate (never below the bf16
     # datasheet roof) and hold the operators around them; halving those is the range's upper side
     gemm_us = sum(layer["gemm_time_ms"] for layer in doc["layers"]) * 1e3
@@ -482,7 +484,7 @@ def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path
     assert model_saving["low"] < model_saving["expected"] < model_saving["high"]
     assert rest_us > 0 and f.working[np.isin(f.work.group, ("gemm_conv",))].all()
     amp = [x for x in doc["findings"] if x["id"] == "amp"]
-    if model_saving["expected"] >= F.threshold("min_saving_share") * f.step_us:
+    if model_saving["expected"] >= FX.threshold("min_saving_share") * f.step_us:
         (x,) = amp
         assert x["saving_us"] == pytest.approx(model_saving) and x["per"] == "step"
         assert "device_type='cpu'" in x["fix"] and x["evidence"]["layer"].startswith("oneDNN")
@@ -503,7 +505,7 @@ def _cpu_loader_facts(cores: int, threads: int, busy: float | None, step_us: flo
     spread = {} if busy is None else {"cpu_busy_cores": busy}
     doc = {"hardware": {"units": cores, "extra": {"torch_threads": threads}},
            "summary": {"step_time_spread": spread, "profiled_time_ms": step_us / 1e3}}
-    f = F.CpuFacts(None, None, None, doc)
+    f = FX.CpuFacts(None, None, None, doc)
     f.__dict__["steps"] = [st]  # the cached property, as TraceAnalysis.steps would give it
     return f
 
@@ -519,7 +521,7 @@ def test_the_cpu_dataloader_saving_is_the_loading_less_what_the_rest_loses_with_
     """findings.toml [rules.dataloader] cpu_model: a 10,000 us step, 3,000 us of it loading; after the fix the step is
     max(rest x used / min(used, threads left), loading), used from the timed steps' busy cores less the loading."""
     f = _cpu_loader_facts(cores, threads, busy, 10000.0, 3000.0)
-    x = F.rule_dataloader(f, F.rules()["rules"]["dataloader"])
+    x = R.rule_dataloader(f, FX.rules()["rules"]["dataloader"])
     assert x["saving_us"]["expected"] == pytest.approx(max(expected, 0.0))
     assert x["saving_us"]["high"] == pytest.approx(3000.0)  # the rest loses nothing: all of the loading goes
     assert x["saving_us"]["low"] == 0.0  # the hand-off of each batch stays on the step (cpu_model)
@@ -541,9 +543,9 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     """With the probe the loading and the step are the unprofiled ones (the trace's 3,000 us of a 10,000 us step
     become 2,000 of 8,000: the profiler's cost per small operator is not saved), and each batch's hand-off from the
     worker stays on the step: expected 2,000 - 600, high less the hand-off's p20, low less its p80."""
-    rule = F.rules()["rules"]["dataloader"]
+    rule = FX.rules()["rules"]["dataloader"]
     f = _probed(_cpu_loader_facts(2, 1, 1.0, 10000.0, 3000.0), 8.0, 2.0, (0.4, 0.6, 0.9))
-    x = F.rule_dataloader(f, rule)
+    x = R.rule_dataloader(f, rule)
     assert x["saving_us"] == pytest.approx({"low": 1100.0, "expected": 1400.0, "high": 1600.0})
     assert x["time_us"] == pytest.approx(2000.0) and x["share"] == pytest.approx(0.25)
     assert "hand each batch over in 600 us" in x["what"] and x["evidence"]["loader_ms"]["one_worker"]["median"] == 0.6
@@ -555,22 +557,22 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     # the rest may shift within the timed steps' own p20 - p80 (7.6 - 8.8 of 8.0 ms): low with the rest at its p80,
     # high at its p20
     f.doc["summary"]["step_time_spread"] |= {"median": 8.0, "p20": 7.6, "p80": 8.8}
-    assert F.rule_dataloader(f, rule)["saving_us"] == pytest.approx({"low": 500.0, "expected": 1400.0, "high": 1900.0})
-    assert "noisy" not in F.rule_dataloader(f, rule)["what"]
+    assert R.rule_dataloader(f, rule)["saving_us"] == pytest.approx({"low": 500.0, "expected": 1400.0, "high": 1900.0})
+    assert "noisy" not in R.rule_dataloader(f, rule)["what"]
     f.doc["summary"]["loader_ms"]["one_worker"]["noise"] = ["p20-p80 spread 40% of the median > 25%"]
-    assert "noisy: p20-p80 spread 40% of the median > 25%" in F.rule_dataloader(f, rule)["what"]  # the judge's word
+    assert "noisy: p20-p80 spread 40% of the median > 25%" in R.rule_dataloader(f, rule)["what"]  # the judge's word
     # a hand-off dearer than the loading: the fix would slow the step, no finding (all three clipped at 0)
     f = _probed(_cpu_loader_facts(2, 1, 1.0, 10000.0, 3000.0), 8.0, 2.0, (1.8, 2.1, 2.4))
-    assert F.rule_dataloader(f, rule)["saving_us"] == {"low": 0.0, "expected": 0.0, "high": 200.0}
+    assert R.rule_dataloader(f, rule)["saving_us"] == {"low": 0.0, "expected": 0.0, "high": 200.0}
 
 
 def test_an_unmeasured_cpu_is_taken_at_its_worst_and_one_core_has_no_worker_fix():
     """Without the timed steps' busy cores the rest is taken to use every thread (here both cores: nothing to
     save); a one-core CPU has no core to give a worker: no finding."""
-    rule = F.rules()["rules"]["dataloader"]
-    x = F.rule_dataloader(_cpu_loader_facts(2, 2, None, 10000.0, 3000.0), rule)
+    rule = FX.rules()["rules"]["dataloader"]
+    x = R.rule_dataloader(_cpu_loader_facts(2, 2, None, 10000.0, 3000.0), rule)
     assert x["saving_us"]["expected"] == x["saving_us"]["low"] == 0.0
-    assert F.rule_dataloader(_cpu_loader_facts(1, 1, 1.0, 10000.0, 3000.0), rule) is None
+    assert R.rule_dataloader(_cpu_loader_facts(1, 1, 1.0, 10000.0, 3000.0), rule) is None
 
 
 def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_busy(tmp_path):
@@ -612,28 +614,28 @@ def test_the_allocator_saving_is_the_probes_measured_difference():
     thresholds fixed (summary.allocator_ms): expected the medians' difference, low the default's p20 less the fixed
     p80, high the default's p80 less the fixed p20. No probe (the step does not page-fault) is no finding; no system
     time measured, or not glibc, is a rule not checked, with the reason."""
-    rule = F.rules()["rules"]["allocator"]
+    rule = FX.rules()["rules"]["allocator"]
     f = _cpu_loader_facts(2, 2, 2.0, 70000.0, 0.0)
-    assert F.rule_allocator(f, rule).startswith("a CPU run without its unprofiled steps' system time")
+    assert R.rule_allocator(f, rule).startswith("a CPU run without its unprofiled steps' system time")
     f.doc["summary"]["step_time_spread"] |= {"sys_ms_per_call": 0.1, "minor_faults_per_call": 3.0}
-    assert F.rule_allocator(f, rule) is None
+    assert R.rule_allocator(f, rule) is None
     default = {"median": 67.0, "p20": 64.0, "p80": 70.0, "noise": [], "sys_ms_per_call": 15.0,
                "minor_faults_per_call": 7000.0}
     fixed = {"median": 52.0, "p20": 50.0, "p80": 55.0, "noise": [], "sys_ms_per_call": 0.0, "minor_faults_per_call": 50.0}
     f.doc["summary"]["allocator_ms"] = {"default": default, "fixed": fixed, "env": "MALLOC_TOP_PAD_=1"}
-    x = F.rule_allocator(f, rule)
+    x = R.rule_allocator(f, rule)
     assert x["saving_us"] == pytest.approx({"low": 9000.0, "expected": 15000.0, "high": 20000.0})
     assert x["time_us"] == 15000.0 and x["share"] == pytest.approx(15 / 67) and x["fix"].startswith("MALLOC_TOP_PAD_=1 ")
     assert "7,000 page faults a step" in x["what"] and "52,000 us (50 faults)" in x["what"]
     f.doc["summary"]["allocator_ms"] = {"not_run": "not glibc's malloc"}
-    assert F.rule_allocator(f, rule) == "a CPU run: not glibc's malloc"
+    assert R.rule_allocator(f, rule) == "a CPU run: not glibc's malloc"
 
 
 def test_a_gpu_trace_lists_the_allocator_rule_as_not_checked(tmp_path):
     out = tmp_path / "t.json"
     assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--json", str(out)]) == 0
     why = [n["why"] for n in json.loads(out.read_text())["findings_not_checked"] if n["id"] == "allocator"]
-    assert why == [F.rules()["rules"]["allocator"]["gpu_why"]]
+    assert why == [FX.rules()["rules"]["allocator"]["gpu_why"]]
 
 
 def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path, monkeypatch):
@@ -716,7 +718,7 @@ def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_dev
     assert validation_line({"validation": F.validation_of("sync", "gpu")}) == (
         "its range is not yet checked against a fix's measured saving (docs/findings.md)")
     lb_v = F.validation_of("launch_bound", "gpu")
-    doc = F.analyze(TRACES / "h100_bert_small.json.gz")
+    doc = analyze_with_findings(TRACES / "h100_bert_small.json.gz")
     (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
     assert lb["validation"]["checks"] == lb_v["checks"] > 0 and not lb_v["elsewhere"]  # public pairs, on a GPU
     console = Console(width=120, force_terminal=False)
@@ -727,7 +729,7 @@ def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_dev
 
 def test_the_validation_tallies_add_up_to_the_docs_count():
     """The per-rule tallies of findings.toml add up to docs/findings.md's "Range checks made so far: N, held M"."""
-    tallies = [t for v in F.rules()["validation"].values() for d, t in v.items() if d in ("cpu", "gpu")]
+    tallies = [t for v in FX.rules()["validation"].values() for d, t in v.items() if d in ("cpu", "gpu")]
     m = re.search(r"Range checks made so far: (\d+), held (\d+)", (REPO / "docs" / "findings.md").read_text())
     assert (sum(t["checks"] for t in tallies), sum(t["held"] for t in tallies)) == (int(m[1]), int(m[2]))
 
@@ -761,7 +763,7 @@ def test_the_amp_finding_says_where_its_saving_is_beyond_the_matrix_kernels():
     """torchrec on an A100: most of its fp32 matrix kernels already run as TF32 on Tensor Cores (the line says how
     much), and the saving splits into the matrix kernels' part and the halved activations of the others, adding up
     to the expected; its FBGEMM Half embedding kernels are not halved, so the saving stays under what is there."""
-    doc = F.analyze(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
+    doc = analyze_with_findings(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
     (amp,) = [x for x in doc["findings"] if x["id"] == "amp"]
     m = re.search(r"\(([\d,]+) us of them already TF32 on Tensor Cores\)", amp["what"])
     assert m and 0 < float(m[1].replace(",", "")) <= amp["time_us"]
@@ -775,11 +777,11 @@ def test_exposed_communication_is_checked_without_steps_and_its_fix_fits_the_col
     """[rules.exposed_comm]: without step ranges (the MI350X rocprofv3 capture) the whole trace is checked, and its
     saving, small beside so little computation, is said to be under the threshold rather than 'not checked'; the
     TorchRec rank's exposed all-to-all gets the pipelining fix, not DDP's buckets."""
-    doc = F.analyze(TRACES / "mi350x_rocprofv3.json.gz", load_config())
+    doc = analyze_with_findings(TRACES / "mi350x_rocprofv3.json.gz", load_config())
     assert "exposed_comm" not in [n["id"] for n in doc["findings_not_checked"]]
     (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "exposed_comm"]
     assert 0 < below["saving_us"]["expected"] < 0.02 * doc["findings_step_time_us"]
-    doc = F.analyze(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
+    doc = analyze_with_findings(TRACES / "a100_torchrec_rank0.json.gz", load_config(), source="a100_sxm4_80gb")
     (comm,) = [x for x in doc["findings"] if x["id"] == "exposed_comm"]
     assert "SendRecv" in comm["evidence"]["kernels"][0]["kernel"] and "all-to-all" in comm["fix"]
     assert "bucket_cap_mb" not in comm["fix"]
@@ -788,7 +790,7 @@ def test_exposed_communication_is_checked_without_steps_and_its_fix_fits_the_col
 def test_the_host_side_findings_trace_their_figures_back_to_the_breakdown(capsys):
     """launch_bound on the H100 BERT trace: its runtime and CPU-operator figures are the breakdown's runtime and
     cpu_exec less the time in a synchronize, and the line says so with that time, so that both add up."""
-    doc = F.analyze(TRACES / "h100_bert_small.json.gz")
+    doc = analyze_with_findings(TRACES / "h100_bert_small.json.gz")
     (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
     (st,) = doc["steps"]
     sync = st["idle_by_host_us"]["sync"]
@@ -803,7 +805,7 @@ def test_the_host_side_findings_trace_their_figures_back_to_the_breakdown(capsys
 def test_steps_that_launched_no_gpu_work_stop_the_step_rules_with_that_reason():
     """The Triton example's one ProfilerStep holds no kernel (13 s of host work, its kernel after it): the rules that
     split a step's GPU time are not checked, saying why, rather than checked at 0 us."""
-    doc = F.analyze(TRACES / "a100_triton_example.json.gz", load_config())
+    doc = analyze_with_findings(TRACES / "a100_triton_example.json.gz", load_config())
     why = {n["id"]: n["why"] for n in doc["findings_not_checked"]}
     assert why["launch_bound"].startswith("the one step launched no GPU work") and why["host_bound"] == why["launch_bound"]
     assert not doc["findings"] and not doc["findings_below_threshold"]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.findings import engine as F
+from microbench.findings import engine as F, facts as FX, rules as R
 from microbench.trace.analysis import TraceAnalysis
 
 STEP = "train_step"
@@ -44,7 +44,7 @@ def _trace(tmp_path, events, host=SPARE_CORE, name="rank0.json"):
 
 
 def _findings(path, step_range=STEP):
-    return F.findings_of(TraceAnalysis.of(path, load_config(None), step_range), load_config(None))
+    return F.findings_of(TraceAnalysis.open(path, load_config(None), step_range), load_config(None))
 
 
 def test_exposed_communication_on_a_cpu_trace_is_the_breakdown_over_its_cpu_intervals(tmp_path):
@@ -65,21 +65,21 @@ def test_exposed_communication_on_a_cpu_trace_is_the_breakdown_over_its_cpu_inte
 
 def test_a_cpu_trace_checks_only_the_communication_rule_and_says_why_not_the_rest(tmp_path):
     out = _findings(_trace(tmp_path, _step(0.0)))
-    why = F.rules()["cpu_trace"]["why"]
+    why = FX.rules()["cpu_trace"]["why"]
     not_checked = {n["id"]: n["why"] for n in out["not_checked"]}
-    assert set(not_checked) == set(F.RULES) - {"exposed_comm"} and set(not_checked.values()) == {why}
+    assert set(not_checked) == set(R.RULES) - {"exposed_comm"} and set(not_checked.values()) == {why}
 
 
 def test_a_cpu_trace_without_step_ranges_does_not_check_communication(tmp_path):
     out = _findings(_trace(tmp_path, _step(0.0)), step_range=None)  # no ProfilerStep#, and its range not named
     assert out["findings"] == []
-    assert {"id": "exposed_comm", "why": F.NEEDS_WHY["steps"]} in out["not_checked"]
+    assert {"id": "exposed_comm", "why": FX.NEEDS_WHY["steps"]} in out["not_checked"]
 
 
 def test_a_cpu_trace_without_collectives_has_no_finding_to_check(tmp_path):
     events = [e for e in _step(0.0) if not e["name"].startswith("gloo:")]
     out = _findings(_trace(tmp_path, events))
-    assert out["not_checked"] == [{"id": "all", "why": F.rules()["host_only"]["why"]}]
+    assert out["not_checked"] == [{"id": "all", "why": FX.rules()["host_only"]["why"]}]
     assert out["not_checked"][0]["why"].startswith("no GPU activity in the trace; for a CPU run")
 
 
@@ -92,7 +92,7 @@ def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave
     out = _findings(_trace(tmp_path, _step(0.0), host))
     made = {x["id"]: x["saving_us"] for x in out["findings"]} | {x["id"]: x["saving_us"] for x in out["below"]}
     assert made["exposed_comm"] == pytest.approx({"low": 0.0, "expected": expected_us, "high": 200.0})
-    assert bool(out["findings"]) == (expected_us >= F.threshold("min_saving_share") * 1000.0)
+    assert bool(out["findings"]) == (expected_us >= FX.threshold("min_saving_share") * 1000.0)
     # the line under the findings says why the expected is below the exposed time (no core idle: 0 of a core)
     from microbench.report.findings_report import below_line
 
@@ -106,4 +106,4 @@ def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave
 def test_a_cpu_trace_without_its_hosts_cores_does_not_guess_the_saving(tmp_path, host):
     out = _findings(_trace(tmp_path, _step(0.0), host))
     assert out["findings"] == []
-    assert {"id": "exposed_comm", "why": F.rules()["rules"]["exposed_comm"]["cpu_no_host"]} in out["not_checked"]
+    assert {"id": "exposed_comm", "why": FX.rules()["rules"]["exposed_comm"]["cpu_no_host"]} in out["not_checked"]

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.findings import engine as F
+from microbench.findings import engine as F, facts as FX, rules as R
 from microbench.report.findings_report import print_step_breakdown
 from microbench.trace import gpu_time
 from microbench.trace.analysis import TraceAnalysis
@@ -54,7 +54,7 @@ def _graphed(graphs: int = 4, per_graph: int = 5, gap_us: float = 150.0) -> list
 def _findings(tmp_path, events: list[dict]) -> tuple[TraceAnalysis, dict]:
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
-    ta = TraceAnalysis.of(path, load_config())
+    ta = TraceAnalysis.open(path, load_config())
     return ta, F.findings_of(ta, load_config())
 
 
@@ -116,7 +116,7 @@ def test_several_processes_or_a_graph_capture_are_not_read_as_one_step(tmp_path)
     two = _eager() + [_op(1100, 30, pid=2), _runtime("cudaLaunchKernel", 500, 1130, pid=2), _kernel(500, 1140)]
     _, r = _findings(tmp_path, two)
     assert r["per"] == "trace" and r["window"] is None
-    assert F.NEEDS_WHY["steps"] in {n["why"] for n in r["not_checked"]}
+    assert FX.NEEDS_WHY["steps"] in {n["why"] for n in r["not_checked"]}
     capture = _eager() + [_runtime("cudaStreamBeginCapture", 600, 1010)]
     _, r = _findings(tmp_path, capture)
-    assert r["window"] is None and F.NEEDS_WHY["steps"] in {n["why"] for n in r["not_checked"]}
+    assert r["window"] is None and FX.NEEDS_WHY["steps"] in {n["why"] for n in r["not_checked"]}

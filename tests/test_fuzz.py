@@ -24,7 +24,7 @@ from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import InputError
 from microbench.core.jsonio import dumps
 from microbench.report.compare import load_machine
-from microbench.trace.analysis import analyze
+from .conftest import analyze
 from tests.conftest import NCU, NSYS, REPO
 
 settings.register_profile("ci", max_examples=60, deadline=None, database=None,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from microbench.trace.analysis import analyze
+from .conftest import analyze
 
 GEMM = "ampere_sgemm_128x64_nn"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)"

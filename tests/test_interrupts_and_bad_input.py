@@ -195,7 +195,7 @@ def test_ctrl_c_in_trace_and_compare(command, monkeypatch, capsys):
         raise KeyboardInterrupt
 
     if command == "trace":
-        monkeypatch.setattr(trace_cmd, "analyze", ctrl_c)
+        monkeypatch.setattr(trace_cmd.TraceAnalysis, "open", ctrl_c)
         code = trace_cmd.main([str(SLICE)])
     else:
         monkeypatch.setattr(compare_cmd, "compare", ctrl_c)
@@ -232,7 +232,7 @@ def test_bad_output_paths(case, tmp_path, tiny_config, monkeypatch, capsys):
         monkeypatch.setattr(decompose_cmd, "decompose_step", no_work)
         code = decompose_cmd.main(["--model", "resnet9", "--out", str(target)])
     elif command == "trace":
-        monkeypatch.setattr(trace_cmd, "analyze", no_work)
+        monkeypatch.setattr(trace_cmd.TraceAnalysis, "open", no_work)
         code = trace_cmd.main([str(SLICE), opt, str(target)])
     elif command == "compare":
         monkeypatch.setattr(compare_cmd, "compare", no_work)

@@ -270,7 +270,7 @@ def test_scale_table_says_where_the_step_time_came_from(capsys):
 def test_ncu_export_names_its_device_and_places_kernels_by_its_dram_throughput(shared_dir, cfg):
     """The export has no device name, only the CC column: the device is named by its architecture (no product
     guessed, so no datasheet picked), and each kernel goes on the roofline by the export's own DRAM traffic."""
-    from microbench.trace.analysis import analyze
+    from .conftest import analyze
 
     path = shared_dir / "nsight" / "copy_blocked.ncu.csv"
     if not path.is_file():

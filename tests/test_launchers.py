@@ -76,7 +76,7 @@ def test_bf16_on_a_gpu_without_bf16_tensor_cores_is_not_inferred(tmp_path):
 
 
 def test_the_report_counts_launcher_inferred_time_apart(tmp_path):
-    a = TraceAnalysis.of(_trace(tmp_path), load_config())
+    a = TraceAnalysis.open(_trace(tmp_path), load_config())
     s = a.summary
     assert s["comm_time_us"] == 40.0 and s["comm_share"] == pytest.approx(40.0 / 165.0)
     assert s["exposed_comm_us"] == 40.0  # nothing runs beside it: all of it exposed

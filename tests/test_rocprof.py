@@ -12,10 +12,10 @@ import pytest
 
 from microbench.core.errors import InputError
 from microbench.trace import rocprof
-from microbench.trace.analysis import analyze, detect_format, read_trace
+from microbench.trace.analysis import detect_format, read_trace
 from microbench.trace.timeline import NO_ID
 
-from .conftest import TRACES
+from .conftest import TRACES, analyze
 
 SLICE = Path(__file__).parent / "data" / "mi350x_rocprofv3_slice.json"
 WHOLE = TRACES / "mi350x_rocprofv3.json.gz" if TRACES else None

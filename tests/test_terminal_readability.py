@@ -13,7 +13,7 @@ from microbench.trace import cli as trace_cli
 from microbench.report.cells import LeftOut, empty_columns, fit_columns, kept_in, table_width
 from microbench.report.trace_compare import compare_drop_order
 from microbench.report.trace_report import evidence_legend, print_trace_report
-from microbench.trace.analysis import analyze
+from .conftest import analyze
 from tests.conftest import TRACES, needs_traces
 
 

@@ -14,7 +14,7 @@ from microbench.trace import analysis as trace
 from microbench.trace import kineto
 from microbench.core.config import load_config
 
-from .conftest import SLICE, TRACES, needs_traces
+from .conftest import SLICE, TRACES, analyze, needs_traces
 
 DATA = Path(__file__).resolve().parent / "data"
 AMD = DATA / "amd_mi300x_synthetic.json"
@@ -37,7 +37,7 @@ def analyzed(name: str, cfg) -> tuple[dict, int]:
     if name not in _cache:
         tracemalloc.start()
         try:
-            doc = trace.analyze(TRACES / name, cfg)
+            doc = analyze(TRACES / name, cfg)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -194,7 +194,7 @@ def test_chunk_boundaries_do_not_change_the_result(cfg, monkeypatch):
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 997)  # cuts fall everywhere: inside strings, numbers, events
     monkeypatch.setattr(kineto, "_read_whole", lambda p: pytest.fail("a valid trace is read piece by piece"))
     monkeypatch.setattr(json, "loads", lambda *a, **k: pytest.fail("trace reading must not json.loads"))
-    small = trace.analyze(TRACES / name, cfg)
+    small = analyze(TRACES / name, cfg)
     assert small["summary"] == whole["summary"]
     assert small["kernels"] == whole["kernels"]
     assert small["steps"] == whole["steps"] and small["annotations"] == whole["annotations"]
@@ -206,7 +206,7 @@ def test_the_whole_file_reading_gives_the_same_timeline(cfg, monkeypatch):
     pieces = analyzed(name, cfg)[0]
     monkeypatch.setattr(kineto, "_read_pieces", lambda p: (_ for _ in ()).throw(kineto._Unsplit()))
     monkeypatch.setattr(kineto, "BATCH_EVENTS", 97)
-    whole = trace.analyze(TRACES / name, cfg)
+    whole = analyze(TRACES / name, cfg)
     assert whole["summary"] == pieces["summary"] and whole["kernels"] == pieces["kernels"]
     assert whole["steps"] == pieces["steps"] and whole["annotations"] == pieces["annotations"]
 
@@ -214,7 +214,7 @@ def test_the_whole_file_reading_gives_the_same_timeline(cfg, monkeypatch):
 # --- the synthetic AMD trace -------------------------------------------------------------------------------
 
 def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
-    doc = trace.analyze(AMD, cfg)
+    doc = analyze(AMD, cfg)
     s = doc["summary"]
     assert s["kernel_count"] == 6 and s["kernel_time_us"] == 900
     assert s["tensor_core_share"] == pytest.approx(300 / 900)
@@ -256,10 +256,10 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
 def test_gzip_and_plain_and_tiny_chunks_agree(cfg, tmp_path, monkeypatch):
     gz = tmp_path / "amd.json.gz"  # the format is read from the bytes, not the name
     gz.write_bytes(gzip.compress(AMD.read_bytes()))
-    plain = trace.analyze(AMD, cfg)
-    assert trace.analyze(gz, cfg)["summary"] == plain["summary"]
+    plain = analyze(AMD, cfg)
+    assert analyze(gz, cfg)["summary"] == plain["summary"]
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 7)
-    assert trace.analyze(gz, cfg)["kernels"] == plain["kernels"]
+    assert analyze(gz, cfg)["kernels"] == plain["kernels"]
 
 
 def _mini_trace(kernels: list[tuple[str, float, float, int]], extra=()) -> dict:
@@ -276,7 +276,7 @@ def _mini_trace(kernels: list[tuple[str, float, float, int]], extra=()) -> dict:
 def test_exposed_comm_is_the_union_minus_compute(cfg, tmp_path, kernels, exposed):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(_mini_trace(kernels)))
-    s = trace.analyze(p, cfg)["summary"]
+    s = analyze(p, cfg)["summary"]
     assert s["exposed_comm_us"] == pytest.approx(exposed)
     assert s["exposed_comm_share"] == pytest.approx(exposed / s["wall_span_us"])
 
@@ -284,7 +284,7 @@ def test_exposed_comm_is_the_union_minus_compute(cfg, tmp_path, kernels, exposed
 def test_trace_without_kernels_is_reported_not_an_error(cfg, tmp_path):
     p = tmp_path / "cpu_only.json"
     p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}]}))
-    doc = trace.analyze(p, cfg)
+    doc = analyze(p, cfg)
     assert doc["summary"]["kernel_count"] == 0 and doc["summary"]["tensor_core_share"] is None
     assert any("no GPU kernel events" in n for n in doc["notes"])
 

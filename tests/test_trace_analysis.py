@@ -51,13 +51,3 @@ def test_results_are_computed_once_and_only_when_asked():
     assert a.steps[0]["busy_us"] == 60 and a.steps[0]["kernel_count"] == 3
     assert "work_model" in a.__dict__ and a.mfu is a.mfu
     assert np.isclose(a.summary["gpu_busy_share"], 60 / 80)
-
-
-def test_the_old_names_still_answer_with_a_deprecation_warning():
-    """`Timeline.kernels` and `TraceAnalysis.model` (docs/api.md's names until the glossary's rename) return the
-    new attributes' very objects for one release, and say so."""
-    a = TraceAnalysis(_timeline())
-    with pytest.warns(DeprecationWarning, match="Timeline.activities"):
-        assert a.tl.kernels is a.tl.activities
-    with pytest.warns(DeprecationWarning, match="TraceAnalysis.work_model"):
-        assert a.model is a.work_model

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from microbench.trace.analysis import analyze
+from .conftest import analyze
 
 from .conftest import TRACES
 

@@ -11,7 +11,9 @@ import pytest
 
 from microbench.compare import cli as compare_cli
 from microbench.trace import cli as trace_cli
-from microbench.trace.analysis import analyze, detect_format
+from microbench.trace.analysis import detect_format
+
+from .conftest import analyze
 
 from .conftest import SHARED, TRACES, needs_traces
 

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from microbench.report.trace_report import print_trace_report
 from microbench.trace import metrics
-from microbench.trace.analysis import analyze
+from .conftest import analyze
 from tests.conftest import DATA, TRACES, needs_traces
 
 

@@ -60,7 +60,7 @@ def test_a_step_whose_cpu_runs_ahead_is_judged_over_its_gpu_time(tmp_path):
     a CPU range of launches only); the trace's MFU counts the steps' operators over the steps' time."""
     from microbench.trace.analysis import TraceAnalysis
 
-    ta = TraceAnalysis.of(_variant(tmp_path, "h100_bert_small", _cpu_ahead))
+    ta = TraceAnalysis.open(_variant(tmp_path, "h100_bert_small", _cpu_ahead))
     (st,) = ta.mfu["steps"]
     (step,) = ta.steps
     assert st["wall_us"] == step["breakdown_span_us"] > step["wall_us"] + 4000

@@ -236,7 +236,7 @@ def test_point_numbers_on_one_spot_share_one_label():
 
 def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
     from microbench.report.trace_compare import compare_traces, trace_compare_html
-    from microbench.trace.analysis import analyze
+    from .conftest import analyze
 
     amd = REPO / "tests" / "data" / "amd_mi300x_synthetic.json"
     docs = [(p, json.loads(json.dumps(analyze(p), default=str))) for p in (amd, SLICE)]
@@ -251,7 +251,7 @@ def test_compare_pages_draw_their_pictures(tmp_path):
     """compare of results: the ratio per case; compare of two trace reports: time by class per machine."""
     from microbench.report.compare import compare, compare_html
     from microbench.report.trace_compare import compare_traces, trace_compare_html
-    from microbench.trace.analysis import analyze
+    from .conftest import analyze
 
     files = []
     for name in ("machine a", "machine b"):

@@ -19,8 +19,11 @@ import sys
 from pathlib import Path
 
 from microbench.core.config import load_config
-from microbench.findings.engine import analyze
-from microbench.comm.report import add_job_arguments, run_collectives, run_ddp, run_ranks, run_scale
+from microbench.findings.analysis import TraceAnalysis
+from microbench.findings.engine import with_findings
+from microbench.comm.ddp import STEP_RANGE
+from microbench.core.args import add_job_arguments
+from microbench.comm.report import kept_rank0, measure_ddp, report_ddp, run_collectives, run_ranks, run_scale
 from microbench.core.args import MAX_COUNT, Parser, number
 from microbench.core.errors import run_command
 
@@ -82,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("traces", nargs="+", help="rank traces: files, folders of them, or glob patterns ('run/*.json.gz')")
     r.add_argument("--json", type=Path, default=None, metavar="OUT")
     r.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
-                   help="the name of the step ranges; default: ProfilerStep#N (was --steps)")
+                   help="the name of the step ranges; default: ProfilerStep#N")
     add_job_arguments(r)
     s = sub.add_parser("scale", help="predict step time, comm_share and speed-up per worker count")
     s.add_argument("--model", default=None, help="one of our models: its gradient bytes (and CPU step time)")
@@ -104,17 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
-    run = {"collectives": run_collectives, "ddp": lambda a: run_ddp(a, _findings(a)), "ranks": run_ranks,
-           "scale": run_scale}[args.cmd]
+    run = {"collectives": run_collectives, "ddp": _ddp, "ranks": run_ranks, "scale": run_scale}[args.cmd]
     return run_command(lambda: run(args))
 
 
-def _findings(args):
-    """`trace`'s findings of a kept rank trace (findings/engine.py; on a CPU: CpuCommFacts, the split's own
-    breakdown), for `ddp --out` to open its report with rank 0's."""
-    def of(path, step_range):
-        return analyze(path, load_config(args.config), step_range=step_range)
-    return of
+def _ddp(args) -> int:
+    """The DDP step measured, then (with --out) rank 0's kept trace opened as `trace` opens it, for its findings
+    (on a CPU: the split's own breakdown, findings/facts.py CpuCommFacts)."""
+    doc, out = measure_ddp(args)
+    if doc is None:
+        return 0
+    kept = kept_rank0(out)
+    found = with_findings({}, TraceAnalysis.open(kept, load_config(args.config), STEP_RANGE).findings) if kept else None
+    return report_ddp(args, doc, out, found)
 
 
 if __name__ == "__main__":

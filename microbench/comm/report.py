@@ -15,7 +15,7 @@ from .collectives import DEFAULT_SIZES, Plan, bench_rank, counts, parse_sizes, t
 from .ddp import STEP_RANGE, DdpPlan, ddp_rank
 from . import engine, scale  # modules, not names: tests replace engine.job_settings and scale.scale_command
 from .plots import plot_busbw
-from microbench.core.args import Heartbeat, non_negative_int, positive_seconds
+from microbench.core.args import Heartbeat
 from microbench.core.conditions import Conditions, busy_advice, conditions_line
 from microbench.core.config import load_config
 from microbench.core.errors import InputError
@@ -174,9 +174,9 @@ def print_collectives(doc: dict) -> None:
     _busy_warning(doc)
 
 
-def run_ddp(args, findings=None) -> int:
-    """`findings(trace, step_range)`: the findings of a kept trace (the command's, findings.engine: a layer
-    above this one), opened with where --out keeps the traces."""
+def measure_ddp(args) -> tuple[dict | None, Path | None]:
+    """`comm ddp`'s ranks run and measured: the document (None in a rank's own process) and the folder where --out
+    keeps the rank traces (None without --out)."""
     check_json(args.json)
     backend = _backend(args)
     out = getattr(args, "out", None)
@@ -189,12 +189,22 @@ def run_ddp(args, findings=None) -> int:
     with Heartbeat(f"comm ddp: {args.nproc} ranks, {args.steps} profiled steps of {args.model}"):
         doc, _ = world.run(ddp_rank, (plan,), args.nproc, backend, args.timeout, args.port)
     if doc is None:
-        return 0
+        return None, out
     from microbench.core import device as devmod
 
     dev = _device(backend)
     doc.update(hardware=devmod.fingerprint(dev), software=devmod.software(), conditions=look.stop())
-    found = findings(out / "rank0.pt.trace.json", STEP_RANGE) if out is not None and findings else None
+    return doc, out
+
+
+def kept_rank0(out: Path | None) -> Path | None:
+    """Rank 0's kept trace, whose findings `comm ddp --out` opens its report with."""
+    return out / "rank0.pt.trace.json" if out is not None else None
+
+
+def report_ddp(args, doc: dict, out: Path | None, found: dict | None) -> int:
+    """The measured DDP step written (--json) and printed, opening with rank 0's findings (`found`: the findings
+    keys of `trace`'s document of it) where --out kept the traces."""
     if found is not None:
         doc = {"findings_rank": 0} | {k: v for k, v in found.items() if k.startswith("findings")} | doc
     write_json(args.json, doc)  # the file first: a reader that goes away cannot cost it
@@ -204,8 +214,8 @@ def run_ddp(args, findings=None) -> int:
         print_findings(_console(), found)
     print_ddp(doc)
     if out is not None:
-        print(f"wrote {shown(out)}/rank0..{doc['nranks'] - 1}.pt.trace.json (the whole report of one: python -m "
-              f"microbench.trace.cli {shown(out)}/rank0.pt.trace.json --step-range {STEP_RANGE})", file=sys.stderr)
+        print(f"wrote {shown(out)}/rank0..{doc['nranks'] - 1}.pt.trace.json (the whole report of one: dawnscope "
+              f"trace {shown(out)}/rank0.pt.trace.json --step-range {STEP_RANGE})", file=sys.stderr)
     return 0
 
 
@@ -279,22 +289,8 @@ def write_job_files(out: Path, doc: dict) -> None:
     print(f"wrote {out / 'heatmap.png'} and {page}", file=sys.stderr)
 
 
-def add_job_arguments(p) -> None:
-    """The options of a job's traces (shared by `comm ranks` and `trace`)."""
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
-
-    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
-                   help="local processes reading the ranks; default: the CPUs; 0: in this process (was --workers)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
-                        "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
-                        "trace paths")
-    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
-                   help="seconds to wait for the Dask scheduler; default: %(default)s")
-
-
-def _findings(doc: dict) -> list[str]:
+def job_lines(doc: dict) -> list[str]:
+    """The job's cross-rank lines (straggler, missing ranks, outliers), above its tables and on a rank's page."""
     lines = [f"straggler: rank {doc['straggler_rank']} (most start wait caused across matched collectives)"]
     if doc.get("missing_ranks"):
         lines.insert(0, f"{doc['missing_ranks']} of {doc['world_size']} ranks have no trace here: the straggler, "
@@ -363,7 +359,7 @@ def print_ranks(doc: dict) -> None:
                   _f(g.get("idle_us", 0) / 1e3, ".4g"), _f(r["exposed_comm_ms"], ".4g"), str(r["times"]),
                   _f(r["wait_caused_ms"], ".3g"))
     con.print(t)
-    for line in _findings(doc):
+    for line in job_lines(doc):
         con.print(line)
 
 

@@ -10,7 +10,7 @@ from microbench.core.args import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, print_written, write_file
-from microbench.findings.engine import analyze
+from microbench.findings.analysis import TraceAnalysis
 from microbench.report import inspect_compare as I, trace_compare as T
 from microbench.report.cells import kept_in
 from microbench.report.compare import compare, compare_html, print_compare, resolve_results
@@ -73,7 +73,7 @@ def _run(args) -> int:
 def _analyzed_traces(paths: list[Path]) -> dict[Path, dict]:
     """The inputs that are profiler traces, each analysed as `trace FILE --json` would (its report), so that two
     traces compare as their two reports do."""
-    return {p: analyze(p) for p in paths if is_profiler_trace(p)}
+    return {p: TraceAnalysis.open(p).document() for p in paths if is_profiler_trace(p)}
 
 
 def _inspect_files(args, paths) -> bool:

@@ -7,13 +7,14 @@ import math
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 from microbench.core.errors import shown
 
 # Flags renamed for one meaning per flag name across the eight commands (docs/ARCHITECTURE.md, "Glossary"):
-# per command (its parser's prog after PROG_PREFIX; a subcommand as "comm ranks"), old spelling -> new. The old
-# spelling still works for one release, with a one-line notice on stderr; then the entry goes.
+# per command (its parser's prog after PROG_PREFIX; a subcommand as "comm ranks"), old spelling -> new. The 0.1
+# aliases are gone (never released): an old spelling is refused in one line that names the new one.
 RENAMED_FLAGS: dict[str, dict[str, str]] = {
     "trace": {"--steps": "--step-range", "--workers": "--readers"},  # a range name; reader processes
     "comm ranks": {"--steps": "--step-range", "--workers": "--readers"},  # (`--steps N`, `--workers N,..` are counts)
@@ -28,35 +29,22 @@ def renamed_flags(prog: str | None) -> dict[str, str]:
     return RENAMED_FLAGS.get((prog or "").removeprefix(PROG_PREFIX), {})
 
 
-def renamed_args(args: list[str], renamed: dict[str, str], stream=None) -> list[str]:
-    """`args` with each old spelling (`--old` or `--old=VALUE`, before a `--`) replaced by its new one, and one
-    line on stderr per old spelling used."""
-    out, told, end = [], set(), False
-    for a in args:
-        flag, eq, value = a.partition("=")
-        if not end and flag in renamed:
-            if flag not in told:
-                told.add(flag)
-                print(f"note: {flag} is now {renamed[flag]}; the old spelling goes in the next release",
-                      file=stream or sys.stderr)
-            a = renamed[flag] + eq + value
-        end = end or a == "--"
-        out.append(a)
-    return out
-
-
 class Parser(argparse.ArgumentParser):
     """Bad options end in ONE line on stderr and exit 2 (argparse's default prints the usage block too); its
-    subcommands' parsers are of this class as well (argparse makes them of the parent's class). Old spellings
-    of renamed flags (RENAMED_FLAGS) are read as the new ones, with a notice."""
+    subcommands' parsers are of this class as well (argparse makes them of the parent's class). An old spelling
+    of a renamed flag (RENAMED_FLAGS) is refused with the new one named."""
 
     def error(self, message: str):
         self.exit(2, f"error: {shown(message)}\n")
 
     def parse_known_args(self, args=None, namespace=None):
         renamed = renamed_flags(self.prog)
-        if renamed:
-            args = renamed_args(sys.argv[1:] if args is None else list(args), renamed)
+        for a in sys.argv[1:] if args is None else list(args):
+            if a == "--":
+                break
+            flag = a.partition("=")[0]
+            if flag in renamed:
+                self.error(f"{flag} is now {renamed[flag]}")
         return super().parse_known_args(args, namespace)
 
 
@@ -142,3 +130,18 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join()
         return False
+
+
+def add_job_arguments(p) -> None:
+    """The options of a job's rank traces, for the commands that read a job (`comm ranks`, `trace`)."""
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
+
+    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
+                   help="local processes reading the ranks; default: the CPUs; 0: in this process")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
+                        "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
+                        "trace paths")
+    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
+                   help="seconds to wait for the Dask scheduler; default: %(default)s")

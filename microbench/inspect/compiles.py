@@ -21,7 +21,6 @@ from microbench import kernels
 from microbench.core import dtypes
 
 
-from microbench.core.config import load_config
 
 
 from microbench.core.ops import conv2d, gemm

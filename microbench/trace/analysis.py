@@ -6,7 +6,6 @@ microbench/report/trace_report.py). Definitions: docs/traces.md."""
 from __future__ import annotations
 
 import gzip
-import warnings
 import zlib
 from functools import cached_property
 from pathlib import Path
@@ -123,17 +122,23 @@ class TraceAnalysis(Tables):
     are the counters' where they settle the question and the kernel-name rule's elsewhere. The per-op model
     itself is built on the rule's verdicts: the counters' verdict needs its FLOPs."""
 
-    def __init__(self, tl: Timeline, cfg=None, step_range: str | None = None, measured: dict | None = None,
+    def __init__(self, tl: Timeline, config=None, step_range: str | None = None, measured: dict | None = None,
                  graph_capture: str | Path | None = None, path: str | Path | None = None, source: str | None = None):
-        self.tl, self.cfg, self.step_range = tl, cfg, step_range
+        """`config`: a Config, a bench.toml path, or None for the project's bench.toml (its datasheet gives the
+        devices their peaks, so MFU and the dtype findings can be made); the same meaning everywhere."""
+        self.tl, self.cfg, self.step_range = tl, config if isinstance(config, Config) else load_config(config), step_range
         self.measured, self.graph_capture = measured or {}, graph_capture
         self.path = str(path if path is not None else tl.source)
         self.source = source  # the chip the trace ran on, given by the user (--source): its datasheet entry
 
     @classmethod
-    def of(cls, path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
-           graph_capture: str | Path | None = None, source: str | None = None) -> "TraceAnalysis":
-        return cls(read_trace(path), cfg, step_range, measured, graph_capture, path, source)
+    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
+             graph_capture: str | Path | None = None, source: str | None = None):
+        """The one way to open a trace, as `dawnscope trace` does: any format `read_trace` tells apart, with
+        `config` as in __init__. `step_range`: the name of the ranges that are steps (default: ProfilerStep#N);
+        `measured`: measured compute ceilings, TFLOP/s by datasheet column; `graph_capture`: the trace of the
+        capture of the CUDA/HIP graphs this trace replays; `source`: the chip it ran on where it does not say."""
+        return cls(read_trace(path), config, step_range, measured, graph_capture, path, source)
 
     @cached_property
     def devices(self) -> list[dict]:
@@ -147,12 +152,6 @@ class TraceAnalysis(Tables):
     def work_model(self) -> opmetrics.WorkModel:
         """The work model of the trace's recorded calls (FLOPs and bytes per ATen call, per kernel)."""
         return opmetrics.work_model(self.tl, self.peaks)
-
-    @property
-    def model(self) -> opmetrics.WorkModel:
-        """Deprecated alias of `work_model` (docs/api.md named it): one release, then removed."""
-        warnings.warn("TraceAnalysis.model is deprecated: use TraceAnalysis.work_model", DeprecationWarning, stacklevel=2)
-        return self.work_model
 
     @cached_property
     def counters(self) -> dict[tuple[str, int], dict]:
@@ -307,14 +306,6 @@ class TraceAnalysis(Tables):
     # findings; the others are the document's keys of the same name.
     TABLES = ("kernels", "classes", "ops", "steps", "annotations", "devices", "eligibility")
 
-    @classmethod
-    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
-             graph_capture: str | Path | None = None) -> "TraceAnalysis":
-        """As `dawnscope trace` reads a trace: with bench.toml's datasheet (`config`: a Config, a
-        path, or None for the project's bench.toml), so devices have peaks and MFU is computed."""
-        cfg = config if isinstance(config, Config) else load_config(config)
-        return cls.of(path, cfg, step_range, measured, graph_capture)
-
     def table(self, name: str) -> list[dict]:
         """One of TABLES as a list of dicts (the document's own values)."""
         if name not in self.TABLES:
@@ -329,14 +320,6 @@ class TraceAnalysis(Tables):
 
     def __repr__(self) -> str:  # a notebook's cell shows what was read, computing nothing
         return f"<TraceAnalysis of {self.path} ({self.tl.format}, {len(self.tl.activities):,} GPU activities)>"
-
-
-def analyze(path: str | Path, cfg=None, step_range: str | None = None, measured: dict | None = None,
-            graph_capture: str | Path | None = None) -> dict:
-    """The whole report of one trace as a JSON-ready dict (`TraceAnalysis.document`). `step_range`: the name of
-    the ranges that are steps (default: ProfilerStep#N); `measured`: measured compute ceilings, TFLOP/s by
-    datasheet column; `graph_capture`: the trace of the capture of the CUDA/HIP graphs this trace replays."""
-    return TraceAnalysis.of(path, cfg, step_range, measured, graph_capture).document()
 
 
 def withhold(d: dict, cov: dict, keys: tuple[str, ...]) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from microbench.comm.engine import GLOB_CHARS
-from microbench.comm.report import add_job_arguments
+from microbench.core.args import add_job_arguments
 from microbench.comm.report import check_json, print_ranks, write_job_files, write_json
 from microbench.core.args import positive_int
 from microbench.core.config import load_config
@@ -22,9 +22,9 @@ from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_dir, check_file, print_written, write_file
 from microbench.report.cells import kept_in
 from microbench.report.trace_report import print_trace_report
-from microbench.findings.engine import analyze
+from microbench.findings.analysis import TraceAnalysis
 from microbench.comm.job import analyze_job
-from microbench.comm.report import _findings
+from microbench.comm.report import job_lines
 from microbench.report.findings_report import print_findings
 from microbench.report.roofline_report import wide_console
 from microbench.report.trace_html import trace_page
@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bench.toml with the datasheet table used to show the device's peaks; default: the "
                          "project's bench.toml")
     ap.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
-                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N "
-                         "(was --steps)")
+                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
     ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
                     help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
                          + ", ".join(PRECISIONS) + ")")
@@ -100,8 +99,7 @@ def _run(args) -> int:
             check_file(path, opt, inputs=[args.file, args.graph_capture, args.ceilings])
     measured = ceilings_from_args(args.ceiling, args.ceilings)
     cfg = load_config(args.config)
-    doc = analyze(args.file, cfg, step_range=args.steps, measured=measured, graph_capture=args.graph_capture,
-                  source=args.source)
+    doc = TraceAnalysis.open(args.file, cfg, args.steps, measured, args.graph_capture, args.source).document()
     _check_step_range(args, doc)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
@@ -136,7 +134,8 @@ def _run_job(args) -> int:
                       step_range=args.steps)
     ranks = job.get("ranks") or []
     rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
-    doc = analyze(rank["file"], load_config(args.config), step_range=args.steps, source=args.source) if rank else None
+    doc = (TraceAnalysis.open(rank["file"], load_config(args.config), args.steps, source=args.source).document()
+           if rank else None)
     if doc is not None:
         job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
     write_json(args.json, job)
@@ -145,7 +144,7 @@ def _run_job(args) -> int:
     written = []
     if args.html and doc is not None:
         title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
-        written.append(write_file(args.html, trace_page(doc, title, job_lines=_findings(job)), "--html"))
+        written.append(write_file(args.html, trace_page(doc, title, job_lines=job_lines(job)), "--html"))
     if doc is not None:
         wide_console().print(f"[bold]rank {rank['rank']}"
                              + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")

@@ -14,7 +14,7 @@ from microbench.trace.classify import (
     classify_by_launcher,
     is_launcher,
 )
-from microbench.trace.timeline import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, Timeline
+from microbench.trace.timeline import CPU_RANGE, KERNEL, TC_VALUES, Timeline
 from microbench.trace.opmetrics import _innermost_owner, first_float_dtype
 
 

@@ -26,7 +26,6 @@ The rules every consumer shares (docs/traces.md):
 from __future__ import annotations
 
 import re
-import warnings
 from array import array
 from dataclasses import dataclass, field, fields, replace
 
@@ -210,13 +209,6 @@ class Timeline:
     @property
     def wall_span_us(self) -> float:
         return self.span_us[1] - self.span_us[0] if self.span_us and self.span_us[1] > self.span_us[0] else 0.0
-
-    @property
-    def kernels(self) -> Activities:
-        """Deprecated alias of `activities` (docs/api.md named it `kernels`; it holds copies too): one release."""
-        warnings.warn("Timeline.kernels is deprecated: use Timeline.activities (every GPU activity, copies too)",
-                      DeprecationWarning, stacklevel=2)
-        return self.activities
 
     def class_names(self) -> np.ndarray:
         """Each kernel's class name (`tc_gemm`, `comm`, ...), via the interned classifications."""

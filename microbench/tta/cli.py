@@ -47,11 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
     th.add_argument("--png", dest="plot", type=Path, default=None, metavar="OUT",
-                    help="draw time-to-accuracy against threshold into this PNG (was --plot)")
+                    help="draw time-to-accuracy against threshold into this PNG")
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
     r.add_argument("--target-accuracy", dest="target", type=float, default=None,
-                   help="test top-1 accuracy to reach, in (0, 1]; default: the model's (was --target)")
+                   help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
     r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
     r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's")
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
     r.add_argument("--epoch-breakdown", dest="profile", action="store_true",
-                   help="decompose one epoch with the profiler: where its seconds went (was --profile)")
+                   help="decompose one epoch with the profiler: where its seconds went")
     r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
     r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
     r.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
