@@ -809,3 +809,24 @@ def test_steps_that_launched_no_gpu_work_stop_the_step_rules_with_that_reason():
     why = {n["id"]: n["why"] for n in doc["findings_not_checked"]}
     assert why["launch_bound"].startswith("the one step launched no GPU work") and why["host_bound"] == why["launch_bound"]
     assert not doc["findings"] and not doc["findings_below_threshold"]
+
+
+@needs_traces
+def test_compare_of_two_traces_is_the_comparison_of_their_trace_reports(tmp_path, capsys):
+    """`compare h100.json.gz mi300.json.gz` opens each trace as `trace --json` does (the project's bench.toml): the
+    same MFU and findings as the two reports give, not `"mfu": null` and the dtype checks skipped."""
+    from microbench.compare import cli as compare_cli
+
+    traces = [TRACES / f"{name}.json.gz" for name in ("h100_bert_small", "mi300_bert_small")]
+    reports = []
+    for t in traces:
+        reports.append(tmp_path / f"{t.name}.report.json")
+        assert trace_cli.main([str(t), "--json", str(reports[-1])]) == 0
+    direct, via_reports = tmp_path / "direct.json", tmp_path / "via.json"
+    assert compare_cli.main([*map(str, traces), "--json", str(direct)]) == 0
+    assert compare_cli.main([*map(str, reports), "--json", str(via_reports)]) == 0
+    capsys.readouterr()
+    a, b = json.loads(direct.read_text()), json.loads(via_reports.read_text())
+    machines = lambda doc: [{k: m[k] for k in ("tensor_core_share", "mfu")} for m in doc["machines"]]  # noqa: E731
+    assert machines(a) == machines(b)
+    assert all(m["mfu"] is not None for m in machines(a))  # bench.toml's datasheet: H100 and MI300X peaks
