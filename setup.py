@@ -3,6 +3,7 @@ models/ mapped under it (microbench.kernels, microbench.models: one import name,
 And bench.toml lives at the repository's top level (where users edit it)
 and is shipped inside the package, as microbench/bench.toml, so an installed dawnscope finds it through
 importlib.resources (microbench.core.config.DEFAULT_CONFIG)."""
+
 from pathlib import Path
 
 from setuptools import find_namespace_packages, setup
@@ -19,7 +20,8 @@ class BuildPy(build_py):
 
 
 setup(
-    packages=find_namespace_packages(include=["microbench", "microbench.*"]) + ["microbench.kernels", "microbench.models"],
+    packages=find_namespace_packages(include=["microbench", "microbench.*"])
+    + ["microbench.kernels", "microbench.models"],
     package_dir={"microbench.kernels": "kernels", "microbench.models": "models"},
     cmdclass={"build_py": BuildPy},
 )

@@ -23,6 +23,7 @@ Without a GPU it exits 3 and creates nothing. `--dry-run` (or DEVICE_CHECK_DRY_R
 and shortens every stage (CPU stand-ins for the GPU stages), to test the plumbing on a CPU: order, the
 deadline, SIGINT, the files. DEVICE_CHECK_DEADLINE_S overrides the global deadline (seconds).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.ncucheck import evidence_lines
-
 from devtools.probe import write_probe
 from devtools.wheels import load_image
 
@@ -76,8 +76,20 @@ def _pytest(select: str, *paths: str, gpu: bool = True) -> list[str]:
     """pytest on the named files only (collecting the whole suite costs 8 s of CPU, and one collection error
     would leave the stage with no test): a file that fails to import is reported, the others still run."""
     marks = ["-m", "gpu"] if gpu else ["-m", "interpreter or inspect"]
-    return _py("-m", "pytest", "-rA", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-               "--junitxml", "{work}/junit.xml", *marks, "-k", select, *paths)
+    return _py(
+        "-m",
+        "pytest",
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        "--junitxml",
+        "{work}/junit.xml",
+        *marks,
+        "-k",
+        select,
+        *paths,
+    )
 
 
 # Conv first: the larger, never-run family is not the one the cap cuts.
@@ -86,7 +98,7 @@ _CUDA_TESTS = ("tests/test_cuda_kernels.py", "tests/test_cuda_wrappers.py")
 # Every other test file with a `gpu`-marked test (tests/test_gpu_paths_stage_budgets.py checks none is missing).
 _OTHER_GPU_TESTS = ("tests/test_gpu_core.py", "tests/test_decompose.py")
 # DAWNSCOPE_AUTOTUNE=0 (_env): an "autotuned" test would run the default configuration a second time. bf16 and
-# tf32 only: about half of the 71 default-configuration compiles (docs/cuda.md, the plan); fp16 and fp32 run
+# tf32 only: about half of the 71 default-configuration compiles (devtools/README.md, the plan); fp16 and fp32 run
 # through the same Triton kernels at the quick profile's shapes there.
 _NO_AUTOTUNE = "not wgmma and not autotuned and (bf16 or tf32)"
 NCU_MARGIN_S = 15  # of the counter stage's cap, after ncu's own deadline: merging the exports, the verdicts
@@ -101,13 +113,25 @@ def _wheels_stage(wheels_dir: Path, python: str | None = None) -> list[Stage]:
         python = f"{sys.version_info.major}.{sys.version_info.minor}"
     if not wheels or python != load_image()["python"]:
         return []
-    cmd = _py("-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-              "--target", "{site}", *wheels)
+    cmd = _py(
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        "{site}",
+        *wheels,
+    )
     return [Stage("carried wheels", 10, cmd, cmd, 30, every_run=True)]
 
 
 def stages(wheels_dir: Path = WHEELS_DIR) -> list[Stage]:
-    """In order, each cap about twice the stage's expected time (docs/cuda.md, "The device check's plan": the
+    """In order, each cap about twice the stage's expected time (devtools/README.md, "The device check's plan": the
     compile and test counts behind each estimate), adding up to 470 s, under the deadline less the summary's
     reserve. Our CUDA C++ kernels run first in their own process (their cubins, compiled once, are kept on
     disk for every later stage); the unverified wgmma kernel runs last and alone, so that a hang there costs
@@ -118,20 +142,50 @@ def stages(wheels_dir: Path = WHEELS_DIR) -> list[Stage]:
     ncu = ["-m", "devtools.ncucheck", "{work}/ncu.csv", "--deadline-s", str(ncu_cap - NCU_MARGIN_S)]
     return [
         *_wheels_stage(wheels_dir),
-        Stage("probe", 20, _py("-m", "devtools.devicecheck", "--probe", "{work}/probe.json"),
-              _py("-m", "devtools.devicecheck", "--probe", "{work}/probe.json", "--dry-run"), 40,
-              {"probe.json": "probe.json"}),
-        Stage("gpu tests: cuda c++", 55, _pytest("not wgmma", *_CUDA_TESTS), _pytest("not wgmma", *_CUDA_TESTS, gpu=False),
-              10, junit=True),
-        Stage("quick profile", 140, _py(*quick, "--device", "cuda"), _py(*quick, "--device", "cpu"), 25,
-              roofline_files),
+        Stage(
+            "probe",
+            20,
+            _py("-m", "devtools.devicecheck", "--probe", "{work}/probe.json"),
+            _py("-m", "devtools.devicecheck", "--probe", "{work}/probe.json", "--dry-run"),
+            40,
+            {"probe.json": "probe.json"},
+        ),
+        Stage(
+            "gpu tests: cuda c++",
+            55,
+            _pytest("not wgmma", *_CUDA_TESTS),
+            _pytest("not wgmma", *_CUDA_TESTS, gpu=False),
+            10,
+            junit=True,
+        ),
+        Stage(
+            "quick profile", 140, _py(*quick, "--device", "cuda"), _py(*quick, "--device", "cpu"), 25, roofline_files
+        ),
         Stage("hardware counters (ncu)", ncu_cap, _py(*ncu), _py(*ncu, "--dry-run"), 15, {"ncu.csv": "ncu.csv"}),
-        Stage("gpu tests: triton", 100, _pytest(_NO_AUTOTUNE, *_TRITON_TESTS),
-              _pytest(_NO_AUTOTUNE, *_TRITON_TESTS, gpu=False), 10, junit=True),
-        Stage("gpu tests: the rest", 40, _pytest("not wgmma", *_OTHER_GPU_TESTS),
-              _pytest("cdna", "tests/test_inspect_triton.py", gpu=False), 10, junit=True),
-        Stage("wgmma (unverified kernel, alone)", 25, _pytest("wgmma", *_CUDA_TESTS), _pytest("wgmma", *_CUDA_TESTS, gpu=False),
-              10, junit=True),
+        Stage(
+            "gpu tests: triton",
+            100,
+            _pytest(_NO_AUTOTUNE, *_TRITON_TESTS),
+            _pytest(_NO_AUTOTUNE, *_TRITON_TESTS, gpu=False),
+            10,
+            junit=True,
+        ),
+        Stage(
+            "gpu tests: the rest",
+            40,
+            _pytest("not wgmma", *_OTHER_GPU_TESTS),
+            _pytest("cdna", "tests/test_inspect_triton.py", gpu=False),
+            10,
+            junit=True,
+        ),
+        Stage(
+            "wgmma (unverified kernel, alone)",
+            25,
+            _pytest("wgmma", *_CUDA_TESTS),
+            _pytest("wgmma", *_CUDA_TESTS, gpu=False),
+            10,
+            junit=True,
+        ),
     ]
 
 
@@ -175,14 +229,23 @@ def _stop(proc: subprocess.Popen, grace_s: float, why: str) -> str:
     return stopped
 
 
-def run_stage(argv: list[str], limit_s: float, log_path: Path, env: dict, grace_s: float) -> tuple[int | None, float, str]:
+def run_stage(
+    argv: list[str], limit_s: float, log_path: Path, env: dict, grace_s: float
+) -> tuple[int | None, float, str]:
     """Run one stage in its own process group; at `limit_s` send it SIGINT (the process only: a child such
     as ptxas finishes its file), then SIGTERM and SIGKILL to the group after `grace_s` each. Whatever
     happens to device-check meanwhile, the group is gone when this returns."""
     start = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
-                                preexec_fn=_child_setup)
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_child_setup,
+        )
         stopped = ""
         try:
             proc.wait(timeout=max(0.1, limit_s))
@@ -208,7 +271,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _capped_text(path: Path, cap: int) -> str:
     data = path.read_bytes() if path.exists() else b""
     if len(data) > cap:
-        data = data[: cap // 2] + f"\n[... {len(data) - cap} bytes left out ...]\n".encode() + data[-cap // 2:]
+        data = data[: cap // 2] + f"\n[... {len(data) - cap} bytes left out ...]\n".encode() + data[-cap // 2 :]
     return data.decode(errors="replace")
 
 
@@ -224,7 +287,7 @@ def merge_junit(stage: str, junit: Path, out: Path) -> None:
         tree = ET.parse(junit).getroot()
     except (OSError, ET.ParseError):
         return  # the stage wrote no report (stopped before pytest started): the stage log says why
-    for suite in ([tree] if tree.tag == "testsuite" else list(tree)):
+    for suite in [tree] if tree.tag == "testsuite" else list(tree):
         suite.set("name", stage)
         root.append(suite)
     tmp = out.with_name(out.name + ".tmp")
@@ -233,13 +296,17 @@ def merge_junit(stage: str, junit: Path, out: Path) -> None:
 
 
 # The header stages.log writes as each stage ends; a resumed run reads it back.
-_HEADER = re.compile(r"^==== stage \d+: (?P<name>.+) \(limit (?P<limit>\d+) s(?P<dry>, dry run)?\): rc (?P<rc>-?\d+|None), "
-                     r"(?P<elapsed>[\d.]+) s(?:, (?P<stopped>.+))?$")
+_HEADER = re.compile(
+    r"^==== stage \d+: (?P<name>.+) \(limit (?P<limit>\d+) s(?P<dry>, dry run)?\): rc (?P<rc>-?\d+|None), "
+    r"(?P<elapsed>[\d.]+) s(?:, (?P<stopped>.+))?$"
+)
 
 
 def _header(i: int, name: str, limit_s: float, dry: bool, rc: int | None, elapsed_s: float, stopped: str) -> str:
-    return (f"==== stage {i}: {name} (limit {limit_s:.0f} s{', dry run' if dry else ''}): rc {rc}, {elapsed_s:.1f} s"
-            f"{', ' + stopped if stopped else ''}")
+    return (
+        f"==== stage {i}: {name} (limit {limit_s:.0f} s{', dry run' if dry else ''}): rc {rc}, {elapsed_s:.1f} s"
+        f"{', ' + stopped if stopped else ''}"
+    )
 
 
 def finished_stages(outdir: Path, dry: bool) -> dict[str, StageResult]:
@@ -286,6 +353,7 @@ def _finish_stage(st: Stage, work: Path, outdir: Path) -> None:
 @dataclass
 class _Run:
     """One device-check run: where it writes, its clock and its limits."""
+
     outdir: Path
     dry: bool
     deadline_s: float  # the summary's reserve already taken off
@@ -301,8 +369,10 @@ class _Run:
             return StageResult(st.name, None, 0.0, 0.0, skipped="no time left before the deadline")
         work = self.work_root / f"stage{i}"
         work.mkdir()
-        argv = [a.replace("{work}", str(work)).replace("{site}", str(self.work_root / "site"))
-                for a in (st.dry_cmd if self.dry else st.cmd)]
+        argv = [
+            a.replace("{work}", str(work)).replace("{site}", str(self.work_root / "site"))
+            for a in (st.dry_cmd if self.dry else st.cmd)
+        ]
         rc, elapsed, stopped = run_stage(argv, limit, work / "output.txt", env, self.grace_s)
         _finish_stage(st, work, self.outdir)
         self.log.write(_header(i, st.name, limit, self.dry, rc, elapsed, stopped) + f"\n$ {' '.join(argv)}\n")
@@ -311,8 +381,9 @@ class _Run:
         return StageResult(st.name, rc, elapsed, limit, stopped)
 
 
-def run_all(outdir: Path, dry: bool, deadline_s: float, plan: list[Stage] | None = None,
-            grace_s: float | None = None) -> list[StageResult]:
+def run_all(
+    outdir: Path, dry: bool, deadline_s: float, plan: list[Stage] | None = None, grace_s: float | None = None
+) -> list[StageResult]:
     """The plan's stages in order, each finished one's files in OUTDIR at once; those an earlier run into
     OUTDIR finished are not run again."""
     plan = stages() if plan is None else plan
@@ -345,14 +416,18 @@ def _quick_rows(outdir: Path) -> list[str]:
     except (OSError, ValueError) as e:
         return [f"quick profile: no results ({type(e).__name__})"]
     hw = doc.get("hardware", {})
-    lines = [f"quick profile on {hw.get('name', '?')} {hw.get('arch', '?')}: {len(doc.get('results', []))} rows"
-             + (" (interrupted)" if doc.get("interrupted") else "")]
+    lines = [
+        f"quick profile on {hw.get('name', '?')} {hw.get('arch', '?')}: {len(doc.get('results', []))} rows"
+        + (" (interrupted)" if doc.get("interrupted") else "")
+    ]
     lines.append(f"{'op':18} {'shape':28} {'dtype':5} {'provider':10} {'status':8} {'TFLOP/s':>9}  TC")
     for r in doc.get("results", []):
         tf = r.get("tflops")
-        lines.append(f"{r.get('op', ''):18} {str(r.get('shape', ''))[:28]:28} {r.get('dtype', ''):5} "
-                     f"{r.get('provider', ''):10} {r.get('status', ''):8} {'-' if tf is None else format(tf, '9.1f'):>9}  "
-                     f"{r.get('tensor_cores', '')}")
+        lines.append(
+            f"{r.get('op', ''):18} {str(r.get('shape', ''))[:28]:28} {r.get('dtype', ''):5} "
+            f"{r.get('provider', ''):10} {r.get('status', ''):8} {'-' if tf is None else format(tf, '9.1f'):>9}  "
+            f"{r.get('tensor_cores', '')}"
+        )
     return lines
 
 
@@ -410,11 +485,16 @@ def gpu_present() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/device-check", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="scripts/device-check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("outdir", type=Path, nargs="?")
-    ap.add_argument("--dry-run", action="store_true", default=os.environ.get("DEVICE_CHECK_DRY_RUN") == "1",
-                    help="fake the GPU check and shorten every stage (CPU stand-ins): tests the plumbing")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=os.environ.get("DEVICE_CHECK_DRY_RUN") == "1",
+        help="fake the GPU check and shorten every stage (CPU stand-ins): tests the plumbing",
+    )
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)  # the probe stage's own entry point
     args = ap.parse_args(argv)
     if args.probe:
@@ -434,8 +514,10 @@ def main(argv: list[str] | None = None) -> int:
     print(summary.read_text())
     files = list(args.outdir.iterdir())
     if len(files) > MAX_FILES:  # OUTDIR held other files before this run: the loan brings back only 8
-        print(f"device-check: {len(files)} files in {args.outdir} (it was not empty); only {MAX_FILES} come back",
-              file=sys.stderr)
+        print(
+            f"device-check: {len(files)} files in {args.outdir} (it was not empty); only {MAX_FILES} come back",
+            file=sys.stderr,
+        )
     return 0 if all(passed(r, args.dry_run) for r in results) else 1
 
 
@@ -450,6 +532,7 @@ def passed(r: StageResult, dry: bool) -> bool:
 def _interrupt_on_signals() -> None:
     """SIGTERM and SIGHUP (a closed session, a timeout) stop device-check as Ctrl-C does: the running
     stage is stopped, its group killed, the summary written."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 

@@ -10,9 +10,11 @@ A fault in a kernel ends the process's CUDA context (every later call fails), so
 - each GEMM is warmed up just before its own window, not all before the first, so a fault in one keeps the
   counters of every GEMM profiled before it, and the program stops at the first lost context, saying which.
 """
+
 from __future__ import annotations
 
 import sys
+
 from microbench.core.shapes import Case, GemmShape
 from microbench.roofline.faults import lost_context
 
@@ -34,10 +36,13 @@ def _gemms(n: int) -> dict:
         with tf32_allowed(False):  # IEEE fp32: the FMA pipe only
             return a32 @ b32
 
-    return {"cublas_bf16": lambda: a @ b, "cublas_fp32_no_tf32": fp32_no_tf32,
-            "triton_bf16": lambda: gemm_triton.gemm_triton(a, b),
-            "cupy_mma_bf16": lambda: gemm_cupy.gemm_cupy(a, b),
-            "cupy_wgmma_bf16": lambda: gemm_cupy.gemm_cupy_wgmma(a, b)}
+    return {
+        "cublas_bf16": lambda: a @ b,
+        "cublas_fp32_no_tf32": fp32_no_tf32,
+        "triton_bf16": lambda: gemm_triton.gemm_triton(a, b),
+        "cupy_mma_bf16": lambda: gemm_cupy.gemm_cupy(a, b),
+        "cupy_wgmma_bf16": lambda: gemm_cupy.gemm_cupy_wgmma(a, b),
+    }
 
 
 def _marker(label: str):
@@ -93,9 +98,13 @@ def run_gemms(cfg: dict) -> int:
         except Exception as e:  # noqa: BLE001 - a GEMM that cannot run here is reported, the rest still run
             _say(label, f"not profiled: {type(e).__name__}: {str(e).strip()[:200]}")
             if fault := lost_context(e):
-                rest = labels[labels.index(label) + 1:]
-                print(f"ncuapp: stopped: {label} lost the CUDA context ({fault}); the GEMMs profiled before it "
-                      f"keep their counters; not run: {', '.join(rest) or 'none'}", file=sys.stderr, flush=True)
+                rest = labels[labels.index(label) + 1 :]
+                print(
+                    f"ncuapp: stopped: {label} lost the CUDA context ({fault}); the GEMMs profiled before it "
+                    f"keep their counters; not run: {', '.join(rest) or 'none'}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 1
             continue
         profiled += 1

@@ -17,6 +17,7 @@ call launches besides the GEMM (the wgmma kernel's transpose copy) is reported a
 `--app` is the profiled program itself (run under ncu; needs a CUDA device). Without `ncu` (PATH, $CUDA_HOME/bin,
 /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*/) the stage says so in one line: exit 1, or 0 in a dry run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,12 +31,14 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
+
+from devtools.ncuapp import run_gemms
 from microbench.core.args import digits
 from microbench.core.errors import InputError
 from microbench.core.resources import data_file
-from devtools.ncuapp import run_gemms
 from microbench.trace.classify import classify_kernel
 from microbench.trace.counters import counter_verdict, tensor_activity
 from microbench.trace.ncu import read_ncu_csv
@@ -60,8 +63,10 @@ def find_ncu() -> str | None:
     for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if home and (Path(home) / "bin" / "ncu").exists():
             return str(Path(home) / "bin" / "ncu")
+
     def version(p: Path):
         return tuple(int(x) if digits(x) else 0 for x in re.split(r"[.-]", p.parent.name))
+
     found_opt = sorted((p for d in NCU_DIRS for p in Path(d).glob("*/ncu") if p.is_file()), key=version)
     return str(found_opt[-1]) if found_opt else None
 
@@ -110,10 +115,32 @@ def query(ncu: str, timeout_s: float = 30) -> tuple[str, str]:
 def profile_cmd(ncu: str, metrics: list[str], log: Path, label: str, kernels: int) -> list[str]:
     """ncu over `--app --only LABEL`: only the kernels between cudaProfilerStart and Stop, at the chip's own
     clocks, at most `kernels` of them, then the program is ended (--kill yes)."""
-    return [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-            "--launch-count", str(kernels), "--kill", "yes",
-            "--metrics", ",".join(metrics), "--csv", "--page", "details", "--log-file", str(log),
-            sys.executable, "-m", "devtools.ncucheck", "--app", "--only", label]
+    return [
+        ncu,
+        "--clock-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--launch-count",
+        str(kernels),
+        "--kill",
+        "yes",
+        "--metrics",
+        ",".join(metrics),
+        "--csv",
+        "--page",
+        "details",
+        "--log-file",
+        str(log),
+        sys.executable,
+        "-m",
+        "devtools.ncucheck",
+        "--app",
+        "--only",
+        label,
+    ]
 
 
 def _run_bounded(cmd: list[str], timeout_s: float) -> tuple[int | None, str]:
@@ -150,13 +177,25 @@ def profile_all(ncu: str, metrics: list[str], cfg: dict, out_csv: Path, deadline
         rc, out = _run_bounded(cmd, share)
         text = out + (log.read_text(errors="replace") if log.exists() else "")
         if PERMISSION_ERROR in text:
-            print(f"ncucheck: {PERMISSION_ERROR}: this user may not read the GPU's performance counters (the driver "
-                  "restricts them to administrators: NVreg_RestrictProfilingToAdminUsers=1; in a container it needs "
-                  "--cap-add=SYS_ADMIN): no hardware counters on this machine", file=sys.stderr, flush=True)
+            print(
+                f"ncucheck: {PERMISSION_ERROR}: this user may not read the GPU's performance counters (the driver "
+                "restricts them to administrators: NVreg_RestrictProfilingToAdminUsers=1; in a container it needs "
+                "--cap-add=SYS_ADMIN): no hardware counters on this machine",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         ok = rc is not None and log.exists() and '"ID",' in text
-        print(f"ncucheck: {label}: " + ("profiled" if ok else f"no export ({'stopped at its ' + format(share, '.0f') + ' s share' if rc is None else 'exit ' + str(rc)})")
-              + ("" if ok else ": " + " | ".join(out.strip().splitlines()[-2:])[:300]), flush=True)
+        print(
+            f"ncucheck: {label}: "
+            + (
+                "profiled"
+                if ok
+                else f"no export ({'stopped at its ' + format(share, '.0f') + ' s share' if rc is None else 'exit ' + str(rc)})"
+            )
+            + ("" if ok else ": " + " | ".join(out.strip().splitlines()[-2:])[:300]),
+            flush=True,
+        )
         if ok:
             parts.append(log)
             merge_exports(parts, out_csv)
@@ -194,7 +233,7 @@ def labelled(kernels, cfg: dict | None = None) -> list[tuple[str, object]]:
     out, label = [], "before any marker"
     for k in kernels:
         if k.name.startswith(MARK_PREFIX):
-            label = k.name[len(MARK_PREFIX):].split("(", 1)[0]
+            label = k.name[len(MARK_PREFIX) :].split("(", 1)[0]
             continue
         own = patterns.get(label)
         out.append((label if own is None or own.search(k.name) else f"{label} (helper)", k))
@@ -211,11 +250,19 @@ def evidence(csv_path: Path, cfg: dict | None = None) -> list[dict]:
         named = classify_kernel(k.name)
         verdict = counter_verdict(values, named.cls, model_flops=2.0 * cfg["size"] ** 3)
         want = expected.get(label)
-        rows.append({"label": label, "kernel": k.name[:160], "duration_ns": k.duration_ns,
-                     "tensor_metrics": tensor_activity(values), "counters_say": verdict.tensor_cores,
-                     "counter_evidence": verdict.evidence, "name_says": named.tensor_cores, "expected": want,
-                     "as_expected": None if want is None or verdict.tensor_cores is None
-                     else verdict.tensor_cores == want})
+        rows.append(
+            {
+                "label": label,
+                "kernel": k.name[:160],
+                "duration_ns": k.duration_ns,
+                "tensor_metrics": tensor_activity(values),
+                "counters_say": verdict.tensor_cores,
+                "counter_evidence": verdict.evidence,
+                "name_says": named.tensor_cores,
+                "expected": want,
+                "as_expected": None if want is None or verdict.tensor_cores is None else verdict.tensor_cores == want,
+            }
+        )
     return rows
 
 
@@ -231,18 +278,25 @@ def evidence_lines(csv_path: Path) -> list[str]:
     for r in rows:
         mark = {True: "as expected", False: "UNEXPECTED", None: "no verdict"}[r["as_expected"]]
         dur = "-" if r["duration_ns"] is None else f"{r['duration_ns'] / 1e3:.1f} us"
-        lines.append(f"  {r['label']:22} {r['counters_say'] or '?':>3} / {r['name_says']:7} / {r['expected'] or '-':3}"
-                     f"  {mark:11} {dur:>10}  {r['kernel'][:60]}  [{r['counter_evidence'][:90]}]")
+        lines.append(
+            f"  {r['label']:22} {r['counters_say'] or '?':>3} / {r['name_says']:7} / {r['expected'] or '-':3}"
+            f"  {mark:11} {dur:>10}  {r['kernel'][:60]}  [{r['counter_evidence'][:90]}]"
+        )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m devtools.ncucheck", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m devtools.ncucheck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out_csv", type=Path, nargs="?")
     ap.add_argument("--dry-run", action="store_true")
-    ap.add_argument("--deadline-s", type=float, default=60.0,
-                    help="all of ncu's runs end by then (inside the stage's cap, which would kill ncu before it writes)")
+    ap.add_argument(
+        "--deadline-s",
+        type=float,
+        default=60.0,
+        help="all of ncu's runs end by then (inside the stage's cap, which would kill ncu before it writes)",
+    )
     ap.add_argument("--app", action="store_true", help=argparse.SUPPRESS)  # the program ncu profiles
     ap.add_argument("--only", help=argparse.SUPPRESS)  # the one GEMM the program runs
     args = ap.parse_args(argv)
@@ -253,8 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("OUT_CSV is required")
     ncu = find_ncu()
     if ncu is None:
-        print("ncucheck: no Nsight Compute (ncu) on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or "
-              "/opt/nvidia/nsight-compute: no hardware counters", file=sys.stderr)
+        print(
+            "ncucheck: no Nsight Compute (ncu) on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or "
+            "/opt/nvidia/nsight-compute: no hardware counters",
+            file=sys.stderr,
+        )
         return 0 if args.dry_run else 1
     t0 = time.monotonic()
     cfg = settings()

@@ -17,6 +17,7 @@ side's thread count; `--nproc N` a DDP pair: N local ranks (gloo), each holding 
 DistributedDataParallel (`--bucket-mb-before` / `--bucket-mb-after`: the cap of each, default DDP's own), every rank
 running the same side's block at the same time; rank 0's blocks are the result. The timer is roofline.timing's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,9 @@ def _block_ms(side: Side, steps: int, device) -> float:
     return time_calls(side.step, device, TimingSettings().exactly(steps)).median_ms
 
 
-def measure_pair(before: Setting, after: Setting, batch: int, blocks: int = 40, steps: int = 5, device=None,
-                 ddp: bool = False) -> dict:
+def measure_pair(
+    before: Setting, after: Setting, batch: int, blocks: int = 40, steps: int = 5, device=None, ddp: bool = False
+) -> dict:
     """The blocks' median step times of both sides and the saving per step: the median of the paired differences
     (before - after) with their quartiles, and the difference of the two sides' medians."""
     import torch
@@ -101,16 +103,30 @@ def measure_pair(before: Setting, after: Setting, batch: int, blocks: int = 40, 
         torch.set_num_threads(threads)  # the caller's, whatever the factories set
     diffs = sorted(b - a for b, a in zip(*times))
     q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
-    return {"before": _side_doc(sides[0], times[0], ddp), "after": _side_doc(sides[1], times[1], ddp),
-            "batch": batch, "blocks": blocks, "steps_per_block": steps,
-            "saving_us": {"median": statistics.median(diffs) * 1e3, "q1": q1 * 1e3, "q3": q3 * 1e3,
-                          "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3}}
+    return {
+        "before": _side_doc(sides[0], times[0], ddp),
+        "after": _side_doc(sides[1], times[1], ddp),
+        "batch": batch,
+        "blocks": blocks,
+        "steps_per_block": steps,
+        "saving_us": {
+            "median": statistics.median(diffs) * 1e3,
+            "q1": q1 * 1e3,
+            "q3": q3 * 1e3,
+            "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3,
+        },
+    }
 
 
 def _side_doc(side: Side, block_ms: list[float], ddp: bool) -> dict:
     s = side.setting
-    doc = {"model": s.spec, "dtype": s.dtype, "threads": side.threads,
-           "loader_workers": getattr(side.step.loader, "num_workers", None), "block_ms": block_ms}
+    doc = {
+        "model": s.spec,
+        "dtype": s.dtype,
+        "threads": side.threads,
+        "loader_workers": getattr(side.step.loader, "num_workers", None),
+        "block_ms": block_ms,
+    }
     return doc | ({"ddp_bucket_cap_mb": s.bucket_mb if s.bucket_mb is not None else "DDP's default"} if ddp else {})
 
 
@@ -129,30 +145,57 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
     ap.add_argument("--dtype-before", default="fp32")
     ap.add_argument("--dtype-after", default="fp32")
-    ap.add_argument("--workers-before", type=int, default=None, metavar="N",
-                    help="the before workload's DataLoader with N workers (decompose --num-workers)")
+    ap.add_argument(
+        "--workers-before",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the before workload's DataLoader with N workers (decompose --num-workers)",
+    )
     ap.add_argument("--workers-after", type=int, default=None, metavar="N", help="the after workload's likewise")
-    ap.add_argument("--threads-before", type=int, default=None, metavar="T",
-                    help="the before side's intra-op threads (default: what its factory set)")
+    ap.add_argument(
+        "--threads-before",
+        type=int,
+        default=None,
+        metavar="T",
+        help="the before side's intra-op threads (default: what its factory set)",
+    )
     ap.add_argument("--threads-after", type=int, default=None, metavar="T", help="the after side's likewise")
-    ap.add_argument("--nproc", type=int, default=1, metavar="N",
-                    help="a DDP pair over N local ranks (gloo); default 1: no DDP")
-    ap.add_argument("--bucket-mb-before", type=float, default=None, metavar="MB",
-                    help="with --nproc: the before side's DDP bucket_cap_mb (default DDP's own)")
+    ap.add_argument(
+        "--nproc", type=int, default=1, metavar="N", help="a DDP pair over N local ranks (gloo); default 1: no DDP"
+    )
+    ap.add_argument(
+        "--bucket-mb-before",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="with --nproc: the before side's DDP bucket_cap_mb (default DDP's own)",
+    )
     ap.add_argument("--bucket-mb-after", type=float, default=None, metavar="MB", help="the after side's likewise")
-    ap.add_argument("--processes", type=int, default=1, metavar="K",
-                    help="K pair processes one after another, the saving the median of theirs (default 1): each "
-                         "process has a speed of its own, and on a 2-core CPU one process's saving is good to a few "
-                         "ms only (docs/findings.md)")
+    ap.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="K",
+        help="K pair processes one after another, the saving the median of theirs (default 1): each "
+        "process has a speed of its own, and on a 2-core CPU one process's saving is good to a few "
+        "ms only (docs/findings.md)",
+    )
     ap.add_argument("--json", help="write the result here")
     return ap
 
 
 def _bad(a) -> bool:
-    return (a.blocks < 2 or a.steps < 1 or a.batch < 1 or a.processes < 1 or a.nproc < 1
-            or any(b is not None and b <= 0 for b in (a.bucket_mb_before, a.bucket_mb_after))
-            or min(a.workers_before or 0, a.workers_after or 0) < 0
-            or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after)))
+    return (
+        a.blocks < 2
+        or a.steps < 1
+        or a.batch < 1
+        or a.processes < 1
+        or a.nproc < 1
+        or any(b is not None and b <= 0 for b in (a.bucket_mb_before, a.bucket_mb_after))
+        or min(a.workers_before or 0, a.workers_after or 0) < 0
+        or any(t is not None and t < 1 for t in (a.threads_before, a.threads_after))
+    )
 
 
 def _one(a, ddp: bool = False) -> dict:
@@ -170,8 +213,12 @@ def _processes(argv: list[str], k: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="dawnscope-pair-") as tmp:
         for i in range(k):
             out = f"{tmp}/{i}.json"
-            p = subprocess.run([sys.executable, "-m", "devtools.pair", *argv, "--processes", "1",
-                                "--json", out], capture_output=True, text=True, check=False)
+            p = subprocess.run(
+                [sys.executable, "-m", "devtools.pair", *argv, "--processes", "1", "--json", out],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if p.returncode != 0:
                 lines = (p.stderr or p.stdout).strip().splitlines() or [f"exit {p.returncode}"]
                 raise ValueError(f"process {i + 1} of {k}: {lines[-1].removeprefix('pair: ')}")
@@ -199,22 +246,30 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     a = _parser().parse_args(argv)
     if _bad(a):
-        print("pair: --blocks must be at least 2, --steps, --batch, --processes, --nproc and --threads-* at least 1, "
-              "--workers-* at least 0, --bucket-mb-* above 0", file=sys.stderr)
+        print(
+            "pair: --blocks must be at least 2, --steps, --batch, --processes, --nproc and --threads-* at least 1, "
+            "--workers-* at least 0, --bucket-mb-* above 0",
+            file=sys.stderr,
+        )
         return 2
     try:
-        doc = _one(a) if a.processes == 1 else _processes(_without(_without(argv, "--json"), "--processes"),
-                                                          a.processes)
+        doc = (
+            _one(a) if a.processes == 1 else _processes(_without(_without(argv, "--json"), "--processes"), a.processes)
+        )
     except (InputError, ValueError, ImportError) as e:  # a bad model spec, batch or dtype: one line
         print(f"pair: {e}", file=sys.stderr)
         return 2
     s = doc["saving_us"]
     if a.processes == 1:
-        print(f"saving per step: {s['median']:,.0f} us (paired blocks' quartiles {s['q1']:,.0f} - {s['q3']:,.0f}; "
-              f"difference of the medians {s['of_medians']:,.0f}), {a.blocks} blocks of {a.steps} steps each side")
+        print(
+            f"saving per step: {s['median']:,.0f} us (paired blocks' quartiles {s['q1']:,.0f} - {s['q3']:,.0f}; "
+            f"difference of the medians {s['of_medians']:,.0f}), {a.blocks} blocks of {a.steps} steps each side"
+        )
     else:
-        print(f"saving per step: {s['median']:,.0f} us, the median of {a.processes} processes ({s['min']:,.0f} - "
-              f"{s['max']:,.0f}), {a.blocks} blocks of {a.steps} steps each side in each")
+        print(
+            f"saving per step: {s['median']:,.0f} us, the median of {a.processes} processes ({s['min']:,.0f} - "
+            f"{s['max']:,.0f}), {a.blocks} blocks of {a.steps} steps each side in each"
+        )
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(doc, fh, indent=1)

@@ -2,6 +2,7 @@
 chain that the static evidence of our CUDA C++ kernels needs, tried end to end on a one-line kernel.
 Each item is recorded as found or as the one-line reason it is not: the probe never stops at the first gap.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from microbench.core.fingerprint import installed_version
 from devtools.wheels import load_image, requirement_name, runtime_requirements
-from microbench.roofline import sass
+from microbench.core.fingerprint import installed_version
 from microbench.kernels import nvrtc
+from microbench.roofline import sass
 
-PACKAGES = ("torch", "triton", "numpy", "cupy-cuda12x", "cupy-cuda13x", "nvidia-cuda-nvrtc-cu12",
-            "nvidia-cuda-nvrtc", "ml_dtypes", "nvtx", "msgspec", "mlperf-logging", "rich", "matplotlib", "pytest")
+PACKAGES = (
+    "torch",
+    "triton",
+    "numpy",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "nvidia-cuda-nvrtc-cu12",
+    "nvidia-cuda-nvrtc",
+    "ml_dtypes",
+    "nvtx",
+    "msgspec",
+    "mlperf-logging",
+    "rich",
+    "matplotlib",
+    "pytest",
+)
 _SAXPY = 'extern "C" __global__ void saxpy(float a, const float* x, float* y) { y[threadIdx.x] += a * x[threadIdx.x]; }'
 
 
@@ -25,7 +40,6 @@ def _try(fn):
         return fn()
     except Exception as e:  # noqa: BLE001 - a probe records every failure as data
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
-
 
 
 def versions() -> dict:
@@ -62,9 +76,14 @@ def chain(arch: str) -> dict:
     """NVRTC -> PTX -> ptxas -> cubin -> cuobjdump for this device's architecture (sm_80 in a dry run)."""
     target = arch if arch.startswith("sm_") else "sm_80"
     tools = sass.toolchain()
-    out = {"nvrtc_library": nvrtc.library_path(), "nvrtc_version": ".".join(map(str, nvrtc.version())),
-           "ptxas": str(tools["ptxas"]), "ptxas_version": _tool_version(tools["ptxas"]),
-           "cuobjdump_version": _tool_version(tools["cuobjdump"]), "target": target}
+    out = {
+        "nvrtc_library": nvrtc.library_path(),
+        "nvrtc_version": ".".join(map(str, nvrtc.version())),
+        "ptxas": str(tools["ptxas"]),
+        "ptxas_version": _tool_version(tools["ptxas"]),
+        "cuobjdump_version": _tool_version(tools["cuobjdump"]),
+        "target": target,
+    }
     ptx = nvrtc.compile_ptx(_SAXPY, name="saxpy.cu", arch="compute_" + sass.ptxas_arch(target).removeprefix("sm_")).ptx
     out["ptx_version"] = sass.ptx_version(ptx)
     cubin, log = sass.assemble(ptx, target)

@@ -7,6 +7,7 @@ version each, and refuses a set over the loan's budget (`max_wheel_mib`). The pr
 unless the new set is complete. scripts/device-check installs what it finds there with
 `pip install --no-index --no-deps --target` before its first stage.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_TOML = REPO / "devtools" / "gpu_image.toml"
@@ -63,9 +65,17 @@ def lacking(requirements: list[str], image: dict) -> list[str]:
 
 def _marker_env(image: dict) -> dict:
     py = image["image"]["versions"].get("python", image["python"])
-    return {"python_version": image["python"], "python_full_version": py, "sys_platform": "linux",
-            "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-            "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    return {
+        "python_version": image["python"],
+        "python_full_version": py,
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
 
 
 def wheel_requirements(wheel: Path, image: dict, extras: frozenset[str] = frozenset()) -> list[str]:
@@ -97,9 +107,23 @@ def _extras(req: str) -> frozenset[str]:
 def pip_download(req: str, dest: Path, image: dict) -> Path:
     """One wheel, for the image's Python and platforms, without its dependencies (they are chosen here)."""
     before = set(dest.glob("*.whl"))
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", image["python"], "--implementation", image["implementation"],
-           *[a for p in image["platforms"] for a in ("--platform", p)], "-d", str(dest), req]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        image["python"],
+        "--implementation",
+        image["implementation"],
+        *[a for p in image["platforms"] for a in ("--platform", p)],
+        "-d",
+        str(dest),
+        req,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     new = sorted(set(dest.glob("*.whl")) - before)
     if r.returncode != 0 or len(new) != 1:
@@ -122,8 +146,9 @@ def build(dest: Path, image: dict, requirements: list[str], download=pip_downloa
     return sorted(chosen.values())
 
 
-def write_wheels(dest: Path, image: dict | None = None, requirements: list[str] | None = None,
-                 download=pip_download) -> list[Path]:
+def write_wheels(
+    dest: Path, image: dict | None = None, requirements: list[str] | None = None, download=pip_download
+) -> list[Path]:
     """Build the set in a temporary folder, check its size, then replace `dest` with it."""
     image = load_image() if image is None else image
     requirements = runtime_requirements() if requirements is None else requirements
@@ -132,8 +157,10 @@ def write_wheels(dest: Path, image: dict | None = None, requirements: list[str] 
         wheels = build(Path(tmp), image, requirements, download)
         total = sum(w.stat().st_size for w in wheels)
         if total > budget_bytes:
-            raise WheelError(f"{total / 2**20:.1f} MiB of wheels is over the {image['max_wheel_mib']} MiB a loan "
-                             f"carries (devtools/gpu_image.toml, max_wheel_mib)")
+            raise WheelError(
+                f"{total / 2**20:.1f} MiB of wheels is over the {image['max_wheel_mib']} MiB a loan "
+                f"carries (devtools/gpu_image.toml, max_wheel_mib)"
+            )
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
@@ -167,17 +194,23 @@ def image_requirements(wheels_dir: Path, image: dict, requirements: list[str]) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/gpu-wheels", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="scripts/gpu-wheels", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--dest", type=Path, default=REPO / ".whl", help="where the wheels go (default: .whl/)")
     ap.add_argument("--list", action="store_true", help="only name the dependencies the image lacks (no network)")
-    ap.add_argument("--image-requirements", action="store_true",
-                    help="what a simulation of the image installs besides its pins (reads --dest; no network)")
+    ap.add_argument(
+        "--image-requirements",
+        action="store_true",
+        help="what a simulation of the image installs besides its pins (reads --dest; no network)",
+    )
     args = ap.parse_args(argv)
     image = load_image()
     if args.list or args.image_requirements:
         reqs = runtime_requirements()
-        print("\n".join(image_requirements(args.dest, image, reqs) if args.image_requirements else lacking(reqs, image)))
+        print(
+            "\n".join(image_requirements(args.dest, image, reqs) if args.image_requirements else lacking(reqs, image))
+        )
         return 0
     try:
         wheels = write_wheels(args.dest, image)

@@ -1,5 +1,6 @@
 """Kernels and vendor baselines, one op per file. Each module registers its providers with
 `microbench.roofline.registry.provider`; importing this package registers them all."""
+
 import importlib
 
 # The provider modules; a module whose optional dependency is missing still imports and

@@ -1,6 +1,7 @@
 """Attention through PyTorch's scaled_dot_product_attention: as PyTorch dispatches it (FlashAttention, memory-
 efficient, cuDNN or the math path, whichever it picks for the shape and device), and forced onto the math path
 (two GEMMs and a softmax, unfused), so that a trace's attention calls can be asked whether the fused kernel pays."""
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,12 @@ def _check(q: torch.Tensor, allow_tf32: bool) -> None:
         raise Unsupported("scaled_dot_product_attention has no fp8")
 
 
-@provider("attention", "torch", baseline=True,
-          library="torch scaled_dot_product_attention (FlashAttention / efficient / cuDNN / math, as dispatched)")
+@provider(
+    "attention",
+    "torch",
+    baseline=True,
+    library="torch scaled_dot_product_attention (FlashAttention / efficient / cuDNN / math, as dispatched)",
+)
 def attention_torch(q: torch.Tensor, kv: torch.Tensor, *, causal: bool = False, allow_tf32: bool = False):
     _check(q, allow_tf32)
     with tf32_allowed(allow_tf32):

@@ -9,11 +9,12 @@ is made so, and a channel count that is not a multiple of 8 is zero-padded to on
 the padded channels add exact zeros, e.g. ResNet's first layer, C = 3 -> 8); and when K is not a
 multiple of 8 the kernel writes a buffer of K rounded up to 8 channels, copied out into y.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ def _all_configs():
             yield dtype, tile
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_exprs() -> tuple[str, ...]:
     return tuple(kernel_expr(*c) for c in _all_configs())
 
@@ -65,8 +66,7 @@ def all_exprs() -> tuple[str, ...]:
 def aot_builds(target: str) -> list[AotBuild]:
     """Every configuration compiled for `target` (sm_80, sm_90, ...), as the inspection's records."""
     mod = ck.build(SOURCE, all_exprs(), target)
-    return [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes)
-            for c in _all_configs()]
+    return [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes) for c in _all_configs()]
 
 
 OPERAND_DTYPES = ("fp16", "bf16")  # names of microbench.core.dtypes; fp32 accumulation
@@ -135,8 +135,9 @@ def plan(a: torch.Tensor, b: torch.Tensor, shape) -> ConvPlan:
         raise Unsupported("sizes beyond the kernel's 32-bit GEMM indices")
     geometry = (n, h, w, c8, k, r, s, p, q, *shape.stride, *shape.pad, *shape.dilation)
     empty = 0 in (m, k, c)
-    return ConvPlan(a if empty else _nhwc(a, c8), b if empty else _nhwc(b, c8), geometry, m, k, -(-k // 8) * 8,
-                    (n, k, p, q))
+    return ConvPlan(
+        a if empty else _nhwc(a, c8), b if empty else _nhwc(b, c8), geometry, m, k, -(-k // 8) * 8, (n, k, p, q)
+    )
 
 
 def output(p: ConvPlan, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,8 +155,13 @@ def finish(p: ConvPlan, y: torch.Tensor, y_nhwc: torch.Tensor) -> torch.Tensor:
     return y
 
 
-@provider("conv2d", "cupy", library="CUDA C++ implicit GEMM, NHWC, mma.sync m16n8k16 (NVRTC, CuPy RawModule)",
-          enabled=ck.cupy_kernel_reason, evidence=_evidence)
+@provider(
+    "conv2d",
+    "cupy",
+    library="CUDA C++ implicit GEMM, NHWC, mma.sync m16n8k16 (NVRTC, CuPy RawModule)",
+    enabled=ck.cupy_kernel_reason,
+    evidence=_evidence,
+)
 def conv2d_cupy(a: torch.Tensor, b: torch.Tensor, *, shape, direction: str, allow_tf32: bool = False) -> torch.Tensor:
     _check(a, b, shape, direction)
     p = plan(a, b, shape)

@@ -18,6 +18,7 @@ bwd_data with stride > 1: an input pixel h receives gradient only from the taps 
 zeros), the input pixels are split into sh*sw phases (h mod sh, w mod sw); within one phase the valid taps
 form an arithmetic progression known on the host, so each phase is a dense implicit GEMM of its own launch.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,25 +31,65 @@ import triton.language as tl
 from microbench.core import dtypes, targets
 from microbench.core.shapes import ConvShape
 from microbench.roofline.registry import Unsupported, provider
+from microbench.roofline.sass import inspect_build
 
 from . import triton_configs as cfgs
 from .gemm_triton import device_family, input_precision, precision_key
-from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
-                             interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
-                             record_plan, report_launch)
-from microbench.roofline.sass import inspect_build
+from .triton_runtime import (
+    aot_build,
+    aot_compile,
+    autotune,
+    autotune_enabled,
+    grouped_tile,
+    interpreted,
+    interpreter_refusal,
+    planned,
+    provider_enabled,
+    provider_evidence,
+    provider_timed,
+    record_plan,
+    report_launch,
+)
 
 
 @triton.jit
 def _conv_fwd_kernel(
-    x_ptr, w_ptr, y_ptr,
-    N, C, H, W, K, P, Q, R, S,
-    str_h, str_w, pad_h, pad_w, dil_h, dil_w,
-    x_sn, x_sc, x_sh, x_sw,
-    w_sk, w_sc, w_sr, w_ss,
-    y_sn, y_sk, y_sh, y_sw,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    N,
+    C,
+    H,
+    W,
+    K,
+    P,
+    Q,
+    R,
+    S,
+    str_h,
+    str_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    w_sk,
+    w_sc,
+    w_sr,
+    w_ss,
+    y_sn,
+    y_sk,
+    y_sh,
+    y_sw,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     M = N * P * Q
     _, off_m, off_n = grouped_tile(tl.program_id(0), M, K, BLOCK_M, BLOCK_N, GROUP_M)
@@ -74,10 +115,14 @@ def _conv_fwd_kernel(
         h = h0 + r * dil_h
         w = w0 + s * dil_w
         row_ok = in_m & (h >= 0) & (h < H) & (w >= 0) & (w < W)  # padding reads as zero
-        a = tl.load(x_rows[:, None] + h[:, None] * x_sh + w[:, None] * x_sw + c[None, :] * x_sc,
-                    mask=row_ok[:, None] & (c[None, :] < C), other=0.0)
-        b = tl.load(w_cols[None, :] + c[:, None] * w_sc + r * w_sr + s * w_ss,
-                    mask=(c[:, None] < C) & in_n[None, :], other=0.0)
+        a = tl.load(
+            x_rows[:, None] + h[:, None] * x_sh + w[:, None] * x_sw + c[None, :] * x_sc,
+            mask=row_ok[:, None] & (c[None, :] < C),
+            other=0.0,
+        )
+        b = tl.load(
+            w_cols[None, :] + c[:, None] * w_sc + r * w_sr + s * w_ss, mask=(c[:, None] < C) & in_n[None, :], other=0.0
+        )
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -88,16 +133,50 @@ def _conv_fwd_kernel(
 
 @triton.jit
 def _conv_bwd_data_kernel(
-    dy_ptr, w_ptr, dx_ptr,
-    N, C, H, W, K, P, Q,
-    HI, WI, PHASE_H, PHASE_W, str_h, str_w,  # this phase's input pixels: h = PHASE_H + str_h * i, i < HI
-    R0, S0, RSTEP, SSTEP, NR, NS,  # its taps: r = R0 + RSTEP * jr, jr < NR
-    BASE_H, BASE_W, DSTEP_H, DSTEP_W,  # and their output pixels: p = i + BASE_H - DSTEP_H * jr
-    dy_sn, dy_sk, dy_sh, dy_sw,
-    w_sk, w_sc, w_sr, w_ss,
-    dx_sn, dx_sc, dx_sh, dx_sw,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    dy_ptr,
+    w_ptr,
+    dx_ptr,
+    N,
+    C,
+    H,
+    W,
+    K,
+    P,
+    Q,
+    HI,
+    WI,
+    PHASE_H,
+    PHASE_W,
+    str_h,
+    str_w,  # this phase's input pixels: h = PHASE_H + str_h * i, i < HI
+    R0,
+    S0,
+    RSTEP,
+    SSTEP,
+    NR,
+    NS,  # its taps: r = R0 + RSTEP * jr, jr < NR
+    BASE_H,
+    BASE_W,
+    DSTEP_H,
+    DSTEP_W,  # and their output pixels: p = i + BASE_H - DSTEP_H * jr
+    dy_sn,
+    dy_sk,
+    dy_sh,
+    dy_sw,
+    w_sk,
+    w_sc,
+    w_sr,
+    w_ss,
+    dx_sn,
+    dx_sc,
+    dx_sh,
+    dx_sw,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     M = N * HI * WI
     _, off_m, off_n = grouped_tile(tl.program_id(0), M, C, BLOCK_M, BLOCK_N, GROUP_M)
@@ -121,10 +200,16 @@ def _conv_bwd_data_kernel(
         p = i + BASE_H - DSTEP_H * jr
         q = j + BASE_W - DSTEP_W * js
         row_ok = in_m & (p >= 0) & (p < P) & (q >= 0) & (q < Q)
-        a = tl.load(dy_rows[:, None] + p[:, None] * dy_sh + q[:, None] * dy_sw + k[None, :] * dy_sk,
-                    mask=row_ok[:, None] & (k[None, :] < K), other=0.0)
-        b = tl.load(w_cols[None, :] + k[:, None] * w_sk + (R0 + RSTEP * jr) * w_sr + (S0 + SSTEP * js) * w_ss,
-                    mask=(k[:, None] < K) & in_n[None, :], other=0.0)
+        a = tl.load(
+            dy_rows[:, None] + p[:, None] * dy_sh + q[:, None] * dy_sw + k[None, :] * dy_sk,
+            mask=row_ok[:, None] & (k[None, :] < K),
+            other=0.0,
+        )
+        b = tl.load(
+            w_cols[None, :] + k[:, None] * w_sk + (R0 + RSTEP * jr) * w_sr + (S0 + SSTEP * js) * w_ss,
+            mask=(k[:, None] < K) & in_n[None, :],
+            other=0.0,
+        )
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -137,15 +222,44 @@ def _conv_bwd_data_kernel(
 
 @triton.jit
 def _conv_bwd_weight_kernel(
-    x_ptr, dy_ptr, dw_ptr,
-    N, C, H, W, K, P, Q, R, S,
-    str_h, str_w, pad_h, pad_w, dil_h, dil_w,
+    x_ptr,
+    dy_ptr,
+    dw_ptr,
+    N,
+    C,
+    H,
+    W,
+    K,
+    P,
+    Q,
+    R,
+    S,
+    str_h,
+    str_w,
+    pad_h,
+    pad_w,
+    dil_h,
+    dil_w,
     RED_PER_SPLIT,  # reduction elements (n, p, q) per program along axis 1: a multiple of BLOCK_K
-    x_sn, x_sc, x_sh, x_sw,
-    dy_sn, dy_sk, dy_sh, dy_sw,
-    dw_sz, dw_sk, dw_sc, dw_sr, dw_ss,  # dw_sz: between the partial sums of a split reduction
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    x_sn,
+    x_sc,
+    x_sh,
+    x_sw,
+    dy_sn,
+    dy_sk,
+    dy_sh,
+    dy_sw,
+    dw_sz,
+    dw_sk,
+    dw_sc,
+    dw_sr,
+    dw_ss,  # dw_sz: between the partial sums of a split reduction
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     c_blocks = (C + BLOCK_N - 1) // BLOCK_N
     # Columns are (r, s, channel block): a tile never straddles two taps, so (r, s) is one scalar per tile.
@@ -169,11 +283,17 @@ def _conv_bwd_weight_kernel(
         h = p * str_h - pad_h + r * dil_h
         w = q * str_w - pad_w + s * dil_w
         red_ok = red < red_hi
-        a = tl.load(dy_ptr + offs_m[:, None] * dy_sk + (n * dy_sn + p * dy_sh + q * dy_sw)[None, :],
-                    mask=in_m[:, None] & red_ok[None, :], other=0.0)
+        a = tl.load(
+            dy_ptr + offs_m[:, None] * dy_sk + (n * dy_sn + p * dy_sh + q * dy_sw)[None, :],
+            mask=in_m[:, None] & red_ok[None, :],
+            other=0.0,
+        )
         x_ok = red_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
-        b = tl.load(x_ptr + (n * x_sn + h * x_sh + w * x_sw)[:, None] + offs_n[None, :] * x_sc,
-                    mask=x_ok[:, None] & in_n[None, :], other=0.0)
+        b = tl.load(
+            x_ptr + (n * x_sn + h * x_sh + w * x_sw)[:, None] + offs_n[None, :] * x_sc,
+            mask=x_ok[:, None] & in_n[None, :],
+            other=0.0,
+        )
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -190,6 +310,7 @@ OPERAND_DTYPES = ("fp16", "bf16", "fp32")  # names of microbench.core.dtypes (no
 # --------------------------------------------------------------------------------------------------
 # The wrapper: checks, allocates, launches.
 
+
 def _expected_shapes(s: ConvShape, direction: str):
     x, w, y = (s.n, s.c, s.h, s.w), (s.k, s.c // s.groups, s.r, s.s), (s.n, s.k, s.p, s.q)
     return {"fwd": (x, w, y), "bwd_data": (y, w, x), "bwd_weight": (x, y, w)}[direction]
@@ -202,8 +323,9 @@ def _check(a, b, s: ConvShape, direction: str, allow_tf32: bool):
         raise Unsupported(f"groups = {s.groups}: only groups = 1 is implemented")
     ea, eb, _ = _expected_shapes(s, direction)
     if tuple(a.shape) != ea or tuple(b.shape) != eb:
-        raise ValueError(f"conv {direction} of {s.label()}: operands {tuple(a.shape)}, {tuple(b.shape)}; "
-                         f"expected {ea}, {eb}")
+        raise ValueError(
+            f"conv {direction} of {s.label()}: operands {tuple(a.shape)}, {tuple(b.shape)}; expected {ea}, {eb}"
+        )
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
     if dtypes.name_of(a.dtype) not in OPERAND_DTYPES:
@@ -219,9 +341,18 @@ def _check(a, b, s: ConvShape, direction: str, allow_tf32: bool):
             raise Unsupported(f"a tensor of {t.numel()} elements needs 64-bit offsets")
 
 
-def conv2d(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str, allow_tf32: bool = False,
-           out: torch.Tensor | None = None, config: cfgs.TileConfig | None = None, autotune: bool = True,
-           split_k: int | None = None) -> torch.Tensor:
+def conv2d(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    shape: ConvShape,
+    direction: str,
+    allow_tf32: bool = False,
+    out: torch.Tensor | None = None,
+    config: cfgs.TileConfig | None = None,
+    autotune: bool = True,
+    split_k: int | None = None,
+) -> torch.Tensor:
     """One convolution direction on NHWC tensors given in logical NCHW / KCRS order (any strides work;
     channels-last is the fast layout). fwd (x, w) -> y; bwd_data (dy, w) -> dx; bwd_weight (x, dy) -> dw.
     The result is channels-last, in the operands' dtype.
@@ -287,8 +418,14 @@ class _Launcher:
         kernel = KERNELS[self.direction]
         if planned():  # counting compiles (triton_runtime.planning): record, launch nothing
             configs = [self.cfg] if self.cfg is not None else cfgs.CONV_CONFIGS[self.family](self.key)
-            record_plan(kernel, KERNEL_NAMES[self.direction], args, {**meta, **self.common}, configs,
-                        prune=None if self.cfg is not None else _prune_for(self.direction))
+            record_plan(
+                kernel,
+                KERNEL_NAMES[self.direction],
+                args,
+                {**meta, **self.common},
+                configs,
+                prune=None if self.cfg is not None else _prune_for(self.direction),
+            )
             return
         if self.cfg is not None:
             launcher = interpreted(kernel) if self.interpret else kernel
@@ -309,8 +446,27 @@ def _fwd(run, x, w, y, s: ConvShape):
     def grid(meta):
         return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(s.k, meta["BLOCK_N"]),)
 
-    run(grid, x, w, y, s.n, s.c, s.h, s.w, s.k, s.p, s.q, s.r, s.s, *s.stride, *s.pad, *s.dilation,
-        *x.stride(), *w.stride(), *y.stride())
+    run(
+        grid,
+        x,
+        w,
+        y,
+        s.n,
+        s.c,
+        s.h,
+        s.w,
+        s.k,
+        s.p,
+        s.q,
+        s.r,
+        s.s,
+        *s.stride,
+        *s.pad,
+        *s.dilation,
+        *x.stride(),
+        *w.stride(),
+        *y.stride(),
+    )
 
 
 def _taps(phase: int, stride: int, pad: int, dil: int, taps: int) -> tuple[int, int, int, int, int]:
@@ -337,9 +493,38 @@ def _bwd_data(run, dy, w, dx, s: ConvShape):
             def grid(meta, m=m):
                 return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(s.c, meta["BLOCK_N"]),)
 
-            run(grid, dy, w, dx, s.n, s.c, s.h, s.w, s.k, s.p, s.q, hi, wi, a_h, a_w, sh, sw,
-                r0, s0, rstep, sstep, nr, ns, base_h, base_w, dstep_h, dstep_w,
-                *dy.stride(), *w.stride(), *dx.stride())
+            run(
+                grid,
+                dy,
+                w,
+                dx,
+                s.n,
+                s.c,
+                s.h,
+                s.w,
+                s.k,
+                s.p,
+                s.q,
+                hi,
+                wi,
+                a_h,
+                a_w,
+                sh,
+                sw,
+                r0,
+                s0,
+                rstep,
+                sstep,
+                nr,
+                ns,
+                base_h,
+                base_w,
+                dstep_h,
+                dstep_w,
+                *dy.stride(),
+                *w.stride(),
+                *dx.stride(),
+            )
 
 
 def _split_count(tiles: int, red: int, block_k: int, sms: int, split_k: int | None) -> int:
@@ -374,8 +559,29 @@ def _bwd_weight(run, x, dy, dw, s: ConvShape, split_k: int | None):
     def grid(meta):
         return (triton.cdiv(s.k, meta["BLOCK_M"]) * s.r * s.s * triton.cdiv(s.c, meta["BLOCK_N"]), split)
 
-    run(grid, x, dy, target, s.n, s.c, s.h, s.w, s.k, s.p, s.q, s.r, s.s, *s.stride, *s.pad, *s.dilation,
-        per_split, *x.stride(), *dy.stride(), z_stride, *target.stride()[-4:])
+    run(
+        grid,
+        x,
+        dy,
+        target,
+        s.n,
+        s.c,
+        s.h,
+        s.w,
+        s.k,
+        s.p,
+        s.q,
+        s.r,
+        s.s,
+        *s.stride,
+        *s.pad,
+        *s.dilation,
+        per_split,
+        *x.stride(),
+        *dy.stride(),
+        z_stride,
+        *target.stride()[-4:],
+    )
     if split > 1:
         dw.copy_(target.sum(dim=0))
 
@@ -402,14 +608,18 @@ def _prune_for(direction: str):
     def prune(configs, named_args, **kwargs):
         """As the GEMM's: no tile more than twice the problem (64 at least) in either dimension."""
         m, n = _tile_dims(direction, named_args)
-        keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
-                and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))]
+        keep = [
+            c
+            for c in configs
+            if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
+            and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))
+        ]
         return keep or configs[-1:]
 
     return prune
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tuner(direction: str, family: str, key: str):
     configs = [c.triton_config(persistent_param=False) for c in cfgs.CONV_CONFIGS[family](key)]
     return autotune(KERNELS[direction], configs, _TUNE_KEYS[direction], prune=_prune_for(direction))
@@ -433,31 +643,79 @@ def _aot_args(direction: str, dtype: str, cfg: cfgs.TileConfig, target: str = "s
     s = AOT_SHAPE
     ty = dtypes.get(dtype).triton
     xs, ws, ys = _nhwc_strides(s.n, s.c, s.h, s.w), _nhwc_strides(s.k, s.c, s.r, s.s), _nhwc_strides(s.n, s.k, s.p, s.q)
-    precision = (targets.dot_input_precision(target, dtype == "tf32") if targets.is_amd(target)
-                 else "tf32" if dtype == "tf32" else "ieee")
+    precision = (
+        targets.dot_input_precision(target, dtype == "tf32")
+        if targets.is_amd(target)
+        else "tf32"
+        if dtype == "tf32"
+        else "ieee"
+    )
     meta = {**cfg.meta(persistent_param=False), "INPUT_PRECISION": precision, "UPCAST": False}
     dims = {"N": s.n, "C": s.c, "H": s.h, "W": s.w, "K": s.k, "P": s.p, "Q": s.q}
     conv = {"str_h": 1, "str_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1}
     if direction == "fwd":
-        return {"x_ptr": f"*{ty}", "w_ptr": f"*{ty}", "y_ptr": f"*{ty}", **dims, "R": s.r, "S": s.s, **conv,
-                **dict(zip(("x_sn", "x_sc", "x_sh", "x_sw"), xs)), **dict(zip(("w_sk", "w_sc", "w_sr", "w_ss"), ws)),
-                **dict(zip(("y_sn", "y_sk", "y_sh", "y_sw"), ys)), **meta}
+        return {
+            "x_ptr": f"*{ty}",
+            "w_ptr": f"*{ty}",
+            "y_ptr": f"*{ty}",
+            **dims,
+            "R": s.r,
+            "S": s.s,
+            **conv,
+            **dict(zip(("x_sn", "x_sc", "x_sh", "x_sw"), xs)),
+            **dict(zip(("w_sk", "w_sc", "w_sr", "w_ss"), ws)),
+            **dict(zip(("y_sn", "y_sk", "y_sh", "y_sw"), ys)),
+            **meta,
+        }
     if direction == "bwd_data":  # stride 1: one phase, every tap
-        return {"dy_ptr": f"*{ty}", "w_ptr": f"*{ty}", "dx_ptr": f"*{ty}", **dims, "HI": s.h, "WI": s.w,
-                "PHASE_H": 0, "PHASE_W": 0, "str_h": 1, "str_w": 1, "R0": 0, "S0": 0, "RSTEP": 1, "SSTEP": 1,
-                "NR": s.r, "NS": s.s, "BASE_H": 1, "BASE_W": 1, "DSTEP_H": 1, "DSTEP_W": 1,
-                **dict(zip(("dy_sn", "dy_sk", "dy_sh", "dy_sw"), ys)), **dict(zip(("w_sk", "w_sc", "w_sr", "w_ss"), ws)),
-                **dict(zip(("dx_sn", "dx_sc", "dx_sh", "dx_sw"), xs)), **meta}
-    return {"x_ptr": f"*{ty}", "dy_ptr": f"*{ty}", "dw_ptr": "*fp32", **dims, "R": s.r, "S": s.s, **conv,
-            "RED_PER_SPLIT": 256 * 98, **dict(zip(("x_sn", "x_sc", "x_sh", "x_sw"), xs)),
-            **dict(zip(("dy_sn", "dy_sk", "dy_sh", "dy_sw"), ys)), "dw_sz": s.k * s.c * s.r * s.s,
-            **dict(zip(("dw_sk", "dw_sc", "dw_sr", "dw_ss"), ws)), **meta}
+        return {
+            "dy_ptr": f"*{ty}",
+            "w_ptr": f"*{ty}",
+            "dx_ptr": f"*{ty}",
+            **dims,
+            "HI": s.h,
+            "WI": s.w,
+            "PHASE_H": 0,
+            "PHASE_W": 0,
+            "str_h": 1,
+            "str_w": 1,
+            "R0": 0,
+            "S0": 0,
+            "RSTEP": 1,
+            "SSTEP": 1,
+            "NR": s.r,
+            "NS": s.s,
+            "BASE_H": 1,
+            "BASE_W": 1,
+            "DSTEP_H": 1,
+            "DSTEP_W": 1,
+            **dict(zip(("dy_sn", "dy_sk", "dy_sh", "dy_sw"), ys)),
+            **dict(zip(("w_sk", "w_sc", "w_sr", "w_ss"), ws)),
+            **dict(zip(("dx_sn", "dx_sc", "dx_sh", "dx_sw"), xs)),
+            **meta,
+        }
+    return {
+        "x_ptr": f"*{ty}",
+        "dy_ptr": f"*{ty}",
+        "dw_ptr": "*fp32",
+        **dims,
+        "R": s.r,
+        "S": s.s,
+        **conv,
+        "RED_PER_SPLIT": 256 * 98,
+        **dict(zip(("x_sn", "x_sc", "x_sh", "x_sw"), xs)),
+        **dict(zip(("dy_sn", "dy_sk", "dy_sh", "dy_sw"), ys)),
+        "dw_sz": s.k * s.c * s.r * s.s,
+        **dict(zip(("dw_sk", "dw_sc", "dw_sr", "dw_ss"), ws)),
+        **meta,
+    }
 
 
 # Targets `python -m microbench.inspect` builds this module for (Triton's HIP backend needs no ROCm).
 AOT_TARGETS = ("sm_80", "sm_90", "gfx942", "gfx950")
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _build(direction: str, dtype: str, cfg: cfgs.TileConfig, target: str):
     return aot_compile(KERNELS[direction], _aot_args(direction, dtype, cfg, target), target, cfg.options())
 
@@ -468,22 +726,30 @@ def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
     family = cfgs.arch_family(target)
     out = [(d, dt, cfgs.conv_default(family, dt), True) for d in KERNELS for dt in AOT_DTYPES]
     if family == "cdna":
-        out += [(d, dt, c, False) for d in KERNELS for dt in AOT_DTYPES for c in cfgs.CONV_CONFIGS[family](dt)
-                if c != cfgs.conv_default(family, dt)]
+        out += [
+            (d, dt, c, False)
+            for d in KERNELS
+            for dt in AOT_DTYPES
+            for c in cfgs.CONV_CONFIGS[family](dt)
+            if c != cfgs.conv_default(family, dt)
+        ]
     return out
 
 
 def aot_builds(target: str):
     """The variants of `aot_variants`, compiled for `target`."""
-    return [aot_build(KERNEL_NAMES[d], dt, cfg, target, _build(d, dt, cfg, target), default=default)
-            for d, dt, cfg, default in aot_variants(target)]
+    return [
+        aot_build(KERNEL_NAMES[d], dt, cfg, target, _build(d, dt, cfg, target), default=default)
+        for d, dt, cfg, default in aot_variants(target)
+    ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _static_record(direction: str, dtype: str, target: str):
     cfg = cfgs.conv_default(cfgs.arch_family(target), dtype)
-    return inspect_build(aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target),
-                                   default=True))
+    return inspect_build(
+        aot_build(KERNEL_NAMES[direction], dtype, cfg, target, _build(direction, dtype, cfg, target), default=True)
+    )
 
 
 def static_records(direction: str, dtype: str) -> list:
@@ -491,9 +757,15 @@ def static_records(direction: str, dtype: str) -> list:
     return [_static_record(direction, dtype, t) for t in ("sm_90", "sm_80")] if dtype in AOT_DTYPES else []
 
 
-@provider("conv2d", "triton", library="Triton (ours): kernels/conv_triton.py, implicit GEMM over NHWC; "
-          "interpreted on a CPU", enabled=provider_enabled, timed=provider_timed,
-          evidence=provider_evidence(lambda case: static_records(case.direction, case.dtype)))
-def conv2d_triton(a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str,
-                  allow_tf32: bool = False) -> torch.Tensor:
+@provider(
+    "conv2d",
+    "triton",
+    library="Triton (ours): kernels/conv_triton.py, implicit GEMM over NHWC; interpreted on a CPU",
+    enabled=provider_enabled,
+    timed=provider_timed,
+    evidence=provider_evidence(lambda case: static_records(case.direction, case.dtype)),
+)
+def conv2d_triton(
+    a: torch.Tensor, b: torch.Tensor, *, shape: ConvShape, direction: str, allow_tf32: bool = False
+) -> torch.Tensor:
     return conv2d(a, b, shape=shape, direction=direction, allow_tf32=allow_tf32)

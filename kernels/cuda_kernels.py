@@ -10,24 +10,33 @@ disassembles for an architecture is, byte for byte, the cubin a GPU of that arch
 providers' Tensor Core evidence is the SASS of the kernel they launched in it. Builds are cached
 in-process (a GPU process compiles its architecture's cubin at the first call, in a few seconds).
 """
+
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable, Sequence
 
 from microbench.core.args import digits
 from microbench.roofline import launches
 from microbench.roofline.registry import Evidence
-from microbench.roofline.sass import AotBuild, StaticRecord, ToolchainError, assemble, inspect_build, ptxas_arch, toolchain
+from microbench.roofline.sass import (
+    AotBuild,
+    StaticRecord,
+    ToolchainError,
+    assemble,
+    inspect_build,
+    ptxas_arch,
+    toolchain,
+)
 
 from . import nvrtc
-import json
 
 # mma.sync.m16n8k16 with bf16 operands and cp.async both need sm_80 (PTX ISA 9.7.14.5, 9.7.9.25).
 MIN_SM = 80
@@ -65,7 +74,7 @@ CPP_TYPES = {"fp16": "mma::F16", "bf16": "mma::BF16"}
 
 
 def sm_number(arch: str) -> int | None:
-    """"sm_90" / "sm_90a" -> 90; None for anything else (gfx942, x86_64)."""
+    """ "sm_90" / "sm_90a" -> 90; None for anything else (gfx942, x86_64)."""
     if not arch.startswith("sm_"):
         return None
     number = "".join(ch for ch in arch[3:] if digits(ch))
@@ -91,7 +100,7 @@ class Module:
     toolchain_error: str = ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def build(source_file: str, exprs: tuple[str, ...], target: str) -> Module:
     """NVRTC -> PTX -> cubin for `target` (any sm_XY that ptxas knows). One program for all of a file's
     configurations: NVRTC and ptxas pay their start-up once, and cuobjdump disassembles once. Raises
@@ -103,8 +112,7 @@ def build(source_file: str, exprs: tuple[str, ...], target: str) -> Module:
     cached = _read_cached(key, source_file, target)
     if cached is not None:
         return cached
-    prog = nvrtc.compile_ptx(src, name=source_file, arch=virtual_arch(target), name_expressions=exprs,
-                             headers=headers)
+    prog = nvrtc.compile_ptx(src, name=source_file, arch=virtual_arch(target), name_expressions=exprs, headers=headers)
     try:
         cubin, log = assemble(prog.ptx, target)
         err = ""
@@ -166,8 +174,14 @@ def _write_cached(key: str, mod: Module) -> None:
     folder = cubin_cache_dir()
     if folder is None:
         return
-    meta = {"source": mod.source, "target": mod.target, "ptx": mod.ptx, "symbols": mod.symbols,
-            "ptxas_log": mod.ptxas_log, "cubin_sha256": hashlib.sha256(mod.cubin).hexdigest()}
+    meta = {
+        "source": mod.source,
+        "target": mod.target,
+        "ptx": mod.ptx,
+        "symbols": mod.symbols,
+        "ptxas_log": mod.ptxas_log,
+        "cubin_sha256": hashlib.sha256(mod.cubin).hexdigest(),
+    }
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for name, data in ((f"{key}.cubin", mod.cubin), (f"{key}.json", json.dumps(meta).encode())):
@@ -185,23 +199,51 @@ def build_many(jobs: Sequence[tuple[str, tuple[str, ...], str]]) -> list[Module]
         return list(pool.map(lambda j: build(*j), jobs))
 
 
-def aot_build(mod: Module, expr: str, kernel: str, config: str, dtype: str, smem_bytes: int,
-              wants_wgmma: bool = False) -> AotBuild:
+def aot_build(
+    mod: Module, expr: str, kernel: str, config: str, dtype: str, smem_bytes: int, wants_wgmma: bool = False
+) -> AotBuild:
     if mod.cubin is None:
         raise ToolchainError(mod.toolchain_error)
-    return AotBuild(kernel=kernel, config=config, target=mod.target, cubin=mod.cubin, default=True,
-                    wants_wgmma=wants_wgmma, dtype=dtype, ptxas_log=mod.ptxas_log,
-                    dynamic_shared_bytes=smem_bytes, function=mod.symbols[expr])
+    return AotBuild(
+        kernel=kernel,
+        config=config,
+        target=mod.target,
+        cubin=mod.cubin,
+        default=True,
+        wants_wgmma=wants_wgmma,
+        dtype=dtype,
+        ptxas_log=mod.ptxas_log,
+        dynamic_shared_bytes=smem_bytes,
+        function=mod.symbols[expr],
+    )
 
 
-@lru_cache(maxsize=None)
-def _record(source_file: str, exprs: tuple[str, ...], expr: str, target: str, kernel: str, config: str,
-            dtype: str, smem: int, wants_wgmma: bool) -> StaticRecord:
+@cache
+def _record(
+    source_file: str,
+    exprs: tuple[str, ...],
+    expr: str,
+    target: str,
+    kernel: str,
+    config: str,
+    dtype: str,
+    smem: int,
+    wants_wgmma: bool,
+) -> StaticRecord:
     return inspect_build(aot_build(build(source_file, exprs, target), expr, kernel, config, dtype, smem, wants_wgmma))
 
 
-def static_evidence(source_file: str, exprs: tuple[str, ...], expr: str, target: str, kernel: str, config: str,
-                    dtype: str, smem: int, wants_wgmma: bool = False) -> Evidence:
+def static_evidence(
+    source_file: str,
+    exprs: tuple[str, ...],
+    expr: str,
+    target: str,
+    kernel: str,
+    config: str,
+    dtype: str,
+    smem: int,
+    wants_wgmma: bool = False,
+) -> Evidence:
     """The SASS of exactly the cubin this architecture runs: Tensor Core instructions present or not."""
     try:
         rec = _record(source_file, exprs, expr, target, kernel, config, dtype, smem, wants_wgmma)
@@ -239,8 +281,17 @@ def evidence_of_launch(device, call: Callable[[], object]) -> Evidence:
     if not ours:
         return Evidence("unknown", "the call launched no kernel (an empty problem)")
     launch = ours[-1]
-    return static_evidence(launch.source, launch.exprs, launch.expr, target, launch.kernel, launch.config,
-                           launch.dtype, launch.smem_bytes, launch.wants_wgmma)
+    return static_evidence(
+        launch.source,
+        launch.exprs,
+        launch.expr,
+        target,
+        launch.kernel,
+        launch.config,
+        launch.dtype,
+        launch.smem_bytes,
+        launch.wants_wgmma,
+    )
 
 
 def device_target(device) -> str | None:
@@ -278,7 +329,7 @@ def _scratch() -> Path:
     return _tmpdir
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module(source_file: str, exprs: tuple[str, ...], device_index: int, target: str):
     import cupy
 
@@ -294,7 +345,7 @@ def _module(source_file: str, exprs: tuple[str, ...], device_index: int, target:
         return cupy.RawModule(path=str(path)), mod.symbols
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(source_file: str, exprs: tuple[str, ...], expr: str, device_index: int, target: str, smem_bytes: int):
     """A cupy.RawKernel for one configuration on one device, from the file's cubin built by Triton's ptxas
     for this device's architecture (the cubin the static inspection reads), or from its PTX, for the
@@ -309,7 +360,7 @@ def load(source_file: str, exprs: tuple[str, ...], expr: str, device_index: int,
     return kernel
 
 
-@lru_cache(maxsize=None)
+@cache
 def _properties(device_index: int) -> dict:
     import cupy
 
@@ -325,7 +376,7 @@ def sm_count(device_index: int) -> int:
     return int(_properties(device_index)["multiProcessorCount"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _capability(device_index: int) -> tuple[int, int]:
     import torch
 
@@ -338,8 +389,7 @@ def target_of(t) -> str:
     return f"sm_{major}{minor}"
 
 
-def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int, args: tuple,
-           like) -> None:
+def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem_bytes: int, args: tuple, like) -> None:
     """Launch on the torch tensor `like`'s device and on torch's current stream there, so that timing with
     torch.cuda events and later torch work order correctly after the kernel. Torch tensors among `args`
     cross into CuPy with DLPack (zero copy) under that same stream, so the exchange needs no extra
@@ -349,8 +399,12 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], smem
 
     stream = torch.cuda.current_stream(like.device)
     with cupy.cuda.Device(like.device.index), cupy.cuda.ExternalStream(stream.cuda_stream, like.device.index):
-        kernel(grid, block, tuple(cupy.from_dlpack(dlpack_view(a)) if isinstance(a, torch.Tensor) else a
-                                  for a in args), shared_mem=smem_bytes)
+        kernel(
+            grid,
+            block,
+            tuple(cupy.from_dlpack(dlpack_view(a)) if isinstance(a, torch.Tensor) else a for a in args),
+            shared_mem=smem_bytes,
+        )
 
 
 # dtypes CuPy cannot import through DLPack without the optional package ml_dtypes (CuPy 14: bf16, fp8)

@@ -14,11 +14,12 @@ stride, a leading dimension or batch stride that is not a multiple of 8 elements
 aligned) is first copied into an aligned buffer; and when N is not a multiple of 8 the kernel writes a
 buffer of N rounded up to 8 columns, copied out to a contiguous result.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import torch
@@ -84,8 +85,7 @@ def _layout_label(a_kmajor: bool, b_kmajor: bool) -> str:
 
 
 def kernel_expr(dtype: str, tile: Tile, a_kmajor: bool, b_kmajor: bool) -> str:
-    return (f"gemm_mma<{ck.CPP_TYPES[dtype]}, {tile.template_args()}, {str(a_kmajor).lower()}, "
-            f"{str(b_kmajor).lower()}>")
+    return f"gemm_mma<{ck.CPP_TYPES[dtype]}, {tile.template_args()}, {str(a_kmajor).lower()}, {str(b_kmajor).lower()}>"
 
 
 def config_label(dtype: str, tile: Tile, a_kmajor: bool, b_kmajor: bool) -> str:
@@ -120,13 +120,13 @@ def _wgmma_configs():
             yield dtype, tile
 
 
-@lru_cache(maxsize=None)
+@cache
 def all_exprs() -> tuple[str, ...]:
     """Every mma.sync instantiation the provider can launch: one module per target holds them all."""
     return tuple(kernel_expr(*c) for c in _all_configs())
 
 
-@lru_cache(maxsize=None)
+@cache
 def wgmma_exprs() -> tuple[str, ...]:
     return tuple(wgmma_expr(*c) for c in _wgmma_configs())
 
@@ -140,12 +140,13 @@ def aot_builds(target: str) -> list[AotBuild]:
     """Every configuration compiled for `target` (sm_80, sm_90, ...), as the inspection's records; the
     wgmma kernels for sm_90 only."""
     mod = ck.build(SOURCE, all_exprs(), target)
-    out = [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes)
-           for c in _all_configs()]
+    out = [ck.aot_build(mod, kernel_expr(*c), KERNEL, config_label(*c), c[0], c[1].smem_bytes) for c in _all_configs()]
     if wgmma_target(target):
         wmod = ck.build(WGMMA_SOURCE, wgmma_exprs(), target)
-        out += [ck.aot_build(wmod, wgmma_expr(*c), WGMMA_KERNEL, wgmma_label(*c), c[0], c[1].smem_bytes,
-                             wants_wgmma=True) for c in _wgmma_configs()]
+        out += [
+            ck.aot_build(wmod, wgmma_expr(*c), WGMMA_KERNEL, wgmma_label(*c), c[0], c[1].smem_bytes, wants_wgmma=True)
+            for c in _wgmma_configs()
+        ]
     return out
 
 
@@ -279,21 +280,47 @@ def finish(p: GemmPlan, c: torch.Tensor) -> torch.Tensor:
     return c.view(p.out_shape)
 
 
-def _run(p: GemmPlan, source: str, exprs: tuple[str, ...], expr: str, kernel_name: str, label: str, dtype: str,
-         tile, wants_wgmma: bool = False) -> torch.Tensor:
+def _run(
+    p: GemmPlan,
+    source: str,
+    exprs: tuple[str, ...],
+    expr: str,
+    kernel_name: str,
+    label: str,
+    dtype: str,
+    tile,
+    wants_wgmma: bool = False,
+) -> torch.Tensor:
     c = torch.empty((p.batch, p.m, p.ldc), dtype=p.a.dtype, device=p.a.device)
     kernel = ck.load(source, exprs, expr, p.a.device.index, ck.target_of(p.a), tile.smem_bytes)
     ck.report(ck.Launch(source, exprs, expr, kernel_name, label, dtype, tile.smem_bytes, wants_wgmma))
     grid = (math.ceil(p.m / tile.bm) * math.ceil(p.n / tile.bn), 1, p.batch)
     i32, i64 = np.int32, np.int64
-    args = (p.a, p.b, c, i32(p.m), i32(p.n), i32(p.k), i64(p.lda), i64(p.ldb), i32(p.ldc), i64(p.sa), i64(p.sb),
-            i32(GROUP_M))
+    args = (
+        p.a,
+        p.b,
+        c,
+        i32(p.m),
+        i32(p.n),
+        i32(p.k),
+        i64(p.lda),
+        i64(p.ldb),
+        i32(p.ldc),
+        i64(p.sa),
+        i64(p.sb),
+        i32(GROUP_M),
+    )
     ck.launch(kernel, grid, (tile.threads, 1, 1), tile.smem_bytes, args, p.a)
     return finish(p, c)
 
 
-@provider("gemm", "cupy", library="CUDA C++ mma.sync m16n8k16 + ldmatrix + cp.async (NVRTC, CuPy RawModule)",
-          enabled=ck.cupy_kernel_reason, evidence=_evidence)
+@provider(
+    "gemm",
+    "cupy",
+    library="CUDA C++ mma.sync m16n8k16 + ldmatrix + cp.async (NVRTC, CuPy RawModule)",
+    enabled=ck.cupy_kernel_reason,
+    evidence=_evidence,
+)
 def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     _check(a, b)
     p = plan(a, b)
@@ -302,8 +329,16 @@ def gemm_cupy(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> 
     dtype = dtypes.name_of(a.dtype)
     dev = a.device.index
     tile = select_tile(p.m, p.n, p.batch, ck.sm_count(dev), ck.smem_limit(dev))
-    return _run(p, SOURCE, all_exprs(), kernel_expr(dtype, tile, p.a_kmajor, p.b_kmajor), KERNEL,
-                config_label(dtype, tile, p.a_kmajor, p.b_kmajor), dtype, tile)
+    return _run(
+        p,
+        SOURCE,
+        all_exprs(),
+        kernel_expr(dtype, tile, p.a_kmajor, p.b_kmajor),
+        KERNEL,
+        config_label(dtype, tile, p.a_kmajor, p.b_kmajor),
+        dtype,
+        tile,
+    )
 
 
 def _wgmma_reason(device) -> str | None:
@@ -315,8 +350,13 @@ def _wgmma_reason(device) -> str | None:
     return None
 
 
-@provider("gemm", "cupy_wgmma", library="CUDA C++ wgmma.mma_async m64n128k16, sm_90a (UNVERIFIED on hardware)",
-          enabled=_wgmma_reason, evidence=_evidence)
+@provider(
+    "gemm",
+    "cupy_wgmma",
+    library="CUDA C++ wgmma.mma_async m64n128k16, sm_90a (UNVERIFIED on hardware)",
+    enabled=_wgmma_reason,
+    evidence=_evidence,
+)
 def gemm_cupy_wgmma(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     _check(a, b)
     if ck.target_of(a) != "sm_90":
@@ -328,5 +368,14 @@ def gemm_cupy_wgmma(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = Fals
     tile = wgmma_tiles()[0]
     if tile.smem_bytes > ck.smem_limit(a.device.index):
         raise Unsupported(f"{tile.smem_bytes} bytes of shared memory do not fit this device")
-    return _run(p, WGMMA_SOURCE, wgmma_exprs(), wgmma_expr(dtype, tile), WGMMA_KERNEL, wgmma_label(dtype, tile), dtype,
-                tile, wants_wgmma=True)
+    return _run(
+        p,
+        WGMMA_SOURCE,
+        wgmma_exprs(),
+        wgmma_expr(dtype, tile),
+        WGMMA_KERNEL,
+        wgmma_label(dtype, tile),
+        dtype,
+        tile,
+        wants_wgmma=True,
+    )

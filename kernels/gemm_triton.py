@@ -9,6 +9,7 @@ with one program per SM; on Hopper, a second kernel reads operands through tenso
 On a GPU the configuration is autotuned among `kernels.triton_configs`' set for the device's family; on a
 CPU the same kernel runs under Triton's interpreter (correctness only).
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,12 +20,24 @@ import triton.language as tl
 
 from microbench.core import dtypes, targets
 from microbench.roofline.registry import Unsupported, provider
+from microbench.roofline.sass import inspect_build
 
 from . import triton_configs as cfgs
-from .triton_runtime import (aot_build, aot_compile, autotune, autotune_enabled, grouped_tile, interpreted,
-                             interpreter_refusal, planned, provider_enabled, provider_evidence, provider_timed,
-                             record_plan, report_launch)
-from microbench.roofline.sass import inspect_build
+from .triton_runtime import (
+    aot_build,
+    aot_compile,
+    autotune,
+    autotune_enabled,
+    grouped_tile,
+    interpreted,
+    interpreter_refusal,
+    planned,
+    provider_enabled,
+    provider_evidence,
+    provider_timed,
+    record_plan,
+    report_launch,
+)
 
 FP8 = getattr(torch, "float8_e4m3fn", None)
 # Both e4m3 flavours: OCP (NVIDIA, gfx950) and fnuz (gfx942's matrix cores; microbench.core.dtypes.storage_dtype)
@@ -34,10 +47,28 @@ OPERAND_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e4m3_fnuz")  # names 
 
 @triton.jit
 def _gemm_tile(
-    tile, a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_az, stride_am, stride_ak, stride_bz, stride_bk, stride_bn, stride_cz, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    tile,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_az,
+    stride_am,
+    stride_ak,
+    stride_bz,
+    stride_bk,
+    stride_bn,
+    stride_cz,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     bz, off_m, off_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -64,12 +95,26 @@ def _gemm_tile(
 
 @triton.jit
 def _gemm_kernel(
-    a_ptr, b_ptr, c_ptr,
-    M, N, K, BATCH,
-    stride_az, stride_am, stride_ak,
-    stride_bz, stride_bk, stride_bn,
-    stride_cz, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    BATCH,
+    stride_az,
+    stride_am,
+    stride_ak,
+    stride_bz,
+    stride_bk,
+    stride_bn,
+    stride_cz,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     PERSISTENT: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,  # "ieee" or "tf32": what tl.dot may do with fp32 operands
     UPCAST: tl.constexpr,  # interpreter only: it multiplies bf16 bit patterns as integers, so go via fp32
@@ -77,20 +122,74 @@ def _gemm_kernel(
     if PERSISTENT:  # a program per SM strides over all tiles
         num_tiles = BATCH * ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            _gemm_tile(tile, a_ptr, b_ptr, c_ptr, M, N, K, stride_az, stride_am, stride_ak, stride_bz, stride_bk,
-                       stride_bn, stride_cz, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                       INPUT_PRECISION, UPCAST)
+            _gemm_tile(
+                tile,
+                a_ptr,
+                b_ptr,
+                c_ptr,
+                M,
+                N,
+                K,
+                stride_az,
+                stride_am,
+                stride_ak,
+                stride_bz,
+                stride_bk,
+                stride_bn,
+                stride_cz,
+                stride_cm,
+                stride_cn,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                GROUP_M,
+                INPUT_PRECISION,
+                UPCAST,
+            )
     else:  # a program per tile: no outer loop, whose loop-carried state costs registers (spills on sm_80)
-        _gemm_tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, M, N, K, stride_az, stride_am, stride_ak, stride_bz,
-                   stride_bk, stride_bn, stride_cz, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                   INPUT_PRECISION, UPCAST)
+        _gemm_tile(
+            tl.program_id(0),
+            a_ptr,
+            b_ptr,
+            c_ptr,
+            M,
+            N,
+            K,
+            stride_az,
+            stride_am,
+            stride_ak,
+            stride_bz,
+            stride_bk,
+            stride_bn,
+            stride_cz,
+            stride_cm,
+            stride_cn,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            GROUP_M,
+            INPUT_PRECISION,
+            UPCAST,
+        )
 
 
 @triton.jit
 def _gemm_tma_tile(
-    tile, a_desc, b_desc, c_desc, M, N, K,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    tile,
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr,
+    B_COL_MAJOR: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     bz, off_m, off_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
@@ -112,27 +211,68 @@ def _gemm_tma_tile(
 
 @triton.jit
 def _gemm_tma_kernel(
-    a_desc, b_desc, c_desc,
-    M, N, K, BATCH,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    BATCH,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     PERSISTENT: tl.constexpr,
-    A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,  # descriptors over the stored (transposed) matrix
-    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr,
+    B_COL_MAJOR: tl.constexpr,  # descriptors over the stored (transposed) matrix
+    INPUT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     # Descriptors are 3-D ([batch, rows, cols], block [1, ., .]) so that a tile never reads across a
     # batch boundary: the hardware zero-fills reads and clips writes beyond each matrix's edges.
     if PERSISTENT:
         num_tiles = BATCH * ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            _gemm_tma_tile(tile, a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                           A_COL_MAJOR, B_COL_MAJOR, INPUT_PRECISION, UPCAST)
+            _gemm_tma_tile(
+                tile,
+                a_desc,
+                b_desc,
+                c_desc,
+                M,
+                N,
+                K,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                GROUP_M,
+                A_COL_MAJOR,
+                B_COL_MAJOR,
+                INPUT_PRECISION,
+                UPCAST,
+            )
     else:
-        _gemm_tma_tile(tl.program_id(0), a_desc, b_desc, c_desc, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                       A_COL_MAJOR, B_COL_MAJOR, INPUT_PRECISION, UPCAST)
+        _gemm_tma_tile(
+            tl.program_id(0),
+            a_desc,
+            b_desc,
+            c_desc,
+            M,
+            N,
+            K,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            GROUP_M,
+            A_COL_MAJOR,
+            B_COL_MAJOR,
+            INPUT_PRECISION,
+            UPCAST,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
 # The wrapper: checks, allocates, launches.
+
 
 def _tma_supported() -> bool:
     try:
@@ -194,7 +334,9 @@ def _out_dtype(a_dtype: torch.dtype, out_dtype: torch.dtype | None) -> torch.dty
 
 def _check(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool):
     if a.dim() != b.dim() or a.dim() not in (2, 3):
-        raise Unsupported(f"operands of rank {a.dim()} and {b.dim()} (expected [M, K] @ [K, N] or batched [B, M, K] @ [B, K, N])")
+        raise Unsupported(
+            f"operands of rank {a.dim()} and {b.dim()} (expected [M, K] @ [K, N] or batched [B, M, K] @ [B, K, N])"
+        )
     if a.shape[-1] != b.shape[-2] or (a.dim() == 3 and a.shape[0] != b.shape[0]):
         raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply")
     if a.dtype != b.dtype:
@@ -216,9 +358,17 @@ def _check(a: torch.Tensor, b: torch.Tensor, allow_tf32: bool):
             raise Unsupported("fp8 e4m3 Tensor Cores need sm_89 or newer")
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtype: torch.dtype | None = None,
-         out: torch.Tensor | None = None, config: cfgs.TileConfig | None = None, autotune: bool = True,
-         tma: bool | None = None) -> torch.Tensor:
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    allow_tf32: bool = False,
+    out_dtype: torch.dtype | None = None,
+    out: torch.Tensor | None = None,
+    config: cfgs.TileConfig | None = None,
+    autotune: bool = True,
+    tma: bool | None = None,
+) -> torch.Tensor:
     """C = A @ B ([M, K] @ [K, N] or [B, M, K] @ [B, K, N]), any strides.
 
     out: write C here (shape [B?, M, N], dtype out_dtype) instead of a new tensor: lets a caller
@@ -237,7 +387,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False, out_dtyp
     if out is None:
         out = torch.empty(shape, dtype=c_dtype, device=a.device)
     elif tuple(out.shape) != shape or out.dtype != c_dtype or out.device != a.device:
-        raise ValueError(f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {shape} {c_dtype} on {a.device}")
+        raise ValueError(
+            f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {shape} {c_dtype} on {a.device}"
+        )
     if m == 0 or n == 0 or nb == 0:
         return out
     c3 = out if batched else out.unsqueeze(0)
@@ -276,8 +428,7 @@ def precision_key(dtype_name: str, allow_tf32: bool) -> str:
     return "tf32" if allow_tf32 and dtype_name == "fp32" else dtype_name
 
 
-def _launch(a3, b3, c3, cfg, precision, *, interpret: bool, tma: bool, upcast: bool, family: str = "",
-            key: str = ""):
+def _launch(a3, b3, c3, cfg, precision, *, interpret: bool, tma: bool, upcast: bool, family: str = "", key: str = ""):
     nb, m, k = a3.shape
     n = b3.shape[-1]
     sms = _num_sms(a3.device)
@@ -293,9 +444,11 @@ def _launch(a3, b3, c3, cfg, precision, *, interpret: bool, tma: bool, upcast: b
         sa, a_cm = _stored(a3)
         sb, b_cm = _stored(b3)
         # Block shapes are set per configuration (the autotuner's pre_hook does it for each candidate).
-        descs = {"a_desc": TensorDescriptor.from_tensor(sa, [1, 16, 16]),
-                 "b_desc": TensorDescriptor.from_tensor(sb, [1, 16, 16]),
-                 "c_desc": TensorDescriptor.from_tensor(c3, [1, 16, 16])}
+        descs = {
+            "a_desc": TensorDescriptor.from_tensor(sa, [1, 16, 16]),
+            "b_desc": TensorDescriptor.from_tensor(sb, [1, 16, 16]),
+            "c_desc": TensorDescriptor.from_tensor(c3, [1, 16, 16]),
+        }
         args = (descs["a_desc"], descs["b_desc"], descs["c_desc"], m, n, k, nb)
         common.update(A_COL_MAJOR=a_cm, B_COL_MAJOR=b_cm)
         kernel, name = _gemm_tma_kernel, "triton_gemm_tma"
@@ -305,7 +458,9 @@ def _launch(a3, b3, c3, cfg, precision, *, interpret: bool, tma: bool, upcast: b
 
     if planned():  # counting compiles (triton_runtime.planning): record, launch nothing
         hook = _set_block_shapes if tma else None
-        configs = [cfg] if cfg is not None else (cfgs.gemm_tma_configs_sm90(key) if tma else cfgs.GEMM_CONFIGS[family](key))
+        configs = (
+            [cfg] if cfg is not None else (cfgs.gemm_tma_configs_sm90(key) if tma else cfgs.GEMM_CONFIGS[family](key))
+        )
         record_plan(kernel, name, args, common, configs, prune=None if cfg is not None else _prune, pre_hook=hook)
         return
     if cfg is not None:
@@ -334,17 +489,29 @@ def _prune(configs, named_args, **kwargs):
     while the same tile without the persistent loop is a candidate (each program would run one tile: the
     same kernel plus a loop)."""
     m, n = named_args["M"], named_args["N"]
-    keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
-            and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))]
+    keep = [
+        c
+        for c in configs
+        if c.kwargs["BLOCK_M"] <= max(64, 2 * triton.next_power_of_2(m))
+        and c.kwargs["BLOCK_N"] <= max(64, 2 * triton.next_power_of_2(n))
+    ]
     sms = _sms_of(named_args)
     if sms:
+
         def tile(c):
             return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages
 
         plain = {tile(c) for c in keep if not c.kwargs.get("PERSISTENT")}
         batch = named_args.get("BATCH", 1)
-        keep = [c for c in keep if not (c.kwargs.get("PERSISTENT") and tile(c) in plain and
-                                        batch * triton.cdiv(m, c.kwargs["BLOCK_M"]) * triton.cdiv(n, c.kwargs["BLOCK_N"]) <= sms)]
+        keep = [
+            c
+            for c in keep
+            if not (
+                c.kwargs.get("PERSISTENT")
+                and tile(c) in plain
+                and batch * triton.cdiv(m, c.kwargs["BLOCK_M"]) * triton.cdiv(n, c.kwargs["BLOCK_N"]) <= sms
+            )
+        ]
     return keep or configs[-1:]
 
 
@@ -358,7 +525,7 @@ def _sms_of(named_args) -> int | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tuner(name: str, family: str, key: str):
     if name == "triton_gemm_tma":
         configs = [c.triton_config(pre_hook=_set_block_shapes) for c in cfgs.gemm_tma_configs_sm90(key)]
@@ -375,8 +542,12 @@ def _tuner(name: str, family: str, key: str):
 # Representative problem for the ahead-of-time builds: a row-major 4096^3 GEMM, as the JIT specializes it
 # (unit strides become constants, the others are known multiples of 16).
 _AOT_M = _AOT_N = _AOT_K = 4096
-AOT_DTYPES = {"sm_80": ("fp16", "bf16", "fp32", "tf32"), "sm_90": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"),
-              "gfx942": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"), "gfx950": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3")}
+AOT_DTYPES = {
+    "sm_80": ("fp16", "bf16", "fp32", "tf32"),
+    "sm_90": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"),
+    "gfx942": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"),
+    "gfx950": ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3"),
+}
 # The fp8 e4m3 flavours: each AMD target gets its native one (microbench/data/targets.toml), and the inspection
 # also builds the default tile with the other one, to show the fallback a wrong flavour takes there.
 FP8_FLAVOURS = ("fp8e4nv", "fp8e4b8")
@@ -388,17 +559,39 @@ def _aot_args(dtype: str, cfg: cfgs.TileConfig, tma: bool, target: str = "sm_90"
         in_ty = fp8 or targets.fp8_e4m3_flavour(target)
     out_ty = "bf16" if dtype == "fp8_e4m3" else in_ty
     m, n, k = _AOT_M, _AOT_N, _AOT_K
-    precision = (targets.dot_input_precision(target, dtype == "tf32") if targets.is_amd(target)
-                 else "tf32" if dtype == "tf32" else "ieee")
+    precision = (
+        targets.dot_input_precision(target, dtype == "tf32")
+        if targets.is_amd(target)
+        else "tf32"
+        if dtype == "tf32"
+        else "ieee"
+    )
     common = {"M": m, "N": n, "K": k, "BATCH": 1, **cfg.meta(), "INPUT_PRECISION": precision, "UPCAST": False}
     if tma:
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-        return {"a_desc": f"tensordesc<{in_ty}[1, {bm}, {bk}]>", "b_desc": f"tensordesc<{in_ty}[1, {bk}, {bn}]>",
-                "c_desc": f"tensordesc<{out_ty}[1, {bm}, {bn}]>", "A_COL_MAJOR": False, "B_COL_MAJOR": False,
-                **common}
-    return {"a_ptr": f"*{in_ty}", "b_ptr": f"*{in_ty}", "c_ptr": f"*{out_ty}",
-            "stride_az": m * k, "stride_am": k, "stride_ak": 1, "stride_bz": k * n, "stride_bk": n, "stride_bn": 1,
-            "stride_cz": m * n, "stride_cm": n, "stride_cn": 1, **common}
+        return {
+            "a_desc": f"tensordesc<{in_ty}[1, {bm}, {bk}]>",
+            "b_desc": f"tensordesc<{in_ty}[1, {bk}, {bn}]>",
+            "c_desc": f"tensordesc<{out_ty}[1, {bm}, {bn}]>",
+            "A_COL_MAJOR": False,
+            "B_COL_MAJOR": False,
+            **common,
+        }
+    return {
+        "a_ptr": f"*{in_ty}",
+        "b_ptr": f"*{in_ty}",
+        "c_ptr": f"*{out_ty}",
+        "stride_az": m * k,
+        "stride_am": k,
+        "stride_ak": 1,
+        "stride_bz": k * n,
+        "stride_bk": n,
+        "stride_bn": 1,
+        "stride_cz": m * n,
+        "stride_cm": n,
+        "stride_cn": 1,
+        **common,
+    }
 
 
 def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
@@ -409,8 +602,12 @@ def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
     for dt in AOT_DTYPES[target]:
         out.append(("triton_gemm", dt, cfgs.gemm_default(family, dt), True))
     if family == "cdna":
-        return out + [("triton_gemm", dt, c, False) for dt in AOT_DTYPES[target] for c in cfgs.GEMM_CONFIGS[family](dt)
-                      if c != cfgs.gemm_default(family, dt)]
+        return out + [
+            ("triton_gemm", dt, c, False)
+            for dt in AOT_DTYPES[target]
+            for c in cfgs.GEMM_CONFIGS[family](dt)
+            if c != cfgs.gemm_default(family, dt)
+        ]
     for dt in ("fp16", "bf16"):
         p = next(c for c in cfgs.GEMM_CONFIGS[family](dt) if c.persistent)
         out.append(("triton_gemm", dt, p, False))
@@ -422,7 +619,8 @@ def aot_variants(target: str) -> list[tuple[str, str, cfgs.TileConfig, bool]]:
 # Targets `python -m microbench.inspect` builds this module for (Triton's HIP backend needs no ROCm).
 AOT_TARGETS = ("sm_80", "sm_90", "gfx942", "gfx950")
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _build(name: str, dtype: str, cfg: cfgs.TileConfig, target: str, fp8: str | None = None):
     kernel = _gemm_tma_kernel if name == "triton_gemm_tma" else _gemm_kernel
     return aot_compile(kernel, _aot_args(dtype, cfg, name == "triton_gemm_tma", target, fp8), target, cfg.options())
@@ -442,9 +640,19 @@ def fallback_builds(target: str) -> list:
     if not targets.is_amd(target):
         return []
     cfg = cfgs.gemm_default("cdna", "fp8_e4m3")
-    return [aot_build("triton_gemm", "fp8_e4m3", cfg, target, _build("triton_gemm", "fp8_e4m3", cfg, target, other),
-                      note=_fp8_note("fp8_e4m3", target, other), variant=other)
-            for other in FP8_FLAVOURS if other != targets.fp8_e4m3_flavour(target)]
+    return [
+        aot_build(
+            "triton_gemm",
+            "fp8_e4m3",
+            cfg,
+            target,
+            _build("triton_gemm", "fp8_e4m3", cfg, target, other),
+            note=_fp8_note("fp8_e4m3", target, other),
+            variant=other,
+        )
+        for other in FP8_FLAVOURS
+        if other != targets.fp8_e4m3_flavour(target)
+    ]
 
 
 def _flavour(dtype: str, target: str) -> str:
@@ -453,16 +661,36 @@ def _flavour(dtype: str, target: str) -> str:
 
 
 def aot_builds(target: str):
-    return [aot_build(name, dt, cfg, target, _build(name, dt, cfg, target), default=default,
-                      note=_fp8_note(dt, target), variant=_flavour(dt, target))
-            for name, dt, cfg, default in aot_variants(target)] + fallback_builds(target)
+    return [
+        aot_build(
+            name,
+            dt,
+            cfg,
+            target,
+            _build(name, dt, cfg, target),
+            default=default,
+            note=_fp8_note(dt, target),
+            variant=_flavour(dt, target),
+        )
+        for name, dt, cfg, default in aot_variants(target)
+    ] + fallback_builds(target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _static_record(dtype: str, target: str):
     cfg = cfgs.gemm_default(cfgs.arch_family(target), dtype)
-    return inspect_build(aot_build("triton_gemm", dtype, cfg, target, _build("triton_gemm", dtype, cfg, target),
-                                   default=True, note=_fp8_note(dtype, target), variant=_flavour(dtype, target)))
+    return inspect_build(
+        aot_build(
+            "triton_gemm",
+            dtype,
+            cfg,
+            target,
+            _build("triton_gemm", dtype, cfg, target),
+            default=True,
+            note=_fp8_note(dtype, target),
+            variant=_flavour(dtype, target),
+        )
+    )
 
 
 def static_records(dtype: str) -> list:
@@ -470,8 +698,13 @@ def static_records(dtype: str) -> list:
     return [_static_record(dtype, t) for t in ("sm_90", "sm_80") if dtype in AOT_DTYPES[t]]
 
 
-@provider("gemm", "triton", library="Triton (ours): kernels/gemm_triton.py; interpreted on a CPU",
-          enabled=provider_enabled, timed=provider_timed,
-          evidence=provider_evidence(lambda case: static_records(case.dtype)))
+@provider(
+    "gemm",
+    "triton",
+    library="Triton (ours): kernels/gemm_triton.py; interpreted on a CPU",
+    enabled=provider_enabled,
+    timed=provider_timed,
+    evidence=provider_evidence(lambda case: static_records(case.dtype)),
+)
 def gemm_triton(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     return gemm(a, b, allow_tf32=allow_tf32)

@@ -1,26 +1,32 @@
 """GEMM through the vendor libraries: torch.matmul (cuBLAS / hipBLASLt on a GPU, MKL / oneDNN on a CPU),
 and cupy.matmul (cuBLAS through CuPy) when CuPy and a GPU are present."""
+
 from __future__ import annotations
 
 import torch
 
+from microbench.core.dtypes import is_fp8
+from microbench.core.tf32 import tf32_allowed
 from microbench.roofline.evidence import vendor_evidence
 from microbench.roofline.registry import Unsupported, provider
 
-from microbench.core.dtypes import is_fp8
-from microbench.core.tf32 import tf32_allowed
 
-
-
-@provider("gemm", "torch", baseline=True, library="torch.matmul: cuBLAS/hipBLASLt (GPU), MKL/oneDNN (CPU)",
-          evidence=vendor_evidence)
+@provider(
+    "gemm",
+    "torch",
+    baseline=True,
+    library="torch.matmul: cuBLAS/hipBLASLt (GPU), MKL/oneDNN (CPU)",
+    evidence=vendor_evidence,
+)
 def gemm_torch(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     if a.dtype != b.dtype:
         raise Unsupported(f"mixed operand dtypes {a.dtype} and {b.dtype}")
     if allow_tf32 and a.device.type != "cuda":
         raise Unsupported("TF32 is a GPU Tensor Core format; this device has none")
     if is_fp8(a.dtype):  # every flavour: gfx942's cases are stored as float8_e4m3fnuz
-        raise Unsupported(f"fp8 GEMM through torch.matmul does not exist (torch._scaled_mm is not wired up) ({a.dtype})")
+        raise Unsupported(
+            f"fp8 GEMM through torch.matmul does not exist (torch._scaled_mm is not wired up) ({a.dtype})"
+        )
     with tf32_allowed(allow_tf32):
         return torch.matmul(a, b)
 
@@ -40,8 +46,9 @@ def cupy_reason(device) -> str | None:
     return None
 
 
-@provider("gemm", "cupy_blas", library="cupy.matmul: cuBLAS through CuPy", enabled=cupy_reason,
-          evidence=vendor_evidence)
+@provider(
+    "gemm", "cupy_blas", library="cupy.matmul: cuBLAS through CuPy", enabled=cupy_reason, evidence=vendor_evidence
+)
 def gemm_cupy_blas(a: torch.Tensor, b: torch.Tensor, *, allow_tf32: bool = False) -> torch.Tensor:
     import cupy
 

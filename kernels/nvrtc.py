@@ -15,6 +15,7 @@ without either. Where the library is found, first hit wins (`candidates()` lists
 results in-process by (source text, headers, options, name expressions), so a test session or a
 benchmark run compiles each program once.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -119,9 +120,10 @@ def _lib() -> ctypes.CDLL:
             continue
         _declare(lib)
         return lib
-    raise NvrtcError("libnvrtc not found: install the pip package nvidia-cuda-nvrtc-cu12 (CUDA 12) or "
-                     "nvidia-cuda-nvrtc (CUDA 13), or set CUDA_HOME"
-                     + ("".join(f"\n  {e}" for e in errors)))
+    raise NvrtcError(
+        "libnvrtc not found: install the pip package nvidia-cuda-nvrtc-cu12 (CUDA 12) or "
+        "nvidia-cuda-nvrtc (CUDA 13), or set CUDA_HOME" + ("".join(f"\n  {e}" for e in errors))
+    )
 
 
 def _preload_builtins(lib_path: Path) -> None:
@@ -143,8 +145,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     prog_p = ctypes.POINTER(c_void_p)
     sigs = {
         "nvrtcVersion": (ctypes.POINTER(c_int), ctypes.POINTER(c_int)),
-        "nvrtcCreateProgram": (prog_p, c_char_p, c_char_p, c_int, ctypes.POINTER(c_char_p),
-                               ctypes.POINTER(c_char_p)),
+        "nvrtcCreateProgram": (prog_p, c_char_p, c_char_p, c_int, ctypes.POINTER(c_char_p), ctypes.POINTER(c_char_p)),
         "nvrtcDestroyProgram": (prog_p,),
         "nvrtcAddNameExpression": (c_void_p, c_char_p),
         "nvrtcCompileProgram": (c_void_p, c_int, ctypes.POINTER(c_char_p)),
@@ -192,14 +193,23 @@ def _arr(items: list[bytes]):
     return (ctypes.c_char_p * len(items))(*items) if items else None
 
 
-def _compile(source: str, name: str, options: tuple[str, ...], name_expressions: tuple[str, ...],
-             headers: tuple[tuple[str, str], ...]) -> PtxProgram:
+def _compile(
+    source: str,
+    name: str,
+    options: tuple[str, ...],
+    name_expressions: tuple[str, ...],
+    headers: tuple[tuple[str, str], ...],
+) -> PtxProgram:
     lib = _lib()
     prog = ctypes.c_void_p()
     hdr_src = [h[1].encode() for h in headers]
     hdr_name = [h[0].encode() for h in headers]
-    _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), len(headers),
-                                  _arr(hdr_src), _arr(hdr_name)), "nvrtcCreateProgram")
+    _check(
+        lib.nvrtcCreateProgram(
+            ctypes.byref(prog), source.encode(), name.encode(), len(headers), _arr(hdr_src), _arr(hdr_name)
+        ),
+        "nvrtcCreateProgram",
+    )
     try:
         for expr in name_expressions:
             _check(lib.nvrtcAddNameExpression(prog, expr.encode()), f"nvrtcAddNameExpression({expr})")
@@ -211,8 +221,11 @@ def _compile(source: str, name: str, options: tuple[str, ...], name_expressions:
         _check(lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
         log = buf.value.decode(errors="replace")
         if code != _NVRTC_SUCCESS:
-            raise NvrtcError(f"NVRTC could not compile {name} ({_status(code)}; options: {' '.join(options)})",
-                             log=log, result=_status(code))
+            raise NvrtcError(
+                f"NVRTC could not compile {name} ({_status(code)}; options: {' '.join(options)})",
+                log=log,
+                result=_status(code),
+            )
         _check(lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
         buf = ctypes.create_string_buffer(size.value)
         _check(lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
@@ -231,9 +244,16 @@ _cache: dict[str, PtxProgram] = {}
 _cache_lock = threading.Lock()
 
 
-def compile_ptx(source: str, *, name: str = "program.cu", arch: str = "compute_80",
-                options: tuple[str, ...] = (), name_expressions: tuple[str, ...] = (),
-                headers: dict[str, str] | None = None, include_dirs: tuple[Path, ...] = ()) -> PtxProgram:
+def compile_ptx(
+    source: str,
+    *,
+    name: str = "program.cu",
+    arch: str = "compute_80",
+    options: tuple[str, ...] = (),
+    name_expressions: tuple[str, ...] = (),
+    headers: dict[str, str] | None = None,
+    include_dirs: tuple[Path, ...] = (),
+) -> PtxProgram:
     """Compile CUDA C++ `source` to PTX for the virtual architecture `arch` (compute_80, compute_90a).
 
     `headers` maps include names to their text (NVRTC's in-memory headers: no file lookup, and part of

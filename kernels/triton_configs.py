@@ -11,6 +11,7 @@ ahead-of-time builds that `python -m microbench.inspect` reads, and the interpre
   groups), so that Triton emits wgmma; larger K-blocks and deeper pipelines (228 KB of shared memory).
 - `cdna`: AMD Instinct MI200 / MI300 (MFMA), with AMD's own knobs (`waves_per_eu`, `matrix_instr_nonkdim`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,8 +36,7 @@ class TileConfig:
     extra: tuple[tuple[str, int], ...] = field(default=())  # backend options (AMD: waves_per_eu, ...)
 
     def label(self) -> str:
-        s = (f"BM{self.block_m} BN{self.block_n} BK{self.block_k} G{self.group_m} "
-             f"w{self.num_warps} s{self.num_stages}")
+        s = f"BM{self.block_m} BN{self.block_n} BK{self.block_k} G{self.group_m} w{self.num_warps} s{self.num_stages}"
         if self.persistent:
             s += " persistent"
         for k, v in self.extra:
@@ -58,16 +58,28 @@ class TileConfig:
     def triton_config(self, pre_hook=None, persistent_param: bool = True):
         import triton
 
-        return triton.Config({**self.meta(persistent_param), **COMPILE_OPTIONS, **dict(self.extra)},
-                             num_warps=self.num_warps, num_stages=self.num_stages, pre_hook=pre_hook)
+        return triton.Config(
+            {**self.meta(persistent_param), **COMPILE_OPTIONS, **dict(self.extra)},
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+            pre_hook=pre_hook,
+        )
 
     @staticmethod
-    def of(config) -> "TileConfig":
+    def of(config) -> TileConfig:
         """Back from a triton.Config (the autotuner's choice)."""
         kw = config.all_kwargs()
         extra = tuple(sorted((k, v) for k, v in kw.items() if k in _BACKEND_OPTIONS))
-        return TileConfig(kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["num_warps"], kw["num_stages"],
-                          kw.get("GROUP_M", 8), bool(kw.get("PERSISTENT", False)), extra)
+        return TileConfig(
+            kw["BLOCK_M"],
+            kw["BLOCK_N"],
+            kw["BLOCK_K"],
+            kw["num_warps"],
+            kw["num_stages"],
+            kw.get("GROUP_M", 8),
+            bool(kw.get("PERSISTENT", False)),
+            extra,
+        )
 
 
 _BACKEND_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
@@ -98,12 +110,18 @@ def wants_wgmma(target: str, dtype: str, cfg: TileConfig) -> bool:
 # --------------------------------------------------------------------------------------------------
 # GEMM
 
+
 def gemm_configs_sm80(dtype: str) -> list[TileConfig]:
     # Every entry compiles without spills for sm_80 at aligned sizes (python -m microbench.inspect); shared
     # memory stays within the 100 KB of sm_86 / sm_89 except where noted.
     if dtype == "fp32":  # IEEE fp32 on the CUDA cores: FFMA tiles, no Tensor Cores
-        return [TileConfig(64, 128, 32, 8, 3), TileConfig(128, 128, 16, 8, 3), TileConfig(64, 128, 32, 4, 3),
-                TileConfig(64, 64, 32, 4, 4), TileConfig(32, 64, 32, 4, 4)]
+        return [
+            TileConfig(64, 128, 32, 8, 3),
+            TileConfig(128, 128, 16, 8, 3),
+            TileConfig(64, 128, 32, 4, 3),
+            TileConfig(64, 64, 32, 4, 4),
+            TileConfig(32, 64, 32, 4, 4),
+        ]
     bk = 64 if dtype == "fp8_e4m3" else 32
     return [
         TileConfig(128, 128, 2 * bk, 8, 3),
@@ -121,8 +139,12 @@ def gemm_configs_sm80(dtype: str) -> list[TileConfig]:
 def gemm_configs_sm90(dtype: str) -> list[TileConfig]:
     # Every entry compiles without spills for sm_90a.
     if dtype == "fp32":
-        return [TileConfig(128, 128, 16, 8, 3), TileConfig(64, 128, 32, 8, 3), TileConfig(64, 64, 32, 4, 4),
-                TileConfig(32, 64, 32, 4, 4)]
+        return [
+            TileConfig(128, 128, 16, 8, 3),
+            TileConfig(64, 128, 32, 8, 3),
+            TileConfig(64, 64, 32, 4, 4),
+            TileConfig(32, 64, 32, 4, 4),
+        ]
     bk = 32 if dtype == "tf32" else 128 if dtype == "fp8_e4m3" else 64
     wide = 128 if dtype == "tf32" else 256  # a 128x256 tf32 tile spills in the persistent loop
     return [
@@ -148,8 +170,12 @@ def gemm_configs_cdna(dtype: str) -> list[TileConfig]:
     if dtype == "fp32":
         return [TileConfig(128, 64, 32, 4, 2), TileConfig(64, 64, 32, 4, 2)]
     if dtype == "tf32":
-        return [TileConfig(128, 128, 32, 8, 2, extra=amd), TileConfig(128, 64, 32, 4, 2, extra=amd),
-                TileConfig(64, 64, 32, 4, 2, extra=amd), TileConfig(128, 128, 32, 8, 2, persistent=True, extra=amd)]
+        return [
+            TileConfig(128, 128, 32, 8, 2, extra=amd),
+            TileConfig(128, 64, 32, 4, 2, extra=amd),
+            TileConfig(64, 64, 32, 4, 2, extra=amd),
+            TileConfig(128, 128, 32, 8, 2, persistent=True, extra=amd),
+        ]
     return [
         TileConfig(128, 256, 64, 8, 2, extra=amd),
         TileConfig(256, 128, 64, 8, 2, extra=amd),
@@ -191,14 +217,21 @@ def gemm_default(family: str, dtype: str) -> TileConfig:
 # Convolution (implicit GEMM). The reduction walks filter taps and channel blocks; channel counts of
 # ResNet-50 (64 ... 2048) are multiples of 64, the first layer's 3 channels are padded by masks.
 
+
 def conv_configs_sm80(dtype: str) -> list[TileConfig]:
     if dtype == "fp32":
         # At the quick profile's shapes 64x64x32 (4 warps) spilled on sm_90 with Triton 3.6, 64x64x16 (4 warps)
         # with Triton 3.9, 32x64x32 on both; 64x64x16 with 8 warps spills on neither.
         return [TileConfig(64, 64, 16, 8, 3), TileConfig(128, 128, 16, 8, 3)]
     bk = 32
-    return [TileConfig(128, 128, bk, 8, 3), TileConfig(128, 64, bk, 4, 3), TileConfig(64, 128, bk, 4, 4),
-            TileConfig(256, 64, bk, 8, 3), TileConfig(128, 128, 2 * bk, 8, 3), TileConfig(64, 64, bk, 4, 4)]
+    return [
+        TileConfig(128, 128, bk, 8, 3),
+        TileConfig(128, 64, bk, 4, 3),
+        TileConfig(64, 128, bk, 4, 4),
+        TileConfig(256, 64, bk, 8, 3),
+        TileConfig(128, 128, 2 * bk, 8, 3),
+        TileConfig(64, 64, bk, 4, 4),
+    ]
 
 
 def conv_configs_sm90(dtype: str) -> list[TileConfig]:
@@ -207,9 +240,15 @@ def conv_configs_sm90(dtype: str) -> list[TileConfig]:
     bk = 32 if dtype == "tf32" else 64
     # tf32 128x256 (8 warps, 3 stages) took all 255 registers and spilled (Triton 3.6, ResNet conv2_x)
     wide = [] if dtype == "tf32" else [TileConfig(128, 256, bk, 8, 3)]
-    return [TileConfig(128, 128, bk, 8, 4), TileConfig(128, 128, bk, 4, 4), *wide,
-            TileConfig(256, 128, bk, 8, 3), TileConfig(128, 64, bk, 4, 4), TileConfig(64, 128, bk, 4, 4),
-            TileConfig(64, 64, bk, 4, 4)]
+    return [
+        TileConfig(128, 128, bk, 8, 4),
+        TileConfig(128, 128, bk, 4, 4),
+        *wide,
+        TileConfig(256, 128, bk, 8, 3),
+        TileConfig(128, 64, bk, 4, 4),
+        TileConfig(64, 128, bk, 4, 4),
+        TileConfig(64, 64, bk, 4, 4),
+    ]
 
 
 def conv_configs_cdna(dtype: str) -> list[TileConfig]:
@@ -218,10 +257,17 @@ def conv_configs_cdna(dtype: str) -> list[TileConfig]:
     if dtype == "fp32":
         return [TileConfig(64, 64, 32, 4, 2)]
     if dtype == "tf32":
-        return [TileConfig(128, 128, 32, 8, 2, extra=amd), TileConfig(128, 64, 32, 4, 2, extra=amd),
-                TileConfig(64, 64, 32, 4, 2, extra=amd)]
-    return [TileConfig(128, 128, 64, 4, 2, extra=amd), TileConfig(256, 128, 64, 8, 2, extra=amd),
-            TileConfig(128, 64, 64, 4, 2, extra=amd), TileConfig(64, 64, 64, 4, 2, extra=amd)]
+        return [
+            TileConfig(128, 128, 32, 8, 2, extra=amd),
+            TileConfig(128, 64, 32, 4, 2, extra=amd),
+            TileConfig(64, 64, 32, 4, 2, extra=amd),
+        ]
+    return [
+        TileConfig(128, 128, 64, 4, 2, extra=amd),
+        TileConfig(256, 128, 64, 8, 2, extra=amd),
+        TileConfig(128, 64, 64, 4, 2, extra=amd),
+        TileConfig(64, 64, 64, 4, 2, extra=amd),
+    ]
 
 
 CONV_CONFIGS = {"sm_80": conv_configs_sm80, "sm_90": conv_configs_sm90, "cdna": conv_configs_cdna}
@@ -242,6 +288,7 @@ def conv_default(family: str, dtype: str) -> TileConfig:
 # --------------------------------------------------------------------------------------------------
 # The interpreter runs every program instance in Python over NumPy blocks: fewer, larger blocks are
 # faster, but blocks far larger than the problem only multiply masked work.
+
 
 def interpreter_config(m: int, n: int, k: int) -> TileConfig:
     def fit(x: int, lo: int, hi: int) -> int:

@@ -17,6 +17,7 @@ decorated when triton was imported (`tl.cdiv`, `tl.zeros`, `tl.sum`, `tl.max`, .
 use only builtins there (`tl.full`, `(x + b - 1) // b`). (Swapping the library module's attributes during
 a launch was tried: Triton's lazily imported Gluon package asserts that they are compiled functions.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,18 +26,19 @@ import inspect
 import os
 import threading
 import types
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
 
-from .triton_configs import TileConfig, wants_wgmma
 from microbench.core import targets
 from microbench.roofline import launches
 from microbench.roofline.amdgcn import inspect_amd_build, matrix_instructions
 from microbench.roofline.registry import Evidence
 from microbench.roofline.sass import AotBuild, inspect_build
+
+from .triton_configs import TileConfig, wants_wgmma
 
 # CPU tensors run under the interpreter: a NumPy evaluation of every program instance, about a
 # million times slower than the GPU. Problems above this many multiply-adds answer "unsupported" rather
@@ -135,7 +137,7 @@ def jit_function(kernel):
     return _jit(getattr(kernel, "fn", kernel))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jit(fn):
     from triton.runtime.jit import JITFunction
 
@@ -161,8 +163,10 @@ def grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 def interpreter_refusal(macs: int) -> str | None:
     if macs > INTERPRETER_MAX_MACS:
-        return (f"{macs:.3g} multiply-adds is too large for the Triton interpreter on a CPU "
-                f"(limit {INTERPRETER_MAX_MACS:.3g}); the GPU runs it")
+        return (
+            f"{macs:.3g} multiply-adds is too large for the Triton interpreter on a CPU "
+            f"(limit {INTERPRETER_MAX_MACS:.3g}); the GPU runs it"
+        )
     return None
 
 
@@ -170,16 +174,19 @@ def autotune(kernel, configs: list, key: list[str], prune=None):
     """triton.autotune with a shorter benchmark per candidate than Triton's default (25 ms warm-up,
     100 ms of repeats): the full profile tunes hundreds of (shape, dtype) keys. The choice only picks a
     configuration; the reported time is measured afterwards by microbench.roofline.timing."""
+
     def bench(fn, quantiles):
         return triton.testing.do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
 
-    return triton.autotune(configs=configs, key=key, do_bench=bench,
-                           prune_configs_by={"early_config_prune": prune} if prune else None)(kernel)
+    return triton.autotune(
+        configs=configs, key=key, do_bench=bench, prune_configs_by={"early_config_prune": prune} if prune else None
+    )(kernel)
 
 
 # --------------------------------------------------------------------------------------------------
 # What ran: the wrappers report each GPU launch (microbench.roofline.launches), so that an evidence hook can
 # read the machine code of the kernel that actually ran (the autotuner's choice).
+
 
 def report_launch(kernel_name: str, compiled, config_label: str) -> None:
     """Into microbench.roofline.launches' record, with Triton's CompiledKernel as the launch's detail."""
@@ -188,6 +195,7 @@ def report_launch(kernel_name: str, compiled, config_label: str) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Ahead-of-time compilation for a target we do not have.
+
 
 def gpu_target(target: str):
     """`sm_80` / `sm_90` / `gfx942` -> Triton's GPUTarget (sm_90 compiles for sm_90a, which has wgmma)."""
@@ -223,7 +231,7 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
                 signature[p.name] = "constexpr"
                 constexprs[p.name] = 1
             else:
-                signature[p.name] = "i32" if -2**31 <= v < 2**31 else "i64"
+                signature[p.name] = "i32" if -(2**31) <= v < 2**31 else "i64"
                 if v % 16 == 0:
                     attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(v, str):
@@ -248,20 +256,39 @@ def aot_compile(kernel, args: dict, target: str, options: dict):
 AMD_TRANSIENT = ("instruction not supported on this GPU", "ld.lld: error")
 
 
-def aot_build(kernel_name: str, dtype: str, cfg, target: str, compiled, *, default: bool = False, note: str = "",
-              variant: str = ""):
+def aot_build(
+    kernel_name: str,
+    dtype: str,
+    cfg,
+    target: str,
+    compiled,
+    *,
+    default: bool = False,
+    note: str = "",
+    variant: str = "",
+):
     """A compiled kernel as the static-inspection record it becomes (`microbench.roofline.sass.AotBuild`): its
     cubin (NVIDIA) or AMDGCN assembly (AMD). `variant` joins the configuration label (e.g. an fp8 flavour)."""
 
     amd = target.startswith("gfx")
-    return AotBuild(kernel=kernel_name, config=" ".join(w for w in (dtype, variant, cfg.label()) if w), target=target,
-                    cubin=b"" if amd else compiled.asm["cubin"], amdgcn=compiled.asm["amdgcn"] if amd else "",
-                    default=default, wants_wgmma=wants_wgmma(target, dtype, cfg), dtype=dtype,
-                    dynamic_shared_bytes=compiled.metadata.shared, num_warps=cfg.num_warps, note=note)
+    return AotBuild(
+        kernel=kernel_name,
+        config=" ".join(w for w in (dtype, variant, cfg.label()) if w),
+        target=target,
+        cubin=b"" if amd else compiled.asm["cubin"],
+        amdgcn=compiled.asm["amdgcn"] if amd else "",
+        default=default,
+        wants_wgmma=wants_wgmma(target, dtype, cfg),
+        dtype=dtype,
+        dynamic_shared_bytes=compiled.metadata.shared,
+        num_warps=cfg.num_warps,
+        note=note,
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Evidence
+
 
 def sass_evidence(cubin: bytes, kernel: str, config: str, target: str, dtype: str, how: str) -> Evidence:
     rec = inspect_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=target, cubin=cubin, dtype=dtype))
@@ -276,10 +303,14 @@ def mfma_count(amdgcn: str) -> int:
 def amdgcn_evidence(asm: str, kernel: str, config: str, arch: str, dtype: str) -> Evidence:
     """The kernel that ran on an AMD GPU: its matrix instructions, and a fallback (an fp8 flavour the chip
     upcasts, fp32 without xf32) said as such; the verdict stays "yes" (matrix cores did run it)."""
-    rec = inspect_amd_build(AotBuild(kernel=kernel, config=f"{dtype} {config}", target=arch, cubin=b"", amdgcn=asm,
-                                     dtype=dtype))
-    return Evidence("no" if rec.matrix_cores == "no" else "yes", f"amdgcn of the kernel that ran: {rec.evidence()}",
-                    fallback=rec.fallback)
+    rec = inspect_amd_build(
+        AotBuild(kernel=kernel, config=f"{dtype} {config}", target=arch, cubin=b"", amdgcn=asm, dtype=dtype)
+    )
+    return Evidence(
+        "no" if rec.matrix_cores == "no" else "yes",
+        f"amdgcn of the kernel that ran: {rec.evidence()}",
+        fallback=rec.fallback,
+    )
 
 
 def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
@@ -292,8 +323,7 @@ def ran_evidence(call: Callable[[], object], device, dtype: str) -> Evidence:
     last = ran[-1]
     asm = last.detail.asm
     if "cubin" in asm:
-        return sass_evidence(asm["cubin"], last.kernel, last.config, device.arch, dtype,
-                             "SASS of the kernel that ran")
+        return sass_evidence(asm["cubin"], last.kernel, last.config, device.arch, dtype, "SASS of the kernel that ran")
     if "amdgcn" in asm:
         return amdgcn_evidence(asm["amdgcn"], last.kernel, last.config, device.arch, dtype)
     return Evidence("unknown", f"no cubin or amdgcn in the compiled kernel ({', '.join(asm)})")
@@ -342,7 +372,9 @@ def provider_evidence(static_records_of: Callable[[object], list]):
                 return ran_evidence(call, device, case.dtype)
             return static_evidence(static_records_of(case), case.dtype)
         except Exception as e:  # noqa: BLE001 - evidence is best effort; the correctness result stands without it
-            return Evidence("unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            return Evidence(
+                "unknown", f"no static evidence: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            )
 
     return evidence
 
@@ -386,7 +418,7 @@ def _spec(v):
     if isinstance(v, bool):
         return ("i1",)
     if isinstance(v, int):
-        return ("const", 1) if v == 1 else ("i32" if -2**31 <= v < 2**31 else "i64", v % 16 == 0)
+        return ("const", 1) if v == 1 else ("i32" if -(2**31) <= v < 2**31 else "i64", v % 16 == 0)
     if isinstance(v, torch.Tensor):
         return ("ptr", str(v.dtype), v.data_ptr() % 16 == 0)
     if hasattr(v, "block_shape") and hasattr(v, "base"):  # a TensorDescriptor: its type carries the block
@@ -409,7 +441,9 @@ def record_plan(kernel, name: str, args: tuple, meta: dict, configs: list, prune
         full = {**named, **cfg.meta(persistent_param="PERSISTENT" in fn.arg_names)}
         if pre_hook is not None:
             pre_hook(full)
-        spec = tuple((k, ("constexpr", full[k]) if k in constexpr else _spec(full[k])) for k in fn.arg_names if k in full)
+        spec = tuple(
+            (k, ("constexpr", full[k]) if k in constexpr else _spec(full[k])) for k in fn.arg_names if k in full
+        )
         planned()["compiles"].append((name, cfg, spec))
 
 

@@ -8,6 +8,7 @@ The public API (everything else is internal and may move; docs/ARCHITECTURE.md s
 Names are resolved on first use, so `import microbench` stays cheap (no torch, no Triton) for the commands that
 do not need them (trace, compare).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,12 +33,25 @@ class _CheckoutFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
 
 
-if not (Path(__file__).parent / "kernels").is_dir() and (_CHECKOUT / "pyproject.toml").is_file() and all(
-        (_CHECKOUT / d / "__init__.py").is_file() for d in _MAPPED):
+if (
+    not (Path(__file__).parent / "kernels").is_dir()
+    and (_CHECKOUT / "pyproject.toml").is_file()
+    and all((_CHECKOUT / d / "__init__.py").is_file() for d in _MAPPED)
+):
     sys.meta_path.append(_CheckoutFinder())
 
-__all__ = ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace",
-           "TraceAnalysis", "Job"]
+__all__ = [
+    "provider",
+    "Unsupported",
+    "shapes",
+    "Case",
+    "ResultRow",
+    "measure",
+    "decompose_step",
+    "analyze_trace",
+    "TraceAnalysis",
+    "Job",
+]
 
 _WHERE = {
     "provider": ("microbench.roofline.registry", "provider"),

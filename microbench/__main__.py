@@ -1,12 +1,14 @@
 """`dawnscope COMMAND ...` (the console script) and `python -m microbench COMMAND ...`: one door to the commands,
 each of which also runs as `python -m microbench.COMMAND`."""
+
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 # command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
 COMMANDS = {
@@ -19,8 +21,7 @@ COMMANDS = {
     "inspect": "microbench.inspect.cli",
     "tta": "microbench.tta.cli",
 }
-USAGE = ("usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; "
-         "dawnscope --version)")
+USAGE = "usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; dawnscope --version)"
 
 
 def version() -> str:

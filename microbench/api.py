@@ -3,32 +3,33 @@
 This is the top of the stack beside the commands: it loads the providers (kernels/) that the layers below
 only know through the registry, then calls one library per job.
 """
+
 from __future__ import annotations
 
-from dataclasses import replace
 import datetime as _dt
+from dataclasses import replace
 from pathlib import Path
 
 from microbench import kernels
 from microbench.core.config import load_config
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import OutputDir
-from microbench.core.results import ResultRow
-from microbench.core.results import ResultsWriter, results_header
+from microbench.core.results import ResultRow, ResultsWriter, results_header
 from microbench.core.shapes import Case
-from microbench.roofline import registry
 from microbench.decompose.pipeline import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
 from microbench.findings.analysis import TraceAnalysis  # the trace analysis with its findings
 from microbench.findings.engine import with_findings
 from microbench.report.trace_html import decompose_page
+from microbench.roofline import registry
 
 
 def _load_providers() -> None:
     kernels.load_all()
 
 
-def measure(case: Case, providers: list[str] | None = None, *, device: str = "auto", config=None,
-            measure_ceilings: bool = False) -> list[ResultRow]:
+def measure(
+    case: Case, providers: list[str] | None = None, *, device: str = "auto", config=None, measure_ceilings: bool = False
+) -> list[ResultRow]:
     """One case through the named providers (default: every registered provider of its op family): checked
     against float64, timed, counted and judged; one row per provider."""
     from microbench.core import device as devmod
@@ -73,11 +74,13 @@ def _with_findings(d) -> dict:
     """The decomposition with the findings of its own profiler trace first (findings/engine.py), and the
     trace's analysis for the report page (`trace`)."""
     from microbench.models.ranges import STEP_RANGE
+
     ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path, decomposition=None if d.dev.is_gpu else d.doc)
     tdoc = ta.document()
     doc = with_findings(d.doc, ta.findings)
-    doc["trace_analysis"] = {k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes",
-                                                   "classes", "mfu")}
+    doc["trace_analysis"] = {
+        k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes", "classes", "mfu")
+    }
     return doc
 
 
@@ -86,15 +89,24 @@ def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> 
     OutputDir's staging folder (which already holds the profiler's trace.json.gz), then committed."""
     from microbench.report.roofline_report import plot_roofline
 
-    header = results_header(doc["hardware"], doc["software"], config_file,
-                            {"model": doc["model"]["name"], "run": doc["run"],
-                             "profile": f"model:{doc['model']['name']}"},
-                            doc["started"], doc["ceilings"], doc["notes"])
+    header = results_header(
+        doc["hardware"],
+        doc["software"],
+        config_file,
+        {"model": doc["model"]["name"], "run": doc["run"], "profile": f"model:{doc['model']['name']}"},
+        doc["started"],
+        doc["ceilings"],
+        doc["notes"],
+    )
     with ResultsWriter(out.staging, header) as writer:
         writer.add_many(rows)
         writer.set("finished", _dt.datetime.now(_dt.timezone.utc).isoformat())
-    files = {"decomposition": str(out.final("decomposition.json")), "results": str(out.final("results.json")),
-             "results_csv": str(out.final("results.csv")), "trace": str(out.final("trace.json.gz"))}
+    files = {
+        "decomposition": str(out.final("decomposition.json")),
+        "results": str(out.final("results.json")),
+        "results_csv": str(out.final("results.csv")),
+        "trace": str(out.final("trace.json.gz")),
+    }
     if plot:
         plot_roofline(writer.doc, out.file("roofline"))
         files["roofline"] = [str(out.final("roofline.png")), str(out.final("roofline.svg"))]

@@ -8,12 +8,14 @@ A factory is called with no arguments and returns a `models.step.Workload`, or a
 `(model, make_inputs)` or `(model, make_inputs, loss_fn)`; `make_inputs(batch, device)` returns
 `(inputs, target)`.
 """
+
 from __future__ import annotations
 
 import importlib
-import tomllib
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 from microbench.core.errors import InputError
 
@@ -43,13 +45,27 @@ def facts(name: str):
 
     t = _table()
     if name not in t or name == "decompose":
-        raise ModelError(None, f"unknown model (known: {', '.join(names())}; or give package.module:factory)",
-                         key="--model", value=name)
+        raise ModelError(
+            None,
+            f"unknown model (known: {', '.join(names())}; or give package.module:factory)",
+            key="--model",
+            value=name,
+        )
     e = t[name]
-    return BenchmarkFacts(name=name, title=e["title"], module=e["module"], dataset=e["dataset"], task=e["task"],
-                          input_shape=tuple(e["input_shape"]), target_metric=e["target_metric"],
-                          reference_batch=e["reference_batch"], cpu_batch=e["cpu_batch"],
-                          channels_last=e["channels_last"], optimizer=dict(e["optimizer"]), source=e["source"])
+    return BenchmarkFacts(
+        name=name,
+        title=e["title"],
+        module=e["module"],
+        dataset=e["dataset"],
+        task=e["task"],
+        input_shape=tuple(e["input_shape"]),
+        target_metric=e["target_metric"],
+        reference_batch=e["reference_batch"],
+        cpu_batch=e["cpu_batch"],
+        channels_last=e["channels_last"],
+        optimizer=dict(e["optimizer"]),
+        source=e["source"],
+    )
 
 
 def names() -> list[str]:
@@ -110,9 +126,14 @@ def as_workload(obj, origin: str = "model", call_factory: bool = True):
         try:
             result = obj()
         except (Exception, SystemExit) as e:  # noqa: BLE001
-            raise ModelError(None, f"the factory {_what_happened(e)}", key="--model",
-                             value=getattr(obj, "__qualname__", origin)) from None
+            raise ModelError(
+                None, f"the factory {_what_happened(e)}", key="--model", value=getattr(obj, "__qualname__", origin)
+            ) from None
         return as_workload(result, getattr(obj, "__qualname__", origin))
     got = type(obj).__name__ + (f" of {len(obj)}" if isinstance(obj, tuple) else "")
-    raise ModelError(None, f"the factory returned {got}; expected a Workload or (nn.Module, make_inputs[, loss_fn])",
-                     key="--model", value=origin)
+    raise ModelError(
+        None,
+        f"the factory returned {got}; expected a Workload or (nn.Module, make_inputs[, loss_fn])",
+        key="--model",
+        value=origin,
+    )

@@ -2,6 +2,7 @@
 small enough that a run reaches its target in seconds on a CPU. Conv-BN-ReLU twice, max pooling, a linear
 classifier: the same operator classes (convolution, normalisation, element-wise, GEMM) as the CIFAR ResNets,
 so a profiled epoch shows where such a model's time goes, at a size any machine can train."""
+
 from __future__ import annotations
 
 import torch

@@ -7,9 +7,10 @@ The images are synthetic (no downloads), the work per sample is real: each image
 through the CIFAR10 training augmentation of the DAWNBench entries (pad and random crop, random horizontal flip,
 scale to [0, 1], normalize per channel), one sample at a time, as torchvision's transforms do.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -24,8 +25,9 @@ class AugmentedImages(Dataset):
     `pad`, a random H x W crop, a random horizontal flip (`flip`), / 255, normalized. Sample i is the same image
     with the same crop in every worker (its own generator, seeded by i)."""
 
-    def __init__(self, input_shape, num_classes: int, pad: int = 4, flip: bool = True,
-                 length: int = EPOCH_SAMPLES, seed: int = 0):
+    def __init__(
+        self, input_shape, num_classes: int, pad: int = 4, flip: bool = True, length: int = EPOCH_SAMPLES, seed: int = 0
+    ):
         self.shape = tuple(input_shape)
         self.num_classes, self.pad, self.flip, self.length, self.seed = num_classes, pad, flip, length, seed
         channels = self.shape[0]
@@ -43,7 +45,7 @@ class AugmentedImages(Dataset):
         if self.pad:
             x = torch.nn.functional.pad(x[None], (self.pad,) * 4, mode="reflect")[0]
             dy, dx = torch.randint(0, 2 * self.pad + 1, (2,), generator=gen).tolist()
-            x = x[:, dy:dy + h, dx:dx + w]
+            x = x[:, dy : dy + h, dx : dx + w]
         if self.flip and torch.rand((), generator=gen) < 0.5:
             x = x.flip(-1)
         x = (x / 255.0 - self.mean) / self.std
@@ -56,16 +58,24 @@ def worker_settings(num_workers: int) -> dict:
     return {"persistent_workers": True, "prefetch_factor": 2} if num_workers else {}
 
 
-def augmented_loader(input_shape, num_classes: int, num_workers: int = 0, pad: int = 4,
-                     flip: bool = True) -> Callable[[int], DataLoader]:
+def augmented_loader(
+    input_shape, num_classes: int, num_workers: int = 0, pad: int = 4, flip: bool = True
+) -> Callable[[int], DataLoader]:
     """`make_loader(batch)` for Workload.make_loader: a shuffling DataLoader over AugmentedImages, loading in the
     step's own process (`num_workers=0`) or in that many worker processes (persistent, pinned where a GPU is)."""
 
     def make_loader(batch: int) -> DataLoader:
         data = AugmentedImages(input_shape, num_classes, pad=pad, flip=flip)
-        return DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, num_workers=num_workers,
-                          pin_memory=torch.cuda.is_available(), generator=torch.Generator().manual_seed(0),
-                          **worker_settings(num_workers))
+        return DataLoader(
+            data,
+            batch_size=batch,
+            shuffle=True,
+            drop_last=True,
+            num_workers=num_workers,
+            pin_memory=torch.cuda.is_available(),
+            generator=torch.Generator().manual_seed(0),
+            **worker_settings(num_workers),
+        )
 
     return make_loader
 
@@ -82,6 +92,7 @@ def endless(loader) -> Callable[[], object]:
         except StopIteration:
             batches = iter(loader)
             return next(batches)
+
     return next_batch
 
 
@@ -92,8 +103,13 @@ def with_workers(loader, num_workers: int) -> DataLoader | None:
     copy)."""
     if not isinstance(loader, DataLoader):
         return None
-    common = {"collate_fn": loader.collate_fn, "num_workers": num_workers, "pin_memory": loader.pin_memory,
-              "worker_init_fn": loader.worker_init_fn, **worker_settings(num_workers)}
+    common = {
+        "collate_fn": loader.collate_fn,
+        "num_workers": num_workers,
+        "pin_memory": loader.pin_memory,
+        "worker_init_fn": loader.worker_init_fn,
+        **worker_settings(num_workers),
+    }
     if isinstance(loader.dataset, IterableDataset):
         return DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last, **common)
     return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **common)

@@ -7,6 +7,7 @@ Not one of the DAWNBench / MLPerf benchmark models (models/benchmarks.toml): rea
 contract, `--model models.mobilenet:make`. Sizes are MobileNetV2's first stages at width 0.5 on 64x64
 inputs, small enough for a CPU test.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -31,8 +32,10 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = c_in * expand
         layers = [conv_bn(c_in, hidden, 1)] if expand != 1 else []
-        layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden),  # depthwise
-                   conv_bn(hidden, c_out, 1, act=False)]  # linear bottleneck
+        layers += [
+            conv_bn(hidden, hidden, 3, stride, groups=hidden),  # depthwise
+            conv_bn(hidden, c_out, 1, act=False),
+        ]  # linear bottleneck
         self.block = nn.Sequential(*layers)
         self.residual = stride == 1 and c_in == c_out
 

@@ -2,6 +2,7 @@
 recommendation reference (neumf.py): 64-wide GMF embeddings, MLP embeddings of 128 per side, MLP layers
 256-256-128-64 with ReLU, a final linear layer over [GMF, MLP] to one logit, binary cross-entropy on
 implicit feedback with 4 sampled negatives per positive."""
+
 from __future__ import annotations
 
 import torch

@@ -20,6 +20,7 @@ ranges record which sequence numbers each module's forward created (`layer_for_s
 whatever thread or order backward runs in; the backward ranges are for Nsight Systems, and the
 decomposition reports how often the two agree.
 """
+
 from __future__ import annotations
 
 import threading
@@ -89,8 +90,9 @@ class StepRanges:
     (a model that modifies a module's output in place cannot have full backward hooks).
     """
 
-    def __init__(self, model: nn.Module, root_name: str | None = None, nvtx_ranges: bool = True,
-                 backward_ranges: bool = True):
+    def __init__(
+        self, model: nn.Module, root_name: str | None = None, nvtx_ranges: bool = True, backward_ranges: bool = True
+    ):
         self.model = model
         self.root_name = root_name or type(model).__name__
         self.names: dict[nn.Module, str] = {}
@@ -126,8 +128,11 @@ class StepRanges:
         if backward_ranges:
             # PyTorch warns when it calls a full backward hook early (no input needs a gradient); that case is
             # handled above (_param_close), so the warning says nothing the user must act on.
-            warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed "
-                                    "with respect to module outputs", category=UserWarning)
+            warnings.filterwarnings(
+                "ignore",
+                message="Full backward hook is firing when gradients are computed with respect to module outputs",
+                category=UserWarning,
+            )
             for m in self.names:
                 for p in m.parameters():
                     if p.requires_grad:
@@ -188,8 +193,9 @@ class StepRanges:
         self._exit_top(top.record)
 
     def _fw_pre(self, module, args):
-        self._param_close[module] = not any(isinstance(a, torch.Tensor) and a.requires_grad
-                                            for a in torch.utils._pytree.tree_leaves(args))
+        self._param_close[module] = not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in torch.utils._pytree.tree_leaves(args)
+        )
         self._push_forward(self.names[module], module)
 
     def _fw_post(self, module, args, output):
@@ -240,7 +246,7 @@ class StepRanges:
                 break
         else:
             return False
-        above = stack[i + 1:]
+        above = stack[i + 1 :]
         if above:
             # Autograd finished this module while ranges opened after it are still open: NVTX can only pop
             # the top of a thread's stack, so pop those, pop this one, and push those again.

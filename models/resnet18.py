@@ -1,6 +1,7 @@
 """ResNet-18 for CIFAR10 (32x32 inputs): the variant DAWNBench CIFAR10 entries used (e.g. basenet,
 "Resnet18 + minor modifications"): a 3x3 stride-1 stem without max pooling, four stages of two basic
 blocks (64, 128, 256, 512 channels), global average pooling and a 10-way classifier."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,9 @@ class BasicBlock(nn.Module):
         self.relu2 = nn.ReLU()
         self.shortcut = None
         if stride != 1 or in_channels != out_channels:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(out_channels))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.shortcut is None else self.shortcut(x)
@@ -38,8 +40,7 @@ class ResNet18Cifar(nn.Module):
         self.relu = nn.ReLU()
         stages, in_ch = [], 64
         for i, width in enumerate((64, 128, 256, 512)):
-            stages.append(nn.Sequential(BasicBlock(in_ch, width, stride=1 if i == 0 else 2),
-                                        BasicBlock(width, width)))
+            stages.append(nn.Sequential(BasicBlock(in_ch, width, stride=1 if i == 0 else 2), BasicBlock(width, width)))
             in_ch = width
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -55,5 +56,10 @@ class ResNet18Cifar(nn.Module):
 def build(facts):
     from .step import Workload, image_inputs
 
-    return Workload(name=facts.name, model=ResNet18Cifar(), make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
-                    loss_fn=nn.functional.cross_entropy, facts=facts)
+    return Workload(
+        name=facts.name,
+        model=ResNet18Cifar(),
+        make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
+        loss_fn=nn.functional.cross_entropy,
+        facts=facts,
+    )

@@ -5,6 +5,7 @@ Plain PyTorch, the same layer structure (and parameter names) as torchvision's r
 activation is its own module, so that each appears as a layer of its own in the decomposition, and the
 residual addition is out of place (an in-place add on a module's output breaks full backward hooks).
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,9 @@ class Bottleneck(nn.Module):
         self.relu3 = nn.ReLU()
         self.downsample = None
         if stride != 1 or in_channels != out_channels:
-            self.downsample = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
-                                            nn.BatchNorm2d(out_channels))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.downsample is None else self.downsample(x)
@@ -73,5 +75,10 @@ class ResNet50(nn.Module):
 def build(facts):
     from .step import Workload, image_inputs
 
-    return Workload(name=facts.name, model=ResNet50(), make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
-                    loss_fn=nn.functional.cross_entropy, facts=facts)
+    return Workload(
+        name=facts.name,
+        model=ResNet50(),
+        make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
+        loss_fn=nn.functional.cross_entropy,
+        facts=facts,
+    )

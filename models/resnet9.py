@@ -1,6 +1,7 @@
 """The 9-layer residual network of the DAWNBench CIFAR10 record entries (David Page, myrtle.ai, "DavidNet";
 also the Kakao Brain, Apple and BaiduNet9 entries): prep conv, three stages of conv-BN-ReLU(-max pool),
 residual pairs after stages 1 and 3, global max pooling, a bias-free linear classifier scaled by 1/8."""
+
 from __future__ import annotations
 
 import torch
@@ -66,5 +67,10 @@ class ResNet9(nn.Module):
 def build(facts):
     from .step import Workload, image_inputs
 
-    return Workload(name=facts.name, model=ResNet9(), make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
-                    loss_fn=nn.functional.cross_entropy, facts=facts)
+    return Workload(
+        name=facts.name,
+        model=ResNet9(),
+        make_inputs=image_inputs(facts.input_shape, NUM_CLASSES),
+        loss_fn=nn.functional.cross_entropy,
+        facts=facts,
+    )

@@ -6,11 +6,13 @@ A `Workload` is what a model factory returns: the model, an input maker, the los
 `TrainingStep` binds it to a device, a batch size and a precision; calling it runs one step inside the
 step and phase ranges of `models.ranges.StepRanges` (when given).
 """
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,8 +23,9 @@ from .loader import endless, with_workers
 from .ranges import LOSS_LAYER, STEP_RANGE, StepRanges
 
 # Step dtype -> the autocast dtype, None for a step run as stored (microbench.core.dtypes decides which).
-STEP_DTYPES = {name: (dtypes.torch_dtype(name) if dtypes.get(name).step == "autocast" else None)
-               for name in dtypes.STEP_DTYPES}
+STEP_DTYPES = {
+    name: (dtypes.torch_dtype(name) if dtypes.get(name).step == "autocast" else None) for name in dtypes.STEP_DTYPES
+}
 # Without benchmark facts (a model from outside the project): plain SGD with momentum.
 DEFAULT_OPTIMIZER = {"name": "SGD", "lr": 0.01, "momentum": 0.9}
 
@@ -101,8 +104,10 @@ def default_loss(output, target) -> torch.Tensor:
     scalar), cross-entropy against integer targets (class indices), mean squared error otherwise."""
     if target is None:
         if not (isinstance(output, torch.Tensor) and output.dim() == 0):
-            raise TypeError("no target and no loss_fn: the model's output must be a scalar loss, "
-                            f"got {type(output).__name__} {tuple(getattr(output, 'shape', ()))}")
+            raise TypeError(
+                "no target and no loss_fn: the model's output must be a scalar loss, "
+                f"got {type(output).__name__} {tuple(getattr(output, 'shape', ()))}"
+            )
         return output
     if isinstance(target, torch.Tensor) and not target.is_floating_point():
         return nn.functional.cross_entropy(output, target)
@@ -120,12 +125,16 @@ class NoDataLoader(ValueError):
 def _with_workers(workload: Workload, loader, num_workers: int):
     """`loader` with `num_workers` workers (the dataloader finding's fix), or ValueError naming why it cannot be."""
     if loader is None:
-        raise NoDataLoader(f"workload {workload.name!r} has no DataLoader: its inputs are made once, in memory "
-                         "(a workload takes its batches from a loader through make_loader: models/loader.py)")
+        raise NoDataLoader(
+            f"workload {workload.name!r} has no DataLoader: its inputs are made once, in memory "
+            "(a workload takes its batches from a loader through make_loader: models/loader.py)"
+        )
     copy = with_workers(loader, num_workers)
     if copy is None:
-        raise NoDataLoader(f"workload {workload.name!r} loads from a {type(loader).__name__}, not a torch DataLoader: "
-                         "no workers to set")
+        raise NoDataLoader(
+            f"workload {workload.name!r} loads from a {type(loader).__name__}, not a torch DataLoader: "
+            "no workers to set"
+        )
     return copy
 
 
@@ -138,8 +147,15 @@ class TrainingStep:
     workload with a loader (`make_loader`) takes each step's batch from it instead, inside the step range.
     """
 
-    def __init__(self, workload: Workload, batch: int, device: torch.device | str, dtype: str = "fp32",
-                 ranges: StepRanges | None = None, num_workers: int | None = None):
+    def __init__(
+        self,
+        workload: Workload,
+        batch: int,
+        device: torch.device | str,
+        dtype: str = "fp32",
+        ranges: StepRanges | None = None,
+        num_workers: int | None = None,
+    ):
         if dtype not in STEP_DTYPES:
             raise ValueError(f"unknown dtype {dtype!r} (use {', '.join(STEP_DTYPES)})")
         self.workload = workload
@@ -173,8 +189,10 @@ class TrainingStep:
         """The loader's next batch, moved to the device (from pinned memory without blocking where it is pinned);
         at an epoch's end the loader starts the next one."""
         inputs, target = self._next()
+
         def move(t):
             return t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t
+
         self._use(tuple(move(t) for t in _as_tuple(inputs)), move(target))
 
     def _layout(self, t):
@@ -190,8 +208,11 @@ class TrainingStep:
         probe runs that between its timed batches)."""
         from microbench.core.tf32 import tf32_allowed
 
-        autocast = torch.autocast(self.device.type, dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
-                                  enabled=STEP_DTYPES[self.dtype] is not None)
+        autocast = torch.autocast(
+            self.device.type,
+            dtype=STEP_DTYPES[self.dtype] or torch.bfloat16,
+            enabled=STEP_DTYPES[self.dtype] is not None,
+        )
         loss_range = self.ranges.layer(LOSS_LAYER) if self.ranges is not None else contextlib.nullcontext()
         with tf32_allowed(False), self._range(STEP_RANGE):
             if self.loader is not None and load:

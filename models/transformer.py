@@ -8,6 +8,7 @@ Attention is written out (two batched GEMMs around a softmax), as the 2018 refer
 the step is then a visible operator with its own shape, and on a GPU the decomposition shows what an
 unfused attention costs (a fused kernel such as FlashAttention would hide the GEMMs in one kernel).
 """
+
 from __future__ import annotations
 
 import math
@@ -145,7 +146,7 @@ class Transformer(nn.Module):
     def __init__(self, vocab: int = VOCAB, max_len: int = 256):
         super().__init__()
         self.embedding = nn.Embedding(vocab, D_MODEL)
-        nn.init.normal_(self.embedding.weight, 0.0, D_MODEL ** -0.5)
+        nn.init.normal_(self.embedding.weight, 0.0, D_MODEL**-0.5)
         self.register_buffer("positions", sinusoid_positions(max_len, D_MODEL), persistent=False)
         self.embed_dropout = nn.Dropout(DROPOUT)
         self.encoder = Encoder()
@@ -155,7 +156,7 @@ class Transformer(nn.Module):
         self.generator.weight = self.embedding.weight
 
     def _embed(self, tokens):
-        x = self.embedding(tokens) * D_MODEL ** 0.5
+        x = self.embedding(tokens) * D_MODEL**0.5
         return self.embed_dropout(x + self.positions[: tokens.shape[1]])
 
     def forward(self, source, target_in):
@@ -175,13 +176,19 @@ def make_inputs_for(source_len: int, target_len: int, vocab: int = VOCAB):
 
 
 def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                       label_smoothing=LABEL_SMOOTHING)
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), label_smoothing=LABEL_SMOOTHING
+    )
 
 
 def build(facts):
     from .step import Workload
 
     source_len, target_len = facts.input_shape
-    return Workload(name=facts.name, model=Transformer(max_len=max(256, source_len, target_len)),
-                    make_inputs=make_inputs_for(source_len, target_len), loss_fn=loss_fn, facts=facts)
+    return Workload(
+        name=facts.name,
+        model=Transformer(max_len=max(256, source_len, target_len)),
+        make_inputs=make_inputs_for(source_len, target_len),
+        loss_fn=loss_fn,
+        facts=facts,
+    )

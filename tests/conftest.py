@@ -11,6 +11,7 @@
 - Helpers for more than one test file live here: `needs_traces`, `needs_shared`, `load_script`, `mllog_events`,
   `tiny_config`.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -61,8 +62,11 @@ def child_pytest_env(**extra: str) -> dict[str, str]:
 def mllog_events(path: Path) -> list[dict]:
     """The `:::MLLOG {json}` events of an MLPerf result log, in order: read here, apart from the project's reader,
     for tests to compute what they expect."""
-    return [json.loads(line.split(":::MLLOG", 1)[1]) for line in path.read_text(encoding="latin-1").splitlines()
-            if ":::MLLOG" in line]
+    return [
+        json.loads(line.split(":::MLLOG", 1)[1])
+        for line in path.read_text(encoding="latin-1").splitlines()
+        if ":::MLLOG" in line
+    ]
 
 
 def _hypothesis_outside_the_checkout() -> None:
@@ -102,14 +106,17 @@ TRACES = SHARED / "traces"
 NSYS = SHARED / "nsight" / "power_iteration.nsys.sqlite"  # Nsight Systems SQLite export of a T4 (nsight/SOURCES.md)
 NCU = SHARED / "nsight" / "copy_blocked.ncu.csv"  # Nsight Compute CSV (long form) of a copy kernel
 SLICE = DATA / "h100_bert_small_slice.json"  # 47 events of the H100 bert-small trace (tests/data/SOURCES.md)
-needs_traces = pytest.mark.skipif(not (TRACES / "SOURCES.md").is_file(),
-                                  reason="tests/data/traces (real GPU traces) is not in this checkout")
+needs_traces = pytest.mark.skipif(
+    not (TRACES / "SOURCES.md").is_file(), reason="tests/data/traces (real GPU traces) is not in this checkout"
+)
 
 
 def needs_shared(folder: str):
     """A test of inputs only the optional ../shared corpus holds: skipped, with the reason, without it."""
-    return pytest.mark.skipif(not (SHARED / folder).is_dir(), reason=f"{folder}: not in tests/data (no licence to "
-                                                                    f"copy it) and no ../shared/{folder} here")
+    return pytest.mark.skipif(
+        not (SHARED / folder).is_dir(),
+        reason=f"{folder}: not in tests/data (no licence to copy it) and no ../shared/{folder} here",
+    )
 
 
 def pytest_configure(config):
@@ -211,7 +218,8 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     profile, config_path, device_request = fingerprint.benchmark_selection()
     dev = device.detect(device_request)
     machine_info[fingerprint.BENCHMARK_KEY] = fingerprint.benchmark_block(
-        device.fingerprint(dev), device.software(), profile, config_path or DEFAULT_CONFIG)
+        device.fingerprint(dev), device.software(), profile, config_path or DEFAULT_CONFIG
+    )
     if (doc := _conditions_doc(config)) is not None:
         machine_info[fingerprint.BENCHMARK_KEY]["conditions"] = doc
 
@@ -274,5 +282,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         from microbench.report.benchmark_table import render
 
         terminalreporter.write(render(infos, terminalreporter._tw.fullwidth))
-    terminalreporter.write_line(("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc),
-                                red=bool(doc.get("busy")))
+    terminalreporter.write_line(
+        ("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc), red=bool(doc.get("busy"))
+    )

@@ -1,4 +1,5 @@
 """Models from "outside the project" for the factory contract (docs/models.md): `--model tests.ext_model:make`."""
+
 from __future__ import annotations
 
 import torch

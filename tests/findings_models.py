@@ -1,13 +1,17 @@
 """--model factories for the before/after pairs of docs/findings.md ("Checks"): the DAWNBench ResNet-9 as the table
 builds it, with one setting changed (`python -m microbench.decompose --model tests.findings_models:resnet9_nchw`)."""
+
 from __future__ import annotations
 
 import dataclasses
 
+
 def resnet9_nchw():
     """ResNet-9 in NCHW: the table's resnet9 runs channels_last (models/benchmarks.toml); this is its "before"."""
     from microbench import models
+
     return dataclasses.replace(models.load("resnet9"), channels_last=False)
+
 
 def matmul_mlp():
     """Two 1024-wide linear layers at batch 256 (the test's pair): GEMM-dominated, so its fp32 step's matrix work
@@ -31,9 +35,13 @@ def _digits_with_loader(num_workers: int):
     from microbench.models.loader import augmented_loader
     from microbench.models.step import Workload
 
-    return Workload(name=f"digits_loader_w{num_workers}", model=DigitsNet(), make_inputs=None,
-                    loss_fn=nn.functional.cross_entropy,
-                    make_loader=augmented_loader((1, 8, 8), NUM_CLASSES, num_workers=num_workers, pad=1, flip=False))
+    return Workload(
+        name=f"digits_loader_w{num_workers}",
+        model=DigitsNet(),
+        make_inputs=None,
+        loss_fn=nn.functional.cross_entropy,
+        make_loader=augmented_loader((1, 8, 8), NUM_CLASSES, num_workers=num_workers, pad=1, flip=False),
+    )
 
 
 def digits_loader():
@@ -76,12 +84,23 @@ def _small_cifar_with_loader(num_workers: int):
     from microbench.models.loader import augmented_loader
     from microbench.models.step import Workload
 
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
-    return Workload(name=f"small_cifar_loader_w{num_workers}", model=model, make_inputs=None,
-                    loss_fn=nn.functional.cross_entropy,
-                    make_loader=augmented_loader((3, 32, 32), 10, num_workers=num_workers))
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
+    )
+    return Workload(
+        name=f"small_cifar_loader_w{num_workers}",
+        model=model,
+        make_inputs=None,
+        loss_fn=nn.functional.cross_entropy,
+        make_loader=augmented_loader((3, 32, 32), 10, num_workers=num_workers),
+    )
 
 
 def small_cifar_loader_one_thread():
@@ -121,8 +140,10 @@ class _Spectrograms:
         t = torch.arange(self.RATE) / self.RATE
         tones = 200.0 * (label + 1) * torch.rand(3, 1, generator=gen).add(0.5)
         clip = torch.sin(2 * torch.pi * tones * t).sum(0) + 0.3 * torch.randn(self.RATE, generator=gen)
-        clip = torch.roll(clip * torch.empty(()).uniform_(0.5, 1.5, generator=gen),
-                          int(torch.randint(0, self.RATE // 10, (), generator=gen)))
+        clip = torch.roll(
+            clip * torch.empty(()).uniform_(0.5, 1.5, generator=gen),
+            int(torch.randint(0, self.RATE // 10, (), generator=gen)),
+        )
         spec = torch.stft(clip, 256, hop_length=128, window=torch.hann_window(256), return_complex=True).abs()
         spec = spec.add(1e-3).log()
         return ((spec - spec.mean()) / spec.std())[None], label
@@ -137,12 +158,24 @@ def spectrogram_loader():
 
     from microbench.models.step import Workload
 
-    model = nn.Sequential(nn.Conv2d(1, 16, 3, stride=2, padding=1), nn.ReLU(),
-                          nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, _Spectrograms.CLASSES))
-    return Workload(name="spectrogram_loader", model=model, make_inputs=None, loss_fn=nn.functional.cross_entropy,
-                    make_loader=lambda batch: DataLoader(_Spectrograms(), batch_size=batch, shuffle=True, drop_last=True,
-                                                         generator=torch.Generator().manual_seed(0)))
+    model = nn.Sequential(
+        nn.Conv2d(1, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, _Spectrograms.CLASSES),
+    )
+    return Workload(
+        name="spectrogram_loader",
+        model=model,
+        make_inputs=None,
+        loss_fn=nn.functional.cross_entropy,
+        make_loader=lambda batch: DataLoader(
+            _Spectrograms(), batch_size=batch, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(0)
+        ),
+    )
 
 
 class _Reviews:
@@ -152,9 +185,41 @@ class _Reviews:
     per sample: a fourth loader for the DataLoader checks, of another kind than the image and audio ones, written
     after the CPU rule and its ranges were committed (docs/findings.md, check 19)."""
 
-    WORDS = ("the", "battery", "screen", "lasted", "broke", "after", "two", "weeks", "great", "terrible", "price",
-             "shipping", "was", "slow", "fast", "would", "buy", "again", "never", "works", "as", "described", "not",
-             "worth", "it", "excellent", "quality", "cheap", "plastic", "love", "this", "product", "returned")
+    WORDS = (
+        "the",
+        "battery",
+        "screen",
+        "lasted",
+        "broke",
+        "after",
+        "two",
+        "weeks",
+        "great",
+        "terrible",
+        "price",
+        "shipping",
+        "was",
+        "slow",
+        "fast",
+        "would",
+        "buy",
+        "again",
+        "never",
+        "works",
+        "as",
+        "described",
+        "not",
+        "worth",
+        "it",
+        "excellent",
+        "quality",
+        "cheap",
+        "plastic",
+        "love",
+        "this",
+        "product",
+        "returned",
+    )
     BUCKETS, LENGTH, CLASSES = 1 << 16, 256, 4
 
     def __len__(self) -> int:
@@ -191,12 +256,19 @@ def text_loader():
         def __init__(self):
             super().__init__()
             self.bag = nn.EmbeddingBag(_Reviews.BUCKETS, 64, mode="mean", padding_idx=0)
-            self.mlp = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                                     nn.Linear(512, _Reviews.CLASSES))
+            self.mlp = nn.Sequential(
+                nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, _Reviews.CLASSES)
+            )
 
         def forward(self, ids):
             return self.mlp(self.bag(ids))
 
-    return Workload(name="text_loader", model=BagOfWords(), make_inputs=None, loss_fn=nn.functional.cross_entropy,
-                    make_loader=lambda batch: DataLoader(_Reviews(), batch_size=batch, shuffle=True, drop_last=True,
-                                                         generator=torch.Generator().manual_seed(0)))
+    return Workload(
+        name="text_loader",
+        model=BagOfWords(),
+        make_inputs=None,
+        loss_fn=nn.functional.cross_entropy,
+        make_loader=lambda batch: DataLoader(
+            _Reviews(), batch_size=batch, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(0)
+        ),
+    )

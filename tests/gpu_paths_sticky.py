@@ -5,6 +5,7 @@ The model follows the CUDA Runtime API's description of a sticky error (cudaErro
 must be terminated and relaunched"): `t_fault` faults on the GEMM with m == FAULT_M, raising the text PyTorch
 raises for it; from then on every call in this process, through either provider, raises the same error. A new
 process starts with a good context."""
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,10 @@ import torch
 from microbench.roofline.registry import provider
 
 FAULT_M = 16
-ERROR = ("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously "
-         "reported at some other API call, so the stacktrace below might be incorrect.")
+ERROR = (
+    "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be asynchronously "
+    "reported at some other API call, so the stacktrace below might be incorrect."
+)
 CONTEXT = {"lost": False}
 
 

@@ -1,6 +1,7 @@
 """The allocator probe (microbench/decompose/allocator.py): a step that frees and allocates the same large buffers
 page-faults them in again every call under glibc's adaptive thresholds, and not once they are fixed. Run in a
 child process: mallopt cannot be undone, and the test process keeps its allocator as it was."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ def test_the_fixed_thresholds_stop_the_page_faults():
         pytest.skip("not glibc: no mallopt thresholds")
     if "LD_PRELOAD" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):
         pytest.skip("this environment already chose its allocator or its thresholds")
-    p = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300, cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     before, after = json.loads(p.stdout.strip().splitlines()[-1])
     if "minor_faults_per_call" not in before:
@@ -63,8 +71,15 @@ def test_the_child_probe_times_a_named_workload_in_processes_of_each_setting():
     p20 / p80."""
     if allocator._libc() is None:
         pytest.skip("not glibc: no mallopt thresholds")
-    spec = {"model": "tests.findings_models:digits_loader", "batch": 4, "dtype": "fp32", "num_workers": None,
-            "threads": 1, "timed_steps": 3, "config": None}
+    spec = {
+        "model": "tests.findings_models:digits_loader",
+        "batch": 4,
+        "dtype": "fp32",
+        "num_workers": None,
+        "threads": 1,
+        "timed_steps": 3,
+        "config": None,
+    }
     out = allocator.child_probe(spec, 1, 300.0)
     assert not isinstance(out, str), out
     assert out["processes"] == 1
@@ -74,18 +89,46 @@ def test_the_child_probe_times_a_named_workload_in_processes_of_each_setting():
 
 
 def test_a_child_that_fails_is_one_line_naming_why():
-    spec = {"model": "no_such_module_here:factory", "batch": 4, "dtype": "fp32", "num_workers": None, "threads": 1,
-            "timed_steps": 3, "config": None}
+    spec = {
+        "model": "no_such_module_here:factory",
+        "batch": 4,
+        "dtype": "fp32",
+        "num_workers": None,
+        "threads": 1,
+        "timed_steps": 3,
+        "config": None,
+    }
     out = allocator.child_probe(spec, 1, 300.0)
     assert isinstance(out, str) and out.startswith("the allocator probe's child process failed (exit 1): ")
     assert "no_such_module_here" in out and "\n" not in out
 
 
 def test_pooled_processes_span_every_process_spread():
-    a = {"median": 10.0, "p20": 9.0, "p80": 11.0, "reps": 5, "noise": [], "sys_ms_per_call": 2.0,
-         "minor_faults_per_call": 100.0}
-    b = {"median": 14.0, "p20": 13.0, "p80": 16.0, "reps": 5, "noise": ["bimodal"], "sys_ms_per_call": 4.0,
-         "minor_faults_per_call": 300.0}
-    assert allocator.pooled([a, b]) == {"median": 12.0, "p20": 9.0, "p80": 16.0, "reps": 10, "noise": ["bimodal"],
-                                        "per_process": [10.0, 14.0], "sys_ms_per_call": 3.0,
-                                        "minor_faults_per_call": 200.0}
+    a = {
+        "median": 10.0,
+        "p20": 9.0,
+        "p80": 11.0,
+        "reps": 5,
+        "noise": [],
+        "sys_ms_per_call": 2.0,
+        "minor_faults_per_call": 100.0,
+    }
+    b = {
+        "median": 14.0,
+        "p20": 13.0,
+        "p80": 16.0,
+        "reps": 5,
+        "noise": ["bimodal"],
+        "sys_ms_per_call": 4.0,
+        "minor_faults_per_call": 300.0,
+    }
+    assert allocator.pooled([a, b]) == {
+        "median": 12.0,
+        "p20": 9.0,
+        "p80": 16.0,
+        "reps": 10,
+        "noise": ["bimodal"],
+        "per_process": [10.0, 14.0],
+        "sys_ms_per_call": 3.0,
+        "minor_faults_per_call": 200.0,
+    }

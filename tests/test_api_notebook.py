@@ -1,5 +1,6 @@
 """The notebook API (docs/api.md): `from microbench import TraceAnalysis, Job`, every table also a pandas
 DataFrame, on the real traces (the shared ones and the H100 slice in tests/data)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -17,18 +18,21 @@ pd = pytest.importorskip("pandas")
 def test_the_names_are_public_and_import_microbench_stays_cheap():
     """`import microbench` and naming the two classes import neither pandas nor torch (the trace command's
     start-up); the names are the library's own classes, not copies."""
-    code = ("import sys, microbench\n"
-            "from microbench import TraceAnalysis, Job\n"
-            "from microbench.findings.analysis import TraceAnalysis as T\n"
-            "from microbench.comm.job import Job as J\n"
-            "assert TraceAnalysis is T and Job is J and {'TraceAnalysis', 'Job'} <= set(microbench.__all__)\n"
-            "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n")
+    code = (
+        "import sys, microbench\n"
+        "from microbench import TraceAnalysis, Job\n"
+        "from microbench.findings.analysis import TraceAnalysis as T\n"
+        "from microbench.comm.job import Job as J\n"
+        "assert TraceAnalysis is T and Job is J and {'TraceAnalysis', 'Job'} <= set(microbench.__all__)\n"
+        "print(sorted(m for m in ('pandas', 'torch') if m in sys.modules))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_trace_analysis_frames_on_the_h100_slice(cfg):
     from microbench import TraceAnalysis
+
     from .conftest import analyze_with_findings as analyze
 
     a = TraceAnalysis.open(SLICE)
@@ -49,8 +53,7 @@ def test_trace_analysis_frames_on_the_h100_slice(cfg):
 
 
 @needs_traces
-@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_bert_small.json.gz",
-                                  "a100_cupti_counters.json.gz"])
+@pytest.mark.parametrize("name", ["h100_bert_small.json.gz", "mi300_bert_small.json.gz", "a100_cupti_counters.json.gz"])
 def test_trace_analysis_frames_on_the_shared_traces(name):
     from microbench import TraceAnalysis
 
@@ -74,7 +77,7 @@ def test_job_of_the_two_torchrec_ranks():
     from microbench.comm.job import analyze_job
 
     paths = [TRACES / f"a100_torchrec_rank{r}.json.gz" for r in (0, 1)]
-    job = Job(paths, workers=0)
+    job = Job(paths, readers=0)
     assert repr(job).endswith("(not read yet)>")
     assert [r["rank"] for r in job.ranks] == [0, 1]
     assert repr(job).endswith("(2 ranks read)>")

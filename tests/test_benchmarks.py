@@ -10,6 +10,7 @@ the timed call, rotates among input sets, and puts flops, bytes, tflops and the 
 `extra_info`, derived from the same work counts and ceilings as `python -m microbench.roofline`. A plain
 `pytest` runs each benchmark once, as a correctness check (see conftest.py).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,20 +18,19 @@ from dataclasses import dataclass
 
 import pytest
 
-from microbench.roofline import registry
+from microbench.core import vendor
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.roofline.registry import bind
-from microbench.roofline.ceilings import Ceilings, build_ceilings, machine_ceilings
 from microbench.core.config import Config, load_config
 from microbench.core.device import DEVICE_REQUESTS, Device, detect
 from microbench.core.errors import InputError
 from microbench.core.fingerprint import TRACE_TOP_ENV, benchmark_selection, trace_selection
-from microbench.roofline.registry import Unsupported
-from microbench.core.results import KernelCaseRow
-from microbench.roofline.runner import CaseRunner, judge, too_slow
-from microbench.core.stats import summarize
 from microbench.core.ops import case_work
-from microbench.core import vendor
+from microbench.core.results import KernelCaseRow
+from microbench.core.stats import summarize
+from microbench.roofline import registry
+from microbench.roofline.ceilings import Ceilings, build_ceilings, machine_ceilings
+from microbench.roofline.registry import Unsupported, bind
+from microbench.roofline.runner import CaseRunner, judge, too_slow
 from microbench.roofline.timing import time_calls
 
 PROFILE, CONFIG, DEVICE = benchmark_selection()  # the environment variables above, read where conftest reads them
@@ -115,8 +115,9 @@ def bench_env(request) -> BenchEnv:
     # The cached ceilings of this machine, the same `python -m microbench.roofline` uses (with the profile's
     # GEMM shapes in their search); the conditions were looked at when the session started (conftest.py).
     conditions = getattr(request.config, "dawnscope_conditions", None)
-    ceilings = machine_ceilings(device, cfg, shapes=_case_set(cfg).cases,
-                                busy_now=conditions.busy_now() if conditions else None)
+    ceilings = machine_ceilings(
+        device, cfg, shapes=_case_set(cfg).cases, busy_now=conditions.busy_now() if conditions else None
+    )
     return BenchEnv(cfg, device, ceilings, True)
 
 
@@ -158,9 +159,18 @@ def _bench(benchmark, case, name, p, work, bench_env):
         next(rotation)()
         dev.synchronize()  # GPU work is asynchronous: time its completion, not its launch
 
-    benchmark.extra_info.update(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=name,
-                                device=dev.name, flops=work.flops, bytes=work.bytes_moved, rel_err=err,
-                                tf32_allowed=case.dtype == "tf32", profile=PROFILE)
+    benchmark.extra_info.update(
+        op=case.op,
+        shape=case.shape.label(),
+        dtype=case.dtype,
+        provider=name,
+        device=dev.name,
+        flops=work.flops,
+        bytes=work.bytes_moved,
+        rel_err=err,
+        tf32_allowed=case.dtype == "tf32",
+        profile=PROFILE,
+    )
     if case in _TRACE_SOURCE:
         benchmark.extra_info["trace_source"] = _TRACE_SOURCE[case]
     benchmark(timed_call)
@@ -170,11 +180,19 @@ def _bench(benchmark, case, name, p, work, bench_env):
         timer, timing = _judged_timing(benchmark, calls, bench_env)
         judge(row, work, timing, bench_env.ceilings)
         benchmark.extra_info["timer"] = timer
-        benchmark.extra_info.update(tflops=row.tflops, gbps=row.gbps, intensity=row.intensity,
-                                    ceiling=row.ceiling, ceiling_tflops=row.ceiling_tflops,
-                                    pct_of_ceiling=row.pct_of_ceiling, pct_of_measured=row.pct_of_measured,
-                                    pct_of_datasheet=row.pct_of_datasheet, bound=row.bound, flags=row.flags,
-                                    time_ms=row.time_ms)
+        benchmark.extra_info.update(
+            tflops=row.tflops,
+            gbps=row.gbps,
+            intensity=row.intensity,
+            ceiling=row.ceiling,
+            ceiling_tflops=row.ceiling_tflops,
+            pct_of_ceiling=row.pct_of_ceiling,
+            pct_of_measured=row.pct_of_measured,
+            pct_of_datasheet=row.pct_of_datasheet,
+            bound=row.bound,
+            flags=row.flags,
+            time_ms=row.time_ms,
+        )
 
 
 def _judged_timing(benchmark, calls, bench_env):
@@ -184,7 +202,9 @@ def _judged_timing(benchmark, calls, bench_env):
     ceilings are timed with perf_counter, as pytest-benchmark times: its samples are judged."""
     dev, cfg = bench_env.device, bench_env.cfg
     if dev.is_gpu:
-        return ("events (roofline.timing.time_calls, as the ceilings); pytest-benchmark's stats are wall clock",
-                time_calls(calls, dev, cfg.timing, cfg.noise))
+        return (
+            "events (roofline.timing.time_calls, as the ceilings); pytest-benchmark's stats are wall clock",
+            time_calls(calls, dev, cfg.timing, cfg.noise),
+        )
     samples_ms = [t * 1e3 for t in benchmark.stats.stats.data]
     return "wall clock (perf_counter, as the CPU ceilings)", summarize(samples_ms, cfg.noise)

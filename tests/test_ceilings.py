@@ -1,34 +1,41 @@
 """Ceilings: the datasheet matching rule, the CPU estimate, and measured ceilings on this machine."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from microbench.roofline.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
+from microbench.roofline.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
 
 
-@pytest.mark.parametrize("name, key", [
-    ("NVIDIA H200", "h200_sxm"),
-    ("NVIDIA H100 80GB HBM3", "h100_sxm5"),
-    ("NVIDIA H100 PCIe", "h100_pcie"),
-    ("NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"),
-    ("Tesla V100-SXM2-32GB", "v100_sxm2"),
-    ("NVIDIA A10", "a10"),
-    ("AMD Instinct MI300X", "mi300x"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA H200", "h200_sxm"),
+        ("NVIDIA H100 80GB HBM3", "h100_sxm5"),
+        ("NVIDIA H100 PCIe", "h100_pcie"),
+        ("NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"),
+        ("Tesla V100-SXM2-32GB", "v100_sxm2"),
+        ("NVIDIA A10", "a10"),
+        ("AMD Instinct MI300X", "mi300x"),
+    ],
+)
 def test_datasheet_match(cfg, name, key):
     entry, note = match_datasheet(name, cfg.devices)
     assert entry is not None and entry.key == key and "matched" in note
 
 
-@pytest.mark.parametrize("name, word", [
-    ("NVIDIA A100-SXM4-40GB", "unknown device"),   # other memory: other bandwidth; not guessed
-    ("NVIDIA GeForce RTX 4090", "unknown device"),
-    ("NVIDIA H20", "unknown device"),   # no public datasheet: no entry
-])
+@pytest.mark.parametrize(
+    "name, word",
+    [
+        ("NVIDIA A100-SXM4-40GB", "unknown device"),  # other memory: other bandwidth; not guessed
+        ("NVIDIA GeForce RTX 4090", "unknown device"),
+        ("NVIDIA H20", "unknown device"),  # no public datasheet: no entry
+    ],
+)
 def test_datasheet_unknown_falls_back(cfg, name, word):
     entry, note = match_datasheet(name, cfg.devices)
     assert entry is None and word in note and "measured ceilings only" in note
@@ -51,8 +58,12 @@ def test_cpu_estimate_uses_first_matching_tier(cfg):
 
 
 def test_roof_picks_min_of_memory_and_compute():
-    c = Ceilings([Ceiling("c", "compute", "bf16", 2.0, "TFLOP/s", "measured"),
-                  Ceiling("m", "memory", None, 100.0, "GB/s", "measured")])
+    c = Ceilings(
+        [
+            Ceiling("c", "compute", "bf16", 2.0, "TFLOP/s", "measured"),
+            Ceiling("m", "memory", None, 100.0, "GB/s", "measured"),
+        ]
+    )
     assert c.roof("bf16", 10.0) == (pytest.approx(1.0), "memory")  # 100 GB/s * 10 FLOP/B = 1 TFLOP/s
     assert c.roof("bf16", 1000.0) == (2.0, "compute")
     assert c.roof("fp16", 1000.0) == (pytest.approx(100.0), "memory")  # no fp16 compute roof: memory only

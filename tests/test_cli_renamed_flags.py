@@ -1,5 +1,6 @@
 """Flags renamed for one meaning per flag name (core.args.RENAMED_FLAGS): the 0.1 aliases are gone, and an old
 spelling is refused in one line that names the new one, through each command's own parser."""
+
 from __future__ import annotations
 
 import json
@@ -8,15 +9,11 @@ from pathlib import Path
 import pytest
 
 from microbench.comm import cli as comm
-
-from microbench.decompose import cli as decompose
-
-from microbench.roofline import cli as roofline
-
-from microbench.trace import cli as trace
-
-from microbench.tta import cli as tta
 from microbench.core.args import RENAMED_FLAGS
+from microbench.decompose import cli as decompose
+from microbench.roofline import cli as roofline
+from microbench.trace import cli as trace
+from microbench.tta import cli as tta
 
 SLICE = Path(__file__).parent / "data" / "h100_bert_small_slice.json"
 
@@ -53,8 +50,14 @@ def test_an_old_spelling_after_double_dash_is_a_value():
     assert args.file == ["--steps"]
 
 
-@pytest.mark.parametrize("build, head", [(comm.build_parser, ["collectives"]), (roofline.build_parser, []),
-                                         (decompose.build_parser, ["--model", "resnet9"])])
+@pytest.mark.parametrize(
+    "build, head",
+    [
+        (comm.build_parser, ["collectives"]),
+        (roofline.build_parser, []),
+        (decompose.build_parser, ["--model", "resnet9"]),
+    ],
+)
 def test_plot_and_no_plot(build, head):
     """`--plot` / `--no-plot` on every command that draws by default; plotting stays the default."""
     assert build().parse_args(head).no_plot is False
@@ -65,8 +68,24 @@ def test_plot_and_no_plot(build, head):
 def test_roofline_json_is_the_results_document(tiny_config, tmp_path, capsys):
     """`--json OUT` on a command with an `--out DIR`: the same document as the folder's results.json."""
     out, doc = tmp_path / "out", tmp_path / "doc.json"
-    assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--device", "cpu",
-                          "--no-plot", "--json", str(doc)]) == 0
+    assert (
+        roofline.main(
+            [
+                "--profile",
+                "tiny",
+                "--config",
+                str(tiny_config),
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--no-plot",
+                "--json",
+                str(doc),
+            ]
+        )
+        == 0
+    )
     assert json.loads(doc.read_text()) == json.loads((out / "results.json").read_text())
     assert json.loads(doc.read_text())["results"]
 
@@ -83,21 +102,27 @@ def _leaf_parsers():
     """Every command's parser, a subcommand's own (comm ranks, tta run, ...), by its prog."""
     import argparse
 
-    from microbench.compare import cli as compare
-
-    from microbench.inspect import cli as inspect
-
-    from microbench.predict import cli as predict
     from microbench.__main__ import COMMANDS
+    from microbench.compare import cli as compare
+    from microbench.inspect import cli as inspect
+    from microbench.predict import cli as predict
 
-    builds = {"roofline": roofline, "trace": trace, "compare": compare, "decompose": decompose, "comm": comm,
-              "predict": predict, "inspect": inspect, "tta": tta}
+    builds = {
+        "roofline": roofline,
+        "trace": trace,
+        "compare": compare,
+        "decompose": decompose,
+        "comm": comm,
+        "predict": predict,
+        "inspect": inspect,
+        "tta": tta,
+    }
     assert set(builds) == set(COMMANDS)
     out = {}
     for mod in builds.values():
         ap = mod.build_parser()
         subs = [a for a in ap._actions if isinstance(a, argparse._SubParsersAction)]
-        for p in ([ap] if not subs else list(subs[0].choices.values())):
+        for p in [ap] if not subs else list(subs[0].choices.values()):
             out[p.prog.removeprefix("dawnscope ")] = {s: a for a in p._actions for s in a.option_strings}
     return out
 
@@ -107,8 +132,16 @@ def test_one_meaning_per_flag_across_the_commands():
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
     assert len(parsers) == 13  # 6 commands, and the subcommands of comm (4) and tta (3)
-    reads_bench_toml = ("roofline", "trace", "decompose", "predict", "inspect", "comm collectives", "comm ddp",
-                        "tta run")
+    reads_bench_toml = (
+        "roofline",
+        "trace",
+        "decompose",
+        "predict",
+        "inspect",
+        "comm collectives",
+        "comm ddp",
+        "tta run",
+    )
     assert all("--config" in parsers[p] for p in reads_bench_toml)
     for prog, opts in parsers.items():
         assert "--json" in opts and opts["--json"].metavar == "OUT", prog

@@ -1,11 +1,11 @@
 """Communication (microbench.comm, python -m microbench.comm): nccl-tests formulas, checked collectives on
 2 and 3 gloo processes, the DDP step split, the TorchRec rank pair, the scaling model, and failures that
 end in one line instead of a hang."""
+
 from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import signal
 import socket
@@ -14,9 +14,9 @@ import time
 import pytest
 import torch
 
-from microbench.comm import busbw, collectives as C, scale, world
+from microbench.comm import busbw, scale, world
+from microbench.comm import collectives as C
 from microbench.comm.world import CommError
-
 
 HANG_GUARD_S = 600
 
@@ -26,6 +26,7 @@ def hang_guard():
     """Fails the test instead of hanging CI if a bounded wait were not bounded after all. Generous: on a
     2-core machine under a load of 12-15, two spawned ranks importing torch took over 120 s (the guard's
     earlier value) and failed runs that had not hung; a real hang still ends well within CI's 20 minutes."""
+
     def boom(*_):
         raise AssertionError("hung: the run did not end by itself")
 
@@ -38,10 +39,21 @@ def hang_guard():
 
 # --- nccl-tests formulas --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op,n,factor", [
-    ("allreduce", 2, 1.0), ("allreduce", 8, 1.75), ("all_reduce", 3, 4 / 3),
-    ("allgather", 4, 0.75), ("nccl:_all_gather_base", 64, 63 / 64), ("reduce_scatter", 8, 0.875),
-    ("alltoall", 2, 0.5), ("broadcast", 16, 1.0), ("allreduce", 1, 0.0)])
+
+@pytest.mark.parametrize(
+    "op,n,factor",
+    [
+        ("allreduce", 2, 1.0),
+        ("allreduce", 8, 1.75),
+        ("all_reduce", 3, 4 / 3),
+        ("allgather", 4, 0.75),
+        ("nccl:_all_gather_base", 64, 63 / 64),
+        ("reduce_scatter", 8, 0.875),
+        ("alltoall", 2, 0.5),
+        ("broadcast", 16, 1.0),
+        ("allreduce", 1, 0.0),
+    ],
+)
 def test_bus_factor(op, n, factor):
     assert busbw.bus_factor(op, n) == pytest.approx(factor)
 
@@ -70,6 +82,7 @@ def test_sizes_parse():
 
 def test_check_counts_an_all_zero_output():
     """The check itself: a 'collective' that writes zeros is caught element by element."""
+
     def zeros(op, x, out):
         (x if out is None else out).zero_()
 
@@ -86,6 +99,7 @@ def test_expected_values_are_independent():
 
 
 # --- real collectives on gloo ---------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nproc", [2, 3])
@@ -104,12 +118,24 @@ def test_collectives_correct_odd_sizes(nproc, hang_guard):
 def test_collective_row_round_trip():
     from microbench.core.results import CollectiveRow, row_from_dict
 
-    rec = {"op": "allgather", "requested_bytes": 28, "message_bytes": 24, "elements": 2, "nranks": 3,
-           "samples_ms": [1.0, 3.0], "wrong": 0}
+    rec = {
+        "op": "allgather",
+        "requested_bytes": 28,
+        "message_bytes": 24,
+        "elements": 2,
+        "nranks": 3,
+        "samples_ms": [1.0, 3.0],
+        "wrong": 0,
+    }
     (row,) = C.to_rows([rec], "cpu", "gloo")
     d = row.as_dict()
     assert (d["kind"], d["op"], d["shape"], d["provider"], d["bytes"]) == (
-        "collective", "allgather", "bytes=24 ranks=3", "torch.distributed", 24)
+        "collective",
+        "allgather",
+        "bytes=24 ranks=3",
+        "torch.distributed",
+        24,
+    )
     back = row_from_dict(d)
     assert isinstance(back, CollectiveRow) and back == row
     old = {k: v for k, v in d.items() if k not in ("kind", "message_bytes", "nranks")}  # no kind: by source
@@ -118,16 +144,30 @@ def test_collective_row_round_trip():
 
 def test_cli_rows_compare_side_by_side(tmp_path, capsys):
     """Two result files of collective rows (e.g. two fabrics) line up per case in compare, with busbw."""
-    from microbench.report import compare
     from microbench.comm.collectives import to_rows
     from microbench.core.results import ResultsWriter
+    from microbench.report import compare
 
     files = []
     for name, ms in (("a", 1.0), ("b", 0.5)):
-        rec = {"op": "allreduce", "requested_bytes": 2**20, "message_bytes": 2**20, "elements": 2**18,
-               "nranks": 2, "samples_ms": [ms] * 5, "wrong": 0}  # 5 agreeing repeats: the judge trusts them
-        hw = {"name": f"fabric-{name}", "kind": "cpu", "arch": "x86_64", "units": 2, "clock_mhz": None,
-              "memory_gib": 1.0, "isa_flags": []}
+        rec = {
+            "op": "allreduce",
+            "requested_bytes": 2**20,
+            "message_bytes": 2**20,
+            "elements": 2**18,
+            "nranks": 2,
+            "samples_ms": [ms] * 5,
+            "wrong": 0,
+        }  # 5 agreeing repeats: the judge trusts them
+        hw = {
+            "name": f"fabric-{name}",
+            "kind": "cpu",
+            "arch": "x86_64",
+            "units": 2,
+            "clock_mhz": None,
+            "memory_gib": 1.0,
+            "isa_flags": [],
+        }
         sw = {"torch": "2", "triton": "3", "python": "3.11"}
         with ResultsWriter(tmp_path / name, {"hardware": hw, "software": sw}) as w:
             w.add_many(to_rows([rec], hw["name"], "gloo"))
@@ -148,6 +188,7 @@ def test_cli_rows_compare_side_by_side(tmp_path, capsys):
 
 
 # --- failures end in one line within a timeout ----------------------------------------------------------
+
 
 def _dies_before_allreduce(info):
     import torch.distributed as dist
@@ -201,6 +242,7 @@ def test_cli_error_exit_code(capsys):
 
 # --- DDP step -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_ddp_step_split(hang_guard, tmp_path):
     from microbench.comm.ddp import DdpPlan, ddp_rank, split_steps
@@ -211,17 +253,23 @@ def test_ddp_step_split(hang_guard, tmp_path):
     doc = world.run_local(ddp_rank, (plan,), 2, "gloo", timeout_s=60)[0]
     # each rank's trace is kept (--out) and is the one its split was read from
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]
-    assert [split_steps(tmp_path / f"rank{r['rank']}.pt.trace.json") for r in doc["ranks"]] == \
-        [r["steps"] for r in doc["ranks"]]
+    assert [split_steps(tmp_path / f"rank{r['rank']}.pt.trace.json") for r in doc["ranks"]] == [
+        r["steps"] for r in doc["ranks"]
+    ]
     # `trace` of a kept rank trace reads the same breakdown: its communication figures are the split's
     from microbench.findings.facts import CpuCommFacts
     from microbench.trace.analysis import TraceAnalysis
 
     facts = CpuCommFacts(TraceAnalysis.open(tmp_path / "rank0.pt.trace.json", None, "dawnscope.ddp_step"))
-    keys = (("exposed_comm_us", "exposed_comm_ms"), ("comm_us", "comm_ms"), ("computation_us", "compute_ms"),
-            ("gpu_span_us", "step_ms"))
-    assert [st[a] for st in facts.steps for a, _ in keys] == \
-        pytest.approx([s[b] * 1e3 for s in doc["ranks"][0]["steps"] for _, b in keys])
+    keys = (
+        ("exposed_comm_us", "exposed_comm_ms"),
+        ("comm_us", "comm_ms"),
+        ("computation_us", "compute_ms"),
+        ("gpu_span_us", "step_ms"),
+    )
+    assert [st[a] for st in facts.steps for a, _ in keys] == pytest.approx(
+        [s[b] * 1e3 for s in doc["ranks"][0]["steps"] for _, b in keys]
+    )
     import os
 
     assert facts.host["local_ranks"] == 2 and facts.host["cores"] == len(os.sched_getaffinity(0))  # written by the rank
@@ -241,11 +289,11 @@ def test_ddp_step_split(hang_guard, tmp_path):
             assert s["allreduce_calls"] == doc["buckets"]  # one all-reduce per bucket, as DDP promises
             assert s["overlapped_comm_ms"] + s["exposed_comm_ms"] == pytest.approx(s["comm_ms"])
             assert 0 < s["compute_ms"] <= s["step_ms"] and s["exposed_comm_ms"] <= s["step_ms"]
-        assert r["summary"]["comm_share"] == pytest.approx(
-            r["summary"]["exposed_comm_ms"] / r["summary"]["step_ms"])
+        assert r["summary"]["comm_share"] == pytest.approx(r["summary"]["exposed_comm_ms"] / r["summary"]["step_ms"])
 
 
 # --- the TorchRec rank pair -----------------------------------------------------------------------------
+
 
 def _raw(path):
     with gzip.open(path, "rt") as f:
@@ -255,10 +303,14 @@ def _raw(path):
 def _allreduce_kernel(events, elements):
     """Independent of the library: the kernel launched inside the all-reduce annotation of that size."""
     ann = next(e for e in events if e["name"] == "nccl:all_reduce" and e["args"]["Input Dims"] == [[elements]])
-    launch = next(e for e in events if e["name"] == "cudaLaunchKernel" and e["tid"] == ann["tid"]
-                  and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"])
-    return next(e for e in events if e.get("cat") == "kernel"
-                and e["args"]["correlation"] == launch["args"]["correlation"])
+    launch = next(
+        e
+        for e in events
+        if e["name"] == "cudaLaunchKernel" and e["tid"] == ann["tid"] and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"]
+    )
+    return next(
+        e for e in events if e.get("cat") == "kernel" and e["args"]["correlation"] == launch["args"]["correlation"]
+    )
 
 
 def test_rank_pair(shared_dir):
@@ -292,6 +344,7 @@ def test_ranks_needs_two():
 
 
 # --- the scaling model ----------------------------------------------------------------------------------
+
 
 def test_allreduce_closed_form():
     f = scale.load_fabric("v100_nvlink")
@@ -338,8 +391,25 @@ def test_scale_cli_json(tmp_path):
     from microbench.comm import cli as comm
 
     out = tmp_path / "s.json"
-    assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", str(10**8), "--workers", "1,8,16",
-                      "--fabric", "ib200", "--paper", "--json", str(out)]) == 0
+    assert (
+        comm.main(
+            [
+                "scale",
+                "--step-ms",
+                "100",
+                "--gradient-bytes",
+                str(10**8),
+                "--workers",
+                "1,8,16",
+                "--fabric",
+                "ib200",
+                "--paper",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert [p["workers"] for p in doc["predictions"]] == [1, 8, 16]
     assert len(doc["paper"]) == 2
@@ -371,27 +441,30 @@ def test_init_timeout_when_a_rank_never_arrives(tmp_path, hang_guard):
 SCALE_OK = ["scale", "--gradient-bytes", "1000000", "--step-ms", "10"]
 
 
-@pytest.mark.parametrize("argv, option", [
-    (SCALE_OK + ["--bucket-mb", "0"], "--bucket-mb"),
-    (SCALE_OK + ["--bucket-mb", "-1"], "--bucket-mb"),
-    (SCALE_OK + ["--bucket-mb", "1e-9"], "--bucket-mb"),
-    (SCALE_OK + ["--step-ms", "0"], "--step-ms"),
-    (SCALE_OK + ["--step-ms", "nan"], "--step-ms"),
-    (SCALE_OK + ["--step-ms", "inf"], "--step-ms"),
-    (SCALE_OK + ["--step-ms", "-5"], "--step-ms"),
-    (SCALE_OK + ["--backward-fraction", "1.5"], "--backward-fraction"),
-    (SCALE_OK + ["--backward-fraction", "-0.1"], "--backward-fraction"),
-    (SCALE_OK + ["--gradient-bytes", "0"], "--gradient-bytes"),
-    (SCALE_OK + ["--gradient-bytes", "-3"], "--gradient-bytes"),
-    (["collectives", "--reps", "0"], "--reps"),
-    (["collectives", "--port", "99999"], "--port"),
-    (["collectives", "--iters", "-1"], "--iters"),
-    (["collectives", "--nproc", "0"], "--nproc"),
-    (["collectives", "--timeout", "nan"], "--timeout"),
-    (["ddp", "--batch", "0"], "--batch"),
-    (["ddp", "--steps", "0"], "--steps"),
-    (["ddp", "--bucket-mb", "0"], "--bucket-mb"),
-])
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (SCALE_OK + ["--bucket-mb", "0"], "--bucket-mb"),
+        (SCALE_OK + ["--bucket-mb", "-1"], "--bucket-mb"),
+        (SCALE_OK + ["--bucket-mb", "1e-9"], "--bucket-mb"),
+        (SCALE_OK + ["--step-ms", "0"], "--step-ms"),
+        (SCALE_OK + ["--step-ms", "nan"], "--step-ms"),
+        (SCALE_OK + ["--step-ms", "inf"], "--step-ms"),
+        (SCALE_OK + ["--step-ms", "-5"], "--step-ms"),
+        (SCALE_OK + ["--backward-fraction", "1.5"], "--backward-fraction"),
+        (SCALE_OK + ["--backward-fraction", "-0.1"], "--backward-fraction"),
+        (SCALE_OK + ["--gradient-bytes", "0"], "--gradient-bytes"),
+        (SCALE_OK + ["--gradient-bytes", "-3"], "--gradient-bytes"),
+        (["collectives", "--reps", "0"], "--reps"),
+        (["collectives", "--port", "99999"], "--port"),
+        (["collectives", "--iters", "-1"], "--iters"),
+        (["collectives", "--nproc", "0"], "--nproc"),
+        (["collectives", "--timeout", "nan"], "--timeout"),
+        (["ddp", "--batch", "0"], "--batch"),
+        (["ddp", "--steps", "0"], "--steps"),
+        (["ddp", "--bucket-mb", "0"], "--bucket-mb"),
+    ],
+)
 def test_bad_option_is_one_line(argv, option, capsys):
     from microbench.comm import cli as comm
 
@@ -410,11 +483,14 @@ def test_number_type_accepts_the_edges():
         comm.POSITIVE("0")
 
 
-@pytest.mark.parametrize("argv, start", [
-    (["collectives", "--sizes", "3"], "error: --sizes = '3': a size must be a multiple of 4"),
-    (["collectives", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
-    (["ddp", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
-])
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["collectives", "--sizes", "3"], "error: --sizes = '3': a size must be a multiple of 4"),
+        (["collectives", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
+        (["ddp", "--backend", "nccl"], "error: --backend = 'nccl': nccl needs a CUDA GPU"),
+    ],
+)
 def test_bad_collective_input_is_one_line(argv, start, capsys, tmp_path, monkeypatch):
     import torch
 
@@ -448,7 +524,8 @@ def test_unrelated_traces_refused(shared_dir, capsys):
 
 
 def test_different_world_sizes_refused(tmp_path):
-    from microbench.comm import job, ranks as R
+    from microbench.comm import job
+    from microbench.comm import ranks as R
 
     a, b = R.RankSummary(tmp_path / "a", 0, 2), R.RankSummary(tmp_path / "b", 1, 4)
     a.calls = b.calls = [R.Call(0, "allreduce", "nccl:all_reduce", 4, 2, 0.0)]
@@ -470,11 +547,32 @@ def test_comm_ddp_with_out_reports_rank0s_findings_from_its_kept_trace(hang_guar
     makes of that trace per DDP step (checked or listed as not checked, each with its reason); --json holds them
     beside the split."""
     from microbench.comm import cli as comm
+
     from .conftest import analyze_with_findings as analyze
 
     out, j = tmp_path / "ddp", tmp_path / "ddp.json"
-    assert comm.main(["ddp", "--model", "tests.ext_model:make", "--nproc", "2", "--batch", "4", "--steps", "2",
-                      "--bucket-mb", "0.01", "--out", str(out), "--json", str(j)]) == 0
+    assert (
+        comm.main(
+            [
+                "ddp",
+                "--model",
+                "tests.ext_model:make",
+                "--nproc",
+                "2",
+                "--batch",
+                "4",
+                "--steps",
+                "2",
+                "--bucket-mb",
+                "0.01",
+                "--out",
+                str(out),
+                "--json",
+                str(j),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(j.read_text())
     again = analyze(out / "rank0.pt.trace.json", step_range="dawnscope.ddp_step")
     assert doc["findings_rank"] == 0 and doc["ranks"][0]["steps"]

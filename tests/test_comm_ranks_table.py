@@ -1,5 +1,6 @@
 """`comm ranks` on the two TorchRec ranks, piped: every figure of the collectives table in plain notation (the
 all-reduce's 22 ms start skew printed as 2.233e+04 in the `skew us` column)."""
+
 from __future__ import annotations
 
 import json
@@ -14,10 +15,22 @@ from tests.conftest import TRACES, needs_traces
 def test_skew_in_plain_microseconds(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")
     out = tmp_path / "ranks.json"
-    assert comm.main(["ranks", str(TRACES / "a100_torchrec_rank0.json.gz"), str(TRACES / "a100_torchrec_rank1.json.gz"),
-                      "--readers", "0", "--json", str(out)]) == 0
+    assert (
+        comm.main(
+            [
+                "ranks",
+                str(TRACES / "a100_torchrec_rank0.json.gz"),
+                str(TRACES / "a100_torchrec_rank1.json.gz"),
+                "--readers",
+                "0",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    table = text[:text.index("per rank")]
+    table = text[: text.index("per rank")]
     assert "e+0" not in table
     widest = max(json.loads(out.read_text())["collectives"], key=lambda c: c["skew_us"])
     assert widest["skew_us"] > 10_000 and f"{widest['skew_us']:,.0f}" in table
@@ -27,10 +40,20 @@ def test_skew_in_plain_microseconds(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("width", ["120", "80"])
 def test_collective_and_sizes_never_cut(capsys, monkeypatch, width):
     monkeypatch.setenv("COLUMNS", width)
-    assert comm.main(["ranks", str(TRACES / "a100_torchrec_rank0.json.gz"), str(TRACES / "a100_torchrec_rank1.json.gz"),
-                      "--readers", "0"]) == 0
+    assert (
+        comm.main(
+            [
+                "ranks",
+                str(TRACES / "a100_torchrec_rank0.json.gz"),
+                str(TRACES / "a100_torchrec_rank1.json.gz"),
+                "--readers",
+                "0",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
-    table = text[:text.index("per rank")]
+    table = text[: text.index("per rank")]
     assert max(len(line) for line in text.splitlines()) <= int(width)
     # the all-to-all's two sizes (it read "339738624/41943…" at 120 columns)
     assert "nccl:all_to_all" in table and "339738624/419430400" in table

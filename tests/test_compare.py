@@ -1,12 +1,12 @@
 """microbench.compare.cli: results from different machines side by side. The documents are generated here with
 the project's own writer and row type (and one real pytest-benchmark run), variants built from them."""
+
 from __future__ import annotations
 
 import copy
 import gzip
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from microbench.compare import cli as compare_cli
-from microbench.report import compare
 from microbench.core.device import cpu_device, fingerprint, software
 from microbench.core.results import KernelCaseRow, ResultsWriter
+from microbench.report import compare
 
 from .conftest import REPO, child_pytest_env
 
@@ -28,28 +28,63 @@ CASES = [  # (op, shape, dtype, median ms, flops)
 ]
 
 
-def make_doc(tmp: Path, name: str = "a", *, device_name: str | None = None, kind: str | None = None,
-             speedup: float = 1.0, drop: tuple[str, ...] = (), torch_version: str | None = None,
-             profile: str = "quick", sha: str = "sha-of-bench-toml") -> Path:
+def make_doc(
+    tmp: Path,
+    name: str = "a",
+    *,
+    device_name: str | None = None,
+    kind: str | None = None,
+    speedup: float = 1.0,
+    drop: tuple[str, ...] = (),
+    torch_version: str | None = None,
+    profile: str = "quick",
+    sha: str = "sha-of-bench-toml",
+) -> Path:
     hw = fingerprint(cpu_device())
     if device_name:
         hw.update(name=device_name, kind=kind or "cuda", arch="sm_90", units=132)
     sw = software()
     if torch_version:
         sw["torch"] = torch_version
-    header = {"hardware": hw, "software": sw, "config": {"profile": profile, "sha256": sha}, "notes": [],
-              "ceilings": [{"name": "measured fp32", "kind": "compute", "dtype": "fp32", "value": 1.0,
-                            "unit": "TFLOP/s", "source": "measured", "note": ""}]}
+    header = {
+        "hardware": hw,
+        "software": sw,
+        "config": {"profile": profile, "sha256": sha},
+        "notes": [],
+        "ceilings": [
+            {
+                "name": "measured fp32",
+                "kind": "compute",
+                "dtype": "fp32",
+                "value": 1.0,
+                "unit": "TFLOP/s",
+                "source": "measured",
+                "note": "",
+            }
+        ],
+    }
     with ResultsWriter(tmp / name, header) as w:
         for op, shape, dtype, ms, flops in CASES:
             if f"{op} {dtype}" in drop:
                 continue
             t = ms / speedup
             tflops = flops / (t * 1e-3) / 1e12
-            w.add(KernelCaseRow(op=op, shape=shape, dtype=dtype, provider="torch", device=hw["name"],
-                            time_ms={"median": t, "p20": t, "p80": t, "cov": 0.05, "reps": 10}, flops=flops,
-                            tflops=tflops, pct_of_measured=100 * tflops / 1.0, pct_of_datasheet=10 * tflops,
-                            pct_of_ceiling=100 * tflops, baseline=True))
+            w.add(
+                KernelCaseRow(
+                    op=op,
+                    shape=shape,
+                    dtype=dtype,
+                    provider="torch",
+                    device=hw["name"],
+                    time_ms={"median": t, "p20": t, "p80": t, "cov": 0.05, "reps": 10},
+                    flops=flops,
+                    tflops=tflops,
+                    pct_of_measured=100 * tflops / 1.0,
+                    pct_of_datasheet=10 * tflops,
+                    pct_of_ceiling=100 * tflops,
+                    baseline=True,
+                )
+            )
     return w.json_path
 
 
@@ -58,7 +93,8 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
     """A real pytest-benchmark --benchmark-json file: one benchmark with dawnscope's extra_info, one without."""
     d = tmp_path_factory.mktemp("pb")
     (d / "pytest.ini").write_text("[pytest]\n")
-    (d / "test_pb.py").write_text(textwrap.dedent('''
+    (d / "test_pb.py").write_text(
+        textwrap.dedent("""
         def test_gemm(benchmark):
             benchmark.extra_info.update(op="gemm", shape="512x512x512", dtype="fp32", provider="torch",
                                         device="cpu", flops=2 * 512 ** 3)
@@ -66,11 +102,28 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
 
         def test_plain(benchmark):
             benchmark.pedantic(lambda: None, rounds=2)
-    '''))
+    """)
+    )
     out = d / "bench.json"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(d / "pytest.ini"),
-                        str(d / "test_pb.py"), f"--benchmark-json={out}"], cwd=d, capture_output=True, text=True,
-                       timeout=120, env=child_pytest_env())
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(d / "pytest.ini"),
+            str(d / "test_pb.py"),
+            f"--benchmark-json={out}",
+        ],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_pytest_env(),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return out
 
@@ -79,18 +132,37 @@ def pytest_benchmark_json(tmp_path_factory) -> Path:
 def our_benchmark_json(tmp_path_factory, request) -> Path:
     """`pytest --benchmark-only --benchmark-json` through the real tests/conftest.py and test_benchmarks.py, on
     a tiny profile on the CPU: the file compare must read our fingerprint block from."""
-    from tests.conftest import TINY_PROFILE
     from microbench.core.config import load_config
+    from tests.conftest import TINY_PROFILE
 
     d = tmp_path_factory.mktemp("ours")
     tol = "\n".join(f"{k} = {v!r}" for k, v in load_config().tolerance.items())
     (d / "bench.toml").write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
     out = d / "bench.json"
     env = child_pytest_env(DAWNSCOPE_CONFIG=str(d / "bench.toml"), DAWNSCOPE_PROFILE="tiny", DAWNSCOPE_DEVICE="cpu")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_benchmarks.py",
-                        "-k", "gemm-64x48x32-fp32-torch", "--benchmark-only", f"--benchmark-json={out}",
-                        "--benchmark-max-time=0.02", "--benchmark-min-rounds=3", "--benchmark-warmup=off"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_benchmarks.py",
+            "-k",
+            "gemm-64x48x32-fp32-torch",
+            "--benchmark-only",
+            f"--benchmark-json={out}",
+            "--benchmark-max-time=0.02",
+            "--benchmark-min-rounds=3",
+            "--benchmark-warmup=off",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out.with_suffix(".stdout").write_text(r.stdout)  # the terminal summary, for its test
     return out
@@ -123,7 +195,8 @@ def test_our_benchmark_json_shows_device_profile_and_versions(tmp_path, our_benc
     assert cmp["flags"] == []
     gemm = next(c for c in cmp["cases"] if c["provider"] == "torch" and c["shape"] == "64x48x32")
     assert gemm["cells"][cmp["machines"][1]["label"]]["time_ms"] == pytest.approx(
-        doc["benchmarks"][0]["stats"]["median"] * 1e3)
+        doc["benchmarks"][0]["stats"]["median"] * 1e3
+    )
 
 
 def test_our_benchmark_json_mismatches_are_flagged(tmp_path, our_benchmark_json):
@@ -206,7 +279,10 @@ def test_cli_writes_html_and_json(tmp_path, capsys):
     a = make_doc(tmp_path, "a")
     b = make_doc(tmp_path, "b", device_name="AMD Instinct MI300X", kind="rocm", speedup=2.0)
     html_out, json_out = tmp_path / "out" / "cmp.html", tmp_path / "out" / "cmp.json"
-    assert compare_cli.main([str(a), str(b), "--baseline", "MI300X", "--html", str(html_out), "--json", str(json_out)]) == 0
+    assert (
+        compare_cli.main([str(a), str(b), "--baseline", "MI300X", "--html", str(html_out), "--json", str(json_out)])
+        == 0
+    )
     text = html_out.read_text()
     assert "AMD Instinct MI300X" in text and "(baseline)" in text and "0.50x" in text
     assert json.loads(json_out.read_text())["baseline"] == "AMD Instinct MI300X"
@@ -233,8 +309,10 @@ def _bad_results(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
         "row without op": (json.dumps(bad_row).encode(), "results[0].op"),
         "results not list": (json.dumps(dict(doc, results={})).encode(), "results"),
         "top-level list": (b"[]", "expected a results object"),
-        "benchmarks broken": (json.dumps({"machine_info": {}, "benchmarks": [{"name": "x"}]}).encode(),
-                              "benchmarks[0]"),
+        "benchmarks broken": (
+            json.dumps({"machine_info": {}, "benchmarks": [{"name": "x"}]}).encode(),
+            "benchmarks[0]",
+        ),
     }
     out = {}
     for i, (label, (data, expect)) in enumerate(cases.items()):

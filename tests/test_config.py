@@ -1,4 +1,5 @@
 """bench.toml is read into typed, validated objects; every kind of bad input is one line and exit code 2."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,17 +40,38 @@ def _write(tmp_path, text):
     return p
 
 
-@pytest.mark.parametrize("text, key, value, words", [
-    ("[profiles.x\n", None, None, "TOML syntax error"),
-    (TINY_PROFILE.replace("[timing]", "[timing]\nwarmup_sec = 3"), "timing.warmup_sec", 3, "unknown key"),
-    (TINY_PROFILE.replace('dtypes = ["fp32", "bf16"]', 'dtypes = ["fp32", "fp17"]'),
-     "profiles.tiny.gemm[0].dtypes", "fp17", "unknown dtype"),
-    (TINY_PROFILE.replace("{ m = 64, n = 48", "{ m = 0, n = 48"), "profiles.tiny.gemm[0].shapes[0].m", 0, "positive"),
-    (TINY_PROFILE.replace("k = 16, r = 3", "k = -16, r = 3"), "profiles.tiny.conv2d[0].shapes[0].k", -16, "positive"),
-    (TINY_PROFILE.replace('directions = ["fwd",', 'directions = ["sideways",'),
-     "profiles.tiny.conv2d[0].directions", "sideways", "unknown direction"),
-    (TINY_PROFILE.replace("rep_ms = 5.0", 'rep_ms = "fast"'), "timing.rep_ms", "fast", "expected a number"),
-])
+@pytest.mark.parametrize(
+    "text, key, value, words",
+    [
+        ("[profiles.x\n", None, None, "TOML syntax error"),
+        (TINY_PROFILE.replace("[timing]", "[timing]\nwarmup_sec = 3"), "timing.warmup_sec", 3, "unknown key"),
+        (
+            TINY_PROFILE.replace('dtypes = ["fp32", "bf16"]', 'dtypes = ["fp32", "fp17"]'),
+            "profiles.tiny.gemm[0].dtypes",
+            "fp17",
+            "unknown dtype",
+        ),
+        (
+            TINY_PROFILE.replace("{ m = 64, n = 48", "{ m = 0, n = 48"),
+            "profiles.tiny.gemm[0].shapes[0].m",
+            0,
+            "positive",
+        ),
+        (
+            TINY_PROFILE.replace("k = 16, r = 3", "k = -16, r = 3"),
+            "profiles.tiny.conv2d[0].shapes[0].k",
+            -16,
+            "positive",
+        ),
+        (
+            TINY_PROFILE.replace('directions = ["fwd",', 'directions = ["sideways",'),
+            "profiles.tiny.conv2d[0].directions",
+            "sideways",
+            "unknown direction",
+        ),
+        (TINY_PROFILE.replace("rep_ms = 5.0", 'rep_ms = "fast"'), "timing.rep_ms", "fast", "expected a number"),
+    ],
+)
 def test_bad_config_names_file_key_value(tmp_path, text, key, value, words):
     p = _write(tmp_path, text + (TOL if "[tolerance]" not in text else ""))
     with pytest.raises(ConfigError) as ei:
@@ -71,19 +93,26 @@ def test_missing_profile(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "microbench.roofline", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "microbench.roofline", *args], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
 
 
-@pytest.mark.parametrize("text, extra, needle", [
-    ("[profiles.x\n", [], "TOML syntax error"),
-    (TINY_PROFILE.replace('dtypes = ["fp32", "bf16"]', 'dtypes = ["fp17"]'), [], "'fp17'"),
-    (TINY_PROFILE.replace("{ m = 64, n = 48", "{ m = -1, n = 48"), [], "shapes[0].m = -1"),
-    (TINY_PROFILE.replace("[timing]", "[timing]\nbogus = 1"), [], "timing.bogus"),
-    (TINY_PROFILE, ["--profile", "nope"], "profiles = 'nope': no such profile"),
-    (TINY_PROFILE.replace('providers = ["torch", "cupy_blas"]', 'providers = ["torch", "cublas9"]'), [],
-     "providers = 'cublas9': unknown provider"),
-])
+@pytest.mark.parametrize(
+    "text, extra, needle",
+    [
+        ("[profiles.x\n", [], "TOML syntax error"),
+        (TINY_PROFILE.replace('dtypes = ["fp32", "bf16"]', 'dtypes = ["fp17"]'), [], "'fp17'"),
+        (TINY_PROFILE.replace("{ m = 64, n = 48", "{ m = -1, n = 48"), [], "shapes[0].m = -1"),
+        (TINY_PROFILE.replace("[timing]", "[timing]\nbogus = 1"), [], "timing.bogus"),
+        (TINY_PROFILE, ["--profile", "nope"], "profiles = 'nope': no such profile"),
+        (
+            TINY_PROFILE.replace('providers = ["torch", "cupy_blas"]', 'providers = ["torch", "cublas9"]'),
+            [],
+            "providers = 'cublas9': unknown provider",
+        ),
+    ],
+)
 def test_cli_bad_input_exit_2_one_line(tmp_path, text, extra, needle):
     p = _write(tmp_path, text + TOL)
     args = ["--config", str(p), "--out", str(tmp_path / "out")] + (extra or ["--profile", "tiny"])

@@ -1,4 +1,5 @@
 """`dawnscope --version` (a user's first question about an install) printed "unknown command '--version'"."""
+
 from __future__ import annotations
 
 import tomllib

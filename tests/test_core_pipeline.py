@@ -1,4 +1,5 @@
 """Registry, correctness before timing, and result rows, through the real runner."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ from microbench import Case, ResultRow, Unsupported, provider
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
+from microbench.core.ops.work import gemm_work
 from microbench.core.results import KernelCaseRow, ResultsWriter
 from microbench.core.stats import summarize
-from microbench.core.ops.work import gemm_work
 from microbench.roofline import registry
 from microbench.roofline.ceilings import Ceiling, Ceilings
 from microbench.roofline.runner import CaseRunner, judge
@@ -44,6 +45,7 @@ def test_public_measure_with_a_provider_of_ones_own(tiny_config):
     """The public API end to end: a provider declared with microbench.provider, measured beside the baseline by
     microbench.measure, one typed row each; the scoped registry forgets it afterwards."""
     with registry.scoped():
+
         @provider("gemm", "t_public")
         def mine(a, b, *, allow_tf32=False):
             if a.dim() != 2:
@@ -52,8 +54,9 @@ def test_public_measure_with_a_provider_of_ones_own(tiny_config):
 
         case = Case("gemm", GemmShape(16, 8, 4), "fp32")
         rows = microbench.measure(case, ["torch", "t_public"], device="cpu", config=tiny_config)
-        batched = microbench.measure(Case("gemm", GemmShape(4, 4, 4, batch=2), "fp32"), ["t_public"],
-                                     device="cpu", config=tiny_config)
+        batched = microbench.measure(
+            Case("gemm", GemmShape(4, 4, 4, batch=2), "fp32"), ["t_public"], device="cpu", config=tiny_config
+        )
     assert registry.get("gemm", "t_public") is None and registry.get("gemm", "torch") is not None
     assert [r.provider for r in rows] == ["t_public", "torch"]
     assert all(isinstance(r, ResultRow) and r.status == "ok" and r.rel_err < 1e-6 for r in rows)
@@ -68,13 +71,16 @@ def test_vendor_providers_registered_and_cupy_unavailable_on_cpu():
     assert reason is not None and reason.startswith("unavailable: ")  # no GPU here (or no CuPy)
 
 
-@pytest.mark.parametrize("case", [
-    Case("gemm", GemmShape(33, 7, 127), "fp32"),
-    Case("gemm", GemmShape(5, 9, 3, batch=3, trans_a=True, trans_b=True), "bf16"),
-    Case("conv2d_fwd", ConvShape(2, 3, 7, 7, 4, 7, 7, stride=(2, 2), pad=(3, 3)), "fp32"),
-    Case("conv2d_bwd_data", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "fp32"),
-    Case("conv2d_bwd_weight", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "bf16"),
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case("gemm", GemmShape(33, 7, 127), "fp32"),
+        Case("gemm", GemmShape(5, 9, 3, batch=3, trans_a=True, trans_b=True), "bf16"),
+        Case("conv2d_fwd", ConvShape(2, 3, 7, 7, 4, 7, 7, stride=(2, 2), pad=(3, 3)), "fp32"),
+        Case("conv2d_bwd_data", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "fp32"),
+        Case("conv2d_bwd_weight", ConvShape(2, 4, 9, 9, 5, 3, 3, stride=(2, 2), pad=(1, 1)), "bf16"),
+    ],
+)
 def test_vendor_matches_float64_reference(case, cfg):
     a, b = make_inputs(case, "cpu", seed=3)
     if case.family == "conv2d":
@@ -83,6 +89,7 @@ def test_vendor_matches_float64_reference(case, cfg):
         assert not a.is_contiguous()  # a column-major view, as the case says
     p = registry.baseline(case.family)
     from microbench.roofline.registry import bind
+
     out = bind(p, case, a, b)()
     assert rel_err(out, reference(case, a, b)) <= cfg.tolerance[case.dtype]
 
@@ -104,8 +111,12 @@ def test_rel_err_rejects_zero_nan_and_wrong_shape():
 
 
 def _runner(cfg, measured_gflops=100.0):
-    c = Ceilings([Ceiling("measured fp32", "compute", "fp32", measured_gflops / 1e3, "TFLOP/s", "measured"),
-                  Ceiling("measured memory", "memory", None, 10.0, "GB/s", "measured")])
+    c = Ceilings(
+        [
+            Ceiling("measured fp32", "compute", "fp32", measured_gflops / 1e3, "TFLOP/s", "measured"),
+            Ceiling("measured memory", "memory", None, 10.0, "GB/s", "measured"),
+        ]
+    )
     return CaseRunner(cpu_device(), cfg, c)
 
 
@@ -143,7 +154,8 @@ def test_wrong_provider_is_reported_wrong_without_throughput(scratch_providers, 
 def test_untimed_provider_gets_correctness_only(scratch_providers, tiny_config):
     cfg = load_config(tiny_config)
     provider("gemm", "t_interp", timed=lambda d: "interpreted: correctness only")(
-        lambda a, b, *, allow_tf32=False: torch.matmul(a, b))
+        lambda a, b, *, allow_tf32=False: torch.matmul(a, b)
+    )
     row = next(_runner(cfg).run(Case("gemm", GemmShape(8, 8, 8), "fp32"), [registry.get("gemm", "t_interp")]))
     assert row.status == "ok" and row.time_ms is None and row.tflops is None and row.reason.startswith("interpreted")
 
@@ -157,7 +169,8 @@ def test_a_fallback_path_flags_the_row(scratch_providers, tiny_config):
     cfg = load_config(tiny_config)
     why = "no xf32 (TF32) matrix instructions on gfx950: fp32 operands run as IEEE fp32"
     provider("gemm", "t_fallback", evidence=lambda case, dev, call: Evidence("yes", "amdgcn ...", fallback=why))(
-        lambda a, b, *, allow_tf32=False: torch.matmul(a, b))
+        lambda a, b, *, allow_tf32=False: torch.matmul(a, b)
+    )
     row = next(_runner(cfg).run(Case("gemm", GemmShape(8, 8, 8), "fp32"), [registry.get("gemm", "t_fallback")]))
     assert row.status == "ok" and row.tensor_cores == "yes" and f"{FALLBACK}{why}" in row.flags
 
@@ -165,8 +178,9 @@ def test_a_fallback_path_flags_the_row(scratch_providers, tiny_config):
 def test_too_slow_case_skipped_by_estimate(tiny_config):
     cfg = load_config(tiny_config)
     # at a (pretend) measured 1,000 FLOP/s, a 64^3 GEMM (524,288 FLOPs) would take 524 s per call
-    row = next(_runner(cfg, measured_gflops=1e-6).run(Case("gemm", GemmShape(64, 64, 64), "fp32"),
-                                                          [registry.baseline("gemm")]))
+    row = next(
+        _runner(cfg, measured_gflops=1e-6).run(Case("gemm", GemmShape(64, 64, 64), "fp32"), [registry.baseline("gemm")])
+    )
     assert row.status == "skipped" and "max_case_seconds" in row.reason
 
 
@@ -236,9 +250,13 @@ def test_a_profile_sets_its_own_longest_call(tmp_path):
 
 def test_judge_roofline_and_flags():
     work = gemm_work(GemmShape(100, 100, 100), "fp32")  # 2e6 FLOPs, 120 kB, intensity 16.7
-    c = Ceilings([Ceiling("m", "compute", "fp32", 1.0, "TFLOP/s", "measured"),
-                  Ceiling("mem", "memory", None, 30.0, "GB/s", "measured"),
-                  Ceiling("d", "compute", "fp32", 4.0, "TFLOP/s", "datasheet")])
+    c = Ceilings(
+        [
+            Ceiling("m", "compute", "fp32", 1.0, "TFLOP/s", "measured"),
+            Ceiling("mem", "memory", None, 30.0, "GB/s", "measured"),
+            Ceiling("d", "compute", "fp32", 4.0, "TFLOP/s", "datasheet"),
+        ]
+    )
     row = KernelCaseRow(op="gemm", shape="x", dtype="fp32", provider="p", device="d")
     judge(row, work, summarize([0.01] * 5), c)  # 2e6 FLOPs in 10 us = 0.2 TFLOP/s
     assert row.tflops == pytest.approx(0.2)

@@ -4,6 +4,7 @@ memory; a compile error must come back with NVRTC's log; the `cupy` providers mu
 run here. The GPU tests at the end (correctness against float64 and against cuBLAS / cuDNN) run only
 where PyTorch sees a CUDA device; nothing here has run them.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,18 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from microbench.kernels import conv_cupy, cuda_kernels as ck, gemm_cupy, nvrtc
-from microbench.roofline import registry
-from microbench.roofline import sass
 from microbench.core.cases import make_inputs, reference, rel_err
 from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
-from microbench.roofline.registry import Unsupported
 from microbench.core.shapes import Case, ConvShape, GemmShape
+from microbench.kernels import conv_cupy, gemm_cupy, nvrtc
+from microbench.kernels import cuda_kernels as ck
+from microbench.roofline import registry, sass
+from microbench.roofline.registry import Unsupported
 
-pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # .ci/run's image simulation selects inspect; the builds take minutes
+pytestmark = [
+    pytest.mark.inspect,
+    pytest.mark.slow,
+]  # .ci/run's image simulation selects inspect; the builds take minutes
 
 MODULES = (gemm_cupy, conv_cupy)
 HAS_GPU = torch.cuda.is_available()
@@ -53,7 +57,7 @@ def _expected_hmma_per_k_tile(tile) -> int:
 # ---------------------------------------------------------------------------------------------------
 def test_compile_error_carries_nvrtc_log():
     _toolchain_or_skip()
-    broken = '__global__ void k(float* out) {\n  out[0] = not_declared_anywhere;\n}\n'
+    broken = "__global__ void k(float* out) {\n  out[0] = not_declared_anywhere;\n}\n"
     with pytest.raises(nvrtc.NvrtcError) as info:
         nvrtc.compile_ptx(broken, name="broken.cu")
     err = info.value
@@ -79,8 +83,9 @@ def test_ptx_targets_the_requested_architecture():
     src, headers = nvrtc.kernel_source(conv_cupy.SOURCE)
     expr = conv_cupy.all_exprs()[-1]
     for target, ptx_target in (("sm_80", ".target sm_80"), ("sm_90", ".target sm_90a")):
-        prog = nvrtc.compile_ptx(src, name=conv_cupy.SOURCE, arch=ck.virtual_arch(target), name_expressions=(expr,),
-                                 headers=headers)
+        prog = nvrtc.compile_ptx(
+            src, name=conv_cupy.SOURCE, arch=ck.virtual_arch(target), name_expressions=(expr,), headers=headers
+        )
         assert ptx_target in prog.ptx
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in prog.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in prog.ptx
@@ -185,8 +190,17 @@ def test_evidence_hook_names_the_launched_kernel(static_records):
     expr = gemm_cupy.kernel_expr("bf16", tile, True, True)
 
     def call():
-        ck.report(ck.Launch(gemm_cupy.SOURCE, gemm_cupy.all_exprs(), expr, gemm_cupy.KERNEL,
-                            gemm_cupy.config_label("bf16", tile, True, True), "bf16", tile.smem_bytes))
+        ck.report(
+            ck.Launch(
+                gemm_cupy.SOURCE,
+                gemm_cupy.all_exprs(),
+                expr,
+                gemm_cupy.KERNEL,
+                gemm_cupy.config_label("bf16", tile, True, True),
+                "bf16",
+                tile.smem_bytes,
+            )
+        )
 
     case = Case("gemm", GemmShape(4096, 4096, 4096, trans_b=True), "bf16")
     ev = registry.get("gemm", "cupy").evidence(case, FakeGpu(), call)
@@ -194,7 +208,10 @@ def test_evidence_hook_names_the_launched_kernel(static_records):
     assert ev.evidence.startswith("SASS sm_90 cuda_gemm_mma [bf16 128x256x32 w64x64 s4 NT]: HMMA 64")
     # a call that launched nothing (an empty problem) proves nothing
     assert registry.get("gemm", "cupy").evidence(case, FakeGpu(), lambda: None).tensor_cores == "unknown"
-    assert registry.get("conv2d", "cupy").evidence(case, FakeGpu(kind="cpu", arch="x86_64"), call).tensor_cores == "unknown"
+    assert (
+        registry.get("conv2d", "cupy").evidence(case, FakeGpu(kind="cpu", arch="x86_64"), call).tensor_cores
+        == "unknown"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -233,7 +250,9 @@ def test_wgmma_provider_wants_hopper():
     gemm_vendor.cupy_reason = lambda device: None  # pretend CuPy sees a GPU
     try:
         p = registry.get("gemm", "cupy_wgmma")
-        assert p.unavailable_reason(FakeDevice("sm_80")) == "unavailable: wgmma exists only on sm_90 (Hopper), not sm_80"
+        assert (
+            p.unavailable_reason(FakeDevice("sm_80")) == "unavailable: wgmma exists only on sm_90 (Hopper), not sm_80"
+        )
         assert p.unavailable_reason(FakeDevice("sm_100")).endswith("not sm_100")
         assert p.unavailable_reason(FakeDevice("sm_90")) is None
         assert registry.get("gemm", "cupy").unavailable_reason(FakeDevice("sm_75")).startswith("unavailable: sm_75")
@@ -244,9 +263,9 @@ def test_wgmma_provider_wants_hopper():
 
 def test_runner_rows_read_unavailable_without_a_gpu():
     """The roofline's rows for the `cupy` providers on this machine: skipped, with the reason."""
-    from microbench.roofline.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import cpu_device
+    from microbench.roofline.ceilings import build_ceilings
     from microbench.roofline.runner import CaseRunner
 
     cfg = load_config()
@@ -302,11 +321,20 @@ def _tol(dtype: str) -> float:
 
 
 GEMM_SHAPES = [
-    GemmShape(1, 1, 1), GemmShape(7, 5, 3), GemmShape(127, 33, 7), GemmShape(129, 257, 65),
-    GemmShape(64, 64, 64, trans_a=True), GemmShape(200, 72, 136, trans_b=True),
-    GemmShape(96, 40, 80, trans_a=True, trans_b=True), GemmShape(127, 33, 7, trans_a=True, trans_b=True),
-    GemmShape(65, 47, 31, batch=3), GemmShape(512, 512, 64, batch=96), GemmShape(8, 4096, 4096),
-    GemmShape(1000, 1000, 1000), GemmShape(4096, 4096, 4096), GemmShape(4096, 4096, 4096, trans_b=True),
+    GemmShape(1, 1, 1),
+    GemmShape(7, 5, 3),
+    GemmShape(127, 33, 7),
+    GemmShape(129, 257, 65),
+    GemmShape(64, 64, 64, trans_a=True),
+    GemmShape(200, 72, 136, trans_b=True),
+    GemmShape(96, 40, 80, trans_a=True, trans_b=True),
+    GemmShape(127, 33, 7, trans_a=True, trans_b=True),
+    GemmShape(65, 47, 31, batch=3),
+    GemmShape(512, 512, 64, batch=96),
+    GemmShape(8, 4096, 4096),
+    GemmShape(1000, 1000, 1000),
+    GemmShape(4096, 4096, 4096),
+    GemmShape(4096, 4096, 4096, trans_b=True),
 ]
 
 
@@ -388,9 +416,9 @@ def test_gpu_conv_matches_float64_and_cudnn(shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_GPU, reason="needs a GPU: PyTorch sees no CUDA device here")
 def test_gpu_rows_are_correct_with_sass_evidence():
-    from microbench.roofline.ceilings import build_ceilings
     from microbench.core.config import load_config
     from microbench.core.device import detect
+    from microbench.roofline.ceilings import build_ceilings
     from microbench.roofline.runner import CaseRunner
 
     cfg = load_config()
@@ -398,8 +426,10 @@ def test_gpu_rows_are_correct_with_sass_evidence():
     if (ck.sm_number(dev.arch) or 0) < ck.MIN_SM:
         pytest.skip(f"{dev.arch} is older than sm_80")
     runner = CaseRunner(dev, cfg, build_ceilings(dev, cfg, measure_now=False))
-    for case in (Case("gemm", GemmShape(1024, 1024, 1024), "bf16"),
-                 Case("conv2d_fwd", ConvShape(8, 64, 56, 56, 64, 3, 3, pad=(1, 1)), "fp16")):
+    for case in (
+        Case("gemm", GemmShape(1024, 1024, 1024), "bf16"),
+        Case("conv2d_fwd", ConvShape(8, 64, 56, 56, 64, 3, 3, pad=(1, 1)), "fp16"),
+    ):
         (row,) = runner.run(case, [registry.get(case.family, "cupy")])
         assert row.status == "ok", row.reason
         assert row.tensor_cores == "yes" and row.tensor_core_evidence.startswith(f"SASS {dev.arch}")

@@ -7,15 +7,16 @@ k * ld + d] otherwise; conv_implicit.cu: contiguous NHWC / KRSC with channels pa
 memory the kernel would be pointed at, from the storage behind the planned tensors, and the result must
 be the product. The kernels' own index math is checked in test_mma_layout.py; here it is the plumbing.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from microbench.kernels import conv_cupy, gemm_cupy
 from microbench.core.cases import make_inputs
 from microbench.core.shapes import Case, ConvShape, GemmShape
+from microbench.kernels import conv_cupy, gemm_cupy
 
 
 def _memory(t: torch.Tensor, length: int) -> torch.Tensor:
@@ -44,10 +45,19 @@ def emulate_gemm(p: gemm_cupy.GemmPlan) -> torch.Tensor:
 
 
 GEMM_CASES = [
-    GemmShape(64, 48, 32), GemmShape(64, 48, 32, trans_a=True), GemmShape(64, 48, 32, trans_b=True),
-    GemmShape(64, 48, 32, trans_a=True, trans_b=True), GemmShape(127, 33, 7), GemmShape(127, 33, 7, trans_a=True),
-    GemmShape(127, 33, 7, trans_b=True), GemmShape(7, 5, 3, batch=2, trans_a=True), GemmShape(1, 1, 1),
-    GemmShape(1, 16, 24), GemmShape(16, 1, 24, trans_b=True), GemmShape(24, 40, 1), GemmShape(9, 17, 64, batch=3),
+    GemmShape(64, 48, 32),
+    GemmShape(64, 48, 32, trans_a=True),
+    GemmShape(64, 48, 32, trans_b=True),
+    GemmShape(64, 48, 32, trans_a=True, trans_b=True),
+    GemmShape(127, 33, 7),
+    GemmShape(127, 33, 7, trans_a=True),
+    GemmShape(127, 33, 7, trans_b=True),
+    GemmShape(7, 5, 3, batch=2, trans_a=True),
+    GemmShape(1, 1, 1),
+    GemmShape(1, 16, 24),
+    GemmShape(16, 1, 24, trans_b=True),
+    GemmShape(24, 40, 1),
+    GemmShape(9, 17, 64, batch=3),
     GemmShape(9, 16, 64, batch=3, trans_a=True, trans_b=True),
 ]
 
@@ -102,8 +112,13 @@ def emulate_conv(p: conv_cupy.ConvPlan) -> torch.Tensor:
     n, h, w, c8, k, r, s, pp, q, sh, sw, ph, pw, dh, dw = p.geometry
     for t, shape in ((p.x, (n, h, w, c8)), (p.w, (k, r, s, c8))):
         assert tuple(t.shape) == shape and t.is_contiguous() and t.data_ptr() % 16 == 0 and c8 % 8 == 0
-    y_full = F.conv2d(p.x.double().permute(0, 3, 1, 2), p.w.double().permute(0, 3, 1, 2), stride=(sh, sw),
-                      padding=(ph, pw), dilation=(dh, dw))
+    y_full = F.conv2d(
+        p.x.double().permute(0, 3, 1, 2),
+        p.w.double().permute(0, 3, 1, 2),
+        stride=(sh, sw),
+        padding=(ph, pw),
+        dilation=(dh, dw),
+    )
     assert tuple(y_full.shape) == (n, k, pp, q) and p.m == n * pp * q
     y, y_nhwc = conv_cupy.output(p, torch.empty(0, dtype=torch.float64))
     assert tuple(y_nhwc.shape) == (n, pp, q, p.ldy) and y_nhwc.is_contiguous() and p.ldy % 8 == 0
@@ -142,8 +157,9 @@ def test_conv_plan_copies_nchw_inputs_to_nhwc():
     torch.testing.assert_close(emulate_conv(p), ref, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype, crosses_as", [(torch.bfloat16, torch.int16), (torch.float16, torch.float16),
-                                               (torch.float32, torch.float32)])
+@pytest.mark.parametrize(
+    "dtype, crosses_as", [(torch.bfloat16, torch.int16), (torch.float16, torch.float16), (torch.float32, torch.float32)]
+)
 def test_tensors_cross_into_cupy_without_ml_dtypes(dtype, crosses_as):
     """CuPy 14 imports bf16 through DLPack only with ml_dtypes installed: bf16 goes as its int16 view, the
     same bytes at the same address (the kernels read only the pointer)."""

@@ -1,5 +1,6 @@
 """Training steps decomposed into operators (CPU) or kernels (a real GPU trace), attributed to layers and
 phases, counted, and replayed through the providers."""
+
 from __future__ import annotations
 
 import gzip
@@ -11,25 +12,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from microbench import models
+from microbench import decompose_step, models
+from microbench.core.ops import of as spec_of
 from microbench.decompose.attribution import attribute, load_trace
 from microbench.decompose.cli import main
-from microbench.core.ops import of as spec_of
-from microbench import decompose_step
-from microbench.decompose.pipeline import cpu_matrix_evidence, onednn_key
-from microbench.roofline.evidence import OneDnnExec
 from microbench.decompose.oprecord import OpRecorder
+from microbench.decompose.pipeline import cpu_matrix_evidence, onednn_key
 from microbench.models.ranges import StepRanges
-from microbench.models.step import TrainingStep, image_inputs
+from microbench.models.step import image_inputs
 from microbench.models.transformer import make_inputs_for
+from microbench.roofline.evidence import OneDnnExec
 
 from .conftest import SHARED
 
 V100_TRACE = SHARED / "traces" / "v100_resnet_ddp_rank0.json.gz"
-FAST = dict(replay=False, measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1,
-            profiler_warmup_steps=0)
+FAST = dict(replay=False, measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
 # The first step and the profiled one follow each other directly: the profiler's own warm-up adds nothing here.
 pytestmark = pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
 
@@ -42,9 +40,11 @@ def _small(name):
 
     facts = models.facts(name)
     if name == "transformer":  # built small directly: the full vocabulary's embedding takes seconds to initialise
-        return Workload(name, transformer.Transformer(vocab=512), make_inputs_for(8, 8, vocab=512),
-                        transformer.loss_fn, facts=facts), 1
+        return Workload(
+            name, transformer.Transformer(vocab=512), make_inputs_for(8, 8, vocab=512), transformer.loss_fn, facts=facts
+        ), 1
     if name == "ncf":
+
         def small_ids(batch, device):
             (user, item), label = ncf.make_inputs(batch, device)
             return (user % 1000, item % 500), label
@@ -81,7 +81,9 @@ def _trace_total_us(path: Path) -> float:
 @pytest.mark.parametrize("name", models.names())
 def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
     w, batch = _small(name)
-    expected = {n: type(m).__name__ for n, m in w.model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))}
+    expected = {
+        n: type(m).__name__ for n, m in w.model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+    }
     doc = decompose_step(w, batch=batch, device="cpu", out=tmp_path, **FAST)
     found = {(l["name"], l["phase"]) for l in doc["layers"] if l["time_ms"] > 0 and l["matrix_flops"] > 0}
     for layer in expected:
@@ -107,13 +109,19 @@ def test_every_conv_and_linear_is_in_the_decomposition(name, tmp_path):
 @pytest.mark.slow
 def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     w, _ = _small("resnet9")
-    doc = decompose_step(w, batch=2, dtype="bf16", device="cpu", out=tmp_path,
-                    **{**FAST, "plot": True})
+    doc = decompose_step(w, batch=2, dtype="bf16", device="cpu", out=tmp_path, **{**FAST, "plot": True})
     for f in ("decomposition.json", "results.json", "results.csv", "trace.json.gz", "roofline.png", "roofline.svg"):
         assert (tmp_path / f).is_file(), f
     saved = json.loads((tmp_path / "decomposition.json").read_text())
-    for key in ("step_time_ms", "flops_per_step", "forward_flops", "achieved_tflops", "tensor_core_time_share",
-                "time_if_gemm_at_ceiling_ms", "time_if_elementwise_free_ms"):
+    for key in (
+        "step_time_ms",
+        "flops_per_step",
+        "forward_flops",
+        "achieved_tflops",
+        "tensor_core_time_share",
+        "time_if_gemm_at_ceiling_ms",
+        "time_if_elementwise_free_ms",
+    ):
         assert key in saved["summary"], key
     assert saved["summary"]["time_if_elementwise_free_ms"] <= saved["summary"]["step_time_ms"]
     for key in ("name", "phase", "time_ms", "flops", "bytes", "intensity", "tflops", "pct_of_ceiling", "tensor_cores"):
@@ -123,8 +131,9 @@ def test_resnet9_files_rows_and_cpu_evidence(tmp_path):
     assert {(r["layer"], r["phase"]) for r in model_rows} == {(l["name"], l["phase"]) for l in doc["layers"]}
     # ReLU's backward (aten::threshold_backward) is element-wise work, not a memory copy
     relu_bwd = [l for l in doc["layers"] if l["module"] == "ReLU" and l["phase"] == "backward"]
-    assert relu_bwd and all(l["time_by_class_ms"]["elementwise"] > l["time_by_class_ms"].get("memcpy", 0.0)
-                            for l in relu_bwd)
+    assert relu_bwd and all(
+        l["time_by_class_ms"]["elementwise"] > l["time_by_class_ms"].get("memcpy", 0.0) for l in relu_bwd
+    )
     conv_rows = [r for r in model_rows if r["op"] == "Conv2d"]
     assert conv_rows and all(r["dtype"] == "bf16" for r in conv_rows)
     # bf16 convolutions: the evidence names the oneDNN implementations of each (or says oneDNN left no record)
@@ -158,11 +167,21 @@ def test_onednn_problems_match_recorded_cases():
         conv(x)
     (case,) = [c for r in rec.records for c in r.cases]
     # the line oneDNN prints for this convolution (format of onednn_verbose v1)
-    line = OneDnnExec("convolution", "brg_conv_fwd:avx512_core_bf16", "forward_training",
-                      "mb2_ic3oc8_ih17oh9kh3sh2dh0ph1_iw17ow9kw3sw2dw0pw1", 0.1)
+    line = OneDnnExec(
+        "convolution",
+        "brg_conv_fwd:avx512_core_bf16",
+        "forward_training",
+        "mb2_ic3oc8_ih17oh9kh3sh2dh0ph1_iw17ow9kw3sw2dw0pw1",
+        0.1,
+    )
     assert onednn_key(line) == spec_of(case).problem_key(case)
-    assert onednn_key(OneDnnExec("matmul", "brg_matmul:avx512_core_bf16", "undef", "4x7:7x5", 0.1)) == \
-        ("gemm", 1, 4, 7, 5)
+    assert onednn_key(OneDnnExec("matmul", "brg_matmul:avx512_core_bf16", "undef", "4x7:7x5", 0.1)) == (
+        "gemm",
+        1,
+        4,
+        7,
+        5,
+    )
     ev = cpu_matrix_evidence(rec.records, [line])
     assert ev == {("Conv2d", "forward"): {"flops": {"yes": 2 * 2 * 8 * 9 * 9 * 3 * 9}, "impls": {line.impl: 1}}}
 
@@ -171,8 +190,24 @@ def test_onednn_problems_match_recorded_cases():
 def test_replay_cases_are_the_steps_gemms(tmp_path):
     """Every GEMM and convolution of the step becomes a case with its exact shape and operand layout, in
     every direction it ran, and the replay rows come back tagged with their layer and phase."""
-    rc = main(["--model", "tests.ext_model:make", "--batch", "4", "--out", str(tmp_path), "--providers", "torch",
-               "--no-measure-ceilings", "--steps", "1", "--timed-steps", "1", "--no-plot"])
+    rc = main(
+        [
+            "--model",
+            "tests.ext_model:make",
+            "--batch",
+            "4",
+            "--out",
+            str(tmp_path),
+            "--providers",
+            "torch",
+            "--no-measure-ceilings",
+            "--steps",
+            "1",
+            "--timed-steps",
+            "1",
+            "--no-plot",
+        ]
+    )
     assert rc == 0
     rows = json.loads((tmp_path / "results.json").read_text())["results"]
     replay = {(r["op"], r["shape"], r["layer"], r["phase"]) for r in rows if r["source"] == "microbench"}
@@ -180,9 +215,9 @@ def test_replay_cases_are_the_steps_gemms(tmp_path):
     assert replay == {
         ("conv2d_fwd", "n4 c3 8x8 k8 3x3 s1 p1", "conv", "forward"),
         ("conv2d_bwd_weight", "n4 c3 8x8 k8 3x3 s1 p1", "conv", "backward"),
-        ("gemm", "4x16x512 B^T", "hidden", "forward"),      # x @ W^T
-        ("gemm", "4x512x16", "hidden", "backward"),         # dX = dY @ W
-        ("gemm", "16x512x4 A^T", "hidden", "backward"),     # dW = dY^T @ X
+        ("gemm", "4x16x512 B^T", "hidden", "forward"),  # x @ W^T
+        ("gemm", "4x512x16", "hidden", "backward"),  # dX = dY @ W
+        ("gemm", "16x512x4 A^T", "hidden", "backward"),  # dW = dY^T @ X
         ("gemm", "4x4x16 B^T", "head", "forward"),
         ("gemm", "4x16x4", "head", "backward"),
         ("gemm", "4x16x4 A^T", "head", "backward"),
@@ -192,7 +227,9 @@ def test_replay_cases_are_the_steps_gemms(tmp_path):
     assert all(r["time_ms"] for r in ok)
 
 
-needs_v100 = pytest.mark.skipif(not V100_TRACE.is_file(), reason=f"{V100_TRACE} not here (a real trace beside the repo)")
+needs_v100 = pytest.mark.skipif(
+    not V100_TRACE.is_file(), reason=f"{V100_TRACE} not here (a real trace beside the repo)"
+)
 
 
 @pytest.mark.slow
@@ -200,8 +237,10 @@ needs_v100 = pytest.mark.skipif(not V100_TRACE.is_file(), reason=f"{V100_TRACE} 
 def test_attribution_on_a_real_v100_trace():
     """A ResNet training step captured on a V100 (fp32): every kernel, memcpy and memset is attributed,
     the sum matches the trace's own total, and none of it ran on Tensor Cores."""
-    a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
-                                                       "## optimizer ##": "optimizer"})
+    a = attribute(
+        load_trace(V100_TRACE),
+        phase_ranges={"## forward ##": "forward", "## backward ##": "backward", "## optimizer ##": "optimizer"},
+    )
     events = json.loads(gzip.open(V100_TRACE, "rt").read())["traceEvents"]  # counted here independently
     gpu_total = sum(e["dur"] for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert a.unit == "kernel" and a.steps == 5
@@ -220,16 +259,22 @@ def test_attribution_on_a_real_v100_trace():
     assert gemm > 0.2 * gpu_total
 
 
-@pytest.mark.parametrize("argv, problem", [
-    (["--model", "nosuch"], "unknown model"),
-    (["--model", "tests.ext_model:make_wrong"], "returned int"),
-    (["--model", "resnet9", "--batch", "0"], "--batch: '0' must be an integer from 1"),
-    (["--model", "resnet9", "--batch", "x"], "not an integer"),
-    (["--model", "resnet9", "--dtype", "fp64"], "invalid choice"),
-    (["--model", "resnet9", "--providers", "nope"], "unknown provider"),
-    (["--model", "resnet9", "--num-workers", "1", "--no-replay"], "--num-workers = 1: workload 'resnet9' has no DataLoader"),
-    (["--model", "resnet9", "--num-workers", "-1"], "--num-workers: '-1' must be an integer from 0"),
-])
+@pytest.mark.parametrize(
+    "argv, problem",
+    [
+        (["--model", "nosuch"], "unknown model"),
+        (["--model", "tests.ext_model:make_wrong"], "returned int"),
+        (["--model", "resnet9", "--batch", "0"], "--batch: '0' must be an integer from 1"),
+        (["--model", "resnet9", "--batch", "x"], "not an integer"),
+        (["--model", "resnet9", "--dtype", "fp64"], "invalid choice"),
+        (["--model", "resnet9", "--providers", "nope"], "unknown provider"),
+        (
+            ["--model", "resnet9", "--num-workers", "1", "--no-replay"],
+            "--num-workers = 1: workload 'resnet9' has no DataLoader",
+        ),
+        (["--model", "resnet9", "--num-workers", "-1"], "--num-workers: '-1' must be an integer from 0"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(argv, problem, capsys):
     try:
         rc = main(argv + ["--out", "/nonexistent/never-written"])
@@ -245,10 +290,19 @@ def test_roofline_model_option_delegates(tmp_path):
     # the checkout (its lock file used to stay behind in results/)
     repo = Path(__file__).resolve().parents[1]
     path = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
-    p = subprocess.run([sys.executable, "-m", "microbench.roofline", "--model", "tests.ext_model:make_raises"],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": path})
+    p = subprocess.run(
+        [sys.executable, "-m", "microbench.roofline", "--model", "tests.ext_model:make_raises"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     assert p.returncode == 2
-    assert p.stderr.strip() == "error: --model = 'tests.ext_model:make_raises': the factory raised RuntimeError: no weights here"
+    assert (
+        p.stderr.strip()
+        == "error: --model = 'tests.ext_model:make_raises': the factory raised RuntimeError: no weights here"
+    )
 
 
 def test_inplace_model_falls_back_to_forward_ranges(tmp_path):
@@ -268,17 +322,34 @@ def test_gpu_summary_from_a_real_v100_trace():
 
     from microbench.core.device import Device
     from microbench.core.stats import summarize
-    from microbench.roofline.ceilings import Ceilings
     from microbench.decompose.pipeline import DecomposeOptions, Decomposition, judge_layers
+    from microbench.roofline.ceilings import Ceilings
 
-    a = attribute(load_trace(V100_TRACE), phase_ranges={"## forward ##": "forward", "## backward ##": "backward",
-                                                       "## optimizer ##": "optimizer"})
-    v100 = Device(kind="cuda", torch_device="cuda:0", name="Tesla V100-SXM2-32GB", arch="sm_70", units=80,
-                  memory_bytes=32 << 30, clock_mhz=1530.0)
+    a = attribute(
+        load_trace(V100_TRACE),
+        phase_ranges={"## forward ##": "forward", "## backward ##": "backward", "## optimizer ##": "optimizer"},
+    )
+    v100 = Device(
+        kind="cuda",
+        torch_device="cuda:0",
+        name="Tesla V100-SXM2-32GB",
+        arch="sm_70",
+        units=80,
+        memory_bytes=32 << 30,
+        clock_mhz=1530.0,
+    )
     ranges = SimpleNamespace(types={}, interleaved_closes=0)
     w = SimpleNamespace(name="v100-resnet")
-    d = Decomposition(w, DecomposeOptions(), dev=v100, att=a, ceilings=Ceilings(),
-                      step=SimpleNamespace(ranges=ranges), workload=w, step_timing=summarize([100.0]))
+    d = Decomposition(
+        w,
+        DecomposeOptions(),
+        dev=v100,
+        att=a,
+        ceilings=Ceilings(),
+        step=SimpleNamespace(ranges=ranges),
+        workload=w,
+        step_timing=summarize([100.0]),
+    )
     judge_layers(d)  # the judge stage after its ceilings (none here)
     layers, rows, s = d.layers, d.rows, d.summary
     assert s["profiled_unit"] == "kernel" and s["tensor_core_time_share"] == 0.0

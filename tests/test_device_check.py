@@ -4,6 +4,7 @@ written (pytest's JUnit report, merged into gpu-tests.xml as each stage ends), a
 16 MiB, the summary last; stage processes that do not outlive device-check; a second run into the same
 OUTDIR that runs only what the first did not finish; the carried wheels installed for the stages; the plan
 within its 8 minutes."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ def test_script_is_valid_bash():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would really run")
 def test_refuses_without_gpu_and_creates_nothing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DEVICE_CHECK_DRY_RUN"}
-    r = subprocess.run([str(REPO / "scripts" / "device-check"), str(tmp_path / "out")], capture_output=True,
-                       text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [str(REPO / "scripts" / "device-check"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 3 and "no CUDA or ROCm device" in r.stderr
     assert not (tmp_path / "out").exists()  # nothing that could pass for a GPU result
 
@@ -48,7 +54,10 @@ def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     quick = _script(tmp_path, "quick", "import sys; open(sys.argv[1] + '/a.txt', 'w').write('done')")
-    patient = _script(tmp_path, "patient", """
+    patient = _script(
+        tmp_path,
+        "patient",
+        """
         import sys, time
         open(sys.argv[1] + '/rows.txt', 'w').write('row 1\\n')
         try:
@@ -56,15 +65,29 @@ def test_stages_in_order_stopped_with_sigint_and_their_output_kept(tmp_path):
         except KeyboardInterrupt:  # as the roofline does: keep what was measured, then stop
             open(sys.argv[1] + '/rows.txt', 'a').write('interrupted\\n')
             sys.exit(130)
-        """)
-    stubborn = _script(tmp_path, "stubborn", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)")
+        """,
+    )
+    stubborn = _script(
+        tmp_path, "stubborn", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    )
     (tmp_path / "test_two.py").write_text("import time\ndef test_fast(): pass\ndef test_slow(): time.sleep(60)\n")
-    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", "{work}/junit.xml",
-                  str(tmp_path / "test_two.py")]
-    plan = [dc.Stage("quick", 30, [], [*quick, "{work}"], 30, {"a.txt": "a.txt"}),
-            dc.Stage("patient", 30, [], [*patient, "{work}"], 2, {"rows.txt": "rows.txt"}),
-            dc.Stage("pytest", 30, [], pytest_cmd, 20, junit=True),  # time to start pytest on a loaded machine
-            dc.Stage("stubborn", 30, [], stubborn, 1)]
+    pytest_cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml",
+        "{work}/junit.xml",
+        str(tmp_path / "test_two.py"),
+    ]
+    plan = [
+        dc.Stage("quick", 30, [], [*quick, "{work}"], 30, {"a.txt": "a.txt"}),
+        dc.Stage("patient", 30, [], [*patient, "{work}"], 2, {"rows.txt": "rows.txt"}),
+        dc.Stage("pytest", 30, [], pytest_cmd, 20, junit=True),  # time to start pytest on a loaded machine
+        dc.Stage("stubborn", 30, [], stubborn, 1),
+    ]
     # a grace long enough for pytest to write its report after SIGINT on a loaded machine
     results = dc.run_all(out, dry=True, deadline_s=300, plan=plan, grace_s=10)
     assert [r.name for r in results] == ["quick", "patient", "pytest", "stubborn"]
@@ -96,8 +119,13 @@ def test_dry_run_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DEVICE_CHECK_DEADLINE_S": "30"}
     env.pop("PYTHONPATH", None)  # the script sets it: it runs from the source tree, installed or not
-    r = subprocess.run([str(REPO / "scripts" / "device-check"), "--dry-run", str(out)], capture_output=True,
-                       text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [str(REPO / "scripts" / "device-check"), "--dry-run", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode in (0, 1), r.stderr[-2000:]
     files = sorted(out.iterdir(), key=lambda p: p.stat().st_mtime_ns)
     assert 2 <= len(files) <= dc.MAX_FILES and all(p.stat().st_size <= dc.MAX_FILE_BYTES for p in files)
@@ -117,8 +145,10 @@ def test_probe_names_the_declared_dependencies_this_environment_lacks(tmp_path):
     from devtools.probe import missing_dependencies
 
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=1.26", "pytest[testing] >=8", '
-                         '"surely-not-a-package-here>=1.0; python_version >= \'3.10\'"]\n')
+    pyproject.write_text(
+        '[project]\nname = "x"\ndependencies = ["numpy>=1.26", "pytest[testing] >=8", '
+        "\"surely-not-a-package-here>=1.0; python_version >= '3.10'\"]\n"
+    )
     assert missing_dependencies(pyproject) == ["surely-not-a-package-here"]
 
 
@@ -142,10 +172,12 @@ def _counter(tmp_path, name: str) -> list[str]:
 def test_a_second_run_into_the_same_outdir_runs_only_what_the_first_did_not_finish(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    plan = [dc.Stage("done", 30, [], _counter(tmp_path, "done"), 30),
-            dc.Stage("cut", 30, [], ["sleep", "60"], 60),  # takes what is left of the first run's deadline
-            dc.Stage("never reached", 30, [], _counter(tmp_path, "late"), 30),
-            dc.Stage("every run", 30, [], _counter(tmp_path, "every"), 30, every_run=True)]
+    plan = [
+        dc.Stage("done", 30, [], _counter(tmp_path, "done"), 30),
+        dc.Stage("cut", 30, [], ["sleep", "60"], 60),  # takes what is left of the first run's deadline
+        dc.Stage("never reached", 30, [], _counter(tmp_path, "late"), 30),
+        dc.Stage("every run", 30, [], _counter(tmp_path, "every"), 30, every_run=True),
+    ]
     first = dc.run_all(out, dry=True, deadline_s=8, plan=plan, grace_s=1)
     assert first[0].rc == 0 and first[1].stopped and first[2].skipped and first[3].skipped
     plan[1] = dc.Stage("cut", 30, [], _counter(tmp_path, "cut"), 30)  # this time it can finish
@@ -164,14 +196,27 @@ def test_gpu_tests_xml_is_merged_as_each_stage_ends(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (tmp_path / "test_one.py").write_text("def test_one(): pass\n")
-    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", "{work}/junit.xml",
-                  str(tmp_path / "test_one.py")]
-    look = _script(tmp_path, "look", f"""
+    pytest_cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml",
+        "{work}/junit.xml",
+        str(tmp_path / "test_one.py"),
+    ]
+    look = _script(
+        tmp_path,
+        "look",
+        f"""
         import pathlib, xml.etree.ElementTree as ET
         xml = pathlib.Path({str(out / "gpu-tests.xml")!r})
         names = [s.get("name") for s in ET.parse(xml).getroot()] if xml.exists() else []
         pathlib.Path({str(tmp_path / "seen.txt")!r}).write_text(",".join(names))
-        """)
+        """,
+    )
     plan = [dc.Stage("tests", 30, [], pytest_cmd, 60, junit=True), dc.Stage("look", 30, [], look, 30)]
     dc.run_all(out, dry=True, deadline_s=300, plan=plan, grace_s=5)
     assert (tmp_path / "seen.txt").read_text() == "tests"  # there before the next stage started
@@ -197,19 +242,27 @@ def test_stage_processes_do_not_outlive_device_check(tmp_path, sig):
     """The stage runs in its own session (so that device-check alone decides when it gets SIGINT); stopped
     with SIGTERM, device-check takes the stage's whole group down; killed outright, the stage still dies."""
     pids = tmp_path / "pids.txt"
-    stage = _script(tmp_path, "stage", f"""
+    stage = _script(
+        tmp_path,
+        "stage",
+        f"""
         import os, subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
         time.sleep(120)
-        """)
-    driver = _script(tmp_path, "driver", f"""
+        """,
+    )
+    driver = _script(
+        tmp_path,
+        "driver",
+        f"""
         from pathlib import Path
         from devtools import devicecheck as dc
         dc._interrupt_on_signals()
         plan = [dc.Stage("stage", 300, [], {stage!r}, 300)]
         dc.run_all(Path({str(tmp_path)!r}), dry=True, deadline_s=400, plan=plan, grace_s=2)
-        """)
+        """,
+    )
     proc = subprocess.Popen(driver, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         for _ in range(1200):  # started on a loaded machine: up to 2 minutes
@@ -244,7 +297,9 @@ def _wheel(folder, name: str, version: str, module_source: str, requires: tuple[
 
     path = folder / f"{name}-{version}-py3-none-any.whl"
     info = f"{name}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{name}.py", module_source)
         z.writestr(f"{info}/METADATA", meta)
@@ -260,10 +315,14 @@ def test_carried_wheels_are_installed_for_the_stages(tmp_path):
     _wheel(wheels, "carried_probe_pkg", "1.0", "WHERE = 'carried'\n")
     out = tmp_path / "out"
     out.mkdir()
-    use = _script(tmp_path, "use", f"""
+    use = _script(
+        tmp_path,
+        "use",
+        f"""
         import carried_probe_pkg
         open({str(tmp_path / "used.txt")!r}, "w").write(carried_probe_pkg.WHERE)
-        """)
+        """,
+    )
     plan = [*dc._wheels_stage(wheels, python="3.12"), dc.Stage("use", 30, [], use, 60)]  # the image's Python
     assert plan[0].name == "carried wheels" and plan[0].every_run
     results = dc.run_all(out, dry=True, deadline_s=300, plan=plan, grace_s=5)

@@ -4,6 +4,7 @@ those the chip lists, the run is at the chip's own clocks, and the export is rea
 into a verdict per labelled GEMM against the expected one (the fp32 GEMM with TF32 off is the negative control).
 The labelled export is the real one with its kernel cloned under the marker and GEMM names, tensor-pipe
 metric rows added (values chosen here)."""
+
 from __future__ import annotations
 
 import csv
@@ -91,13 +92,17 @@ def _labelled_export(real, out, gemms: list[tuple[str, str, dict[str, str]]]):
     def clone(name, extra):
         nonlocal kid
         for r in body:
-            out_rows.append([str(kid) if i == col["ID"] else name if i == col["Kernel Name"] else v
-                             for i, v in enumerate(r)])
+            out_rows.append(
+                [str(kid) if i == col["ID"] else name if i == col["Kernel Name"] else v for i, v in enumerate(r)]
+            )
         for metric, value in extra.items():
             r = [""] * len(header)
             r[col["ID"]], r[col["Kernel Name"]] = str(kid), name
             r[col["Section Name"]], r[col["Metric Name"]], r[col["Metric Value"]] = (
-                "Command line profiler metrics", metric, value)
+                "Command line profiler metrics",
+                metric,
+                value,
+            )
             out_rows.append(r)
         kid += 1
 
@@ -111,12 +116,21 @@ def _labelled_export(real, out, gemms: list[tuple[str, str, dict[str, str]]]):
 
 
 GEMMS = [
-    ("cublas_bf16", "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
-     {"sm__inst_executed_pipe_tensor_op_gmma.sum": "1,048,576", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"}),
-    ("cublas_fp32_no_tf32", "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4",
-     {"sm__inst_executed_pipe_tensor_op_gmma.sum": "0", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"}),
-    ("triton_bf16", "_gemm_kernel",
-     {"sm__inst_executed_pipe_tensor_op_gmma.sum": "0", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"}),
+    (
+        "cublas_bf16",
+        "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT",
+        {"sm__inst_executed_pipe_tensor_op_gmma.sum": "1,048,576", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"},
+    ),
+    (
+        "cublas_fp32_no_tf32",
+        "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4",
+        {"sm__inst_executed_pipe_tensor_op_gmma.sum": "0", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"},
+    ),
+    (
+        "triton_bf16",
+        "_gemm_kernel",
+        {"sm__inst_executed_pipe_tensor_op_gmma.sum": "0", "sm__inst_executed_pipe_tensor_op_hmma.sum": "0"},
+    ),
 ]
 
 
@@ -166,8 +180,10 @@ def test_summary_carries_the_counter_evidence(real_export, tmp_path):
     _labelled_export(real_export, out / "ncu.csv", GEMMS[:2])
     summary = dc.write_summary(out, [], dry=True, deadline_s=1, elapsed_s=0).read_text()
     assert "hardware counters (ncu.csv" in summary
-    assert [ln.split()[0] for ln in summary.splitlines() if "as expected" in ln] == ["cublas_bf16",
-                                                                                     "cublas_fp32_no_tf32"]
+    assert [ln.split()[0] for ln in summary.splitlines() if "as expected" in ln] == [
+        "cublas_bf16",
+        "cublas_fp32_no_tf32",
+    ]
 
 
 def test_no_ncu_is_one_line(tmp_path, monkeypatch, capsys):
@@ -188,7 +204,9 @@ def test_metrics_asked_are_those_the_chip_lists():
     assert "sm__inst_executed_pipe_tensor_op_gmma" in offered
     hopper, _ = ncucheck.choose_metrics(set(), cfg, "sm_90")  # the query failed: Hopper's candidates only
     assert "sm__inst_executed_pipe_tensor_op_gmma.sum" in hopper
-    assert not any(m.startswith(("sm__pipe_tc_", "sm__pipe_tensor_cycles", "sm__inst_executed_pipe_tensor.")) for m in hopper)
+    assert not any(
+        m.startswith(("sm__pipe_tc_", "sm__pipe_tensor_cycles", "sm__inst_executed_pipe_tensor.")) for m in hopper
+    )
     assert ncucheck.choose_metrics(set(), cfg, None)[0] == cfg["always"]  # an unknown chip: no tensor guess
     assert [g["label"] for g in cfg["gemm"]][-1] == "cupy_wgmma_bf16"  # the unverified kernel last
     assert {g["label"]: g["expect"] for g in cfg["gemm"]}["cublas_fp32_no_tf32"] == "no"

@@ -1,6 +1,7 @@
 """The last hostile inputs: digits that are not ASCII ('4²': str.isdigit accepts it, int() does not), a rank
 written as a string in a trace's distributedInfo, and a device that is not here, asked for by a command with a
 progress bar. Each is one line naming the key and the value, exit 2, before any work."""
+
 from __future__ import annotations
 
 import ast
@@ -12,12 +13,11 @@ import pytest
 import torch
 
 from microbench.comm import cli as comm
-
-from microbench.tta import cli as tta
 from microbench.core.args import digits
 from microbench.core.errors import InputError
 from microbench.report.roofline_report import PIPED_WIDTH, piped_width
 from microbench.trace.ncu import read_ncu_csv
+from microbench.tta import cli as tta
 
 from .conftest import REPO, SHARED, TRACES
 
@@ -78,14 +78,17 @@ def _rank_trace(tmp_path, k: int, info: dict):
     return path
 
 
-@pytest.mark.parametrize("info, key, value", [
-    ({"rank": "1"}, "distributedInfo.rank", "'1'"),
-    ({"rank": 1.0}, "distributedInfo.rank", "1.0"),
-    ({"rank": True}, "distributedInfo.rank", "True"),
-    ({"rank": -1}, "distributedInfo.rank", "-1"),
-    ({"world_size": "128"}, "distributedInfo.world_size", "'128'"),
-    ({"rank": 128}, "distributedInfo.rank", "128"),  # the job's world_size is 128
-])
+@pytest.mark.parametrize(
+    "info, key, value",
+    [
+        ({"rank": "1"}, "distributedInfo.rank", "'1'"),
+        ({"rank": 1.0}, "distributedInfo.rank", "1.0"),
+        ({"rank": True}, "distributedInfo.rank", "True"),
+        ({"rank": -1}, "distributedInfo.rank", "-1"),
+        ({"world_size": "128"}, "distributedInfo.world_size", "'128'"),
+        ({"rank": 128}, "distributedInfo.rank", "128"),  # the job's world_size is 128
+    ],
+)
 def test_a_rank_that_is_not_a_rank_number_is_one_line(tmp_path, capsys, info, key, value):
     """Taken for the file's place in the list (as a string rank once was), it would put rank 1's calls under
     another rank without a word."""
@@ -101,8 +104,10 @@ def test_a_rank_that_is_not_a_rank_number_is_one_line(tmp_path, capsys, info, ke
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the check is of a machine without a GPU")
 def test_tta_run_on_a_missing_device_stops_before_the_progress_bar(tmp_path, capsys):
     out = tmp_path / "tta"
-    assert tta.main(["run", "--model", "digits", "--seeds", "1", "--epochs", "1", "--device", "cuda",
-                     "--out", str(out)]) == 2
+    assert (
+        tta.main(["run", "--model", "digits", "--seeds", "1", "--epochs", "1", "--device", "cuda", "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: --device = 'cuda'") and err.count("\n") == 1, err  # no progress bar before it
     assert not (out / "results.json").exists()

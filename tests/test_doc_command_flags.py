@@ -1,6 +1,7 @@
 """The docs' command lines use the current flag spellings: docs/usage.md still showed `tta run ... --profile`,
 `tta thresholds ... --plot th.png` and `trace` / `comm ranks ... --workers N` after the renames (each still works,
 with a notice, for one release), and the trace integrity line said `(or --steps)`."""
+
 from __future__ import annotations
 
 import re
@@ -17,10 +18,11 @@ def _command_lines():
         for line in path.read_text().splitlines():
             for cmd in RENAMED_FLAGS:
                 words = cmd.split()
-                pattern = (rf"(python -m microbench\.{words[0]}|dawnscope {words[0]})\s+" +
-                           "".join(rf"{w}\s+" for w in words[1:]))
+                pattern = rf"(python -m microbench\.{words[0]}|dawnscope {words[0]})\s+" + "".join(
+                    rf"{w}\s+" for w in words[1:]
+                )
                 for m in re.finditer(pattern, line):
-                    yield path.name, line, cmd, line[m.end():].split("`")[0].split("#")[0]
+                    yield path.name, line, cmd, line[m.end() :].split("`")[0].split("#")[0]
 
 
 def test_doc_command_lines_use_the_new_flag_names():

@@ -2,6 +2,7 @@
 kernel time launched by operators that could run on Tensor Cores, in a dtype the chip takes or could take with
 AMP / TF32, that ran without them. Checked on a small trace in the modern schema (written here), on the 2021-schema
 cut of the plugin's ResNet-50 sample, and on the whole sample against the plugin's own 68 %."""
+
 from __future__ import annotations
 
 import json
@@ -20,29 +21,63 @@ TB_SAMPLE = TRACES / "v100_resnet50_tbplugin_2021schema.json.gz" if TRACES else 
 
 
 def _op(name: str, ts: int, dur: int, ext: int, types: list[str]) -> dict:
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
-            "args": {"External id": ext, "Input type": types}}
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": ext, "Input type": types},
+    }
 
 
 def _launch_and_kernel(name: str, ts: int, dur: int, corr: int) -> list[dict]:
-    return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1,
-             "dur": 2, "args": {"correlation": corr}},
-            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 1000 + corr * 200, "dur": dur,
-             "args": {"device": 0, "stream": 7, "correlation": corr}}]
+    return [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts + 1,
+            "dur": 2,
+            "args": {"correlation": corr},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 0,
+            "tid": 7,
+            "ts": 1000 + corr * 200,
+            "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr},
+        },
+    ]
 
 
 def _trace(tmp_path: Path, cc: tuple[int, int] = (7, 0)) -> Path:
     """fp32 mm on CUDA cores (eligible, unused: AMP would move it), an fp16 mm on Tensor Cores (eligible,
     used), an fp64 mm (not eligible), an element-wise add (not a Tensor Core family), on a V100-class GPU."""
-    ev = [_op("aten::mm", 10, 10, 1, ["float", "float"]), *_launch_and_kernel("volta_sgemm_128x64_nn", 10, 100, 1),
-          _op("aten::mm", 30, 10, 2, ["c10::Half", "c10::Half"]),
-          *_launch_and_kernel("volta_h884gemm_64x64_nn", 30, 30, 2),
-          _op("aten::mm", 50, 10, 3, ["double", "double"]), *_launch_and_kernel("volta_dgemm_64x64_nn", 50, 20, 3),
-          _op("aten::add", 70, 10, 4, ["float", "float"]),
-          *_launch_and_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
-                              70, 50, 4)]
-    doc = {"schemaVersion": 1, "traceEvents": ev,
-           "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": cc[0], "computeMinor": cc[1]}]}
+    ev = [
+        _op("aten::mm", 10, 10, 1, ["float", "float"]),
+        *_launch_and_kernel("volta_sgemm_128x64_nn", 10, 100, 1),
+        _op("aten::mm", 30, 10, 2, ["c10::Half", "c10::Half"]),
+        *_launch_and_kernel("volta_h884gemm_64x64_nn", 30, 30, 2),
+        _op("aten::mm", 50, 10, 3, ["double", "double"]),
+        *_launch_and_kernel("volta_dgemm_64x64_nn", 50, 20, 3),
+        _op("aten::add", 70, 10, 4, ["float", "float"]),
+        *_launch_and_kernel(
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", 70, 50, 4
+        ),
+    ]
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": ev,
+        "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": cc[0], "computeMinor": cc[1]}],
+    }
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc))
     return p
@@ -63,12 +98,21 @@ def test_a_gpu_without_tensor_cores_has_nothing_eligible(tmp_path):
     assert e["eligible_time_us"] == 0.0 and e["unused_share"] == 0.0
 
 
-@pytest.mark.parametrize("name, eligible", [
-    ("aten::cudnn_convolution", True), ("aten::cudnn_convolution_backward_weight", True),  # the 2021 sample's
-    ("aten::convolution_backward", True), ("aten::addmm", True), ("aten::_flash_attention_forward", True),
-    ("MmBackward0", True), ("aten::cudnn_batch_norm", False), ("aten::add_", False), ("aten::threshold_backward", False),
-    ("aten::mm_something_else", False),
-])
+@pytest.mark.parametrize(
+    "name, eligible",
+    [
+        ("aten::cudnn_convolution", True),
+        ("aten::cudnn_convolution_backward_weight", True),  # the 2021 sample's
+        ("aten::convolution_backward", True),
+        ("aten::addmm", True),
+        ("aten::_flash_attention_forward", True),
+        ("MmBackward0", True),
+        ("aten::cudnn_batch_norm", False),
+        ("aten::add_", False),
+        ("aten::threshold_backward", False),
+        ("aten::mm_something_else", False),
+    ],
+)
 def test_operator_families(name, eligible):
     assert operator_could_use_matrix_units(name) is eligible
 

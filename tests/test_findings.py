@@ -1,6 +1,7 @@
 """Findings first: the per-step breakdown in the TensorBoard plugin's categories and the GPU idle split by
 what the host was doing (timeline/gpu_time.host_breakdown), the findings and their savings from the prediction
 model (findings/engine.py), the terminal section and the trace's HTML page, on the shared real traces."""
+
 from __future__ import annotations
 
 import json
@@ -11,19 +12,20 @@ import subprocess
 import numpy as np
 import pytest
 
-from microbench.trace import cli as trace_cli
 from microbench.core.config import load_config
 from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.stats import NoiseSettings
-from .conftest import analyze_with_findings
-from microbench.findings import engine as F, facts as FX, rules as R
-from microbench.predict.kernels import MATRIX, ActivityWork
+from microbench.findings import engine as F
+from microbench.findings import facts as FX
+from microbench.findings import rules as R
 from microbench.predict.estimate import Variant, unshaped_fp32, unshaped_rows
+from microbench.predict.kernels import MATRIX, ActivityWork
+from microbench.trace import cli as trace_cli
 from microbench.trace import gpu_time
 from microbench.trace.analysis import TraceAnalysis, read_trace
 from microbench.trace.metrics import union
 
-from .conftest import REPO, TRACES, needs_traces
+from .conftest import REPO, TRACES, analyze_with_findings, needs_traces
 
 pytestmark = needs_traces
 
@@ -51,8 +53,9 @@ def test_breakdown_adds_up_to_the_step_and_idle_split_to_its_host_part(name):
         assert sum(parts.values()) == pytest.approx(st["breakdown_span_us"], rel=1e-9)
         assert st["breakdown_span_us"] == pytest.approx(b - a)
         idle = st["idle_by_host_us"]
-        assert sum(idle.values()) == pytest.approx(parts["runtime"] + parts["dataloader"] + parts["cpu_exec"]
-                                                   + parts["other"], rel=1e-9, abs=1e-6)
+        assert sum(idle.values()) == pytest.approx(
+            parts["runtime"] + parts["dataloader"] + parts["cpu_exec"] + parts["other"], rel=1e-9, abs=1e-6
+        )
         # kernel time in the window: the union of the kernels' intervals clipped to it (GPU first)
         on = k.category == 0
         s, e = union(np.clip(k.ts_us[on], a, b), np.clip(k.end_us[on], a, b))
@@ -110,7 +113,9 @@ def test_a_trace_without_shapes_names_amp_from_the_kernel_names(config):
     rows = np.flatnonzero(unshaped_rows(w))
     assert len(rows) and {w.precision[i] for i in rows} == {"fp32"}
     assert w.dur_us[rows].sum() > 0.9 * w.dur_us[np.isin(w.group, MATRIX)].sum()  # the cask offset kernels: not
-    all_math = np.maximum(w.dur_us[rows] - chip.floor_us, 0.0) * (1 - chip.rate("fp32", False) / chip.rate("fp16", False))
+    all_math = np.maximum(w.dur_us[rows] - chip.floor_us, 0.0) * (
+        1 - chip.rate("fp32", False) / chip.rate("fp16", False)
+    )
     assert f.saved("fp16", Variant(), share=1.0)[rows] == pytest.approx(all_math)
     assert f.saved("fp16", Variant(), share=0.0)[rows] == pytest.approx(np.zeros(len(rows)))
     s = top["saving_us"]
@@ -129,13 +134,30 @@ def test_a_range_profiler_trace_makes_no_finding_from_its_replayed_durations(con
 
 
 def test_names_give_fp32_only_to_kernels_without_tensor_cores_and_16_bit_types():
-    names = ["volta_sgemm_64x64_nt", "cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1",
-             "void cudnn::detail::dgrad_engine<float, 512, 6>(int)", "volta_h884gemm_64x64_nn",
-             "void gemv<float, c10::Half>(int)", "volta_sgemm_128x32_tn", "volta_dgemm_64x64_nn"]
+    names = [
+        "volta_sgemm_64x64_nt",
+        "cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1",
+        "void cudnn::detail::dgrad_engine<float, 512, 6>(int)",
+        "volta_h884gemm_64x64_nn",
+        "void gemv<float, c10::Half>(int)",
+        "volta_sgemm_128x32_tn",
+        "volta_dgemm_64x64_nn",
+    ]
     n = len(names)
-    w = ActivityWork(names, np.ones(n), np.array(["gemm_conv"] * n, dtype=object), np.array(["gemm"] * n, dtype=object),
-                     np.zeros(n), np.full(n, np.nan), np.full(n, None, dtype=object), np.zeros(n, dtype=np.int64),
-                     np.full(n, None, dtype=object), np.full(n, None, dtype=object), 0, [])
+    w = ActivityWork(
+        names,
+        np.ones(n),
+        np.array(["gemm_conv"] * n, dtype=object),
+        np.array(["gemm"] * n, dtype=object),
+        np.zeros(n),
+        np.full(n, np.nan),
+        np.full(n, None, dtype=object),
+        np.zeros(n, dtype=np.int64),
+        np.full(n, None, dtype=object),
+        np.full(n, None, dtype=object),
+        0,
+        [],
+    )
     no_tc = np.array([True, True, True, False, True, False, True])
     assert list(unshaped_fp32(w, no_tc).precision) == ["fp32", "fp32", "fp32", None, None, None, None]
 
@@ -158,8 +180,11 @@ def test_a_trace_without_steps_checks_only_what_needs_no_steps(config):
     ta = TraceAnalysis.open(TRACES / "a100_alexnet_forward.json.gz", config)
     r = F.findings_of(ta, config)
     assert r["per"] == "trace" and not r["findings"]
-    stopped = {n["id"] for n in r["not_checked"] if n["why"].startswith("no steps, and read whole the trace is mostly "
-                                                                        "one-off set-up")}
+    stopped = {
+        n["id"]
+        for n in r["not_checked"]
+        if n["why"].startswith("no steps, and read whole the trace is mostly one-off set-up")
+    }
     assert stopped == {rid for rid, rule in FX.rules()["rules"].items() if "steps" in rule["needs"]}
 
 
@@ -205,7 +230,9 @@ def test_json_carries_the_findings_in_rank_order(tmp_path):
     assert {"breakdown_us", "idle_by_host_us", "breakdown_span_us"} <= set(doc["steps"][0])
 
 
-EXTERNAL = re.compile(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|@import|url\((?!#)", re.IGNORECASE)  # url(#id): a local clip path
+EXTERNAL = re.compile(
+    r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<script|<link|@import|url\((?!#)", re.IGNORECASE
+)  # url(#id): a local clip path
 
 
 def _page(tmp_path, name: str = "h100_bert_small"):
@@ -219,8 +246,16 @@ def test_the_html_page_is_self_contained_with_its_sections(tmp_path):
     assert text.startswith("<!DOCTYPE html>") and not EXTERNAL.search(text), EXTERNAL.search(text)
     for src in re.findall(r'(?:src|href)="([^"]*)"', text):
         assert src.startswith(("data:", "#")), src
-    for h in ("findings", "GPU summary", "step breakdown", "kernels by class", "top operators", "roofline",
-              "communication and overlap", "integrity notes"):
+    for h in (
+        "findings",
+        "GPU summary",
+        "step breakdown",
+        "kernels by class",
+        "top operators",
+        "roofline",
+        "communication and overlap",
+        "integrity notes",
+    ):
         assert f"<h2>{h}" in text
     assert text.count("<svg") == 2  # the stacked bars and the roofline
     assert "launch_bound" in text and "aten::linear" in text and "ProfilerStep#6" in text
@@ -236,9 +271,20 @@ def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_pa
 
     page = _page(tmp_path)
     png = tmp_path / "page.png"
-    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-           f"--screenshot={png}", "--window-size=1280,2400", page.resolve().as_uri()]
+    cmd = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={png}",
+        "--window-size=1280,2400",
+        page.resolve().as_uri(),
+    ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
     img = mpimg.imread(png)[..., :3]
@@ -246,11 +292,11 @@ def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_pa
     ink = (img < 0.9).any(axis=-1)
     assert ink.mean() > 0.02
     # the stacked bar's kernel blue (#4e79a7) and cpu_exec yellow (#edc948) are on the page: the chart rendered
-    for rgb in ((0x4e, 0x79, 0xa7), (0xed, 0xc9, 0x48)):
+    for rgb in ((0x4E, 0x79, 0xA7), (0xED, 0xC9, 0x48)):
         near = (np.abs(img - np.array(rgb) / 255.0) < 0.04).all(axis=-1)
         assert near.sum() > 200, rgb
     # the tables' header background (#e8eef6) fills rows: the tables rendered
-    head = (np.abs(img - np.array((0xe8, 0xee, 0xf6)) / 255.0) < 0.02).all(axis=-1)
+    head = (np.abs(img - np.array((0xE8, 0xEE, 0xF6)) / 255.0) < 0.02).all(axis=-1)
     assert head.sum() > 5000
     # nothing is wider than the 1280 px window: no horizontal overflow column is all ink at the right edge
     assert not ink[:, -3:].all(axis=0).any()
@@ -259,8 +305,15 @@ def test_the_html_page_renders_its_charts_and_tables_in_headless_chromium(tmp_pa
 # The TensorBoard plugin's own overview of its ResNet-50 sample (tests/data/traces/SOURCES.md: its test
 # expectations, tb_plugin/test/result_check_file.txt): the average step and its parts, in us.
 PLUGIN_STEP_US = 141_068
-PLUGIN_BREAKDOWN_US = {"kernel": 99_145, "memcpy": 3_160, "memset": 98, "runtime": 10_564, "dataloader": 1_186,
-                       "cpu_exec": 22_665, "other": 4_251}
+PLUGIN_BREAKDOWN_US = {
+    "kernel": 99_145,
+    "memcpy": 3_160,
+    "memset": 98,
+    "runtime": 10_564,
+    "dataloader": 1_186,
+    "cpu_exec": 22_665,
+    "other": 4_251,
+}
 
 
 def test_the_plugins_step_breakdown_is_reproduced_within_2_percent_of_the_step():
@@ -328,13 +381,26 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     host breakdown per step of its trace."""
     from microbench import decompose_step
 
-    doc = decompose_step("tests.ext_model:make_inplace", batch=4, device="cpu", out=tmp_path, replay=False,
-                         measure_ceilings=False, plot=False, timed_steps=0, profiled_steps=1, profiler_warmup_steps=0)
+    doc = decompose_step(
+        "tests.ext_model:make_inplace",
+        batch=4,
+        device="cpu",
+        out=tmp_path,
+        replay=False,
+        measure_ceilings=False,
+        plot=False,
+        timed_steps=0,
+        profiled_steps=1,
+        profiler_warmup_steps=0,
+    )
     assert list(doc)[:2] == ["schema", "findings"] and doc["findings"] == []
     rules = FX.rules()["rules"]
     native = cpu_native_bf16(doc["hardware"]["isa_flags"])  # else amp is not checked either (below)
-    cpu_rules = [rid for rid, r in rules.items()
-                 if "cpu_why" in r or rid in ("dataloader", "allocator") or (rid == "amp" and not native)]
+    cpu_rules = [
+        rid
+        for rid, r in rules.items()
+        if "cpu_why" in r or rid in ("dataloader", "allocator") or (rid == "amp" and not native)
+    ]
     assert [n["id"] for n in doc["findings_not_checked"]] == cpu_rules
     assert "channels_last" in cpu_rules and ("amp" in cpu_rules) != native
     # dataloader is checked on a CPU where the step loads its batches; this one makes its inputs once
@@ -346,7 +412,8 @@ def test_decompose_opens_with_findings_and_writes_the_same_page(tmp_path):
     from microbench.report.findings_report import headline, not_checked_lines
 
     assert headline(doc).startswith("no finding: no rule") and len(not_checked_lines(doc)) == len(
-        {rules[r].get("cpu_why", r) for r in cpu_rules})
+        {rules[r].get("cpu_why", r) for r in cpu_rules}
+    )
     if not native:
         (amp,) = [n for n in doc["findings_not_checked"] if n["id"] == "amp"]
         assert amp["why"] == rules["amp"]["cpu_no_bf16"]
@@ -392,14 +459,23 @@ def test_predicts_range_says_how_often_it_held():
 
     v = assumptions()["validation"]
     assert (v["held"], v["checks"]) == (2, 8)
-    doc = {"source": {"device": "a", "busy_us": 1.0, "kernel_time_us": 1.0, "idle_us": 0.0, "steps": 1},
-           "target": {"device": "b", "busy_us": 1.0, "busy_us_low": 0.5, "busy_us_high": 2.0, "idle_us": 0.0},
-           "range": {"assumptions": [], "dominant": None, "validation": v}}
+    doc = {
+        "source": {"device": "a", "busy_us": 1.0, "kernel_time_us": 1.0, "idle_us": 0.0, "steps": 1},
+        "target": {"device": "b", "busy_us": 1.0, "busy_us_low": 0.5, "busy_us_high": 2.0, "idle_us": 0.0},
+        "range": {"assumptions": [], "dominant": None, "validation": v},
+    }
     assert "the range held the measured time in 2 of 8 checks" in headline(doc)[1]
 
 
-@pytest.mark.parametrize("name,source", [("v100_resnet50_tbplugin_2021schema", None), ("h100_bert_small", None),
-                                         ("mi300_bert_small", None), ("a100_torchrec_rank0", "a100_sxm4_80gb")])
+@pytest.mark.parametrize(
+    "name,source",
+    [
+        ("v100_resnet50_tbplugin_2021schema", None),
+        ("h100_bert_small", None),
+        ("mi300_bert_small", None),
+        ("a100_torchrec_rank0", "a100_sxm4_80gb"),
+    ],
+)
 def test_findings_agree_with_the_numbers_below_them(config, name, source):
     """Each finding's range is ordered and inside the step; its share is its time over the step time the report
     names; its what prints that time; the launch-bound idle share is the step table's (1 - GPU time / window)."""
@@ -413,8 +489,12 @@ def test_findings_agree_with_the_numbers_below_them(config, name, source):
         assert f["share"] == pytest.approx(f["time_us"] / step)
         assert f"{f['time_us']:,.0f} us" in f["what"] or f["id"] == "launch_bound"
         if f["id"] == "launch_bound":
-            busy = np.mean([1 - sum(st["breakdown_us"][c] for c in ("kernel", "memcpy", "memset"))
-                            / st["breakdown_span_us"] for st in doc["steps"]])
+            busy = np.mean(
+                [
+                    1 - sum(st["breakdown_us"][c] for c in ("kernel", "memcpy", "memset")) / st["breakdown_span_us"]
+                    for st in doc["steps"]
+                ]
+            )
             assert f"{busy:.1%}" in f["what"] and f"{f['time_us']:,.0f} us" in f["what"]
             assert s["expected"] <= np.mean([st["idle_us"] for st in doc["steps"]]) + 1e-6
 
@@ -440,8 +520,15 @@ def test_the_host_and_layout_rules_below_their_thresholds_read_the_traces_own_nu
     assert sync["saving_us"]["expected"] == pytest.approx(bert.steps[0]["idle_by_host_us"]["sync"])
 
 
-@pytest.mark.parametrize("flags, native", [(["avx2", "fma"], False), (["avx2", "fma", "avx512f"], False),
-                                           (["avx512f", "avx512_bf16"], True), (["amx_tile", "amx_bf16"], True)])
+@pytest.mark.parametrize(
+    "flags, native",
+    [
+        (["avx2", "fma"], False),
+        (["avx2", "fma", "avx512f"], False),
+        (["avx512f", "avx512_bf16"], True),
+        (["amx_tile", "amx_bf16"], True),
+    ],
+)
 def test_amp_is_not_offered_on_a_cpu_that_has_no_bf16_instructions(flags, native):
     """On a CPU without AVX512-BF16 / AMX-BF16 PyTorch converts bf16 to fp32 and back around every operator (an
     AVX2 EPYC: ResNet-9 15x slower under autocast, docs/findings.md): the amp rule is not checked there, with
@@ -461,12 +548,18 @@ def test_a_cpu_decomposition_finds_bf16_autocast_with_the_models_saving(tmp_path
     in its cpu_estimate tier (bench.toml) gets the amp finding, its saving the prediction model's over the
     decomposition's own operators (the same dtype_saving as on a GPU), its chip the ceilings' estimate; the same
     step under bf16 autocast has nothing left to move. The measured before/after pairs are in docs/findings.md."""
+    from microbench import decompose_step
     from microbench.models.ranges import STEP_RANGE
 
-    from microbench import decompose_step
-
-    fast = {"device": "cpu", "replay": False, "measure_ceilings": False, "plot": False, "timed_steps": 0,
-            "profiled_steps": 1, "profiler_warmup_steps": 0}
+    fast = {
+        "device": "cpu",
+        "replay": False,
+        "measure_ceilings": False,
+        "plot": False,
+        "timed_steps": 0,
+        "profiled_steps": 1,
+        "profiler_warmup_steps": 0,
+    }
     doc = decompose_step("tests.findings_models:matmul_mlp", batch=256, out=tmp_path / "fp32", **fast)
     est = {c["dtype"]: c["value"] for c in doc["ceilings"] if c["source"] == "estimate"}
     if not est.get("bf16", 0) > est["fp32"]:
@@ -499,25 +592,42 @@ def _cpu_loader_facts(cores: int, threads: int, busy: float | None, step_us: flo
     """CpuFacts over one made-up profiled step of `step_us` with `wait_us` in enumerate(DataLoader), on `cores`
     cores with `threads` intra-op threads, the timed steps keeping `busy` cores busy."""
     idle = {"sync": 0.0, "runtime": 0.0, "dataloader": wait_us, "cpu_ops": step_us - wait_us, "other": 0.0}
-    st = {"breakdown_span_us": step_us, "idle_by_host_us": idle, "kernel_count": 0,
-          "breakdown_us": {"kernel": 0.0, "memcpy": 0.0, "memset": 0.0, "runtime": 0.0, "dataloader": wait_us,
-                           "cpu_exec": step_us - wait_us, "other": 0.0}}
+    st = {
+        "breakdown_span_us": step_us,
+        "idle_by_host_us": idle,
+        "kernel_count": 0,
+        "breakdown_us": {
+            "kernel": 0.0,
+            "memcpy": 0.0,
+            "memset": 0.0,
+            "runtime": 0.0,
+            "dataloader": wait_us,
+            "cpu_exec": step_us - wait_us,
+            "other": 0.0,
+        },
+    }
     spread = {} if busy is None else {"cpu_busy_cores": busy}
-    doc = {"hardware": {"units": cores, "extra": {"torch_threads": threads}},
-           "summary": {"step_time_spread": spread, "profiled_time_ms": step_us / 1e3}}
+    doc = {
+        "hardware": {"units": cores, "extra": {"torch_threads": threads}},
+        "summary": {"step_time_spread": spread, "profiled_time_ms": step_us / 1e3},
+    }
     f = FX.CpuFacts(None, None, None, doc)
     f.__dict__["steps"] = [st]  # the cached property, as TraceAnalysis.steps would give it
     return f
 
 
-@pytest.mark.parametrize("cores,threads,busy,expected", [
-    (2, 1, 1.0, 3000.0),  # a free core: the worker takes all of the loading off the step
-    (2, 2, 2.0, 0.0),  # both cores busy: the rest of the step, on one thread, takes twice as long (7,000 us more)
-    (4, 4, 2.0, 3000.0),  # the rest keeps 2.43 of 4 cores busy: three threads still cover it
-    (3, 3, 2.0, 1500.0),  # the rest keeps 2.43 cores busy: on two threads it takes 8,500 us instead of 7,000
-])
+@pytest.mark.parametrize(
+    "cores,threads,busy,expected",
+    [
+        (2, 1, 1.0, 3000.0),  # a free core: the worker takes all of the loading off the step
+        (2, 2, 2.0, 0.0),  # both cores busy: the rest of the step, on one thread, takes twice as long (7,000 us more)
+        (4, 4, 2.0, 3000.0),  # the rest keeps 2.43 of 4 cores busy: three threads still cover it
+        (3, 3, 2.0, 1500.0),  # the rest keeps 2.43 cores busy: on two threads it takes 8,500 us instead of 7,000
+    ],
+)
 def test_the_cpu_dataloader_saving_is_the_loading_less_what_the_rest_loses_with_the_workers_core(
-        cores, threads, busy, expected):
+    cores, threads, busy, expected
+):
     """findings.toml [rules.dataloader] cpu_model: a 10,000 us step, 3,000 us of it loading; after the fix the step is
     max(rest x used / min(used, threads left), loading), used from the timed steps' busy cores less the loading."""
     f = _cpu_loader_facts(cores, threads, busy, 10000.0, 3000.0)
@@ -532,10 +642,14 @@ def test_the_cpu_dataloader_saving_is_the_loading_less_what_the_rest_loses_with_
 def _probed(f, step_ms: float, loading_ms: float, handoff_ms: tuple[float, float, float]):
     """`f` with decompose's loader probe (summary.loader_ms): the loading and the one worker's hand-off per batch
     (p20, median, p80), timed without the profiler, in a step timed at `step_ms`."""
+
     def timing(p20, median, p80):
         return {"median": median, "p20": p20, "p80": p80, "cov": 0.1, "reps": 20, "noise": []}
-    f.doc["summary"] |= {"step_time_ms": step_ms, "loader_ms": {
-        "in_process": timing(loading_ms, loading_ms, loading_ms), "one_worker": timing(*handoff_ms)}}
+
+    f.doc["summary"] |= {
+        "step_time_ms": step_ms,
+        "loader_ms": {"in_process": timing(loading_ms, loading_ms, loading_ms), "one_worker": timing(*handoff_ms)},
+    }
     return f
 
 
@@ -552,8 +666,10 @@ def test_the_cpu_dataloader_saving_counts_the_workers_hand_off_and_the_unprofile
     assert "(25.0% of the 8,000 us step timed without the profiler)" in x["what"]  # not the header's profiled step
     # its evidence is the CPU's own (no GPU idle, no kernels): the ranges and the probe
     from microbench.report.findings_report import evidence_text
-    assert evidence_text(x["evidence"]) == ("the profiled steps' enumerate(DataLoader) ranges and decompose's loader "
-                                            "probe (summary.loader_ms)")
+
+    assert evidence_text(x["evidence"]) == (
+        "the profiled steps' enumerate(DataLoader) ranges and decompose's loader probe (summary.loader_ms)"
+    )
     # the rest may shift within the timed steps' own p20 - p80 (7.6 - 8.8 of 8.0 ms): low with the rest at its p80,
     # high at its p20
     f.doc["summary"]["step_time_spread"] |= {"median": 8.0, "p20": 7.6, "p80": 8.8}
@@ -581,8 +697,18 @@ def test_a_cpu_step_with_a_loader_records_its_loading_and_the_cores_it_keeps_bus
     rule is checked (not listed as not checked), and the timed steps say how many cores they kept busy."""
     from microbench import decompose_step
 
-    doc = decompose_step("tests.findings_models:digits_loader", batch=8, device="cpu", out=tmp_path, replay=False,
-                         measure_ceilings=False, plot=False, timed_steps=30, profiled_steps=2, profiler_warmup_steps=0)
+    doc = decompose_step(
+        "tests.findings_models:digits_loader",
+        batch=8,
+        device="cpu",
+        out=tmp_path,
+        replay=False,
+        measure_ceilings=False,
+        plot=False,
+        timed_steps=30,
+        profiled_steps=2,
+        profiler_warmup_steps=0,
+    )
     steps = doc["trace_analysis"]["steps"]
     assert len(steps) == 2 and all(st["breakdown_us"]["dataloader"] > 0 for st in steps)
     assert "dataloader" not in [n["id"] for n in doc["findings_not_checked"]]
@@ -602,9 +728,19 @@ def test_decompose_runs_the_dataloader_fix_to_measure_it(tmp_path):
     `run`; the step's enumerate(DataLoader) is then the hand-off, and no probe runs (it is for in-process loading)."""
     from microbench import decompose_step
 
-    doc = decompose_step("tests.findings_models:digits_loader", batch=8, device="cpu", out=tmp_path, replay=False,
-                         measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=2, profiler_warmup_steps=0,
-                         num_workers=1)
+    doc = decompose_step(
+        "tests.findings_models:digits_loader",
+        batch=8,
+        device="cpu",
+        out=tmp_path,
+        replay=False,
+        measure_ceilings=False,
+        plot=False,
+        timed_steps=3,
+        profiled_steps=2,
+        profiler_warmup_steps=0,
+        num_workers=1,
+    )
     assert doc["run"]["loader_workers"] == 1 and "loader_ms" not in doc["summary"]
     assert all(st["breakdown_us"]["dataloader"] > 0 for st in doc["trace_analysis"]["steps"])
 
@@ -619,13 +755,28 @@ def test_the_allocator_saving_is_the_probes_measured_difference():
     assert R.rule_allocator(f, rule).startswith("a CPU run without its unprofiled steps' system time")
     f.doc["summary"]["step_time_spread"] |= {"sys_ms_per_call": 0.1, "minor_faults_per_call": 3.0}
     assert R.rule_allocator(f, rule) is None
-    default = {"median": 67.0, "p20": 64.0, "p80": 70.0, "noise": [], "sys_ms_per_call": 15.0,
-               "minor_faults_per_call": 7000.0}
-    fixed = {"median": 52.0, "p20": 50.0, "p80": 55.0, "noise": [], "sys_ms_per_call": 0.0, "minor_faults_per_call": 50.0}
+    default = {
+        "median": 67.0,
+        "p20": 64.0,
+        "p80": 70.0,
+        "noise": [],
+        "sys_ms_per_call": 15.0,
+        "minor_faults_per_call": 7000.0,
+    }
+    fixed = {
+        "median": 52.0,
+        "p20": 50.0,
+        "p80": 55.0,
+        "noise": [],
+        "sys_ms_per_call": 0.0,
+        "minor_faults_per_call": 50.0,
+    }
     f.doc["summary"]["allocator_ms"] = {"default": default, "fixed": fixed, "env": "MALLOC_TOP_PAD_=1"}
     x = R.rule_allocator(f, rule)
     assert x["saving_us"] == pytest.approx({"low": 9000.0, "expected": 15000.0, "high": 20000.0})
-    assert x["time_us"] == 15000.0 and x["share"] == pytest.approx(15 / 67) and x["fix"].startswith("MALLOC_TOP_PAD_=1 ")
+    assert (
+        x["time_us"] == 15000.0 and x["share"] == pytest.approx(15 / 67) and x["fix"].startswith("MALLOC_TOP_PAD_=1 ")
+    )
     assert "7,000 page faults a step" in x["what"] and "52,000 us (50 faults)" in x["what"]
     f.doc["summary"]["allocator_ms"] = {"not_run": "not glibc's malloc"}
     assert R.rule_allocator(f, rule) == "a CPU run: not glibc's malloc"
@@ -644,14 +795,23 @@ def test_decompose_runs_the_allocator_probe_where_the_step_page_faults(tmp_path,
     (a note that the thresholds stay fixed); not glibc: the rule is not checked, with why. The probe itself is stood
     in for (it cannot be undone in this process: tests/test_allocator.py runs it in a child)."""
     from microbench import decompose_step, models
+    from microbench.decompose import allocator
+    from microbench.decompose import pipeline as analysis
     from microbench.roofline.timing import time_calls
-    from microbench.decompose import allocator, pipeline as analysis
 
     monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
 
     monkeypatch.setattr(allocator, "probe", lambda step, dev, settings, noise: time_calls(step, dev, settings))
-    kw = dict(batch=8, device="cpu", replay=False, measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=1,
-              profiler_warmup_steps=0)
+    kw = dict(
+        batch=8,
+        device="cpu",
+        replay=False,
+        measure_ceilings=False,
+        plot=False,
+        timed_steps=3,
+        profiled_steps=1,
+        profiler_warmup_steps=0,
+    )
     workload = models.as_workload("tests.findings_models:digits_loader")
     doc = decompose_step(workload, out=tmp_path / "a", **kw)
     probe = doc["summary"]["allocator_ms"]
@@ -668,23 +828,50 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     is in tests/test_allocator.py) with the step's batch, dtype, workers, threads and timed steps; this process's
     thresholds are left alone (no note), and a child that failed is the rule's reason for not checking."""
     from microbench import decompose_step
-    from microbench.decompose import allocator, pipeline as analysis
+    from microbench.decompose import allocator
+    from microbench.decompose import pipeline as analysis
 
     monkeypatch.setattr(analysis, "_page_faulting", lambda t: True)
     monkeypatch.setattr(allocator, "probe", lambda *a: pytest.fail("the in-process probe ran for a named workload"))
     seen = []
-    side = {"median": 5.0, "p20": 4.0, "p80": 6.0, "reps": 6, "noise": [], "per_process": [5.0, 5.0],
-            "sys_ms_per_call": 1.0, "minor_faults_per_call": 500.0}
-    monkeypatch.setattr(allocator, "child_probe",
-                        lambda spec, n, timeout_s: seen.append((spec, n)) or {"default": side, "fixed": side,
-                                                                                   "processes": n})
-    kw = dict(batch=8, device="cpu", replay=False, measure_ceilings=False, plot=False, timed_steps=3, profiled_steps=1,
-              profiler_warmup_steps=0, dtype="bf16")
+    side = {
+        "median": 5.0,
+        "p20": 4.0,
+        "p80": 6.0,
+        "reps": 6,
+        "noise": [],
+        "per_process": [5.0, 5.0],
+        "sys_ms_per_call": 1.0,
+        "minor_faults_per_call": 500.0,
+    }
+    monkeypatch.setattr(
+        allocator,
+        "child_probe",
+        lambda spec, n, timeout_s: seen.append((spec, n)) or {"default": side, "fixed": side, "processes": n},
+    )
+    kw = dict(
+        batch=8,
+        device="cpu",
+        replay=False,
+        measure_ceilings=False,
+        plot=False,
+        timed_steps=3,
+        profiled_steps=1,
+        profiler_warmup_steps=0,
+        dtype="bf16",
+    )
     doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "a", **kw)
     ((spec, n),) = seen
     assert n == allocator.processes() and doc["summary"]["allocator_ms"]["processes"] == n
-    assert spec | {"threads": 0} == {"model": "tests.findings_models:digits_loader", "batch": 8, "dtype": "bf16",
-                                     "num_workers": None, "threads": 0, "timed_steps": 3, "config": None}
+    assert spec | {"threads": 0} == {
+        "model": "tests.findings_models:digits_loader",
+        "batch": 8,
+        "dtype": "bf16",
+        "num_workers": None,
+        "threads": 0,
+        "timed_steps": 3,
+        "config": None,
+    }
     assert not any("stay so in a process" in note for note in doc["notes"])
     # a CPU decomposition's page is the CPU's: no GPU summary, no GPU-side integrity notes beside its findings
     page = (tmp_path / "a" / "report.html").read_text()
@@ -694,11 +881,13 @@ def test_a_named_workload_is_probed_in_child_processes(tmp_path, monkeypatch):
     (below,) = [b for b in doc["findings_below_threshold"] if b["id"] == "allocator"]
     assert below["saving_us"]["expected"] == 0.0
     from microbench.report.findings_report import below_line
+
     assert "allocator 0 us" in below_line(doc)
     monkeypatch.setattr(allocator, "child_probe", lambda *a: "the allocator probe's child process failed (exit 1): X")
     doc = decompose_step("tests.findings_models:digits_loader", out=tmp_path / "b", **kw)
     assert {n["id"]: n["why"] for n in doc["findings_not_checked"]}["allocator"] == (
-        "a CPU run: the allocator probe's child process failed (exit 1): X")
+        "a CPU run: the allocator probe's child process failed (exit 1): X"
+    )
 
 
 def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_device(capsys):
@@ -710,21 +899,26 @@ def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_dev
 
     v = F.validation_of("amp", "gpu")
     assert (v["checks"], v["held"], v["on"]) == (0, 0, "gpu") and v["elsewhere"]["cpu"]["checks"] > 0
-    assert validation_line({"validation": v}).startswith("its range is not yet checked against a fix's measured "
-                                                         "saving on a GPU (on a CPU ")
+    assert validation_line({"validation": v}).startswith(
+        "its range is not yet checked against a fix's measured saving on a GPU (on a CPU "
+    )
     c = F.validation_of("allocator", "cpu")
-    assert validation_line({"validation": c}).startswith(f"its range held the measured saving in {c['held']} of "
-                                                         f"{c['checks']} checks on a CPU")
+    assert validation_line({"validation": c}).startswith(
+        f"its range held the measured saving in {c['held']} of {c['checks']} checks on a CPU"
+    )
     assert validation_line({"validation": F.validation_of("sync", "gpu")}) == (
-        "its range is not yet checked against a fix's measured saving (docs/findings.md)")
+        "its range is not yet checked against a fix's measured saving (docs/findings.md)"
+    )
     lb_v = F.validation_of("launch_bound", "gpu")
     doc = analyze_with_findings(TRACES / "h100_bert_small.json.gz")
     (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
     assert lb["validation"]["checks"] == lb_v["checks"] > 0 and not lb_v["elsewhere"]  # public pairs, on a GPU
     console = Console(width=120, force_terminal=False)
     print_findings(console, doc)
-    assert (f"checked: its range held the measured saving in {lb_v['held']} of {lb_v['checks']} checks on a GPU"
-            in capsys.readouterr().out.replace("\n", " "))
+    assert (
+        f"checked: its range held the measured saving in {lb_v['held']} of {lb_v['checks']} checks on a GPU"
+        in capsys.readouterr().out.replace("\n", " ")
+    )
 
 
 def test_the_validation_tallies_add_up_to_the_docs_count():
@@ -738,24 +932,44 @@ def test_autocast_halves_only_the_kernels_whose_data_is_fp32():
     """predict/estimate.py autocast_halves (data/prediction.toml [autocast]): an embedding kernel already in
     c10::Half, an integer index permute, a host copy and a collective keep their bytes; a float kernel, one whose op
     ran in fp32, and one whose name says nothing are halved."""
-    from microbench.predict.kernels import ActivityWork
     from microbench.predict.estimate import autocast_halves
+    from microbench.predict.kernels import ActivityWork
 
-    rows = [("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long>(x)",
-             "elementwise", None, False),
-            ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int)", "copies", None,
-             False),
-            ("Memcpy HtoD (Pageable -> Device)", "copies", None, False),
-            ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "communication", None, False),
-            ("void permute_pooled_embs_kernel<float>(float const*, long const*)", "elementwise", None, True),
-            ("void at::native::vectorized_elementwise_kernel<4, Functor>(int)", "elementwise", "fp32", True),
-            ("void at::native::reduce_kernel<512, 1, Op>(Op)", "reduction", "bf16", False),
-            ("fused_layer_norm_kernel", "normalization", None, True)]
+    rows = [
+        (
+            "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long>(x)",
+            "elementwise",
+            None,
+            False,
+        ),
+        (
+            "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int)",
+            "copies",
+            None,
+            False,
+        ),
+        ("Memcpy HtoD (Pageable -> Device)", "copies", None, False),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "communication", None, False),
+        ("void permute_pooled_embs_kernel<float>(float const*, long const*)", "elementwise", None, True),
+        ("void at::native::vectorized_elementwise_kernel<4, Functor>(int)", "elementwise", "fp32", True),
+        ("void at::native::reduce_kernel<512, 1, Op>(Op)", "reduction", "bf16", False),
+        ("fused_layer_norm_kernel", "normalization", None, True),
+    ]
     n = len(rows)
-    w = ActivityWork([r[0] for r in rows], np.ones(n), np.array([r[1] for r in rows], dtype=object),
-                     np.array(["x"] * n, dtype=object), np.zeros(n), np.ones(n), np.full(n, None, dtype=object),
-                     np.zeros(n, dtype=np.int64), np.array([r[2] for r in rows], dtype=object),
-                     np.full(n, None, dtype=object), 0, [])
+    w = ActivityWork(
+        [r[0] for r in rows],
+        np.ones(n),
+        np.array([r[1] for r in rows], dtype=object),
+        np.array(["x"] * n, dtype=object),
+        np.zeros(n),
+        np.ones(n),
+        np.full(n, None, dtype=object),
+        np.zeros(n, dtype=np.int64),
+        np.array([r[2] for r in rows], dtype=object),
+        np.full(n, None, dtype=object),
+        0,
+        [],
+    )
     assert autocast_halves(w).tolist() == [r[3] for r in rows]
 
 
@@ -794,8 +1008,9 @@ def test_the_host_side_findings_trace_their_figures_back_to_the_breakdown(capsys
     (lb,) = [x for x in doc["findings"] if x["id"] == "launch_bound"]
     (st,) = doc["steps"]
     sync = st["idle_by_host_us"]["sync"]
-    m = re.search(r"runtime calls ([\d,]+), CPU operators ([\d,]+).*less their ([\d,]+) us in a synchronize",
-                  lb["what"])
+    m = re.search(
+        r"runtime calls ([\d,]+), CPU operators ([\d,]+).*less their ([\d,]+) us in a synchronize", lb["what"]
+    )
     runtime, cpu_ops, said_sync = (float(g.replace(",", "")) for g in m.groups())
     b = st["breakdown_us"]
     assert said_sync == pytest.approx(sync, abs=1)
@@ -807,7 +1022,9 @@ def test_steps_that_launched_no_gpu_work_stop_the_step_rules_with_that_reason():
     split a step's GPU time are not checked, saying why, rather than checked at 0 us."""
     doc = analyze_with_findings(TRACES / "a100_triton_example.json.gz", load_config())
     why = {n["id"]: n["why"] for n in doc["findings_not_checked"]}
-    assert why["launch_bound"].startswith("the one step launched no GPU work") and why["host_bound"] == why["launch_bound"]
+    assert (
+        why["launch_bound"].startswith("the one step launched no GPU work") and why["host_bound"] == why["launch_bound"]
+    )
     assert not doc["findings"] and not doc["findings_below_threshold"]
 
 

@@ -1,6 +1,7 @@
 """The communication finding on a CPU trace of a data-parallel job (gloo: collectives on the CPU, no GPU activity):
 its figures are the one breakdown over CPU intervals (trace/gpu_time.py `cpu_intervals`), the DDP split's own
 (comm/ddp.py), and the rules that need GPU activity or decompose's measurements say so."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,9 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.findings import engine as F, facts as FX, rules as R
+from microbench.findings import engine as F
+from microbench.findings import facts as FX
+from microbench.findings import rules as R
 from microbench.trace.analysis import TraceAnalysis
 
 STEP = "train_step"
@@ -23,12 +26,15 @@ def _step(t0: float) -> list[dict]:
     """One 1,000 us step: forward and backward [0, 600) on the training thread, a first bucket's 100 us all-reduce
     under the backward [300, 400), the last bucket's 200 us all-reduce after it [600, 800) with nothing on the
     training thread (gloo's own copy inside it is not the step's computation), the optimizer [800, 1000)."""
-    return [_x("user_annotation", STEP, t0, 1000),
-            _x("cpu_op", "aten::convolution", t0, 300), _x("cpu_op", "aten::convolution_backward", t0 + 300, 300),
-            _x("user_annotation", "gloo:all_reduce", t0 + 300, 100, GLOO),
-            _x("user_annotation", "gloo:all_reduce", t0 + 600, 200, GLOO),
-            _x("cpu_op", "aten::copy_", t0 + 600, 50, GLOO),
-            _x("cpu_op", "aten::_foreach_add_", t0 + 800, 200)]
+    return [
+        _x("user_annotation", STEP, t0, 1000),
+        _x("cpu_op", "aten::convolution", t0, 300),
+        _x("cpu_op", "aten::convolution_backward", t0 + 300, 300),
+        _x("user_annotation", "gloo:all_reduce", t0 + 300, 100, GLOO),
+        _x("user_annotation", "gloo:all_reduce", t0 + 600, 200, GLOO),
+        _x("cpu_op", "aten::copy_", t0 + 600, 50, GLOO),
+        _x("cpu_op", "aten::_foreach_add_", t0 + 800, 200),
+    ]
 
 
 SPARE_CORE = {"cores": 4, "local_ranks": 2, "intra_op_threads": 1}  # a core per rank left for gloo's work
@@ -83,8 +89,9 @@ def test_a_cpu_trace_without_collectives_has_no_finding_to_check(tmp_path):
     assert out["not_checked"][0]["why"].startswith("no GPU activity in the trace; for a CPU run")
 
 
-@pytest.mark.parametrize("host, expected_us", [(NO_SPARE_CORE, 0.0), ({"cores": 3, "local_ranks": 2,
-                                                                        "intra_op_threads": 1}, 100.0)])
+@pytest.mark.parametrize(
+    "host, expected_us", [(NO_SPARE_CORE, 0.0), ({"cores": 3, "local_ranks": 2, "intra_op_threads": 1}, 100.0)]
+)
 def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave_idle(tmp_path, host, expected_us):
     """Two ranks of one thread on two cores: hidden under the computation the all-reduce takes its CPU time from it,
     so the expected saving is 0 and no finding is made, said as checked under the threshold with its range; on three
@@ -101,8 +108,14 @@ def test_on_a_cpu_the_collectives_hide_only_on_the_cores_the_ranks_threads_leave
         assert "exposed_comm 0 us (up to 200: the ranks' threads leave 0 of a core per rank idle" in line
 
 
-@pytest.mark.parametrize("host", [None, {"cores": "two", "local_ranks": 2, "intra_op_threads": 1},
-                                  {"cores": 2, "local_ranks": 0, "intra_op_threads": 1}])
+@pytest.mark.parametrize(
+    "host",
+    [
+        None,
+        {"cores": "two", "local_ranks": 2, "intra_op_threads": 1},
+        {"cores": 2, "local_ranks": 0, "intra_op_threads": 1},
+    ],
+)
 def test_a_cpu_trace_without_its_hosts_cores_does_not_guess_the_saving(tmp_path, host):
     out = _findings(_trace(tmp_path, _step(0.0), host))
     assert out["findings"] == []

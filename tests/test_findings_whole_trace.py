@@ -2,6 +2,7 @@
 (findings/engine.py WholeTraceFacts, trace/gpu_time.py trace_window): launch- and host-bound per trace,
 graph replays counted as one launch each, and the traces it must not be read so (warm-up, several processes,
 a graph capture)."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,8 @@ import json
 import pytest
 
 from microbench.core.config import load_config
-from microbench.findings import engine as F, facts as FX, rules as R
+from microbench.findings import engine as F
+from microbench.findings import facts as FX
 from microbench.report.findings_report import print_step_breakdown
 from microbench.trace import gpu_time
 from microbench.trace.analysis import TraceAnalysis
@@ -18,13 +20,29 @@ KERNEL = "triton_poi_fused_addmm_gelu_1"  # an Inductor element-wise kernel
 
 
 def _runtime(name: str, corr: int, ts: float, dur: float = 4.0, pid: int = 1) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": dur,
-            "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": name,
+        "pid": pid,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr},
+    }
 
 
 def _kernel(corr: int, ts: float, dur: float = 10.0) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": KERNEL, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": KERNEL,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": 7, "correlation": corr},
+    }
 
 
 def _op(ts: float, dur: float, pid: int = 1) -> dict:
@@ -53,7 +71,9 @@ def _graphed(graphs: int = 4, per_graph: int = 5, gap_us: float = 150.0) -> list
 
 def _findings(tmp_path, events: list[dict]) -> tuple[TraceAnalysis, dict]:
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]}))
+    path.write_text(
+        json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]})
+    )
     ta = TraceAnalysis.open(path, load_config())
     return ta, F.findings_of(ta, load_config())
 

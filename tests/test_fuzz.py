@@ -8,6 +8,7 @@ time: a per-example deadline is a timing threshold (on a loaded machine a first 
 0.18 s, and Hypothesis failed the test as flaky), and it cannot catch a hang, since it is checked only once an
 example has returned. HYPOTHESIS_PROFILE=long runs 20x more examples, for a fuzzing session by hand.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,11 +25,17 @@ from microbench.core.config import DEFAULT_CONFIG, load_config
 from microbench.core.errors import InputError
 from microbench.core.jsonio import dumps
 from microbench.report.compare import load_machine
-from .conftest import analyze
 from tests.conftest import NCU, NSYS, REPO
 
-settings.register_profile("ci", max_examples=60, deadline=None, database=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+from .conftest import analyze
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 settings.register_profile("long", parent=settings.get_profile("ci"), max_examples=1200)
 FUZZ = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -38,8 +45,29 @@ _RESULTS = json.loads((REPO / "docs" / "cpu-roofline" / "results.json").read_tex
 RESULTS = {**_RESULTS, "results": _RESULTS["results"][:24]}  # a real file, cut to keep each example fast
 
 # What users and broken tools put where a number belongs.
-ODD_VALUES = ["nan", "NaN", "inf", "-inf", "Infinity", "-Infinity", "1e308", "1e999", "-1", "0", "-0.0", "1e20",
-              "9223372036854775808", "100000000000000000000", "true", "null", '"x"', "[]", "{}", "[1, [2]]", '"\\u0000"']
+ODD_VALUES = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "-Infinity",
+    "1e308",
+    "1e999",
+    "-1",
+    "0",
+    "-0.0",
+    "1e20",
+    "9223372036854775808",
+    "100000000000000000000",
+    "true",
+    "null",
+    '"x"',
+    "[]",
+    "{}",
+    "[1, [2]]",
+    '"\\u0000"',
+]
 NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
@@ -69,10 +97,18 @@ def mutated(draw, original: bytes, odd=ODD_VALUES):
     return bytes(data)
 
 
-JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=8),
-                      st.floats(allow_nan=True, allow_infinity=True))
-JSON_VALUE = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3)
-                          | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+JSON_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.text(max_size=8),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+JSON_VALUE = st.recursive(
+    JSON_LEAF,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -253,8 +289,10 @@ def test_nsys_reader_on_a_mutated_real_export(tmp_path, edits):
     con = sqlite3.connect(path)
     for table, column, value, k in edits:
         try:
-            con.execute(f'UPDATE "{table}" SET "{column}" = {value} WHERE rowid = '
-                        f'(SELECT rowid FROM "{table}" ORDER BY rowid LIMIT 1 OFFSET {k})')
+            con.execute(
+                f'UPDATE "{table}" SET "{column}" = {value} WHERE rowid = '
+                f'(SELECT rowid FROM "{table}" ORDER BY rowid LIMIT 1 OFFSET {k})'
+            )
         except sqlite3.Error:  # a NOT NULL column, a table this export lacks: that edit is not made
             pass
     con.commit()
@@ -269,8 +307,9 @@ def test_nsys_reader_on_a_mutated_real_export(tmp_path, edits):
 
 @needs_nsight
 @FUZZ_SLOW
-@given(data=mutated(NCU.read_bytes() if NCU.is_file() else b"",
-                    odd=ODD_VALUES + ["n/a", "1,2,3", "9.9.9", "-5", "1e400"]))
+@given(
+    data=mutated(NCU.read_bytes() if NCU.is_file() else b"", odd=ODD_VALUES + ["n/a", "1,2,3", "9.9.9", "-5", "1e400"])
+)
 def test_ncu_reader_on_a_mutated_real_export(tmp_path, data):
     doc = one_line_or_result(_analyze, tmp_path / "k.ncu.csv", data)
     if doc is not None:
@@ -278,13 +317,24 @@ def test_ncu_reader_on_a_mutated_real_export(tmp_path, data):
 
 
 def _mllog_doc(key, t, value=None, **meta):
-    return {"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key, "value": value,
-            "metadata": {"file": "x.py", "lineno": 1, **meta}}
+    return {
+        "namespace": "",
+        "time_ms": t,
+        "event_type": "POINT_IN_TIME",
+        "key": key,
+        "value": value,
+        "metadata": {"file": "x.py", "lineno": 1, **meta},
+    }
 
 
-MLLOG_RUN = [_mllog_doc("submission_benchmark", 0, "resnet"), _mllog_doc("submission_org", 0, "org"),
-             _mllog_doc("submission_platform", 0, "sys"), _mllog_doc("run_start", 1000),
-             _mllog_doc("eval_accuracy", 5000, 0.76, epoch_num=3), _mllog_doc("run_stop", 9000, status="success")]
+MLLOG_RUN = [
+    _mllog_doc("submission_benchmark", 0, "resnet"),
+    _mllog_doc("submission_org", 0, "org"),
+    _mllog_doc("submission_platform", 0, "sys"),
+    _mllog_doc("run_start", 1000),
+    _mllog_doc("eval_accuracy", 5000, 0.76, epoch_num=3),
+    _mllog_doc("run_stop", 9000, status="success"),
+]
 
 
 def _board_is_writable(root):
@@ -322,8 +372,12 @@ def test_dawnbench_reader_on_mutated_files(tmp_path, tsv, meta):
     assert len(board.entries) + len(board.unreadable) == 1
 
 
-FABRIC_RESULTS = {"results": [{"op": "allreduce", "bytes": b, "nranks": 2, "time_ms": {"median": t}, "busbw_gbps": bw,
-                               "status": "ok"} for b, t, bw in ((8, 0.01, 0.0008), (1 << 20, 0.5, 2.1))]}
+FABRIC_RESULTS = {
+    "results": [
+        {"op": "allreduce", "bytes": b, "nranks": 2, "time_ms": {"median": t}, "busbw_gbps": bw, "status": "ok"}
+        for b, t, bw in ((8, 0.01, 0.0008), (1 << 20, 0.5, 2.1))
+    ]
+}
 
 
 @FUZZ

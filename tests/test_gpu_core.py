@@ -1,17 +1,18 @@
 """The measuring core on a real GPU (skipped, visibly, without one; scripts/device-check runs them)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from microbench.roofline import registry
 from microbench.core.cases import make_inputs
-from microbench.roofline.registry import bind
-from microbench.roofline.ceilings import build_ceilings
 from microbench.core.config import TimingSettings
 from microbench.core.device import detect, fingerprint
-from microbench.roofline.evidence import vendor_evidence
 from microbench.core.shapes import Case, GemmShape
+from microbench.roofline import registry
+from microbench.roofline.ceilings import build_ceilings
+from microbench.roofline.evidence import vendor_evidence
+from microbench.roofline.registry import bind
 from microbench.roofline.timing import time_calls
 
 pytestmark = pytest.mark.gpu

@@ -3,6 +3,7 @@ torch.cuda.get_device_properties with the properties ROCm reports for an MI300X 
 (gcnArchName "gfx942:sramecc+:xnack-", 304 CUs, 192 GiB, a 4 MiB L2 and no Infinity Cache among them); the
 hipBLASLt TF32 path is faked by a torch.matmul that rounds its operands to TF32's 10-bit mantissa (what xf32
 computes), the IEEE path is this CPU's own fp32 matmul."""
+
 from __future__ import annotations
 
 import types
@@ -18,9 +19,15 @@ from microbench.roofline import evidence
 from microbench.roofline.registry import Evidence, Unsupported
 from microbench.roofline.timing import flush_bytes
 
-MI300X_PROPS = types.SimpleNamespace(name="AMD Radeon Graphics", gcnArchName="gfx942:sramecc+:xnack-",
-                                     multi_processor_count=304, total_memory=205_822_885_888,
-                                     L2_cache_size=4 * 2**20, major=9, minor=4)
+MI300X_PROPS = types.SimpleNamespace(
+    name="AMD Radeon Graphics",
+    gcnArchName="gfx942:sramecc+:xnack-",
+    multi_processor_count=304,
+    total_memory=205_822_885_888,
+    L2_cache_size=4 * 2**20,
+    major=9,
+    minor=4,
+)
 
 
 @pytest.fixture
@@ -46,8 +53,11 @@ def test_arch_and_cu_count_alone_never_guess():
 
 
 def test_a_named_device_keeps_its_name(rocm_mi300x, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda i: types.SimpleNamespace(**{**vars(MI300X_PROPS), "name": "AMD Instinct MI300X VF"}))
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: types.SimpleNamespace(**{**vars(MI300X_PROPS), "name": "AMD Instinct MI300X VF"}),
+    )
     dev = device_mod.gpu_device(0)
     assert dev.name == "AMD Instinct MI300X VF" and "reported_name" not in dev.extra
 
@@ -91,6 +101,7 @@ def test_a_tf32_row_that_ran_as_tf32_says_so(monkeypatch):
     def xf32(a, b):  # TF32: operands rounded to a 10-bit mantissa, products summed in fp32
         def tf32(t):
             return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
         return real(tf32(a), tf32(b))
 
     monkeypatch.setattr(torch, "matmul", xf32)

@@ -5,6 +5,7 @@ a struct whose violationTime is cumulative nanoseconds, nvmlDeviceGetTotalEnergy
 millijoules, and an unsupported query raises NVMLError_NotSupported; amdsmi_get_energy_count gives an
 accumulator and its resolution in microjoules, amdsmi_get_violation_status accumulated counters with max uint64
 meaning unsupported. The fake torch side is torch.cuda.is_initialized / get_device_properties patched."""
+
 from __future__ import annotations
 
 import sys
@@ -40,6 +41,7 @@ def _fake_nvml(throttle_ns_after: int, clocks=None):
         def read(h, *args):
             assert h == "ours", "NVML asked about another GPU than PyTorch's"
             return value(*args) if callable(value) else value
+
         return read
 
     nv.nvmlDeviceGetClockInfo = only_ours(lambda kind: (clocks or {1: 1980, 2: 3201})[kind])
@@ -79,8 +81,7 @@ def _run(monkeypatch, nv) -> dict:
     return look.stop()
 
 
-def test_throttling_in_the_middle_of_the_run_is_seen_though_neither_sample_shows_it(monkeypatch,
-                                                                                     cuda_device_on_bus_41):
+def test_throttling_in_the_middle_of_the_run_is_seen_though_neither_sample_shows_it(monkeypatch, cuda_device_on_bus_41):
     doc = _run(monkeypatch, _fake_nvml(throttle_ns_after=250_000_000))
     before, during = doc["before"]["gpu"], doc["during"]["gpu"]
     assert before["device"] == "PCI bus id 0000:41:00.0" and before["sm_clock_mhz"] == 1980
@@ -117,18 +118,23 @@ def _fake_amdsmi(fired_after: int):
     ns = types.SimpleNamespace(
         AmdSmiClkType=types.SimpleNamespace(GFX="gfx", MEM="mem"),
         AmdSmiTemperatureType=types.SimpleNamespace(JUNCTION="junction"),
-        AmdSmiTemperatureMetric=types.SimpleNamespace(CURRENT="current"))
+        AmdSmiTemperatureMetric=types.SimpleNamespace(CURRENT="current"),
+    )
     ns.amdsmi_init = lambda: state.__setitem__("n", state["n"] + 1)
     ns.amdsmi_shut_down = lambda: None
     ns.amdsmi_get_processor_handle_from_bdf = lambda bdf: {"0000:41:00.0": "ours"}[bdf]
-    ns.amdsmi_get_clock_info = lambda h, kind: {"cur_clk": 2100, "max_clk": 2100} if kind == "gfx" else {
-        "clk": "N/A", "max_clk": 1300}
+    ns.amdsmi_get_clock_info = lambda h, kind: (
+        {"cur_clk": 2100, "max_clk": 2100} if kind == "gfx" else {"clk": "N/A", "max_clk": 1300}
+    )
     ns.amdsmi_get_temp_metric = lambda h, t, m: 70
     ns.amdsmi_get_power_info = lambda h: {"average_socket_power": "N/A", "current_socket_power": 700}
     ns.amdsmi_get_energy_count = lambda h: {"energy_accumulator": 1_000_000 * state["n"], "counter_resolution": 15.3}
     ns.amdsmi_get_gpu_process_list = lambda h: ["us"]
-    ns.amdsmi_get_violation_status = lambda h: {"acc_ppt_pwr": 3 * state["n"], "acc_socket_thrm": 0 + (
-        fired_after if state["n"] > 1 else 0), "acc_hbm_thrm": 2**64 - 1}
+    ns.amdsmi_get_violation_status = lambda h: {
+        "acc_ppt_pwr": 3 * state["n"],
+        "acc_socket_thrm": 0 + (fired_after if state["n"] > 1 else 0),
+        "acc_hbm_thrm": 2**64 - 1,
+    }
     return ns
 
 

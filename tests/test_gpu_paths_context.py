@@ -4,6 +4,7 @@ keep what it measured, and our never-run kernels must meet their faults in a pro
 No GPU here: the faults are modelled by tests/gpu_paths_sticky.py (a sticky error as the CUDA Runtime API
 documents it: after the fault every call in the process fails with the same error, a new process is clean),
 and the texts recognised are the documented ones (data/gpu_faults.toml)."""
+
 from __future__ import annotations
 
 import importlib
@@ -12,10 +13,10 @@ import sys
 
 import pytest
 
-from microbench.roofline import cli as roofline
 from microbench.core.config import load_config
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, GemmShape
+from microbench.roofline import cli as roofline
 from microbench.roofline import preflight, registry
 from microbench.roofline.ceilings import Ceilings
 from microbench.roofline.faults import lost_context
@@ -30,21 +31,30 @@ def sticky():
         yield importlib.import_module("tests.gpu_paths_sticky")
 
 
-@pytest.mark.parametrize("text, name", [
-    ("CUDA error: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
-    ("cudaErrorIllegalAddress: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
-    ("Triton Error [CUDA]: unspecified launch failure", "cudaErrorLaunchFailure"),
-    ("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA`", "cudaErrorAssert"),
-    ("CUDA_ERROR_MISALIGNED_ADDRESS", "cudaErrorMisalignedAddress"),
-    ("HIP error: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
-    ("hipErrorLaunchFailure", "cudaErrorLaunchFailure"),
-])
+@pytest.mark.parametrize(
+    "text, name",
+    [
+        ("CUDA error: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
+        ("cudaErrorIllegalAddress: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
+        ("Triton Error [CUDA]: unspecified launch failure", "cudaErrorLaunchFailure"),
+        ("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA`", "cudaErrorAssert"),
+        ("CUDA_ERROR_MISALIGNED_ADDRESS", "cudaErrorMisalignedAddress"),
+        ("HIP error: an illegal memory access was encountered", "cudaErrorIllegalAddress"),
+        ("hipErrorLaunchFailure", "cudaErrorLaunchFailure"),
+    ],
+)
 def test_documented_texts_are_a_lost_context(text, name):
     assert lost_context(RuntimeError(text)) == name
 
 
-@pytest.mark.parametrize("text", ["CUDA out of memory. Tried to allocate 2.00 GiB",
-                                  "cudaErrorInvalidValue: invalid argument", "mixed operand dtypes"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "cudaErrorInvalidValue: invalid argument",
+        "mixed operand dtypes",
+    ],
+)
 def test_recoverable_errors_are_not(text):
     assert lost_context(RuntimeError(text)) is None
 
@@ -69,11 +79,16 @@ def _case_set(cfg, providers):
 def test_the_runner_stops_at_the_first_lost_context(sticky):
     cfg = load_config()
     rows = []
-    stopped = run_case_set(_case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
-                          isolate=())
+    stopped = run_case_set(
+        _case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append, isolate=()
+    )
     got = [(r.shape, r.provider, r.status) for r in rows]
-    assert got == [("8x8x8", "t_ok", "ok"), ("8x8x8", "t_fault", "ok"), ("16x8x8", "t_ok", "ok"),
-                   ("16x8x8", "t_fault", "failed")]  # the 32x8x8 case, which would fail for both, never ran
+    assert got == [
+        ("8x8x8", "t_ok", "ok"),
+        ("8x8x8", "t_fault", "ok"),
+        ("16x8x8", "t_ok", "ok"),
+        ("16x8x8", "t_fault", "failed"),
+    ]  # the 32x8x8 case, which would fail for both, never ran
     assert rows[-1].reason.startswith("device context lost: RuntimeError: CUDA error: an illegal memory access")
     assert "16x8x8" in stopped and "t_fault" in stopped and "cudaErrorIllegalAddress" in stopped
 
@@ -84,12 +99,19 @@ def test_preflight_meets_the_fault_in_its_own_process(sticky):
     other row is measured and only the faulting pair is failed."""
     cfg = load_config()
     rows = []
-    stopped = run_case_set(_case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append,
-                          isolate=("t_fault",))
+    stopped = run_case_set(
+        _case_set(cfg, ["t_ok", "t_fault"]), cpu_device(), cfg, Ceilings([], []), rows.append, isolate=("t_fault",)
+    )
     assert stopped is None and sticky.CONTEXT["lost"] is False
     got = {(r.shape, r.provider): r.status for r in rows}
-    assert got == {("8x8x8", "t_ok"): "ok", ("8x8x8", "t_fault"): "ok", ("16x8x8", "t_ok"): "ok",
-                   ("16x8x8", "t_fault"): "failed", ("32x8x8", "t_ok"): "ok", ("32x8x8", "t_fault"): "ok"}
+    assert got == {
+        ("8x8x8", "t_ok"): "ok",
+        ("8x8x8", "t_fault"): "ok",
+        ("16x8x8", "t_ok"): "ok",
+        ("16x8x8", "t_fault"): "failed",
+        ("32x8x8", "t_ok"): "ok",
+        ("32x8x8", "t_fault"): "ok",
+    }
     bad = next(r for r in rows if r.status == "failed")
     assert bad.reason.startswith("lost the device context in its pre-flight process (cudaErrorIllegalAddress")
 
@@ -113,13 +135,18 @@ def test_roofline_keeps_the_rows_and_says_where_it_stopped(sticky, tiny_config, 
     text = text.replace("{ m = 64, n = 48, k = 32 }", "{ m = 64, n = 48, k = 32 }, { m = 16, n = 8, k = 8 }")
     tiny_config.write_text(text)
     out = tmp_path / "out"
-    code = roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--no-plot",
-                          "--device", "cpu"])
+    code = roofline.main(
+        ["--profile", "tiny", "--config", str(tiny_config), "--out", str(out), "--no-plot", "--device", "cpu"]
+    )
     assert code == 1
     doc = json.loads((out / "results.json").read_text())
     assert "16x8x8" in doc["stopped"] and "t_fault" in doc["stopped"]
     measured = [(r["shape"], r["dtype"], r["provider"], r["status"]) for r in doc["results"]]
-    assert measured[:4] == [("64x48x32", "fp32", "t_ok", "ok"), ("64x48x32", "fp32", "t_fault", "ok"),
-                            ("64x48x32", "bf16", "t_ok", "ok"), ("64x48x32", "bf16", "t_fault", "ok")]
+    assert measured[:4] == [
+        ("64x48x32", "fp32", "t_ok", "ok"),
+        ("64x48x32", "fp32", "t_fault", "ok"),
+        ("64x48x32", "bf16", "t_ok", "ok"),
+        ("64x48x32", "bf16", "t_fault", "ok"),
+    ]
     assert measured[-1][2:] == ("t_fault", "failed") and measured[-1][0] == "16x8x8"
     assert not any(r["op"].startswith("conv2d") for r in doc["results"])

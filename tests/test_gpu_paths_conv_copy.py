@@ -7,15 +7,16 @@ host, the launches recorded, none made), so the profiler on this CPU sees exactl
 wrapper itself issues around the kernel; no Triton interpreter is involved. What a GPU run adds (the kernel
 itself, the split-K partial sum of backward-weight with split > 1) is not counted here.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
-from microbench.kernels import conv_triton as ct
-from microbench.kernels.triton_runtime import planning
 from torch.profiler import ProfilerActivity, profile
 
 from microbench.core.shapes import ConvShape
+from microbench.kernels import conv_triton as ct
+from microbench.kernels.triton_runtime import planning
 
 SHAPE = ConvShape(1, 8, 6, 6, 8, 3, 3, pad=(1, 1))
 COPIES = ("aten::contiguous", "aten::clone", "aten::copy_")

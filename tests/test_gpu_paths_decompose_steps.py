@@ -5,15 +5,16 @@ work, before the GPU has done it. Two parts, both checked on this CPU:
 - a profiled step lasts until the last GPU activity it launched ends (trace.gpu_time.step_ends, the same
   attribution by launch as `trace`), on the synthetic pipelined Kineto trace of tests/test_gpu_time.py whose
   first step's GEMM runs 50 us past the step's CPU range."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
 
+from microbench.decompose.pipeline import profiled_step_ms, profiler_overhead
 from microbench.models.ranges import STEP_RANGE, StepRanges
 from microbench.models.step import TrainingStep, Workload
-from microbench.decompose.pipeline import profiled_step_ms, profiler_overhead
 from microbench.trace import gpu_time
 
 from .test_gpu_time import pipelined_trace
@@ -34,8 +35,9 @@ def test_the_profiled_step_closes_after_its_device_synchronization(tmp_path):
     from torch.profiler import ProfilerActivity, profile
 
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    workload = Workload("tiny", model, lambda batch, dev: (torch.randn(batch, 8, device=dev),
-                                                            torch.randint(0, 2, (batch,), device=dev)))
+    workload = Workload(
+        "tiny", model, lambda batch, dev: (torch.randn(batch, 8, device=dev), torch.randint(0, 2, (batch,), device=dev))
+    )
     step = TrainingStep(workload, 4, "cpu", ranges=StepRanges(model, nvtx_ranges=False))
 
     def fake_sync():  # stands for torch.cuda.synchronize: a range so that the trace shows when it ran

@@ -3,6 +3,7 @@ the documented behaviour: it writes its --log-file export only when it exits (a 
 nothing), profiles the kernels of the one GEMM `--app --only LABEL` runs, prints ERR_NVGPUCTRPERM when the
 driver restricts the counters, and its `--query-metrics` may fail. The exports are the real
 tests/data/nsight/copy_blocked.ncu.csv cloned under marker and GEMM names."""
+
 from __future__ import annotations
 
 import os
@@ -11,13 +12,14 @@ import re
 import pytest
 
 from devtools import ncucheck
+
 from .test_device_check_ncu import GEMMS, _labelled_export, fake_ncu, real_export  # noqa: F401 - fixtures
 
-HANG = '''
+HANG = """
 if label == os.environ.get("FAKE_NCU_HANG"):
     import time
     time.sleep(120)  # the export is written at exit: never
-'''
+"""
 
 
 @pytest.fixture
@@ -29,8 +31,9 @@ def hanging_ncu(fake_ncu):
     return fake_ncu
 
 
-def test_a_gemm_that_hangs_under_ncu_costs_its_share_and_keeps_the_others(hanging_ncu, real_export, tmp_path,
-                                                                          monkeypatch, capsys):
+def test_a_gemm_that_hangs_under_ncu_costs_its_share_and_keeps_the_others(
+    hanging_ncu, real_export, tmp_path, monkeypatch, capsys
+):
     export = _labelled_export(real_export, tmp_path / "labelled.csv", GEMMS)
     monkeypatch.setenv("FAKE_NCU_CSV", str(export))
     monkeypatch.setenv("FAKE_NCU_HANG", "cublas_fp32_no_tf32")
@@ -42,8 +45,9 @@ def test_a_gemm_that_hangs_under_ncu_costs_its_share_and_keeps_the_others(hangin
     assert got == {"cublas_bf16": True, "triton_bf16": False}  # the runs before and after the hang both kept
 
 
-def test_a_failed_query_keeps_its_message_and_asks_only_this_chips_metrics(fake_ncu, real_export, tmp_path,
-                                                                          monkeypatch, capsys):
+def test_a_failed_query_keeps_its_message_and_asks_only_this_chips_metrics(
+    fake_ncu, real_export, tmp_path, monkeypatch, capsys
+):
     (tmp_path / "query.txt").write_text("==ERROR== Failed to initialize the metric library\n")
     monkeypatch.setenv("FAKE_NCU_QUERY_RC", "1")
     monkeypatch.setenv("FAKE_NCU_CSV", str(_labelled_export(real_export, tmp_path / "l.csv", GEMMS[:1])))
@@ -58,8 +62,11 @@ def test_a_failed_query_keeps_its_message_and_asks_only_this_chips_metrics(fake_
 
 
 def test_counters_not_permitted_are_said_plainly_and_end_the_stage(fake_ncu, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FAKE_NCU_SAY", "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
-                                       "NVIDIA GPU Performance Counters on the target device 0.")
+    monkeypatch.setenv(
+        "FAKE_NCU_SAY",
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+        "NVIDIA GPU Performance Counters on the target device 0.",
+    )
     assert ncucheck.main([str(tmp_path / "ncu.csv"), "--deadline-s", "60"]) == 1
     err = capsys.readouterr().err
     assert "ERR_NVGPUCTRPERM: this user may not read the GPU's performance counters" in err
@@ -72,9 +79,12 @@ def test_the_wgmma_gemms_transpose_copy_is_its_helper_not_the_gemm(real_export, 
     path = _labelled_export(real_export, tmp_path / "ncu.csv", [("cupy_wgmma_bf16", "transpose_copy_kernel", none)])
     # the GEMM kernel follows the copy under the same marker
     lines = path.read_text().splitlines()
-    extra = _labelled_export(real_export, tmp_path / "g.csv",
-                             [("cupy_wgmma_bf16", "void gemm_wgmma<__nv_bfloat16, 128, 256, 4>(int)", gmma)])
-    gemm_rows = [ln.replace('"0","', '"2","', 1).replace('"1","', '"3","', 1) for ln in extra.read_text().splitlines()[1:]]
+    extra = _labelled_export(
+        real_export, tmp_path / "g.csv", [("cupy_wgmma_bf16", "void gemm_wgmma<__nv_bfloat16, 128, 256, 4>(int)", gmma)]
+    )
+    gemm_rows = [
+        ln.replace('"0","', '"2","', 1).replace('"1","', '"3","', 1) for ln in extra.read_text().splitlines()[1:]
+    ]
     path.write_text("\n".join(lines + [r for r in gemm_rows if "gemm_wgmma" in r]) + "\n")
     rows = {r["label"]: (r["counters_say"], r["expected"], r["as_expected"]) for r in ncucheck.evidence(path)}
     assert rows == {"cupy_wgmma_bf16 (helper)": ("no", None, None), "cupy_wgmma_bf16": ("yes", "yes", True)}

@@ -6,6 +6,7 @@ kernel, each GEMM) are replaced by a log, and a fault is modelled as the CUDA Ru
 error: the faulting call raises PyTorch's text for cudaErrorIllegalAddress and every later call in the process
 raises it too. ncu profiles only kernels inside a Start/Stop window (--profile-from-start off), so the GEMMs
 whose window closed before the fault are the ones whose counters are kept."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,12 +34,14 @@ class Device:
                 self.lost = True
                 raise RuntimeError(ERROR)
             self.log.append(("gemm", label))
+
         return call
 
     def marker(self, label):
         def mark(*args):
             self._ok()
             self.log.append(("mark", label))
+
         return mark
 
     def start(self):
@@ -59,6 +62,7 @@ def device(monkeypatch):
         monkeypatch.setattr(torch.cuda.profiler, "start", d.start)
         monkeypatch.setattr(torch.cuda.profiler, "stop", d.stop)
         return d
+
     return make
 
 

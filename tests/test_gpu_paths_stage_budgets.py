@@ -2,6 +2,7 @@
 stage collects), the on-disk cubin cache of our CUDA C++ modules (the real NVRTC and Triton's ptxas of this
 environment; the second build is taken from disk with NVRTC made to fail), and the ceiling search limited to
 the dtypes a profile judges (measured_ceilings replaced by a recorder, as in tests/test_judge.py)."""
+
 from __future__ import annotations
 
 import re
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from microbench.core.config import load_config
 from devtools import devicecheck as dc
+from microbench.core.config import load_config
 from microbench.roofline import ceilings as C
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,9 +25,9 @@ def test_every_stage_is_planned_within_half_its_cap_and_wgmma_runs_last():
     plan = dc.stages()
     assert plan[-1].name == "wgmma (unverified kernel, alone)"
     assert sum(st.cap_s for st in plan) <= dc.DEADLINE_S - dc.SUMMARY_RESERVE_S
-    doc = (REPO / "docs" / "cuda.md").read_text()
-    table = doc[doc.index("## The device check's plan"):]
-    for st in plan:  # docs/cuda.md gives each stage's expected seconds: at most half its cap
+    doc = (REPO / "devtools" / "README.md").read_text()
+    table = doc[doc.index("## The device check's plan") :]
+    for st in plan:  # devtools/README.md gives each stage's expected seconds: at most half its cap
         row = next(ln for ln in table.splitlines() if ln.startswith(f"| {st.name} |"))
         cap, expected = (float(c.strip().removesuffix(" s")) for c in row.split("|")[2:4])
         assert cap == st.cap_s and expected <= cap / 2, row
@@ -44,8 +45,11 @@ def test_test_stages_collect_named_files_only_and_survive_a_collection_error():
 
 def test_every_file_with_a_gpu_test_is_in_a_stage():
     planned = {p for st in dc.stages() for p in _paths(st)}
-    marked = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
-              if re.search(r"^@pytest\.mark\.gpu|pytestmark = .*mark\.gpu", p.read_text(), re.M)}
+    marked = {
+        f"tests/{p.name}"
+        for p in (REPO / "tests").glob("test_*.py")
+        if re.search(r"^@pytest\.mark\.gpu|pytestmark = .*mark\.gpu", p.read_text(), re.M)
+    }
     assert marked and marked <= planned, marked - planned
 
 
@@ -97,8 +101,9 @@ def test_the_ceiling_search_measures_only_the_profiles_dtypes(monkeypatch, tmp_p
 
     def measured(device, cfg, on_step=None, budget_s=None, shapes=(), dtypes=None):
         asked.append(dtypes)
-        return [C.Ceiling(f"measured {d}", C.COMPUTE, d, 1.0, "TFLOP/s", "measured", "fake", (0.9, 1.1))
-                for d in dtypes], []
+        return [
+            C.Ceiling(f"measured {d}", C.COMPUTE, d, 1.0, "TFLOP/s", "measured", "fake", (0.9, 1.1)) for d in dtypes
+        ], []
 
     monkeypatch.setattr(C, "measured_ceilings", measured)
     monkeypatch.setenv(C.CACHE_ENV, str(tmp_path))

@@ -4,6 +4,7 @@ No GPU here: CuPy is replaced by a model of the documented behaviour (cupy.cuda.
 used as a context manager makes that stream CuPy's current one; cupy.matmul launches on the current stream;
 leaving the block restores the previous one) and torch.cuda.current_stream by a stream with a known handle.
 Whether cuBLAS then orders correctly with torch's events only a GPU shows."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,7 +40,9 @@ def _fake_cupy(launches: list):
 def test_cupy_blas_launches_on_torchs_current_stream(monkeypatch):
     launches: list = []
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(launches))
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=TORCH_STREAM))
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=TORCH_STREAM)
+    )
     a, b = torch.randn(8, 4), torch.randn(4, 8)
     c = gemm_vendor.gemm_cupy_blas(a, b)
     assert launches == [TORCH_STREAM]  # before: "cupy default stream"

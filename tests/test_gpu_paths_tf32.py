@@ -4,6 +4,7 @@ correctly inside the context and after it. The switches are PyTorch's global con
 build as on a CUDA one (the check that raised, aten's allowTF32CuBLAS / allowTF32CuDNN, runs on reading, not on
 a GPU), so this runs here on the real torch; the caller who mixed the APIs first runs in its own process, to
 leave this one's flags as they were."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,10 +19,14 @@ from microbench.core.tf32 import tf32_allowed
 
 def _both_spellings() -> dict:
     m, c = torch.backends.cuda.matmul, torch.backends.cudnn
-    return {"matmul.allow_tf32": m.allow_tf32, "cudnn.allow_tf32": c.allow_tf32,
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "matmul.fp32_precision": m.fp32_precision, "conv.fp32_precision": c.conv.fp32_precision,
-            "rnn.fp32_precision": c.rnn.fp32_precision}
+    return {
+        "matmul.allow_tf32": m.allow_tf32,
+        "cudnn.allow_tf32": c.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul.fp32_precision": m.fp32_precision,
+        "conv.fp32_precision": c.conv.fp32_precision,
+        "rnn.fp32_precision": c.rnn.fp32_precision,
+    }
 
 
 @pytest.mark.parametrize("allowed", [True, False])

@@ -9,6 +9,7 @@ costs `host_ms` of host time to launch and then `gpu_ms` on the stream. On such 
 start, a call whose launch costs more host time than the work queued ahead of it is timed at its host time;
 what a real GPU adds (the driver's queue depth, clock changes during the sleep) only a GPU can show.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class FakeStream:
             self.host += host_ms
             self.log.append(("call",))
             self._run(gpu_ms)
+
         return fn
 
 
@@ -79,8 +81,15 @@ class FakeGpu(Device):
 
 
 def _device(stream: FakeStream) -> FakeGpu:
-    d = FakeGpu(kind="cuda", torch_device="cpu", name="modelled GPU", arch="sm_90", units=132,
-                memory_bytes=80 * 2**30, clock_mhz=1500.0)
+    d = FakeGpu(
+        kind="cuda",
+        torch_device="cpu",
+        name="modelled GPU",
+        arch="sm_90",
+        units=132,
+        memory_bytes=80 * 2**30,
+        clock_mhz=1500.0,
+    )
     d.stream = stream
     return d
 
@@ -106,12 +115,16 @@ def test_the_sleep_is_queued_before_each_batch_start_event(monkeypatch):
     stream = FakeStream()
     _measure(stream, stream.call(host_ms=0.030, gpu_ms=0.010), monkeypatch)
     log = stream.log
-    assert log[:4] == [("call",), ("record", log[1][1]), ("sleep", timing._CALIBRATION_CYCLES),
-                       ("record", log[3][1])]  # the untimed first call, then the calibration
+    assert log[:4] == [
+        ("call",),
+        ("record", log[1][1]),
+        ("sleep", timing._CALIBRATION_CYCLES),
+        ("record", log[3][1]),
+    ]  # the untimed first call, then the calibration
     batches = [i for i, e in enumerate(log) if e[0] == "sleep"][1:]
     assert batches
     for i in batches:  # a sleep, the event that marks its end, then the batch's first start event and call
-        assert [e[0] for e in log[i + 1:i + 4]] == ["record", "record", "call"]
+        assert [e[0] for e in log[i + 1 : i + 4]] == ["record", "record", "call"]
     starts = [i for i in range(len(log) - 1) if log[i][0] == "record" and log[i + 1][0] == "call"]
     assert all(any(b < s for b in batches) for s in starts)  # no start event ahead of the first sleep
 
@@ -119,8 +132,9 @@ def test_the_sleep_is_queued_before_each_batch_start_event(monkeypatch):
 def test_the_calibration_is_one_bounded_sleep_and_every_lead_is_capped(monkeypatch):
     """A call with 5 ms of launch time: batches shrink so that no head start exceeds gpu_lead_max_ms."""
     stream = FakeStream()
-    settings = TimingSettings(warmup_ms=50.0, rep_ms=200.0, min_reps=5, max_reps=200, flush_l2=False,
-                              gpu_lead_max_ms=20.0)
+    settings = TimingSettings(
+        warmup_ms=50.0, rep_ms=200.0, min_reps=5, max_reps=200, flush_l2=False, gpu_lead_max_ms=20.0
+    )
     t = _measure(stream, stream.call(host_ms=5.0, gpu_ms=0.001), monkeypatch, settings)
     sleeps = [e[1] for e in stream.log if e[0] == "sleep"]
     assert sleeps[0] == timing._CALIBRATION_CYCLES  # about 1.3 ms at this clock, once per measure()

@@ -1,5 +1,6 @@
 """The one GPU time breakdown (microbench/trace/gpu_time.py): the whole trace, steps whose GPU work overlaps
 (every activity in exactly one step, sums that add up), windows, and the shared V100 ResNet DDP trace."""
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,29 @@ GEMM, COPY, SET = "volta_sgemm_128x64_nn", "Memcpy HtoD (Pageable -> Device)", "
 
 
 def _launch(corr: int, ts: float) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 1,
-            "args": {"correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": 1,
+        "args": {"correlation": corr},
+    }
 
 
 def _gpu(cat: str, name: str, ts: float, dur: float, stream: int, corr: int) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": stream, "correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": stream, "correlation": corr},
+    }
 
 
 def _step(n: int, ts: float) -> dict:
@@ -38,15 +55,25 @@ def pipelined_trace(tmp_path, gpu_steps=()):
     [300, 310). A memset launched at 50 (before the first step) runs [60, 70); a kernel without a launch in
     the trace runs [280, 285): outside the steps, unless a GPU-side step annotation (`gpu_steps`: (n, ts, dur))
     holds it."""
-    events = [_step(1, 100), _step(2, 200),
-              _launch(1, 50), _gpu("gpu_memset", SET, 60, 10, 8, 1),
-              _launch(2, 110), _gpu("kernel", GEMM, 120, 130, 7, 2),
-              _launch(3, 205), _gpu("gpu_memcpy", COPY, 130, 20, 8, 3),
-              _launch(4, 210), _gpu("kernel", GEMM, 260, 40, 7, 4),
-              _launch(5, 220), _gpu("gpu_memcpy", COPY, 300, 10, 8, 5),
-              _gpu("kernel", GEMM, 280, 5, 9, 99)]
-    events += [{"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}", "pid": 0, "tid": 7, "ts": ts,
-                "dur": dur} for n, ts, dur in gpu_steps]
+    events = [
+        _step(1, 100),
+        _step(2, 200),
+        _launch(1, 50),
+        _gpu("gpu_memset", SET, 60, 10, 8, 1),
+        _launch(2, 110),
+        _gpu("kernel", GEMM, 120, 130, 7, 2),
+        _launch(3, 205),
+        _gpu("gpu_memcpy", COPY, 130, 20, 8, 3),
+        _launch(4, 210),
+        _gpu("kernel", GEMM, 260, 40, 7, 4),
+        _launch(5, 220),
+        _gpu("gpu_memcpy", COPY, 300, 10, 8, 5),
+        _gpu("kernel", GEMM, 280, 5, 9, 99),
+    ]
+    events += [
+        {"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}", "pid": 0, "tid": 7, "ts": ts, "dur": dur}
+        for n, ts, dur in gpu_steps
+    ]
     path = tmp_path / "pipelined.json"
     path.write_text(json.dumps({"traceEvents": events}))
     return kineto.read(path)
@@ -55,8 +82,16 @@ def pipelined_trace(tmp_path, gpu_steps=()):
 def test_whole_trace_breakdown(tmp_path):
     whole = gpu_time.breakdown(pipelined_trace(tmp_path))
     # activity [60, 310): busy [60, 70) + [120, 250) + [260, 310); the memset counts with the copies
-    assert whole == {"gpu_span_us": 250, "busy_us": 190, "computation_us": 170, "exposed_comm_us": 0,
-                     "exposed_memcpy_us": 20, "idle_us": 60, "comm_us": 0, "overlapped_comm_us": 0}
+    assert whole == {
+        "gpu_span_us": 250,
+        "busy_us": 190,
+        "computation_us": 170,
+        "exposed_comm_us": 0,
+        "exposed_memcpy_us": 20,
+        "idle_us": 60,
+        "comm_us": 0,
+        "overlapped_comm_us": 0,
+    }
 
 
 def test_pipelined_steps_own_each_instant_once(tmp_path):
@@ -116,7 +151,9 @@ def test_v100_resnet_ddp_steps_add_up():
     a = gpu_time.assign_steps(tl, w)
     assert len(steps) == 5 and (a.step >= 0).all()  # every activity in exactly one step
     assert sum(s["kernel_count"] for s in steps) == 4350
-    busy = sum(s["busy_us"] for s in steps) + outside["before_first_step"]["busy_us"] + outside["outside_steps"]["busy_us"]
+    busy = (
+        sum(s["busy_us"] for s in steps) + outside["before_first_step"]["busy_us"] + outside["outside_steps"]["busy_us"]
+    )
     assert busy == pytest.approx(whole["busy_us"], rel=0.01)
     assert sum(s["idle_us"] for s in steps) <= whole["idle_us"]
     assert np.isclose(sum(s["idle_us"] for s in steps) + outside["between_steps_idle_us"], whole["idle_us"])
@@ -131,19 +168,31 @@ def test_ddp_split_per_step_and_bucket(tmp_path):
     events = []
     for n, t0 in enumerate((0, 100)):
         c = 10 * n
-        events += [{"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "pid": 1, "tid": 1, "ts": t0, "dur": 100},
-                   _launch(c + 1, t0 + 1), _gpu("kernel", GEMM, t0 + 10, 40, 7, c + 1),
-                   _launch(c + 2, t0 + 2), _gpu("kernel", nccl, t0 + 30, 30, 20, c + 2),  # 20 hidden, 10 exposed
-                   _launch(c + 3, t0 + 3), _gpu("kernel", nccl, t0 + 60, 20, 20, c + 3)]  # all exposed
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": STEP_RANGE, "pid": 1, "tid": 1, "ts": t0, "dur": 100},
+            _launch(c + 1, t0 + 1),
+            _gpu("kernel", GEMM, t0 + 10, 40, 7, c + 1),
+            _launch(c + 2, t0 + 2),
+            _gpu("kernel", nccl, t0 + 30, 30, 20, c + 2),  # 20 hidden, 10 exposed
+            _launch(c + 3, t0 + 3),
+            _gpu("kernel", nccl, t0 + 60, 20, 20, c + 3),
+        ]  # all exposed
     path = tmp_path / "ddp.json"
     path.write_text(json.dumps({"traceEvents": events}))
     steps = split_steps(path)
     assert [s["allreduce_calls"] for s in steps] == [2, 2]
     s = steps[0]
-    assert (s["step_ms"], s["compute_ms"], s["comm_ms"], s["overlapped_comm_ms"], s["exposed_comm_ms"]) == \
-        (0.1, 0.04, 0.05, 0.02, 0.03)
-    assert s["buckets"] == [{"at_ms": 0.03, "comm_ms": 0.03, "exposed_comm_ms": 0.01},
-                            {"at_ms": 0.06, "comm_ms": 0.02, "exposed_comm_ms": 0.02}]
+    assert (s["step_ms"], s["compute_ms"], s["comm_ms"], s["overlapped_comm_ms"], s["exposed_comm_ms"]) == (
+        0.1,
+        0.04,
+        0.05,
+        0.02,
+        0.03,
+    )
+    assert s["buckets"] == [
+        {"at_ms": 0.03, "comm_ms": 0.03, "exposed_comm_ms": 0.01},
+        {"at_ms": 0.06, "comm_ms": 0.02, "exposed_comm_ms": 0.02},
+    ]
     assert summarize_steps(steps)["comm_share"] == pytest.approx(0.3)
 
 
@@ -159,7 +208,12 @@ def test_devices_are_broken_down_apart_and_summed():
     tl = b.build()
     dev = gpu_time.per_device(tl)
     assert (dev["0"]["computation_us"], dev["0"]["idle_us"], dev["0"]["kernel_count"]) == (10, 0, 1)
-    assert (dev["1"]["exposed_comm_us"], dev["1"]["computation_us"], dev["1"]["idle_us"], dev["1"]["gpu_span_us"]) == (10, 5, 10, 25)
+    assert (dev["1"]["exposed_comm_us"], dev["1"]["computation_us"], dev["1"]["idle_us"], dev["1"]["gpu_span_us"]) == (
+        10,
+        5,
+        10,
+        25,
+    )
     whole = gpu_time.breakdown(tl)
     assert all(whole[f] == dev["0"][f] + dev["1"][f] for f in gpu_time.FIELDS + gpu_time.COMM_FIELDS)
 
@@ -167,17 +221,32 @@ def test_devices_are_broken_down_apart_and_summed():
 def test_a_step_on_two_devices_has_each_devices_own_breakdown(tmp_path):
     """A process driving two GPUs: the step's figures add the devices' spans (its GPU span can exceed its wall
     time), so each step also carries each device's own (`by_device`), which the steps table prints under it."""
-    events = [_step(1, 100), _launch(1, 110), _gpu("kernel", GEMM, 120, 50, 7, 1), _launch(2, 115),
-              {**_gpu("kernel", GEMM, 130, 60, 7, 2), "pid": 1}]
+    events = [
+        _step(1, 100),
+        _launch(1, 110),
+        _gpu("kernel", GEMM, 120, 50, 7, 1),
+        _launch(2, 115),
+        {**_gpu("kernel", GEMM, 130, 60, 7, 2), "pid": 1},
+    ]
     events[-1]["args"] = {**events[-1]["args"], "device": 1}
     path = tmp_path / "two.json"
     path.write_text(json.dumps({"traceEvents": events}))
     tl = kineto.read(path)
     _, (step,), _ = gpu_time.step_breakdowns(tl)
     assert step["gpu_span_us"] == 110 and step["computation_us"] == 110  # 50 + 60: the devices summed
+
     def all_computation(us: float) -> dict:
-        return {"kernel_count": 1, "gpu_span_us": us, "busy_us": us, "computation_us": us, "exposed_comm_us": 0,
-                "exposed_memcpy_us": 0, "idle_us": 0, "comm_us": 0, "overlapped_comm_us": 0}
+        return {
+            "kernel_count": 1,
+            "gpu_span_us": us,
+            "busy_us": us,
+            "computation_us": us,
+            "exposed_comm_us": 0,
+            "exposed_memcpy_us": 0,
+            "idle_us": 0,
+            "comm_us": 0,
+            "overlapped_comm_us": 0,
+        }
 
     assert step["by_device"] == {"0": pytest.approx(all_computation(50)), "1": pytest.approx(all_computation(60))}
     one = tmp_path / "one.json"
@@ -227,8 +296,10 @@ interval_lists = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), ma
 def test_a_windows_split_takes_only_its_intervals_and_agrees_with_the_definition(layers, lo, width):
     """gpu_time._split finds a window's intervals by search (sorted starts, running maximum end) instead of
     clipping the whole trace's per step (quadratic in a long trace): the same parts as the definition."""
-    named = [(f"l{i}", np.array([float(a) for a, _ in iv]), np.array([float(a + d) for a, d in iv]))
-             for i, iv in enumerate(layers)]
+    named = [
+        (f"l{i}", np.array([float(a) for a, _ in iv]), np.array([float(a + d) for a, d in iv]))
+        for i, iv in enumerate(layers)
+    ]
     halves = [(n, [gpu_time._by_start(s[::2], e[::2]), gpu_time._by_start(s[1::2], e[1::2])]) for n, s, e in named]
     got = gpu_time._split(float(lo), float(lo + width), halves)  # a layer of two sets, as `runtime` is
     want = _naive_split(float(lo), float(lo + width), named)

@@ -2,6 +2,7 @@
 dependencies, against the image's package list (devtools/gpu_image.toml). Downloads are faked with wheels
 written here: which requirements are fetched, recursion into their own, markers evaluated for the image's
 CPython 3.12, one version each, the size budget, and `.whl/` left as it was when the new set is refused."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,14 @@ from .conftest import REPO
 
 
 def _image(packages: list[str], equivalents: dict | None = None, max_mib: float = 48) -> dict:
-    return {"python": "3.12", "implementation": "cp", "platforms": ["manylinux_2_28_x86_64"], "max_wheel_mib": max_mib,
-            "equivalents": equivalents or {}, "image": {"packages": packages, "versions": {"python": "3.12.3"}}}
+    return {
+        "python": "3.12",
+        "implementation": "cp",
+        "platforms": ["manylinux_2_28_x86_64"],
+        "max_wheel_mib": max_mib,
+        "equivalents": equivalents or {},
+        "image": {"packages": packages, "versions": {"python": "3.12.3"}},
+    }
 
 
 def _fake_index(tmp_path, catalogue: dict[str, tuple[str, list[str], int]]):
@@ -30,7 +37,8 @@ def _fake_index(tmp_path, catalogue: dict[str, tuple[str, list[str], int]]):
         version, requires, pad = catalogue[name]
         path = Path(dest) / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
         meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
-            f"Requires-Dist: {r}\n" for r in requires)
+            f"Requires-Dist: {r}\n" for r in requires
+        )
         with zipfile.ZipFile(path, "w") as z:
             z.writestr(f"{name}-{version}.dist-info/METADATA", meta)
             z.writestr("pad.bin", b"\0" * pad)
@@ -40,13 +48,32 @@ def _fake_index(tmp_path, catalogue: dict[str, tuple[str, list[str], int]]):
 
 
 def test_only_what_the_image_lacks_with_its_own_missing_requirements(tmp_path):
-    image = _image(["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc"], {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]})
-    download, asked = _fake_index(tmp_path, {
-        "msgspec": ("0.23.0", ['tomli; python_version < "3.11" and extra == "toml"', 'pyyaml; extra == "yaml"'], 10),
-        "mlperf-logging": ("4.1.68", ["pandas>=1.0", "pyyaml>=5.4.1", "numpy>=1.17.3", "extra-dep>=1",
-                                      'old-only; python_version < "3.9"', 'win-only; sys_platform == "win32"'], 10),
-        "extra-dep": ("2.0", ["msgspec>=0.1"], 10),  # needs one already chosen: not downloaded twice
-    })
+    image = _image(
+        ["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc"], {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]}
+    )
+    download, asked = _fake_index(
+        tmp_path,
+        {
+            "msgspec": (
+                "0.23.0",
+                ['tomli; python_version < "3.11" and extra == "toml"', 'pyyaml; extra == "yaml"'],
+                10,
+            ),
+            "mlperf-logging": (
+                "4.1.68",
+                [
+                    "pandas>=1.0",
+                    "pyyaml>=5.4.1",
+                    "numpy>=1.17.3",
+                    "extra-dep>=1",
+                    'old-only; python_version < "3.9"',
+                    'win-only; sys_platform == "win32"',
+                ],
+                10,
+            ),
+            "extra-dep": ("2.0", ["msgspec>=0.1"], 10),  # needs one already chosen: not downloaded twice
+        },
+    )
     reqs = ["numpy>=1.26", "msgspec>=0.18", "nvidia-cuda-nvrtc-cu12>=12.4", "mlperf-logging>=3.0"]
     got = wheels.write_wheels(tmp_path / "whl", image, reqs, download)
     assert asked == ["msgspec>=0.18", "mlperf-logging>=3.0", "extra-dep>=1"]
@@ -83,9 +110,14 @@ def test_what_the_project_needs_from_outside_the_image():
 
 
 def test_a_requirement_with_extras_brings_the_extras_requirements(tmp_path):
-    download, asked = _fake_index(tmp_path, {
-        "dask": ("2025.1", ['distributed==2025.1; extra == "distributed"', 'pandas; extra == "dataframe"'], 10),
-        "distributed": ("2025.1", ["tornado>=6", "toolz"], 10), "tornado": ("6.5", [], 10)})
+    download, asked = _fake_index(
+        tmp_path,
+        {
+            "dask": ("2025.1", ['distributed==2025.1; extra == "distributed"', 'pandas; extra == "dataframe"'], 10),
+            "distributed": ("2025.1", ["tornado>=6", "toolz"], 10),
+            "tornado": ("6.5", [], 10),
+        },
+    )
     wheels.write_wheels(tmp_path / "whl", _image(["toolz", "pandas"]), ["dask[distributed]>=2024.1"], download)
     assert asked == ["dask[distributed]>=2024.1", "distributed==2025.1", "tornado>=6"]
 
@@ -110,11 +142,16 @@ def test_gitignored_and_the_script_is_valid_bash():
 def test_what_a_simulation_of_the_image_installs(tmp_path):
     """The declared requirements the image has and the carried wheels' requirements the image has, one line
     per name (pip refuses a name twice); nothing carried, nothing served only by an equivalent."""
-    download, _ = _fake_index(tmp_path, {
-        "mlperf-logging": ("4.1", ["pandas>=1.0", "numpy>=1.17.3", "pyyaml"], 10),
-        "msgspec": ("0.23", ['pyyaml; extra == "yaml"'], 10)})
-    image = _image(["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc", "pytest"],
-                   {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]})
+    download, _ = _fake_index(
+        tmp_path,
+        {
+            "mlperf-logging": ("4.1", ["pandas>=1.0", "numpy>=1.17.3", "pyyaml"], 10),
+            "msgspec": ("0.23", ['pyyaml; extra == "yaml"'], 10),
+        },
+    )
+    image = _image(
+        ["numpy", "pandas", "PyYAML", "nvidia-cuda-nvrtc", "pytest"], {"nvidia-cuda-nvrtc-cu12": ["nvidia-cuda-nvrtc"]}
+    )
     reqs = ["numpy>=1.26", "pytest>=8", "msgspec>=0.18", "nvidia-cuda-nvrtc-cu12>=12.4", "mlperf-logging>=3.0"]
     wheels.write_wheels(tmp_path / "whl", image, reqs, download)
     got = wheels.image_requirements(tmp_path / "whl", image, reqs)

@@ -1,5 +1,6 @@
 """Kernels launched from CUDA / HIP graphs (microbench/trace/graphs.py): counted one by one, and attributed to
 the operators that captured them given the capture trace; on the real vLLM MI300 pair and a generated CUDA graph."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,16 +26,26 @@ def _write(path, events, **meta):
 
 
 def _x(cat, name, ts, dur, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1 if cat != "kernel" else 0, "tid": 1 if cat != "kernel" else 7,
-            "ts": ts, "dur": dur, "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1 if cat != "kernel" else 0,
+        "tid": 1 if cat != "kernel" else 7,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
 def _cuda_graph_pair(tmp_path, replay_names=(GEMM, ADD, NCCL)):
     """A replay: one cudaGraphLaunch, its kernels with its correlation id, plus one eager kernel; and a capture:
     BeginCapture, three launches (args.kernel) inside aten::mm, aten::add, c10d::allreduce_, EndCapture."""
-    replay = [_x("cuda_runtime", "cudaGraphLaunch", 100.0, 5.0, correlation=50),
-              _x("cuda_runtime", "cudaLaunchKernel", 300.0, 2.0, correlation=51),
-              _x("kernel", "void eager_kernel()", 310.0, 4.0, correlation=51, device=0, stream=7)]
+    replay = [
+        _x("cuda_runtime", "cudaGraphLaunch", 100.0, 5.0, correlation=50),
+        _x("cuda_runtime", "cudaLaunchKernel", 300.0, 2.0, correlation=51),
+        _x("kernel", "void eager_kernel()", 310.0, 4.0, correlation=51, device=0, stream=7),
+    ]
     for i, name in enumerate(replay_names):
         replay.append(_x("kernel", name, 110.0 + 20 * i, 10.0 + i, correlation=50, device=0, stream=7))
     capture = [_x("cuda_runtime", "cudaStreamBeginCapture", 1.0, 1.0, correlation=1)]
@@ -78,8 +89,10 @@ def test_real_vllm_mi300_pair(shared_dir):
     cap = shared_dir / "traces" / "mi300_vllm_decode_graph_capture.json.gz"
     events = _raw(ex)
     graph_corr = {e["args"]["correlation"] for e in events if e.get("name") == "hipGraphLaunch"}
-    replayed = sorted((e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") in graph_corr),
-                      key=lambda e: e["ts"])
+    replayed = sorted(
+        (e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") in graph_corr),
+        key=lambda e: e["ts"],
+    )
     doc = analyze(ex, graph_capture=cap)
     s = doc["summary"]
     assert s["graph_kernel_count"] == len(replayed) == 421

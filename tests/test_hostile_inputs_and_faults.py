@@ -3,6 +3,7 @@ only regular files are read or replaced, every command's argument errors are one
 and a fault after rows were measured keeps them. Each class is fixed at one place (core.files,
 core.errors.run_command, core.args, core.outdir), so each test stands for every input of its class.
 """
+
 from __future__ import annotations
 
 import csv
@@ -54,8 +55,16 @@ def test_a_fifo_a_device_or_a_folder_is_refused_at_once(fifo, tmp_path):
             open_input(path)
 
 
-@pytest.mark.parametrize("argv", [["trace", "{p}"], ["compare", "{p}"], ["trace", str(SLICE), "--config", "{p}"],
-                                  ["trace", str(SLICE), "--ceilings", "{p}"], ["tta", "leaderboard", "{p}"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["trace", "{p}"],
+        ["compare", "{p}"],
+        ["trace", str(SLICE), "--config", "{p}"],
+        ["trace", str(SLICE), "--ceilings", "{p}"],
+        ["tta", "leaderboard", "{p}"],
+    ],
+)
 def test_every_command_refuses_a_fifo_input_in_one_line(fifo, argv, capsys):
     mod = {"trace": trace_cmd, "compare": compare_cmd, "tta": tta_cmd}[argv[0]]
     assert mod.main([a.replace("{p}", str(fifo)) for a in argv[1:]]) == 2
@@ -92,18 +101,24 @@ def test_a_name_too_long_is_one_line(tmp_path, capsys):
 
 
 # ---- arguments: one line, bounded -----------------------------------------------------------------------------
-@pytest.mark.parametrize("module, argv, names", [
-    ("microbench.trace.cli", [str(SLICE), "--bogus"], "unrecognized"), ("microbench.compare.cli", [], "required"),
-    ("microbench.inspect.cli", ["--bogus"], "unrecognized"), ("microbench.roofline.cli", ["--device", "tpu"], "--device"),
-    ("devtools.compiles", ["--sms", "0"], "--sms"), ("microbench.trace.cli", [str(SLICE), "--top", "0"], "--top"),
-    ("microbench.comm.cli", ["collectives", "--timeout", "1e300"], "--timeout"),
-    ("microbench.comm.cli", ["collectives", "--timeout", "1e-9"], "--timeout"),
-    ("microbench.comm.cli", ["collectives", "--nproc", "100000"], "--nproc"),
-    ("microbench.comm.cli", ["scale", "--gradient-bytes", "1" + "0" * 40], "--gradient-bytes"),
-    ("microbench.decompose.cli", ["--model", "resnet9", "--batch", "1e12"], "--batch"),
-    ("microbench.decompose.cli", ["--model", "resnet9", "--steps", "1000000000000"], "--steps"),
-    ("microbench.tta.cli", ["run", "--model", "digits", "--seeds", "100000000000000000000"], "--seeds"),
-])
+@pytest.mark.parametrize(
+    "module, argv, names",
+    [
+        ("microbench.trace.cli", [str(SLICE), "--bogus"], "unrecognized"),
+        ("microbench.compare.cli", [], "required"),
+        ("microbench.inspect.cli", ["--bogus"], "unrecognized"),
+        ("microbench.roofline.cli", ["--device", "tpu"], "--device"),
+        ("devtools.compiles", ["--sms", "0"], "--sms"),
+        ("microbench.trace.cli", [str(SLICE), "--top", "0"], "--top"),
+        ("microbench.comm.cli", ["collectives", "--timeout", "1e300"], "--timeout"),
+        ("microbench.comm.cli", ["collectives", "--timeout", "1e-9"], "--timeout"),
+        ("microbench.comm.cli", ["collectives", "--nproc", "100000"], "--nproc"),
+        ("microbench.comm.cli", ["scale", "--gradient-bytes", "1" + "0" * 40], "--gradient-bytes"),
+        ("microbench.decompose.cli", ["--model", "resnet9", "--batch", "1e12"], "--batch"),
+        ("microbench.decompose.cli", ["--model", "resnet9", "--steps", "1000000000000"], "--steps"),
+        ("microbench.tta.cli", ["run", "--model", "digits", "--seeds", "100000000000000000000"], "--seeds"),
+    ],
+)
 def test_argument_errors_are_one_line_and_name_the_argument(module, argv, names, capsys):
     with pytest.raises(SystemExit) as e:
         importlib.import_module(module).main(argv)
@@ -112,8 +127,9 @@ def test_argument_errors_are_one_line_and_name_the_argument(module, argv, names,
     assert line.startswith("error:") and names in line
 
 
-@pytest.mark.parametrize("argv, key", [(["--sizes", "99999999999999999999"], "--sizes"),
-                                       (["--sizes", "2**40"], "--sizes")])
+@pytest.mark.parametrize(
+    "argv, key", [(["--sizes", "99999999999999999999"], "--sizes"), (["--sizes", "2**40"], "--sizes")]
+)
 def test_comm_sizes_are_bounded(argv, key, tmp_path, capsys):
     assert comm_cmd.main(["collectives", "--out", str(tmp_path / "o"), *argv]) == 2
     assert key in one_line(capsys)
@@ -142,16 +158,19 @@ FIRST = f"rowid = (SELECT min(rowid) FROM {K})"
 
 
 @needs_nsight
-@pytest.mark.parametrize("sql, words", [
-    (f"UPDATE {K} SET start = 'abc' WHERE {FIRST}", "start = 'abc'"),
-    (f"UPDATE {K} SET end = start - 1000 WHERE {FIRST}", "ends before it starts"),
-    (f"UPDATE {K} SET end = 9e300 WHERE {FIRST}", "end = 9e+300"),
-    (f"UPDATE {K} SET deviceId = 9223372036854775807 WHERE {FIRST}", "deviceId"),
-    (f"UPDATE {K} SET streamId = 1.5e30 WHERE {FIRST}", "streamId"),
-    ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x'", "correlationId = 'x'"),
-    ("UPDATE NVTX_EVENTS SET globalTid = 1e300 WHERE end IS NOT NULL", "globalTid"),
-    ("UPDATE TARGET_INFO_GPU SET smCount = 'many'", "smCount = 'many'"),
-])
+@pytest.mark.parametrize(
+    "sql, words",
+    [
+        (f"UPDATE {K} SET start = 'abc' WHERE {FIRST}", "start = 'abc'"),
+        (f"UPDATE {K} SET end = start - 1000 WHERE {FIRST}", "ends before it starts"),
+        (f"UPDATE {K} SET end = 9e300 WHERE {FIRST}", "end = 9e+300"),
+        (f"UPDATE {K} SET deviceId = 9223372036854775807 WHERE {FIRST}", "deviceId"),
+        (f"UPDATE {K} SET streamId = 1.5e30 WHERE {FIRST}", "streamId"),
+        ("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x'", "correlationId = 'x'"),
+        ("UPDATE NVTX_EVENTS SET globalTid = 1e300 WHERE end IS NOT NULL", "globalTid"),
+        ("UPDATE TARGET_INFO_GPU SET smCount = 'many'", "smCount = 'many'"),
+    ],
+)
 def test_nsys_reader_checks_every_number(tmp_path, sql, words, capsys):
     assert trace_cmd.main([str(_nsys_copy(tmp_path, sql))]) == 2
     assert words in one_line(capsys)
@@ -171,12 +190,18 @@ def _ncu_copy(tmp_path, column, value, metric=None):
 
 
 @needs_nsight
-@pytest.mark.parametrize("column, value, metric, words", [
-    ("CC", "abc", None, "CC = 'abc'"), ("CC", "9", None, "CC = '9'"),
-    ("Device", "99999999999999999999", None, "Device"), ("Device", "-3", None, "Device = '-3'"),
-    ("Metric Value", "inf", "Duration", "Duration = 'inf'"), ("Metric Value", "1e400", "Duration", "Duration"),
-    ("Metric Value", "-5", "Duration", "duration -5"),
-])
+@pytest.mark.parametrize(
+    "column, value, metric, words",
+    [
+        ("CC", "abc", None, "CC = 'abc'"),
+        ("CC", "9", None, "CC = '9'"),
+        ("Device", "99999999999999999999", None, "Device"),
+        ("Device", "-3", None, "Device = '-3'"),
+        ("Metric Value", "inf", "Duration", "Duration = 'inf'"),
+        ("Metric Value", "1e400", "Duration", "Duration"),
+        ("Metric Value", "-5", "Duration", "duration -5"),
+    ],
+)
 def test_ncu_reader_checks_every_field(tmp_path, column, value, metric, words, capsys):
     assert trace_cmd.main([str(_ncu_copy(tmp_path, column, value, metric))]) == 2
     assert words in one_line(capsys)
@@ -193,24 +218,46 @@ def test_kineto_refuses_an_id_written_as_a_float(tmp_path, key, value, capsys):
 
 
 def _mllog(key, t, value=None, **meta):
-    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key,
-                                     "value": value, "metadata": {"file": "x.py", "lineno": 1, **meta}})
+    return ":::MLLOG " + json.dumps(
+        {
+            "namespace": "",
+            "time_ms": t,
+            "event_type": "POINT_IN_TIME",
+            "key": key,
+            "value": value,
+            "metadata": {"file": "x.py", "lineno": 1, **meta},
+        }
+    )
 
 
-GOOD_LOG = [_mllog("submission_benchmark", 0, "resnet"), _mllog("submission_org", 0, "org"),
-            _mllog("run_start", 1000), _mllog("eval_accuracy", 5000, 0.76, epoch_num=3),
-            _mllog("run_stop", 9000, status="success")]
+GOOD_LOG = [
+    _mllog("submission_benchmark", 0, "resnet"),
+    _mllog("submission_org", 0, "org"),
+    _mllog("run_start", 1000),
+    _mllog("eval_accuracy", 5000, 0.76, epoch_num=3),
+    _mllog("run_stop", 9000, status="success"),
+]
 
 
-@pytest.mark.parametrize("lines, words", [
-    (GOOD_LOG[:3] + [_mllog("eval_accuracy", 5000, float("nan"), epoch_num=3)] + GOOD_LOG[4:], "not a finite"),
-    ([_mllog("submission_org", 0, "x" * 100_000)] + GOOD_LOG, "bytes: beyond"),
-    (GOOD_LOG[:4] + [GOOD_LOG[4].replace('"metadata": {"file": "x.py", "lineno": 1, "status": "success"}',
-                                         '"metadata": [1, 2]')], "metadata is list"),
-    ([_mllog("submission_benchmark", 0, ["resnet"])] + GOOD_LOG[1:], "is not a string"),
-    (GOOD_LOG + [GOOD_LOG[2].replace('"key": "run_start"', '"key": 5')], "key 5 is not a string"),
-    (GOOD_LOG[:3] + [_mllog("eval_accuracy", 5000, 0.7, epoch_num={"a": 1})] + GOOD_LOG[4:], "epoch_num"),
-])
+@pytest.mark.parametrize(
+    "lines, words",
+    [
+        (GOOD_LOG[:3] + [_mllog("eval_accuracy", 5000, float("nan"), epoch_num=3)] + GOOD_LOG[4:], "not a finite"),
+        ([_mllog("submission_org", 0, "x" * 100_000)] + GOOD_LOG, "bytes: beyond"),
+        (
+            GOOD_LOG[:4]
+            + [
+                GOOD_LOG[4].replace(
+                    '"metadata": {"file": "x.py", "lineno": 1, "status": "success"}', '"metadata": [1, 2]'
+                )
+            ],
+            "metadata is list",
+        ),
+        ([_mllog("submission_benchmark", 0, ["resnet"])] + GOOD_LOG[1:], "is not a string"),
+        (GOOD_LOG + [GOOD_LOG[2].replace('"key": "run_start"', '"key": 5')], "key 5 is not a string"),
+        (GOOD_LOG[:3] + [_mllog("eval_accuracy", 5000, 0.7, epoch_num={"a": 1})] + GOOD_LOG[4:], "epoch_num"),
+    ],
+)
 def test_mlperf_logs_with_bad_fields_are_listed_with_the_reason(tmp_path, lines, words):
     from microbench.tta.leaderboard import build
 
@@ -221,8 +268,15 @@ def test_mlperf_logs_with_bad_fields_are_listed_with_the_reason(tmp_path, lines,
     assert len(board.unreadable) == 1 and words in board.unreadable[0]["reason"], board.unreadable
 
 
-@pytest.mark.parametrize("tsv, words", [("1\tnan\t95", "'nan'"), ("1\tinf\t95", "'inf'"),
-                                        ("1\t0.1\t" + "9" * 200_000, "not a TSV"), ("1\t1e308\t95", "1e308")])
+@pytest.mark.parametrize(
+    "tsv, words",
+    [
+        ("1\tnan\t95", "'nan'"),
+        ("1\tinf\t95", "'inf'"),
+        ("1\t0.1\t" + "9" * 200_000, "not a TSV"),
+        ("1\t1e308\t95", "1e308"),
+    ],
+)
 def test_dawnbench_tsvs_with_bad_fields_are_listed_with_the_reason(tmp_path, tsv, words):
     from microbench.tta.leaderboard import build
 
@@ -247,9 +301,16 @@ def test_dawnbench_metadata_of_the_wrong_type_is_a_note(tmp_path):
     assert e.hardware is None and e.cost_usd is None and any("costPerHour" in n for n in e.notes)
 
 
-@pytest.mark.parametrize("row, key", [({"time_ms": {"median": None}}, "time_ms.median"), ({"bytes": "12"}, "bytes"),
-                                      ({"nranks": "two"}, "nranks"), ({"busbw_gbps": -3.0}, "busbw_gbps"),
-                                      ({"time_ms": None}, "time_ms")])
+@pytest.mark.parametrize(
+    "row, key",
+    [
+        ({"time_ms": {"median": None}}, "time_ms.median"),
+        ({"bytes": "12"}, "bytes"),
+        ({"nranks": "two"}, "nranks"),
+        ({"busbw_gbps": -3.0}, "busbw_gbps"),
+        ({"time_ms": None}, "time_ms"),
+    ],
+)
 def test_a_fabric_from_results_checks_its_fields(tmp_path, row, key, capsys):
     good = {"op": "allreduce", "bytes": 1 << 20, "nranks": 2, "time_ms": {"median": 0.5}, "busbw_gbps": 2.0}
     path = tmp_path / "results.json"
@@ -263,6 +324,7 @@ def test_run_command_endings():
     def fails(exc):
         def body():
             raise exc
+
         return body
 
     assert run_command(fails(InputError("f", "bad"))) == 2
@@ -310,10 +372,20 @@ def test_a_lock_held_for_a_dead_process_is_taken_over(tmp_path, capsys):
     """The holder died; a process it started kept the inherited lock (here: a child that names a dead pid)."""
     out = tmp_path / "out"
     out.mkdir()
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
-        "os.write(fd, b'999999999\\n'); print('locked', flush=True); sys.stdin.read()"), str(out / LOCK_NAME)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
+                "os.write(fd, b'999999999\\n'); print('locked', flush=True); sys.stdin.read()"
+            ),
+            str(out / LOCK_NAME),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "locked"
         with OutputDir(out) as od:
@@ -324,10 +396,10 @@ def test_a_lock_held_for_a_dead_process_is_taken_over(tmp_path, capsys):
 
 
 def test_a_failing_plot_backend_is_one_line_and_keeps_the_rows(tmp_path, monkeypatch, capsys):
+    import matplotlib
+
     from microbench.core.errors import PlotError
     from microbench.report.figures import pyplot
-
-    import matplotlib
 
     def broken(*a, **k):  # what a bad MPLBACKEND or a broken install raises
         raise ValueError("Key backend: 'no-such-backend' is not a valid value for backend")

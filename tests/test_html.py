@@ -1,5 +1,6 @@
 """Self-contained HTML reports: written by the roofline command and by compare, nothing fetched from anywhere,
 and they render: headless Chromium loads each page and takes a screenshot that is not blank."""
+
 from __future__ import annotations
 
 import base64
@@ -12,8 +13,6 @@ from pathlib import Path
 import pytest
 
 from microbench.compare import cli as compare_cli
-from microbench.report import compare
-
 from microbench.roofline import cli as roofline
 
 TINY_CONFIG = """
@@ -93,9 +92,24 @@ def test_roofline_writes_a_self_contained_report(roofline_out):
 def test_strings_from_files_are_escaped(tmp_path):
     from microbench.report.html import results_html
 
-    doc = {"hardware": {"name": "<script>alert(1)</script>", "kind": "cpu"}, "software": {}, "config": {},
-           "results": [{"op": "gemm", "shape": "<b>x</b>", "dtype": "fp32", "provider": "p", "status": "ok",
-                        "reason": "", "flags": []}], "ceilings": [], "notes": ["a & b"]}
+    doc = {
+        "hardware": {"name": "<script>alert(1)</script>", "kind": "cpu"},
+        "software": {},
+        "config": {},
+        "results": [
+            {
+                "op": "gemm",
+                "shape": "<b>x</b>",
+                "dtype": "fp32",
+                "provider": "p",
+                "status": "ok",
+                "reason": "",
+                "flags": [],
+            }
+        ],
+        "ceilings": [],
+        "notes": ["a & b"],
+    }
     text = results_html(doc, plot=False)
     assert "<script>" not in text and "&lt;script&gt;" in text and "&lt;b&gt;x&lt;/b&gt;" in text
     assert "a &amp; b" in text
@@ -104,10 +118,21 @@ def test_strings_from_files_are_escaped(tmp_path):
 def screenshot(html: Path, tmp: Path) -> Path:
     exe = chromium()
     png = tmp / (html.stem + ".png")
-    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp / 'chromium-profile'}", f"--screenshot={png}", "--window-size=1400,1000",
-           html.resolve().as_uri()]
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        f"--screenshot={png}",
+        "--window-size=1400,1000",
+        html.resolve().as_uri(),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
     return png

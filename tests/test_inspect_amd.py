@@ -8,12 +8,12 @@ build a representative subset: a plain tl.dot per (operand type, target) for the
 GEMM and convolution defaults; `python -m microbench.inspect --target gfx942 --target gfx950` builds every
 candidate (docs/amd.md has the figures and the compile times).
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import types
-
 from pathlib import Path
 
 import pytest
@@ -25,16 +25,24 @@ from microbench.roofline.sass import AotBuild, StaticRecord, inspect_build
 # The issue's table: tl.dot of 128x128 tiles, 4 warps, Triton's default instruction size (32x32), and tl.dot's
 # default input precision (fp32 rows: what a kernel that does not say gets).
 INSTRUCTION_TABLE = {
-    ("bf16", "gfx942"): "v_mfma_f32_32x32x8_bf16", ("bf16", "gfx950"): "v_mfma_f32_32x32x16_bf16",
-    ("fp16", "gfx942"): "v_mfma_f32_32x32x8_f16", ("fp16", "gfx950"): "v_mfma_f32_32x32x16_f16",
-    ("fp32", "gfx942"): "v_mfma_f32_32x32x4_xf32", ("fp32", "gfx950"): "v_mfma_f32_32x32x2_f32",
-    ("fp8e4b8", "gfx942"): "v_mfma_f32_32x32x16_fp8_fp8", ("fp8e4b8", "gfx950"): "v_mfma_f32_32x32x16_f16",
-    ("fp8e4nv", "gfx942"): "v_mfma_f32_32x32x8_f16", ("fp8e4nv", "gfx950"): "v_mfma_f32_32x32x64_f8f6f4",
+    ("bf16", "gfx942"): "v_mfma_f32_32x32x8_bf16",
+    ("bf16", "gfx950"): "v_mfma_f32_32x32x16_bf16",
+    ("fp16", "gfx942"): "v_mfma_f32_32x32x8_f16",
+    ("fp16", "gfx950"): "v_mfma_f32_32x32x16_f16",
+    ("fp32", "gfx942"): "v_mfma_f32_32x32x4_xf32",
+    ("fp32", "gfx950"): "v_mfma_f32_32x32x2_f32",
+    ("fp8e4b8", "gfx942"): "v_mfma_f32_32x32x16_fp8_fp8",
+    ("fp8e4b8", "gfx950"): "v_mfma_f32_32x32x16_f16",
+    ("fp8e4nv", "gfx942"): "v_mfma_f32_32x32x8_f16",
+    ("fp8e4nv", "gfx950"): "v_mfma_f32_32x32x64_f8f6f4",
 }
 # Our dtype name for each operand type, and whether the chip runs it natively (else: the fallback's words).
 OPERAND_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8e4b8": "fp8_e4m3", "fp8e4nv": "fp8_e4m3"}
-FALLBACK_WORDS = {("fp32", "gfx942"): "reduced precision", ("fp8e4b8", "gfx950"): "upcast to f16",
-                  ("fp8e4nv", "gfx942"): "upcast to f16"}
+FALLBACK_WORDS = {
+    ("fp32", "gfx942"): "reduced precision",
+    ("fp8e4b8", "gfx950"): "upcast to f16",
+    ("fp8e4nv", "gfx942"): "upcast to f16",
+}
 
 
 def _amd_or_skip(target: str):
@@ -58,6 +66,7 @@ def _compile_dot(operand: str, target: str, precision: str | None = None):
         from microbench.kernels.triton_runtime import aot_compile
 
         if "kernel" not in _CACHE:
+
             @triton.jit
             def dot_kernel(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr, PRECISION: tl.constexpr):
                 o = tl.arange(0, BLOCK)
@@ -70,8 +79,13 @@ def _compile_dot(operand: str, target: str, precision: str | None = None):
                 tl.store(c_ptr + o[:, None] * BLOCK + o[None, :], c)
 
             _CACHE["kernel"] = dot_kernel
-        args = {"a_ptr": f"*{operand}", "b_ptr": f"*{operand}", "c_ptr": "*fp32", "BLOCK": 128,
-                "PRECISION": precision or "default"}
+        args = {
+            "a_ptr": f"*{operand}",
+            "b_ptr": f"*{operand}",
+            "c_ptr": "*fp32",
+            "BLOCK": 128,
+            "PRECISION": precision or "default",
+        }
         try:
             _CACHE[key] = aot_compile(_CACHE["kernel"], args, target, {"num_warps": 4, **COMPILE_OPTIONS})
         except Exception as e:  # noqa: BLE001 - only Triton 3.6's known transient failure, below
@@ -92,16 +106,30 @@ def _compile_in_a_fresh_process(operand: str, target: str, precision: str | None
     from microbench.kernels.triton_configs import COMPILE_OPTIONS
     from microbench.kernels.triton_runtime import aot_compile
 
-    code = (f"from tests.test_inspect_amd import _compile_dot; _compile_dot({operand!r}, {target!r}, {precision!r})")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent,
-                   capture_output=True, timeout=600)
+    code = f"from tests.test_inspect_amd import _compile_dot; _compile_dot({operand!r}, {target!r}, {precision!r})"
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        timeout=600,
+    )
     return aot_compile(_CACHE["kernel"], args, target, {"num_warps": 4, **COMPILE_OPTIONS})
 
 
 def _record(compiled, dtype: str, target: str) -> StaticRecord:
-    return inspect_build(AotBuild(kernel="dot", config=f"{dtype} test", target=target, cubin=b"",
-                                  amdgcn=compiled.asm["amdgcn"], dtype=dtype, num_warps=4,
-                                  dynamic_shared_bytes=compiled.metadata.shared))
+    return inspect_build(
+        AotBuild(
+            kernel="dot",
+            config=f"{dtype} test",
+            target=target,
+            cubin=b"",
+            amdgcn=compiled.asm["amdgcn"],
+            dtype=dtype,
+            num_warps=4,
+            dynamic_shared_bytes=compiled.metadata.shared,
+        )
+    )
 
 
 @pytest.mark.inspect
@@ -145,13 +173,29 @@ def ours():
         _amd_or_skip(target)
         for dt in gemm_triton.AOT_DTYPES[target]:
             cfg = cfgs.gemm_default("cdna", dt)
-            out.append(inspect_build(aot_build("triton_gemm", dt, cfg, target, gemm_triton._build("triton_gemm", dt, cfg, target),
-                                               default=True, note=gemm_triton._fp8_note(dt, target),
-                                               variant=gemm_triton._flavour(dt, target))))
+            out.append(
+                inspect_build(
+                    aot_build(
+                        "triton_gemm",
+                        dt,
+                        cfg,
+                        target,
+                        gemm_triton._build("triton_gemm", dt, cfg, target),
+                        default=True,
+                        note=gemm_triton._fp8_note(dt, target),
+                        variant=gemm_triton._flavour(dt, target),
+                    )
+                )
+            )
         for dt in ("fp16", "fp32", "tf32"):
             cfg = cfgs.conv_default("cdna", dt)
-            out.append(inspect_build(aot_build("triton_conv_fwd", dt, cfg, target,
-                                               conv_triton._build("fwd", dt, cfg, target), default=True)))
+            out.append(
+                inspect_build(
+                    aot_build(
+                        "triton_conv_fwd", dt, cfg, target, conv_triton._build("fwd", dt, cfg, target), default=True
+                    )
+                )
+            )
         out += [inspect_build(b) for b in gemm_triton.fallback_builds(target)]
     return out
 
@@ -196,8 +240,19 @@ def test_amd_records_have_the_nvidia_schema_and_more(ours):
     nvidia_keys = set(StaticRecord.__dataclass_fields__) | {"spills"}
     d = ours[0].as_dict()
     assert nvidia_keys <= set(d)
-    for key in ("target", "dtype", "matrix_instructions", "matrix_instruction_kinds", "fallback", "vgprs", "agprs",
-                "sgprs", "lds_bytes", "waves_per_simd", "matrix_cores"):
+    for key in (
+        "target",
+        "dtype",
+        "matrix_instructions",
+        "matrix_instruction_kinds",
+        "fallback",
+        "vgprs",
+        "agprs",
+        "sgprs",
+        "lds_bytes",
+        "waves_per_simd",
+        "matrix_cores",
+    ):
         assert key in d
     json.dumps(d)
 
@@ -223,11 +278,20 @@ _gemm_kernel:
 
 
 def test_parser_reads_kinds_registers_loop_and_spills():
-    b = AotBuild(kernel="k", config="bf16 x", target="gfx942", cubin=b"", amdgcn=_LISTING, dtype="bf16", num_warps=4,
-                 dynamic_shared_bytes=32768)
+    b = AotBuild(
+        kernel="k",
+        config="bf16 x",
+        target="gfx942",
+        cubin=b"",
+        amdgcn=_LISTING,
+        dtype="bf16",
+        num_warps=4,
+        dynamic_shared_bytes=32768,
+    )
     r = inspect_build(b)
-    assert r.matrix_kinds == [{"name": "v_mfma_f32_16x16x16_bf16", "operand": "bf16", "shape": "16x16x16",
-                               "precision": "bf16", "count": 3}]
+    assert r.matrix_kinds == [
+        {"name": "v_mfma_f32_16x16x16_bf16", "operand": "bf16", "shape": "16x16x16", "precision": "bf16", "count": 3}
+    ]
     assert r.matrix_per_k_step == 2  # the loop body, not the peeled copy after it
     assert (r.vgprs, r.agprs, r.sgprs, r.registers) == (204, 8, 44, 212)
     assert r.spills and r.stack_bytes == 16 and r.spill_stores == 1
@@ -254,11 +318,14 @@ def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeyp
     from microbench import kernels
     from microbench.inspect import cli as cli
 
-    listing = _LISTING.replace("ScratchSize: 16", "ScratchSize: 0").replace("\tscratch_store_dword off, v3, off offset:200 ; 4-byte Folded Spill\n", "")
+    listing = _LISTING.replace("ScratchSize: 16", "ScratchSize: 0").replace(
+        "\tscratch_store_dword off, v3, off offset:200 ; 4-byte Folded Spill\n", ""
+    )
     good, bad = types.ModuleType("fake_amd_good"), types.ModuleType("fake_amd_broken")
     good.AOT_TARGETS = bad.AOT_TARGETS = ("gfx942", "gfx950")
-    good.aot_builds = lambda t: [AotBuild(kernel="k", config="bf16 x", target=t, cubin=b"", amdgcn=listing,
-                                          dtype="bf16", num_warps=4)]
+    good.aot_builds = lambda t: [
+        AotBuild(kernel="k", config="bf16 x", target=t, cubin=b"", amdgcn=listing, dtype="bf16", num_warps=4)
+    ]
 
     def broken(t):
         if t == "gfx950":
@@ -274,7 +341,11 @@ def test_a_target_triton_cannot_compile_is_reported_per_module(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert "fake_amd_broken for gfx950 FAILED: KeyError" in err and "Traceback" not in err
     rows = json.loads(out.read_text())
-    assert [(r["kernel"], r["target"]) for r in rows if "kernel" in r] == [("k", "gfx942"), ("k", "gfx942"), ("k", "gfx950")]
+    assert [(r["kernel"], r["target"]) for r in rows if "kernel" in r] == [
+        ("k", "gfx942"),
+        ("k", "gfx942"),
+        ("k", "gfx950"),
+    ]
     assert [(r["module"], r["target"]) for r in rows if "error" in r] == [("fake_amd_broken", "gfx950")]
 
 
@@ -285,14 +356,44 @@ def test_compare_puts_sm90_beside_gfx942(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv("COLUMNS", "80")
 
-    nv = {"kernel": "triton_gemm", "config": "bf16 BM128 BN128 BK64 G8 w8 s3", "target": "sm_90", "dtype": "bf16",
-          "default": True, "registers": 168, "spills": False, "stack_bytes": 0, "shared_bytes": 0,
-          "dynamic_shared_bytes": 98304, "matrix_per_k_step": 4, "matrix_instructions": 16, "occupancy": 8,
-          "occupancy_unit": "warps/SM", "matrix_cores": "yes", "fallback": None}
-    amd = {"kernel": "triton_gemm", "config": "bf16 BM128 BN128 BK64 G8 w4 s2", "target": "gfx942", "dtype": "bf16",
-           "default": True, "registers": 204, "vgprs": 204, "agprs": 0, "sgprs": 44, "spills": False, "stack_bytes": 0,
-           "lds_bytes": 32768, "matrix_per_k_step": 64, "matrix_instructions": 192, "occupancy": 2,
-           "occupancy_unit": "waves/SIMD", "matrix_cores": "yes", "fallback": None}
+    nv = {
+        "kernel": "triton_gemm",
+        "config": "bf16 BM128 BN128 BK64 G8 w8 s3",
+        "target": "sm_90",
+        "dtype": "bf16",
+        "default": True,
+        "registers": 168,
+        "spills": False,
+        "stack_bytes": 0,
+        "shared_bytes": 0,
+        "dynamic_shared_bytes": 98304,
+        "matrix_per_k_step": 4,
+        "matrix_instructions": 16,
+        "occupancy": 8,
+        "occupancy_unit": "warps/SM",
+        "matrix_cores": "yes",
+        "fallback": None,
+    }
+    amd = {
+        "kernel": "triton_gemm",
+        "config": "bf16 BM128 BN128 BK64 G8 w4 s2",
+        "target": "gfx942",
+        "dtype": "bf16",
+        "default": True,
+        "registers": 204,
+        "vgprs": 204,
+        "agprs": 0,
+        "sgprs": 44,
+        "spills": False,
+        "stack_bytes": 0,
+        "lds_bytes": 32768,
+        "matrix_per_k_step": 64,
+        "matrix_instructions": 192,
+        "occupancy": 2,
+        "occupancy_unit": "waves/SIMD",
+        "matrix_cores": "yes",
+        "fallback": None,
+    }
     a, b = tmp_path / "nv.json", tmp_path / "amd.json"
     a.write_text(json.dumps([nv]))
     b.write_text(json.dumps([amd, {"module": "microbench.kernels.gemm_cupy", "target": "gfx942", "error": "x"}]))
@@ -332,7 +433,10 @@ def test_amd_build_list_is_every_candidate_once():
     from microbench.kernels import triton_configs as cfgs
 
     for target in targets.AMD_TARGETS:
-        gemm = [(n, f"{dt} {gemm_triton._flavour(dt, target)} {c.label()}") for n, dt, c, _ in gemm_triton.aot_variants(target)]
+        gemm = [
+            (n, f"{dt} {gemm_triton._flavour(dt, target)} {c.label()}")
+            for n, dt, c, _ in gemm_triton.aot_variants(target)
+        ]
         assert len(set(gemm)) == len(gemm)
         for dt in gemm_triton.AOT_DTYPES[target]:
             want = {c.label() for c in cfgs.GEMM_CONFIGS["cdna"](dt)} | {cfgs.gemm_default("cdna", dt).label()}
@@ -373,15 +477,17 @@ def test_fp8_cases_take_the_flavour_of_the_chip():
     Triton GEMM takes as fp8_e4m3 (same tiles, bf16 output), and gfx942's native flavour."""
     import torch
 
-    from microbench.kernels import gemm_triton
     from microbench.core import dtypes
+    from microbench.kernels import gemm_triton
 
     fnuz = getattr(torch, "float8_e4m3fnuz", None)
     if fnuz is None:
         pytest.skip("this torch has no float8_e4m3fnuz")
     assert dtypes.storage_dtype("fp8_e4m3", "cpu") == torch.float8_e4m3fn
     assert dtypes.storage_dtype("bf16", "cpu") == torch.bfloat16
-    assert dtypes.name_of(fnuz) == "fp8_e4m3_fnuz" and dtypes.get("fp8_e4m3_fnuz").triton == targets.fp8_e4m3_flavour("gfx942")
+    assert dtypes.name_of(fnuz) == "fp8_e4m3_fnuz" and dtypes.get("fp8_e4m3_fnuz").triton == targets.fp8_e4m3_flavour(
+        "gfx942"
+    )
     assert gemm_triton.precision_key("fp8_e4m3_fnuz", False) == "fp8_e4m3"
     assert gemm_triton._out_dtype(fnuz, None) == torch.bfloat16
     assert "fp8_e4m3_fnuz" not in dtypes.CASE_DTYPES  # bench.toml still says fp8_e4m3

@@ -1,5 +1,6 @@
 """`inspect --kernel NAME` with a name none of our kernels has: refused at once, one line naming our kernels,
 without compiling anything (it compiled every kernel for every target first: 107 s on this 2-core CPU)."""
+
 from __future__ import annotations
 
 import pytest

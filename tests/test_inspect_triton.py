@@ -7,22 +7,25 @@ TF32 allowed: Tensor Cores; no spills in any default configuration. The same rec
 evidence of `triton` rows run on a CPU. Compilation is cached by Triton (~/.triton/cache): cold, this
 module compiles ~40 configurations (about a minute on 2 cores); warm, it takes seconds.
 """
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from microbench.kernels import conv_triton, gemm_triton
-from microbench.inspect import cli as inspect_cli
-from microbench.roofline import registry
-from microbench.roofline import sass
 from microbench.core.cases import make_inputs
-from microbench.roofline.registry import bind
 from microbench.core.device import cpu_device
 from microbench.core.shapes import Case, ConvShape, GemmShape
+from microbench.inspect import cli as inspect_cli
+from microbench.kernels import conv_triton, gemm_triton
+from microbench.roofline import registry, sass
+from microbench.roofline.registry import bind
 
-pytestmark = [pytest.mark.inspect, pytest.mark.slow]  # .ci/run's image simulation selects inspect; the builds take minutes
+pytestmark = [
+    pytest.mark.inspect,
+    pytest.mark.slow,
+]  # .ci/run's image simulation selects inspect; the builds take minutes
 
 MODULES = (gemm_triton, conv_triton)
 
@@ -99,12 +102,27 @@ def test_cli_json_lists_one_record_per_kernel_config_target(tmp_path, records, m
     monkeypatch.setattr(kernels, "STATIC_MODULES", ("microbench.kernels.gemm_triton",))
     out = tmp_path / "inspect.json"
     # NVIDIA targets: the AMD ones have their own tests (tests/test_inspect_amd.py), and their full set is minutes cold.
-    assert inspect_cli.main(["--json", str(out), "--kernel", "triton_gemm", "--target", "sm_80", "--target", "sm_90"]) == 0
+    assert (
+        inspect_cli.main(["--json", str(out), "--kernel", "triton_gemm", "--target", "sm_80", "--target", "sm_90"]) == 0
+    )
     rows = json.loads(out.read_text())
     keys = {(r["kernel"], r["config"], r["target"]) for r in rows}
     assert len(keys) == len(rows) and rows
-    want = {"kernel", "config", "target", "hmma", "hgmma", "qgmma", "imma", "ffma", "registers", "shared_bytes",
-            "spills", "stack_bytes", "local_bytes"}
+    want = {
+        "kernel",
+        "config",
+        "target",
+        "hmma",
+        "hgmma",
+        "qgmma",
+        "imma",
+        "ffma",
+        "registers",
+        "shared_bytes",
+        "spills",
+        "stack_bytes",
+        "local_bytes",
+    }
     assert want <= set(rows[0])
     assert {r["kernel"] for r in rows} == {"triton_gemm", "triton_gemm_tma"}
 
@@ -113,8 +131,11 @@ def test_cpu_rows_carry_static_evidence(records):
     dev = cpu_device()
     for op, (case, expect, opcodes) in {
         "gemm": (Case("gemm", GemmShape(9, 8, 7), "bf16"), "yes", ("HGMMA", "HMMA")),
-        "conv2d": (Case("conv2d_bwd_weight", ConvShape(1, 4, 5, 5, 3, 3, 3, pad=(1, 1)), "fp16"), "yes",
-                   ("HGMMA", "HMMA")),
+        "conv2d": (
+            Case("conv2d_bwd_weight", ConvShape(1, 4, 5, 5, 3, 3, 3, pad=(1, 1)), "fp16"),
+            "yes",
+            ("HGMMA", "HMMA"),
+        ),
     }.items():
         p = registry.get(op, "triton")
         ev = p.evidence(case, dev, bind(p, case, *make_inputs(case)))

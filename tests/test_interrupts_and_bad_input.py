@@ -2,6 +2,7 @@
 
 Each case the issue lists has a test here (the fuzz suite, tests/test_fuzz.py, covers the rest at random).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -90,14 +91,22 @@ def test_a_second_run_into_the_same_out_is_refused(tiny_config, tmp_path, capsys
 
 
 def _child(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_run_in_another_process_holds_the_lock(tiny_config, tmp_path, capsys):
     out = tmp_path / "out"
-    holder = _child(f"from microbench.core.outdir import OutputDir\nimport sys\n"
-                    f"with OutputDir({str(out)!r}):\n    print('locked', flush=True)\n    sys.stdin.read()\n")
+    holder = _child(
+        f"from microbench.core.outdir import OutputDir\nimport sys\n"
+        f"with OutputDir({str(out)!r}):\n    print('locked', flush=True)\n    sys.stdin.read()\n"
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         assert roofline.main(roofline_args(tiny_config, out)) == 2
@@ -213,13 +222,24 @@ def _bad_paths(tmp_path):
     return a_file, a_dir
 
 
-@pytest.mark.parametrize("case", ["roofline --out FILE", "roofline --out FILE/sub", "decompose --out FILE",
-                                  "trace --json DIR", "compare --json DIR", "compare --html DIR",
-                                  "inspect --json DIR", "inspect --json FILE/x.json"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "roofline --out FILE",
+        "roofline --out FILE/sub",
+        "decompose --out FILE",
+        "trace --json DIR",
+        "compare --json DIR",
+        "compare --html DIR",
+        "inspect --json DIR",
+        "inspect --json FILE/x.json",
+    ],
+)
 def test_bad_output_paths(case, tmp_path, tiny_config, monkeypatch, capsys):
     a_file, a_dir = _bad_paths(tmp_path)
     target = {"FILE": a_file, "FILE/sub": a_file / "sub", "DIR": a_dir, "FILE/x.json": a_file / "x.json"}[
-        case.split()[-1]]
+        case.split()[-1]
+    ]
 
     def no_work(*a, **k):
         raise AssertionError("the output path must be checked before any work")
@@ -268,19 +288,23 @@ def test_inspect_kernel_matching_nothing(monkeypatch, capsys):
     assert inspect_cmd.main(["--kernel", "no_such_kernel_name"]) == 2
     assert not seen  # refused from the kernels' names, before compiling anything
     assert one_error_line(capsys).startswith(
-        "error: --kernel = 'no_such_kernel_name': no kernel of ours has this in its name (ours: ")
+        "error: --kernel = 'no_such_kernel_name': no kernel of ours has this in its name (ours: "
+    )
 
 
 # ---- 3. numbers in their domain ---------------------------------------------------------------------------
-@pytest.mark.parametrize("section,key,value,problem", [
-    ("tolerance", "fp32", "nan", "expected a finite number"),
-    ("tolerance", "fp32", "inf", "expected a finite number"),
-    ("tolerance", "bf16", "2.0", "larger than the largest accepted value, 1"),
-    ("timing", "warmup_ms", "nan", "expected a finite number"),
-    ("timing", "rep_ms", "inf", "expected a finite number"),
-    ("timing", "warmup_ms", "1e12", "larger than the largest accepted value, 60000"),
-    ("timing", "max_reps", "9223372036854775807", "larger than the largest accepted value, 1e+06"),
-])
+@pytest.mark.parametrize(
+    "section,key,value,problem",
+    [
+        ("tolerance", "fp32", "nan", "expected a finite number"),
+        ("tolerance", "fp32", "inf", "expected a finite number"),
+        ("tolerance", "bf16", "2.0", "larger than the largest accepted value, 1"),
+        ("timing", "warmup_ms", "nan", "expected a finite number"),
+        ("timing", "rep_ms", "inf", "expected a finite number"),
+        ("timing", "warmup_ms", "1e12", "larger than the largest accepted value, 60000"),
+        ("timing", "max_reps", "9223372036854775807", "larger than the largest accepted value, 1e+06"),
+    ],
+)
 def test_config_numbers_out_of_their_domain(tiny_config, section, key, value, problem):
     lines = [line for line in tiny_config.read_text().splitlines() if not line.startswith(f"{key} =")]
     lines.insert(lines.index(f"[{section}]") + 1, f"{key} = {value}")
@@ -306,15 +330,18 @@ def _results_doc():
     return json.loads(DOC_RESULTS.read_text())
 
 
-@pytest.mark.parametrize("mutate,key,value", [
-    (lambda d: d["results"][0].update(flags=5), "results[0].flags", "5"),
-    (lambda d: d["config"].update(profile=5), "config.profile", "5"),
-    (lambda d: d["software"].update(torch=[2, 13]), "software.torch", "[2, 13]"),
-    (lambda d: d["results"][8]["time_ms"].update(median=float("nan")), "results[8].time_ms.median", "nan"),
-    (lambda d: d["results"][8].update(tflops=float("inf")), "results[8].tflops", "inf"),
-    (lambda d: d["results"][8]["time_ms"].update(median=-1.0), "results[8].time_ms.median", "-1.0"),
-    (lambda d: d["results"][0].update(status=["ok"]), "results[0].status", "['ok']"),
-])
+@pytest.mark.parametrize(
+    "mutate,key,value",
+    [
+        (lambda d: d["results"][0].update(flags=5), "results[0].flags", "5"),
+        (lambda d: d["config"].update(profile=5), "config.profile", "5"),
+        (lambda d: d["software"].update(torch=[2, 13]), "software.torch", "[2, 13]"),
+        (lambda d: d["results"][8]["time_ms"].update(median=float("nan")), "results[8].time_ms.median", "nan"),
+        (lambda d: d["results"][8].update(tflops=float("inf")), "results[8].tflops", "inf"),
+        (lambda d: d["results"][8]["time_ms"].update(median=-1.0), "results[8].time_ms.median", "-1.0"),
+        (lambda d: d["results"][0].update(status=["ok"]), "results[0].status", "['ok']"),
+    ],
+)
 def test_results_fields_of_the_wrong_type(tmp_path, capsys, mutate, key, value):
     doc = _results_doc()
     mutate(doc)
@@ -325,11 +352,14 @@ def test_results_fields_of_the_wrong_type(tmp_path, capsys, mutate, key, value):
     assert line.startswith(f"error: {p}: {key} = {value}")
 
 
-@pytest.mark.parametrize("mutate,key,value", [
-    (lambda d: d["summary"].update(kernel_time_us=float("inf")), "summary.kernel_time_us", "inf"),
-    (lambda d: d["summary"].update(time_by_class_us=[1]), "summary.time_by_class_us", "'list'"),
-    (lambda d: d.update(ops=[{"op": 5}]), "ops[0].op", "5"),
-])
+@pytest.mark.parametrize(
+    "mutate,key,value",
+    [
+        (lambda d: d["summary"].update(kernel_time_us=float("inf")), "summary.kernel_time_us", "inf"),
+        (lambda d: d["summary"].update(time_by_class_us=[1]), "summary.time_by_class_us", "'list'"),
+        (lambda d: d.update(ops=[{"op": 5}]), "ops[0].op", "5"),
+    ],
+)
 def test_trace_reports_with_wrong_fields_in_compare(tmp_path, capsys, mutate, key, value):
     report = tmp_path / "report.json"
     assert trace_cmd.main([str(SLICE), "--json", str(report)]) == 0
@@ -343,8 +373,12 @@ def test_trace_reports_with_wrong_fields_in_compare(tmp_path, capsys, mutate, ke
 
 
 def test_json_writer_never_writes_nan_or_inf():
-    doc = {"a": float("nan"), "b": [float("inf"), -float("inf")], "c": (np.float32("nan"), np.float64(1.5)),
-           "d": {"e": np.int64(3)}}
+    doc = {
+        "a": float("nan"),
+        "b": [float("inf"), -float("inf")],
+        "c": (np.float32("nan"), np.float64(1.5)),
+        "d": {"e": np.int64(3)},
+    }
     assert json.loads(dumps(doc)) == {"a": None, "b": [None, None], "c": [None, 1.5], "d": {"e": 3}}
 
     class Sneaky(float):  # a float subclass that claims to be finite still cannot reach the file as NaN
@@ -359,16 +393,23 @@ class _Opaque:
     pass
 
 
-@pytest.mark.parametrize("field,literal,expected", [
-    ("dur", "NaN", "not valid JSON"),  # not JSON at all, though Python's own reader accepts it
-    ("ts", "Infinity", "not valid JSON"),
-    ("dur", "1e999", "].dur: Number out of range"),
-    ("dur", "1e308", "dur=1e+308: expected finite microseconds"),
-    ("ts", "-1e308", "ts=-1e+308, dur=3.136: expected finite microseconds"),
-    ("args.correlation", "100000000000000000000", "has args.correlation=100000000000000000000: too large for an id"),
-    ("args.device", str(2**40), f"has args.device={2**40}: too large for an id"),
-    ("args.External id", "-100000000000000000000", "has args.External id=-100000000000000000000: too large"),
-])
+@pytest.mark.parametrize(
+    "field,literal,expected",
+    [
+        ("dur", "NaN", "not valid JSON"),  # not JSON at all, though Python's own reader accepts it
+        ("ts", "Infinity", "not valid JSON"),
+        ("dur", "1e999", "].dur: Number out of range"),
+        ("dur", "1e308", "dur=1e+308: expected finite microseconds"),
+        ("ts", "-1e308", "ts=-1e+308, dur=3.136: expected finite microseconds"),
+        (
+            "args.correlation",
+            "100000000000000000000",
+            "has args.correlation=100000000000000000000: too large for an id",
+        ),
+        ("args.device", str(2**40), f"has args.device={2**40}: too large for an id"),
+        ("args.External id", "-100000000000000000000", "has args.External id=-100000000000000000000: too large"),
+    ],
+)
 def test_trace_events_out_of_their_domain(tmp_path, capsys, field, literal, expected):
     doc = json.loads(SLICE.read_text())
     i, ev = next((i, e) for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
@@ -383,14 +424,28 @@ def test_trace_events_out_of_their_domain(tmp_path, capsys, field, literal, expe
         assert f"traceEvents[{i}]" in line
 
 
-@pytest.mark.parametrize("value,expected", [("1e308", "has args.smsp__sass_thread_inst_executed_op_ffma_pred_on"
-                                                       ".sum=1e+308: expected a count"),
-                                             ("-5", "=-5: expected a count"), ("1e999", "Number out of range")])
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("1e308", "has args.smsp__sass_thread_inst_executed_op_ffma_pred_on.sum=1e+308: expected a count"),
+        ("-5", "=-5: expected a count"),
+        ("1e999", "Number out of range"),
+    ],
+)
 def test_trace_counters_out_of_their_domain(tmp_path, capsys, value, expected):
     doc = json.loads(SLICE.read_text())
-    doc["traceEvents"].append({"ph": "X", "cat": "cuda_profiler_range", "name": "gemm_kernel", "pid": 0, "tid": 7,
-                               "ts": 1419247333800.0, "dur": 5.0,
-                               "args": {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": "@@"}})
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cuda_profiler_range",
+            "name": "gemm_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1419247333800.0,
+            "dur": 5.0,
+            "args": {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": "@@"},
+        }
+    )
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(doc).replace('"@@"', value))
     assert trace_cmd.main([str(path)]) == 2
@@ -399,20 +454,28 @@ def test_trace_counters_out_of_their_domain(tmp_path, capsys, value, expected):
 
 
 # ---- 4. --model: anything the user's module does is one line ---------------------------------------------
-@pytest.mark.parametrize("module,source,expected", [
-    ("fm_syntax", "def make(:\n", "importing 'fm_syntax' failed: SyntaxError: invalid syntax"),
-    ("fm_raise", "raise RuntimeError('no GPU here')\n", "importing 'fm_raise' raised RuntimeError: no GPU here"),
-    ("fm_exit", "import sys\nsys.exit(3)\n", "importing 'fm_exit' exited (SystemExit with code 3)"),
-    ("fm_factory_exit", "import sys\ndef make():\n    sys.exit(3)\n", "the factory exited (SystemExit with code 3)"),
-    ("builtins", None, "the factory exited (SystemExit with code None)"),
-])
+@pytest.mark.parametrize(
+    "module,source,expected",
+    [
+        ("fm_syntax", "def make(:\n", "importing 'fm_syntax' failed: SyntaxError: invalid syntax"),
+        ("fm_raise", "raise RuntimeError('no GPU here')\n", "importing 'fm_raise' raised RuntimeError: no GPU here"),
+        ("fm_exit", "import sys\nsys.exit(3)\n", "importing 'fm_exit' exited (SystemExit with code 3)"),
+        (
+            "fm_factory_exit",
+            "import sys\ndef make():\n    sys.exit(3)\n",
+            "the factory exited (SystemExit with code 3)",
+        ),
+        ("builtins", None, "the factory exited (SystemExit with code None)"),
+    ],
+)
 def test_model_modules_that_fail(tmp_path, monkeypatch, capsys, module, source, expected):
     if source is not None:
         (tmp_path / f"{module}.py").write_text(source)
         monkeypatch.syspath_prepend(str(tmp_path))
     spec = f"{module}:make" if source is not None else "builtins:exit"
-    code = decompose_cmd.main(["--model", spec, "--out", str(tmp_path / "out"), "--no-replay",
-                               "--no-measure-ceilings", "--device", "cpu"])
+    code = decompose_cmd.main(
+        ["--model", spec, "--out", str(tmp_path / "out"), "--no-replay", "--no-measure-ceilings", "--device", "cpu"]
+    )
     assert code == 2
     line = one_error_line(capsys)
     assert line.startswith(f"error: --model = {spec!r}: ") and expected in line
@@ -435,11 +498,14 @@ from = "{spec}"
 """
 
 
-@pytest.mark.parametrize("spec,problem", [
-    ("../../../../etc/passwd:x", "climbs out of the config's folder"),
-    ("/etc/passwd:x", "not an absolute one"),
-    ("nowhere.toml:x", "no such file"),
-])
+@pytest.mark.parametrize(
+    "spec,problem",
+    [
+        ("../../../../etc/passwd:x", "climbs out of the config's folder"),
+        ("/etc/passwd:x", "not an absolute one"),
+        ("nowhere.toml:x", "no such file"),
+    ],
+)
 def test_config_paths_stay_in_the_config_folder(tmp_path, spec, problem):
     cfg = tmp_path / "bench.toml"
     cfg.write_text(GEMM_FROM.format(spec=spec))
@@ -468,10 +534,23 @@ def test_a_reader_that_goes_away_costs_no_file_and_no_traceback(tmp_path):
     os.close(read_end)
     out_json, out_html = tmp_path / "t.json", tmp_path / "t.html"
     try:
-        p = subprocess.run([sys.executable, "-m", "microbench.trace",
-                            str(REPO / "tests/data/traces/h100_bert_small.json.gz"), "--json", str(out_json),
-                            "--html", str(out_html)], cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True,
-                           timeout=600)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "microbench.trace",
+                str(REPO / "tests/data/traces/h100_bert_small.json.gz"),
+                "--json",
+                str(out_json),
+                "--html",
+                str(out_html),
+            ],
+            cwd=REPO,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
     finally:
         os.close(write_end)
     assert p.returncode == 141, p.stderr

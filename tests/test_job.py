@@ -1,6 +1,7 @@
 """A whole job of rank traces (microbench/comm/job.py, engine.py): made by scripts/make-job from the
 two real TorchRec ranks with a planted straggler, read by the engines (inline, local processes, a Dask
 LocalCluster), and the bad inputs."""
+
 from __future__ import annotations
 
 import gzip
@@ -43,8 +44,9 @@ def test_planted_straggler_found(job_dir):
         found = [o for o in doc["outliers"] if o["metric"] == metric]
         assert [o["rank"] for o in found] == [STRAGGLER] and "modified z-score" in found[0]["statistic"]
     for r in doc["ranks"]:  # the one breakdown per step: busy + idle = the step's GPU span
-        assert r["steps"] and all(abs(s["busy_us"] + s["idle_us"] - s["gpu_span_us"]) < 1e-6 * s["gpu_span_us"]
-                                  for s in r["steps"])
+        assert r["steps"] and all(
+            abs(s["busy_us"] + s["idle_us"] - s["gpu_span_us"]) < 1e-6 * s["gpu_span_us"] for s in r["steps"]
+        )
         assert all("exposed_comm_us" in s for s in r["steps"])
     hm = doc["heatmap"]
     assert hm["ranks"] == list(range(RANKS)) and len(hm["steps"]) == 2
@@ -75,8 +77,7 @@ def test_process_pool_same_as_inline(job_dir):
 def test_dask_local_cluster_same_as_inline(job_dir):
     distributed = pytest.importorskip("distributed")
     a = job.analyze_job([job_dir], workers=0)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                                  processes=True) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, processes=True) as cluster:
         b = job.analyze_job([job_dir], scheduler=cluster.scheduler_address, timeout_s=30)
     assert b["engine"]["kind"] == "dask" and b["engine"]["workers"] == 2
     _same_report(a, b)
@@ -86,8 +87,21 @@ def test_dask_local_cluster_same_as_inline(job_dir):
 def test_command_writes_heatmap_and_html(job_dir, tmp_path, capsys):
     from microbench.comm import cli as comm
 
-    assert comm.main(["ranks", str(job_dir), "--readers", "0", "--json", str(tmp_path / "j.json"),
-                      "--out", str(tmp_path / "out")]) == 0
+    assert (
+        comm.main(
+            [
+                "ranks",
+                str(job_dir),
+                "--readers",
+                "0",
+                "--json",
+                str(tmp_path / "j.json"),
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "out" / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "out" / "job.html").read_text()
     assert "data:image/png;base64," in page and f"straggler: rank {STRAGGLER}" in page

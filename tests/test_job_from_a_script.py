@@ -1,6 +1,7 @@
 """The README's notebook snippet pasted into a script (no `if __name__ == "__main__":`) or piped to `python -`:
 Job's spawned readers re-run that script, which once ended in BrokenProcessPool and a traceback per reader. Now
 the readers end quietly and the ranks are read in the caller, with one note line; the answer is the same."""
+
 from __future__ import annotations
 
 import os
@@ -10,15 +11,14 @@ import sys
 from tests.conftest import REPO, TRACES, needs_traces
 
 SCRIPT = f"""from microbench import Job
-j = Job([{str(TRACES / "a100_torchrec_rank0.json.gz")!r}, {str(TRACES / "a100_torchrec_rank1.json.gz")!r}], workers=2)
+j = Job([{str(TRACES / "a100_torchrec_rank0.json.gz")!r}, {str(TRACES / "a100_torchrec_rank1.json.gz")!r}], readers=2)
 print("straggler", j.straggler_rank)
 """
 
 
 def _run(args, **kw):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
-                          **kw)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=600, **kw)
 
 
 @needs_traces

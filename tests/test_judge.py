@@ -1,6 +1,7 @@
 """The one judge for every row kind (microbench.roofline.judge) and the one source of ceilings
 (microbench.roofline.ceilings.machine_ceilings): each number the issue saw printed as valid when it was not, as a
 test. Timings are synthetic: nothing here depends on how fast or how loaded this machine is."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,10 @@ import time
 
 import pytest
 
+from microbench.core.ops.work import Work
 from microbench.core.results import CollectiveRow, KernelCaseRow, LayerRow, TimeToAccuracyRow
 from microbench.core.stats import NoiseSettings, summarize
 from microbench.core.verdict import BUSY_CEILING, IMPOSSIBLE, NOISY, is_impossible, trusted
-from microbench.core.ops.work import Work
 from microbench.roofline import ceilings as C
 from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
 from microbench.roofline.judge import judge
@@ -24,9 +25,22 @@ STEADY = [1.0, 1.0, 1.01, 1.0, 0.99]  # ms: five repeats that agree
 
 
 def _ceilings(measured_tflops=1.0, busy=(), estimate_tflops=None):
-    items = [Ceiling("measured fp32", COMPUTE, "fp32", measured_tflops, "TFLOP/s", "measured", "",
-                     (measured_tflops * 0.95, measured_tflops * 1.05), (), (), busy),
-             Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0), (), (), busy)]
+    items = [
+        Ceiling(
+            "measured fp32",
+            COMPUTE,
+            "fp32",
+            measured_tflops,
+            "TFLOP/s",
+            "measured",
+            "",
+            (measured_tflops * 0.95, measured_tflops * 1.05),
+            (),
+            (),
+            busy,
+        ),
+        Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0), (), (), busy),
+    ]
     if estimate_tflops:
         items.append(Ceiling("estimate fp32", COMPUTE, "fp32", estimate_tflops, "TFLOP/s", "estimate"))
     return Ceilings(items)
@@ -73,8 +87,7 @@ def test_busy_ceiling_skips_no_case_the_machine_could_run():
 def test_layer_above_the_estimated_peak_is_impossible():
     """decompose: a conv layer at 244 % of the measured ceiling and 148 % of the CPU estimate, status ok and
     no flag. Even at its slower steps it beats the estimate: flagged impossible, with why."""
-    row = LayerRow(model="resnet9", layer="layer1.conv", phase="forward", module="Conv2d", dtype="fp32",
-                   device="cpu")
+    row = LayerRow(model="resnet9", layer="layer1.conv", phase="forward", module="Conv2d", dtype="fp32", device="cpu")
     est = 2.0 / 1.48  # TFLOP/s: the layer's 2 TFLOP/s is 148 % of it
     judge(row, WORK, summarize([1.0, 1.0, 1.0], ST), _ceilings(measured_tflops=2.0 / 2.44, estimate_tflops=est))
     assert row.pct_of_datasheet == pytest.approx(148, rel=0.01) and row.pct_of_ceiling == pytest.approx(244, rel=0.01)
@@ -106,8 +119,15 @@ def test_impossible_row_gets_no_ratio():
 def test_collective_with_a_cov_of_155_percent_is_noisy():
     from microbench.comm.collectives import to_rows
 
-    rec = {"op": "allreduce", "requested_bytes": 4096, "message_bytes": 4096, "elements": 1024, "nranks": 2,
-           "samples_ms": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 5.0], "wrong": 0}
+    rec = {
+        "op": "allreduce",
+        "requested_bytes": 4096,
+        "message_bytes": 4096,
+        "elements": 1024,
+        "nranks": 2,
+        "samples_ms": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 5.0],
+        "wrong": 0,
+    }
     (row,) = to_rows([rec], "cpu", "gloo")
     assert isinstance(row, CollectiveRow) and row.time_ms["cov"] > 1.4
     assert any(f.startswith(NOISY) and "coefficient of variation" in f for f in row.flags)
@@ -116,8 +136,15 @@ def test_collective_with_a_cov_of_155_percent_is_noisy():
 def test_collective_that_agrees_is_not_noisy():
     from microbench.comm.collectives import to_rows
 
-    rec = {"op": "allreduce", "requested_bytes": 4096, "message_bytes": 4096, "elements": 1024, "nranks": 2,
-           "samples_ms": [0.1, 0.101, 0.099, 0.1, 0.1], "wrong": 0}
+    rec = {
+        "op": "allreduce",
+        "requested_bytes": 4096,
+        "message_bytes": 4096,
+        "elements": 1024,
+        "nranks": 2,
+        "samples_ms": [0.1, 0.101, 0.099, 0.1, 0.1],
+        "wrong": 0,
+    }
     (row,) = to_rows([rec], "cpu", "gloo")
     assert row.flags == []
 
@@ -144,18 +171,28 @@ def test_pytest_benchmark_rows_carry_the_judges_flags_into_compare(tmp_path):
     from microbench.report.compare import compare
 
     def bench(flags, median_s):
-        return {"name": "t", "fullname": "t", "stats": {"median": median_s, "mean": median_s, "stddev": 0.0,
-                                                        "q1": median_s, "q3": median_s},
-                "extra_info": {"op": "gemm", "shape": "8x8x8", "dtype": "fp32", "provider": "torch",
-                               "flags": flags}}
+        return {
+            "name": "t",
+            "fullname": "t",
+            "stats": {"median": median_s, "mean": median_s, "stddev": 0.0, "q1": median_s, "q3": median_s},
+            "extra_info": {"op": "gemm", "shape": "8x8x8", "dtype": "fp32", "provider": "torch", "flags": flags},
+        }
 
     files = []
     for name, flags in (("a", []), ("b", [IMPOSSIBLE + "faster than the chip"])):
-        hw = {"name": f"m-{name}", "kind": "cpu", "arch": "x86_64", "units": 2, "clock_mhz": None,
-              "memory_gib": 1.0, "isa_flags": []}
-        doc = {"machine_info": {"dawnscope": {"hardware": hw, "software": {"torch": "2", "triton": "3",
-                                                                           "python": "3"}}},
-               "benchmarks": [bench(flags, 0.001)]}
+        hw = {
+            "name": f"m-{name}",
+            "kind": "cpu",
+            "arch": "x86_64",
+            "units": 2,
+            "clock_mhz": None,
+            "memory_gib": 1.0,
+            "isa_flags": [],
+        }
+        doc = {
+            "machine_info": {"dawnscope": {"hardware": hw, "software": {"torch": "2", "triton": "3", "python": "3"}}},
+            "benchmarks": [bench(flags, 0.001)],
+        }
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))
         files.append(tmp_path / f"{name}.json")
     (case,) = compare(files)["cases"]
@@ -181,8 +218,7 @@ def _quiet_look(monkeypatch, busy: bool):
     from microbench.core import conditions
 
     def stop(self):
-        return {"busy": busy, "reasons": ["load average 5.00 before the run on 2 cores (> 1 per core)"] if busy
-                else []}
+        return {"busy": busy, "reasons": ["load average 5.00 before the run on 2 cores (> 1 per core)"] if busy else []}
 
     monkeypatch.setattr(conditions.Conditions, "start", lambda self: self)
     monkeypatch.setattr(conditions.Conditions, "stop", stop)

@@ -1,6 +1,7 @@
 """Trustworthy numbers: the machine's conditions, verdicts never drawn from noise, the ceiling search, and
 output a person can read (120 columns, no placeholders, keyed plot points, explained columns). No test here
 depends on how fast this machine is: timings are synthetic."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,14 @@ import re
 import pytest
 from rich.console import Console
 
-from microbench.core.conditions import ConditionSettings, Conditions, gpu_state, judge_conditions
-from microbench.core.results import KernelCaseRow
-from microbench.core.stats import NoiseSettings, Timing, summarize
+from microbench.core.conditions import Conditions, ConditionSettings, gpu_state, judge_conditions
 from microbench.core.ops.work import Work
-from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
-from microbench.roofline.runner import judge
+from microbench.core.results import KernelCaseRow
+from microbench.core.stats import NoiseSettings, summarize
 from microbench.report import roofline_report as report
 from microbench.report.compare import compare, print_compare
+from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
+from microbench.roofline.runner import judge
 
 ST = NoiseSettings()
 
@@ -49,11 +50,17 @@ def test_own_cpu_time_counts_the_children_waited_for():
 
 def test_conditions_judgement():
     st = ConditionSettings(max_other_cores=0.25, max_load_per_core=1.0, max_steal_share=0.05)
-    quiet = {"cores": 2, "before": {"loadavg": [0.3, 0.2, 0.1], "other_cores": 0.02, "steal_share": 0.0},
-             "during": {"other_cores": 0.1, "steal_share": 0.01}}
+    quiet = {
+        "cores": 2,
+        "before": {"loadavg": [0.3, 0.2, 0.1], "other_cores": 0.02, "steal_share": 0.0},
+        "during": {"other_cores": 0.1, "steal_share": 0.01},
+    }
     assert judge_conditions(quiet, st) == []
-    busy = {"cores": 2, "before": {"loadavg": [3.5, 2.0, 1.0], "other_cores": 1.9, "steal_share": 0.0},
-            "during": {"other_cores": 1.2, "steal_share": 0.2, "gpu": {"throttle": ["hardware thermal slowdown"]}}}
+    busy = {
+        "cores": 2,
+        "before": {"loadavg": [3.5, 2.0, 1.0], "other_cores": 1.9, "steal_share": 0.0},
+        "during": {"other_cores": 1.2, "steal_share": 0.2, "gpu": {"throttle": ["hardware thermal slowdown"]}},
+    }
     reasons = judge_conditions(busy, st)
     assert len(reasons) == 5
     assert any("1.90 of 2 cores" in r for r in reasons) and any("load average 3.50" in r for r in reasons)
@@ -71,13 +78,18 @@ def test_gpu_state_without_nvidia_driver():
 
 # ---- verdicts and noise -----------------------------------------------------------------------------------
 def _ceilings(noise=()):
-    return Ceilings([Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05), noise),
-                     Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0))])
+    return Ceilings(
+        [
+            Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05), noise),
+            Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0)),
+        ]
+    )
 
 
 def _row(baseline=False):
-    return KernelCaseRow(op="gemm", shape="1000x1000x1000", dtype="fp32", provider="torch", device="cpu",
-                     baseline=baseline)
+    return KernelCaseRow(
+        op="gemm", shape="1000x1000x1000", dtype="fp32", provider="torch", device="cpu", baseline=baseline
+    )
 
 
 WORK = Work(2_000_000_000, 12_000_000)  # 2 GFLOP at 167 FLOP/B: compute-bound under a 1 TFLOP/s roof
@@ -114,12 +126,23 @@ def test_baseline_gemm_above_its_own_ceiling_says_why():
 
 
 def _doc(rows, busy=False, kind="cpu"):
-    return {"hardware": {"kind": kind, "name": "test cpu", "arch": "x86_64", "units": 2, "memory_gib": 1.0,
-                         "clock_mhz": 2000.0, "isa_flags": []},
-            "software": {"torch": "t", "triton": "t", "python": "3"},
-            "config": {"profile": "quick"}, "ceilings": [c.as_dict() for c in _ceilings().items],
-            "conditions": {"busy": busy, "reasons": ["before the run other processes kept 1.90 of 2 cores busy"]},
-            "notes": [], "results": [r.as_dict() for r in rows]}
+    return {
+        "hardware": {
+            "kind": kind,
+            "name": "test cpu",
+            "arch": "x86_64",
+            "units": 2,
+            "memory_gib": 1.0,
+            "clock_mhz": 2000.0,
+            "isa_flags": [],
+        },
+        "software": {"torch": "t", "triton": "t", "python": "3"},
+        "config": {"profile": "quick"},
+        "ceilings": [c.as_dict() for c in _ceilings().items],
+        "conditions": {"busy": busy, "reasons": ["before the run other processes kept 1.90 of 2 cores busy"]},
+        "notes": [],
+        "results": [r.as_dict() for r in rows],
+    }
 
 
 def _timed(provider, samples, baseline=False, op="gemm", shape="1000x1000x1000", dtype="fp32"):
@@ -129,16 +152,22 @@ def _timed(provider, samples, baseline=False, op="gemm", shape="1000x1000x1000",
 
 def test_baseline_ratio_same_noise_or_number():
     base = _timed("torch", [4.0, 4.1, 4.2, 4.0, 4.1], baseline=True)
-    rows = [base, _timed("a", [4.1, 4.15, 4.2, 4.05, 4.1]), _timed("b", [2.0, 2.01, 2.0, 2.02, 2.0]),
-            _timed("c", [2.0] * 4 + [30.0] * 4)]
+    rows = [
+        base,
+        _timed("a", [4.1, 4.15, 4.2, 4.05, 4.1]),
+        _timed("b", [2.0, 2.01, 2.0, 2.02, 2.0]),
+        _timed("c", [2.0] * 4 + [30.0] * 4),
+    ]
     ratios = report.baseline_ratios([r.as_dict() for r in rows])
     assert ratios == {1: "same", 2: f"{4.1 / 2.0:.2f}x", 3: "noise"}
 
 
 # ---- output a person can read -----------------------------------------------------------------------------
-LONG = [("conv2d_bwd_weight", "n32 c1024 14x14 k512 1x1 s1 p0 d2 g4", "bf16", "cupy_wgmma"),
-        ("gemm", "96x[512x512x64] A^TB^T", "fp8_e4m3", "cupy_blas"),
-        ("conv2d_bwd_data", "n32 c3 224x224 k64 7x7 s2 p3", "fp32", "triton")]
+LONG = [
+    ("conv2d_bwd_weight", "n32 c1024 14x14 k512 1x1 s1 p0 d2 g4", "bf16", "cupy_wgmma"),
+    ("gemm", "96x[512x512x64] A^TB^T", "fp8_e4m3", "cupy_blas"),
+    ("conv2d_bwd_data", "n32 c3 224x224 k64 7x7 s2 p3", "fp32", "triton"),
+]
 
 
 def _long_doc(busy=False):
@@ -169,33 +198,45 @@ def test_busy_warning_first_and_no_placeholders():
 
 
 def test_reason_counts_show_ranges_not_placeholders():
-    rows = [KernelCaseRow(op="gemm", shape=f"{n}x1x1", dtype="fp32", provider="triton", status="skipped",
-                          reason=f"unsupported: {n} multiply-adds is too large (limit 200000000)")
-            for n in (300, 5000, 70)]
+    rows = [
+        KernelCaseRow(
+            op="gemm",
+            shape=f"{n}x1x1",
+            dtype="fp32",
+            provider="triton",
+            status="skipped",
+            reason=f"unsupported: {n} multiply-adds is too large (limit 200000000)",
+        )
+        for n in (300, 5000, 70)
+    ]
     assert report.reason_counts(rows) == {
-        "triton skipped: unsupported: 70-5000 multiply-adds is too large (limit 200000000)": 3}
+        "triton skipped: unsupported: 70-5000 multiply-adds is too large (limit 200000000)": 3
+    }
 
 
 def test_roofline_only_present_dtypes_distinct_roofs_marked_and_numbered():
     import matplotlib.pyplot as plt
 
     doc = _long_doc()
-    doc["ceilings"] += [Ceiling(f"estimate {d}", COMPUTE, d, 0.5, "TFLOP/s", "estimate").as_dict()
-                        for d in ("fp32", "bf16", "fp16")]
+    doc["ceilings"] += [
+        Ceiling(f"estimate {d}", COMPUTE, d, 0.5, "TFLOP/s", "estimate").as_dict() for d in ("fp32", "bf16", "fp16")
+    ]
     fig = report.roofline_figure(doc)
     try:
         ax = fig.axes[0]
         labels = [ln.get_label() for ln in ax.get_lines()]
         assert not any(lab.startswith("fp16") for lab in labels)  # no fp16 row: no fp16 roof
-        roofs = [(ln.get_color(), str(ln.get_linestyle()), ln.get_dashes() if hasattr(ln, "get_dashes") else None)
-                 for ln in ax.get_lines() if "TFLOP/s" in ln.get_label()]
+        roofs = [
+            (ln.get_color(), str(ln.get_linestyle()), ln.get_dashes() if hasattr(ln, "get_dashes") else None)
+            for ln in ax.get_lines()
+            if "TFLOP/s" in ln.get_label()
+        ]
         assert len(roofs) == len(set(roofs))  # no two roofs drawn alike
         texts = {t.get_text() for t in ax.texts}
         numbers = {n for t in texts for n in t.split(",")}  # points on one spot share a label: "1,2,3"
         assert {"1", "2", "3"} <= numbers  # every timed row's number beside its point
         assert "fp32 / bf16 estimate" in texts  # coinciding roofs share one label
-        assert any(lab == "above its roof (flagged)" for lab in
-                   [h.get_label() for h in ax.collections])
+        assert any(lab == "above its roof (flagged)" for lab in [h.get_label() for h in ax.collections])
     finally:
         plt.close(fig)
 
@@ -221,10 +262,12 @@ def _write(tmp_path, name, rows):
 
 
 def test_compare_directories_same_within_noise_and_narrow(tmp_path):
-    a = _write(tmp_path, "run1", [_timed(p, [1.0, 1.05, 1.1, 1.0, 1.02], op=op, shape=s, dtype=dt)
-                                  for op, s, dt, p in LONG])
-    b = _write(tmp_path, "run2", [_timed(p, [1.04, 1.08, 1.12, 1.06, 1.1], op=op, shape=s, dtype=dt)
-                                  for op, s, dt, p in LONG])
+    a = _write(
+        tmp_path, "run1", [_timed(p, [1.0, 1.05, 1.1, 1.0, 1.02], op=op, shape=s, dtype=dt) for op, s, dt, p in LONG]
+    )
+    b = _write(
+        tmp_path, "run2", [_timed(p, [1.04, 1.08, 1.12, 1.06, 1.1], op=op, shape=s, dtype=dt) for op, s, dt, p in LONG]
+    )
     cmp = compare([a, b])
     cells = cmp["cases"][0]["cells"]
     second = cells[cmp["machines"][1]["label"]]
@@ -311,8 +354,12 @@ def test_profiler_overhead_flags():
     assert len(out["step_flags"]) == 1 and "disagree beyond noise" in out["step_flags"][0]
     assert profiler_overhead(quiet, summarize([101.0, 100.0, 102.0], ST), 95.0, 0.25)["step_flags"] == []
     # ResNet-50 at batch 1 on a busy CPU: 8.3 s unprofiled against 1.35 s of operators in a 1.4 s profiled step
-    out = profiler_overhead(summarize([8300.0, 8250.0, 8400.0], ST), summarize([1400.0, 1390.0, 1410.0], ST),
-                            operator_ms=1350.0, max_spread=0.25)
+    out = profiler_overhead(
+        summarize([8300.0, 8250.0, 8400.0], ST),
+        summarize([1400.0, 1390.0, 1410.0], ST),
+        operator_ms=1350.0,
+        max_spread=0.25,
+    )
     assert out["step_flags"][0].startswith("impossible: the profiled step") and "-83%" in out["step_flags"][0]
     assert out["profiler_overhead"] is None  # the issue's "profiler overhead -84 %": never printed as a figure
     out = profiler_overhead(None, summarize([100.0, 100.0, 100.0], ST), operator_ms=30.0, max_spread=0.25)
@@ -329,8 +376,18 @@ def test_depthwise_model_backward_is_twice_forward():
     from microbench.decompose.pipeline import DecomposeOptions, decomposition_doc
 
     kernels.load_all()
-    doc = decomposition_doc("microbench.models.mobilenet:make", DecomposeOptions(batch=2, replay=False, measure_ceilings=False, plot=False,
-                                                              timed_steps=1, profiled_steps=1, profiler_warmup_steps=1))
+    doc = decomposition_doc(
+        "microbench.models.mobilenet:make",
+        DecomposeOptions(
+            batch=2,
+            replay=False,
+            measure_ceilings=False,
+            plot=False,
+            timed_steps=1,
+            profiled_steps=1,
+            profiler_warmup_steps=1,
+        ),
+    )
     s = doc["summary"]
     stem = 2 * 2 * 16 * 32 * 32 * 3 * 9  # 3x3 stride 2 conv, 3 -> 16 channels, 64x64 -> 32x32, batch 2
     assert s["backward_flops"] == 2 * s["forward_flops"] - stem
@@ -343,8 +400,22 @@ def test_depthwise_model_backward_is_twice_forward():
 def test_progress_line_per_case_on_a_pipe(tiny_config, tmp_path, capsys):
     from microbench.roofline import cli as roofline
 
-    assert roofline.main(["--profile", "tiny", "--config", str(tiny_config), "--out", str(tmp_path / "o"),
-                          "--device", "cpu", "--no-plot"]) == 0
+    assert (
+        roofline.main(
+            [
+                "--profile",
+                "tiny",
+                "--config",
+                str(tiny_config),
+                "--out",
+                str(tmp_path / "o"),
+                "--device",
+                "cpu",
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     cases = [ln for ln in err.splitlines() if "] case " in ln]
     assert len(cases) == 7 and cases[0].endswith("case 1/7: gemm 64x48x32 fp32")

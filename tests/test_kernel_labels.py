@@ -1,24 +1,35 @@
 """Kernel names in a terminal column: short, and two kernels never shown alike (core/kernel_names.py)."""
+
 from __future__ import annotations
 
 from microbench.core.kernel_names import ELLIPSIS, distinct_labels, kernel_label
 
-ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-       "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
-GELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
-        "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >"
-        "(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}, "
-        "std::array<char*, 2ul>)")
+ADD = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)"
+)
+GELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+    "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >"
+    "(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}, "
+    "std::array<char*, 2ul>)"
+)
 TENSILE = "Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT{}_MI16x16x1_SN_LDSB0_AFC1_AFEM1_ASEM1_CLR1_CADS0_DTVA0"
 
 
 def test_a_label_drops_the_qualifiers_and_the_parameter_list():
     assert kernel_label(ADD) == "vectorized_elementwise_kernel<4, CUDAFunctor_add<BFloat16>, array<char*, 3ul> >"
-    assert kernel_label("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>"
-                        "(cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8::Params)") == \
-        "Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>"
-    assert kernel_label("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, 1>(float*)") == \
-        "CatArrayBatchedCopy<float, 1>"
+    assert (
+        kernel_label(
+            "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>"
+            "(cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8::Params)"
+        )
+        == "Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>"
+    )
+    assert (
+        kernel_label("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, 1>(float*)")
+        == "CatArrayBatchedCopy<float, 1>"
+    )
     assert kernel_label("attn_fwd") == "attn_fwd"
 
 
@@ -62,4 +73,6 @@ def test_a_copy_keeps_its_direction_and_memory_kinds():
 
     assert kernel_label("Memcpy HtoD (Pageable -> Device)") == "Memcpy HtoD (Pageable -> Device)"
     assert distinct_labels(["Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)"], 48) == [
-        "Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)"]
+        "Memcpy HtoD (Pageable -> Device)",
+        "Memcpy HtoD (Pinned -> Device)",
+    ]

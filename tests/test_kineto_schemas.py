@@ -5,6 +5,7 @@
 kernel's `external id` in lower case. The later schemas' spellings are the same events renamed the way later
 profilers name them (`cpu_op`, `cuda_runtime` / `cuda_driver`, `kernel`, `gpu_memcpy`, `gpu_memset`, `ac2g`
 flows, `External id`, the step as a `user_annotation`): each must give the same timeline."""
+
 from __future__ import annotations
 
 import copy
@@ -23,8 +24,14 @@ DATA = Path(__file__).parent / "data"
 SLICE_2021 = DATA / "v100_resnet50_2021schema_slice.json"
 TB_SAMPLE = TRACES / "v100_resnet50_tbplugin_2021schema.json.gz" if TRACES else None
 # The 2021 names and what PyTorch 1.10+ writes for the same events (libkineto ActivityType.cpp).
-LATER_NAMES = {"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
-               "Memset": "gpu_memset", "async": "ac2g"}
+LATER_NAMES = {
+    "Operator": "cpu_op",
+    "Runtime": "cuda_runtime",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "async": "ac2g",
+}
 
 
 def _slice() -> dict:
@@ -55,10 +62,16 @@ def _later_schema(doc: dict, step_category: str = "user_annotation", runtime: st
 
 def _shape(tl) -> dict:
     li = tl.launch_index()
-    return {"kernels": len(tl.activities), "copies": int((tl.activities.category == MEMCPY).sum()),
-            "launched": int((li != NO_ID).sum()), "launches": len(tl.launches), "ops": len(tl.cpu_ops),
-            "steps": tl.step_windows().names, "external": tl.activities.external_id.tolist(),
-            "op_names": sorted({tl.names[n] for n in tl.cpu_ops.name})}
+    return {
+        "kernels": len(tl.activities),
+        "copies": int((tl.activities.category == MEMCPY).sum()),
+        "launched": int((li != NO_ID).sum()),
+        "launches": len(tl.launches),
+        "ops": len(tl.cpu_ops),
+        "steps": tl.step_windows().names,
+        "external": tl.activities.external_id.tolist(),
+        "op_names": sorted({tl.names[n] for n in tl.cpu_ops.name}),
+    }
 
 
 def test_the_2021_schema_reads_operators_launches_and_steps():
@@ -84,8 +97,9 @@ def test_later_schemas_give_the_same_timeline(tmp_path, step_category, runtime):
 
 def test_a_step_written_under_two_categories_is_one_step(tmp_path):
     doc = _later_schema(_slice(), "cpu_op")
-    doc["traceEvents"] += [e | {"cat": "user_annotation"} for e in doc["traceEvents"]
-                           if str(e.get("name", "")).startswith("ProfilerStep#")]
+    doc["traceEvents"] += [
+        e | {"cat": "user_annotation"} for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     w = kineto.read(_write(tmp_path, doc)).step_windows()
     assert w.names == ["ProfilerStep#5", "ProfilerStep#6"]
 
@@ -152,8 +166,10 @@ def test_no_category_of_the_shared_traces_is_unknown(name):
 # Cuts of real traces in the later schemas (tests/data/SOURCES.md): HTA's V100 ResNet DDP trace (2023: cpu_op,
 # cuda_runtime, gpu_memcpy, ac2g flows, ProfilerStep#N as a user_annotation) and TraceLens' MI300X bert-small
 # (ROCm 2025: the same names, kernels on device 2, the step's GPU copy as a gpu_user_annotation)
-LATER_CUTS = [("v100_resnet_ddp_2023schema_slice.json", ["ProfilerStep#101", "ProfilerStep#102"], 60),
-              ("mi300_bert_small_rocm_slice.json", ["ProfilerStep#6"], 12)]
+LATER_CUTS = [
+    ("v100_resnet_ddp_2023schema_slice.json", ["ProfilerStep#101", "ProfilerStep#102"], 60),
+    ("mi300_bert_small_rocm_slice.json", ["ProfilerStep#6"], 12),
+]
 
 
 @pytest.mark.parametrize("name,steps,activities", LATER_CUTS)
@@ -176,5 +192,6 @@ def test_without_launches_the_gpu_step_annotation_places_the_kernels(tmp_path):
     _, (step,), outside = gpu_time.step_breakdowns(kineto.read(_write(tmp_path, doc)))
     assert outside["placed_by_gpu_annotation"] == 12 and outside["unlaunched_outside_steps"] == 0
     (before,) = full[1]
-    assert {k: step[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")} == \
-           {k: before[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")}
+    assert {k: step[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")} == {
+        k: before[k] for k in ("kernel_count", "gpu_span_us", "busy_us", "idle_us")
+    }

@@ -2,6 +2,7 @@
 [[launcher]], trace/launchers.py): communication by what launched it (nccl:*, c10d::*, record_param_comms),
 a GEMM of unknown unit by its fp16 / bf16 / fp8 matrix operator (a custom autograd function such as
 LinearWithGradAccumulationFP8 included), labelled inferred; element-wise, copy and cast kernels never change."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,28 @@ QUANTIZE = "void transformer_engine::quantize_kernel<fp8e4m3>"  # an FP8 cast in
 
 
 def _launch(kernel: str, ts: int, dur: int, corr: int) -> list[dict]:
-    return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1, "dur": 1,
-             "args": {"correlation": corr}},
-            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": 1000 + 100 * corr, "dur": dur,
-             "args": {"device": 0, "stream": 7, "correlation": corr}}]
+    return [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": ts + 1,
+            "dur": 1,
+            "args": {"correlation": corr},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": kernel,
+            "pid": 0,
+            "tid": 7,
+            "ts": 1000 + 100 * corr,
+            "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr},
+        },
+    ]
 
 
 def _span(cat: str, name: str, ts: int, dur: int, types: list[str] | None = None) -> dict:
@@ -33,17 +52,24 @@ def _trace(tmp_path: Path, device: str = "NVIDIA H800", cc: tuple[int, int] = (9
     ev = [
         # DeepEP-style all-to-all launched under PyTorch's nccl:all_to_all range, with a name no rule knows,
         # and an element-wise kernel in the same range
-        _span("user_annotation", "nccl:all_to_all", 10, 20), *_launch("dispatch_tokens_v2", 11, 40, 1),
+        _span("user_annotation", "nccl:all_to_all", 10, 20),
+        *_launch("dispatch_tokens_v2", 11, 40, 1),
         *_launch(ELEMENTWISE, 15, 10, 2),
         # a GEMM of unknown unit under a bf16 aten::mm; the same under an fp32 one (TF32 or FFMA: not settled)
-        _span("cpu_op", "aten::mm", 40, 5, ["c10::BFloat16", "c10::BFloat16"]), *_launch("triton_tem_fused_mm_0", 40, 30, 3),
-        _span("cpu_op", "aten::mm", 50, 5, ["float", "float"]), *_launch("triton_tem_fused_mm_1", 50, 30, 4),
+        _span("cpu_op", "aten::mm", 40, 5, ["c10::BFloat16", "c10::BFloat16"]),
+        *_launch("triton_tem_fused_mm_0", 40, 30, 3),
+        _span("cpu_op", "aten::mm", 50, 5, ["float", "float"]),
+        *_launch("triton_tem_fused_mm_1", 50, 30, 4),
         # a custom autograd function with FP8 in its name and no recorded types: a grouped GEMM and a cast in it
-        _span("cpu_op", "LinearWithGradAccumulationFP8", 60, 10), *_launch("cutlass_grouped_gemm_kernel", 61, 50, 5),
+        _span("cpu_op", "LinearWithGradAccumulationFP8", 60, 10),
+        *_launch("cutlass_grouped_gemm_kernel", 61, 50, 5),
         *_launch(QUANTIZE, 65, 5, 6),
     ]
-    doc = {"schemaVersion": 1, "traceEvents": ev,
-           "deviceProperties": [{"id": 0, "name": device, "computeMajor": cc[0], "computeMinor": cc[1]}]}
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": ev,
+        "deviceProperties": [{"id": 0, "name": device, "computeMajor": cc[0], "computeMinor": cc[1]}],
+    }
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc))
     return p
@@ -62,7 +88,10 @@ def test_a_kernel_launched_inside_nccl_all_to_all_is_communication(tmp_path):
 
 def test_gemm_of_unknown_unit_by_its_launching_operators_dtype(tmp_path):
     got = _by_name(read_trace(_trace(tmp_path)))
-    assert (got["triton_tem_fused_mm_0"].tensor_cores, got["triton_tem_fused_mm_0"].basis) == ("yes", "operator (inferred)")
+    assert (got["triton_tem_fused_mm_0"].tensor_cores, got["triton_tem_fused_mm_0"].basis) == (
+        "yes",
+        "operator (inferred)",
+    )
     assert got["triton_tem_fused_mm_1"].tensor_cores == "unknown"  # fp32: TF32 or FFMA, the operator cannot tell
     assert got["cutlass_grouped_gemm_kernel"].tensor_cores == "yes"  # FP8 in LinearWithGradAccumulationFP8's name
     assert got[QUANTIZE].tensor_cores == "no"  # a cast stays a cast

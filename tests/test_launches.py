@@ -1,5 +1,6 @@
 """microbench.roofline.launches: one record of which kernel ran, for Triton and CUDA C++ providers alike,
 separate per thread, nested records each seeing every launch made inside them."""
+
 from __future__ import annotations
 
 import threading

@@ -1,6 +1,7 @@
 """The architecture, enforced: every import in microbench/, kernels/ and models/ (module level or inside a
 function) goes down the layers of docs/ARCHITECTURE.md, never up or sideways; no cycle at any depth (between the
 modules of one package too); and an import inside a function only of what is slow to import."""
+
 from __future__ import annotations
 
 import ast
@@ -75,8 +76,11 @@ def _imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
                 target = node.module
             out.append((node.lineno, target))
             # `from microbench import trace` imports the submodule microbench.trace.cli
-            out += [(node.lineno, f"{target}.{a.name}") for a in node.names
-                    if target in ("microbench", "microbench.kernels", "microbench.models")]
+            out += [
+                (node.lineno, f"{target}.{a.name}")
+                for a in node.names
+                if target in ("microbench", "microbench.kernels", "microbench.models")
+            ]
     return out
 
 
@@ -99,8 +103,10 @@ def _violations(root: Path = REPO) -> list[str]:
             if src_unit == "microbench.models" and not target.startswith(MODELS_MAY_IMPORT):
                 bad.append(f"{where}: models/ imports only {MODELS_MAY_IMPORT}")
             elif LEVELS[dst_unit] >= LEVELS[src_unit]:
-                bad.append(f"{where}: {src_unit} (level {LEVELS[src_unit]}) may not import "
-                           f"{dst_unit} (level {LEVELS[dst_unit]})")
+                bad.append(
+                    f"{where}: {src_unit} (level {LEVELS[src_unit]}) may not import "
+                    f"{dst_unit} (level {LEVELS[dst_unit]})"
+                )
     return bad
 
 
@@ -113,8 +119,9 @@ def test_core_imports_neither_kernels_nor_models():
     assert core, "no core modules found"
     for path in core:
         for line, target in _imports(path):
-            assert not target.startswith(("microbench.kernels", "microbench.models", "kernels", "models")), \
+            assert not target.startswith(("microbench.kernels", "microbench.models", "kernels", "models")), (
                 f"{path}:{line} imports {target}"
+            )
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
@@ -126,8 +133,9 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     assert any("_layer_probe_tmp.py:2 imports microbench.roofline.runner" in v for v in _violations(tmp_path))
 
 
-@pytest.mark.parametrize("name", ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure",
-                                  "decompose_step", "analyze_trace"])
+@pytest.mark.parametrize(
+    "name", ["provider", "Unsupported", "shapes", "Case", "ResultRow", "measure", "decompose_step", "analyze_trace"]
+)
 def test_public_api(name):
     import microbench
 
@@ -139,6 +147,7 @@ def test_public_api(name):
 # import-linter's layers and acyclic_siblings contracts would say the same, but its graph builder (grimp) skips
 # namespace packages: core/, harness/, timeline/, reports/ and step/ have no __init__.py, and `kernels/` and
 # `models/` install under microbench from beside it, so grimp saw 49 of our ~130 modules. This reads them all.
+
 
 def _module_files(root: Path = REPO) -> dict[str, Path]:
     return {_module_name(p, root): p for p in _sources(root)}
@@ -165,8 +174,13 @@ def _import_graph(root: Path = REPO, function_level: bool = True) -> dict[str, s
     for mod, path in files.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         nodes = ast.walk(tree) if function_level else _module_level_imports(tree)
-        graph[mod] = {t for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
-                      for t in _grimp_targets(mod, n, files) if t != mod}
+        graph[mod] = {
+            t
+            for n in nodes
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for t in _grimp_targets(mod, n, files)
+            if t != mod
+        }
     return graph
 
 
@@ -179,7 +193,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[v], _ = 1, path.append(v)
         for w in sorted(edges.get(v, ())):
             if state.get(w) == 1:
-                return path[path.index(w):] + [w]
+                return path[path.index(w) :] + [w]
             if w not in state and (found := visit(w)):
                 return found
         state[v], _ = 2, path.pop()
@@ -194,7 +208,7 @@ def _child(pkg: str, module: str) -> str | None:
     if module == pkg:
         return f"{pkg}.__init__"
     prefix = pkg + "."
-    return prefix + module[len(prefix):].split(".")[0] if module.startswith(prefix) else None
+    return prefix + module[len(prefix) :].split(".")[0] if module.startswith(prefix) else None
 
 
 def _sibling_cycles(graph: dict[str, set[str]]) -> list[str]:
@@ -226,8 +240,12 @@ def test_no_library_or_command_imports_a_command_module():
     """A command's thin module is an entry point: the door (microbench/__main__.py) finds it by name, and nothing
     else imports it (`roofline --model` goes through the door to decompose, not through decompose's module)."""
     graph = _import_graph()
-    bad = [f"{src} imports {dst}" for src, dsts in graph.items() for dst in dsts if is_command_module(dst)
-           and not (src.endswith(".__main__") and dst == src.rpartition(".")[0] + ".cli")]
+    bad = [
+        f"{src} imports {dst}"
+        for src, dsts in graph.items()
+        for dst in dsts
+        if is_command_module(dst) and not (src.endswith(".__main__") and dst == src.rpartition(".")[0] + ".cli")
+    ]
     assert bad == []
 
 
@@ -240,7 +258,8 @@ def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):
     for d in ("kernels", "models"):
         (tmp_path / d).mkdir()
     assert _sibling_cycles(_import_graph(tmp_path)) == [
-        "in microbench.core.probe: microbench.core.probe.a -> microbench.core.probe.b -> microbench.core.probe.a"]
+        "in microbench.core.probe: microbench.core.probe.a -> microbench.core.probe.b -> microbench.core.probe.a"
+    ]
 
 
 # --- imports inside functions --------------------------------------------------------------------------------
@@ -251,9 +270,28 @@ def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):
 # triton, cupy, matplotlib, dask and distributed are heavier than torch or start a runtime. `packaging` is not a
 # runtime dependency (devtools only). hypothesis and pytest: test-only. Our own module is lazy when it imports one
 # of these at module level (the closure below), so `python -m microbench.trace` never loads torch.
-LAZY_THIRD_PARTY = {"torch", "triton", "cupy", "cupyx", "matplotlib", "dask", "distributed", "rich", "scipy",
-                    "sklearn", "pandas", "mlperf_logging", "pynvml", "nvtx", "packaging", "multiprocessing",
-                    "concurrent", "hypothesis", "pytest", "amdsmi"}
+LAZY_THIRD_PARTY = {
+    "torch",
+    "triton",
+    "cupy",
+    "cupyx",
+    "matplotlib",
+    "dask",
+    "distributed",
+    "rich",
+    "scipy",
+    "sklearn",
+    "pandas",
+    "mlperf_logging",
+    "pynvml",
+    "nvtx",
+    "packaging",
+    "multiprocessing",
+    "concurrent",
+    "hypothesis",
+    "pytest",
+    "amdsmi",
+}
 
 
 def _module_level_imports(tree: ast.Module) -> list[ast.AST]:
@@ -304,8 +342,9 @@ def _imports_of(node: ast.AST, mod: str, files: dict[str, Path]) -> list[tuple[i
     package = mod if files[mod].name == "__init__.py" else mod.rpartition(".")[0]
     base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
     target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
-    return [(node.lineno, target)] + [(node.lineno, f"{target}.{a.name}") for a in node.names
-                                       if f"{target}.{a.name}" in files]
+    return [(node.lineno, target)] + [
+        (node.lineno, f"{target}.{a.name}") for a in node.names if f"{target}.{a.name}" in files
+    ]
 
 
 def _needless_function_imports(root: Path = REPO) -> list[str]:
@@ -317,15 +356,22 @@ def _needless_function_imports(root: Path = REPO) -> list[str]:
     bad = []
     for mod, path in files.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        inner = {id(n): n for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        inner = {
+            id(n): n
+            for f in ast.walk(tree)
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(f)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+        }
         for node in inner.values():
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 continue
             targets = _imports_of(node, mod, files)
             if not any(lazy(t) for _, t in targets):
-                bad.append(f"{path.relative_to(root)}:{node.lineno}: `{ast.unparse(node)}` costs no start-up "
-                           "time: import it at module level")
+                bad.append(
+                    f"{path.relative_to(root)}:{node.lineno}: `{ast.unparse(node)}` costs no start-up "
+                    "time: import it at module level"
+                )
     return bad
 
 
@@ -338,8 +384,10 @@ def test_the_function_import_check_sees_a_cheap_lazy_import(tmp_path):
     core.mkdir(parents=True)
     (core / "slow.py").write_text("import torch\n")
     (core / "cheap.py").write_text("import json\n")
-    (core / "user.py").write_text("def f():\n    from microbench.core import slow\n\n"
-                                  "def g():\n    from microbench.core.cheap import json\n    import math\n")
+    (core / "user.py").write_text(
+        "def f():\n    from microbench.core import slow\n\n"
+        "def g():\n    from microbench.core.cheap import json\n    import math\n"
+    )
     for d in ("kernels", "models"):
         (tmp_path / d).mkdir()
     found = _needless_function_imports(tmp_path)

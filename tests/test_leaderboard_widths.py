@@ -1,5 +1,6 @@
 """`tta leaderboard` piped (120 columns) and at 80: the MLPerf submitters' hardware whole where the line has room
 for it (it was cut at a fixed 18 characters with 20 columns to spare), rank, time and runs kept at 80."""
+
 from __future__ import annotations
 
 import pytest

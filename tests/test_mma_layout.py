@@ -14,6 +14,7 @@ addresses, fragment registers, epilogue) on integer-valued operands and must rep
 convolution) exactly, edges in M, N, K included. What this cannot see: the cp.async pipeline's
 synchronisation (wait_group counts, barriers), instruction encodings, and anything about timing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,10 +35,26 @@ KERNELS = REPO / "kernels"
 GROUP_M = gemm_cupy.GROUP_M
 
 # (probe index, Tile, A K-major, B K-major, kind): every configuration the wrappers instantiate
-CONFIGS = [(t, a_k, b_k, "gemm") for t in gemm_cupy.gemm_tiles() for a_k, b_k in gemm_cupy.LAYOUTS] + \
-          [(t, True, True, "conv") for t in conv_cupy.conv_tiles()]
-INFO_FIELDS = ("threads", "mi", "ni", "warps_m", "warps_n", "smem_bytes", "stage_bytes", "a_rows", "a_cols",
-               "b_rows", "b_cols", "a_iters", "b_iters", "a_elems", "b_elems")
+CONFIGS = [(t, a_k, b_k, "gemm") for t in gemm_cupy.gemm_tiles() for a_k, b_k in gemm_cupy.LAYOUTS] + [
+    (t, True, True, "conv") for t in conv_cupy.conv_tiles()
+]
+INFO_FIELDS = (
+    "threads",
+    "mi",
+    "ni",
+    "warps_m",
+    "warps_n",
+    "smem_bytes",
+    "stage_bytes",
+    "a_rows",
+    "a_cols",
+    "b_rows",
+    "b_cols",
+    "a_iters",
+    "b_iters",
+    "a_elems",
+    "b_elems",
+)
 
 
 class Probe:
@@ -93,8 +110,9 @@ class Probe:
         """(element offset from the operand's base, bytes) that MatrixLoader::source gives the copy."""
         b = ctypes.c_int()
         fn = self.lib.probe_wgmma_matrix_source if wgmma else self.lib.probe_matrix_source
-        off = fn(q, 0 if operand == "a" else 1, tid, it, ctypes.c_longlong(ld), d0, d_extent, k0, k_extent,
-                 ctypes.byref(b))
+        off = fn(
+            q, 0 if operand == "a" else 1, tid, it, ctypes.c_longlong(ld), d0, d_extent, k0, k_extent, ctypes.byref(b)
+        )
         return off, b.value
 
     def im2col_source(self, q, g, m0, tid, it, k0):
@@ -105,7 +123,9 @@ class Probe:
     def wgmma_info(self, q) -> dict:
         out = (ctypes.c_int * 16)()
         assert self.lib.probe_wgmma(q, 0, out, None, None) == 0
-        return dict(zip(("threads", "nb", "stage_bytes", "smem_bytes", "a_elems", "b_elems", "a_iters", "b_iters"), out))
+        return dict(
+            zip(("threads", "nb", "stage_bytes", "smem_bytes", "a_elems", "b_elems", "a_iters", "b_iters"), out)
+        )
 
     def wgmma_copy_plan(self, q, operand, threads, iters):
         n = threads * iters
@@ -137,14 +157,31 @@ def probe(tmp_path_factory) -> Probe:
     if not gxx:
         pytest.skip("no host C++ compiler (g++) to build the index-math probe")
     d = tmp_path_factory.mktemp("probe")
-    lines = [f"PROBE_CONFIG({q}, {t.bm}, {t.bn}, {t.bk}, {t.wm}, {t.wn}, {t.stages}, {str(a).lower()}, "
-             f"{str(b).lower()})" for q, (t, a, b, _) in enumerate(CONFIGS)]
+    lines = [
+        f"PROBE_CONFIG({q}, {t.bm}, {t.bn}, {t.bk}, {t.wm}, {t.wn}, {t.stages}, {str(a).lower()}, {str(b).lower()})"
+        for q, (t, a, b, _) in enumerate(CONFIGS)
+    ]
     (d / "probe_configs.inc").write_text("\n".join(lines) + "\n")
-    (d / "probe_wgmma.inc").write_text("".join(f"PROBE_WGMMA({q}, {t.bm}, {t.bn}, {t.stages})\n"
-                                               for q, t in enumerate(gemm_cupy.wgmma_tiles())))
+    (d / "probe_wgmma.inc").write_text(
+        "".join(f"PROBE_WGMMA({q}, {t.bm}, {t.bn}, {t.stages})\n" for q, t in enumerate(gemm_cupy.wgmma_tiles()))
+    )
     so = d / "probe.so"
-    proc = subprocess.run([gxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{KERNELS}", f"-I{d}",
-                           str(REPO / "tests" / "mma_probe.cpp"), "-o", str(so)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            gxx,
+            "-std=c++17",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            f"-I{KERNELS}",
+            f"-I{d}",
+            str(REPO / "tests" / "mma_probe.cpp"),
+            "-o",
+            str(so),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     lib = ctypes.CDLL(str(so))
     lib.probe_input_offset.restype = ctypes.c_longlong
@@ -227,8 +264,8 @@ def _fill(probe, q, operand, info, chunk_source) -> np.ndarray:
     for tid in range(info["threads"]):
         for it in range(iters):
             o = offs[tid][it]
-            assert o % 8 == 0 and np.isnan(smem[o:o + 8]).all(), "a chunk written twice (or misaligned)"
-            smem[o:o + 8] = chunk_source(tid, it)
+            assert o % 8 == 0 and np.isnan(smem[o : o + 8]).all(), "a chunk written twice (or misaligned)"
+            smem[o : o + 8] = chunk_source(tid, it)
     assert not np.isnan(smem).any(), "the copy plan left part of the tile unwritten"
     return smem
 
@@ -240,7 +277,7 @@ def _copy(memory: np.ndarray, source: tuple[int, int]) -> np.ndarray:
     out = np.zeros(8)
     if nbytes:
         assert off % 8 == 0, "a 16-byte aligned source"
-        out[: nbytes // 2] = memory[off: off + nbytes // 2]
+        out[: nbytes // 2] = memory[off : off + nbytes // 2]
     assert not np.isnan(out).any(), "the loader read past the operand (into the NaN padding)"
     return out
 
@@ -259,8 +296,7 @@ def _matrix_loader(probe, q, operand, op: np.ndarray, kmajor: bool, wgmma=False)
     """chunk(d0, k0, tid, it): what the kernel's MatrixLoader copies, through its own source()."""
     mem, ld = _stored(op, kmajor)
     d_ext, k_ext = op.shape
-    return lambda d0, k0, tid, it: _copy(mem, probe.matrix_source(q, operand, tid, it, ld, d0, d_ext, k0, k_ext,
-                                                                   wgmma))
+    return lambda d0, k0, tid, it: _copy(mem, probe.matrix_source(q, operand, tid, it, ld, d0, d_ext, k0, k_ext, wgmma))
 
 
 def replay(probe, q, tile, a_kmajor, b_kmajor, m, n, k, a_chunk, b_chunk) -> np.ndarray:
@@ -281,12 +317,26 @@ def replay(probe, q, tile, a_kmajor, b_kmajor, m, n, k, a_chunk, b_chunk) -> np.
             for warp in range(warps):
                 wm, wn = probe.warp_origin(q, warp)
                 for kk in range(0, tile.bk, 16):
-                    af = [ldmatrix_x4(sa, np.array([probe.offset(q, "a", *probe.ldsm(a_kmajor, ln, wm + 16 * i, kk))
-                                                    for ln in range(32)]), trans=not a_kmajor)
-                          for i in range(info["mi"])]
-                    bf = [ldmatrix_x4(sb, np.array([probe.offset(q, "b", *probe.ldsm(b_kmajor, ln, wn + 16 * j, kk))
-                                                    for ln in range(32)]), trans=not b_kmajor)
-                          for j in range(info["ni"] // 2)]
+                    af = [
+                        ldmatrix_x4(
+                            sa,
+                            np.array(
+                                [probe.offset(q, "a", *probe.ldsm(a_kmajor, ln, wm + 16 * i, kk)) for ln in range(32)]
+                            ),
+                            trans=not a_kmajor,
+                        )
+                        for i in range(info["mi"])
+                    ]
+                    bf = [
+                        ldmatrix_x4(
+                            sb,
+                            np.array(
+                                [probe.offset(q, "b", *probe.ldsm(b_kmajor, ln, wn + 16 * j, kk)) for ln in range(32)]
+                            ),
+                            trans=not b_kmajor,
+                        )
+                        for j in range(info["ni"] // 2)
+                    ]
                     for i in range(info["mi"]):
                         for j in range(info["ni"]):
                             blk, r0, r1 = probe.bregs(j)
@@ -305,7 +355,7 @@ def replay(probe, q, tile, a_kmajor, b_kmajor, m, n, k, a_chunk, b_chunk) -> np.
                         for j in range(info["ni"]):
                             col = col0 + 8 * j
                             if col < ldc:
-                                c[row, col:col + 2] = acc[warp, ln, i, j, 2 * h:2 * h + 2]
+                                c[row, col : col + 2] = acc[warp, ln, i, j, 2 * h : 2 * h + 2]
     return c
 
 
@@ -347,7 +397,7 @@ def test_ldmatrix_addresses_give_mma_fragments(probe, kmajor):
         for r in range(rows_n):
             for ch in range(cols // 8):
                 p = probe.swizzle(cols // 8, r, ch)
-                smem[r * cols + 8 * p: r * cols + 8 * p + 8] = tile[r, 8 * ch: 8 * ch + 8]
+                smem[r * cols + 8 * p : r * cols + 8 * p + 8] = tile[r, 8 * ch : 8 * ch + 8]
         addrs = []
         for ln in range(32):
             r, c = probe.ldsm(kmajor, ln, 0, 0)
@@ -359,7 +409,7 @@ def test_ldmatrix_addresses_give_mma_fragments(probe, kmajor):
         for half in range(2):
             b = np.full((16, 8), np.nan)
             b[B_MAP[0], B_MAP[1]] = regs[:, [half, half + 2]].reshape(32, 4)
-            np.testing.assert_array_equal(b, block[8 * half: 8 * half + 8].T)  # as B (rows k, cols n = d)
+            np.testing.assert_array_equal(b, block[8 * half : 8 * half + 8].T)  # as B (rows k, cols n = d)
 
 
 @pytest.mark.parametrize("row_chunks", [2, 4, 8, 16, 32])
@@ -381,7 +431,7 @@ def test_swizzle_is_a_bijection_and_ldmatrix_is_conflict_free(probe, row_chunks)
                     r, c = probe.ldsm(kmajor, ln, d0, k0)
                     units.append((r * row_chunks + probe.swizzle(row_chunks, r, c // 8)) % 8)
                 for phase in range(4):
-                    assert len(set(units[8 * phase: 8 * phase + 8])) == 8
+                    assert len(set(units[8 * phase : 8 * phase + 8])) == 8
 
 
 def test_tile_order_visits_every_tile_once(probe):
@@ -394,8 +444,11 @@ def test_chunk_bytes_zero_fills_the_edges(probe):
     assert [probe.chunk_bytes(s, 20) for s in (0, 8, 16, 19, 20, 27)] == [16, 16, 8, 2, 0, 0]
 
 
-@pytest.mark.parametrize("q", [i for i, c in enumerate(CONFIGS) if c[3] == "gemm"],
-                         ids=[f"{c[0].label} {gemm_cupy._layout_label(c[1], c[2])}" for c in CONFIGS if c[3] == "gemm"])
+@pytest.mark.parametrize(
+    "q",
+    [i for i, c in enumerate(CONFIGS) if c[3] == "gemm"],
+    ids=[f"{c[0].label} {gemm_cupy._layout_label(c[1], c[2])}" for c in CONFIGS if c[3] == "gemm"],
+)
 def test_gemm_schedule_reproduces_matmul(probe, q):
     tile, a_k, b_k, _ = CONFIGS[q]
     # two tile rows and columns, both partial; three k-tiles, the last partial; N not a multiple of 8
@@ -403,13 +456,15 @@ def test_gemm_schedule_reproduces_matmul(probe, q):
     rng = np.random.default_rng(q)
     a, b = _ints((m, k), rng), _ints((k, n), rng)
     bt = b.T.copy()  # B as a (d = n, k) matrix
-    c = replay(probe, q, tile, a_k, b_k, m, n, k, _matrix_loader(probe, q, "a", a, a_k),
-               _matrix_loader(probe, q, "b", bt, b_k))
+    c = replay(
+        probe, q, tile, a_k, b_k, m, n, k, _matrix_loader(probe, q, "a", a, a_k), _matrix_loader(probe, q, "b", bt, b_k)
+    )
     np.testing.assert_array_equal(c[:, :n], a @ b)
 
 
-@pytest.mark.parametrize("q", [i for i, c in enumerate(CONFIGS) if c[3] == "conv"],
-                         ids=[c[0].label for c in CONFIGS if c[3] == "conv"])
+@pytest.mark.parametrize(
+    "q", [i for i, c in enumerate(CONFIGS) if c[3] == "conv"], ids=[c[0].label for c in CONFIGS if c[3] == "conv"]
+)
 def test_conv_schedule_reproduces_conv2d(probe, q):
     tile = CONFIGS[q][0]
     # 3x3, stride 2, padding 1, dilation (1, 2): taps fall into the padding on every side; M = 2*5*4
@@ -500,7 +555,10 @@ def test_wgmma_schedule_reproduces_matmul(probe, q):
     ldc = -(-n // 8) * 8
     c = np.full((m, ldc), np.nan)
     plans = {op: probe.wgmma_copy_plan(q, op, info["threads"], info[f"{op}_iters"]) for op in ("a", "b")}
-    loaders = {"a": _matrix_loader(probe, q, "a", a, True, wgmma=True), "b": _matrix_loader(probe, q, "b", bt, True, wgmma=True)}
+    loaders = {
+        "a": _matrix_loader(probe, q, "a", a, True, wgmma=True),
+        "b": _matrix_loader(probe, q, "b", bt, True, wgmma=True),
+    }
     m_map, n_map = wgmma_d_layout(128)
     for pid in range(tiles_m * tiles_n):
         tm, tn = probe.tile_of_block(pid, tiles_m, tiles_n, GROUP_M)
@@ -513,12 +571,14 @@ def test_wgmma_schedule_reproduces_matmul(probe, q):
                 for tid in range(info["threads"]):
                     for it in range(len(rows[tid])):
                         e = tile_addr // 2 + offs[tid][it]
-                        smem[e:e + 8] = loaders[op](d0, k0, tid, it)
+                        smem[e : e + 8] = loaders[op](d0, k0, tid, it)
             for w in range(tile.bm // 64):
                 for kk in range(0, tile.bk, 16):
                     a_blk = wgmma_read(smem, probe.wgmma_desc(stage + w * 64 * 128 + 2 * kk), 64)
                     for h in range(info["nb"]):
-                        b_blk = wgmma_read(smem, probe.wgmma_desc(stage + 2 * info["a_elems"] + h * 128 * 128 + 2 * kk), 128)
+                        b_blk = wgmma_read(
+                            smem, probe.wgmma_desc(stage + 2 * info["a_elems"] + h * 128 * 128 + 2 * kk), 128
+                        )
                         acc[w, h] += (a_blk @ b_blk.T)[m_map, n_map]
         for w in range(tile.bm // 64):
             for h in range(info["nb"]):
@@ -527,5 +587,5 @@ def test_wgmma_schedule_reproduces_matmul(probe, q):
                         r, cc = probe.wgmma_acc(t, 2 * qq)
                         row, col = tm * tile.bm + w * 64 + r, tn * tile.bn + h * 128 + cc
                         if row < m and col < ldc:
-                            c[row, col:col + 2] = acc[w, h, t, 2 * qq:2 * qq + 2]
+                            c[row, col : col + 2] = acc[w, h, t, 2 * qq : 2 * qq + 2]
     np.testing.assert_array_equal(c[:, :n], a @ b)

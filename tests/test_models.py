@@ -1,4 +1,5 @@
 """The benchmark models, their facts, the training step and the NVTX / profiler ranges (CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,14 @@ def test_benchmark_optimizers():
 
 def _tiny_cnn():
     # no conv bias: BatchNorm would cancel it and its gradient would be exactly zero
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 5))
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 5),
+    )
     return Workload("tiny", m, image_inputs((3, 8, 8), 5), torch.nn.functional.cross_entropy, channels_last=True)
 
 
@@ -175,9 +182,19 @@ def test_backward_attributed_by_sequence_number():
     step = TrainingStep(w, 2, "cpu", "fp32", ranges)
     with OpRecorder(ranges) as rec:
         step()
-    where = {(r.op, r.phase): r.layer for r in rec.records if r.op in (
-        "aten::convolution", "aten::convolution_backward", "aten::native_batch_norm",
-        "aten::native_batch_norm_backward", "aten::addmm", "aten::mm")}
+    where = {
+        (r.op, r.phase): r.layer
+        for r in rec.records
+        if r.op
+        in (
+            "aten::convolution",
+            "aten::convolution_backward",
+            "aten::native_batch_norm",
+            "aten::native_batch_norm_backward",
+            "aten::addmm",
+            "aten::mm",
+        )
+    }
     assert where[("aten::convolution", "forward")] == "0"
     assert where[("aten::convolution_backward", "backward")] == "0"
     assert where[("aten::native_batch_norm_backward", "backward")] == "1"
@@ -194,14 +211,17 @@ def test_module_names_must_not_collide_with_phases():
         StepRanges(m)
 
 
-@pytest.mark.parametrize("spec, problem", [
-    ("nosuch", "unknown model"),
-    ("tests.ext_model:nope", "no callable"),
-    ("nosuch_pkg.mod:make", "cannot import"),
-    ("tests.ext_model:make_wrong", "returned int"),
-    ("tests.ext_model:make_raises", "raised RuntimeError"),
-    (":make", "expected package.module:factory"),
-])
+@pytest.mark.parametrize(
+    "spec, problem",
+    [
+        ("nosuch", "unknown model"),
+        ("tests.ext_model:nope", "no callable"),
+        ("nosuch_pkg.mod:make", "cannot import"),
+        ("tests.ext_model:make_wrong", "returned int"),
+        ("tests.ext_model:make_raises", "raised RuntimeError"),
+        (":make", "expected package.module:factory"),
+    ],
+)
 def test_bad_model_specs(spec, problem):
     with pytest.raises(models.ModelError, match=problem) as e:
         models.load(spec)
@@ -234,8 +254,9 @@ def test_a_loader_workload_takes_a_new_batch_every_step_and_restarts_its_epochs(
         loader = torch.utils.data.DataLoader(data, batch_size=batch, drop_last=True)
         return [(x, y) for x, y in loader]  # two batches of 3: any iterable of (inputs, target)
 
-    wl = Workload("loaded", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), None,
-                  make_loader=make_loader)
+    wl = Workload(
+        "loaded", torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 10)), None, make_loader=make_loader
+    )
     step = TrainingStep(wl, batch=3, device="cpu")
     for _ in range(3):
         step()
@@ -272,8 +293,16 @@ def test_a_step_can_take_its_batches_from_more_workers():
     step()
     assert step.last_loss is not None and torch.isfinite(step.last_loss)
     with pytest.raises(ValueError, match="no DataLoader"):
-        TrainingStep(Workload(name="flat", model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)),
-                              make_inputs=image_inputs((1, 8, 8), 10)), 4, "cpu", num_workers=1)
+        TrainingStep(
+            Workload(
+                name="flat",
+                model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)),
+                make_inputs=image_inputs((1, 8, 8), 10),
+            ),
+            4,
+            "cpu",
+            num_workers=1,
+        )
     wl = digits_loader()
     wl.make_loader = lambda batch: [(torch.zeros(batch, 1, 8, 8), torch.zeros(batch, dtype=torch.long))]
     with pytest.raises(ValueError, match="not a torch DataLoader"):

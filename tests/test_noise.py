@@ -1,12 +1,12 @@
 """The stability judgement of repeated timings, on synthetic sample lists (no timing happens here)."""
+
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from microbench.core.stats import (NoiseSettings, bimodal, noise_reasons, spreads_overlap, summarize,
-                                   tick_quantised)
+from microbench.core.stats import NoiseSettings, bimodal, noise_reasons, spreads_overlap, summarize, tick_quantised
 
 ST = NoiseSettings()  # the defaults are bench.toml's values; test_config checks that file separately
 

@@ -1,5 +1,6 @@
 """Per-op work model and DLProf's eligibility check on the operators of real traces recorded with shapes (the
 bert-small pair, TorchRec), expected values from the formulas written out here."""
+
 from __future__ import annotations
 
 import gzip
@@ -7,11 +8,10 @@ import json
 
 import pytest
 
-from microbench.trace.eligibility import Device, check, device_of
 from microbench.core.ops.aten import trace_work as op_work
+from microbench.trace.eligibility import Device, check, device_of
 
 from .conftest import TRACES, needs_traces
-
 
 
 def _ops(trace: str, name: str) -> list[dict]:
@@ -82,19 +82,30 @@ def test_conv_needs_its_stride_and_padding():
     assert w.flops == 2 * 8 * 64 * p * p * 3 * 7 * 7
     w = op_work("aten::conv2d", dims, ["float"] * 3, None)
     assert w.flops is None and "Concrete Inputs" in w.note
-    dw = op_work("aten::conv2d", [[2, 96, 56, 56], [96, 1, 3, 3], [], [], [], [], []], ["c10::Half"] * 3,
-                 ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "96"])
+    dw = op_work(
+        "aten::conv2d",
+        [[2, 96, 56, 56], [96, 1, 3, 3], [], [], [], [], []],
+        ["c10::Half"] * 3,
+        ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "96"],
+    )
     assert dw.flops == 2 * 2 * 96 * 56 * 56 * 1 * 9 and dw.dims["groups"] == 96  # depthwise: C/groups = 1
-    bwd = op_work("aten::convolution_backward", [[2, 64, 56, 56], [2, 32, 56, 56], [64, 32, 3, 3]] + [[]] * 8,
-                  ["c10::Half"] * 3, [""] * 10 + ["[True, True, False]"])
+    bwd = op_work(
+        "aten::convolution_backward",
+        [[2, 64, 56, 56], [2, 32, 56, 56], [64, 32, 3, 3]] + [[]] * 8,
+        ["c10::Half"] * 3,
+        [""] * 10 + ["[True, True, False]"],
+    )
     assert bwd.flops == 2 * (2 * 2 * 64 * 56 * 56 * 32 * 9)
     assert op_work("aten::relu", [[4, 4]], ["float"]) is None
 
 
 def test_eligibility_reasons_and_remedies():
     fp32 = op_work("aten::mm", [[2048, 125], [125, 320]], ["float", "float"])
-    a100, v100, mi300 = device_of("NVIDIA A100-PG509-200", "8.0"), device_of("Tesla V100-SXM2-32GB", "7.0"), \
-        device_of("AMD Instinct MI300X VF", "9.4")
+    a100, v100, mi300 = (
+        device_of("NVIDIA A100-PG509-200", "8.0"),
+        device_of("Tesla V100-SXM2-32GB", "7.0"),
+        device_of("AMD Instinct MI300X VF", "9.4"),
+    )
     assert mi300 == Device("amd", None)
     f = check(fp32, ["no"], ["ampere_sgemm_32x32_sliced1x4_tn"], a100)
     assert f.rule == "fp32_tf32_off" and "allow_tf32" in f.remedy and "ampere_sgemm" in f.reason
@@ -106,8 +117,12 @@ def test_eligibility_reasons_and_remedies():
     vocab = op_work("aten::linear", [[1, 141, 512], [30522, 512], [30522]], ["c10::BFloat16"] * 3)
     f = check(vocab, ["no"], ["gemv2T_kernel"], device_of("NVIDIA H100 80GB HBM3", "9.0"))
     assert f.rule == "misaligned" and "n = 30522" in f.reason and "30528" in f.remedy
-    conv = op_work("aten::conv2d", [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], []], ["c10::Half"] * 3,
-                   ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"])
+    conv = op_work(
+        "aten::conv2d",
+        [[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], []],
+        ["c10::Half"] * 3,
+        ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+    )
     nchw = [[64 * 56 * 56, 56 * 56, 56, 1], [576, 9, 3, 1]]
     assert check(conv, ["no"], ["implicit_convolve_hgemm"], a100, input_strides=nchw).rule == "channels_first"
     nhwc = [[64 * 56 * 56, 1, 56 * 64, 64], [576, 1, 192, 64]]

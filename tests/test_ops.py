@@ -1,4 +1,5 @@
 """The op family specs (microbench.core.ops) and the one dtype table (microbench.core.dtypes)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +24,7 @@ def test_dtype_table_matches_torch_storage_and_the_config():
     import tomllib
 
     from microbench.core.config import DEFAULT_CONFIG
+
     assert set(tomllib.loads(DEFAULT_CONFIG.read_text())["tolerance"]) == set(dtypes.CASE_DTYPES)
     with pytest.raises(ValueError, match="unknown dtype 'fp4'"):
         dtypes.get("fp4")
@@ -59,7 +61,7 @@ def test_conv_spec_reference_against_a_direct_sum():
     for k in range(3):
         for i in range(4):
             for j in range(4):
-                y[0, k, i, j] = (xp[0, :, i:i + 3, j:j + 3] * wn[k]).sum()
+                y[0, k, i, j] = (xp[0, :, i : i + 3, j : j + 3] * wn[k]).sum()
     assert np.allclose(reference(case, x, w).numpy(), y, atol=1e-12)
 
 

@@ -1,5 +1,6 @@
 """devtools.pair: what a fix really saved, both settings' steps timed in one process in alternating
 blocks (the checks of docs/findings.md)."""
+
 from __future__ import annotations
 
 import statistics
@@ -12,8 +13,13 @@ from devtools import pair
 
 def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_median_paired_difference():
     threads = torch.get_num_threads()
-    doc = pair.measure_pair(pair.Setting("tests.findings_models:digits_loader_one_thread"),
-                            pair.Setting("tests.findings_models:digits_loader_worker_core"), batch=4, blocks=3, steps=2)
+    doc = pair.measure_pair(
+        pair.Setting("tests.findings_models:digits_loader_one_thread"),
+        pair.Setting("tests.findings_models:digits_loader_worker_core"),
+        batch=4,
+        blocks=3,
+        steps=2,
+    )
     b, a = doc["before"]["block_ms"], doc["after"]["block_ms"]
     assert len(b) == len(a) == 3 and min(b + a) > 0
     assert doc["before"]["threads"] == 1  # what the factory set, kept for its blocks
@@ -26,9 +32,13 @@ def test_both_settings_are_timed_in_alternating_blocks_and_the_saving_is_the_med
 def test_a_dataloader_pair_of_one_workload():
     """--workers-after: the same workload's DataLoader with that many workers on the after side; a workload with no
     DataLoader cannot have workers (one line, exit 2)."""
-    doc = pair.measure_pair(pair.Setting("tests.findings_models:digits_loader"),
-                            pair.Setting("tests.findings_models:digits_loader", workers=1, threads=1), batch=4,
-                            blocks=2, steps=1)
+    doc = pair.measure_pair(
+        pair.Setting("tests.findings_models:digits_loader"),
+        pair.Setting("tests.findings_models:digits_loader", workers=1, threads=1),
+        batch=4,
+        blocks=2,
+        steps=1,
+    )
     assert doc["before"]["loader_workers"] == 0 and doc["after"]["loader_workers"] == 1
     assert doc["after"]["threads"] == 1 and doc["before"]["threads"] == torch.get_num_threads()
     assert len(doc["after"]["block_ms"]) == 2 and min(doc["after"]["block_ms"]) > 0
@@ -37,8 +47,12 @@ def test_a_dataloader_pair_of_one_workload():
 def test_bad_arguments_are_one_line_and_exit_2(capsys):
     assert pair.main(["--before", "x", "--after", "y", "--batch", "4", "--blocks", "1"]) == 2
     assert pair.main(["--before", "no_such_model", "--after", "y", "--batch", "4", "--blocks", "2"]) == 2
-    assert pair.main(["--before", "resnet9", "--after", "resnet9", "--batch", "2", "--blocks", "2",
-                      "--workers-after", "1"]) == 2
+    assert (
+        pair.main(
+            ["--before", "resnet9", "--after", "resnet9", "--batch", "2", "--blocks", "2", "--workers-after", "1"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("pair: ") for line in err) and "no_such_model" in err[1]
     assert "has no DataLoader" in err[2]
@@ -51,9 +65,29 @@ def test_processes_runs_the_pair_in_that_many_processes_and_takes_the_median(tmp
 
     monkeypatch.chdir(REPO)  # the children import tests.findings_models from where they start
     out = tmp_path / "pair.json"
-    assert pair.main(["--before", "tests.findings_models:digits_loader", "--after", "tests.findings_models:digits_loader",
-                      "--workers-after", "1", "--batch", "4", "--blocks", "2", "--steps", "1", "--processes", "2",
-                      "--json", str(out)]) == 0
+    assert (
+        pair.main(
+            [
+                "--before",
+                "tests.findings_models:digits_loader",
+                "--after",
+                "tests.findings_models:digits_loader",
+                "--workers-after",
+                "1",
+                "--batch",
+                "4",
+                "--blocks",
+                "2",
+                "--steps",
+                "1",
+                "--processes",
+                "2",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     import json
 
     doc = json.loads(out.read_text())
@@ -76,9 +110,31 @@ def test_a_ddp_pair_runs_both_bucket_caps_in_the_same_ranks(tmp_path, capsys):
     import json
 
     out = tmp_path / "pair.json"
-    assert pair.main(["--before", "tests.ext_model:make", "--after", "tests.ext_model:make", "--batch", "4",
-                      "--blocks", "2", "--steps", "1", "--nproc", "2", "--bucket-mb-before", "1000",
-                      "--bucket-mb-after", "0.01", "--json", str(out)]) == 0
+    assert (
+        pair.main(
+            [
+                "--before",
+                "tests.ext_model:make",
+                "--after",
+                "tests.ext_model:make",
+                "--batch",
+                "4",
+                "--blocks",
+                "2",
+                "--steps",
+                "1",
+                "--nproc",
+                "2",
+                "--bucket-mb-before",
+                "1000",
+                "--bucket-mb-after",
+                "0.01",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["nproc"] == 2 and doc["backend"] == "gloo"
     assert doc["before"]["ddp_bucket_cap_mb"] == 1000 and doc["after"]["ddp_bucket_cap_mb"] == 0.01

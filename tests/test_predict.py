@@ -1,8 +1,8 @@
 """Cross-chip prediction (microbench.predict, python -m microbench.predict): the model's rules on generated
 kernels, the shared bert-small pair in both directions, the what-ifs, TraceLens' arch JSON, and bad input."""
+
 from __future__ import annotations
 
-import gzip
 import json
 
 import numpy as np
@@ -12,9 +12,9 @@ from microbench.core.archjson import read_arch, to_arch
 from microbench.core.config import load_config
 from microbench.core.datasheet import find_entry
 from microbench.predict.chips import chip
-from microbench.predict.kernels import ActivityWork
-from microbench.predict.estimate import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
 from microbench.predict.cli import main
+from microbench.predict.estimate import Scenario, Variant, datasheet_roof_us, predict_activities, wave_factor
+from microbench.predict.kernels import ActivityWork
 
 from .conftest import TRACES, needs_traces
 
@@ -27,11 +27,20 @@ def _chip(name, **kw):
 
 def _work(groups, dur, flops=None, nbytes=None, precision=None, tiles=None, names=None) -> ActivityWork:
     n = len(groups)
-    return ActivityWork(names or [f"k{i}" for i in range(n)], np.array(dur, dtype=float), np.array(groups, dtype=object),
-                      np.array(groups, dtype=object), np.array(flops or [0.0] * n, dtype=float),
-                      np.array(nbytes or [np.nan] * n, dtype=float), np.array(precision or [None] * n, dtype=object),
-                      np.array(tiles or [0] * n, dtype=np.int64), np.array([None] * n, dtype=object),
-                      np.array([None] * n, dtype=object), 1, [])
+    return ActivityWork(
+        names or [f"k{i}" for i in range(n)],
+        np.array(dur, dtype=float),
+        np.array(groups, dtype=object),
+        np.array(groups, dtype=object),
+        np.array(flops or [0.0] * n, dtype=float),
+        np.array(nbytes or [np.nan] * n, dtype=float),
+        np.array(precision or [None] * n, dtype=object),
+        np.array(tiles or [0] * n, dtype=np.int64),
+        np.array([None] * n, dtype=object),
+        np.array([None] * n, dtype=object),
+        1,
+        [],
+    )
 
 
 def test_devices_are_found_by_key_name_or_short_name():
@@ -58,8 +67,11 @@ def test_memory_bound_kernel_with_known_bytes_moves_its_roofline_part_and_its_sl
     src, tgt = _chip("H100", floor_us=2.0, floor_source="t"), _chip("MI300X", floor_us=3.0, floor_source="t")
     big, small = 20e6, 1e6  # bytes alone: ~7 us on the H100 (streams: >= its 2 us floor), ~0.35 us (latency-bound)
     roof = {n: (n / (src.memory_tbs * 1e6), n / (tgt.memory_tbs * 1e6)) for n in (big, small)}
-    w = _work(["elementwise", "elementwise", "normalization"],
-              [2.0 + roof[big][0] + 5.0, 2.0 + roof[small][0] + 5.0, 2.5], nbytes=[big, small, 0.0])
+    w = _work(
+        ["elementwise", "elementwise", "normalization"],
+        [2.0 + roof[big][0] + 5.0, 2.0 + roof[small][0] + 5.0, 2.5],
+        nbytes=[big, small, 0.0],
+    )
     t, why = predict_activities(w, src, tgt)
     assert list(why) == ["", "", ""]
     ratio = roof[big][1] / roof[big][0]
@@ -123,8 +135,11 @@ def test_wave_quantization_from_one_full_wave():
 
 def test_unplaced_kernels_keep_their_time_and_say_why():
     src, tgt = _chip("H100"), _chip("MI300X")
-    w = _work(["other", "gemm_conv", "communication", "copies"], [7.0, 9.0, 11.0, 5.0],
-              names=["mystery", "sgemm", "ncclDevKernel_AllReduce", "Memcpy HtoD (Pageable -> Device)"])
+    w = _work(
+        ["other", "gemm_conv", "communication", "copies"],
+        [7.0, 9.0, 11.0, 5.0],
+        names=["mystery", "sgemm", "ncclDevKernel_AllReduce", "Memcpy HtoD (Pageable -> Device)"],
+    )
     t, why = predict_activities(w, src, tgt)
     assert t.tolist() == [7.0, 9.0, 11.0, 5.0]
     assert "no kernel rule" in why[0] and "without FLOPs" in why[1] and "--fabric" in why[2] and "host" in why[3]
@@ -133,8 +148,13 @@ def test_unplaced_kernels_keep_their_time_and_say_why():
 def test_what_if_bf16_moves_fp32_matrix_work_to_tensor_cores():
     src = tgt = _chip("A100", floor_us=2.0, floor_source="t")
     flops = 1e12
-    w = _work(["gemm_conv", "elementwise"], [2.0 + flops / (19.5 * 0.8e6), 12.0], flops=[flops, 0.0],
-              nbytes=[1e6, np.nan], precision=["fp32", None])
+    w = _work(
+        ["gemm_conv", "elementwise"],
+        [2.0 + flops / (19.5 * 0.8e6), 12.0],
+        flops=[flops, 0.0],
+        nbytes=[1e6, np.nan],
+        precision=["fp32", None],
+    )
     same, _ = predict_activities(w, src, tgt)
     assert same.tolist() == pytest.approx(w.dur_us.tolist())
     t, _ = predict_activities(w, src, tgt, Scenario(dtype="bf16"))
@@ -145,18 +165,34 @@ def test_what_if_bf16_moves_fp32_matrix_work_to_tensor_cores():
 
 
 def test_arch_json_round_trip():
-    ceilings = [{"kind": "compute", "dtype": "bf16", "value": 700.0, "source": "measured"},
-                {"kind": "compute", "dtype": "fp32", "value": 50.0, "source": "measured"},
-                {"kind": "compute", "dtype": "bf16", "value": 989.0, "source": "datasheet"},
-                {"kind": "memory", "dtype": None, "value": 3000.0, "source": "measured"}]
+    ceilings = [
+        {"kind": "compute", "dtype": "bf16", "value": 700.0, "source": "measured"},
+        {"kind": "compute", "dtype": "fp32", "value": 50.0, "source": "measured"},
+        {"kind": "compute", "dtype": "bf16", "value": 989.0, "source": "datasheet"},
+        {"kind": "memory", "dtype": None, "value": 3000.0, "source": "measured"},
+    ]
     doc = to_arch("NVIDIA H100", ceilings, 80.0)
     assert doc["max_achievable_tflops"] == {"matrix_bf16": 700.0, "vector_fp32": 50.0}
     assert doc["mem_bw_gbps"] == 3000.0 and doc["name"] == "NVIDIA H100"
     compute, mem = read_arch(doc)
     assert compute == {"bf16": 700.0, "fp32": 50.0} and mem == pytest.approx(3.0)
-    tracelens = {"name": "MI300X", "mem_bw_gbps": 5300, "memory_gb": 192, "max_achievable_tflops": {
-        "matrix_fp16": 654, "matrix_bf16": 708, "matrix_fp32": 163, "matrix_fp64": 81, "matrix_fp8": 1273,
-        "matrix_int8": 2600, "vector_fp16": 163, "vector_bf16": 163, "vector_fp32": 81, "vector_fp64": 40}}
+    tracelens = {
+        "name": "MI300X",
+        "mem_bw_gbps": 5300,
+        "memory_gb": 192,
+        "max_achievable_tflops": {
+            "matrix_fp16": 654,
+            "matrix_bf16": 708,
+            "matrix_fp32": 163,
+            "matrix_fp64": 81,
+            "matrix_fp8": 1273,
+            "matrix_int8": 2600,
+            "vector_fp16": 163,
+            "vector_bf16": 163,
+            "vector_fp32": 81,
+            "vector_fp64": 40,
+        },
+    }
     compute, mem = read_arch(tracelens)
     assert compute["bf16"] == 708 and compute["tf32"] == 163 and compute["fp32"] == 81 and mem == 5.3
 
@@ -165,8 +201,20 @@ def test_arch_json_round_trip():
 @pytest.mark.parametrize("src,on,actual", [("h100", "MI300X VF", "mi300"), ("mi300", "H100", "h100")])
 def test_bert_pair_both_directions(tmp_path, src, on, actual, capsys):
     out = tmp_path / "p.json"
-    assert main([str(TRACES / f"{src}_bert_small.json.gz"), "--on", on, "--json", str(out),
-                 "--html", str(tmp_path / "p.html")]) == 0
+    assert (
+        main(
+            [
+                str(TRACES / f"{src}_bert_small.json.gz"),
+                "--on",
+                on,
+                "--json",
+                str(out),
+                "--html",
+                str(tmp_path / "p.html"),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     for k in ("device", "busy_us"):
         assert doc["source"][k] and doc["target"][k]
@@ -195,10 +243,27 @@ def _tiny_trace(tmp_path, shapes: bool):
     args = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]} if shapes else {}
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50, "args": args},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": {"correlation": 7}},
-        {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 20, "dur": 30,
-         "args": {"correlation": 7, "device": 0, "stream": 7}}]
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "volta_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20,
+            "dur": 30,
+            "args": {"correlation": 7, "device": 0, "stream": 7},
+        },
+    ]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB"}], "traceEvents": events}))
     return p
@@ -226,8 +291,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_a_users_ceilings_override_the_published_figures(tmp_path, capsys):
     trace = _tiny_trace(tmp_path, shapes=True)
     arch = tmp_path / "arch.json"
-    arch.write_text(json.dumps({"name": "NVIDIA H100 80GB HBM3", "mem_bw_gbps": 2000,
-                                "max_achievable_tflops": {"vector_fp32": 30}}))
+    arch.write_text(
+        json.dumps({"name": "NVIDIA H100 80GB HBM3", "mem_bw_gbps": 2000, "max_achievable_tflops": {"vector_fp32": 30}})
+    )
     out = tmp_path / "p.json"
     assert main([str(trace), "--on", "H100", "--ceilings", str(arch), "--json", str(out)]) == 0
     tgt = json.loads(out.read_text())["target"]["chip"]
@@ -238,9 +304,13 @@ def test_roofline_arch_json_is_read_by_trace_and_predict(tmp_path):
     from microbench.core.datasheet import ceilings_file, ceilings_from_args
     from microbench.roofline.cli import _write_arch
 
-    doc = {"hardware": {"name": "NVIDIA H200", "memory_gib": 139.8},
-           "ceilings": [{"kind": "compute", "dtype": "bf16", "value": 780.0, "source": "measured"},
-                        {"kind": "memory", "dtype": None, "value": 4300.0, "source": "measured"}]}
+    doc = {
+        "hardware": {"name": "NVIDIA H200", "memory_gib": 139.8},
+        "ceilings": [
+            {"kind": "compute", "dtype": "bf16", "value": 780.0, "source": "measured"},
+            {"kind": "memory", "dtype": None, "value": 4300.0, "source": "measured"},
+        ],
+    }
     path = tmp_path / "H200.json"
     assert _write_arch(doc, path) == f"wrote {path}"
     arch = json.loads(path.read_text())
@@ -255,19 +325,29 @@ def test_model_step_predicted_from_recorded_operators(tmp_path):
     """A model's step recorded on fake tensors (no arithmetic) and timed at the target's roofline + floor; the
     tensor-core what-if (fp16 instead of fp32) is faster on a V100, never slower."""
     out = tmp_path / "m.json"
-    assert main(["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp32", "--on", "V100",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            ["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp32", "--on", "V100", "--json", str(out)]
+        )
+        == 0
+    )
     fp32 = json.loads(out.read_text())
     assert fp32["model"]["batch"] == 64 and fp32["model"]["flops"] > 0
     v100 = _chip("V100")
     assert fp32["target"]["busy_us"] >= fp32["model"]["operators"] * v100.floor_us  # every kernel pays its floor
     assert fp32["target"]["busy_us_low"] <= fp32["target"]["busy_us"] <= fp32["target"]["busy_us_high"]
     assert {c["label"] for c in fp32["classes"]} >= {"GEMM / conv", "element-wise"}
-    assert main(["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp16", "--on", "V100",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            ["--model", "tests.ext_model:make", "--batch", "64", "--dtype", "fp16", "--on", "V100", "--json", str(out)]
+        )
+        == 0
+    )
     fp16 = json.loads(out.read_text())
-    gemm = {d["model"]["dtype"]: next(c["target_us"] for c in d["classes"] if c["class"] == "gemm_conv")
-            for d in (fp32, fp16)}
+    gemm = {
+        d["model"]["dtype"]: next(c["target_us"] for c in d["classes"] if c["class"] == "gemm_conv")
+        for d in (fp32, fp16)
+    }
     assert gemm["fp16"] < gemm["fp32"]
 
 
@@ -329,16 +409,46 @@ def test_a_kernel_belongs_to_the_innermost_operator_around_its_launch(tmp_path):
     events, launched = [], []
 
     def op(name, ts, dur, tid=1):
-        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-                       "args": {"Input Dims": [[4, 8]], "Input type": ["float"]}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"Input Dims": [[4, 8]], "Input type": ["float"]},
+            }
+        )
 
     def launch(ts, owner, tid=1):
         c = len(launched) + 1
         launched.append(owner)
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": ts,
-                       "dur": 1, "args": {"correlation": c}})
-        events.append({"ph": "X", "cat": "kernel", "name": f"elementwise_kernel_{c}", "pid": 0, "tid": 7,
-                       "ts": 1000 + 10 * c, "dur": 2, "args": {"correlation": c, "device": 0, "stream": 7}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": tid,
+                "ts": ts,
+                "dur": 1,
+                "args": {"correlation": c},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"elementwise_kernel_{c}",
+                "pid": 0,
+                "tid": 7,
+                "ts": 1000 + 10 * c,
+                "dur": 2,
+                "args": {"correlation": c, "device": 0, "stream": 7},
+            }
+        )
 
     op("P", 0, 100), op("C1", 10, 10), op("C2", 30, 10)
     launch(15, "C1")  # inside a child

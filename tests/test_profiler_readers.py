@@ -1,5 +1,6 @@
 """Readers of NVIDIA's profilers on the real exports in tests/data/nsight, with expected values computed here
 independently: the Nsight Compute CSV with the csv module, the Nsight Systems SQLite file by SQL over its tables."""
+
 from __future__ import annotations
 
 import csv
@@ -15,8 +16,9 @@ from microbench.trace.nsys import process_of, read_nsys_sqlite
 
 from .conftest import NCU, NSYS
 
-needs_nsight = pytest.mark.skipif(not NCU.is_file() or not NSYS.is_file(),
-                                  reason="tests/data/nsight (real Nsight exports) is not in this checkout")
+needs_nsight = pytest.mark.skipif(
+    not NCU.is_file() or not NSYS.is_file(), reason="tests/data/nsight (real Nsight exports) is not in this checkout"
+)
 
 
 def _long_rows():
@@ -51,8 +53,19 @@ def test_ncu_long_form_duration_and_bytes():
 
 def _raw_page(rows, extra: dict[str, tuple[str, str]] | None = None) -> str:
     """The same kernel in `ncu --page raw` layout: one column per metric, a units row under the header."""
-    ident = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
-             "Grid Size", "Device", "CC"]
+    ident = [
+        "ID",
+        "Process ID",
+        "Process Name",
+        "Host Name",
+        "Kernel Name",
+        "Context",
+        "Stream",
+        "Block Size",
+        "Grid Size",
+        "Device",
+        "CC",
+    ]
     metrics = {}
     for r in rows:
         if r["Metric Name"] and r["Section Name"] == "GPU Speed Of Light Throughput":
@@ -84,11 +97,13 @@ def test_tensor_counters_are_the_strongest_evidence(tmp_path):
     """The real kernel with tensor-pipe and FP-instruction columns added (values invented for the test; the names
     are Nsight Compute's): the verdict comes from them, and a name that says otherwise is reported."""
     rows = _long_rows()
-    extra = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": ("%", "42.50"),
-             "sm__ops_path_tensor_src_bf16_dst_fp32.sum": ("", "1,048,576"),
-             "sm__ops_path_tensor_src_fp8_dst_fp32.sum": ("", "n/a"),
-             "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": ("inst", "1,000"),
-             "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": ("inst", "10")}
+    extra = {
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": ("%", "42.50"),
+        "sm__ops_path_tensor_src_bf16_dst_fp32.sum": ("", "1,048,576"),
+        "sm__ops_path_tensor_src_fp8_dst_fp32.sum": ("", "n/a"),
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": ("inst", "1,000"),
+        "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": ("inst", "10"),
+    }
     raw = tmp_path / "raw.csv"
     raw.write_text(_raw_page(rows, extra))
     (k,) = read_ncu_csv(raw)
@@ -104,7 +119,10 @@ def test_tensor_counters_are_the_strongest_evidence(tmp_path):
 
 
 def test_fp_instruction_counts_judge_a_gemm_against_its_model_flops():
-    m = {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 1e9, "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 0}
+    m = {
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 1e9,
+        "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 0,
+    }
     assert sass_flops(m) == 2e9
     assert counter_verdict(m, "gemm", model_flops=2.1e9).tensor_cores == "no"
     assert counter_verdict(m, "gemm", model_flops=1e12).tensor_cores == "yes"
@@ -112,8 +130,10 @@ def test_fp_instruction_counts_judge_a_gemm_against_its_model_flops():
     assert counter_verdict(m, "elementwise", model_flops=1e12).tensor_cores is None
 
 
-@pytest.mark.parametrize("text,value", [("1,215,000,000.00", 1.215e9), ("96.26", 96.26), ("n/a", None), ("", None),
-                                        ("0", 0.0), ("(256, 1, 1)", None)])
+@pytest.mark.parametrize(
+    "text,value",
+    [("1,215,000,000.00", 1.215e9), ("96.26", 96.26), ("n/a", None), ("", None), ("0", 0.0), ("(256, 1, 1)", None)],
+)
 def test_parse_number(text, value):
     assert parse_number(text) == value
 
@@ -123,12 +143,15 @@ def test_ncu_bad_input_is_one_line(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="not an Nsight Compute CSV"):
         read_ncu_csv(bad)
-    bad.write_text('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n"x","k","s","m","",""\n')
+    bad.write_text(
+        '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n"x","k","s","m","",""\n'
+    )
     with pytest.raises(InputError, match="row 2: ID 'x'"):
         read_ncu_csv(bad)
 
 
 # --- Nsight Systems ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def sql():
@@ -150,13 +173,19 @@ def test_nsys_kernels(export, sql):
     ((n, total_ns),) = sql("SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     assert n == 3689 == len(export.kernels)  # SOURCES.md
     assert sum(k["dur_us"] for k in export.kernels) == pytest.approx(total_ns / 1000)
-    by_name = dict(sql("SELECT s.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
-                       "ON s.id = k.demangledName GROUP BY s.value"))
+    by_name = dict(
+        sql(
+            "SELECT s.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+            "ON s.id = k.demangledName GROUP BY s.value"
+        )
+    )
     got: dict[str, int] = {}
     for k in export.kernels:
         got[k["name"]] = got.get(k["name"], 0) + 1
     assert got == by_name
-    first = sql("SELECT start, streamId, correlationId, gridX, blockX FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1")[0]
+    first = sql(
+        "SELECT start, streamId, correlationId, gridX, blockX FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1"
+    )[0]
     k0 = export.kernels[0]
     assert (k0["ts_us"] * 1000, k0["stream"], k0["correlation"], k0["grid"][0], k0["block"][0]) == pytest.approx(first)
 
@@ -167,16 +196,22 @@ def test_nsys_launches_memcpy_ranges_gpu(export, sql):
     assert (len(export.copies), sum(c["bytes"] for c in export.copies)) == (n, nbytes) == (89, 2_883_944)
     assert sum(c["dur_us"] for c in export.copies) == pytest.approx(ns / 1000)
     assert {c["kind"] for c in export.copies} == {"Memcpy Device-to-Host"}
-    ranges = sql("SELECT COALESCE(e.text, s.value), e.end - e.start FROM NVTX_EVENTS e LEFT JOIN StringIds s "
-                 "ON s.id = e.textId WHERE e.end IS NOT NULL AND e.eventType = "
-                 "(SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxPushPopRange')")
+    ranges = sql(
+        "SELECT COALESCE(e.text, s.value), e.end - e.start FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+        "ON s.id = e.textId WHERE e.end IS NOT NULL AND e.eventType = "
+        "(SELECT id FROM ENUM_NSYS_EVENT_TYPE WHERE name = 'NvtxPushPopRange')"
+    )
     assert len(ranges) == len(export.ranges) == 786
     assert sorted((r["name"], round(r["dur_us"] * 1000)) for r in export.ranges) == sorted(ranges)
     (gpu,) = export.gpus
     assert (gpu["name"], gpu["smCount"], gpu["computeMajor"], gpu["computeMinor"]) == ("Tesla T4", 40, 7, 5)
     assert export.meta["EXPORT_SCHEMA_VERSION"] == "3.20.2"
     # every launch and range of this one-process program carries its pid
-    assert {r["pid"] for r in export.ranges} == {r["pid"] for r in export.launches} == {process_of(export.ranges[0]["tid"])}
+    assert (
+        {r["pid"] for r in export.ranges}
+        == {r["pid"] for r in export.launches}
+        == {process_of(export.ranges[0]["tid"])}
+    )
 
 
 def test_nsys_bad_input_is_one_line(tmp_path):
@@ -210,10 +245,21 @@ def test_truncated_and_ragged_exports_are_one_line(tmp_path):
 
 
 def test_counters_of_several_calls_sum_counts_and_average_rates():
-    calls = [{"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 40.0,
-              "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 10, "gpu__time_duration.sum": 5.0},
-             {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 60.0,
-              "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 30, "gpu__time_duration.sum": 7.0}]
+    calls = [
+        {
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 40.0,
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 10,
+            "gpu__time_duration.sum": 5.0,
+        },
+        {
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 60.0,
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 30,
+            "gpu__time_duration.sum": 7.0,
+        },
+    ]
     got = combine_calls(calls)
-    assert got == {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 50.0,
-                   "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 40, "gpu__time_duration.sum": 12.0}
+    assert got == {
+        "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 50.0,
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 40,
+        "gpu__time_duration.sum": 12.0,
+    }

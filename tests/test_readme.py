@@ -1,4 +1,5 @@
 """The README's set-up commands are what CI runs (so a newcomer's copy-paste is what we test)."""
+
 from __future__ import annotations
 
 import re

@@ -2,6 +2,7 @@
 `roofline/sass.py`) and dotted name (`microbench.core.ops.case_work`, `trace.analysis.TraceAnalysis`) in docs/,
 in the comments and docstrings of the code and tests, in scripts and in the data files resolves to a file, a module
 or a module's top-level name. A renamed module otherwise leaves its old name behind in a dozen places."""
+
 from __future__ import annotations
 
 import ast
@@ -14,12 +15,26 @@ from .conftest import REPO
 
 # Our packages: a dotted name starting with one of them is ours (`kernels`, `models` and `data` are
 # common words too, so only `microbench.kernels...` counts for those).
-PACKAGES = ("core", "report", "trace", "roofline", "decompose", "comm", "tta", "predict", "findings", "compare", "inspect",
-            "devtools")
+PACKAGES = (
+    "core",
+    "report",
+    "trace",
+    "roofline",
+    "decompose",
+    "comm",
+    "tta",
+    "predict",
+    "findings",
+    "compare",
+    "inspect",
+    "devtools",
+)
 _OURS = "|".join(PACKAGES)
 DOTTED = re.compile(rf"(?<![\w./-])(microbench(?:\.[A-Za-z_]\w*)+|(?:{_OURS})(?:\.[A-Za-z_]\w*)+)")
-PATH = re.compile(rf"(?<![\w./-])((?:microbench|kernels|models|tests|scripts|docs|data|ops|{_OURS})/[\w/.-]*\w"
-                  r"\.(?:py|toml|cu|cuh|md))\b")
+PATH = re.compile(
+    rf"(?<![\w./-])((?:microbench|kernels|models|tests|scripts|docs|data|ops|{_OURS})/[\w/.-]*\w"
+    r"\.(?:py|toml|cu|cuh|md))\b"
+)
 SUFFIXES = ("py", "toml", "md", "json", "csv", "gz", "cu", "cuh", "sqlite", "png", "svg", "html", "txt")
 
 
@@ -72,8 +87,10 @@ def _resolves(ref: str, modules: dict[str, Path | None], names: dict[Path, set[s
 
 
 def _path_exists(ref: str, where: Path, root: Path) -> bool:
-    return any(p.exists() for p in (root / ref, root / "microbench" / ref, root / "microbench" / "core" / ref,
-                                    where.parent / ref))
+    return any(
+        p.exists()
+        for p in (root / ref, root / "microbench" / ref, root / "microbench" / "core" / ref, where.parent / ref)
+    )
 
 
 def _prose(path: Path) -> list[tuple[int, str]]:
@@ -81,11 +98,15 @@ def _prose(path: Path) -> list[tuple[int, str]]:
     text = path.read_text()
     if path.suffix != ".py" and not text.startswith("#!/usr/bin/env python"):
         return list(enumerate(text.splitlines(), 1))
-    lines = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)
-             if t.type == tokenize.COMMENT]
+    lines = [
+        (t.start[0], t.string)
+        for t in tokenize.generate_tokens(io.StringIO(text).readline)
+        if t.type == tokenize.COMMENT
+    ]
     for node in ast.walk(ast.parse(text)):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
-                (doc := ast.get_docstring(node, clean=False)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and (
+            doc := ast.get_docstring(node, clean=False)
+        ):
             lines += [(node.body[0].lineno + k, line) for k, line in enumerate(doc.splitlines())]
     return lines
 
@@ -104,8 +125,9 @@ def stale_references(root: Path = REPO) -> list[str]:
     for path in _documents(root):
         for line, text in _prose(path):
             where = f"{path.relative_to(root)}:{line}"
-            bad += [f"{where}: {m[1]}" for m in DOTTED.finditer(text)
-                    if not _resolves(m[1].rstrip("."), modules, names)]
+            bad += [
+                f"{where}: {m[1]}" for m in DOTTED.finditer(text) if not _resolves(m[1].rstrip("."), modules, names)
+            ]
             bad += [f"{where}: {m[1]}" for m in PATH.finditer(text) if not _path_exists(m[1], path, root)]
     return bad
 
@@ -121,10 +143,15 @@ def test_a_stale_name_is_found(tmp_path):
     for folder in ("kernels", "models", "docs"):
         (tmp_path / folder).mkdir()
     (tmp_path / "bench.toml").write_text("# Read by microbench/config.py and microbench/trace/classify.py.\n")
-    (tmp_path / "docs" / "a.md").write_text("`trace.classify.classify`, `trace.classify.rules`, "
-                                            "`microbench.trace.perf`, `microbench.measure`.\n")
-    assert stale_references(tmp_path) == ["bench.toml:1: microbench/config.py", "docs/a.md:1: trace.classify.rules",
-                                          "docs/a.md:1: microbench.trace.perf", "docs/a.md:1: microbench.measure"]
+    (tmp_path / "docs" / "a.md").write_text(
+        "`trace.classify.classify`, `trace.classify.rules`, `microbench.trace.perf`, `microbench.measure`.\n"
+    )
+    assert stale_references(tmp_path) == [
+        "bench.toml:1: microbench/config.py",
+        "docs/a.md:1: trace.classify.rules",
+        "docs/a.md:1: microbench.trace.perf",
+        "docs/a.md:1: microbench.measure",
+    ]
 
 
 # The optional corpus beside the repository is named only where the tests look for it.
@@ -134,13 +161,20 @@ MAY_NAME_THE_CORPUS = ("tests/conftest.py", "tests/data/SOURCES.md")
 def test_nothing_points_outside_the_repository():
     outside = re.compile(r"\.\./shared|shared/(?:DESIGN|REFERENCE)\.md|(?<![\w/])(?:DESIGN|REFERENCE)\.md")
     files = _documents(REPO) + list((REPO / "tests" / "data").rglob("SOURCES.md"))
-    found = [f"{p.relative_to(REPO)}:{n}" for p in files if str(p.relative_to(REPO)) not in MAY_NAME_THE_CORPUS
-             for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    found = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in files
+        if str(p.relative_to(REPO)) not in MAY_NAME_THE_CORPUS
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert found == []
 
 
 def test_no_issue_numbers_nobody_outside_can_look_up():
     """An issue number in prose points into a tracker that is not part of the repository: say what it was."""
     issue = re.compile(r"\b[Ii]ssues? ?#?\d+")
-    found = [f"{p.relative_to(REPO)}:{line}" for p in _documents(REPO) for line, text in _prose(p) if issue.search(text)]
+    found = [
+        f"{p.relative_to(REPO)}:{line}" for p in _documents(REPO) for line, text in _prose(p) if issue.search(text)
+    ]
     assert found == []

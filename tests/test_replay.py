@@ -1,10 +1,10 @@
 """roofline --from-trace (docs/replay.md): a trace's GEMM / convolution cases, their shapes read back from the
 trace independently (plain gzip + json over the events' Input Dims), measured on this CPU with the CPU providers."""
+
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from microbench.roofline import cli as roofline
 from microbench.core.config import load_config
 from microbench.core.errors import InputError
-from microbench.roofline.trace_cases import compare, same_device_reason, trace_cases
 from microbench.predict.replay import summary
+from microbench.roofline import cli as roofline
+from microbench.roofline.trace_cases import compare, same_device_reason, trace_cases
 
 from .conftest import REPO, TRACES, child_pytest_env, needs_traces
 
@@ -69,8 +69,11 @@ def _ours(tc, op: str = "gemm") -> Counter:
             s = c.shape
             if c.op != op:
                 continue
-            key = ((s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b) if op == "gemm"
-                   else (s.batch_heads, s.q_len, s.kv_len, s.head_dim, s.causal))
+            key = (
+                (s.batch, s.m, s.n, s.k, s.trans_a, s.trans_b)
+                if op == "gemm"
+                else (s.batch_heads, s.q_len, s.kv_len, s.head_dim, s.causal)
+            )
             out[key] += g.calls
     return out
 
@@ -84,7 +87,7 @@ def full_cfg():
 def replay_config(tiny_config) -> Path:
     """The tests' tiny profile and timing, with bench.toml's datasheet entries (to tell the trace's chip)."""
     text = (REPO / "bench.toml").read_text()
-    devices = text[text.index("[devices."):text.index("[cpu_estimate]")]
+    devices = text[text.index("[devices.") : text.index("[cpu_estimate]")]
     tiny_config.write_text(tiny_config.read_text() + "\n" + devices)
     return tiny_config
 
@@ -148,7 +151,11 @@ def test_grouped_conv_and_its_backward_from_a_recorded_run(tmp_path, full_cfg):
     for shape in by_op.values():
         assert (shape.n, shape.c, shape.h, shape.w, shape.k, shape.r, shape.s) == (n, c, h, w_, k, r, s)
         assert [list(shape.stride), list(shape.pad), list(shape.dilation), shape.groups] == [
-            json.loads(concrete[3]), json.loads(concrete[4]), json.loads(concrete[5]), int(concrete[8])]
+            json.loads(concrete[3]),
+            json.loads(concrete[4]),
+            json.loads(concrete[5]),
+            int(concrete[8]),
+        ]
     bwd = next(g for g in tc.groups if len(g.cases) == 2)
     assert bwd.operators == {"aten::convolution_backward": 1}
     # the recorded NCHW layout is not the one measured (the conv2d spec's NHWC): said on every row
@@ -167,8 +174,24 @@ def test_no_shapes_is_one_line_exit_2(tmp_path, capsys):
 def test_bert_replayed_on_this_cpu(replay_config, tmp_path, capsys):
     out = tmp_path / "out"
     trace = TRACES / BERT["h100"]
-    assert roofline.main(["--from-trace", str(trace), "--top", "1", "--config", str(replay_config), "--out", str(out),
-                          "--device", "cpu", "--no-plot"]) == 0
+    assert (
+        roofline.main(
+            [
+                "--from-trace",
+                str(trace),
+                "--top",
+                "1",
+                "--config",
+                str(replay_config),
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "results.json").read_text())
     rows = doc["results"]
     assert {(r["op"], r["shape"], r["dtype"]) for r in rows} == {("gemm", "141x512x512 B^T", "bf16")}
@@ -194,8 +217,24 @@ def test_bert_replayed_on_this_cpu(replay_config, tmp_path, capsys):
 def test_mi300_attention_replayed_on_this_cpu(replay_config, tmp_path):
     """The MI300X trace's biggest matrix operator is its attention: measured through both SDPA providers."""
     out = tmp_path / "out"
-    assert roofline.main(["--from-trace", str(TRACES / BERT["mi300"]), "--top", "1", "--config", str(replay_config),
-                          "--out", str(out), "--device", "cpu", "--no-plot"]) == 0
+    assert (
+        roofline.main(
+            [
+                "--from-trace",
+                str(TRACES / BERT["mi300"]),
+                "--top",
+                "1",
+                "--config",
+                str(replay_config),
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--no-plot",
+            ]
+        )
+        == 0
+    )
     rows = json.loads((out / "results.json").read_text())["results"]
     assert {(r["op"], r["shape"], r["dtype"]) for r in rows} == {("attention", "bh8 q141 kv141 d64", "bf16")}
     assert {r["provider"] for r in rows} == {"torch", "torch_math"}
@@ -206,8 +245,17 @@ def test_mi300_attention_replayed_on_this_cpu(replay_config, tmp_path):
 
 def _rows_for(tc, ms: float) -> list[dict]:
     """Rows as a run writes them, one correct timed provider per case at `ms` per call."""
-    return [{"op": c.op, "shape": c.shape.label(), "dtype": c.dtype, "provider": "torch", "status": "ok",
-             "time_ms": {"median": ms}} for c in tc.cases]
+    return [
+        {
+            "op": c.op,
+            "shape": c.shape.label(),
+            "dtype": c.dtype,
+            "provider": "torch",
+            "status": "ok",
+            "time_ms": {"median": ms},
+        }
+        for c in tc.cases
+    ]
 
 
 def test_same_chip_is_compared_and_the_rest_held(full_cfg):
@@ -240,21 +288,40 @@ def test_another_chip_moves_the_rest_by_the_prediction(full_cfg):
 def test_benchmarks_run_a_traces_cases(tmp_path, replay_config):
     """DAWNSCOPE_TRACE: pytest-benchmark times the trace's cases, each with its trace_source (the tests' short timing,
     a ceilings cache of their own)."""
-    env = child_pytest_env(DAWNSCOPE_TRACE=str(TRACES / BERT["mi300"]), DAWNSCOPE_TRACE_TOP="1",
-                           DAWNSCOPE_DEVICE="cpu", DAWNSCOPE_CONFIG=str(replay_config),
-                           DAWNSCOPE_CACHE_DIR=str(tmp_path / "cache"))
+    env = child_pytest_env(
+        DAWNSCOPE_TRACE=str(TRACES / BERT["mi300"]),
+        DAWNSCOPE_TRACE_TOP="1",
+        DAWNSCOPE_DEVICE="cpu",
+        DAWNSCOPE_CONFIG=str(replay_config),
+        DAWNSCOPE_CACHE_DIR=str(tmp_path / "cache"),
+    )
     out = tmp_path / "bench.json"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-only",
-                        f"--benchmark-json={out}", str(REPO / "tests" / "test_benchmarks.py")], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600, check=False)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--benchmark-only",
+            f"--benchmark-json={out}",
+            str(REPO / "tests" / "test_benchmarks.py"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert p.returncode == 0, p.stdout[-2000:]
     doc = json.loads(out.read_text())
     assert doc["machine_info"]["dawnscope"]["profile"] == "trace:mi300_bert_small.json.gz"
     timed = doc["benchmarks"]
     assert {b["extra_info"]["provider"] for b in timed} == {"torch", "torch_math"}  # its top group: attention
     assert all(b["extra_info"]["shape"] == "bh8 q141 kv141 d64" for b in timed)
-    assert all(b["extra_info"]["trace_source"]["operators"] == {"aten::scaled_dot_product_attention": 4}
-               for b in timed)
+    assert all(b["extra_info"]["trace_source"]["operators"] == {"aten::scaled_dot_product_attention": 4} for b in timed)
 
 
 def test_attention_providers_match_the_float64_reference(cfg):

@@ -1,6 +1,7 @@
 """rocprofv3 JSON (`rocprofiler-sdk-tool`) read into the one timeline, chosen by content (microbench/trace/
 rocprof.py). Inputs: a 150-dispatch cut of the MI350X capture in tests/data/traces (AMD-AGI/TraceLens
 tests/rocprof/908_results.json.gz; tests/data/SOURCES.md) and, where present, the whole capture."""
+
 from __future__ import annotations
 
 import gzip
@@ -55,8 +56,17 @@ def test_hip_calls_are_the_launches_of_their_dispatches(tmp_path):
     first = proc["buffer_records"]["kernel_dispatch"][:3]
     op = hip.index("hipLaunchKernel")
     proc["buffer_records"]["hip_api"] = [
-        {"size": 64, "kind": 5, "operation": op, "thread_id": 908, "correlation_id": r["correlation_id"],
-         "start_timestamp": r["start_timestamp"] - 5000, "end_timestamp": r["start_timestamp"] - 1000} for r in first]
+        {
+            "size": 64,
+            "kind": 5,
+            "operation": op,
+            "thread_id": 908,
+            "correlation_id": r["correlation_id"],
+            "start_timestamp": r["start_timestamp"] - 5000,
+            "end_timestamp": r["start_timestamp"] - 1000,
+        }
+        for r in first
+    ]
     path = tmp_path / "with_hip.json"
     path.write_text(json.dumps(doc))
     tl = rocprof.read(path)
@@ -101,9 +111,19 @@ def test_memory_copies_are_copies_on_their_gpu(tmp_path):
     cpu, gpu = (next(a["id"] for a in proc["agents"] if a["type"] == t) for t in (1, 2))
     t0 = proc["buffer_records"]["kernel_dispatch"][0]["start_timestamp"]
     proc["buffer_records"]["memory_copy"] = [
-        {"size": 80, "kind": 13, "operation": ops.index("MEMORY_COPY_HOST_TO_DEVICE"), "thread_id": 908,
-         "correlation_id": {"internal": 99_000_001, "external": 0}, "start_timestamp": t0 - 4000,
-         "end_timestamp": t0 - 1000, "dst_agent_id": gpu, "src_agent_id": cpu, "bytes": 1 << 20}]
+        {
+            "size": 80,
+            "kind": 13,
+            "operation": ops.index("MEMORY_COPY_HOST_TO_DEVICE"),
+            "thread_id": 908,
+            "correlation_id": {"internal": 99_000_001, "external": 0},
+            "start_timestamp": t0 - 4000,
+            "end_timestamp": t0 - 1000,
+            "dst_agent_id": gpu,
+            "src_agent_id": cpu,
+            "bytes": 1 << 20,
+        }
+    ]
     tl = rocprof.read(_write_doc(tmp_path, doc))
     copies = np.flatnonzero(tl.activities.category == MEMCPY)
     assert len(copies) == 1 and tl.names[tl.activities.name[copies[0]]] == "Memcpy HtoD"

@@ -1,4 +1,5 @@
 """The main job end to end on this CPU, with a tiny profile."""
+
 from __future__ import annotations
 
 import csv
@@ -6,14 +7,31 @@ import json
 
 import pytest
 
-from microbench.roofline import registry
-
 from microbench.roofline import cli as roofline
+from microbench.roofline import registry
 from microbench.roofline.registry import provider
 
-REQUIRED_ROW_KEYS = {"op", "shape", "dtype", "provider", "device", "time_ms", "flops", "bytes", "tflops", "gbps",
-                     "intensity", "ceiling", "pct_of_ceiling", "bound", "tensor_cores", "tensor_core_evidence",
-                     "rel_err", "status", "reason"}
+REQUIRED_ROW_KEYS = {
+    "op",
+    "shape",
+    "dtype",
+    "provider",
+    "device",
+    "time_ms",
+    "flops",
+    "bytes",
+    "tflops",
+    "gbps",
+    "intensity",
+    "ceiling",
+    "pct_of_ceiling",
+    "bound",
+    "tensor_cores",
+    "tensor_core_evidence",
+    "rel_err",
+    "status",
+    "reason",
+}
 
 
 @pytest.mark.slow
@@ -32,8 +50,9 @@ def test_main_job_writes_everything(tiny_config, tmp_path, capsys):
     assert all(r["status"] == "ok" and r["tflops"] > 0 and r["time_ms"]["median"] > 0 for r in ok)
     assert all(r["time_ms"]["p20"] <= r["time_ms"]["median"] <= r["time_ms"]["p80"] for r in ok)
     assert {r["op"] for r in ok} == {"gemm", "conv2d_fwd", "conv2d_bwd_data", "conv2d_bwd_weight"}
-    assert all(r["status"] == "skipped" and r["reason"].startswith("unavailable")
-               for r in rows if r["provider"] == "cupy_blas")
+    assert all(
+        r["status"] == "skipped" and r["reason"].startswith("unavailable") for r in rows if r["provider"] == "cupy_blas"
+    )
     bf16 = next(r for r in ok if r["dtype"] == "bf16")
     assert bf16["tensor_cores"] in ("yes", "no", "unknown") and bf16["tensor_core_evidence"]
     with open(out / "results.csv") as f:
@@ -50,6 +69,7 @@ def test_interrupted_run_keeps_measured_rows(tiny_config, tmp_path):
     tiny_config.write_text(text)
     out = tmp_path / "out"
     with registry.scoped():
+
         @provider("gemm", "t_ctrl_c")
         def ctrl_c(a, b, *, allow_tf32=False):
             if a.shape[-2] == 7:  # the profile's second GEMM shape: Ctrl-C arrives while it is being measured
@@ -62,7 +82,11 @@ def test_interrupted_run_keeps_measured_rows(tiny_config, tmp_path):
     assert doc["interrupted"] is True
     # the first shape in fp32 and bf16, through both providers, was measured before the interrupt
     assert [(r["dtype"], r["provider"], r["status"]) for r in doc["results"]][:4] == [
-        ("fp32", "torch", "ok"), ("fp32", "t_ctrl_c", "ok"), ("bf16", "torch", "ok"), ("bf16", "t_ctrl_c", "ok")]
+        ("fp32", "torch", "ok"),
+        ("fp32", "t_ctrl_c", "ok"),
+        ("bf16", "torch", "ok"),
+        ("bf16", "t_ctrl_c", "ok"),
+    ]
     assert all(r["tflops"] for r in doc["results"][:4])
 
 

@@ -2,6 +2,7 @@
 labels, not wrapped fragments; the columns a narrow table keeps (never an all-dash one before one with values, the
 times of a comparison before its ratios); captions that name only shown columns; the caveat of a counter trace
 beside its headline; the evidence codes explained; one footnote for every table that left columns out."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,12 +10,13 @@ from rich.console import Console
 
 from microbench.compare import cli as compare_cli
 from microbench.predict import cli as predict_cli
-from microbench.trace import cli as trace_cli
 from microbench.report.cells import LeftOut, empty_columns, fit_columns, kept_in, table_width
 from microbench.report.trace_compare import compare_drop_order
 from microbench.report.trace_report import evidence_legend, print_trace_report
-from .conftest import analyze
+from microbench.trace import cli as trace_cli
 from tests.conftest import TRACES, needs_traces
+
+from .conftest import analyze
 
 
 def _report(doc: dict, width: int, **kw) -> str:
@@ -51,9 +53,10 @@ def _run(main, argv: list[str], columns: int, monkeypatch, capsys) -> str:
 def test_predict_labels_kernels_as_the_trace_report_does(monkeypatch, capsys, columns):
     # the H100 BERT's kernels printed as `void` / `cutlass::Kernel2<cutlass_80_wmma_..._32x…` / `128, 128,`; at 80
     # columns the three cutlass GEMMs read alike
-    out = _run(predict_cli.main, [str(TRACES / "h100_bert_small.json.gz"), "--on", "MI300X"], columns, monkeypatch,
-               capsys)
-    region = out[out.index("top kernels by source time"):out.index("modelled operators")]
+    out = _run(
+        predict_cli.main, [str(TRACES / "h100_bert_small.json.gz"), "--on", "MI300X"], columns, monkeypatch, capsys
+    )
+    region = out[out.index("top kernels by source time") : out.index("modelled operators")]
     rows = [ln.strip(" │┃") for ln in region.splitlines()[1:] if ln.strip(" │┃─━┏┓┗┛┡┩└┘┳┻╇┼┴┬")]
     rows = [r for r in rows if not r.startswith("kernel ")]  # the header
     assert not [r for r in rows if r.split()[0] in ("void", "128,", "namespace)::")], rows
@@ -78,7 +81,7 @@ def test_trace_compare_at_80_columns_keeps_both_times_and_names_the_json(monkeyp
     out = _run(compare_cli.main, docs + ["--json", "cmp.json"], 80, monkeypatch, capsys)
     header = _table(out, "operators (GEMM")[0]
     assert "[1] us" in header and "[2] us" in header and "[1] vs base" not in header, header
-    foot = _joined(out[out.index("narrow terminal"):])
+    foot = _joined(out[out.index("narrow terminal") :])
     assert "the JSON comparison cmp.json" in foot and "the HTML page (--html OUT)" in foot
     assert max(len(ln) for ln in out.splitlines()) <= 80
 
@@ -136,10 +139,10 @@ def test_counter_trace_says_its_times_are_ranges_beside_the_headline(cfg):
     text = _report(doc, 120)
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("77 kernels, kernel time"))
-    assert "(the profiler's ranges, not run times: the warning below)" in _joined("\n".join(lines[head:head + 2]))
+    assert "(the profiler's ranges, not run times: the warning below)" in _joined("\n".join(lines[head : head + 2]))
     warn = next(i for i, ln in enumerate(lines) if ln.startswith("warning: CUPTI range-profiler trace"))
     assert head < warn < next(i for i, ln in enumerate(lines) if "kernel time by class" in ln)
-    assert not any("CUPTI range-profiler trace" in ln for ln in lines[warn + 2:])  # said once, up front
+    assert not any("CUPTI range-profiler trace" in ln for ln in lines[warn + 2 :])  # said once, up front
     header = _table(text, "top 15 kernels")[0]
     assert "counted GFLOP" in header and "evidence" in header, header  # the trace's point, kept at 120
 
@@ -152,15 +155,16 @@ def test_evidence_codes_have_a_legend(cfg):
     doc = analyze(TRACES / "a100_cupti_counters.json.gz", cfg)  # name rules and structure rules both
     text = _report(doc, 120)
     assert "kernel[40]" in text and "inferred: structure[1]" in text
-    legend = _joined(text[text.index("evidence: kernel[N]"):])
+    legend = _joined(text[text.index("evidence: kernel[N]") :])
     assert legend.startswith("evidence: kernel[N] = rule N (from 0) of data/kernel_rules.toml's [[kernel]]")
     assert "inferred: structure[N] = a [[structure]] rule" in legend
     assert "evidence: kernel[N]" not in _report(doc, 80)  # no column, no legend
 
 
 def test_the_legend_says_only_the_codes_shown():
-    assert evidence_legend(["kernel[3]", "kernel[40]"]) == ("evidence: kernel[N] = rule N (from 0) of "
-                                                            "data/kernel_rules.toml's [[kernel]] name rules")
+    assert evidence_legend(["kernel[3]", "kernel[40]"]) == (
+        "evidence: kernel[N] = rule N (from 0) of data/kernel_rules.toml's [[kernel]] name rules"
+    )
     assert "launcher[N]" in evidence_legend(["inferred: launcher[2]", "counters"])
     assert evidence_legend([]) is None
 
@@ -176,10 +180,12 @@ def test_narrow_tables_share_one_footnote_that_names_the_files_written(cfg):
     # the step-breakdown table (report/findings_report.py draws it) is in the one line too
     assert _report(doc, 80).count("narrow terminal") == 1
     text = _report(doc, 80, kept_in=kept_in("out.json", "out.html"))
-    ours = _joined(text[text.rindex("narrow terminal"):])  # the report's last line
-    assert ours.startswith("narrow terminal: 14 columns of 4 tables left out (top kernels: evidence, calls, class; "
-                           "steps: kernels, exposed memcpy, CPU range; step breakdown: idle in sync, memset; "
-                           "operators: ")
+    ours = _joined(text[text.rindex("narrow terminal") :])  # the report's last line
+    assert ours.startswith(
+        "narrow terminal: 14 columns of 4 tables left out (top kernels: evidence, calls, class; "
+        "steps: kernels, exposed memcpy, CPU range; step breakdown: idle in sync, memset; "
+        "operators: "
+    )
     assert "in the JSON report out.json and the HTML page out.html" in ours and "--json OUT" not in ours
 
 
@@ -188,8 +194,10 @@ def test_left_out_counts_columns_and_tables():
     cols = [("op", "left"), ("a", "right"), ("b", "right")]
     rows = [(["x" * 10, "1.0", "-"], None)]
     left.add("t1", fit_columns(cols, rows, 12, ("a",)))
-    assert left.line() == ("narrow terminal: 1 column of the t1 table left out (a): in the JSON report (--json OUT) "
-                           "and the HTML page (--html OUT); 1 column with no value in any row left out first (b)")
+    assert left.line() == (
+        "narrow terminal: 1 column of the t1 table left out (a): in the JSON report (--json OUT) "
+        "and the HTML page (--html OUT); 1 column with no value in any row left out first (b)"
+    )
     left.add("t2", fit_columns(cols, rows, 14, ("a", "b")))
     assert left.line().startswith("narrow terminal: 2 columns of 2 tables left out (t1: a; t2: a)")
     assert LeftOut("x").line() is None
@@ -203,4 +211,5 @@ def test_the_width_rule_is_richs():
     rows = [(["Kernel2<cutlass_80_wmma…", "1.00x", "32.1%"], None), (["x", "0.66x", "-"], None)]
     assert table_width(cols, rows) == _natural_width(_table(cols, rows))
     assert table_width(cols[:1], rows and [(r[:1], s) for r, s in rows]) == _natural_width(
-        _table(cols[:1], [(r[:1], s) for r, s in rows]))
+        _table(cols[:1], [(r[:1], s) for r, s in rows])
+    )

@@ -1,6 +1,7 @@
 """The timeline model (microbench/trace/timeline.py) and its Kineto reader: typed columns checked against an
 independent reading of the whole file, the one correlation, step and window rules, a timeline built by hand
 as another format's reader would, and commands that never import torch."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,8 +14,7 @@ import numpy as np
 import pytest
 
 from microbench.trace import gpu_time, kineto, metrics
-from microbench.trace.timeline import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, TimelineBuilder,
-                                       Timeline)
+from microbench.trace.timeline import CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, Timeline, TimelineBuilder
 
 from .conftest import REPO, TRACES, needs_traces
 
@@ -31,8 +31,18 @@ def v100() -> tuple[Timeline, list[dict]]:
 @needs_traces
 def test_columns_hold_every_event_of_their_kind(v100):
     tl, raw = v100
-    by = {c: [e for e in raw if e.get("cat") == c] for c in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime",
-                                                              "cpu_op", "user_annotation", "gpu_user_annotation")}
+    by = {
+        c: [e for e in raw if e.get("cat") == c]
+        for c in (
+            "kernel",
+            "gpu_memcpy",
+            "gpu_memset",
+            "cuda_runtime",
+            "cpu_op",
+            "user_annotation",
+            "gpu_user_annotation",
+        )
+    }
     k = tl.activities
     for cat, code in (("kernel", KERNEL), ("gpu_memcpy", MEMCPY), ("gpu_memset", MEMSET)):
         rows = k.category == code
@@ -90,16 +100,20 @@ def _x(cat, name, ts, dur, pid=1, tid=1, **args):
 
 
 def test_step_rule_named_range_else_profiler_steps_of_either_category(tmp_path):
-    events = [_x("cpu_op", "ProfilerStep#3", 200, 100), _x("user_annotation", "ProfilerStep#2", 100, 100),
-              _x("cpu_op", "aten::mm", 110, 10)]
+    events = [
+        _x("cpu_op", "ProfilerStep#3", 200, 100),
+        _x("user_annotation", "ProfilerStep#2", 100, 100),
+        _x("cpu_op", "aten::mm", 110, 10),
+    ]
     tl = kineto.read(_trace(tmp_path, events))
     # older profilers wrote ProfilerStep#N as a cpu_op: a step range either way, never an operator
     assert tl.step_windows().names == ["ProfilerStep#2", "ProfilerStep#3"]
     assert [tl.names[n] for n in tl.cpu_ops.name] == ["aten::mm"]
     w = tl.step_windows("step")
     assert w.names == ["ProfilerStep#2", "ProfilerStep#3"] and "no 'step' ranges" in w.note
-    tl = kineto.read(_trace(tmp_path, events + [_x("user_annotation", "step", 120, 50),
-                                                _x("user_annotation", "step", 20, 50)]))
+    tl = kineto.read(
+        _trace(tmp_path, events + [_x("user_annotation", "step", 120, 50), _x("user_annotation", "step", 20, 50)])
+    )
     w = tl.step_windows("step")
     assert (w.names, w.ts_us.tolist(), w.note) == (["step", "step"], [20.0, 120.0], "")
 
@@ -107,11 +121,11 @@ def test_step_rule_named_range_else_profiler_steps_of_either_category(tmp_path):
 def test_window_rule_launch_inside_same_process_any_thread(tmp_path):
     events = [
         _x("user_annotation", "## backward ##", 100, 100, tid=1),
-        _x("cuda_runtime", "cudaLaunchKernel", 150, 5, tid=2, correlation=1),    # another thread: inside
-        _x("cuda_runtime", "cudaLaunchKernel", 200.0005, 1, correlation=2),      # at the end, within EPS_US
-        _x("cuda_runtime", "cudaLaunchKernel", 150, 5, pid=9, correlation=3),    # another process: outside
-        _x("hip_runtime", "hipMemcpyAsync", 160, 5, correlation=4),              # a copy, launched inside
-        _x("cuda_sync", "cudaDeviceSynchronize", 170, 5, correlation=5),         # not a launch
+        _x("cuda_runtime", "cudaLaunchKernel", 150, 5, tid=2, correlation=1),  # another thread: inside
+        _x("cuda_runtime", "cudaLaunchKernel", 200.0005, 1, correlation=2),  # at the end, within EPS_US
+        _x("cuda_runtime", "cudaLaunchKernel", 150, 5, pid=9, correlation=3),  # another process: outside
+        _x("hip_runtime", "hipMemcpyAsync", 160, 5, correlation=4),  # a copy, launched inside
+        _x("cuda_sync", "cudaDeviceSynchronize", 170, 5, correlation=5),  # not a launch
         _x("kernel", "volta_sgemm_64x64_nt", 300, 10, pid=0, device=0, stream=7, correlation=1),
         _x("kernel", "volta_sgemm_64x64_nt", 310, 20, pid=0, device=0, stream=7, correlation=2),
         _x("kernel", "volta_sgemm_64x64_nt", 330, 40, pid=0, device=0, stream=7, correlation=3),
@@ -127,8 +141,9 @@ def test_window_rule_launch_inside_same_process_any_thread(tmp_path):
     assert every.time_us.tolist() == [110.0]
     assert metrics.unlaunched_kernels(tl) == 1
     ann = metrics.annotation_times(tl)
-    assert [(a["name"], a["calls"], a["kernel_count"], a["kernel_time_us"]) for a in ann] == \
-        [("## backward ##", 1, 2, 30.0)]
+    assert [(a["name"], a["calls"], a["kernel_count"], a["kernel_time_us"]) for a in ann] == [
+        ("## backward ##", 1, 2, 30.0)
+    ]
 
 
 def test_a_reader_of_another_format_fills_the_same_timeline():
@@ -148,8 +163,10 @@ def test_a_reader_of_another_format_fills_the_same_timeline():
     whole = gpu_time.breakdown(tl)
     assert (whole["exposed_comm_us"], whole["busy_us"], whole["gpu_span_us"]) == (20.0, 60.0, 60.0)
     _, steps, _ = gpu_time.step_breakdowns(tl)
-    assert [(s["name"], s["wall_us"], s["kernel_count"], s["kernel_time_us"], s["gpu_span_us"], s["gpu_time_us"])
-            for s in steps] == [("ProfilerStep#0", 100.0, 2, 80.0, 60.0, 80.0)]
+    assert [
+        (s["name"], s["wall_us"], s["kernel_count"], s["kernel_time_us"], s["gpu_span_us"], s["gpu_time_us"])
+        for s in steps
+    ] == [("ProfilerStep#0", 100.0, 2, 80.0, 60.0, 80.0)]
     assert [g.name[:22] for g in metrics.top_kernels(tl)] == ["ampere_fp16_s16816gemm", "ncclDevKernel_Generic("]
 
 
@@ -168,7 +185,8 @@ def test_trace_and_compare_commands_do_not_import_torch(tmp_path):
         f"print(trace.main([{str(AMD)!r}, '--json', {str(tmp_path / 'out.json')!r}]))\n"
         f"print(trace.main([{str(empty)!r}]))\n"
         f"print(compare.main([{str(results)!r}, {str(results)!r}]))\n"
-        "print('torch' in sys.modules)\n")
+        "print('torch' in sys.modules)\n"
+    )
     p = _run(code)
     out = p.stdout.strip().splitlines()
     assert out[-1] == "False", p.stdout + p.stderr
@@ -193,10 +211,27 @@ def test_attribution_reads_the_same_timeline_and_rules():
 def test_pieces_cut_only_between_events(tmp_path, monkeypatch):
     """Nested objects whose `},` looks like the end of an event, header keys before and after the array, and
     an array that ends inside a chunk: the piecewise reading agrees with the whole-file one, cut anywhere."""
-    events = [_x("kernel", f"k{i}", 10.0 * i, 5.0, pid=0, device=0, stream=7, correlation=i,
-                 nested={"a": {"b": [1, {"c": "},{"}]}, "d": i}) for i in range(40)]
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}, {"id": 1}],
-           "traceEvents": events, "distributedInfo": {"rank": 3, "world_size": 8}, "traceName": "x"}
+    events = [
+        _x(
+            "kernel",
+            f"k{i}",
+            10.0 * i,
+            5.0,
+            pid=0,
+            device=0,
+            stream=7,
+            correlation=i,
+            nested={"a": {"b": [1, {"c": "},{"}]}, "d": i},
+        )
+        for i in range(40)
+    ]
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}, {"id": 1}],
+        "traceEvents": events,
+        "distributedInfo": {"rank": 3, "world_size": 8},
+        "traceName": "x",
+    }
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, indent=1))
     whole = kineto._read_whole(p)
@@ -205,5 +240,8 @@ def test_pieces_cut_only_between_events(tmp_path, monkeypatch):
         tl = kineto._read_pieces(p)
         assert [tl.names[n] for n in tl.activities.name] == [f"k{i}" for i in range(40)]
         assert tl.activities.ts_us.tolist() == whole.activities.ts_us.tolist()
-        assert (tl.distributed, tl.meta["traceName"], sorted(tl.device_properties)) == \
-            ({"rank": 3, "world_size": 8}, "x", [0, 1])
+        assert (tl.distributed, tl.meta["traceName"], sorted(tl.device_properties)) == (
+            {"rank": 3, "world_size": 8},
+            "x",
+            [0, 1],
+        )

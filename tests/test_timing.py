@@ -1,4 +1,5 @@
 """The timing primitive: statistics and the repeat budget."""
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,7 @@ def test_summarize_quantiles_and_cov():
     assert t.mean_ms == 5.5
     assert t.cov == pytest.approx(2.8722813 / 5.5)  # population std of 1..10 over the mean
     assert t.reps == 10
-    assert summarize([3.0]).as_dict() == {"median": 3.0, "p20": 3.0, "p80": 3.0, "cov": 0.0, "reps": 1,
-                                          "noise": []}
+    assert summarize([3.0]).as_dict() == {"median": 3.0, "p20": 3.0, "p80": 3.0, "cov": 0.0, "reps": 1, "noise": []}
 
 
 def test_measure_cpu_sleep_and_rotation():
@@ -30,6 +30,7 @@ def test_measure_cpu_sleep_and_rotation():
         def fn():
             calls.append(i)
             time.sleep(0.002)
+
         return fn
 
     settings = TimingSettings(warmup_ms=4.0, rep_ms=20.0, min_reps=4, max_reps=50)
@@ -100,5 +101,6 @@ def test_between_runs_untimed_before_every_timed_call():
 
     class FakeGpu:
         is_gpu = True
+
     with pytest.raises(ValueError, match="between"):
         time_calls(timed, FakeGpu(), settings, between=between)

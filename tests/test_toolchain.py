@@ -2,6 +2,7 @@
 wheel (nvidia/cu13/lib), CUDA_HOME or a library this process already loaded; PTX newer than the ptxas at
 hand lowered when its code allows it. Layouts are faked with empty files in temporary folders; the
 lowering runs the real NVRTC and the real ptxas of this environment."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ def _touch(*paths: Path) -> None:
 def test_wheels_cu13_before_cu12_and_only_the_library_itself(tmp_path):
     site = tmp_path / "site-packages"
     cu13, cu12 = site / "nvidia" / "cu13" / "lib", site / "nvidia" / "cuda_nvrtc" / "lib"
-    _touch(cu13 / "libnvrtc.so.13", cu13 / "libnvrtc-builtins.so.13.0", cu13 / "libnvrtc.alt.so.13",
-           cu13 / "libcublas.so.13", cu12 / "libnvrtc.so.12", cu12 / "libnvrtc-builtins.so.12.9")
+    _touch(
+        cu13 / "libnvrtc.so.13",
+        cu13 / "libnvrtc-builtins.so.13.0",
+        cu13 / "libnvrtc.alt.so.13",
+        cu13 / "libcublas.so.13",
+        cu12 / "libnvrtc.so.12",
+        cu12 / "libnvrtc-builtins.so.12.9",
+    )
     found = nvrtc.candidates(site_dirs=[str(site)], environ={}, maps=tmp_path / "no-maps")
     wheel = [p for p in found if p.startswith(str(site))]
     assert wheel == [str(cu13 / "libnvrtc.so.13"), str(cu12 / "libnvrtc.so.12")]
@@ -37,8 +44,10 @@ def test_cuda_home_lib64_lib_and_targets(tmp_path):
     home = tmp_path / "cuda-13.0"
     _touch(home / "lib64" / "libnvrtc.so.13", home / "targets" / "x86_64-linux" / "lib" / "libnvrtc.so.13.0.88")
     found = nvrtc.candidates(site_dirs=[], environ={"CUDA_HOME": str(home)}, maps=tmp_path / "no-maps")
-    assert found[:2] == [str(home / "lib64" / "libnvrtc.so.13"),
-                         str(home / "targets" / "x86_64-linux" / "lib" / "libnvrtc.so.13.0.88")]
+    assert found[:2] == [
+        str(home / "lib64" / "libnvrtc.so.13"),
+        str(home / "targets" / "x86_64-linux" / "lib" / "libnvrtc.so.13.0.88"),
+    ]
     assert nvrtc.candidates(site_dirs=[], environ={"CUDA_PATH": str(home)}, maps=tmp_path / "x")[0] == found[0]
 
 
@@ -51,7 +60,8 @@ def test_a_library_already_in_the_process_comes_first(tmp_path):
         "7f0000000000-7f0000001000 r--p 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
         f"7f0000002000-7f0000003000 r-xp 00001000 08:01 456 {torch_copy}\n"
         "7f0000004000-7f0000005000 r--p 00000000 08:01 789 /x/nvidia/cu13/lib/libnvrtc-builtins.so.13.0\n"
-        "7f0000006000-7f0000007000 rw-p 00000000 00:00 0 \n")
+        "7f0000006000-7f0000007000 rw-p 00000000 00:00 0 \n"
+    )
     found = nvrtc.candidates(site_dirs=[str(site)], environ={}, maps=maps)
     assert found[:2] == [torch_copy, str(site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13")]
 
@@ -61,10 +71,18 @@ def test_the_real_process_map_names_a_loaded_nvrtc():
         path = Path(nvrtc.candidates()[0])
     except IndexError:
         pytest.skip("no libnvrtc in this environment")
-    code = ("import ctypes, sys; sys.path.insert(0, '.'); ctypes.CDLL(sys.argv[1]);"
-            "from kernels import nvrtc; print(nvrtc.loaded_in_process()[0])")
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout.strip()
+    code = (
+        "import ctypes, sys; sys.path.insert(0, '.'); ctypes.CDLL(sys.argv[1]);"
+        "from kernels import nvrtc; print(nvrtc.loaded_in_process()[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+    ).stdout.strip()
     assert Path(out).resolve() == path.resolve()
 
 
@@ -135,7 +153,9 @@ def test_inspect_goes_on_past_a_failing_module_and_says_what_failed(tmp_path, mo
     rows = json.loads(out.read_text())
     assert [(r["kernel"], r["target"]) for r in rows if "kernel" in r] == [("saxpy", "sm_80"), ("saxpy", "sm_90")]
     assert [(r["module"], r["target"]) for r in rows if "error" in r] == [
-        ("fake_broken_kernels", "sm_80"), ("fake_broken_kernels", "sm_90")]
+        ("fake_broken_kernels", "sm_80"),
+        ("fake_broken_kernels", "sm_90"),
+    ]
 
 
 def test_inspect_json_is_written_as_it_goes(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """microbench.trace.cli on the four real GPU traces of tests/data/traces (counts checked against SOURCES.md and
 against independent computations from the whole file), on a hand-written AMD trace, and on broken files."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from microbench.trace import cli as trace_cli
-from microbench.trace import analysis as trace
-from microbench.trace import kineto
 from microbench.core.config import load_config
+from microbench.trace import analysis as trace
+from microbench.trace import cli as trace_cli
+from microbench.trace import kineto
 
 from .conftest import SLICE, TRACES, analyze, needs_traces
 
@@ -90,8 +91,9 @@ def test_torchrec_nccl_share_and_exposed_communication(cfg):
         active = [e for e in kernels if e["ts"] <= mid < e["ts"] + e["dur"]]
         if any("nccl" in e["name"] for e in active) and not any("nccl" not in e["name"] for e in active):
             exposed += hi - lo
-    span = (max(e["ts"] + e["dur"] for e in events if e["cat"] != "Trace")
-            - min(e["ts"] for e in events if e["cat"] != "Trace"))
+    span = max(e["ts"] + e["dur"] for e in events if e["cat"] != "Trace") - min(
+        e["ts"] for e in events if e["cat"] != "Trace"
+    )
     assert s["exposed_comm_us"] == pytest.approx(exposed, abs=1e-6)
     assert s["wall_span_us"] == pytest.approx(span)
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -168,8 +170,14 @@ def test_every_real_trace_reads_and_triton_kernel_is_elementwise(cfg):
         doc = analyzed(path.name, cfg)[0]
         assert doc["schema"] == trace.SCHEMA
         s = doc["summary"]
-        for key in ("kernel_count", "kernel_time_us", "share_by_class", "tensor_core_share", "comm_share",
-                    "exposed_comm_share"):
+        for key in (
+            "kernel_count",
+            "kernel_time_us",
+            "share_by_class",
+            "tensor_core_share",
+            "comm_share",
+            "exposed_comm_share",
+        ):
             assert key in s
         assert len({k["params"]["kernel"] for k in doc["kernels"]}) == len(doc["kernels"])
     tri = analyzed("a100_triton_example.json.gz", cfg)[0]
@@ -213,6 +221,7 @@ def test_the_whole_file_reading_gives_the_same_timeline(cfg, monkeypatch):
 
 # --- the synthetic AMD trace -------------------------------------------------------------------------------
 
+
 def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     doc = analyze(AMD, cfg)
     s = doc["summary"]
@@ -235,17 +244,39 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
     # placed by its own start. Compute [100, 600) and RCCL [250, 650): the step's busy 550 = 500 computation +
     # 50 exposed communication; the idle [650, 700) lies between the step's GPU span and the copy; no shapes,
     # no model FLOPs.
-    assert doc["steps"] == [{"name": "ProfilerStep#7", "wall_us": 1000, "kernel_count": 6, "kernel_time_us": 900,
-                             "gpu_span_us": 550, "gpu_time_us": 900, "busy_us": 550, "computation_us": 500,
-                             "exposed_comm_us": 50, "exposed_memcpy_us": 0, "idle_us": 0, "comm_us": 400,
-                             "overlapped_comm_us": 350, "model_flops": 0, "achieved_tflops": None, "mfu": None,
-                             # the TensorBoard plugin's categories go by time in the step's window [0, 1000]: the
-                             # copy [700, 720) is in it; the GPU's idle rest goes to what the host was doing
-                             "breakdown_span_us": 1000,
-                             "breakdown_us": {"kernel": 550, "memcpy": 20, "memset": 0, "runtime": 15,
-                                              "dataloader": 0, "cpu_exec": 5, "other": 410},
-                             "idle_by_host_us": {"sync": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5,
-                                                 "other": 410}}]
+    assert doc["steps"] == [
+        {
+            "name": "ProfilerStep#7",
+            "wall_us": 1000,
+            "kernel_count": 6,
+            "kernel_time_us": 900,
+            "gpu_span_us": 550,
+            "gpu_time_us": 900,
+            "busy_us": 550,
+            "computation_us": 500,
+            "exposed_comm_us": 50,
+            "exposed_memcpy_us": 0,
+            "idle_us": 0,
+            "comm_us": 400,
+            "overlapped_comm_us": 350,
+            "model_flops": 0,
+            "achieved_tflops": None,
+            "mfu": None,
+            # the TensorBoard plugin's categories go by time in the step's window [0, 1000]: the
+            # copy [700, 720) is in it; the GPU's idle rest goes to what the host was doing
+            "breakdown_span_us": 1000,
+            "breakdown_us": {
+                "kernel": 550,
+                "memcpy": 20,
+                "memset": 0,
+                "runtime": 15,
+                "dataloader": 0,
+                "cpu_exec": 5,
+                "other": 410,
+            },
+            "idle_by_host_us": {"sync": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5, "other": 410},
+        }
+    ]
     out = doc["outside_steps"]
     assert (out["outside_steps"]["activities"], out["outside_steps"]["exposed_memcpy_us"]) == (1, 20)
     assert out["unlaunched_outside_steps"] == 1 and out["between_steps_idle_us"] == 50
@@ -263,16 +294,31 @@ def test_gzip_and_plain_and_tiny_chunks_agree(cfg, tmp_path, monkeypatch):
 
 
 def _mini_trace(kernels: list[tuple[str, float, float, int]], extra=()) -> dict:
-    return {"traceEvents": [{"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": dur,
-                             "args": {"device": 0, "stream": st}} for n, ts, dur, st in kernels] + list(extra)}
+    return {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": n, "ts": ts, "dur": dur, "args": {"device": 0, "stream": st}}
+            for n, ts, dur, st in kernels
+        ]
+        + list(extra)
+    }
 
 
-@pytest.mark.parametrize("kernels,exposed", [
-    ([("ncclKernel_AllReduce", 0, 100, 2), ("volta_sgemm_64x64_nt", 0, 100, 1)], 0.0),  # fully hidden
-    ([("ncclKernel_AllReduce", 0, 100, 2)], 100.0),  # nothing to hide behind
-    ([("ncclKernel_AllReduce", 0, 100, 2), ("ncclKernel_AllGather", 50, 100, 3),  # comm overlapping comm
-      ("volta_sgemm_64x64_nt", 20, 10, 1), ("volta_sgemm_64x64_nt", 140, 100, 1)], 150 - 10 - 10),
-])
+@pytest.mark.parametrize(
+    "kernels,exposed",
+    [
+        ([("ncclKernel_AllReduce", 0, 100, 2), ("volta_sgemm_64x64_nt", 0, 100, 1)], 0.0),  # fully hidden
+        ([("ncclKernel_AllReduce", 0, 100, 2)], 100.0),  # nothing to hide behind
+        (
+            [
+                ("ncclKernel_AllReduce", 0, 100, 2),
+                ("ncclKernel_AllGather", 50, 100, 3),  # comm overlapping comm
+                ("volta_sgemm_64x64_nt", 20, 10, 1),
+                ("volta_sgemm_64x64_nt", 140, 100, 1),
+            ],
+            150 - 10 - 10,
+        ),
+    ],
+)
 def test_exposed_comm_is_the_union_minus_compute(cfg, tmp_path, kernels, exposed):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(_mini_trace(kernels)))
@@ -300,6 +346,7 @@ def test_cli_prints_report_and_writes_json(tmp_path, capsys):
 
 # --- bad input: exit 2 and one line naming the file ----------------------------------------------------------
 
+
 def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
     good = AMD.read_text()
     cases = {
@@ -315,8 +362,10 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
         "top-level array": (b"[1, 2, 3]", "JSON array at the top level"),
         "events not array": (b'{"traceEvents": {"a": 1}}', "traceEvents is not an array of events (found an object)"),
         "event not object": (b'{"traceEvents": [1]}', "traceEvents[0] is not an event object (found a number)"),
-        "kernel ts string": (json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "0",
-                                                           "dur": 1}]}).encode(), "expected numbers"),
+        "kernel ts string": (
+            json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": "0", "dur": 1}]}).encode(),
+            "expected numbers",
+        ),
         "bad json inside": (b'{"traceEvents": [{"ph": "X",, }]}', "not valid JSON"),
         "trailing garbage": (b'{"traceEvents": []} {"x": 1}', "extra data"),
     }

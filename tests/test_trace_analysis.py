@@ -1,15 +1,17 @@
 """The one trace analysis object (microbench/trace/analysis.py): results computed from the timeline without
 changing it; hardware counters' Tensor Core verdicts in a column of their own."""
+
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from microbench.trace.analysis import TraceAnalysis
 from microbench.trace.timeline import CPU_RANGE, KERNEL, NO_ID, TC_VALUES, TimelineBuilder
 
-TENSOR = {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 42.5,
-          "sm__ops_path_tensor_src_bf16_dst_fp32.sum": 1_048_576.0}
+TENSOR = {
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 42.5,
+    "sm__ops_path_tensor_src_bf16_dst_fp32.sum": 1_048_576.0,
+}
 
 
 def _timeline():
@@ -37,10 +39,16 @@ def test_counters_are_their_own_column_and_the_timeline_is_unchanged():
     assert (tl.activities.tensor_cores == before).all() and TC_VALUES[before[0]] == "no"  # the name rule's verdict
     # the counters settle both calls of the GEMM (summed over its calls); the element-wise kernel has none
     assert a.counter_tensor_cores.tolist() == [TC_VALUES.index("yes")] * 2 + [NO_ID]
-    assert TC_VALUES[a.evidence.activities.tensor_cores[1]] == "yes" and a.evidence.activities.name is tl.activities.name
+    assert (
+        TC_VALUES[a.evidence.activities.tensor_cores[1]] == "yes" and a.evidence.activities.name is tl.activities.name
+    )
     assert doc["summary"]["tensor_core_share"] == 40 / 60  # totals follow the strongest evidence
     gemm = next(k for k in doc["kernels"] if k["kernel"].startswith("volta_sgemm"))
-    assert (gemm["tensor_cores"], gemm["params"]["evidence"], gemm["params"]["name_verdict"]) == ("yes", "counters", "no")
+    assert (gemm["tensor_cores"], gemm["params"]["evidence"], gemm["params"]["name_verdict"]) == (
+        "yes",
+        "counters",
+        "no",
+    )
     assert any("counters contradict the kernel name" in n for n in doc["notes"])
     assert doc == TraceAnalysis(tl).document()  # a second analysis of the same timeline agrees: nothing was changed
 

@@ -1,5 +1,6 @@
 """scripts/trace-from-tracelens: a TraceLens ops_unique_args.csv rebuilt as a trace our reader and the cross-chip
 prediction take (the held-out pairs of docs/predict.md are built this way)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,8 +10,16 @@ import pytest
 
 from .conftest import load_script
 
-HEADER = ["name", "op category", "Input Dims", "Input type", "Concrete Inputs", "operation_count",
-          "total_direct_kernel_time_sum", "kernel_details_summary"]
+HEADER = [
+    "name",
+    "op category",
+    "Input Dims",
+    "Input type",
+    "Concrete Inputs",
+    "operation_count",
+    "total_direct_kernel_time_sum",
+    "kernel_details_summary",
+]
 GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x6_tn_align8>(Params)"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16> >(int)"
 
@@ -20,17 +29,35 @@ def _rebuild(argv: list[str]) -> int:
 
 
 def _kernels(name: str, count: int, mean: float) -> str:
-    return (f"[{{'name': '{name}', 'stream': 7, 'count': {count}, 'total_duration_us': np.float64({count * mean}), "
-            f"'mean_duration_us': np.float64({mean})}}]")
+    return (
+        f"[{{'name': '{name}', 'stream': 7, 'count': {count}, 'total_duration_us': np.float64({count * mean}), "
+        f"'mean_duration_us': np.float64({mean})}}]"
+    )
 
 
 def _csv(path: Path, add_total: float = 3 * 2.0) -> Path:
-    rows = [["aten::addmm", "GEMM", "((512,), (141, 512), (512, 2048), (), ())",
-             "('c10::BFloat16', 'c10::BFloat16', 'c10::BFloat16', 'Scalar', 'Scalar')", "('', '', '', '1', '1')",
-             "2", "16.0", _kernels(GEMM, 2, 8.0)],
-            ["aten::add", "elementwise", "((1, 141, 512), (1, 141, 512), ())",
-             "('c10::BFloat16', 'c10::BFloat16', 'Scalar')", "('', '', '1')", "3", str(add_total),
-             _kernels(ADD, 3, 2.0)]]
+    rows = [
+        [
+            "aten::addmm",
+            "GEMM",
+            "((512,), (141, 512), (512, 2048), (), ())",
+            "('c10::BFloat16', 'c10::BFloat16', 'c10::BFloat16', 'Scalar', 'Scalar')",
+            "('', '', '', '1', '1')",
+            "2",
+            "16.0",
+            _kernels(GEMM, 2, 8.0),
+        ],
+        [
+            "aten::add",
+            "elementwise",
+            "((1, 141, 512), (1, 141, 512), ())",
+            "('c10::BFloat16', 'c10::BFloat16', 'Scalar')",
+            "('', '', '1')",
+            "3",
+            str(add_total),
+            _kernels(ADD, 3, 2.0),
+        ],
+    ]
     with path.open("w", newline="") as f:
         csv.writer(f).writerows([HEADER] + rows)
     return path
@@ -54,8 +81,9 @@ def test_a_report_becomes_a_trace_the_prediction_reads(tmp_path):
 
 def test_a_row_whose_totals_disagree_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        _rebuild([str(_csv(tmp_path / "ops.csv", add_total=7.5)), "--device", "h100",
-                        "--out", str(tmp_path / "t.json")])
+        _rebuild(
+            [str(_csv(tmp_path / "ops.csv", add_total=7.5)), "--device", "h100", "--out", str(tmp_path / "t.json")]
+        )
     assert "ops.csv:3: aten::add" in str(e.value) and "7.500" in str(e.value)
     assert not (tmp_path / "t.json").exists()
 

@@ -1,5 +1,6 @@
 """The integrity block of a trace report (microbench/trace/integrity.py): what the trace lacks, which figures
 that makes unreliable, and the figures withheld, said before any figure; on cuts of real traces."""
+
 from __future__ import annotations
 
 import json
@@ -7,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import analyze
-
-from .conftest import TRACES
+from .conftest import TRACES, analyze
 
 DATA = Path(__file__).parent / "data"
 SLICE_2021 = DATA / "v100_resnet50_2021schema_slice.json"
@@ -51,8 +50,11 @@ def test_kernels_without_launches_make_steps_and_annotations_unreliable(cfg, tmp
 def test_what_the_profiler_says_it_dropped_is_named(cfg, tmp_path):
     # libkineto writes its log as top-level lists by severity (output_json.cpp); CuptiActivityApi.cpp logs these
     doc = json.loads(H100.read_text())
-    doc["WARNING"] = ["Dropped 1024 activity records", "Exceeded max GPU buffer count (33 >= 32) - terminating tracing",
-                      "Unknown flow type: 3"]
+    doc["WARNING"] = [
+        "Dropped 1024 activity records",
+        "Exceeded max GPU buffer count (33 >= 32) - terminating tracing",
+        "Unknown flow type: 3",
+    ]
     m = _missing(analyze(_write(tmp_path, doc), cfg))
     assert "Dropped 1024 activity records" in m["events the profiler dropped"]["detail"]
     assert m["events the profiler dropped"]["unreliable"] == ["every figure"]
@@ -98,15 +100,27 @@ def test_the_terminal_says_what_is_missing_before_the_headline_and_splits_the_sp
     assert said and max(said) < first_figure
     head = lines[first_figure]
     s = doc["summary"]
-    for label, key in (("computation", "computation_share"), ("copies", "copy_share"),
-                       ("exposed communication", "exposed_comm_share"), ("idle", "idle_share")):
+    for label, key in (
+        ("computation", "computation_share"),
+        ("copies", "copy_share"),
+        ("exposed communication", "exposed_comm_share"),
+        ("idle", "idle_share"),
+    ):
         assert f"{label} {s[key]:.1%}" in head
     assert "GPU busy" not in head
     assert s["computation_share"] + s["copy_share"] + s["exposed_comm_share"] + s["idle_share"] == pytest.approx(1)
 
 
 def _step(n: int, ts: float, dur: float, pid: int = 1) -> dict:
-    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": pid, "tid": 1, "ts": ts, "dur": dur}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{n}",
+        "pid": pid,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+    }
 
 
 def test_steps_that_overlap_are_said_and_counted_once(cfg, tmp_path):

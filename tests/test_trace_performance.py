@@ -1,6 +1,7 @@
 """`python -m microbench.trace` on every format (Kineto JSON, Nsight Systems SQLite, Nsight Compute CSV, CUPTI
 range-profiler Kineto), with expected values computed here from the files themselves: GPU time per step, the
 per-op model and MFU, counters as evidence, eligibility, unknown kernels, and one workload on two vendors."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,12 +14,12 @@ from microbench.compare import cli as compare_cli
 from microbench.trace import cli as trace_cli
 from microbench.trace.analysis import detect_format
 
-from .conftest import analyze
-
-from .conftest import SHARED, TRACES, needs_traces
+from .conftest import SHARED, TRACES, analyze, needs_traces
 
 NSIGHT = SHARED / "nsight"
-needs_nsight = pytest.mark.skipif(not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight is not in this checkout")
+needs_nsight = pytest.mark.skipif(
+    not (NSIGHT / "SOURCES.md").is_file(), reason="tests/data/nsight is not in this checkout"
+)
 
 
 def _events(name: str) -> list[dict]:
@@ -47,11 +48,14 @@ def test_formats_are_told_apart_by_content(tmp_path):
 
 
 @needs_traces
-@pytest.mark.parametrize("name,tracelens", [("h100_bert_small.json.gz", (307, 3598, 3908)),
-                                            ("mi300_bert_small.json.gz", (388, 3105, 3496))])
+@pytest.mark.parametrize(
+    "name,tracelens", [("h100_bert_small.json.gz", (307, 3598, 3908)), ("mi300_bert_small.json.gz", (388, 3105, 3496))]
+)
 def test_gpu_time_per_step_matches_the_definitions_and_tracelens(cfg, name, tracelens):
     ev = _events(name)
-    gpu = [(e["ts"], e["ts"] + e["dur"], e["cat"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [
+        (e["ts"], e["ts"] + e["dur"], e["cat"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     kernels = [(s, e) for s, e, c in gpu if c == "kernel"]
     span = max(e for _, e, _ in gpu) - min(s for s, _, _ in gpu)
     busy = _union_length([(s, e) for s, e, _ in gpu])
@@ -64,8 +68,9 @@ def test_gpu_time_per_step_matches_the_definitions_and_tracelens(cfg, name, trac
     assert st["idle_us"] == pytest.approx(span - busy) and st["exposed_comm_us"] == 0
     assert doc["summary"]["gpu_time"] == pytest.approx({k: st[k] for k in doc["summary"]["gpu_time"]})
     # TraceLens' gpu_timeline for the same files (SOURCES.md), in ms to three digits
-    assert [round(st[k] / 1000, 3) for k in ("computation_us", "idle_us", "gpu_span_us")] == \
-        [x / 1000 for x in tracelens]
+    assert [round(st[k] / 1000, 3) for k in ("computation_us", "idle_us", "gpu_span_us")] == [
+        x / 1000 for x in tracelens
+    ]
 
 
 def _bert_model_flops(ev) -> int:
@@ -88,8 +93,9 @@ def test_mfu_window_counts_no_time_twice(cfg):
     """ProfilerStep#8 of the plugin's sample starts on the CPU before #7's last kernel ends: its window starts at
     that end, and the steps' summed time is their span, first start to last end, not more."""
     ev = _events("v100_resnet50_tbplugin_2021schema.json.gz")
-    steps = sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X"),
-                   key=lambda e: e["ts"])
+    steps = sorted(
+        (e for e in ev if e.get("name", "").startswith("ProfilerStep#") and e.get("ph") == "X"), key=lambda e: e["ts"]
+    )
     doc = analyze(TRACES / "v100_resnet50_tbplugin_2021schema.json.gz", cfg)
     spans = [st["breakdown_span_us"] for st in doc["steps"]]
     assert [s["wall_us"] for s in doc["mfu"]["steps"]] == spans
@@ -144,9 +150,11 @@ def test_nsys_export_through_the_timeline(cfg):
     ((loop_n, loop_ns),) = con.execute(
         "SELECT COUNT(*), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
         "ON r.correlationId = k.correlationId JOIN NVTX_EVENTS e ON r.start >= e.start AND r.start <= e.end "
-        "JOIN StringIds s ON s.id = e.textId WHERE s.value = 'Loop'").fetchall()
-    gpu = con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
-                      "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchall()
+        "JOIN StringIds s ON s.id = e.textId WHERE s.value = 'Loop'"
+    ).fetchall()
+    gpu = con.execute(
+        "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+    ).fetchall()
     kern = con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
     doc = analyze(path, cfg)
     s = doc["summary"]
@@ -187,7 +195,9 @@ def test_cupti_range_profiler_counts_flops_per_kernel(cfg):
     expect: dict[str, float] = {}
     for e in ranges:
         a = e.get("args", {})
-        f = sum(v * (2 if "fma" in k else 1) for k, v in a.items() if k.startswith("smsp__sass_thread_inst_executed_op_"))
+        f = sum(
+            v * (2 if "fma" in k else 1) for k, v in a.items() if k.startswith("smsp__sass_thread_inst_executed_op_")
+        )
         expect[e["name"]] = expect.get(e["name"], 0) + f
     doc = analyze(TRACES / "a100_cupti_counters.json.gz", cfg)
     assert doc["summary"]["kernel_count"] == 77
@@ -201,17 +211,40 @@ def test_cupti_range_profiler_counts_flops_per_kernel(cfg):
 def _synthetic(tmp_path, events, device="NVIDIA A100-SXM4-80GB"):
     """A small Kineto trace written here (SYNTHETIC: no GPU ran it) for what no shared trace holds."""
     path = tmp_path / "synthetic.json"
-    path.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": device, "computeMajor": 8, "computeMinor": 0}],
-                                "traceEvents": events}))
+    path.write_text(
+        json.dumps(
+            {
+                "deviceProperties": [{"id": 0, "name": device, "computeMajor": 8, "computeMinor": 0}],
+                "traceEvents": events,
+            }
+        )
+    )
     return path
 
 
 def test_counters_override_a_name_and_the_contradiction_is_reported(cfg, tmp_path):
-    ev = [{"ph": "X", "cat": "cuda_profiler_range", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 0, "ts": 0,
-           "dur": 10, "args": {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 37.5}},
-          {"ph": "X", "cat": "cuda_profiler_range", "name": "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32",
-           "pid": 0, "tid": 0, "ts": 10, "dur": 10,
-           "args": {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 0.0}}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "cuda_profiler_range",
+            "name": "volta_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": 0,
+            "ts": 0,
+            "dur": 10,
+            "args": {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 37.5},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_profiler_range",
+            "name": "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32",
+            "pid": 0,
+            "tid": 0,
+            "ts": 10,
+            "dur": 10,
+            "args": {"sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": 0.0},
+        },
+    ]
     doc = analyze(_synthetic(tmp_path, ev), cfg)
     by = {k["shape"][:12]: k for k in doc["kernels"]}
     assert by["volta_sgemm_"]["tensor_cores"] == "yes" and by["volta_sgemm_"]["params"]["evidence"] == "counters"
@@ -224,12 +257,36 @@ def test_counters_override_a_name_and_the_contradiction_is_reported(cfg, tmp_pat
 
 
 def test_eligibility_in_a_trace_with_time_at_stake(cfg, tmp_path):
-    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50,
-          "args": {"External id": 1, "Input Dims": [[2048, 125], [125, 320]], "Input type": ["float", "float"]}}
-    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-              "args": {"correlation": 7, "External id": 1}}
-    kernel = {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_32x32_sliced1x4_tn", "pid": 0, "tid": 7, "ts": 20,
-              "dur": 40, "args": {"device": 0, "stream": 7, "correlation": 7, "External id": 1}}
+    op = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::mm",
+        "pid": 1,
+        "tid": 1,
+        "ts": 0,
+        "dur": 50,
+        "args": {"External id": 1, "Input Dims": [[2048, 125], [125, 320]], "Input type": ["float", "float"]},
+    }
+    launch = {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": 1,
+        "ts": 10,
+        "dur": 5,
+        "args": {"correlation": 7, "External id": 1},
+    }
+    kernel = {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "ampere_sgemm_32x32_sliced1x4_tn",
+        "pid": 0,
+        "tid": 7,
+        "ts": 20,
+        "dur": 40,
+        "args": {"device": 0, "stream": 7, "correlation": 7, "External id": 1},
+    }
     doc = analyze(_synthetic(tmp_path, [op, launch, kernel]), cfg)
     el = doc["eligibility"]
     (f,) = el["findings"]
@@ -243,16 +300,49 @@ def test_eligibility_in_a_trace_with_time_at_stake(cfg, tmp_path):
 def test_op_time_and_math_kernel_time_both_named(tmp_path, cfg):
     """aten::matmul that copies its operand before the GEMM: op_tflops over both kernels, kernel_tflops over
     the GEMM alone, each with its share of the peak."""
-    op = {"ph": "X", "cat": "cpu_op", "name": "aten::matmul", "pid": 1, "tid": 1, "ts": 0, "dur": 100,
-          "args": {"External id": 1, "Input Dims": [[4, 1024, 1024], [1024, 1024]],
-                   "Input type": ["c10::BFloat16", "c10::BFloat16"]}}
+    op = {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::matmul",
+        "pid": 1,
+        "tid": 1,
+        "ts": 0,
+        "dur": 100,
+        "args": {
+            "External id": 1,
+            "Input Dims": [[4, 1024, 1024], [1024, 1024]],
+            "Input type": ["c10::BFloat16", "c10::BFloat16"],
+        },
+    }
     events = [op]
-    for corr, (name, ts, dur) in enumerate([("void at::native::elementwise_kernel<128, 4>", 20, 300),
-                                             ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", 330, 100)]):
-        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5 + corr,
-                    "dur": 1, "args": {"correlation": 10 + corr, "External id": 1}},
-                   {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-                    "args": {"device": 0, "stream": 7, "correlation": 10 + corr, "External id": 1}}]
+    for corr, (name, ts, dur) in enumerate(
+        [
+            ("void at::native::elementwise_kernel<128, 4>", 20, 300),
+            ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32", 330, 100),
+        ]
+    ):
+        events += [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 5 + corr,
+                "dur": 1,
+                "args": {"correlation": 10 + corr, "External id": 1},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": ts,
+                "dur": dur,
+                "args": {"device": 0, "stream": 7, "correlation": 10 + corr, "External id": 1},
+            },
+        ]
     (o,) = analyze(_synthetic(tmp_path, events), cfg)["ops"]
     assert o["flops"] == 2 * 4 * 1024 * 1024 * 1024
     assert (o["kernel_time_us"], o["math_kernel_time_us"]) == (400, 100)
@@ -264,8 +354,14 @@ def test_op_time_and_math_kernel_time_both_named(tmp_path, cfg):
 def test_math_kernels_above_the_datasheet_peak_are_flagged():
     from microbench.trace.opmetrics import above_peak
 
-    row = {"op": "aten::mm", "shape": "M=8 N=8 K=8", "dtype": "bf16", "precision": "bf16", "kernel_tflops": 400.0,
-           "kernel_pct_of_datasheet": 128.0}
+    row = {
+        "op": "aten::mm",
+        "shape": "M=8 N=8 K=8",
+        "dtype": "bf16",
+        "precision": "bf16",
+        "kernel_tflops": 400.0,
+        "kernel_pct_of_datasheet": 128.0,
+    }
     (note,) = above_peak([row, dict(row, kernel_pct_of_datasheet=104.0), dict(row, kernel_pct_of_datasheet=None)])
     assert "impossible" in note and "128 %" in note
 
@@ -273,9 +369,19 @@ def test_math_kernels_above_the_datasheet_peak_are_flagged():
 def _unknown_kernel_trace(tmp_path):
     """Two kernels: one no rule (nor the name's structure) settles, 60 % of kernel time, and a SIMT sgemm. (The
     A100 AlexNet trace served here until the structure rules settled its complex GEMM and FFT kernels.)"""
-    ev = [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": ts, "dur": d,
-           "args": {"device": 0, "stream": 7, "correlation": i}}
-          for i, (n, ts, d) in enumerate([("totally_new_kernel_v9", 0, 60), ("ampere_sgemm_128x64_nn", 100, 40)])]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": n,
+            "pid": 0,
+            "tid": 7,
+            "ts": ts,
+            "dur": d,
+            "args": {"device": 0, "stream": 7, "correlation": i},
+        }
+        for i, (n, ts, d) in enumerate([("totally_new_kernel_v9", 0, 60), ("ampere_sgemm_128x64_nn", 100, 40)])
+    ]
     p = tmp_path / "unknown.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
     return p
@@ -287,7 +393,7 @@ def test_unknown_kernels_are_listed_with_how_to_add_a_rule(cfg, capsys, tmp_path
     u = doc["unknown_kernels"]
     assert u["share"] == doc["summary"]["tensor_core_unknown_share"] > 0.05
     unknown = [k for k in doc["kernels"] if k["tensor_cores"] == "unknown"]
-    assert [t["kernel"] for t in u["top"]] == [k["params"]["kernel"] for k in unknown][:len(u["top"])]
+    assert [t["kernel"] for t in u["top"]] == [k["params"]["kernel"] for k in unknown][: len(u["top"])]
     assert "kernel_rules.toml" in u["how_to_add_a_rule"]
     assert analyze(TRACES / "h100_bert_small.json.gz", cfg)["unknown_kernels"] is None
     assert u["share"] == pytest.approx(0.6) and u["top"][0]["kernel"] == "totally_new_kernel_v9"
@@ -299,14 +405,37 @@ def test_unknown_kernels_are_listed_with_how_to_add_a_rule(cfg, capsys, tmp_path
 def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, capsys):
     results = tmp_path / "results.json"
     # ceilings of the trace's own machine (another machine's, or a file naming none, is refused)
-    results.write_text(json.dumps({"schema": "dawnscope.results/1", "results": [],
-                                   "hardware": {"name": "NVIDIA H100 80GB HBM3"}, "ceilings": [
-        {"name": "measured bf16", "kind": "compute", "dtype": "bf16", "value": 780.0, "unit": "TFLOP/s",
-         "source": "measured"},
-        {"name": "datasheet bf16", "kind": "compute", "dtype": "bf16", "value": 989.0, "unit": "TFLOP/s",
-         "source": "datasheet"}]}))
+    results.write_text(
+        json.dumps(
+            {
+                "schema": "dawnscope.results/1",
+                "results": [],
+                "hardware": {"name": "NVIDIA H100 80GB HBM3"},
+                "ceilings": [
+                    {
+                        "name": "measured bf16",
+                        "kind": "compute",
+                        "dtype": "bf16",
+                        "value": 780.0,
+                        "unit": "TFLOP/s",
+                        "source": "measured",
+                    },
+                    {
+                        "name": "datasheet bf16",
+                        "kind": "compute",
+                        "dtype": "bf16",
+                        "value": 989.0,
+                        "unit": "TFLOP/s",
+                        "source": "datasheet",
+                    },
+                ],
+            }
+        )
+    )
     out = tmp_path / "r.json"
-    assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--ceilings", str(results), "--json", str(out)]) == 0
+    assert (
+        trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--ceilings", str(results), "--json", str(out)]) == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["mfu"]["measured_ceilings_tflops"] == {"bf16": 780.0}
     o = doc["ops"][0]
@@ -316,7 +445,6 @@ def test_measured_ceilings_from_the_command_line_and_a_results_file(tmp_path, ca
     assert trace_cli.main([str(TRACES / "h100_bert_small.json.gz"), "--ceiling", "bf17=3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --ceiling = 'bf17=3'")
-
 
 
 @pytest.mark.parametrize("value", ["bf16=inf", "bf16=nan", "bf16=-5", "bf16=0", "fp8=1e400"])
@@ -335,6 +463,7 @@ def test_top_must_be_a_positive_integer(top, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         trace_cli.main([str(trace), "--top", top])
     assert e.value.code == 2 and "--top" in capsys.readouterr().err
+
 
 @needs_traces
 def test_one_workload_across_vendors(tmp_path, capsys):
@@ -357,7 +486,8 @@ def test_one_workload_across_vendors(tmp_path, capsys):
     assert attn["AMD Instinct MI300X VF"]["achieved_tflops"] == pytest.approx(m_attn["op_tflops"])
     assert cmp["gpu_time"]["AMD Instinct MI300X VF"]["idle_us"] == md["summary"]["gpu_time"]["idle_us"]
     assert cmp["gpu_time_ratio"]["AMD Instinct MI300X VF"]["idle_us"] == pytest.approx(
-        hd["summary"]["gpu_time"]["idle_us"] / md["summary"]["gpu_time"]["idle_us"])
+        hd["summary"]["gpu_time"]["idle_us"] / md["summary"]["gpu_time"]["idle_us"]
+    )
     page = html.read_text()
     assert "kernel time by class" in page and "aten::scaled_dot_product_attention" in page and "idle_us" in page
     capsys.readouterr()
@@ -393,10 +523,28 @@ def test_compare_says_why_a_table_is_empty(tmp_path, capsys):
     """Two traces recorded without shapes: the operator table is one line saying so, not headers over nothing."""
     paths = []
     for i, dur in enumerate((10, 20)):
-        events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 100,
-                   "dur": 5, "args": {"correlation": 1}},
-                  {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 110,
-                   "dur": dur, "args": {"device": 0, "stream": 7, "correlation": 1}}]
+        events = [
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 100,
+                "dur": 5,
+                "args": {"correlation": 1},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "volta_sgemm_128x64_nn",
+                "pid": 0,
+                "tid": 7,
+                "ts": 110,
+                "dur": dur,
+                "args": {"device": 0, "stream": 7, "correlation": 1},
+            },
+        ]
         paths.append(tmp_path / f"t{i}.json")
         paths[-1].write_text(json.dumps({"traceEvents": events}))
     capsys.readouterr()

@@ -1,5 +1,6 @@
 """What a user reading `trace` at 120 and 80 columns (a pipe, a CI log) must see: the operator table's key columns
 whole, the unreliable marks the integrity lines promise, no annotation row that repeats a step with 0 calls."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,9 @@ from rich.console import Console
 
 from microbench.report.trace_report import print_trace_report
 from microbench.trace import metrics
-from .conftest import analyze
 from tests.conftest import DATA, TRACES, needs_traces
+
+from .conftest import analyze
 
 
 def _report(doc: dict, width: int) -> str:
@@ -22,7 +24,7 @@ def _report(doc: dict, width: int) -> str:
 def test_op_and_shape_never_cut(cfg, width):
     doc = analyze(TRACES / "h100_bert_small.json.gz", cfg)
     text = _report(doc, width)
-    table = text[text.index("operators with a work model"):]
+    table = text[text.index("operators with a work model") :]
     for o in doc["ops"][:15]:  # each op's name and shape whole, on one line
         assert any(o["op"] in line and o["shape"] in line for line in table.splitlines()), (o["op"], o["shape"])
     assert max(len(line) for line in text.splitlines()) <= width
@@ -92,7 +94,7 @@ def test_annotation_names_whole_at_80_columns(cfg):
     # the TorchRec rank's record_function names were cut to "DistributedD…" at 80 columns
     doc = analyze(TRACES / "a100_torchrec_rank0.json.gz", cfg)
     text = _report(doc, 80)
-    table = text[text.index("user annotations"):]
+    table = text[text.index("user annotations") :]
     for a in doc["annotations"][:15]:
         assert any(line.lstrip().startswith(a["name"]) for line in table.splitlines()), a["name"]
 
@@ -105,9 +107,11 @@ def test_both_eligibility_measures_are_named_together(cfg):
     s = doc["summary"]
     text = " ".join(_report(doc, 200).split())
     share = s["eligible_unused_us"] / s["kernel_time_us"]
-    assert (f"Tensor Core eligible but not used: {s['eligible_unused_us']:,.1f} us of kernel time ({share:.1%}: "
-            f"the operators with recorded shapes; by launching operator, with or without shapes: "
-            f"{s['eligible_unused_by_operator_share']:.1%})") in text
+    assert (
+        f"Tensor Core eligible but not used: {s['eligible_unused_us']:,.1f} us of kernel time ({share:.1%}: "
+        f"the operators with recorded shapes; by launching operator, with or without shapes: "
+        f"{s['eligible_unused_by_operator_share']:.1%})"
+    ) in text
     assert f"kernels with {s['eligible_unused_by_operator_share']:.1%} of kernel time are launched" in text
 
 
@@ -144,12 +148,32 @@ def _host_only_trace(path) -> None:
 
     ev = []
     for i, t0 in enumerate((0, 10_000)):
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t0, "dur": 9_000,
-                   "pid": 1, "tid": 1})
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "ts": t0 + 100, "dur": 8_000, "pid": 1,
-                   "tid": 1, "args": {"Input Dims": [[32, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []],
-                                      "Input type": ["float", "float", "float", "ScalarList", "ScalarList",
-                                                     "ScalarList", "Int"]}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i}",
+                "ts": t0,
+                "dur": 9_000,
+                "pid": 1,
+                "tid": 1,
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::conv2d",
+                "ts": t0 + 100,
+                "dur": 8_000,
+                "pid": 1,
+                "tid": 1,
+                "args": {
+                    "Input Dims": [[32, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []],
+                    "Input type": ["float", "float", "float", "ScalarList", "ScalarList", "ScalarList", "Int"],
+                },
+            }
+        )
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
 
 
@@ -164,7 +188,7 @@ def test_a_trace_of_the_host_alone_says_so_instead_of_tables_of_zeros(cfg, tmp_p
     for gone in ("kernel time by class", "top 0 kernels", "GPU time per step", "0 kernels, kernel time"):
         assert gone not in text
     assert "step time by what ran" in text and "ProfilerStep#1" in text
-    ops = text[text.index("operators with a work model"):]
+    ops = text[text.index("operators with a work model") :]
     row = next(line for line in ops.splitlines() if "aten::conv2d" in line)
     assert doc["ops"][0]["kernel_time_us"] == 0.0 and " 0.0" not in row
     from microbench.report.trace_html import trace_page

@@ -8,6 +8,7 @@ and compares with float64 within the dtype's tolerance from bench.toml. groups !
 Unsupported. The `gpu` tests run ResNet-50 layers at batch 32 where PyTorch sees a GPU; nothing here has
 run them.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -15,16 +16,19 @@ import zlib
 import pytest
 import torch
 
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.core.config import load_config
+from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
+from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 from microbench.kernels import conv_triton as ct
 from microbench.kernels import triton_configs as cfgs
 from microbench.roofline import registry
-from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.core.ops.conv2d import tensor_shapes as conv_tensor_shapes
-from microbench.core.config import load_config
 from microbench.roofline.registry import Unsupported
-from microbench.core.shapes import CONV_DIRECTIONS, Case, ConvShape
 
-pytestmark = [pytest.mark.interpreter, pytest.mark.slow]  # .ci/run's image simulation selects interpreter; minutes in all
+pytestmark = [
+    pytest.mark.interpreter,
+    pytest.mark.slow,
+]  # .ci/run's image simulation selects interpreter; minutes in all
 
 TOL = load_config().tolerance
 HAS_GPU = torch.cuda.is_available()
@@ -40,7 +44,9 @@ def _check(case: Case, seed: int, device: str = "cpu", **kw):
     ref = reference(case, a, b)
     x, w, y = conv_tensor_shapes(case.shape)
     out_shape = {"fwd": y, "bwd_data": x, "bwd_weight": w}[case.direction]
-    out = torch.full(out_shape, float("nan"), dtype=a.dtype, device=device).contiguous(memory_format=torch.channels_last)
+    out = torch.full(out_shape, float("nan"), dtype=a.dtype, device=device).contiguous(
+        memory_format=torch.channels_last
+    )
     got = ct.conv2d(a, b, shape=case.shape, direction=case.direction, allow_tf32=case.dtype == "tf32", out=out, **kw)
     assert got is out
     err = rel_err(got, ref)
@@ -71,7 +77,9 @@ def test_interpreted_matches_float64(shape, direction, dtype, request):
 def test_tiles_smaller_than_the_problem(direction, dtype, request):
     # Several tiles along every GEMM dimension, channel blocks that do not divide the channels.
     shape = ConvShape(2, 20, 9, 10, 24, 3, 3, stride=(2, 2), pad=(1, 1))
-    _check(Case(f"conv2d_{direction}", shape, dtype), _seed(request), config=cfgs.TileConfig(16, 16, 16, 4, 1, group_m=3))
+    _check(
+        Case(f"conv2d_{direction}", shape, dtype), _seed(request), config=cfgs.TileConfig(16, 16, 16, 4, 1, group_m=3)
+    )
 
 
 @pytest.mark.parametrize("split_k", [2, 3, 50])

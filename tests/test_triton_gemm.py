@@ -7,6 +7,7 @@ random operands (a seed from its test id), poisons the output with NaN before th
 float64 within the dtype's tolerance from bench.toml. The `gpu` tests at the end run the same checks at
 real sizes where PyTorch sees a GPU; nothing here has run them.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,15 +16,15 @@ import zlib
 import pytest
 import torch
 
+from microbench.core.cases import make_inputs, reference, rel_err
+from microbench.core.config import load_config
+from microbench.core.device import cpu_device
+from microbench.core.shapes import Case, GemmShape
 from microbench.kernels import gemm_triton as gt
 from microbench.kernels import triton_configs as cfgs
 from microbench.kernels import triton_runtime
 from microbench.roofline import registry
-from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.core.config import load_config
-from microbench.core.device import cpu_device
 from microbench.roofline.registry import Unsupported
-from microbench.core.shapes import Case, GemmShape
 
 pytestmark = pytest.mark.interpreter  # selected by .ci/run's simulation of the GPU image (-m "interpreter or inspect")
 
@@ -81,8 +82,11 @@ CONFIGS = [
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.label().replace(" ", "_"))
-@pytest.mark.parametrize("shape", [GemmShape(100, 75, 41), GemmShape(37, 49, 53, batch=2, trans_b=True)],
-                         ids=lambda s: s.label().replace(" ", "_"))
+@pytest.mark.parametrize(
+    "shape",
+    [GemmShape(100, 75, 41), GemmShape(37, 49, 53, batch=2, trans_b=True)],
+    ids=lambda s: s.label().replace(" ", "_"),
+)
 def test_tile_edges_and_persistent_loop(shape, cfg, dtype, request):
     _check(Case("gemm", shape, dtype), _seed(request), config=cfg)
 
@@ -90,8 +94,11 @@ def test_tile_edges_and_persistent_loop(shape, cfg, dtype, request):
 # TMA needs 16-byte aligned strides: K and N multiples of 8 (fp16/bf16), M and N of tiles they are not.
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("persistent", [False, True])
-@pytest.mark.parametrize("shape", [GemmShape(40, 24, 56), GemmShape(24, 40, 72, batch=2, trans_a=True),
-                                   GemmShape(56, 16, 40, trans_b=True)], ids=lambda s: s.label().replace(" ", "_"))
+@pytest.mark.parametrize(
+    "shape",
+    [GemmShape(40, 24, 56), GemmShape(24, 40, 72, batch=2, trans_a=True), GemmShape(56, 16, 40, trans_b=True)],
+    ids=lambda s: s.label().replace(" ", "_"),
+)
 def test_tensor_descriptor_kernel(shape, persistent, dtype, request):
     cfg = cfgs.TileConfig(32, 16, 32, 4, 1, group_m=2, persistent=persistent)
     _check(Case("gemm", shape, dtype), _seed(request), config=cfg, tma=True)
@@ -206,7 +213,6 @@ def test_gpu_hopper_paths(dtype, tma, request):
     _check(Case("gemm", GemmShape(2048, 1536, 1000), dtype), _seed(request), device="cuda", tma=tma)
 
 
-
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_fp8(request):
@@ -215,12 +221,11 @@ def test_gpu_fp8(request):
     _check(Case("gemm", GemmShape(4096, 4096, 4096), "fp8_e4m3"), _seed(request), device="cuda")
 
 
-
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_evidence_reads_the_kernel_that_ran():
-    from microbench.roofline.registry import bind
     from microbench.core.device import gpu_device
+    from microbench.roofline.registry import bind
 
     dev = gpu_device()
     p = registry.get("gemm", "triton")

@@ -1,6 +1,7 @@
 """Time-to-accuracy (microbench.tta.cli): the leaderboard on real DAWNBench and MLPerf files and on untidy
 fixtures, the statistics on fixed numbers, the CIFAR-10 binary reader, a short digits run, and its rows in
 `compare`. Every expected value is computed here from the raw files or by hand, not by the code under test."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from microbench.core.errors import InputError
 from microbench.tta import cli as tta
 from microbench.tta import datasets, leaderboard, mlperf, stats
-from microbench.core.errors import InputError
 
 from .conftest import mllog_events, needs_shared
 
@@ -98,8 +99,12 @@ def test_mlperf_real_submissions(shared_dir, sub):
 @needs_shared("dawnbench")
 def test_leaderboard_json_over_shared(shared_dir, tmp_path):
     out = tmp_path / "lb.json"
-    assert tta.main(["leaderboard", str(shared_dir / "mlperf"), str(shared_dir / "dawnbench" / "SQuAD"),
-                     "--json", str(out)]) == 0
+    assert (
+        tta.main(
+            ["leaderboard", str(shared_dir / "mlperf"), str(shared_dir / "dawnbench" / "SQuAD"), "--json", str(out)]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert isinstance(doc, list)
     n_squad = len(list((shared_dir / "dawnbench" / "SQuAD" / "train").glob("*.tsv")))
@@ -112,15 +117,28 @@ def test_leaderboard_json_over_shared(shared_dir, tmp_path):
 
 # ---- untidy and unreadable files -----------------------------------------------------------------------------
 def _mllog(key, t, value=None, **meta):
-    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key,
-                                     "value": value, "metadata": {"file": "x.py", "lineno": 1, **meta}})
+    return ":::MLLOG " + json.dumps(
+        {
+            "namespace": "",
+            "time_ms": t,
+            "event_type": "POINT_IN_TIME",
+            "key": key,
+            "value": value,
+            "metadata": {"file": "x.py", "lineno": 1, **meta},
+        }
+    )
 
 
 def _write_run(path, start, stop, status="success", prefix="", bom=False):
-    lines = ["+ echo 'Beginning trial'", _mllog("submission_benchmark", start - 5, "resnet"),
-             _mllog("submission_org", start - 5, "Acme"), _mllog("submission_platform", start - 5, "1xTOY"),
-             _mllog("run_start", start), _mllog("eval_accuracy", stop - 1, 0.76, epoch_num=3),
-             _mllog("run_stop", stop, status=status)]
+    lines = [
+        "+ echo 'Beginning trial'",
+        _mllog("submission_benchmark", start - 5, "resnet"),
+        _mllog("submission_org", start - 5, "Acme"),
+        _mllog("submission_platform", start - 5, "1xTOY"),
+        _mllog("run_start", start),
+        _mllog("eval_accuracy", stop - 1, 0.76, epoch_num=3),
+        _mllog("run_stop", stop, status=status),
+    ]
     text = "\r\n".join(prefix + ln if ln.startswith(":::") else ln for ln in lines) + "\r\n"
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode())
 
@@ -129,8 +147,9 @@ def test_untidy_files_and_unreadable_ones(tmp_path):
     train = tmp_path / "cifar10" / "train"  # folder name in another case
     train.mkdir(parents=True)
     # BOM, CR LF, reordered and differently cased columns, padded values
-    (train / "a.tsv").write_bytes(b"\xef\xbb\xbfTop1Accuracy\tHOURS\tEpoch\r\n 90.0 \t0.5\t1\r\n94.0\t 1.0 \t2\r\n"
-                                  b"95\t1.5\t3\r\n")
+    (train / "a.tsv").write_bytes(
+        b"\xef\xbb\xbfTop1Accuracy\tHOURS\tEpoch\r\n 90.0 \t0.5\t1\r\n94.0\t 1.0 \t2\r\n95\t1.5\t3\r\n"
+    )
     (train / "a.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"hardware": "toy", "costPerHour": 2.0}).encode())
     (train / "broken.tsv").write_text("epoch\thours\n1\t0.1\n")  # no accuracy column
     (train / "nan.tsv").write_text("epoch\thours\ttop1Accuracy\n1\tsoon\t95\n")
@@ -275,13 +294,16 @@ def test_compare_puts_two_tta_files_side_by_side(digits_run, tmp_path):
     assert not summary["missing_in"] and all(c["ratio_to_baseline"] is None for c in summary["cells"].values())
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["run", "--model", "digits", "--target-accuracy", "1.5"], "--target-accuracy = 1.5"),
-    (["run", "--model", "digits", "--target-accuracy", "nan"], "--target-accuracy = nan"),
-    (["run", "--model", "mnist_giant"], "unknown model"),
-    (["run", "--model", "resnet9"], "--data"),
-    (["leaderboard", "/no/such/dir"], "/no/such/dir"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--model", "digits", "--target-accuracy", "1.5"], "--target-accuracy = 1.5"),
+        (["run", "--model", "digits", "--target-accuracy", "nan"], "--target-accuracy = nan"),
+        (["run", "--model", "mnist_giant"], "unknown model"),
+        (["run", "--model", "resnet9"], "--data"),
+        (["leaderboard", "/no/such/dir"], "/no/such/dir"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     assert tta.main(argv) == 2
     err = capsys.readouterr().err.strip()

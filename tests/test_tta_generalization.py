@@ -1,6 +1,7 @@
 """`tta run --recipe tuned|standard`: recipes from tta.toml, the second test set (digits' seeded stand-in and
 CIFAR-10.1's files), the statistics of the accuracy drop (checked against closed forms), and a short run of
 both recipes whose rows carry recipe, test_accuracy, new_test_accuracy and seed."""
+
 from __future__ import annotations
 
 import json
@@ -11,16 +12,21 @@ import numpy as np
 import pytest
 import torch
 
+from microbench.core.errors import InputError
 from microbench.tta import cli as tta
 from microbench.tta import datasets, stats
 from microbench.tta.rules import tta_models
-from microbench.core.errors import InputError
 
 
 def test_recipes_override_the_model_keys():
     base = tta_models()["digits"]
     tuned, standard = base.with_recipe("tuned"), base.with_recipe("standard")
-    assert (tuned.epochs, tuned.lr_values, tuned.precision, tuned.recipe) == (base.epochs, base.lr_values, "bf16", "tuned")
+    assert (tuned.epochs, tuned.lr_values, tuned.precision, tuned.recipe) == (
+        base.epochs,
+        base.lr_values,
+        "bf16",
+        "tuned",
+    )
     assert standard.epochs > 2 * base.epochs and standard.precision == "fp32"
     assert max(standard.lr_values) < max(base.lr_values)  # a conventional, smaller learning rate
     assert base.with_recipe(None) is base
@@ -75,7 +81,7 @@ def test_compare_drops_is_welchs_one_sided_test():
     a, b = [0.10, 0.12, 0.08], [0.04, 0.05, 0.03, 0.04]
     va, vb = statistics.variance(a) / 3, statistics.variance(b) / 4
     t = (statistics.fmean(a) - statistics.fmean(b)) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)  # Welch-Satterthwaite
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 3)  # Welch-Satterthwaite
     from scipy.stats import t as student_t
 
     assert c.t == pytest.approx(t) and c.p_value == pytest.approx(float(student_t.sf(t, df)))
@@ -85,8 +91,30 @@ def test_compare_drops_is_welchs_one_sided_test():
 @pytest.fixture(scope="module")
 def two_recipes(tmp_path_factory):
     out = tmp_path_factory.mktemp("recipes")
-    assert tta.main(["run", "--model", "digits", "--recipe", "tuned,standard", "--seeds", "2", "--epochs", "2",
-                     "--threads", "1", "--target-accuracy", "0.5", "--device", "cpu", "--out", str(out)]) == 0
+    assert (
+        tta.main(
+            [
+                "run",
+                "--model",
+                "digits",
+                "--recipe",
+                "tuned,standard",
+                "--seeds",
+                "2",
+                "--epochs",
+                "2",
+                "--threads",
+                "1",
+                "--target-accuracy",
+                "0.5",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -106,17 +134,24 @@ def test_both_recipes_rows_and_comparison(two_recipes):
     assert c["tuned_drop"] == pytest.approx(doc["recipes"][0]["generalization"]["drop"])
     rows = [r for r in json.loads((two_recipes / "results.json").read_text())["results"] if r["layer"]]
     assert [(r["params"]["recipe"], r["params"]["seed"]) for r in rows] == [
-        ("tuned", 0), ("tuned", 1), ("standard", 0), ("standard", 1)]
+        ("tuned", 0),
+        ("tuned", 1),
+        ("standard", 0),
+        ("standard", 1),
+    ]
     for r in rows:
         assert {"test_accuracy", "new_test_accuracy"} <= set(r["params"])
         assert 0 <= r["params"]["new_test_accuracy"] <= 1
     assert {r["shape"].rsplit("/", 1)[-1] for r in rows} == {"tuned", "standard"}
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--recipe", "fastest"], "--recipe = 'fastest': unknown recipe"),
-    (["--recipe", "tuned,tuned"], "a recipe named twice"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--recipe", "fastest"], "--recipe = 'fastest': unknown recipe"),
+        (["--recipe", "tuned,tuned"], "a recipe named twice"),
+    ],
+)
 def test_bad_recipe_is_one_line(argv, words, capsys, tmp_path):
     assert tta.main(["run", "--model", "digits", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,6 +1,7 @@
 """`tta thresholds`: time-to-accuracy and rank over a range of thresholds, on the real DAWNBench and MLPerf
 files (expected values read from the raw files here, not by the code under test) and on our own runs' curves;
 bad ranges and unusable files."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,7 @@ def test_cifar10_times_and_ranks_at_each_threshold(shared_dir):
         above = [t for t in (92.0, 92.5, 93.0, 93.5, 94.0, 94.5, 95.0) if t > best]
         assert e["stops_reaching_at"] == (above[0] if above else None)
     (task,) = study.tasks
-    assert task["reaching"] == [sum(1 for c in curves.values() if _first(c, t) is not None)
-                                for t in task["thresholds"]]
+    assert task["reaching"] == [sum(1 for c in curves.values() if _first(c, t) is not None) for t in task["thresholds"]]
 
 
 @needs_shared("dawnbench")
@@ -83,8 +83,12 @@ def test_mlperf_resnet_scored_by_the_rule_at_each_threshold(shared_dir):
 @needs_shared("dawnbench")
 def test_command_writes_json_and_plot(shared_dir, tmp_path, capsys):
     out, png = tmp_path / "th.json", tmp_path / "th.png"
-    assert tta.main(["thresholds", str(shared_dir / "dawnbench"), "--task", "imagenet", "--json", str(out),
-                     "--png", str(png)]) == 0
+    assert (
+        tta.main(
+            ["thresholds", str(shared_dir / "dawnbench"), "--task", "imagenet", "--json", str(out), "--png", str(png)]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert {r["task"] for r in doc["rows"]} == {"ImageNet"}
     assert {"file", "task", "threshold", "tta_seconds", "rank"} <= set(doc["rows"][0])
@@ -93,15 +97,27 @@ def test_command_writes_json_and_plot(shared_dir, tmp_path, capsys):
 
 
 def test_our_runs_curves_are_entries(tmp_path):
-    doc = {"schema": "dawnscope.tta/1", "model": "digits", "target": 0.9, "recipe": "tuned",
-           "runs": [{"seed": 0, "epochs": [{"elapsed_s": 1.0, "accuracy": 0.8}, {"elapsed_s": 2.0, "accuracy": 0.93}]},
-                    {"seed": 1, "epochs": [{"elapsed_s": 1.5, "accuracy": 0.91}]}]}
+    doc = {
+        "schema": "dawnscope.tta/1",
+        "model": "digits",
+        "target": 0.9,
+        "recipe": "tuned",
+        "runs": [
+            {"seed": 0, "epochs": [{"elapsed_s": 1.0, "accuracy": 0.8}, {"elapsed_s": 2.0, "accuracy": 0.93}]},
+            {"seed": 1, "epochs": [{"elapsed_s": 1.5, "accuracy": 0.91}]},
+        ],
+    }
     (tmp_path / "tta.json").write_text(json.dumps(doc))
     study = T.study([tmp_path], user_range=(85.0, 95.0, 5.0))
     got = {(r["entry"], r["threshold"]): (r["tta_seconds"], r["rank"]) for r in study.rows}
-    assert got == {("seed 0 (tuned)", 85.0): (2.0, 2), ("seed 1 (tuned)", 85.0): (1.5, 1),
-                   ("seed 0 (tuned)", 90.0): (2.0, 2), ("seed 1 (tuned)", 90.0): (1.5, 1),
-                   ("seed 0 (tuned)", 95.0): (None, None), ("seed 1 (tuned)", 95.0): (None, None)}
+    assert got == {
+        ("seed 0 (tuned)", 85.0): (2.0, 2),
+        ("seed 1 (tuned)", 85.0): (1.5, 1),
+        ("seed 0 (tuned)", 90.0): (2.0, 2),
+        ("seed 1 (tuned)", 90.0): (1.5, 1),
+        ("seed 0 (tuned)", 95.0): (None, None),
+        ("seed 1 (tuned)", 95.0): (None, None),
+    }
 
 
 @needs_shared("dawnbench")
@@ -116,16 +132,19 @@ def test_files_without_a_curve_are_listed_and_the_others_go_on(shared_dir, tmp_p
     assert [e["entry"] for e in study.entries] == ["basenet"]
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--from", "90", "--to", "101", "--step", "1"], "--to: 101 is not a threshold in percent"),
-    (["--from", "-1", "--to", "90", "--step", "1"], "--from: -1 is not a threshold"),
-    (["--from", "90", "--to", "95"], "--step: a range needs all three"),
-    (["--from", "90", "--to", "95", "--step", "0"], "--step: 0: a range needs a positive step"),
-    (["--from", "95", "--to", "90", "--step", "1"], "--to: 90 is below --from 95"),
-    (["--from", "0", "--to", "100", "--step", "1e-6"], "thresholds (at most"),
-    (["--from", "nan", "--to", "95", "--step", "1"], "--from: nan is not a finite number"),
-    (["--task", "nope"], "--task: 'nope': no entry of that task"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--from", "90", "--to", "101", "--step", "1"], "--to: 101 is not a threshold in percent"),
+        (["--from", "-1", "--to", "90", "--step", "1"], "--from: -1 is not a threshold"),
+        (["--from", "90", "--to", "95"], "--step: a range needs all three"),
+        (["--from", "90", "--to", "95", "--step", "0"], "--step: 0: a range needs a positive step"),
+        (["--from", "95", "--to", "90", "--step", "1"], "--to: 90 is below --from 95"),
+        (["--from", "0", "--to", "100", "--step", "1e-6"], "thresholds (at most"),
+        (["--from", "nan", "--to", "95", "--step", "1"], "--from: nan is not a finite number"),
+        (["--task", "nope"], "--task: 'nope': no entry of that task"),
+    ],
+)
 @needs_shared("dawnbench")
 def test_bad_ranges_are_one_line_and_exit_2(shared_dir, argv, words, capsys):
     assert tta.main(["thresholds", str(shared_dir / "dawnbench" / "SQuAD"), *argv]) == 2

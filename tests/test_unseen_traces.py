@@ -1,6 +1,7 @@
 """Traces as users have them, not as the shared samples are: variants of the real traces in tests/data made the way a
 writer or a user's hands would (steps without end times, the report's path given as the trace's), each read to an
 answer or refused in one line that names the file, with nothing lost."""
+
 from __future__ import annotations
 
 import gzip
@@ -100,8 +101,10 @@ def _archives(tmp_path) -> dict[str, object]:
     made["a gzip file inside a gzip file"] = tmp_path / "t.json.gz.gz"
     made["a gzip file inside a gzip file"].write_bytes(gzip.compress(gzip.compress(text)))
     made["rocprofv3's CSV output"] = tmp_path / "908_kernel_trace.csv"
-    made["rocprofv3's CSV output"].write_text('"Kind","Agent_Id","Queue_Id","Kernel_Id","Kernel_Name","Correlation_Id"\n'
-                                              '"KERNEL_DISPATCH",4,1,12,"Cijk_Ailk_Bljk",7\n')
+    made["rocprofv3's CSV output"].write_text(
+        '"Kind","Agent_Id","Queue_Id","Kernel_Id","Kernel_Name","Correlation_Id"\n'
+        '"KERNEL_DISPATCH",4,1,12,"Cijk_Ailk_Bljk",7\n'
+    )
     made["an Nsight Systems report"] = tmp_path / "report1.nsys-rep"
     made["an Nsight Systems report"].write_bytes(b"\x00\x01binary report")
     return made
@@ -125,14 +128,29 @@ def test_a_byte_order_mark_and_events_without_a_category(tmp_path, capsys):
     assert trace_cli.main([str(path), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["kernel_count"] == 60
     other = tmp_path / "results.json"
-    other.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "Cijk_gemm", "pid": 6, "tid": 0, "ts": 10.0 + i,
-                                                  "dur": 0.5} for i in range(5)]}))
+    other.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "name": "Cijk_gemm", "pid": 6, "tid": 0, "ts": 10.0 + i, "dur": 0.5} for i in range(5)
+                ]
+            }
+        )
+    )
     capsys.readouterr()
     assert trace_cli.main([str(other)]) == 0
     assert "skipped 5 complete events without a category (cat)" in capsys.readouterr().out
     pairs = tmp_path / "be.json"
-    pairs.write_text(json.dumps({"traceEvents": [{"ph": ph, "name": "k", "cat": "kernel", "pid": 0, "tid": 7,
-                                                  "ts": 10.0 + i} for i, ph in enumerate("BEBE")]}))
+    pairs.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": ph, "name": "k", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10.0 + i}
+                    for i, ph in enumerate("BEBE")
+                ]
+            }
+        )
+    )
     assert trace_cli.main([str(pairs)]) == 0
     assert "skipped 4 begin / end ('B' / 'E') events" in capsys.readouterr().out
 
@@ -154,28 +172,34 @@ def test_source_names_the_chip_for_the_whole_report(tmp_path):
     """`trace --source` on a trace that names no device (the TorchRec rank): the chip's datasheet for every figure,
     MFU and % of peak included, not only for the findings; the integrity note keeps what the trace itself lacks."""
     out = tmp_path / "r.json"
-    assert trace_cli.main([str(TRACES / "a100_torchrec_rank0.json.gz"), "--source", "a100_sxm4_80gb",
-                           "--json", str(out)]) == 0
+    assert (
+        trace_cli.main([str(TRACES / "a100_torchrec_rank0.json.gz"), "--source", "a100_sxm4_80gb", "--json", str(out)])
+        == 0
+    )
     doc = json.loads(out.read_text())
     (dev,) = doc["devices"]
     assert dev["datasheet"]["entry"] == "a100_sxm4_80gb" and "given by --source" in dev["datasheet"]["note"]
     assert doc["mfu"]["mfu"] is not None and 0 < doc["mfu"]["mfu"] < 1
-    assert not any("MFU" in str(m.get("unreliable")) for m in doc["integrity"]["missing"]
-                   if m.get("what") == "device properties")
+    assert not any(
+        "MFU" in str(m.get("unreliable")) for m in doc["integrity"]["missing"] if m.get("what") == "device properties"
+    )
 
 
 def test_a_rocprofv3_record_that_ends_before_it_starts_is_said(tmp_path):
     from microbench.trace.analysis import read_trace
 
     doc = json.loads(gzip.open(TRACES / "mi350x_rocprofv3.json.gz").read())
-    (proc,) = doc["rocprofiler-sdk-tool"] if isinstance(doc["rocprofiler-sdk-tool"], list) else [doc["rocprofiler-sdk-tool"]]
+    (proc,) = (
+        doc["rocprofiler-sdk-tool"] if isinstance(doc["rocprofiler-sdk-tool"], list) else [doc["rocprofiler-sdk-tool"]]
+    )
     rec = proc["buffer_records"]["kernel_dispatch"][0]
     rec["end_timestamp"] = rec["start_timestamp"] - 1000
     path = tmp_path / "roc.json"
     path.write_text(json.dumps(doc))
     tl = read_trace(path)
-    assert tl.skipped == {"durations of rocprofv3 kernel_dispatch records that end before they start (each record "
-                          "kept, at 0 us)": 1}
+    assert tl.skipped == {
+        "durations of rocprofv3 kernel_dispatch records that end before they start (each record kept, at 0 us)": 1
+    }
 
 
 def test_a_nan_in_the_json_is_named_with_its_place(tmp_path, capsys):
@@ -212,9 +236,11 @@ def test_a_step_range_the_trace_lacks_is_bad_input(capsys):
 def _no_launches(doc: dict) -> None:
     """A profile of operators and kernels without the runtime calls (a tool that kept only those two kinds), and a
     communication id beyond 64 bits on an operator (HTA's tests keep a trace of such `Comms Id`s)."""
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not str(e.get("cat", "")).endswith(("_runtime", "_driver")) and e.get("ph") != "f"
-                          and e.get("ph") != "s"]
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if not str(e.get("cat", "")).endswith(("_runtime", "_driver")) and e.get("ph") != "f" and e.get("ph") != "s"
+    ]
     op = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
     op.setdefault("args", {})["Comms Id"] = 2**70 + 1
 

@@ -1,5 +1,6 @@
 """Every command's table where it is read: on a terminal at its width; piped, at 120 columns or COLUMNS. Nothing
 here runs a measurement: the tables are drawn from small documents, real traces and real leaderboard files."""
+
 from __future__ import annotations
 
 import json
@@ -28,28 +29,52 @@ def test_piped_output_is_120_columns_and_honours_COLUMNS(monkeypatch, capsys):
 
 
 def _rows_doc(provider_rows):
+    from microbench.core.ops.work import Work
     from microbench.core.results import KernelCaseRow
     from microbench.core.stats import NoiseSettings, summarize
-    from microbench.core.ops.work import Work
     from microbench.roofline.ceilings import COMPUTE, MEMORY, Ceiling, Ceilings
     from microbench.roofline.judge import judge
 
-    ceil = Ceilings([Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05)),
-                     Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0))])
+    ceil = Ceilings(
+        [
+            Ceiling("measured fp32", COMPUTE, "fp32", 1.0, "TFLOP/s", "measured", "", (0.95, 1.05)),
+            Ceiling("measured memory", MEMORY, None, 1000.0, "GB/s", "measured", "", (950.0, 1050.0)),
+        ]
+    )
     rows = []
     for provider, status in provider_rows:
         for shape in ("1000x1000x1000", "n8 c64 56x56 k256 1x1 s1 p0"):
-            r = KernelCaseRow(op="gemm", shape=shape, dtype="fp32", provider=provider, device="cpu",
-                              baseline=provider == "torch", status=status,
-                              reason="" if status == "ok" else "unavailable: needs a CUDA or ROCm GPU")
+            r = KernelCaseRow(
+                op="gemm",
+                shape=shape,
+                dtype="fp32",
+                provider=provider,
+                device="cpu",
+                baseline=provider == "torch",
+                status=status,
+                reason="" if status == "ok" else "unavailable: needs a CUDA or ROCm GPU",
+            )
             if status == "ok":
                 judge(r, Work(2 * 10**9, 12 * 10**6), summarize([4.0, 4.01, 3.99, 4.0, 4.02], NoiseSettings()), ceil)
             rows.append(r)
-    return {"hardware": {"kind": "cpu", "name": "test cpu", "arch": "x86_64", "units": 2, "memory_gib": 1.0,
-                         "clock_mhz": 2000.0, "isa_flags": []},
-            "software": {"torch": "t", "triton": "t", "python": "3"}, "config": {"profile": "quick"},
-            "ceilings": [c.as_dict() for c in ceil.items], "notes": [], "conditions": {"busy": False},
-            "schema": "dawnscope.results/1", "results": [r.as_dict() for r in rows]}
+    return {
+        "hardware": {
+            "kind": "cpu",
+            "name": "test cpu",
+            "arch": "x86_64",
+            "units": 2,
+            "memory_gib": 1.0,
+            "clock_mhz": 2000.0,
+            "isa_flags": [],
+        },
+        "software": {"torch": "t", "triton": "t", "python": "3"},
+        "config": {"profile": "quick"},
+        "ceilings": [c.as_dict() for c in ceil.items],
+        "notes": [],
+        "conditions": {"busy": False},
+        "schema": "dawnscope.results/1",
+        "results": [r.as_dict() for r in rows],
+    }
 
 
 def test_roofline_groups_providers_that_cannot_run(monkeypatch, capsys):
@@ -98,16 +123,48 @@ def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
     from microbench.comm.report import print_collectives
 
     monkeypatch.delenv("COLUMNS", raising=False)
-    assert comm.main(["scale", "--step-ms", "100", "--gradient-bytes", "100000000", "--workers", "1,8,128",
-                      "--fabric", "v100_nvlink", "--paper"]) == 0
+    assert (
+        comm.main(
+            [
+                "scale",
+                "--step-ms",
+                "100",
+                "--gradient-bytes",
+                "100000000",
+                "--workers",
+                "1,8,128",
+                "--fabric",
+                "v100_nvlink",
+                "--paper",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     _fits(out)
-    rec = {"op": "allreduce", "requested_bytes": 2**24, "message_bytes": 2**24, "elements": 2**22, "nranks": 2,
-           "samples_ms": [1.0, 1.0, 1.01, 0.99, 1.0], "wrong": 0}
-    doc = {"comm": {"backend": "gloo", "nranks": 2}, "results": [r.as_dict() for r in to_rows([rec], "cpu", "gloo")],
-           "hardware": {"kind": "cpu", "name": "a long CPU name " * 4, "arch": "x86_64", "units": 2,
-                        "memory_gib": 1.0, "clock_mhz": None, "isa_flags": ["avx2", "avx512f", "amx_bf16"]},
-           "software": {"torch": "t", "triton": "t", "python": "3"}}
+    rec = {
+        "op": "allreduce",
+        "requested_bytes": 2**24,
+        "message_bytes": 2**24,
+        "elements": 2**22,
+        "nranks": 2,
+        "samples_ms": [1.0, 1.0, 1.01, 0.99, 1.0],
+        "wrong": 0,
+    }
+    doc = {
+        "comm": {"backend": "gloo", "nranks": 2},
+        "results": [r.as_dict() for r in to_rows([rec], "cpu", "gloo")],
+        "hardware": {
+            "kind": "cpu",
+            "name": "a long CPU name " * 4,
+            "arch": "x86_64",
+            "units": 2,
+            "memory_gib": 1.0,
+            "clock_mhz": None,
+            "isa_flags": ["avx2", "avx512f", "amx_bf16"],
+        },
+        "software": {"torch": "t", "triton": "t", "python": "3"},
+    }
     print_collectives(doc)
     out = capsys.readouterr().out
     _fits(out)
@@ -117,22 +174,61 @@ def test_comm_tables_fit_120_columns_piped(monkeypatch, capsys):
 def test_inspect_table_fits_120_columns_piped(monkeypatch, capsys):
     """inspect's table (records as the compiles give them: an sm_90 and a gfx942 one with a long fallback note) at
     120 columns: kernel, config, target, the instruction count and the verdict are never cut."""
-    from microbench.roofline.sass import StaticRecord
     from microbench.inspect.cli import _table
+    from microbench.roofline.sass import StaticRecord
 
     monkeypatch.delenv("COLUMNS", raising=False)
-    common = dict(default=True, wants_wgmma=False, hmma=0, hgmma=0, qgmma=0, imma=0, ffma=12, registers=168,
-                  shared_bytes=0, dynamic_shared_bytes=98304, stack_bytes=0, local_bytes=0, spill_stores=0,
-                  spill_loads=0, tensor_core_instructions=64)
-    recs = [StaticRecord("triton_gemm", "BM128 BN256 BK64 w8 s3 GM8", "sm_90", "bf16", hgmma=64, matrix_instructions=64,
-                         matrix_instruction_kinds=["HGMMA.64x256x16.F32.BF16"], matrix_per_k_step=4,
-                         matrix_cores="yes", occupancy=8, occupancy_unit="warps/SM",
-                         **{k: v for k, v in common.items() if k != "hgmma"}),
-            StaticRecord("triton_gemm", "BM256 BN256 BK64 w8 s2 GM8", "gfx942", "fp8_e4m3", matrix_instructions=128,
-                         matrix_instruction_kinds=["v_mfma_f32_32x32x8_f16"], matrix_per_k_step=8,
-                         matrix_cores="fallback", fallback="OCP fp8 (fp8e4nv) is not gfx942's native flavour: "
-                         "upcast to f16, run at the fp16 matrix rate", vgprs=256, agprs=128, sgprs=80,
-                         lds_bytes=65536, occupancy=2, occupancy_unit="waves/SIMD", **common)]
+    common = dict(
+        default=True,
+        wants_wgmma=False,
+        hmma=0,
+        hgmma=0,
+        qgmma=0,
+        imma=0,
+        ffma=12,
+        registers=168,
+        shared_bytes=0,
+        dynamic_shared_bytes=98304,
+        stack_bytes=0,
+        local_bytes=0,
+        spill_stores=0,
+        spill_loads=0,
+        tensor_core_instructions=64,
+    )
+    recs = [
+        StaticRecord(
+            "triton_gemm",
+            "BM128 BN256 BK64 w8 s3 GM8",
+            "sm_90",
+            "bf16",
+            hgmma=64,
+            matrix_instructions=64,
+            matrix_instruction_kinds=["HGMMA.64x256x16.F32.BF16"],
+            matrix_per_k_step=4,
+            matrix_cores="yes",
+            occupancy=8,
+            occupancy_unit="warps/SM",
+            **{k: v for k, v in common.items() if k != "hgmma"},
+        ),
+        StaticRecord(
+            "triton_gemm",
+            "BM256 BN256 BK64 w8 s2 GM8",
+            "gfx942",
+            "fp8_e4m3",
+            matrix_instructions=128,
+            matrix_instruction_kinds=["v_mfma_f32_32x32x8_f16"],
+            matrix_per_k_step=8,
+            matrix_cores="fallback",
+            fallback="OCP fp8 (fp8e4nv) is not gfx942's native flavour: upcast to f16, run at the fp16 matrix rate",
+            vgprs=256,
+            agprs=128,
+            sgprs=80,
+            lds_bytes=65536,
+            occupancy=2,
+            occupancy_unit="waves/SIMD",
+            **common,
+        ),
+    ]
     wide_console().print(_table(recs, width=120))
     text = capsys.readouterr().out
     _fits(text)
@@ -197,8 +293,10 @@ def test_no_kineto_usdt_lines_from_our_profiling():
     import subprocess
     import sys
 
-    code = ("import torch\nfrom microbench.core.device import quiet_profiler\nquiet_profiler()\n"
-            "from torch.profiler import profile\nwith profile():\n    torch.mm(torch.ones(8, 8), torch.ones(8, 8))\n")
+    code = (
+        "import torch\nfrom microbench.core.device import quiet_profiler\nquiet_profiler()\n"
+        "from torch.profiler import profile\nwith profile():\n    torch.mm(torch.ones(8, 8), torch.ones(8, 8))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     env["PYTHONPATH"] = str(REPO)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
@@ -231,11 +329,12 @@ def test_point_numbers_on_one_spot_share_one_label():
     assert groups == [[0, 1, 3], [2], [4]]
     sx, sy = PLOT_WIDTH_PT / math.log10(4000 / 0.05), PLOT_HEIGHT_PT / math.log10(3 / 1e-4)
     anchors = [(math.log10(pts[g[0]][0]) * sx, math.log10(pts[g[0]][1]) * sy) for g in groups]
-    assert all(math.dist(a, b) >= POINT_LABEL_PT for i, a in enumerate(anchors) for b in anchors[i + 1:])
+    assert all(math.dist(a, b) >= POINT_LABEL_PT for i, a in enumerate(anchors) for b in anchors[i + 1 :])
 
 
 def test_trace_compare_html_says_human_labels_with_the_keys_in_the_glossary():
     from microbench.report.trace_compare import compare_traces, trace_compare_html
+
     from .conftest import analyze
 
     amd = REPO / "tests" / "data" / "amd_mi300x_synthetic.json"
@@ -251,6 +350,7 @@ def test_compare_pages_draw_their_pictures(tmp_path):
     """compare of results: the ratio per case; compare of two trace reports: time by class per machine."""
     from microbench.report.compare import compare, compare_html
     from microbench.report.trace_compare import compare_traces, trace_compare_html
+
     from .conftest import analyze
 
     files = []

@@ -1,10 +1,11 @@
 """Work counting against counts worked out by hand."""
+
 from __future__ import annotations
 
 import pytest
 
-from microbench.core.shapes import ConvShape, GemmShape
 from microbench.core.ops.work import conv2d_work, elementwise_work, gemm_work, norm_work
+from microbench.core.shapes import ConvShape, GemmShape
 
 
 def test_gemm_square_fp16():

@@ -2,6 +2,7 @@
 from live arguments (what `decompose` sees, through the step recorder) and from a trace's recorded shapes
 (what `trace` reads: Input Dims, Input type, Concrete Inputs of the same calls, recorded by torch.profiler on
 this CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ FAMILIES = {
     "conv2d first layer": (nn.Conv2d(3, 8, 3, padding=1, bias=False), [_r(2, 3, 6, 6, grad=False)]),
     "conv1d": (nn.Conv1d(4, 6, 5, padding=2), [_r(3, 4, 11)]),
     "conv3d": (nn.Conv3d(2, 4, 3, padding=1, groups=2), [_r(1, 2, 4, 4, 4)]),
-    "conv transposed": (nn.ConvTranspose2d(8, 12, 3, stride=2, padding=1, output_padding=1, groups=4),
-                        [_r(2, 8, 5, 6)]),
+    "conv transposed": (
+        nn.ConvTranspose2d(8, 12, 3, stride=2, padding=1, output_padding=1, groups=4),
+        [_r(2, 8, 5, 6)],
+    ),
     "attention": (_attention(False), [_r(2, 3, 10, 8), _r(2, 3, 12, 8), _r(2, 3, 12, 16)]),
     "attention causal": (_attention(True), [_r(2, 3, 10, 8), _r(2, 3, 10, 8), _r(2, 3, 10, 8)]),
 }
@@ -107,11 +110,19 @@ def _schema(name: str, spec: dict):
 
 def test_argument_positions_match_the_operator_schemas():
     """op_models.toml names arguments by position; each position must hold the argument it means."""
-    expected = {"a": ("self", "mat1", "batch1", "input"), "b": ("mat2", "batch2", "other", "weight"),
-                "g": ("grad_output",), "stride_arg": ("stride",), "padding_arg": ("padding",),
-                "dilation_arg": ("dilation",), "transposed_arg": ("transposed",),
-                "output_padding_arg": ("output_padding",), "groups_arg": ("groups",), "mask_arg": ("output_mask",),
-                "causal_arg": ("is_causal", "custom_mask_type")}
+    expected = {
+        "a": ("self", "mat1", "batch1", "input"),
+        "b": ("mat2", "batch2", "other", "weight"),
+        "g": ("grad_output",),
+        "stride_arg": ("stride",),
+        "padding_arg": ("padding",),
+        "dilation_arg": ("dilation",),
+        "transposed_arg": ("transposed",),
+        "output_padding_arg": ("output_padding",),
+        "groups_arg": ("groups",),
+        "mask_arg": ("output_mask",),
+        "causal_arg": ("is_causal", "custom_mask_type"),
+    }
     for name, spec in aten._models()[0].items():
         args = [a.name for a in _schema(name, spec).arguments]
         for key, names in expected.items():
@@ -139,8 +150,12 @@ def _example(name: str, spec: dict) -> dict:
     """Arguments (position -> value) that make `name` one problem of its family; shapes as lists."""
     fam = spec["family"]
     if fam in ("mm", "bmm", "matmul", "linear"):
-        a, b = {"mm": ([8, 16], [16, 4]), "bmm": ([2, 8, 16], [2, 16, 4]), "matmul": ([3, 8, 16], [16, 4]),
-                "linear": ([3, 8, 16], [4, 16])}[fam]
+        a, b = {
+            "mm": ([8, 16], [16, 4]),
+            "bmm": ([2, 8, 16], [2, 16, 4]),
+            "matmul": ([3, 8, 16], [16, 4]),
+            "linear": ([3, 8, 16], [4, 16]),
+        }[fam]
         return {spec["a"]: a, spec["b"]: b}
     if fam in ("conv", "conv_bwd"):
         nd = 1 if "conv1d" in name else 3 if "conv3d" in name else 2
@@ -173,8 +188,11 @@ def test_every_modelled_operator_gives_the_same_work_both_ways(name):
     spec = aten._models()[0][name]
     schema = _schema(name, spec)
     chosen = _example(name, spec)
-    operands = spec.get("args", [0, 1, 2]) if spec["family"] == "attention" else \
-        [spec[k] for k in ("a", "b", "g") if k in spec]
+    operands = (
+        spec.get("args", [0, 1, 2])
+        if spec["family"] == "attention"
+        else [spec[k] for k in ("a", "b", "g") if k in spec]
+    )
     args = []
     for i, arg in enumerate(schema.arguments):
         v = chosen.get(i, arg.default_value if arg.has_default_value() else None)
@@ -184,8 +202,13 @@ def test_every_modelled_operator_gives_the_same_work_both_ways(name):
     traced = aten.trace_work(name, list(dims), list(types), list(concrete))
     assert live.flops and live.bytes_moved, live.note
     assert live.dims.get("causal", True)  # the causal flag was read at its position, both ways
-    assert (live.family, live.dtype, live.flops, live.bytes_moved, live.dims) == \
-        (traced.family, traced.dtype, traced.flops, traced.bytes_moved, traced.dims)
+    assert (live.family, live.dtype, live.flops, live.bytes_moved, live.dims) == (
+        traced.family,
+        traced.dtype,
+        traced.flops,
+        traced.bytes_moved,
+        traced.dims,
+    )
 
 
 MEMORY_BOUND_CALLS = {
@@ -230,8 +253,13 @@ def test_memory_bound_calls_give_the_same_bytes_both_ways(case, tmp_path):
     for e in json.loads(path.read_text())["traceEvents"]:
         if e.get("cat") == "cpu_op" and e["name"] in moving:
             a = e["args"]
-            w = aten.trace_other_work(e["name"], classify_operator(e["name"]).cls, a.get("Input Dims"),
-                                      a.get("Input type"), a.get("Concrete Inputs"))
+            w = aten.trace_other_work(
+                e["name"],
+                classify_operator(e["name"]).cls,
+                a.get("Input Dims"),
+                a.get("Input type"),
+                a.get("Concrete Inputs"),
+            )
             traced.append((e["name"], w and w[1]))
     assert Counter((op, nbytes) for op, _, nbytes in live.calls if op in moving) == Counter(traced)
 
@@ -240,27 +268,44 @@ def test_trace_other_work_infers_results_it_can_and_refuses_the_rest():
     f32, f16, bf16 = "float", "c10::Half", "c10::BFloat16"
     # promotion: half x float writes float; bf16 x half writes float too
     assert aten.trace_other_work("aten::mul", "elementwise", [[4, 8], [4, 8]], [f16, f32])[1] == 32 * (2 + 4 + 4)
-    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [4, 8], []], [bf16, f16, "Scalar"])[1] == \
-        32 * (2 + 2 + 4)
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [4, 8], []], [bf16, f16, "Scalar"])[1] == 32 * (
+        2 + 2 + 4
+    )
     # a tensor list's shapes are not recorded (aten::cat's 1.6 GB for a 156 us copy); nor is another library's op
-    assert aten.trace_other_work("aten::cat", "memcpy", [[2048, 160, 606], [], []], [f32, "TensorList", "Scalar"]) \
-        is None
+    assert (
+        aten.trace_other_work("aten::cat", "memcpy", [[2048, 160, 606], [], []], [f32, "TensorList", "Scalar"]) is None
+    )
     assert aten.trace_other_work("fbgemm::FloatToHFP8Quantized", "elementwise", [[64, 64]], [f32]) is None
-    assert aten.trace_other_work("aten::max", "reduction", [[4, 8], [], []], [f32, "Scalar", "Scalar"],
-                                 ["", "1", "False"]) is None  # values and indices: not inferred
+    assert (
+        aten.trace_other_work("aten::max", "reduction", [[4, 8], [], []], [f32, "Scalar", "Scalar"], ["", "1", "False"])
+        is None
+    )  # values and indices: not inferred
     # a fill writes and does not read; an index_add_ of 2 rows into a 5000-row table touches those rows only
     assert aten.trace_other_work("aten::fill_", "elementwise", [[1000], []], ["long int", "Scalar"])[1] == 8000
-    assert aten.trace_other_work("aten::index_add_", "elementwise", [[5000, 16], [], [2], [2, 16], []],
-                                 [f32, "Scalar", "long int", f32, "Scalar"])[1] == 2 * (2 * 16 * 4) + 2 * 8
+    assert (
+        aten.trace_other_work(
+            "aten::index_add_",
+            "elementwise",
+            [[5000, 16], [], [2], [2, 16], []],
+            [f32, "Scalar", "long int", f32, "Scalar"],
+        )[1]
+        == 2 * (2 * 16 * 4) + 2 * 8
+    )
 
 
 def test_trace_other_work_says_none_where_the_trace_does_not_say():
     bf16 = "c10::BFloat16"
     assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [5, 8], []], [bf16, bf16, "Scalar"]) is None
     assert aten.trace_other_work("aten::add", "elementwise", [[4, 8]], ["c10::Quint4x2"]) is None  # unknown type
-    assert aten.trace_other_work("aten::gather", "embedding", [[4, 8], [], [4, 2]], [bf16, "Scalar", "long int"],
-                                 ["", "1", ""]) is None  # which rows: not recorded
+    assert (
+        aten.trace_other_work(
+            "aten::gather", "embedding", [[4, 8], [], [4, 2]], [bf16, "Scalar", "long int"], ["", "1", ""]
+        )
+        is None
+    )  # which rows: not recorded
     assert aten.trace_other_work("aten::add", "elementwise", None, None) is None
     # broadcast: [4, 8] + [8] reads both and writes [4, 8]
-    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [8], []], [bf16, bf16, "Scalar"]) == \
-        (32, 2 * (32 + 8 + 32))
+    assert aten.trace_other_work("aten::add", "elementwise", [[4, 8], [8], []], [bf16, bf16, "Scalar"]) == (
+        32,
+        2 * (32 + 8 + 32),
+    )

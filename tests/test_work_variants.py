@@ -3,6 +3,7 @@ forward and backward, against formulas written out here, independently of microb
 
 Each module runs forward and backward under a small dispatch mode that records every ATen operator; the
 matrix FLOPs of each direction are then compared with the textbook count (2 FLOPs per multiply-add)."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,14 +42,17 @@ def _conv_flops(n, c_in, c_out, groups, out_hw, kernel_hw):
     return 2 * n * c_out * p * q * (c_in // groups) * r * s
 
 
-@pytest.mark.parametrize("name, conv, hw, out_hw", [
-    ("dense", nn.Conv2d(8, 16, 3, padding=1, bias=False), (9, 9), (9, 9)),
-    ("strided", nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), (9, 9), (5, 5)),
-    ("dilated", nn.Conv2d(8, 16, 3, dilation=2, padding=2, bias=False), (9, 9), (9, 9)),
-    ("grouped", nn.Conv2d(8, 16, 3, groups=4, padding=1, bias=False), (9, 9), (9, 9)),
-    ("depthwise", nn.Conv2d(96, 96, 3, groups=96, padding=1, bias=False), (7, 7), (7, 7)),
-    ("depthwise strided", nn.Conv2d(32, 32, 3, stride=2, groups=32, padding=1, bias=False), (10, 10), (5, 5)),
-])
+@pytest.mark.parametrize(
+    "name, conv, hw, out_hw",
+    [
+        ("dense", nn.Conv2d(8, 16, 3, padding=1, bias=False), (9, 9), (9, 9)),
+        ("strided", nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), (9, 9), (5, 5)),
+        ("dilated", nn.Conv2d(8, 16, 3, dilation=2, padding=2, bias=False), (9, 9), (9, 9)),
+        ("grouped", nn.Conv2d(8, 16, 3, groups=4, padding=1, bias=False), (9, 9), (9, 9)),
+        ("depthwise", nn.Conv2d(96, 96, 3, groups=96, padding=1, bias=False), (7, 7), (7, 7)),
+        ("depthwise strided", nn.Conv2d(32, 32, 3, stride=2, groups=32, padding=1, bias=False), (10, 10), (5, 5)),
+    ],
+)
 def test_conv_forward_and_both_backward_directions(name, conv, hw, out_hw):
     x = torch.randn(2, conv.in_channels, *hw)
     fwd, bwd = _fwd_bwd_flops(conv, x)

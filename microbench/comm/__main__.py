@@ -1,4 +1,5 @@
 """`python -m microbench.comm`, the same as `dawnscope comm`."""
+
 import sys
 
 from microbench.comm.cli import main

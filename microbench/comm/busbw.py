@@ -8,18 +8,33 @@ Message bytes follow nccl-tests too: all-reduce and broadcast the buffer; all-ga
 (n x the per-rank input); reduce-scatter the full input (n x the per-rank output); all-to-all one rank's
 whole send buffer.
 """
+
 from __future__ import annotations
 
 # Canonical names; torch / NCCL spellings map onto them (trace annotations say "nccl:_all_gather_base").
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall")
 ALIASES = {
-    "all_reduce": "allreduce", "allreduce_coalesced": "allreduce", "allgather": "allgather",
-    "all_gather": "allgather", "_all_gather_base": "allgather", "all_gather_into_tensor": "allgather",
-    "allgather_into_tensor_coalesced": "allgather", "reduce_scatter": "reducescatter",
-    "_reduce_scatter_base": "reducescatter", "reduce_scatter_tensor": "reducescatter",
-    "reduce_scatter_tensor_coalesced": "reducescatter", "broadcast": "broadcast", "all_to_all": "alltoall",
-    "alltoall_base": "alltoall", "all_to_all_single": "alltoall", "reduce": "reduce", "send": "sendrecv",
-    "recv": "sendrecv", "sendrecv": "sendrecv", "gather": "gather", "scatter": "scatter",
+    "all_reduce": "allreduce",
+    "allreduce_coalesced": "allreduce",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "_all_gather_base": "allgather",
+    "all_gather_into_tensor": "allgather",
+    "allgather_into_tensor_coalesced": "allgather",
+    "reduce_scatter": "reducescatter",
+    "_reduce_scatter_base": "reducescatter",
+    "reduce_scatter_tensor": "reducescatter",
+    "reduce_scatter_tensor_coalesced": "reducescatter",
+    "broadcast": "broadcast",
+    "all_to_all": "alltoall",
+    "alltoall_base": "alltoall",
+    "all_to_all_single": "alltoall",
+    "reduce": "reduce",
+    "send": "sendrecv",
+    "recv": "sendrecv",
+    "sendrecv": "sendrecv",
+    "gather": "gather",
+    "scatter": "scatter",
 }
 
 

@@ -12,21 +12,20 @@
 Under torchrun (its environment variables) collectives and ddp run as one rank of that job; otherwise they
 start --nproc local processes. docs/comm.md has the definitions and the measured numbers.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from microbench.comm.ddp import STEP_RANGE
+from microbench.comm.report import kept_rank0, measure_ddp, report_ddp, run_collectives, run_ranks, run_scale
+from microbench.core.args import MAX_COUNT, Parser, add_job_arguments, number
 from microbench.core.config import load_config
+from microbench.core.errors import run_command
 from microbench.findings.analysis import TraceAnalysis
 from microbench.findings.engine import with_findings
-from microbench.comm.ddp import STEP_RANGE
-from microbench.core.args import add_job_arguments
-from microbench.comm.report import kept_rank0, measure_ddp, report_ddp, run_collectives, run_ranks, run_scale
-from microbench.core.args import MAX_COUNT, Parser, number
-from microbench.core.errors import run_command
-
 
 POSITIVE_INT = number(int, 1, MAX_COUNT)
 POSITIVE = number(float, 0, low_open=True)
@@ -44,17 +43,29 @@ GRADIENT_BYTES = number(int, 1, 2**50)  # 1 PiB of gradients
 
 def _add_world(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=NPROC, default=2, help="local processes to start (ignored under torchrun)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                   help="default: nccl where PyTorch sees a GPU (RCCL on ROCm builds), else gloo")
-    p.add_argument("--timeout", type=TIMEOUT_S, default=120.0, metavar="S",
-                   help="seconds a rank may wait on the rendezvous or a collective before the run fails")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="default: nccl where PyTorch sees a GPU (RCCL on ROCm builds), else gloo",
+    )
+    p.add_argument(
+        "--timeout",
+        type=TIMEOUT_S,
+        default=120.0,
+        metavar="S",
+        help="seconds a rank may wait on the rendezvous or a collective before the run fails",
+    )
     p.add_argument("--port", type=PORT, default=0, help="rendezvous port for local runs; 0: a free one")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="dawnscope comm", description=__doc__.split("\n\n")[0],
-                                 epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
-                                        "2 bad input or a failed rank (one line).")
+    ap = Parser(
+        prog="dawnscope comm",
+        description=__doc__.split("\n\n")[0],
+        epilog="Exit codes: 0 done, 1 a collective gave wrong results (`wrong` > 0), "
+        "2 bad input or a failed rank (one line).",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("collectives", help="benchmark collectives (time, algbw, busbw, wrong)")
     _add_world(c)
@@ -62,38 +73,68 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sizes", default=None, help="e.g. 8,4K,16M; deepbench; buckets:resnet9 (comma-separated)")
     c.add_argument("--iters", type=POSITIVE_INT, default=5, help="calls per timed sample")
     c.add_argument("--reps", type=POSITIVE_INT, default=5, help="timed samples per size")
-    c.add_argument("--out", type=Path, default=Path("results") / "comm-collectives", metavar="DIR",
-                   help="output directory (results.json, results.csv, busbw.png); default: %(default)s")
+    c.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results") / "comm-collectives",
+        metavar="DIR",
+        help="output directory (results.json, results.csv, busbw.png); default: %(default)s",
+    )
     c.add_argument("--plot", dest="no_plot", action="store_false", default=False, help="draw busbw.png (the default)")
     c.add_argument("--no-plot", action="store_true", help="skip busbw.png")
-    c.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
-                   "default: the project's")
+    c.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="bench.toml (its noise and conditions settings); default: the project's",
+    )
     c.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write results.json's document here")
     d = sub.add_parser("ddp", help="a DDP training step split into compute and communication")
     _add_world(d)
     d.add_argument("--model", default="resnet9")
     d.add_argument("--batch", type=POSITIVE_INT, default=8, help="batch per rank")
     d.add_argument("--steps", type=POSITIVE_INT, default=3, help="profiled steps (after one warm-up step)")
-    d.add_argument("--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)")
+    d.add_argument(
+        "--bucket-mb", type=BUCKET_MB, default=None, help="DDP bucket cap; default: DDP's own (1 MiB first, then 25)"
+    )
     d.add_argument("--json", type=Path, default=None, metavar="OUT")
-    d.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="keep each rank's profiler trace there (rankN.pt.trace.json, for `trace` and `comm ranks`); "
-                        "default: not kept")
-    d.add_argument("--config", type=Path, default=None, help="bench.toml (its conditions settings); default: the "
-                   "project's")
+    d.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep each rank's profiler trace there (rankN.pt.trace.json, for `trace` and `comm ranks`); "
+        "default: not kept",
+    )
+    d.add_argument(
+        "--config", type=Path, default=None, help="bench.toml (its conditions settings); default: the project's"
+    )
     r = sub.add_parser("ranks", help="a whole job: the traces of its ranks (files, a folder or a glob pattern)")
     r.add_argument("traces", nargs="+", help="rank traces: files, folders of them, or glob patterns ('run/*.json.gz')")
     r.add_argument("--json", type=Path, default=None, metavar="OUT")
-    r.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
-                   help="the name of the step ranges; default: ProfilerStep#N")
+    r.add_argument(
+        "--step-range",
+        dest="steps",
+        default=None,
+        metavar="NAME",
+        help="the name of the step ranges; default: ProfilerStep#N",
+    )
     add_job_arguments(r)
     s = sub.add_parser("scale", help="predict step time, comm_share and speed-up per worker count")
     s.add_argument("--model", default=None, help="one of our models: its gradient bytes (and CPU step time)")
     s.add_argument("--workers", default="1,2,4,8,16,32,64,128")
-    s.add_argument("--fabric", default="v100_nvlink", help="a preset of microbench/data/fabrics.toml, or a "
-                   "results.json of `comm collectives` (its measured all-reduce)")
-    s.add_argument("--step-ms", type=STEP_MS, default=None, help="single-worker step time (default: measured "
-                   "here on the CPU for --model)")
+    s.add_argument(
+        "--fabric",
+        default="v100_nvlink",
+        help="a preset of microbench/data/fabrics.toml, or a "
+        "results.json of `comm collectives` (its measured all-reduce)",
+    )
+    s.add_argument(
+        "--step-ms",
+        type=STEP_MS,
+        default=None,
+        help="single-worker step time (default: measured here on the CPU for --model)",
+    )
     s.add_argument("--gradient-bytes", type=GRADIENT_BYTES, default=None)
     s.add_argument("--bucket-mb", type=BUCKET_MB, default=25.0)
     s.add_argument("--backward-fraction", type=FRACTION, default=2 / 3)

@@ -5,20 +5,23 @@ the number of wrong elements over all ranks).
 Inputs hold small integers, so every sum is exact in float32 and the expected output is computed here
 element for element, independently of the library under test.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+
 import tomllib
 
-from .busbw import OPS, algbw_gbps, bus_factor
-from .ddp import bucket_sizes
 from microbench import models
 from microbench.core.args import digits
 from microbench.core.errors import InputError
 from microbench.core.resources import data_file
 from microbench.core.results import CollectiveRow
 from microbench.core.stats import NoiseSettings, summarize
+
+from .busbw import OPS, algbw_gbps, bus_factor
+from .ddp import bucket_sizes
 
 ELEMENT_BYTES = 4  # float32 buffers, as DeepBench's all-reduce sizes and DDP gradient buckets are
 
@@ -142,16 +145,25 @@ def bench_rank(info, plan: Plan) -> list[dict] | None:
     for op in plan.ops:
         for size in plan.sizes_bytes:
             chunk, message_bytes = counts(op, size, info.world_size)
-            samples = torch.tensor(time_samples_ms(op, chunk, info.rank, info.world_size, replace(plan, device=dev)),
-                                   dtype=torch.float64)
+            samples = torch.tensor(
+                time_samples_ms(op, chunk, info.rank, info.world_size, replace(plan, device=dev)), dtype=torch.float64
+            )
             wrong = torch.tensor([check(op, chunk, info.rank, info.world_size, dev)], dtype=torch.int64)
             s, w = samples.to(dev), wrong.to(dev)  # NCCL reduces device tensors only
             dist.all_reduce(s, op=dist.ReduceOp.MAX)
             dist.all_reduce(w)
             samples, wrong = s.cpu(), w.cpu()
-            records.append({"op": op, "requested_bytes": size, "message_bytes": message_bytes,
-                            "elements": chunk, "nranks": info.world_size, "samples_ms": samples.tolist(),
-                            "wrong": int(wrong.item())})
+            records.append(
+                {
+                    "op": op,
+                    "requested_bytes": size,
+                    "message_bytes": message_bytes,
+                    "elements": chunk,
+                    "nranks": info.world_size,
+                    "samples_ms": samples.tolist(),
+                    "wrong": int(wrong.item()),
+                }
+            )
     return records if info.rank == 0 else None
 
 
@@ -167,14 +179,28 @@ def to_rows(records: list[dict], device_name: str, backend: str, noise=None) -> 
         ok = r["wrong"] == 0
         alg = algbw_gbps(r["message_bytes"], t.median_ms / 1e3) if ok and t.median_ms > 0 else None
         factor = bus_factor(r["op"], r["nranks"])
-        rows.append(CollectiveRow(
-            op=r["op"], message_bytes=r["message_bytes"], nranks=r["nranks"], backend=backend, device=device_name,
-            status="ok" if ok else "wrong",
-            reason="" if ok else f"{r['wrong']} wrong elements over {r['nranks']} ranks",
-            time_ms=t.as_dict(), flops=0, bytes=r["message_bytes"], gbps=alg,
-            busbw_gbps=alg * factor if alg is not None else None,
-            params={"wrong": r["wrong"], "bus_factor": factor, "elements_per_rank": r["elements"],
-                    "requested_bytes": r["requested_bytes"]}))
+        rows.append(
+            CollectiveRow(
+                op=r["op"],
+                message_bytes=r["message_bytes"],
+                nranks=r["nranks"],
+                backend=backend,
+                device=device_name,
+                status="ok" if ok else "wrong",
+                reason="" if ok else f"{r['wrong']} wrong elements over {r['nranks']} ranks",
+                time_ms=t.as_dict(),
+                flops=0,
+                bytes=r["message_bytes"],
+                gbps=alg,
+                busbw_gbps=alg * factor if alg is not None else None,
+                params={
+                    "wrong": r["wrong"],
+                    "bus_factor": factor,
+                    "elements_per_rank": r["elements"],
+                    "requested_bytes": r["requested_bytes"],
+                },
+            )
+        )
         judge_timing(rows[-1], t)
     return rows
 
@@ -202,20 +228,28 @@ def parse_sizes(text: str) -> list[int]:
         if tok == "deepbench":
             out.update(deepbench_sizes())
         elif tok.startswith("buckets:"):
-
             out.update(bucket_sizes(models.load(tok.split(":", 1)[1]).model))
         else:
             num = tok.rstrip("KMGBkmgb")
-            unit = tok[len(num):].upper()
+            unit = tok[len(num) :].upper()
             if not digits(num) or unit not in _UNITS or int(num) <= 0:
-                raise InputError(None, "expected sizes like 8,4K,16M, deepbench or buckets:MODEL",
-                                 key="--sizes", value=tok)
+                raise InputError(
+                    None, "expected sizes like 8,4K,16M, deepbench or buckets:MODEL", key="--sizes", value=tok
+                )
             if int(num) * _UNITS[unit] % ELEMENT_BYTES:  # float32 buffers: it would silently measure another size
-                raise InputError(None, f"a size must be a multiple of {ELEMENT_BYTES} bytes (float32 elements)",
-                                 key="--sizes", value=tok)
+                raise InputError(
+                    None,
+                    f"a size must be a multiple of {ELEMENT_BYTES} bytes (float32 elements)",
+                    key="--sizes",
+                    value=tok,
+                )
             if int(num) * _UNITS[unit] > MAX_MESSAGE_BYTES:
-                raise InputError(None, f"a size must be at most {MAX_MESSAGE_BYTES >> 30} GiB (one rank's buffer)",
-                                 key="--sizes", value=tok)
+                raise InputError(
+                    None,
+                    f"a size must be at most {MAX_MESSAGE_BYTES >> 30} GiB (one rank's buffer)",
+                    key="--sizes",
+                    value=tok,
+                )
             out.add(int(num) * _UNITS[unit])
     if not out:
         raise InputError(None, "no sizes given", key="--sizes", value=text)

@@ -15,6 +15,7 @@ goes"), read from the timeline:
   communication / step time.
 On a CPU the gloo threads share the cores with compute: "overlapped" there is concurrent, not free.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,9 @@ import numpy as np
 
 from microbench import models
 from microbench.core.conditions import usable_cores
-
 from microbench.trace import gpu_time
-
 from microbench.trace.analysis import read_trace
-
 from microbench.trace.kineto import HOST_KEY
-
 from microbench.trace.timeline import KERNEL, NO_ID
 
 STEP_RANGE = "dawnscope.ddp_step"
@@ -79,16 +76,25 @@ def _is_allreduce(name: str) -> bool:
 
 
 def _step(step_us: float, b: dict, calls: int, buckets: list[dict]) -> dict:
-    return {"step_ms": step_us / 1e3, "compute_ms": b["computation_us"] / 1e3, "comm_ms": b["comm_us"] / 1e3,
-            "overlapped_comm_ms": b["overlapped_comm_us"] / 1e3, "exposed_comm_ms": b["exposed_comm_us"] / 1e3,
-            "allreduce_calls": calls, "buckets": buckets}
+    return {
+        "step_ms": step_us / 1e3,
+        "compute_ms": b["computation_us"] / 1e3,
+        "comm_ms": b["comm_us"] / 1e3,
+        "overlapped_comm_ms": b["overlapped_comm_us"] / 1e3,
+        "exposed_comm_ms": b["exposed_comm_us"] / 1e3,
+        "allreduce_calls": calls,
+        "buckets": buckets,
+    }
 
 
 def _bucket(since_step_us: float, b: dict) -> dict:
     """One bucket's all-reduce: when it started (ms after its step's start), how long it ran, how much of it
     no compute hid."""
-    return {"at_ms": float(since_step_us) / 1e3, "comm_ms": b["comm_us"] / 1e3,
-            "exposed_comm_ms": b["exposed_comm_us"] / 1e3}
+    return {
+        "at_ms": float(since_step_us) / 1e3,
+        "comm_ms": b["comm_us"] / 1e3,
+        "exposed_comm_ms": b["exposed_comm_us"] / 1e3,
+    }
 
 
 def _gpu_split(tl, w) -> list[dict]:
@@ -102,8 +108,9 @@ def _gpu_split(tl, w) -> list[dict]:
         mine = comm[owner[comm] == j]
         mine = mine[np.argsort(k.ts_us[mine], kind="stable")]
         reduce = [int(r) for r in mine if _is_allreduce(tl.names[k.name[r]])]
-        buckets = [_bucket(k.ts_us[r] - w.ts_us[j], gpu_time.breakdown(tl, window=(k.ts_us[r], k.end_us[r])))
-                   for r in reduce]
+        buckets = [
+            _bucket(k.ts_us[r] - w.ts_us[j], gpu_time.breakdown(tl, window=(k.ts_us[r], k.end_us[r]))) for r in reduce
+        ]
         out.append(_step(float(w.dur_us[j]), st, len(reduce), buckets))
     return out
 
@@ -115,11 +122,16 @@ def _cpu_split(tl, w) -> list[dict]:
     out = []
     for j in range(len(w)):
         lo, hi = float(w.ts_us[j]), float(w.end_us[j])
-        calls = [i for i in np.flatnonzero((kinds == gpu_time.COMM) & (starts >= lo) & (starts < hi))
-                 if _is_allreduce(names[i])]
+        calls = [
+            i
+            for i in np.flatnonzero((kinds == gpu_time.COMM) & (starts >= lo) & (starts < hi))
+            if _is_allreduce(names[i])
+        ]
         calls.sort(key=lambda i: starts[i])
-        buckets = [_bucket(starts[i] - lo, gpu_time.of_intervals(starts, ends, kinds, window=(starts[i], ends[i])))
-                   for i in calls]
+        buckets = [
+            _bucket(starts[i] - lo, gpu_time.of_intervals(starts, ends, kinds, window=(starts[i], ends[i])))
+            for i in calls
+        ]
         out.append(_step(hi - lo, gpu_time.of_intervals(starts, ends, kinds, window=(lo, hi)), len(calls), buckets))
     return out
 
@@ -153,8 +165,11 @@ def host_facts(info) -> dict:
     and this rank's intra-op threads. The communication finding on a CPU reads them (docs/findings.md)."""
     import torch
 
-    return {"cores": usable_cores(), "local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)),
-            "intra_op_threads": torch.get_num_threads()}
+    return {
+        "cores": usable_cores(),
+        "local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size)),
+        "intra_op_threads": torch.get_num_threads(),
+    }
 
 
 def ddp_rank(info, plan: DdpPlan) -> dict | None:
@@ -195,7 +210,15 @@ def ddp_rank(info, plan: DdpPlan) -> dict | None:
     dist.all_gather_object(gathered, mine)
     if info.rank != 0:
         return None
-    return {"model": workload.name, "batch_per_rank": plan.batch, "nranks": info.world_size,
-            "backend": info.backend, "gradient_bytes": gbytes, "bucket_cap_mb": plan.bucket_cap_mb,
-            "bucket_bytes": buckets, "buckets": len(buckets), "ranks": gathered,
-            "trace_dir": plan.trace_dir}
+    return {
+        "model": workload.name,
+        "batch_per_rank": plan.batch,
+        "nranks": info.world_size,
+        "backend": info.backend,
+        "gradient_bytes": gbytes,
+        "bucket_cap_mb": plan.bucket_cap_mb,
+        "bucket_bytes": buckets,
+        "buckets": len(buckets),
+        "ranks": gathered,
+        "trace_dir": plan.trace_dir,
+    }

@@ -7,6 +7,7 @@ worker of an existing engine, never all events in one process.
   files by path, so the traces must be where the workers see them (a shared file system).
 A rank that fails to read comes back as a `Failed` with the reason; the others are still reported.
 """
+
 from __future__ import annotations
 
 import glob
@@ -14,14 +15,16 @@ import os
 import signal
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 
+import tomllib
+
 from microbench.core.errors import InputError
-from .ranks import RankSummary, summarize_rank
 from microbench.core.resources import data_file
+
+from .ranks import RankSummary, summarize_rank
 
 JOB_TOML = data_file("job.toml")
 GLOB_CHARS = "*?["
@@ -70,8 +73,9 @@ def find_traces(specs: list[str | Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if _is_trace(q, suffixes))
             if not found:
-                raise InputError(p, f"no traces in this folder (files ending {', '.join(suffixes)})"
-                                 + _deeper(p, suffixes))
+                raise InputError(
+                    p, f"no traces in this folder (files ending {', '.join(suffixes)})" + _deeper(p, suffixes)
+                )
         elif any(ch in spec for ch in GLOB_CHARS) and not p.exists():
             found = sorted(Path(q) for q in glob.glob(spec) if _is_trace(Path(q), suffixes))
             if not found:
@@ -112,8 +116,13 @@ def _ignore_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def run_ranks(paths: list[Path], workers: int | None = None, scheduler: str | None = None,
-              timeout_s: float = 60.0, step_range: str | None = None) -> EngineRun:
+def run_ranks(
+    paths: list[Path],
+    workers: int | None = None,
+    scheduler: str | None = None,
+    timeout_s: float = 60.0,
+    step_range: str | None = None,
+) -> EngineRun:
     """Every rank's summary (or failure), in the order of `paths`. `workers`: processes of the local pool
     (default: the CPUs); `scheduler`: a Dask scheduler address, which replaces the pool."""
     address = dask_address(scheduler)
@@ -132,9 +141,11 @@ def run_ranks(paths: list[Path], workers: int | None = None, scheduler: str | No
     try:
         results = _pool(paths, n, step_range)
     except BrokenProcessPool:  # the readers died starting (see _quit_if_a_reader_reruns_main): read them here
-        print("note: the reader processes could not start (a script that builds a Job at its top level, without "
-              "`if __name__ == \"__main__\":`): the ranks are read in this process",
-              file=sys.stderr)
+        print(
+            "note: the reader processes could not start (a script that builds a Job at its top level, without "
+            '`if __name__ == "__main__":`): the ranks are read in this process',
+            file=sys.stderr,
+        )
         results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     return EngineRun("processes", n, time.perf_counter() - t0, results)
@@ -170,20 +181,30 @@ def _dask(paths: list[Path], address: str, timeout_s: float, step_range: str | N
     try:
         from distributed import Client
     except ImportError:
-        raise InputError(None, "a Dask scheduler needs Dask distributed: pip install 'dawnscope[dask]'",
-                         key="--scheduler", value=address) from None
+        raise InputError(
+            None,
+            "a Dask scheduler needs Dask distributed: pip install 'dawnscope[dask]'",
+            key="--scheduler",
+            value=address,
+        ) from None
     try:
         client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:
-        raise InputError(None, f"cannot reach the Dask scheduler within {timeout_s:g} s "
-                               f"({type(e).__name__})", key="--scheduler", value=address) from None
+        raise InputError(
+            None,
+            f"cannot reach the Dask scheduler within {timeout_s:g} s ({type(e).__name__})",
+            key="--scheduler",
+            value=address,
+        ) from None
     with client:
         n = len(client.scheduler_info().get("workers", {}))
-        futures = client.map(summarize_or_fail, [str(p) for p in paths], range(len(paths)),
-                             step_range=step_range, pure=False)
+        futures = client.map(
+            summarize_or_fail, [str(p) for p in paths], range(len(paths)), step_range=step_range, pure=False
+        )
         try:
             results = client.gather(futures)
         except Exception as e:  # a worker lost: name it, one line
-            raise InputError(None, f"the Dask workers failed: {type(e).__name__}: {e}", key="--scheduler",
-                             value=address) from None
+            raise InputError(
+                None, f"the Dask workers failed: {type(e).__name__}: {e}", key="--scheduler", value=address
+            ) from None
     return [Failed(r.path, r.reason) if isinstance(r, Failed) else r for r in results], n

@@ -3,6 +3,7 @@ report: per rank its GPU time breakdown per step (timeline/gpu_time, the one def
 collective its skew and straggler (ranks.py), the ranks whose step time or busy time is an outlier (modified
 z-score, data/job.toml; metrics: median step time, GPU busy time, computation time), the slowest step, and the rank x step matrix of step times for the heat map.
 Definitions: docs/comm.md, "A whole job"."""
+
 from __future__ import annotations
 
 import statistics
@@ -10,9 +11,10 @@ from functools import cached_property
 from pathlib import Path
 
 from microbench.core.errors import InputError
+from microbench.core.frames import Tables, unknown_table
+
 from .engine import EngineRun, Failed, find_traces, job_settings, run_ranks
 from .ranks import RankSummary, collective_record, match
-from microbench.core.frames import Tables, unknown_table
 
 SCHEMA = "dawnscope.comm.ranks/2"
 MAX_NAMED = 3  # files named per group in an error line
@@ -32,15 +34,19 @@ def check_one_job(ranks: list[RankSummary]) -> None:
     two traces of one rank, or GPU activity at times that never meet (another run of the job)."""
     lone = [r.path for r in ranks if not r.calls]
     if lone:
-        raise InputError(lone[0], f"no collective calls (nccl:* annotations): not a rank of a distributed job "
-                                  f"({len(lone)} such trace{'s' if len(lone) > 1 else ''}: {_names(lone)})")
+        raise InputError(
+            lone[0],
+            f"no collective calls (nccl:* annotations): not a rank of a distributed job "
+            f"({len(lone)} such trace{'s' if len(lone) > 1 else ''}: {_names(lone)})",
+        )
     by_world: dict = {}
     for r in ranks:
         by_world.setdefault(r.world_size, []).append(r.path)
     if len(by_world) > 1:
         groups = "; ".join(f"world_size {w}: {_names(p)}" for w, p in sorted(by_world.items(), key=str))
-        raise InputError(ranks[0].path.parent, f"the traces are not ranks of one job: {groups}",
-                         key="distributedInfo.world_size")
+        raise InputError(
+            ranks[0].path.parent, f"the traces are not ranks of one job: {groups}", key="distributedInfo.world_size"
+        )
     by_rank: dict[int, list[Path]] = {}
     for r in ranks:
         by_rank.setdefault(r.rank, []).append(r.path)
@@ -54,8 +60,9 @@ def check_one_job(ranks: list[RankSummary]) -> None:
         hi = statistics.median(r.gpu_last_us for r in timed)
         apart = [r.path for r in timed if r.gpu_last_us < lo or r.gpu_first_us > hi]
         if apart:
-            raise InputError(apart[0], f"GPU activity never meets the other ranks' (another run of the job?): "
-                                       f"{_names(apart)}")
+            raise InputError(
+                apart[0], f"GPU activity never meets the other ranks' (another run of the job?): {_names(apart)}"
+            )
 
 
 def outliers(values: dict[int, float], metric: str) -> list[dict]:
@@ -77,8 +84,17 @@ def outliers(values: dict[int, float], metric: str) -> list[dict]:
     for rank, x in values.items():
         z = (x - med) / scale
         if abs(z) > cfg["modified_z"]:
-            out.append({"rank": rank, "metric": metric, "value": x, "median": med, "z": z, "statistic": stat,
-                        "threshold": cfg["modified_z"]})
+            out.append(
+                {
+                    "rank": rank,
+                    "metric": metric,
+                    "value": x,
+                    "median": med,
+                    "z": z,
+                    "statistic": stat,
+                    "threshold": cfg["modified_z"],
+                }
+            )
     return sorted(out, key=lambda o: -abs(o["z"]))
 
 
@@ -92,8 +108,13 @@ def step_matrix(ranks: list[RankSummary]) -> dict:
             if s["name"] not in steps:
                 steps.append(s["name"])
     col = {n: i for i, n in enumerate(steps)}
-    out = {"metric": "step wall time (ms)", "ranks": [r.rank for r in ranks], "steps": steps, "values_ms": [],
-           "computation_ms": []}
+    out = {
+        "metric": "step wall time (ms)",
+        "ranks": [r.rank for r in ranks],
+        "steps": steps,
+        "values_ms": [],
+        "computation_ms": [],
+    }
     for r in ranks:
         wall, comp = [None] * len(steps), [None] * len(steps)
         for s in r.steps:
@@ -113,23 +134,38 @@ def slowest_step(matrix: dict) -> dict | None:
         if col:
             t, rank = max(col)
             if best is None or t > best["time_ms"]:
-                best = {"step": name, "time_ms": t, "slowest_rank": rank,
-                        "median_rank_ms": statistics.median(v for v, _ in col)}
+                best = {
+                    "step": name,
+                    "time_ms": t,
+                    "slowest_rank": rank,
+                    "median_rank_ms": statistics.median(v for v, _ in col),
+                }
     return best
 
 
 def _rank_entry(r: RankSummary, matched: set[int], strag: dict) -> dict:
     steps = [s["wall_us"] for s in r.steps if s.get("wall_us") is not None]
     w = r.whole
-    return {"rank": r.rank, "file": str(r.path), "world_size": r.world_size, "calls": len(r.calls),
-            "calls_with_kernel": sum(c.kernel_ts is not None for c in r.calls),
-            "unmatched_calls": sum(c.kernel_ts is not None and id(c) not in matched for c in r.calls),
-            "comm_kernels": r.comm_kernels, "unlinked_comm_kernels": r.unlinked_kernels,
-            "comm_ms": r.comm_us / 1e3, "exposed_comm_ms": r.exposed_comm_us / 1e3,
-            "kernel_span_ms": r.span_us / 1e3,
-            "exposed_comm_share": r.exposed_comm_us / r.span_us if r.span_us else None,
-            "median_step_us": statistics.median(steps) if steps else None,
-            "busy_us": w.get("busy_us"), "gpu_time": w, "steps": r.steps, "outside_steps": r.outside_steps, **strag}
+    return {
+        "rank": r.rank,
+        "file": str(r.path),
+        "world_size": r.world_size,
+        "calls": len(r.calls),
+        "calls_with_kernel": sum(c.kernel_ts is not None for c in r.calls),
+        "unmatched_calls": sum(c.kernel_ts is not None and id(c) not in matched for c in r.calls),
+        "comm_kernels": r.comm_kernels,
+        "unlinked_comm_kernels": r.unlinked_kernels,
+        "comm_ms": r.comm_us / 1e3,
+        "exposed_comm_ms": r.exposed_comm_us / 1e3,
+        "kernel_span_ms": r.span_us / 1e3,
+        "exposed_comm_share": r.exposed_comm_us / r.span_us if r.span_us else None,
+        "median_step_us": statistics.median(steps) if steps else None,
+        "busy_us": w.get("busy_us"),
+        "gpu_time": w,
+        "steps": r.steps,
+        "outside_steps": r.outside_steps,
+        **strag,
+    }
 
 
 def combine(ranks: list[RankSummary], failed: list[Failed]) -> dict:
@@ -146,13 +182,22 @@ def combine(ranks: list[RankSummary], failed: list[Failed]) -> dict:
     per_rank = [_rank_entry(r, matched, strag[r.rank]) for r in ranks]
     worst = max(strag, key=lambda k: strag[k]["wait_caused_ms"]) if records else None
     matrix = step_matrix(ranks)
-    found = outliers({e["rank"]: e["median_step_us"] for e in per_rank if e["median_step_us"] is not None},
-                     "median_step_us")
+    found = outliers(
+        {e["rank"]: e["median_step_us"] for e in per_rank if e["median_step_us"] is not None}, "median_step_us"
+    )
     for metric in ("busy_us", "computation_us"):
         found += outliers({e["rank"]: e["gpu_time"][metric] for e in per_rank if metric in e["gpu_time"]}, metric)
-    return {"schema": SCHEMA, "ranks": per_rank, "collectives": records, "straggler_rank": worst,
-            "outliers": found, "slowest_step": slowest_step(matrix), "heatmap": matrix,
-            "failed": [{"file": str(f.path), "reason": f.reason} for f in failed], **missing_ranks(ranks)}
+    return {
+        "schema": SCHEMA,
+        "ranks": per_rank,
+        "collectives": records,
+        "straggler_rank": worst,
+        "outliers": found,
+        "slowest_step": slowest_step(matrix),
+        "heatmap": matrix,
+        "failed": [{"file": str(f.path), "reason": f.reason} for f in failed],
+        **missing_ranks(ranks),
+    }
 
 
 def missing_ranks(ranks: list[RankSummary]) -> dict:
@@ -171,8 +216,18 @@ def engine_section(run: EngineRun) -> dict:
     per: dict[str, dict] = {}
     for r in run.results:
         if isinstance(r, RankSummary):
-            w = per.setdefault(r.worker, {"worker": r.worker, "ranks": 0, "file_bytes": 0, "trace_bytes": 0,
-                                          "busy_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0})
+            w = per.setdefault(
+                r.worker,
+                {
+                    "worker": r.worker,
+                    "ranks": 0,
+                    "file_bytes": 0,
+                    "trace_bytes": 0,
+                    "busy_s": 0.0,
+                    "cpu_s": 0.0,
+                    "peak_rss_bytes": 0,
+                },
+            )
             w["ranks"] += 1
             w["file_bytes"] += r.file_bytes
             w["trace_bytes"] += r.trace_bytes
@@ -184,28 +239,48 @@ def engine_section(run: EngineRun) -> dict:
         w["trace_mb_per_s"] = w["trace_bytes"] / 1e6 / w["busy_s"] if w["busy_s"] > 0 else None
     total = sum(w["file_bytes"] for w in per.values())
     text = sum(w["trace_bytes"] for w in per.values())
-    return {"kind": run.kind, "workers": run.workers, "address": run.address, "wall_s": run.wall_s,
-            "file_bytes": total, "trace_bytes": text, "mb_per_s": total / 1e6 / run.wall_s if run.wall_s > 0 else None,
-            "per_worker": sorted(per.values(), key=lambda w: w["worker"])}
+    return {
+        "kind": run.kind,
+        "workers": run.workers,
+        "address": run.address,
+        "wall_s": run.wall_s,
+        "file_bytes": total,
+        "trace_bytes": text,
+        "mb_per_s": total / 1e6 / run.wall_s if run.wall_s > 0 else None,
+        "per_worker": sorted(per.values(), key=lambda w: w["worker"]),
+    }
 
 
-def analyze_job(specs: list, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
-            step_range: str | None = None) -> dict:
+def analyze_job(
+    specs: list,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    timeout_s: float = 60.0,
+    step_range: str | None = None,
+) -> dict:
     """The report of a job from its rank traces: files, folders or glob patterns."""
     paths = find_traces(specs)
     if len(paths) < 2:
-        raise InputError(paths[0] if paths else None, "give the traces of at least two ranks of one job",
-                         key=None if paths else "traces")
+        raise InputError(
+            paths[0] if paths else None,
+            "give the traces of at least two ranks of one job",
+            key=None if paths else "traces",
+        )
     run = run_ranks(paths, workers, scheduler, timeout_s, step_range)
     ok = [r for r in run.results if isinstance(r, RankSummary)]
     failed = [r for r in run.results if isinstance(r, Failed)]
     if len(ok) < 2:
         # named by the first that failed (its reason once: a reader's reason already starts with its path)
         first = failed[0] if failed else None
-        why = "" if first is None else \
-            "; this one: " + first.reason.removeprefix(f"{first.path}: ").removeprefix(f"{first.path.name}: ")
-        raise InputError(first.path if first else paths[0].parent, f"{len(failed)} of {len(paths)} rank traces "
-                                                                   f"failed to read: fewer than two ranks left{why}")
+        why = (
+            ""
+            if first is None
+            else "; this one: " + first.reason.removeprefix(f"{first.path}: ").removeprefix(f"{first.path.name}: ")
+        )
+        raise InputError(
+            first.path if first else paths[0].parent,
+            f"{len(failed)} of {len(paths)} rank traces failed to read: fewer than two ranks left{why}",
+        )
     doc = combine(ok, failed)
     doc["engine"] = engine_section(run)
     return doc
@@ -215,20 +290,26 @@ class Job(Tables):
     """A job of many ranks for notebooks (docs/api.md): the report `dawnscope comm ranks` prints
     (`analyze_job`: the traces found, each rank read in a worker, combined), computed once on first use, with
     its tables as lists of dicts and, with pandas (the `frames` extra), DataFrames. `traces`: files, folders or
-    glob patterns; `workers`: local reader processes (default: the CPUs; 0: in this process); `scheduler`: a
+    glob patterns; `readers`: local reader processes (default: the CPUs; 0: in this process); `scheduler`: a
     Dask scheduler address instead; `step_range`: the name of the step ranges (default: ProfilerStep#N)."""
 
     TABLES = ("ranks", "steps", "stragglers", "collectives", "outliers", "failed")
 
-    def __init__(self, traces, workers: int | None = None, scheduler: str | None = None, timeout_s: float = 60.0,
-                 step_range: str | None = None):
+    def __init__(
+        self,
+        traces,
+        readers: int | None = None,
+        scheduler: str | None = None,
+        timeout_s: float = 60.0,
+        step_range: str | None = None,
+    ):
         self.traces = [traces] if isinstance(traces, (str, Path)) else list(traces)
-        self.workers, self.scheduler, self.timeout_s, self.step_range = workers, scheduler, timeout_s, step_range
+        self.readers, self.scheduler, self.timeout_s, self.step_range = readers, scheduler, timeout_s, step_range
 
     @cached_property
     def report(self) -> dict:
         """The combined report (schema dawnscope.comm.ranks/2), as `comm ranks --json` writes it."""
-        return analyze_job(self.traces, self.workers, self.scheduler, self.timeout_s, self.step_range)
+        return analyze_job(self.traces, self.readers, self.scheduler, self.timeout_s, self.step_range)
 
     @property
     def ranks(self) -> list[dict]:

@@ -1,4 +1,5 @@
 """busbw against message size, one line per collective (the nccl-tests picture)."""
+
 from __future__ import annotations
 
 import textwrap

@@ -14,6 +14,7 @@ A matched call's time is the shortest of its kernels (the last rank to arrive wa
 kernel time is the transfer); algbw = bytes / that time, busbw = algbw x the nccl-tests factor over the
 group size. The straggler is the rank whose kernel started last; skew_us = latest - earliest start.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,6 +32,7 @@ from microbench.core.ops.aten import element_bytes
 from microbench.trace import gpu_time
 from microbench.trace.analysis import read_trace
 from microbench.trace.timeline import CPU_RANGE, KERNEL, NO_ID, Timeline
+
 from .busbw import bus_factor, canonical_op
 
 SIZE_SYMMETRIC = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
@@ -94,8 +96,9 @@ def _message(tl: Timeline, row: int, path: Path) -> int | None:
     if not dims or not isinstance(dims, list) or not isinstance(dims[0], list):
         return None
     if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims[0]):
-        raise InputError(path, "expected integer dimensions", key=f"{tl.names[r.name[row]]}.args.Input Dims",
-                         value=dims[0])
+        raise InputError(
+            path, "expected integer dimensions", key=f"{tl.names[r.name[row]]}.args.Input Dims", value=dims[0]
+        )
     size = element_bytes((types or [None])[0]) if isinstance(types, list) else None
     return math.prod(dims[0]) * size if size else None
 
@@ -108,8 +111,15 @@ def _group_size(tl: Timeline, row: int, world: int | None) -> int:
     for o in np.flatnonzero((ops.thread == r.thread[row]) & (ops.ts_us <= ts) & (ts <= ops.ts_us + ops.dur_us)):
         name = tl.names[ops.name[o]]
         od = tl.arg_values[ops.input_dims[o]] if ops.input_dims[o] != NO_ID else []
-        if name.startswith("c10d::") and "allgather" in name.replace("_", "") and len(od) >= 2 and od[0] and od[1] \
-                and dims and dims[0]:
+        if (
+            name.startswith("c10d::")
+            and "allgather" in name.replace("_", "")
+            and len(od) >= 2
+            and od[0]
+            and od[1]
+            and dims
+            and dims[0]
+        ):
             if math.prod(od[0]) % max(math.prod(od[1]), 1) == 0 and math.prod(od[1]) == math.prod(dims[0]):
                 return math.prod(od[0]) // math.prod(od[1])
     return world or 1
@@ -192,8 +202,7 @@ def _rank_and_world(info: dict, path: Path, fallback_rank: int) -> tuple[int, in
     """The rank (the file's place among the job's files where the trace names none) and the world size."""
     rank, world = _count(info, "rank", path), _count(info, "world_size", path)
     if rank is not None and world is not None and rank >= world:
-        raise InputError(path, f"rank {rank} is not below world_size {world}", key="distributedInfo.rank",
-                         value=rank)
+        raise InputError(path, f"rank {rank} is not below world_size {world}", key="distributedInfo.rank", value=rank)
     return (fallback_rank if rank is None else rank), world
 
 
@@ -262,9 +271,18 @@ def collective_record(group: list[Call]) -> dict:
     alg = nbytes / t_s / 1e9 if nbytes and t_s > 0 else None
     factor = bus_factor(op, n) if op in BUS_OPS else None
     skew_us = max(starts.values()) - min(starts.values())
-    return {"op": op, "name": group[0].name, "bytes": {c.rank: c.bytes for c in group}, "group_size": n,
-            "time_ms": t_s * 1e3, "algbw_gbps": alg, "busbw_gbps": alg * factor if alg and factor else None,
-            "skew_us": skew_us, "start_skew_ms": skew_us / 1e3,
-            "end_skew_ms": (max(ends.values()) - min(ends.values())) / 1e3,
-            "straggler_rank": max(starts, key=starts.get), "start_us": min(starts.values()),
-            "kernel_ms": {c.rank: c.kernel_us / 1e3 for c in group}}
+    return {
+        "op": op,
+        "name": group[0].name,
+        "bytes": {c.rank: c.bytes for c in group},
+        "group_size": n,
+        "time_ms": t_s * 1e3,
+        "algbw_gbps": alg,
+        "busbw_gbps": alg * factor if alg and factor else None,
+        "skew_us": skew_us,
+        "start_skew_ms": skew_us / 1e3,
+        "end_skew_ms": (max(ends.values()) - min(ends.values())) / 1e3,
+        "straggler_rank": max(starts, key=starts.get),
+        "start_us": min(starts.values()),
+        "kernel_ms": {c.rank: c.kernel_us / 1e3 for c in group},
+    }

@@ -14,21 +14,24 @@ with B = nominal bandwidth x efficiency. Step time = T1 + exposed communication;
 step time; speed-up = p T1 / step time (time-to-accuracy speed-up if the epochs to accuracy do not change
 with the global batch, which large batches can break: not modelled).
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 import time
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .ddp import grad_bytes
+import tomllib
+
 from microbench import models
 from microbench.core.errors import ConfigError
 from microbench.core.files import exists
 from microbench.core.jsonio import load_json, number, of_type
 from microbench.core.resources import data_file
+
+from .ddp import grad_bytes
 
 FABRICS_PATH = data_file("fabrics.toml")
 FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -83,11 +86,16 @@ def load_fabric(name: str, path: Path = FABRICS_PATH) -> Fabric:
     t = _table(path)
     e = t.get("fabric", {}).get(name)
     if not isinstance(e, dict):
-        raise ConfigError(path, f"unknown fabric (known: {', '.join(fabric_names(path))}; or a results.json "
-                                "of `comm collectives`)", key="--fabric", value=name)
+        raise ConfigError(
+            path,
+            f"unknown fabric (known: {', '.join(fabric_names(path))}; or a results.json of `comm collectives`)",
+            key="--fabric",
+            value=name,
+        )
     try:
-        return Fabric(name, str(e["title"]), int(e["gpus_per_node"]), _link(t, e["intra"], path),
-                      _link(t, e["inter"], path))
+        return Fabric(
+            name, str(e["title"]), int(e["gpus_per_node"]), _link(t, e["intra"], path), _link(t, e["inter"], path)
+        )
     except KeyError as err:
         raise ConfigError(path, f"missing key {err}", key=f"fabric.{name}") from None
 
@@ -148,9 +156,17 @@ def predict(w: Workload, workers: int, fabric: Fabric) -> dict:
         done = max(ready, done) + t
     exposed = max(0.0, done - backward) if workers > 1 else 0.0
     step = t1 + exposed
-    return {"workers": workers, "nodes": math.ceil(workers / fabric.gpus_per_node), "step_ms": step * 1e3,
-            "comm_ms": comm * 1e3, "exposed_comm_ms": exposed * 1e3, "comm_share": exposed / step,
-            "comm_busy_share": comm / step, "speedup": workers * t1 / step, "scaling_efficiency": t1 / step}
+    return {
+        "workers": workers,
+        "nodes": math.ceil(workers / fabric.gpus_per_node),
+        "step_ms": step * 1e3,
+        "comm_ms": comm * 1e3,
+        "exposed_comm_ms": exposed * 1e3,
+        "comm_share": exposed / step,
+        "comm_busy_share": comm / step,
+        "speedup": workers * t1 / step,
+        "scaling_efficiency": t1 / step,
+    }
 
 
 def sweep(w: Workload, workers: list[int], fabric: Fabric) -> list[dict]:
@@ -162,14 +178,24 @@ def scenario(name: str, path: Path = FABRICS_PATH) -> tuple[dict, dict]:
     t = _table(path)
     s = t.get("scenario", {}).get(name)
     if not isinstance(s, dict):
-        raise ConfigError(path, f"unknown scenario (known: {', '.join(t.get('scenario', {}))})", key="scenario",
-                          value=name)
+        raise ConfigError(
+            path, f"unknown scenario (known: {', '.join(t.get('scenario', {}))})", key="scenario", value=name
+        )
     fab = load_fabric(s["fabric"], path)
-    fab = replace(fab, intra=replace(fab.intra, efficiency=s["intra_efficiency"]),
-                  inter=replace(fab.inter, efficiency=s["inter_efficiency"]))
+    fab = replace(
+        fab,
+        intra=replace(fab.intra, efficiency=s["intra_efficiency"]),
+        inter=replace(fab.inter, efficiency=s["inter_efficiency"]),
+    )
     step_ms = s["batch_per_gpu"] * s["step_flop_per_image"] / (s["achieved_tflops"] * 1e12) * 1e3
-    w = Workload(step_ms, int(s["gradient_bytes"]), int(s["bucket_mb"] * 2**20), s["backward_fraction"],
-                 s["overlap"], s["algorithm"])
+    w = Workload(
+        step_ms,
+        int(s["gradient_bytes"]),
+        int(s["bucket_mb"] * 2**20),
+        s["backward_fraction"],
+        s["overlap"],
+        s["algorithm"],
+    )
     return s, predict(w, int(s["workers"]), fab)
 
 
@@ -182,16 +208,26 @@ def fabric_from_results(path: Path) -> Fabric:
         if not isinstance(r, dict) or r.get("op") != "allreduce" or r.get("busbw_gbps") is None:
             continue
         key = f"results[{i}]"  # every field the model reads, checked: a wrong one is one line naming it
-        rows.append({"bytes": _count(r.get("bytes"), path, f"{key}.bytes"),
-                     "nranks": _count(r.get("nranks", 2), path, f"{key}.nranks", MAX_WORKERS),
-                     "median_ms": _positive(number(of_type(r.get("time_ms"), dict, path, f"{key}.time_ms")
-                                                   .get("median"), path, f"{key}.time_ms.median"),
-                                            path, f"{key}.time_ms.median"),
-                     "busbw_gbps": _positive(number(r["busbw_gbps"], path, f"{key}.busbw_gbps"), path,
-                                             f"{key}.busbw_gbps")})
+        rows.append(
+            {
+                "bytes": _count(r.get("bytes"), path, f"{key}.bytes"),
+                "nranks": _count(r.get("nranks", 2), path, f"{key}.nranks", MAX_WORKERS),
+                "median_ms": _positive(
+                    number(
+                        of_type(r.get("time_ms"), dict, path, f"{key}.time_ms").get("median"),
+                        path,
+                        f"{key}.time_ms.median",
+                    ),
+                    path,
+                    f"{key}.time_ms.median",
+                ),
+                "busbw_gbps": _positive(number(r["busbw_gbps"], path, f"{key}.busbw_gbps"), path, f"{key}.busbw_gbps"),
+            }
+        )
     if not rows:
-        raise ConfigError(path, "no correct all-reduce rows with busbw_gbps (run `comm collectives` first)",
-                          key="results")
+        raise ConfigError(
+            path, "no correct all-reduce rows with busbw_gbps (run `comm collectives` first)", key="results"
+        )
     n = rows[0]["nranks"]
     small = min(rows, key=lambda r: r["bytes"])
     alpha_us = small["median_ms"] * 1e3 / max(2 * (n - 1), 1)
@@ -220,8 +256,9 @@ def parse_workers(text: str) -> list[int]:
     except ValueError:
         out = []
     if not out or min(out) < 1 or max(out) > MAX_WORKERS:
-        raise ConfigError(None, f"expected worker counts from 1 to {MAX_WORKERS:,} like 1,2,4,8", key="--workers",
-                          value=text)
+        raise ConfigError(
+            None, f"expected worker counts from 1 to {MAX_WORKERS:,} like 1,2,4,8", key="--workers", value=text
+        )
     return sorted(set(out))
 
 
@@ -256,25 +293,38 @@ def scale_command(args) -> dict:
     if args.model is None and (grad is None or step_ms is None):
         raise ConfigError(None, "give --model, or both --step-ms and --gradient-bytes", key="--model")
     if args.model is not None and grad is None:
-
         grad = grad_bytes(models.load(args.model).model)
     if step_ms is None and not fabric.name.startswith("measured:"):
         # A preset is another machine's fabric: this CPU's step time over a V100's links is no machine at all.
-        raise ConfigError(None, f"--fabric {fabric.name} describes another machine's GPUs: give --step-ms (the "
-                                "single-worker step time on that machine, e.g. from its trace), or a results.json "
-                                "of `comm collectives` measured here as --fabric", key="--step-ms")
+        raise ConfigError(
+            None,
+            f"--fabric {fabric.name} describes another machine's GPUs: give --step-ms (the "
+            "single-worker step time on that machine, e.g. from its trace), or a results.json "
+            "of `comm collectives` measured here as --fabric",
+            key="--step-ms",
+        )
     if step_ms is None:
         step_ms, batch = measured_step_ms(args.model)
         source = f"measured here on the CPU ({args.model}, batch {batch})"
     else:
         source = "--step-ms"
     notes.append(f"step time: {source}")
-    w = Workload(step_ms, int(grad), int(args.bucket_mb * 2**20), args.backward_fraction, args.overlap,
-                 args.algorithm)
-    doc = {"schema": "dawnscope.comm.scale/1", "model": args.model, "workload": w.__dict__, "step_source": source,
-           "fabric": {"name": fabric.name, "title": fabric.title, "gpus_per_node": fabric.gpus_per_node,
-                      "intra": fabric.intra.__dict__, "inter": fabric.inter.__dict__},
-           "predictions": sweep(w, workers, fabric), "notes": notes}
+    w = Workload(step_ms, int(grad), int(args.bucket_mb * 2**20), args.backward_fraction, args.overlap, args.algorithm)
+    doc = {
+        "schema": "dawnscope.comm.scale/1",
+        "model": args.model,
+        "workload": w.__dict__,
+        "step_source": source,
+        "fabric": {
+            "name": fabric.name,
+            "title": fabric.title,
+            "gpus_per_node": fabric.gpus_per_node,
+            "intra": fabric.intra.__dict__,
+            "inter": fabric.inter.__dict__,
+        },
+        "predictions": sweep(w, workers, fabric),
+        "notes": notes,
+    }
     if args.paper:
         doc["paper"] = paper_figures()
     return doc

@@ -6,6 +6,7 @@ Local runs choose their port without a race: the parent starts the rendezvous st
 bounded: the store connection, init_process_group and the collectives get `timeout_s`, and the parent
 watches its children, so a rank that dies or hangs ends the run with one line (CommError), never a hang.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -112,15 +113,24 @@ def master_store(port: int, world: int, timeout_s: float):
     import torch.distributed as dist
 
     try:
-        return dist.TCPStore(LOOPBACK, port, world + 1, is_master=True, timeout=_timeout(timeout_s),
-                             wait_for_workers=False)
+        return dist.TCPStore(
+            LOOPBACK, port, world + 1, is_master=True, timeout=_timeout(timeout_s), wait_for_workers=False
+        )
     except (RuntimeError, OSError) as e:
         raise CommError(f"cannot serve the rendezvous on {LOOPBACK}:{port}: {_one_line(e)}") from None
 
 
-def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: float = 60.0, port: int = 0,
-              start_method: str = "spawn", deadline_s: float | None = None,
-              startup_s: float | None = None) -> list:
+def run_local(
+    fn,
+    args: tuple,
+    nproc: int,
+    backend: str = "gloo",
+    timeout_s: float = 60.0,
+    port: int = 0,
+    start_method: str = "spawn",
+    deadline_s: float | None = None,
+    startup_s: float | None = None,
+) -> list:
     """fn(RankInfo, *args) on `nproc` new local processes; its return values, by rank.
 
     Raises CommError naming the first rank that failed or died, after stopping the others. A rank that
@@ -133,8 +143,13 @@ def run_local(fn, args: tuple, nproc: int, backend: str = "gloo", timeout_s: flo
         raise CommError(f"--nproc must be >= 1, got {nproc}")
     store = master_store(port, nproc, timeout_s)
     with tempfile.TemporaryDirectory(prefix="dawnscope-comm-") as out_dir:
-        ctx = mp.start_processes(_spawned_rank_main, args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
-                                 nprocs=nproc, join=False, start_method=start_method)
+        ctx = mp.start_processes(
+            _spawned_rank_main,
+            args=(fn, args, nproc, backend, store.port, timeout_s, out_dir),
+            nprocs=nproc,
+            join=False,
+            start_method=start_method,
+        )
         try:
             _watch(ctx.processes, out_dir, deadline_s, STARTUP_ALLOWANCE_S if startup_s is None else startup_s)
         finally:
@@ -167,8 +182,9 @@ def _watch(procs, out_dir: str, deadline_s: float | None, startup_s: float) -> N
             return
         if time.monotonic() > deadline:
             late = [r for r, c in enumerate(codes) if c is None]
-            raise CommError(f"ranks {late} did not finish within {deadline_s:g} s (+{startup_s:g} s start-up): "
-                            "stopped them")
+            raise CommError(
+                f"ranks {late} did not finish within {deadline_s:g} s (+{startup_s:g} s start-up): stopped them"
+            )
         time.sleep(0.05)
 
 

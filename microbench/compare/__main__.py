@@ -1,4 +1,5 @@
 """`python -m microbench.compare`, the same as `dawnscope compare`."""
+
 import sys
 
 from microbench.compare.cli import main

@@ -1,5 +1,6 @@
 """dawnscope compare RESULTS... [--baseline NAME] [--html OUT] [--json OUT]: results of different
 machines side by side (the library: microbench.report.compare)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,8 @@ from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, print_written, write_file
 from microbench.findings.analysis import TraceAnalysis
-from microbench.report import inspect_compare as I, trace_compare as T
+from microbench.report import inspect_compare as I
+from microbench.report import trace_compare as T
 from microbench.report.cells import kept_in
 from microbench.report.compare import compare, compare_html, print_compare, resolve_results
 from microbench.trace.analysis import is_profiler_trace
@@ -21,26 +23,40 @@ def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="dawnscope compare",
         description="Put results from different machines side by side per case: our results.json and "
-                    "pytest-benchmark --benchmark-json files; or traces of one workload on several machines, per "
-                    "kernel class and per operator. Time, TFLOP/s, % of each machine's ceilings, ratio "
-                    "to the baseline machine; missing cases shown as missing; different profiles or software "
-                    "versions flagged.",
+        "pytest-benchmark --benchmark-json files; or traces of one workload on several machines, per "
+        "kernel class and per operator. Time, TFLOP/s, % of each machine's ceilings, ratio "
+        "to the baseline machine; missing cases shown as missing; different profiles or software "
+        "versions flagged.",
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, non-JSON or not a results file; unknown "
-               "--baseline; an unusable --html/--json path), 130 interrupted.")
-    ap.add_argument("results", nargs="+", type=Path,
-                    help="results.json or pytest-benchmark JSON files (.gz too), or result directories (python -m "
-                         "microbench.roofline.cli --out DIR: its results.json); or profiler traces (any format trace "
-                         "reads) or their reports (microbench.trace.cli --json): one workload on several machines, per "
-                         "kernel class and per op; or inspect files "
-                         "(microbench.inspect.cli --json): one kernel on several targets, per kernel and configuration")
-    ap.add_argument("--baseline", default=None, metavar="NAME",
-                    help="the machine the ratios are relative to: its label (device name), file name or a unique "
-                         "part of either; default: the first file")
+        "--baseline; an unusable --html/--json path), 130 interrupted.",
+    )
+    ap.add_argument(
+        "results",
+        nargs="+",
+        type=Path,
+        help="results.json or pytest-benchmark JSON files (.gz too), or result directories (python -m "
+        "microbench.roofline.cli --out DIR: its results.json); or profiler traces (any format trace "
+        "reads) or their reports (microbench.trace.cli --json): one workload on several machines, per "
+        "kernel class and per op; or inspect files "
+        "(microbench.inspect.cli --json): one kernel on several targets, per kernel and configuration",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="NAME",
+        help="the machine the ratios are relative to: its label (device name), file name or a unique "
+        "part of either; default: the first file",
+    )
     ap.add_argument("--html", type=Path, default=None, metavar="OUT", help="also write a self-contained HTML page")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the comparison as JSON")
-    ap.add_argument("--target", action="append", default=None, metavar="TARGET",
-                    help="inspect files: a target to show (repeatable; default: sm_90 and gfx942 when both are there, "
-                         "else every target of the files)")
+    ap.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        metavar="TARGET",
+        help="inspect files: a target to show (repeatable; default: sm_90 and gfx942 when both are there, "
+        "else every target of the files)",
+    )
     return ap
 
 

@@ -1,5 +1,6 @@
 """What every command's argument parsing shares: the parser whose errors are one line, and the checked number
 types (a bad value is that one line, naming the option, exit 2)."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,8 +8,8 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from microbench.core.errors import shown
 
@@ -54,14 +55,19 @@ def number(cast: Callable, low: float, high: float = math.inf, low_open: bool = 
     if cast is int:
         where = f"an integer from {int(low) + low_open:,}" + (f" to {int(high):,}" if high != math.inf else " up")
     else:
-        where = "finite and " + (f"{'>' if low_open else '>='} {low:g}" if high == math.inf
-                                 else f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+        where = "finite and " + (
+            f"{'>' if low_open else '>='} {low:g}"
+            if high == math.inf
+            else f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        )
 
     def check(text: str):
         try:
             v = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown(text)!r} is not {'an integer' if cast is int else 'a number'}")
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)!r} is not {'an integer' if cast is int else 'a number'}"
+            ) from None
         if not math.isfinite(v) or v < low or v > high or (low_open and v == low):
             raise argparse.ArgumentTypeError(f"{shown(text)!r} must be {where}")
         return v
@@ -120,7 +126,7 @@ class Heartbeat:
         if self.on:
             self._emit(msg)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         if self.on:  # nothing printed yet: bad input found at once stays one line
             self._thread.start()
         return self
@@ -134,14 +140,34 @@ class Heartbeat:
 
 def add_job_arguments(p) -> None:
     """The options of a job's rank traces, for the commands that read a job (`comm ranks`, `trace`)."""
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the rank x step heat map (heatmap.png) and the HTML report (job.html) here",
+    )
 
-    p.add_argument("--readers", dest="workers", type=non_negative_int, default=None, metavar="N",
-                   help="local processes reading the ranks; default: the CPUs; 0: in this process")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
-                        "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
-                        "trace paths")
-    p.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
-                   help="seconds to wait for the Dask scheduler; default: %(default)s")
+    p.add_argument(
+        "--readers",
+        dest="workers",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="local processes reading the ranks; default: the CPUs; 0: in this process",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="a Dask distributed scheduler (tcp://host:8786) whose workers read the ranks instead of "
+        "local processes; default: $DASK_SCHEDULER_ADDRESS where set. The workers must see the "
+        "trace paths",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for the Dask scheduler; default: %(default)s",
+    )

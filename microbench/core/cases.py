@@ -1,5 +1,6 @@
 """Inputs, float64 references and the correctness check: written once (each op family's part in its spec,
 microbench.core.ops), imported by the runner, the benchmark tests and the kernel tests alike."""
+
 from __future__ import annotations
 
 import torch

@@ -13,6 +13,7 @@ Recorded before and during a run (results.json `conditions`):
 `busy` is the judgement: true when any threshold of [conditions] in bench.toml is exceeded. A busy run's
 report starts with a warning line saying what to do.
 """
+
 from __future__ import annotations
 
 import os
@@ -123,8 +124,11 @@ class CpuWindow:
         ncpu = os.cpu_count() or 1
         seconds_per_jiffy = wall * ncpu / total if total > 0 else 0.0
         other = max(0, busy - (own1 - self.own0)) * seconds_per_jiffy
-        return out | {"other_cores": round(other / wall, 3), "steal_share": round(steal / total, 4) if total else 0.0,
-                      "own_cores": round((own1 - self.own0) * seconds_per_jiffy / wall, 3)}
+        return out | {
+            "other_cores": round(other / wall, 3),
+            "steal_share": round(steal / total, 4) if total else 0.0,
+            "own_cores": round((own1 - self.own0) * seconds_per_jiffy / wall, 3),
+        }
 
 
 # Set by Conditions.fit_threads when it lowered the thread count of this process (one process, one choice).
@@ -173,7 +177,7 @@ class Conditions:
         self.before: dict = {}
         self.window: CpuWindow | None = None
 
-    def start(self) -> "Conditions":
+    def start(self) -> Conditions:
         look = CpuWindow()
         time.sleep(self.st.sample_s)  # idle: whatever runs now is someone else
         self.before = {"loadavg": loadavg(), **look.stop()}
@@ -203,9 +207,13 @@ class Conditions:
         if n >= was:
             return None
         torch.set_num_threads(n)
-        _FITTED = {"threads": n, "was": was, "cores": cores,
-                   "why": f"machine busy (other processes kept {other:.2f} of {cores} cores busy before the run): "
-                          f"{n} thread(s) instead of {was}, so that no op waits for a descheduled thread"}
+        _FITTED = {
+            "threads": n,
+            "was": was,
+            "cores": cores,
+            "why": f"machine busy (other processes kept {other:.2f} of {cores} cores busy before the run): "
+            f"{n} thread(s) instead of {was}, so that no op waits for a descheduled thread",
+        }
         return _FITTED
 
     def busy_now(self) -> bool:
@@ -216,11 +224,20 @@ class Conditions:
         during = self.window.stop() if self.window else {}
         during["loadavg"] = loadavg()
         if self.gpu_index is not None:
-            during["gpu"] = gpu_window(self.before.get("gpu") or {}, gpu_state(self.gpu_index), during.get("wall_s") or 0.0)
-        doc = {"before": self.before, "during": during, "threads": threads_block(), "cores": usable_cores(),
-               "thresholds": {"max_other_cores": self.st.max_other_cores,
-                              "max_load_per_core": self.st.max_load_per_core,
-                              "max_steal_share": self.st.max_steal_share}}
+            during["gpu"] = gpu_window(
+                self.before.get("gpu") or {}, gpu_state(self.gpu_index), during.get("wall_s") or 0.0
+            )
+        doc = {
+            "before": self.before,
+            "during": during,
+            "threads": threads_block(),
+            "cores": usable_cores(),
+            "thresholds": {
+                "max_other_cores": self.st.max_other_cores,
+                "max_load_per_core": self.st.max_load_per_core,
+                "max_steal_share": self.st.max_steal_share,
+            },
+        }
         doc["vendor"] = vendor.applied_since(getattr(self, "vendor_mark", (0, ())))  # core/vendor.py, per family
         doc["reasons"] = judge_conditions(doc, self.st)
         doc["busy"] = bool(doc["reasons"])
@@ -236,8 +253,9 @@ def judge_conditions(doc: dict, st: ConditionSettings) -> list[str]:
         w = doc.get(when) or {}
         other = w.get("other_cores")
         if other is not None and other > st.max_other_cores:
-            out.append(f"{when} the run other processes kept {other:.2f} of {cores} cores busy "
-                       f"(> {st.max_other_cores:g})")
+            out.append(
+                f"{when} the run other processes kept {other:.2f} of {cores} cores busy (> {st.max_other_cores:g})"
+            )
         steal = w.get("steal_share")
         if steal is not None and steal > st.max_steal_share:
             out.append(f"{when} the run the hypervisor took {steal:.0%} of the CPU time (steal)")
@@ -256,9 +274,10 @@ def conditions_line(doc: dict) -> str:
     """One line for a quiet run's report: what the machine was doing, the threads and why."""
     before, during = doc.get("before") or {}, doc.get("during") or {}
     load = before.get("loadavg")
-    parts = [f"load {load[0]:.2f} before" if load else None,
-             f"other processes {during['other_cores']:.2f} cores during" if during.get("other_cores") is not None
-             else None]
+    parts = [
+        f"load {load[0]:.2f} before" if load else None,
+        f"other processes {during['other_cores']:.2f} cores during" if during.get("other_cores") is not None else None,
+    ]
     th = doc.get("threads") or {}
     if th:
         parts.append(f"{th.get('torch_threads')} torch thread(s) on {th.get('cores')} cores ({th.get('why')})")
@@ -267,6 +286,8 @@ def conditions_line(doc: dict) -> str:
 
 def busy_advice(doc: dict) -> str:
     """The warning line of a busy run's report."""
-    return ("machine busy: " + "; ".join(doc.get("reasons", [])) + ". Timings and ceilings are unreliable: rerun "
-            "when `uptime` shows a load under the core count and `top` shows no other busy process, and compare "
-            "two versions within one run, not across runs")
+    return (
+        "machine busy: " + "; ".join(doc.get("reasons", [])) + ". Timings and ceilings are unreliable: rerun "
+        "when `uptime` shows a load under the core count and `top` shows no other busy process, and compare "
+        "two versions within one run, not across runs"
+    )

@@ -3,12 +3,14 @@
 Every problem is a ConfigError naming the file, the key (a dotted path) and the value; the command line
 turns it into one line and exit code 2. Nothing here imports torch, so a bad config fails fast.
 """
+
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import tomllib
 
 from microbench.core import dtypes as dt_table
 from microbench.core import ops
@@ -16,9 +18,9 @@ from microbench.core.conditions import ConditionSettings
 from microbench.core.errors import ConfigError, InputError
 from microbench.core.files import read_input
 from microbench.core.ops import OpSpec
+from microbench.core.resources import data_file, default_config
 from microbench.core.shapes import Case
 from microbench.core.stats import NoiseSettings
-from microbench.core.resources import data_file, default_config
 
 DEFAULT_CONFIG = default_config()
 DATA_DIR = data_file("")
@@ -52,7 +54,7 @@ class TimingSettings:
     max_case_seconds: float = 10.0
     gpu_lead_max_ms: float = 50.0  # GPU: the longest sleep ahead of one batch of timed repeats (harness/timing)
 
-    def exactly(self, reps: int) -> "TimingSettings":
+    def exactly(self, reps: int) -> TimingSettings:
         """Exactly `reps` timed calls after time_calls()'s own untimed first call and probe, and no L2 flush between
         them: for training steps (their own working set is far larger than L2, and steps follow each other
         directly) and the batches of a step's loader."""
@@ -120,8 +122,9 @@ class Config:
 
     def case_set(self, name: str) -> CaseSet:
         if name not in self.case_sets:
-            raise ConfigError(self.path, f"no such profile (have: {', '.join(sorted(self.case_sets))})",
-                              key="profiles", value=name)
+            raise ConfigError(
+                self.path, f"no such profile (have: {', '.join(sorted(self.case_sets))})", key="profiles", value=name
+            )
         return self.case_sets[name]
 
 
@@ -139,8 +142,9 @@ class _Reader:
             self.fail(where, table, "expected a table")
         for k in table:
             if k not in allowed:
-                self.fail(f"{where}.{k}" if where else k, table[k],
-                          f"unknown key (allowed: {', '.join(sorted(allowed))})")
+                self.fail(
+                    f"{where}.{k}" if where else k, table[k], f"unknown key (allowed: {', '.join(sorted(allowed))})"
+                )
         for k in required:
             if k not in table:
                 self.fail(f"{where}.{k}" if where else k, None, "missing required key")
@@ -252,8 +256,9 @@ def _read_toml(path: Path) -> dict:
     except InputError as e:
         raise ConfigError(path, e.problem) from None
     except UnicodeDecodeError as e:
-        raise ConfigError(path, f"not UTF-8 text (TOML files are UTF-8): byte {e.start} is "
-                                f"{e.object[e.start]:#04x}") from None
+        raise ConfigError(
+            path, f"not UTF-8 text (TOML files are UTF-8): byte {e.start} is {e.object[e.start]:#04x}"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -288,8 +293,12 @@ def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
     own: dict[str, list[Case]] = {}
     for name, t in raw.items():
         where = f"profiles.{name}"
-        rd.keys(t, where, {"description", "providers", "extends", "ceiling_budget_s", "max_case_seconds",
-                           *ops.FAMILIES}, {"providers"})
+        rd.keys(
+            t,
+            where,
+            {"description", "providers", "extends", "ceiling_budget_s", "max_case_seconds", *ops.FAMILIES},
+            {"providers"},
+        )
         providers = rd.strings(t, "providers", where)
         if not providers:
             rd.fail(f"{where}.providers", providers, "empty list")
@@ -306,8 +315,9 @@ def _case_sets(rd: _Reader, raw: dict) -> dict[str, CaseSet]:
             extends[name] = t["extends"]
         own[name] = cases
         budget = float(rd.num(t, "ceiling_budget_s", where)) if "ceiling_budget_s" in t else None
-        limit = (float(rd.num(t, "max_case_seconds", where, maximum=MAX_CASE_SECONDS)) if "max_case_seconds" in t
-                 else None)
+        limit = (
+            float(rd.num(t, "max_case_seconds", where, maximum=MAX_CASE_SECONDS)) if "max_case_seconds" in t else None
+        )
         out[name] = CaseSet(name, str(t.get("description", "")), providers, (), budget, limit)
 
     def all_cases(name: str, seen: tuple[str, ...] = ()) -> list[Case]:
@@ -329,16 +339,28 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
     devs = []
     for key, t in raw.items():
         where = f"devices.{key}"
-        rd.keys(t, where, {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS, *_DEVICE_SHAPE_KEYS},
-                {"name", "match"})
+        rd.keys(
+            t,
+            where,
+            {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS, *_DEVICE_SHAPE_KEYS},
+            {"name", "match"},
+        )
         match = rd.strings(t, "match", where)
         if not match:
             rd.fail(f"{where}.match", match, "empty list: the entry would match every device")
         peaks = {p: float(rd.num(t, p, where, maximum=MAX_PEAK)) for p in DATASHEET_PRECISIONS if p in t}
         mem = float(rd.num(t, "memory_tbs", where, maximum=MAX_PEAK)) if "memory_tbs" in t else None
-        devs.append(DatasheetDevice(key, str(t["name"]), tuple(s.upper() for s in match),
-                                    tuple(s.upper() for s in rd.strings(t, "exclude", where, default=[])),
-                                    peaks, mem, **_device_shape(rd, t, where)))
+        devs.append(
+            DatasheetDevice(
+                key,
+                str(t["name"]),
+                tuple(s.upper() for s in match),
+                tuple(s.upper() for s in rd.strings(t, "exclude", where, default=[])),
+                peaks,
+                mem,
+                **_device_shape(rd, t, where),
+            )
+        )
     return tuple(devs)
 
 
@@ -352,9 +374,11 @@ def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
     return {
         "achievable_tflops": {p: float(rd.num(ach, p, f"{where}.achievable", maximum=MAX_PEAK)) for p in ach},
         "achievable_memory_tbs": float(rd.num(t, "achievable_memory_tbs", where, maximum=MAX_PEAK))
-        if "achievable_memory_tbs" in t else None,
+        if "achievable_memory_tbs" in t
+        else None,
         "compute_units": int(rd.num(t, "compute_units", where, integer=True, maximum=1_000_000))
-        if "compute_units" in t else None,
+        if "compute_units" in t
+        else None,
         "kernel_floor_us": float(rd.num(t, "kernel_floor_us", where, maximum=1e6)) if "kernel_floor_us" in t else None,
         "aliases": tuple(a.upper() for a in rd.strings(t, "aliases", where, default=[])),
     }
@@ -365,8 +389,12 @@ def load_config(path: str | Path | None = None) -> Config:
     rd = _Reader(path)
     raw = _read_toml(path)
 
-    rd.keys(raw, "", {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate", "noise",
-                      "conditions"}, {"profiles"})
+    rd.keys(
+        raw,
+        "",
+        {"timing", "tolerance", "ceilings", "profiles", "devices", "cpu_estimate", "noise", "conditions"},
+        {"profiles"},
+    )
 
     t = raw.get("timing", {})
     rd.keys(t, "timing", {f for f in TimingSettings.__dataclass_fields__})
@@ -378,9 +406,9 @@ def load_config(path: str | Path | None = None) -> Config:
         max_reps=rd.num(t, "max_reps", "timing", d.max_reps, integer=True, maximum=MAX_REPS),
         input_sets=rd.num(t, "input_sets", "timing", d.input_sets, integer=True, maximum=MAX_INPUT_SETS),
         flush_l2=rd.flag(t, "flush_l2", "timing", d.flush_l2),
-        max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds,
-                                      maximum=MAX_CASE_SECONDS)),
-        gpu_lead_max_ms=float(rd.num(t, "gpu_lead_max_ms", "timing", d.gpu_lead_max_ms, maximum=MAX_TIMING_MS)))
+        max_case_seconds=float(rd.num(t, "max_case_seconds", "timing", d.max_case_seconds, maximum=MAX_CASE_SECONDS)),
+        gpu_lead_max_ms=float(rd.num(t, "gpu_lead_max_ms", "timing", d.gpu_lead_max_ms, maximum=MAX_TIMING_MS)),
+    )
     if timing.min_reps > timing.max_reps:
         rd.fail("timing.min_reps", timing.min_reps, f"larger than timing.max_reps = {timing.max_reps}")
 
@@ -406,11 +434,24 @@ def load_config(path: str | Path | None = None) -> Config:
     for i, tier in enumerate(est.get("tier", [])):
         where = f"cpu_estimate.tier[{i}]"
         rd.keys(tier, where, {"requires", "fp32", "bf16", "fp16"}, {"requires", "fp32"})
-        tiers.append(CpuTier(rd.strings(tier, "requires", where),
-                             {p: float(rd.num(tier, p, where, maximum=MAX_PEAK))
-                              for p in ("fp32", "bf16", "fp16") if p in tier}))
-    return Config(path, timing, tolerance, ceilings, case_sets, devices, tuple(tiers), raw,
-                  _noise_settings(rd, raw.get("noise", {})), _condition_settings(rd, raw.get("conditions", {})))
+        tiers.append(
+            CpuTier(
+                rd.strings(tier, "requires", where),
+                {p: float(rd.num(tier, p, where, maximum=MAX_PEAK)) for p in ("fp32", "bf16", "fp16") if p in tier},
+            )
+        )
+    return Config(
+        path,
+        timing,
+        tolerance,
+        ceilings,
+        case_sets,
+        devices,
+        tuple(tiers),
+        raw,
+        _noise_settings(rd, raw.get("noise", {})),
+        _condition_settings(rd, raw.get("conditions", {})),
+    )
 
 
 def _ceiling_settings(rd: _Reader, c: dict, kind: str) -> CeilingSettings:
@@ -422,11 +463,14 @@ def _ceiling_settings(rd: _Reader, c: dict, kind: str) -> CeilingSettings:
     rd.keys(sizes, f"{where}.gemm_sizes", set(DTYPES))
     gemm_sizes = {dt: _sizes(rd, lst, f"{where}.gemm_sizes.{dt}") for dt, lst in sizes.items()}
     d = CeilingSettings({}, ())
-    return CeilingSettings(gemm_sizes, _sizes(rd, c["copy_mb"], f"{where}.copy_mb", MAX_COPY_MB),
-                           float(rd.num(c, "budget_s", where, d.budget_s, maximum=MAX_CASE_SECONDS)),
-                           rd.num(c, "repeats", where, d.repeats, integer=True, maximum=MAX_REPS),
-                           rd.num(c, "top", where, d.top, integer=True, maximum=MAX_REPS),
-                           float(rd.num(c, "max_age_h", where, d.max_age_h, maximum=MAX_AGE_H)))
+    return CeilingSettings(
+        gemm_sizes,
+        _sizes(rd, c["copy_mb"], f"{where}.copy_mb", MAX_COPY_MB),
+        float(rd.num(c, "budget_s", where, d.budget_s, maximum=MAX_CASE_SECONDS)),
+        rd.num(c, "repeats", where, d.repeats, integer=True, maximum=MAX_REPS),
+        rd.num(c, "top", where, d.top, integer=True, maximum=MAX_REPS),
+        float(rd.num(c, "max_age_h", where, d.max_age_h, maximum=MAX_AGE_H)),
+    )
 
 
 def _sizes(rd: _Reader, lst, where: str, maximum=None) -> tuple[int, ...]:

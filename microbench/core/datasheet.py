@@ -1,18 +1,19 @@
 """Datasheet peaks: which bench.toml [devices] entry a device name matches."""
+
 from __future__ import annotations
 
 import math
 import re
 from pathlib import Path
 
+import tomllib
+
 from microbench.core.archjson import is_arch_json, read_arch
 from microbench.core.config import DatasheetDevice
 from microbench.core.dtypes import PRECISION_OF, PRECISIONS
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json
-import tomllib
 from microbench.core.resources import data_file
-
 
 MAX_CEILING_TFLOPS = 1e6  # an exaFLOP/s from one device: beyond any chip, a typo
 
@@ -33,8 +34,13 @@ def amd_product_name(arch: str, compute_units: int, memory_bytes: int) -> str | 
     device ROCm names generically ("AMD Radeon Graphics"), before the datasheet's name matching. None unless
     exactly one entry fits."""
     gib = memory_bytes / 2**30
-    hits = [c["product"] for c in amd_chips() if c["arch"] == arch.split(":")[0]
-            and c["compute_units"] == compute_units and c["memory_gib"][0] <= gib <= c["memory_gib"][1]]
+    hits = [
+        c["product"]
+        for c in amd_chips()
+        if c["arch"] == arch.split(":")[0]
+        and c["compute_units"] == compute_units
+        and c["memory_gib"][0] <= gib <= c["memory_gib"][1]
+    ]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -50,8 +56,9 @@ def match_datasheet(name: str, devices: tuple[DatasheetDevice, ...]) -> tuple[Da
     return None, f"ambiguous device {name!r}: datasheet entries {keys} all match; measured ceilings only"
 
 
-def ceilings_file(path: Path, device_name: str | None = None,
-                  devices: tuple[DatasheetDevice, ...] = ()) -> tuple[dict[str, float], float | None]:
+def ceilings_file(
+    path: Path, device_name: str | None = None, devices: tuple[DatasheetDevice, ...] = ()
+) -> tuple[dict[str, float], float | None]:
     """Measured ceilings from a file: a results.json of microbench.roofline.cli (its measured `ceilings`) or a
     TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
     With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
@@ -59,8 +66,12 @@ def ceilings_file(path: Path, device_name: str | None = None,
     doc = load_json(path)
     ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
     if not is_arch_json(doc) and not isinstance(ceilings, list):
-        raise InputError(path, "neither a results.json of microbench.roofline.cli (no `ceilings` list) nor a TraceLens "
-                               "GPU arch JSON (no `max_achievable_tflops`)", key="ceilings")
+        raise InputError(
+            path,
+            "neither a results.json of microbench.roofline.cli (no `ceilings` list) nor a TraceLens "
+            "GPU arch JSON (no `max_achievable_tflops`)",
+            key="ceilings",
+        )
     parsed = read_arch(doc, path) if is_arch_json(doc) else _measured(path, ceilings)
     if device_name is not None:
         check_ceilings_machine(path, ceilings_machine(doc), device_name, devices)
@@ -72,8 +83,13 @@ def _measured(path: Path, ceilings: list) -> tuple[dict[str, float], float | Non
     memory_tbs = None
     noisy = 0
     for c in ceilings:
-        if not (isinstance(c, dict) and c.get("source") == "measured" and isinstance(c.get("value"), (int, float))
-                and math.isfinite(c["value"]) and c["value"] > 0):
+        if not (
+            isinstance(c, dict)
+            and c.get("source") == "measured"
+            and isinstance(c.get("value"), (int, float))
+            and math.isfinite(c["value"])
+            and c["value"] > 0
+        ):
             continue
         if c.get("noise") or c.get("flags"):  # its own run said the number cannot be trusted
             noisy += 1
@@ -82,9 +98,12 @@ def _measured(path: Path, ceilings: list) -> tuple[dict[str, float], float | Non
         elif c.get("kind") == "memory" and memory_tbs is None:
             memory_tbs = float(c["value"]) / 1e3  # GB/s
     if not out:
-        raise InputError(path, "no measured compute ceiling in its `ceilings`" + (
-            f" that its run did not judge noisy ({noisy} noisy: measure again on a quiet machine)" if noisy else ""),
-            key="ceilings")
+        raise InputError(
+            path,
+            "no measured compute ceiling in its `ceilings`"
+            + (f" that its run did not judge noisy ({noisy} noisy: measure again on a quiet machine)" if noisy else ""),
+            key="ceilings",
+        )
     return out, memory_tbs
 
 
@@ -96,21 +115,29 @@ def ceilings_machine(doc) -> str | None:
     return name if isinstance(name, str) and name.strip() else None
 
 
-def check_ceilings_machine(path: Path, file_machine: str | None, device_name: str,
-                           devices: tuple[DatasheetDevice, ...]) -> None:
+def check_ceilings_machine(
+    path: Path, file_machine: str | None, device_name: str, devices: tuple[DatasheetDevice, ...]
+) -> None:
     """Measured ceilings are another machine's unless both names match the same datasheet entry (or, for a
     device no entry knows, are the same name): judging an H100's kernels against a CPU's ceilings gives
     percentages in the ten thousands, so it is refused (one line), never used silently."""
     if file_machine is None:
-        raise InputError(path, "names no machine (no hardware.name / name): cannot tell whose ceilings these are",
-                         key="ceilings")
+        raise InputError(
+            path, "names no machine (no hardware.name / name): cannot tell whose ceilings these are", key="ceilings"
+        )
     mine, _ = match_datasheet(file_machine, devices)
     theirs, _ = match_datasheet(device_name, devices)
-    same = (mine.key == theirs.key) if (mine and theirs) else (
-        mine is None and theirs is None and norm_tokens(file_machine) == norm_tokens(device_name))
+    same = (
+        (mine.key == theirs.key)
+        if (mine and theirs)
+        else (mine is None and theirs is None and norm_tokens(file_machine) == norm_tokens(device_name))
+    )
     if not same:
-        raise InputError(path, f"ceilings measured on {file_machine!r}, not on {device_name!r}: "
-                               "give a file measured on that machine", key="ceilings")
+        raise InputError(
+            path,
+            f"ceilings measured on {file_machine!r}, not on {device_name!r}: give a file measured on that machine",
+            key="ceilings",
+        )
 
 
 def ceilings_from_args(pairs: list[str], results: Path | None) -> dict[str, float]:
@@ -124,8 +151,13 @@ def ceilings_from_args(pairs: list[str], results: Path | None) -> dict[str, floa
         except ValueError:
             tflops = -1.0
         if prec not in PRECISIONS or not (math.isfinite(tflops) and 0 < tflops <= MAX_CEILING_TFLOPS):
-            raise InputError(None, f"expected PREC=TFLOPS with PREC one of {', '.join(PRECISIONS)} and a "
-                                   f"finite positive number up to {MAX_CEILING_TFLOPS:g}", key="--ceiling", value=pair)
+            raise InputError(
+                None,
+                f"expected PREC=TFLOPS with PREC one of {', '.join(PRECISIONS)} and a "
+                f"finite positive number up to {MAX_CEILING_TFLOPS:g}",
+                key="--ceiling",
+                value=pair,
+            )
         out[prec] = tflops
     return out
 
@@ -144,11 +176,13 @@ def find_entry(name: str, devices, option: str = "--on"):
     if entry is not None:
         return entry
     tokens = norm_tokens(name)
-    short = [d for d in devices if tokens and tokens <= set(d.match) | norm_tokens(d.name)
-             and not (tokens & set(d.exclude))]
+    short = [
+        d for d in devices if tokens and tokens <= set(d.match) | norm_tokens(d.name) and not (tokens & set(d.exclude))
+    ]
     if len(short) == 1:
         return short[0]
     known = ", ".join(sorted(by_key))
     why = "ambiguous" if len(short) > 1 or note.startswith("ambiguous") else "unknown device"
-    raise InputError(None, f"{why}: no single bench.toml [devices] entry matches (known: {known})", key=option,
-                     value=name)
+    raise InputError(
+        None, f"{why}: no single bench.toml [devices] entry matches (known: {known})", key=option, value=name
+    )

@@ -1,4 +1,5 @@
 """Which device we run on, and its fingerprint: hardware and software provenance for every result."""
+
 from __future__ import annotations
 
 import os
@@ -9,16 +10,28 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from microbench.core.fingerprint import fingerprint_line  # noqa: F401 - where callers have found it
 from microbench.core.args import digits
-from microbench.core.datasheet import amd_product_name
 from microbench.core.conditions import usable_cores
+from microbench.core.datasheet import amd_product_name
 from microbench.core.dtypes import cpu_native_bf16
-from microbench.core.fingerprint import installed_version
+from microbench.core.fingerprint import (
+    fingerprint_line,  # noqa: F401 - where callers have found it
+    installed_version,
+)
 
 # CPU flags that decide which vector / matrix units oneDNN and MKL can use.
-CPU_ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16",
-                 "amx_int8", "amx_fp16")
+CPU_ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "amx_fp16",
+)
 
 
 @dataclass
@@ -97,10 +110,17 @@ def _meminfo_bytes() -> int:
 def cpu_device() -> Device:
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
-    return Device(kind="cpu", torch_device="cpu", name=info.get("model name", platform.processor() or "cpu"),
-                  arch=platform.machine(), units=usable_cores(), memory_bytes=_meminfo_bytes(),
-                  clock_mhz=_cpu_clock_mhz(info), isa_flags=tuple(f for f in CPU_ISA_FLAGS if f in flags),
-                  extra={"torch_threads": torch.get_num_threads(), "vendor": info.get("vendor_id", "")})
+    return Device(
+        kind="cpu",
+        torch_device="cpu",
+        name=info.get("model name", platform.processor() or "cpu"),
+        arch=platform.machine(),
+        units=usable_cores(),
+        memory_bytes=_meminfo_bytes(),
+        clock_mhz=_cpu_clock_mhz(info),
+        isa_flags=tuple(f for f in CPU_ISA_FLAGS if f in flags),
+        extra={"torch_threads": torch.get_num_threads(), "vendor": info.get("vendor_id", "")},
+    )
 
 
 def _smi_query(fields: str) -> list[str] | None:
@@ -108,8 +128,12 @@ def _smi_query(fields: str) -> list[str] | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -147,9 +171,17 @@ def gpu_device(index: int = 0) -> Device:
         if product:
             extra["reported_name"] = name
             name = product
-    return Device(kind="rocm" if rocm else "cuda", torch_device=f"cuda:{index}", name=name, arch=arch,
-                  units=props.multi_processor_count, memory_bytes=props.total_memory, clock_mhz=clock,
-                  l2_bytes=getattr(props, "L2_cache_size", None), extra=extra)
+    return Device(
+        kind="rocm" if rocm else "cuda",
+        torch_device=f"cuda:{index}",
+        name=name,
+        arch=arch,
+        units=props.multi_processor_count,
+        memory_bytes=props.total_memory,
+        clock_mhz=clock,
+        l2_bytes=getattr(props, "L2_cache_size", None),
+        extra=extra,
+    )
 
 
 DEVICE_REQUESTS = ("auto", "cpu", "cuda")
@@ -164,14 +196,17 @@ def detect(requested: str = "auto") -> Device:
     if torch.cuda.is_available():
         return gpu_device()
     if requested == "cuda":
-        raise RuntimeError("--device cuda: PyTorch sees no CUDA or ROCm device here "
-                           f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}, HIP {torch.version.hip})")
+        raise RuntimeError(
+            "--device cuda: PyTorch sees no CUDA or ROCm device here "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}, HIP {torch.version.hip})"
+        )
     return cpu_device()
 
 
 def software() -> dict:
-    cupy = next((v for d in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy") if (v := installed_version(d))),
-                None)
+    cupy = next(
+        (v for d in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy") if (v := installed_version(d))), None
+    )
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,

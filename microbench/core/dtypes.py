@@ -3,6 +3,7 @@
 Nothing here imports torch at module level (the config loader uses this table and must fail fast on a bad
 file without paying for torch); `torch_dtype` resolves the storage type when it is asked for.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,16 +30,46 @@ class DType:
 TABLE: tuple[DType, ...] = (
     DType("fp64", 8, "float64", "fp64", False, False, None, "fp64", "tab:brown"),
     DType("fp32", 4, "float32", "fp32", False, True, "ieee", "fp32", "tab:blue"),
-    DType("tf32", 4, "float32", "tf32", True, True, None, "fp32", "tab:cyan",
-          "fp32 storage; TF32 Tensor Core math allowed"),
+    DType(
+        "tf32",
+        4,
+        "float32",
+        "tf32",
+        True,
+        True,
+        None,
+        "fp32",
+        "tab:cyan",
+        "fp32 storage; TF32 Tensor Core math allowed",
+    ),
     DType("fp16", 2, "float16", "fp16", True, True, "autocast", "fp16", "tab:orange"),
     DType("bf16", 2, "bfloat16", "bf16", True, True, "autocast", "bf16", "tab:red"),
-    DType("fp8_e4m3", 1, "float8_e4m3fn", "fp8", True, True, None, "fp8e4nv", "tab:purple",
-          "scaled by 0.5 in case inputs to stay within e4m3's range"),
+    DType(
+        "fp8_e4m3",
+        1,
+        "float8_e4m3fn",
+        "fp8",
+        True,
+        True,
+        None,
+        "fp8e4nv",
+        "tab:purple",
+        "scaled by 0.5 in case inputs to stay within e4m3's range",
+    ),
     # The e4m3 "fnuz" flavour (no negative zero, bias 8, max 240) that CDNA 3 (gfx942) multiplies natively:
     # fp8_e4m3 cases are stored in it there (`storage_dtype`), and our Triton GEMM takes it as fp8_e4m3.
-    DType("fp8_e4m3_fnuz", 1, "float8_e4m3fnuz", "fp8", True, False, None, "fp8e4b8", "tab:purple",
-          "fp8_e4m3 as gfx942's matrix cores take it"),
+    DType(
+        "fp8_e4m3_fnuz",
+        1,
+        "float8_e4m3fnuz",
+        "fp8",
+        True,
+        False,
+        None,
+        "fp8e4b8",
+        "tab:purple",
+        "fp8_e4m3 as gfx942's matrix cores take it",
+    ),
     DType("fp8_e5m2", 1, "float8_e5m2", "fp8", True, False, None, "fp8e5", "tab:pink"),
     DType("int8", 1, "int8", "int8", True, False, None, "i8", "tab:gray"),
 )
@@ -85,7 +116,9 @@ def storage_dtype(name: str, device=None):
 
     arch = torch.cuda.get_device_properties(torch.device(device)).gcnArchName.split(":")[0]
     flavour = targets.fp8_e4m3_flavour(arch) if targets.known(arch) else "fp8e4nv"
-    return next((getattr(torch, d.torch_name) for d in TABLE if d.triton == flavour and hasattr(torch, d.torch_name)), t)
+    return next(
+        (getattr(torch, d.torch_name) for d in TABLE if d.triton == flavour and hasattr(torch, d.torch_name)), t
+    )
 
 
 def is_fp8(torch_dtype_) -> bool:

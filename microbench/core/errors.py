@@ -1,4 +1,5 @@
 """Errors that end a command with exit code 2 and one line naming the file, key and value."""
+
 from __future__ import annotations
 
 import errno
@@ -7,9 +8,9 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 # Control characters (C0, DEL, C1) in a file name or value would break the one-line rule (a newline) or drive the
 # terminal (an escape sequence): shown as escapes instead.
@@ -105,8 +106,17 @@ def interrupts_as_keyboard_interrupt():
 
 
 # An OSError that says the path given is wrong (bad input, exit 2), not that the machine failed (exit 1).
-BAD_PATH_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES,
-                   errno.EPERM, errno.ENXIO, errno.ENODEV}
+BAD_PATH_ERRNOS = {
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENXIO,
+    errno.ENODEV,
+}
 
 
 def error_line(e: InputError) -> str:

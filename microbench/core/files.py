@@ -7,6 +7,7 @@ from (no window between the check and the read), and refused unless it is a regu
 that exists must be a regular file too. Every `OSError` on the way (`ENAMETOOLONG`, `EACCES`, `ELOOP`) is one
 InputError line naming the path; names with control characters are escaped by InputError itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,13 @@ from typing import BinaryIO
 
 from microbench.core.errors import InputError
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def kind_of(mode: int) -> str:
@@ -72,8 +78,7 @@ def check_output(path: str | Path, what: str) -> os.stat_result | None:
     except OSError as e:
         raise InputError(path, f"cannot use it: {e.strerror or e}", key=what) from None
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(path, f"is {kind_of(st.st_mode)}: only a regular file is replaced; give a file name",
-                         key=what)
+        raise InputError(path, f"is {kind_of(st.st_mode)}: only a regular file is replaced; give a file name", key=what)
     return st
 
 

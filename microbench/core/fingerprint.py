@@ -4,6 +4,7 @@ pytest-benchmark plugin (tests/conftest.py) writes into a benchmark JSON's `mach
 
 No torch here: compare reads files without it (the fingerprint itself is taken by microbench.core.device).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,9 +34,11 @@ def fingerprint_line(hardware: dict, software_: dict) -> str:
     clock = f", {hardware['clock_mhz']:.0f} MHz" if hardware.get("clock_mhz") else ""
     units = "cores" if hardware["kind"] == "cpu" else ("SMs" if hardware["kind"] == "cuda" else "CUs")
     isa = f", {' '.join(hardware['isa_flags'])}" if hardware.get("isa_flags") else ""
-    return (f"{hardware['name']} ({hardware['arch']}, {hardware['units']} {units}{clock}, "
-            f"{hardware['memory_gib']} GiB{isa}); torch {software_['torch']}, triton {software_['triton']}, "
-            f"python {software_['python']}")
+    return (
+        f"{hardware['name']} ({hardware['arch']}, {hardware['units']} {units}{clock}, "
+        f"{hardware['memory_gib']} GiB{isa}); torch {software_['torch']}, triton {software_['triton']}, "
+        f"python {software_['python']}"
+    )
 
 
 def benchmark_selection() -> tuple[str, Path | None, str]:
@@ -62,8 +65,12 @@ def file_sha256(path: str | Path) -> str | None:
 
 def benchmark_block(hardware: dict, software_: dict, profile: str | None, config_path: str | Path | None) -> dict:
     """What the benchmark plugin writes into machine_info[BENCHMARK_KEY]."""
-    return {"hardware": hardware, "software": software_, "profile": profile,
-            "config_sha256": file_sha256(config_path) if config_path else None}
+    return {
+        "hardware": hardware,
+        "software": software_,
+        "profile": profile,
+        "config_sha256": file_sha256(config_path) if config_path else None,
+    }
 
 
 def read_benchmark_block(machine_info: dict) -> dict:
@@ -75,5 +82,10 @@ def read_benchmark_block(machine_info: dict) -> dict:
     if not isinstance(block, dict):
         block, key = machine_info, "machine_info"
     hw, sw = block.get("hardware"), block.get("software")
-    return {"hardware": hw if isinstance(hw, dict) else None, "software": dict(sw) if isinstance(sw, dict) else {},
-            "profile": block.get("profile"), "config_sha256": block.get("config_sha256"), "key": key}
+    return {
+        "hardware": hw if isinstance(hw, dict) else None,
+        "software": dict(sw) if isinstance(sw, dict) else {},
+        "profile": block.get("profile"),
+        "config_sha256": block.get("config_sha256"),
+        "key": key,
+    }

@@ -2,9 +2,10 @@
 
 pandas is the optional `frames` extra: the analyses themselves are lists of dicts and never need it, so it is
 imported here, on first use, and its absence is one line saying how to install it."""
+
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 INSTALL = "pip install 'dawnscope[frames]'"
 

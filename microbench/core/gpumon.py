@@ -17,6 +17,7 @@ AMD (ROCm) through amdsmi where it is installed (ROCm's own Python package): the
 temperature, power, the energy accumulator (amdsmi_get_energy_count) and, on MI300-class chips, the violation
 counters (amdsmi_get_violation_status). Without amdsmi the sample says so (`available: false` and why).
 """
+
 from __future__ import annotations
 
 import os
@@ -71,7 +72,7 @@ def _torch_cuda():
 
 
 def pci_bus_id(index: int) -> str | None:
-    """"dddd:bb:dd.0" of CUDA/HIP device `index`, or None where no device context exists in this process yet
+    """ "dddd:bb:dd.0" of CUDA/HIP device `index`, or None where no device context exists in this process yet
     (asking would create one: a parent that forks ranks afterwards must not)."""
     torch = _torch_cuda()
     if torch is None or not torch.cuda.is_initialized():
@@ -135,10 +136,15 @@ def _read_nvml(nv, h) -> dict:
     _guarded(out, "power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
     _guarded(out, "power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
     _guarded(out, "energy_mj", lambda: int(nv.nvmlDeviceGetTotalEnergyConsumption(h)))
-    _guarded(out, "other_processes", lambda: sum(1 for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
-                                                  if p.pid != os.getpid()))
-    get_reasons = (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)  # the name since NVML 12.2
-                   or nv.nvmlDeviceGetCurrentClocksThrottleReasons)
+    _guarded(
+        out,
+        "other_processes",
+        lambda: sum(1 for p in nv.nvmlDeviceGetComputeRunningProcesses(h) if p.pid != os.getpid()),
+    )
+    get_reasons = (
+        getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)  # the name since NVML 12.2
+        or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
     _guarded(out, "clock_event_mask", lambda: int(get_reasons(h)))
     if "clock_event_mask" in out:
         seen = [v for attr, v in CLOCK_EVENTS.items() if out["clock_event_mask"] & getattr(nv, attr, 0)]
@@ -147,8 +153,11 @@ def _read_nvml(nv, h) -> dict:
     violations: dict = {}
     for policy, (label, _) in VIOLATION_POLICIES.items():
         if hasattr(nv, policy):
-            _guarded(violations, label, lambda p=getattr(nv, policy): int(nv.nvmlDeviceGetViolationStatus(h, p)
-                                                                          .violationTime))
+            _guarded(
+                violations,
+                label,
+                lambda p=getattr(nv, policy): int(nv.nvmlDeviceGetViolationStatus(h, p).violationTime),
+            )
     out["violation_ns"] = {k: v for k, v in violations.items() if k != "unsupported"}
     if violations.get("unsupported"):
         out.setdefault("unsupported", {}).update({f"violation {k}": v for k, v in violations["unsupported"].items()})
@@ -159,8 +168,11 @@ def amd_state(index: int = 0) -> dict:
     try:
         import amdsmi
     except ImportError:
-        return {"available": False, "why": "not recorded: amdsmi (ROCm's Python package, /opt/rocm/share/amd_smi) "
-                                           "is not installed: no clocks, power or throttling of this AMD GPU"}
+        return {
+            "available": False,
+            "why": "not recorded: amdsmi (ROCm's Python package, /opt/rocm/share/amd_smi) "
+            "is not installed: no clocks, power or throttling of this AMD GPU",
+        }
     try:
         amdsmi.amdsmi_init()
     except Exception as e:  # noqa: BLE001 - no amdgpu driver, no permission
@@ -206,17 +218,28 @@ def _read_amd(amdsmi, h) -> dict:
     _guarded(out, "sm_clock_mhz", lambda: _amd_number(amdsmi.amdsmi_get_clock_info(h, clk.GFX), "cur_clk", "clk"))
     _guarded(out, "mem_clock_mhz", lambda: _amd_number(amdsmi.amdsmi_get_clock_info(h, clk.MEM), "cur_clk", "clk"))
     _guarded(out, "max_sm_clock_mhz", lambda: _amd_number(amdsmi.amdsmi_get_clock_info(h, clk.GFX), "max_clk"))
-    _guarded(out, "temperature_c", lambda: amdsmi.amdsmi_get_temp_metric(  # the sensor PyTorch reads too
-        h, amdsmi.AmdSmiTemperatureType.JUNCTION, amdsmi.AmdSmiTemperatureMetric.CURRENT))
-    _guarded(out, "power_w", lambda: _amd_number(amdsmi.amdsmi_get_power_info(h), "average_socket_power",
-                                                 "current_socket_power"))
+    _guarded(
+        out,
+        "temperature_c",
+        lambda: amdsmi.amdsmi_get_temp_metric(  # the sensor PyTorch reads too
+            h, amdsmi.AmdSmiTemperatureType.JUNCTION, amdsmi.AmdSmiTemperatureMetric.CURRENT
+        ),
+    )
+    _guarded(
+        out,
+        "power_w",
+        lambda: _amd_number(amdsmi.amdsmi_get_power_info(h), "average_socket_power", "current_socket_power"),
+    )
     _guarded(out, "energy_mj", lambda: _amd_energy_uj(amdsmi, h) / 1000.0)
     _guarded(out, "other_processes", lambda: max(0, len(amdsmi.amdsmi_get_gpu_process_list(h)) - 1))
     status: dict = {}
     _guarded(status, "s", lambda: amdsmi.amdsmi_get_violation_status(h))
     raw = status.get("s") or {}
-    out["violation_counts"] = {label: int(raw[k]) for k, (label, _) in AMD_VIOLATIONS.items()
-                               if isinstance(raw.get(k), int) and raw[k] != _UNSUPPORTED_U64}
+    out["violation_counts"] = {
+        label: int(raw[k])
+        for k, (label, _) in AMD_VIOLATIONS.items()
+        if isinstance(raw.get(k), int) and raw[k] != _UNSUPPORTED_U64
+    }
     if "unsupported" in status:
         out.setdefault("unsupported", {})["violation status"] = status["unsupported"]["s"]
     return out
@@ -238,13 +261,19 @@ def gpu_window(before: dict, after: dict, wall_s: float) -> dict:
         out["window_energy_j"] = round(energy_j, 3)
         out["window_mean_power_w"] = round(energy_j / wall_s, 1) if wall_s > 0 else None
     throttle = set(after.get("throttle") or ()) | set(before.get("throttle") or ())
-    held = {k: (after["violation_ns"][k] - v) / 1e6 for k, v in (before.get("violation_ns") or {}).items()
-            if k in (after.get("violation_ns") or {})}
+    held = {
+        k: (after["violation_ns"][k] - v) / 1e6
+        for k, v in (before.get("violation_ns") or {}).items()
+        if k in (after.get("violation_ns") or {})
+    }
     if held:
         out["window_held_down_ms"] = {k: round(v, 3) for k, v in held.items()}
         throttle |= {k for k, v in held.items() if v > 0} & _judged_labels(VIOLATION_POLICIES)
-    fired = {k: after["violation_counts"][k] - v for k, v in (before.get("violation_counts") or {}).items()
-             if k in (after.get("violation_counts") or {})}
+    fired = {
+        k: after["violation_counts"][k] - v
+        for k, v in (before.get("violation_counts") or {}).items()
+        if k in (after.get("violation_counts") or {})
+    }
     if fired:
         out["window_violations"] = fired
         throttle |= {k for k, v in fired.items() if v > 0} & _judged_labels(AMD_VIOLATIONS)

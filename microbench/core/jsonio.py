@@ -3,6 +3,7 @@ the file's first bytes, never by its name. Every way such a file can be broken (
 after all, a truncated gzip stream, not UTF-8, not JSON, cut short) becomes one InputError naming the file.
 Nothing is evaluated or unpickled: the parsers are the standard library's JSON decoder (results files) and
 msgspec's (traces, microbench/trace/kineto.py), which take the bytes of `read_bytes`."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,9 +11,10 @@ import io
 import json
 import math
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import TextIO
 
 from microbench.core.errors import InputError
 from microbench.core.files import open_input
@@ -65,7 +67,7 @@ def read_chunks(path: str | Path, chunk_chars: int) -> Iterator[str]:
 
 def json_error(path, text: str, e: json.JSONDecodeError, at_eof: bool = True) -> InputError:
     """Tell a file that was cut short from one that is not JSON."""
-    rest = text[e.pos:].strip()
+    rest = text[e.pos :].strip()
     if at_eof and (not rest or e.msg.startswith("Unterminated string")):
         return InputError(path, f"truncated JSON: the file ends early (line {e.lineno}, column {e.colno}: {e.msg})")
     return InputError(path, f"not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}")
@@ -162,6 +164,10 @@ def of_type(v, kind: type, path, key: str, default=None):
     if v is None and default is not None:
         return default
     if not isinstance(v, kind):
-        raise InputError(path, f"expected {'an object' if kind is dict else 'an array'}", key=key,
-                         value=v if not isinstance(v, (dict, list)) else type(v).__name__)
+        raise InputError(
+            path,
+            f"expected {'an object' if kind is dict else 'an array'}",
+            key=key,
+            value=v if not isinstance(v, (dict, list)) else type(v).__name__,
+        )
     return v

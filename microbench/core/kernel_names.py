@@ -3,6 +3,7 @@ short and never two rows alike. A demangled CUDA name runs to hundreds of charac
 parameter list, and kernels that differ only deep inside (two `vectorized_elementwise_kernel<4, ...>` of different
 functors, Tensile's `Cijk_..._MT16x16x128` against `_MT32x64x128`) looked identical when cut at the end. The JSON
 and the HTML page keep the full names."""
+
 from __future__ import annotations
 
 import re
@@ -53,7 +54,7 @@ def _cut(label: str, width: int, diverge: int) -> str:
     head = width // 2
     room = width - head - 2
     start = max(diverge - min(_CONTEXT, room // 2), head)  # the window always holds the first differing character
-    tail = label[start: start + room]
+    tail = label[start : start + room]
     return label[:head] + ELLIPSIS + tail + (ELLIPSIS if start + len(tail) < len(label) else "")
 
 

@@ -17,6 +17,7 @@ One place for every command that writes:
 - SIGTERM is treated as Ctrl-C (KeyboardInterrupt) while the folder is open (core.errors, the same handler as
   the command runner's); `exit_code()` then says 143 (128 + SIGTERM) instead of 130, the shell's convention.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -124,8 +125,7 @@ def print_written(paths: list[Path]) -> None:
 class OutputDir:
     """with OutputDir(out, owns=("results.json", ...)) as od: write into od.staging, then od.commit()."""
 
-    def __init__(self, path: str | Path, owns: tuple[str, ...] = (), what: str = "--out",
-                 on_interrupt: str = "keep"):
+    def __init__(self, path: str | Path, owns: tuple[str, ...] = (), what: str = "--out", on_interrupt: str = "keep"):
         """on_interrupt: what an interrupt (Ctrl-C, SIGTERM) that leaves the with-block does with measured rows:
         "keep" them in incomplete-... (as any run that did not finish), or "commit" them (commit_partial: for a
         command whose rows are complete one by one, e.g. tta's finished seeds)."""
@@ -140,7 +140,7 @@ class OutputDir:
         self._signals = None
 
     # ---- the lock and the staging folder ---------------------------------------------------------------
-    def __enter__(self) -> "OutputDir":
+    def __enter__(self) -> OutputDir:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock()
@@ -165,11 +165,16 @@ class OutputDir:
                 # The holder died; a process it started (a rank, a compile worker) keeps the inherited lock.
                 # A new lock file is the lock from now on; that descendant writes nowhere we read.
                 (self.path / LOCK_NAME).unlink(missing_ok=True)
-                print(f"note: {shown(self.path)}: the lock of pid {holder}, which no longer runs, taken over",
-                      file=sys.stderr)
+                print(
+                    f"note: {shown(self.path)}: the lock of pid {holder}, which no longer runs, taken over",
+                    file=sys.stderr,
+                )
                 return self._lock(retake=False)
-            raise InputError(self.path, f"another run (pid {holder}) is writing into this folder; wait for it "
-                                        f"or give another {self.what}", key=self.what) from None
+            raise InputError(
+                self.path,
+                f"another run (pid {holder}) is writing into this folder; wait for it or give another {self.what}",
+                key=self.what,
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
@@ -179,11 +184,13 @@ class OutputDir:
         for stale in sorted(self.path.glob(f"{STAGING_PREFIX}*")):
             if not stale.is_dir() or stale.is_symlink():
                 continue
-            pid = stale.name[len(STAGING_PREFIX):].split("-")[0]
+            pid = stale.name[len(STAGING_PREFIX) :].split("-")[0]
             kept = _keep_rows(stale, self.path, pid)
-            print(f"note: {shown(stale)} was left by a run that was killed (pid {shown(pid)})"
-                  + (f"; its measured rows are in {shown(kept)}" if kept else "; it held no rows: removed"),
-                  file=sys.stderr)
+            print(
+                f"note: {shown(stale)} was left by a run that was killed (pid {shown(pid)})"
+                + (f"; its measured rows are in {shown(kept)}" if kept else "; it held no rows: removed"),
+                file=sys.stderr,
+            )
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -193,8 +200,13 @@ class OutputDir:
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
-            if not self.committed and self.staging is not None and self.staging.exists() and interrupted \
-                    and self.on_interrupt == "commit":
+            if (
+                not self.committed
+                and self.staging is not None
+                and self.staging.exists()
+                and interrupted
+                and self.on_interrupt == "commit"
+            ):
                 self.partial_committed = self.commit_partial()
             if not self.committed and self.staging is not None and self.staging.exists():
                 kept = _keep_rows(self.staging, self.path, str(os.getpid()))

@@ -2,6 +2,7 @@
 through the installed package (importlib.resources), so a wheel installed anywhere reads the same files as a
 source checkout. In a checkout bench.toml sits at the repository's top level, where users edit it; a wheel
 carries a copy inside the package (setup.py)."""
+
 from __future__ import annotations
 
 from importlib.resources import files

@@ -5,6 +5,7 @@ A row is a shared Measurement (time, FLOPs, bytes, ceilings, Tensor Core evidenc
 subject that depends on its kind: a kernel case, a layer of a model's step, a kernel read from a trace.
 Reports, plots and comparisons work on the measurement and the flat view of the subject, so a new kind
 needs no special case there."""
+
 from __future__ import annotations
 
 import csv
@@ -59,7 +60,7 @@ FLAT_KEYS = ("op", "shape", "dtype", "provider", "layer", "phase")
 # Keys every row of a results file has had; a kind without them writes these values.
 LEGACY_DEFAULTS = {"rel_err": None, "tolerance": None, "tf32_allowed": None, "baseline": False}
 
-ROW_KINDS: dict[str, type["ResultRow"]] = {}
+ROW_KINDS: dict[str, type[ResultRow]] = {}
 
 
 def row_kind(cls):
@@ -133,8 +134,14 @@ class KernelCaseRow(ResultRow):
         return self.baseline
 
     def flat(self) -> dict:
-        return {"op": self.op, "shape": self.shape, "dtype": self.dtype, "provider": self.provider,
-                "layer": self.layer, "phase": self.phase}
+        return {
+            "op": self.op,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "provider": self.provider,
+            "layer": self.layer,
+            "phase": self.phase,
+        }
 
 
 @row_kind
@@ -152,8 +159,14 @@ class LayerRow(ResultRow):
     shape: str = "-"  # its first GEMM/conv case's shape
 
     def flat(self) -> dict:
-        return {"op": self.module, "shape": self.shape, "dtype": self.dtype, "provider": f"{self.model} step",
-                "layer": self.layer, "phase": self.phase}
+        return {
+            "op": self.module,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "provider": f"{self.model} step",
+            "layer": self.layer,
+            "phase": self.phase,
+        }
 
     @classmethod
     def from_flat(cls, d: dict) -> dict:
@@ -173,8 +186,14 @@ class TraceKernelRow(ResultRow):
     dtype: str = ""  # a trace does not say
 
     def flat(self) -> dict:
-        return {"op": self.kernel_class, "shape": self.kernel, "dtype": self.dtype, "provider": "trace",
-                "layer": None, "phase": None}
+        return {
+            "op": self.kernel_class,
+            "shape": self.kernel,
+            "dtype": self.dtype,
+            "provider": "trace",
+            "layer": None,
+            "phase": None,
+        }
 
     @classmethod
     def from_flat(cls, d: dict) -> dict:
@@ -195,8 +214,14 @@ class TimeToAccuracyRow(ResultRow):
     dtype: str = "fp32"
 
     def flat(self) -> dict:
-        return {"op": "tta", "shape": self.task, "dtype": self.dtype, "provider": self.provider,
-                "layer": None if self.seed is None else f"seed {self.seed}", "phase": None}
+        return {
+            "op": "tta",
+            "shape": self.task,
+            "dtype": self.dtype,
+            "provider": self.provider,
+            "layer": None if self.seed is None else f"seed {self.seed}",
+            "phase": None,
+        }
 
     @classmethod
     def from_flat(cls, d: dict) -> dict:
@@ -219,8 +244,14 @@ class CollectiveRow(ResultRow):
     dtype: str = "fp32"
 
     def flat(self) -> dict:
-        return {"op": self.op, "shape": f"bytes={self.message_bytes} ranks={self.nranks}", "dtype": self.dtype,
-                "provider": "torch.distributed", "layer": None, "phase": None}
+        return {
+            "op": self.op,
+            "shape": f"bytes={self.message_bytes} ranks={self.nranks}",
+            "dtype": self.dtype,
+            "provider": "torch.distributed",
+            "layer": None,
+            "phase": None,
+        }
 
     @classmethod
     def from_flat(cls, d: dict) -> dict:
@@ -275,9 +306,12 @@ def rows_of(rows) -> list[ResultRow]:
 
 # The columns of results.csv: the flat subject, the timing, the measurement, the legacy keys; `kind` last
 # (appended, so that readers of older files by position still line up).
-CSV_FIELDS = (["op", "shape", "dtype", "provider", "device", "time_ms_median", "time_ms_p20", "time_ms_p80",
-               "time_cov"] + [k for k in MEASUREMENT_FIELDS if k not in ("device", "time_ms", "flags")]
-              + list(LEGACY_DEFAULTS) + ["source", "layer", "phase", "flags", "kind"])
+CSV_FIELDS = (
+    ["op", "shape", "dtype", "provider", "device", "time_ms_median", "time_ms_p20", "time_ms_p80", "time_cov"]
+    + [k for k in MEASUREMENT_FIELDS if k not in ("device", "time_ms", "flags")]
+    + list(LEGACY_DEFAULTS)
+    + ["source", "layer", "phase", "flags", "kind"]
+)
 
 
 def csv_record(row: ResultRow) -> dict:
@@ -289,14 +323,29 @@ def csv_record(row: ResultRow) -> dict:
     return {k: d.get(k) for k in CSV_FIELDS}
 
 
-def results_header(hardware: dict, software: dict, config_file: str | Path, config: dict, started: str,
-                   ceilings: list | None = None, notes: list | None = None, **extra) -> dict:
+def results_header(
+    hardware: dict,
+    software: dict,
+    config_file: str | Path,
+    config: dict,
+    started: str,
+    ceilings: list | None = None,
+    notes: list | None = None,
+    **extra,
+) -> dict:
     """The header of every results.json (roofline's and decompose's): the machine, the configuration (its file
     and that file's sha256, then what the command ran of it), when, the ceilings and the notes."""
     path = Path(config_file)
     block = {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **config}
-    return {"hardware": hardware, "software": software, "config": block, "started": started,
-            "ceilings": list(ceilings or []), "notes": list(notes or []), **extra}
+    return {
+        "hardware": hardware,
+        "software": software,
+        "config": block,
+        "started": started,
+        "ceilings": list(ceilings or []),
+        "notes": list(notes or []),
+        **extra,
+    }
 
 
 class ResultsWriter:

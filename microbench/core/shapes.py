@@ -1,5 +1,6 @@
 """Problem shapes: plain frozen dataclasses with no torch dependency, shared by config, work counting,
 providers and reports."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,14 @@ class GemmShape:
         return f"{s} {t}" if t else s
 
     def as_dict(self) -> dict:
-        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch,
-                "trans_a": self.trans_a, "trans_b": self.trans_b}
+        return {
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "batch": self.batch,
+            "trans_a": self.trans_a,
+            "trans_b": self.trans_b,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,8 @@ class ConvShape:
     def label(self) -> str:
         def hw(t):
             return str(t[0]) if t[0] == t[1] else f"{t[0]}x{t[1]}"
-        s = (f"n{self.n} c{self.c} {self.h}x{self.w} k{self.k} {self.r}x{self.s}"
-             f" s{hw(self.stride)} p{hw(self.pad)}")
+
+        s = f"n{self.n} c{self.c} {self.h}x{self.w} k{self.k} {self.r}x{self.s} s{hw(self.stride)} p{hw(self.pad)}"
         if self.dilation != (1, 1):
             s += f" d{hw(self.dilation)}"
         if self.groups != 1:
@@ -78,9 +85,19 @@ class ConvShape:
         return s
 
     def as_dict(self) -> dict:
-        return {"n": self.n, "c": self.c, "h": self.h, "w": self.w, "k": self.k, "r": self.r, "s": self.s,
-                "stride": list(self.stride), "pad": list(self.pad), "dilation": list(self.dilation),
-                "groups": self.groups}
+        return {
+            "n": self.n,
+            "c": self.c,
+            "h": self.h,
+            "w": self.w,
+            "k": self.k,
+            "r": self.r,
+            "s": self.s,
+            "stride": list(self.stride),
+            "pad": list(self.pad),
+            "dilation": list(self.dilation),
+            "groups": self.groups,
+        }
 
 
 @dataclass(frozen=True)
@@ -100,8 +117,13 @@ class AttentionShape:
         return s + " causal" if self.causal else s
 
     def as_dict(self) -> dict:
-        return {"batch_heads": self.batch_heads, "q_len": self.q_len, "kv_len": self.kv_len,
-                "head_dim": self.head_dim, "causal": self.causal}
+        return {
+            "batch_heads": self.batch_heads,
+            "q_len": self.q_len,
+            "kv_len": self.kv_len,
+            "head_dim": self.head_dim,
+            "causal": self.causal,
+        }
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ A number is trusted only when its repeats agree. Three ways they fail to, each s
 - samples on multiples of the scheduler tick (about 4 or 8 ms): a 2-thread op waited for its sibling thread
   to be scheduled, so the time measures the scheduler, not the op, often with a deceptively small spread.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,21 @@ class Timing:
         return bool(self.noise)
 
     def as_dict(self) -> dict:
-        return {"median": self.median_ms, "p20": self.p20_ms, "p80": self.p80_ms, "cov": self.cov,
-                "reps": self.reps, "noise": list(self.noise),
-                **({"cpu_wait": self.cpu_wait} if self.cpu_wait is not None else {}),
-                **({"cpu_busy_cores": self.cpu_busy_cores} if self.cpu_busy_cores is not None else {}),
-                **({"sys_ms_per_call": self.sys_ms_per_call, "minor_faults_per_call": self.minor_faults_per_call}
-                   if self.sys_ms_per_call is not None else {})}
+        return {
+            "median": self.median_ms,
+            "p20": self.p20_ms,
+            "p80": self.p80_ms,
+            "cov": self.cov,
+            "reps": self.reps,
+            "noise": list(self.noise),
+            **({"cpu_wait": self.cpu_wait} if self.cpu_wait is not None else {}),
+            **({"cpu_busy_cores": self.cpu_busy_cores} if self.cpu_busy_cores is not None else {}),
+            **(
+                {"sys_ms_per_call": self.sys_ms_per_call, "minor_faults_per_call": self.minor_faults_per_call}
+                if self.sys_ms_per_call is not None
+                else {}
+            ),
+        }
 
 
 def _quantiles(s: list[float]) -> tuple[float, float]:
@@ -77,8 +87,9 @@ def summarize(samples_ms: Sequence[float], noise: NoiseSettings | None = None) -
         return Timing(s[0], s[0], s[0], s[0], 0.0, 1, reasons)
     p20, p80 = _quantiles(s)
     mean = statistics.fmean(s)
-    return Timing(statistics.median(s), p20, p80, mean, statistics.pstdev(s) / mean if mean > 0 else 0.0, len(s),
-                  reasons)
+    return Timing(
+        statistics.median(s), p20, p80, mean, statistics.pstdev(s) / mean if mean > 0 else 0.0, len(s), reasons
+    )
 
 
 def bimodal(sorted_ms: Sequence[float], st: NoiseSettings) -> tuple[int, float, int, float] | None:
@@ -144,8 +155,10 @@ def wait_reason(cpu_wait: float | None, st: NoiseSettings) -> str | None:
     measure the scheduler (often with a small spread: every repeat waited alike)."""
     if cpu_wait is None or cpu_wait <= st.max_cpu_wait:
         return None
-    return (f"its threads waited for a CPU {cpu_wait:.0%} of the time they were runnable "
-            f"(> {st.max_cpu_wait:.0%}; /proc schedstat): the time is the scheduler's")
+    return (
+        f"its threads waited for a CPU {cpu_wait:.0%} of the time they were runnable "
+        f"(> {st.max_cpu_wait:.0%}; /proc schedstat): the time is the scheduler's"
+    )
 
 
 def spreads_overlap(a: dict, b: dict) -> bool:

@@ -1,10 +1,13 @@
 """The compile targets of the static inspection (NVIDIA sm_80 / sm_90, AMD gfx942 / gfx950) and what their
 limits make of a kernel's resources: occupancy from registers and shared memory / LDS, and for AMD the matrix
 instructions each dtype runs on natively. The facts are data: microbench/data/targets.toml."""
+
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
+
+import tomllib
+
 from microbench.core.resources import data_file
 
 DATA = data_file("targets.toml")
@@ -93,6 +96,7 @@ def predicted_fallback(name: str, dtype: str) -> str | None:
     the data alone: tf32 where the target has no xf32. (Our fp8 cases take each target's own flavour.)"""
     if dtype == "tf32" and "tf32" not in target(name).get("dot_input_precisions", ["ieee", "tf32"]):
         t = target(name)
-        return fallback_reason("tf32", "fp32").format(target=name, chip=t.get("chip", name), native="",
-                                                      instructions="v_mfma_f32_*_f32")
+        return fallback_reason("tf32", "fp32").format(
+            target=name, chip=t.get("chip", name), native="", instructions="v_mfma_f32_*_f32"
+        )
     return None

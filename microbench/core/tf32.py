@@ -11,6 +11,7 @@ inside and after the context; the new strings are put back as they were on the w
 from the parent, is not a value the legacy setters can write). A PyTorch without the legacy switches gets the new
 API alone, one without the new ones the legacy alone.
 """
+
 from __future__ import annotations
 
 import contextlib

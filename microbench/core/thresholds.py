@@ -1,16 +1,19 @@
 """The judgements' thresholds, each with its reason, from microbench/data/thresholds.toml (one place: a module
 that judges reads its threshold here, never keeps a copy)."""
+
 from __future__ import annotations
 
-import tomllib
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+
+import tomllib
+
 from microbench.core.resources import data_file
 
 THRESHOLDS_PATH = data_file("thresholds.toml")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(path: str = str(THRESHOLDS_PATH)) -> dict[str, dict]:
     data = tomllib.loads(Path(path).read_text())
     for name, entry in data.items():

@@ -1,6 +1,7 @@
 """The vendor libraries' switches, set the same way for every command of one family (data/vendor_settings.toml):
 `settings_for(family)` applies a family's setting for a block and puts every switch back after it; what was
 applied is kept per family, and core.conditions records the families applied during its run."""
+
 from __future__ import annotations
 
 import contextlib

@@ -12,6 +12,7 @@ import the harness) read the same verdicts the judge wrote.
 
 A row is trusted for ratios and summaries when it is neither noisy nor impossible.
 """
+
 from __future__ import annotations
 
 NOISY = "noisy: "

@@ -1,4 +1,5 @@
 """`python -m microbench.decompose`, the same as `dawnscope decompose`."""
+
 import sys
 
 from microbench.decompose.cli import main

@@ -18,6 +18,7 @@ rebuilt there: the probe then sets the thresholds with mallopt in this process, 
 the decomposition (`probe`); mallopt cannot be undone (the adaptive threshold does not come back), so the calling
 process keeps them, and the document's notes say so. Its "after" then runs later in the process than its
 "before", which credited the transformer with 54 - 75 ms that separate processes did not show."""
+
 from __future__ import annotations
 
 import ctypes
@@ -27,8 +28,9 @@ import os
 import statistics
 import subprocess
 import sys
-import tomllib
 from functools import lru_cache
+
+import tomllib
 
 from microbench import models
 from microbench.core.config import load_config
@@ -95,6 +97,7 @@ WARM_STEPS = 2
 
 # --- the probe in separate processes (module docstring) ---------------------------------------------------------
 
+
 def fixed_env() -> dict[str, str]:
     """The fix as the environment of a process: glibc reads it at start-up."""
     return {s["env"]: str(s["value"]) for s in settings()}
@@ -107,7 +110,7 @@ def child_probe(spec: dict, n_processes: int, timeout_s: float) -> dict | str:
     {"default": pooled, "fixed": pooled, "processes": n}; or why it could not run, one line."""
     runs: dict[str, list[dict]] = {"default": [], "fixed": []}
     for i in range(n_processes):
-        for side in (("default", "fixed") if i % 2 == 0 else ("fixed", "default")):
+        for side in ("default", "fixed") if i % 2 == 0 else ("fixed", "default"):
             out = _run_child(spec, fixed_env() if side == "fixed" else {}, timeout_s)
             if isinstance(out, str):
                 return out
@@ -120,8 +123,15 @@ def _run_child(spec: dict, extra_env: dict[str, str], timeout_s: float) -> dict 
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     env = {**os.environ, **extra_env, "PYTHONPATH": path}
     try:
-        p = subprocess.run([sys.executable, "-m", "microbench.decompose.allocator"], input=json.dumps(spec),
-                           capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        p = subprocess.run(
+            [sys.executable, "-m", "microbench.decompose.allocator"],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"the allocator probe's child process ran past {timeout_s:.0f} s"
     lines = p.stdout.strip().splitlines()
@@ -135,14 +145,19 @@ def pooled(timings: list[dict]) -> dict:
     """One setting's processes as one timing (core.stats.Timing.as_dict's keys): the median of their medians, and
     p20 / p80 the lowest p20 and the highest p80, so that the finding's range spans the processes' spread as well
     as each one's; system time and faults the median of theirs; the noise of any; `per_process` their medians."""
+
     def mid(k: str) -> float | None:
         vals = [t[k] for t in timings if t.get(k) is not None]
         return statistics.median(vals) if vals else None
 
-    out = {"median": mid("median"), "p20": min(t["p20"] for t in timings), "p80": max(t["p80"] for t in timings),
-           "reps": sum(t["reps"] for t in timings),
-           "noise": sorted({r for t in timings for r in t.get("noise") or ()}),
-           "per_process": [t["median"] for t in timings]}
+    out = {
+        "median": mid("median"),
+        "p20": min(t["p20"] for t in timings),
+        "p80": max(t["p80"] for t in timings),
+        "reps": sum(t["reps"] for t in timings),
+        "noise": sorted({r for t in timings for r in t.get("noise") or ()}),
+        "per_process": [t["median"] for t in timings],
+    }
     for k in ("sys_ms_per_call", "minor_faults_per_call"):
         if mid(k) is not None:
             out[k] = mid(k)
@@ -154,13 +169,14 @@ def _child(spec: dict) -> dict:
     import torch
 
     from microbench.core.device import cpu_device
-    from microbench.roofline.timing import time_calls
     from microbench.models.step import TrainingStep
+    from microbench.roofline.timing import time_calls
 
     torch.set_num_threads(int(spec["threads"]))
     cfg = load_config(spec.get("config"))
-    step = TrainingStep(models.as_workload(spec["model"]), int(spec["batch"]), "cpu", spec["dtype"],
-                        num_workers=spec.get("num_workers"))
+    step = TrainingStep(
+        models.as_workload(spec["model"]), int(spec["batch"]), "cpu", spec["dtype"], num_workers=spec.get("num_workers")
+    )
     for _ in range(1 + WARM_STEPS):
         step()
     return time_calls(step, cpu_device(), cfg.timing.exactly(int(spec["timed_steps"])), cfg.noise).as_dict()

@@ -25,6 +25,7 @@ Where each piece goes:
   accumulation) fall back to the innermost backward layer range on the same thread;
 - no layer: the phase's own bucket, `(forward)`, `(backward)`, `(optimizer)`, `(step)`. Nothing is dropped.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -158,14 +159,22 @@ class _Items:
     by_thread: dict[int, list[int]]  # item indices, sorted by (ts, -dur)
 
     @classmethod
-    def of(cls, tl: Timeline) -> "_Items":
+    def of(cls, tl: Timeline) -> _Items:
         ops, launches = tl.cpu_ops, tl.launches
         ts = np.concatenate([ops.ts_us, launches.ts_us])
         dur = np.concatenate([ops.dur_us, launches.dur_us])
         thread = np.concatenate([ops.thread, launches.thread])
         order = np.lexsort((-dur, ts, thread)).tolist()
-        it = cls(len(ops), ts.tolist(), dur.tolist(), thread.tolist(),
-                 np.concatenate([ops.name, launches.name]).tolist(), [-1] * len(ts), [0.0] * len(ts), {})
+        it = cls(
+            len(ops),
+            ts.tolist(),
+            dur.tolist(),
+            thread.tolist(),
+            np.concatenate([ops.name, launches.name]).tolist(),
+            [-1] * len(ts),
+            [0.0] * len(ts),
+            {},
+        )
         for i in order:
             it.by_thread.setdefault(it.thread[i], []).append(i)
         for items in it.by_thread.values():
@@ -189,21 +198,32 @@ class _Items:
 class _Places:
     """Where each item goes: (step index, layer, phase, sequence-number layer, hook layer)."""
 
-    def __init__(self, tl: Timeline, items: _Items, steps: Windows, phase_ranges: dict[str, str],
-                 layer_names, seq_map: dict[int, str]):
+    def __init__(
+        self,
+        tl: Timeline,
+        items: _Items,
+        steps: Windows,
+        phase_ranges: dict[str, str],
+        layer_names,
+        seq_map: dict[int, str],
+    ):
         self.tl, self.items, self.seq_map = tl, items, seq_map
         self.step_starts, self.step_ends = steps.ts_us.tolist(), steps.end_us.tolist()
         r = tl.ranges
         cpu = np.flatnonzero(r.kind == CPU_RANGE)
         names = [tl.names[n] for n in r.name[cpu]]
-        self.phases = sorted((float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), phase_ranges[n])
-                             for i, n in zip(cpu, names) if n in phase_ranges)
+        self.phases = sorted(
+            (float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), phase_ranges[n])
+            for i, n in zip(cpu, names)
+            if n in phase_ranges
+        )
         self.phase_starts = [p[0] for p in self.phases]
         self.layers: dict[int, list] = {}
         for i, n in zip(cpu, names):
             if n in layer_names:
                 self.layers.setdefault(int(r.thread[i]), []).append(
-                    (float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), n))
+                    (float(r.ts_us[i]), float(r.ts_us[i] + r.dur_us[i]), n)
+                )
         self.is_eval = [isinstance(s, str) and s.startswith(EVALUATE) for s in tl.names.strings]
         self.where: dict[int, tuple] = {}
         for thread, its in items.by_thread.items():
@@ -246,12 +266,23 @@ class _Places:
                 layer = seq_layer or hook_layer
             else:
                 layer = hook_layer if phase == "forward" else None
-            self.where[i] = (self.step_at(mid), layer if layer is not None else f"({phase})", phase, seq_layer,
-                             hook_layer)
+            self.where[i] = (
+                self.step_at(mid),
+                layer if layer is not None else f"({phase})",
+                phase,
+                seq_layer,
+                hook_layer,
+            )
 
 
-def attribute(tl: Timeline, *, layer_names: set[str] = frozenset(), seq_map: dict[int, str] | None = None,
-              step_range: str = "step", phase_ranges: dict[str, str] | None = None) -> Attribution:
+def attribute(
+    tl: Timeline,
+    *,
+    layer_names: set[str] = frozenset(),
+    seq_map: dict[int, str] | None = None,
+    step_range: str = "step",
+    phase_ranges: dict[str, str] | None = None,
+) -> Attribution:
     """Buckets of time per (layer, phase) over the step windows of a trace's timeline.
 
     `phase_ranges` maps range names to phases (default: forward, backward, optimizer under their own
@@ -265,8 +296,9 @@ def attribute(tl: Timeline, *, layer_names: set[str] = frozenset(), seq_map: dic
     items = _Items.of(tl)
     places = _Places(tl, items, steps, phase_ranges, layer_names, seq_map or {})
     gpu = len(tl.activities) > 0
-    att = Attribution("kernel" if gpu else "operator", len(steps), {}, [], 0.0,
-                      notes=[steps.note] if steps.note else [])
+    att = Attribution(
+        "kernel" if gpu else "operator", len(steps), {}, [], 0.0, notes=[steps.note] if steps.note else []
+    )
     if gpu:
         _attribute_gpu(tl, att, items, places, steps)
     else:
@@ -315,11 +347,19 @@ def _attribute_gpu(tl: Timeline, att: Attribution, items: _Items, places: _Place
         item = items.n_ops + int(launch[row])
         op = items.parent[item] if items.parent[item] >= 0 else item
         c = tl.classes[k.cls[row]]
-        _add(att, (int(step_of[row]),) + places.where[op][1:], dur[row], tl.names[k.name[row]], c.cls,
-             TC_VALUES[k.tensor_cores[row]])
+        _add(
+            att,
+            (int(step_of[row]),) + places.where[op][1:],
+            dur[row],
+            tl.names[k.name[row]],
+            c.cls,
+            TC_VALUES[k.tensor_cores[row]],
+        )
     if att.unlaunched_us:
-        att.notes.append(f"{att.unlaunched_us:,.1f} us of GPU activity has no launching runtime call in the trace "
-                         "(no matching correlation id): in no step")
+        att.notes.append(
+            f"{att.unlaunched_us:,.1f} us of GPU activity has no launching runtime call in the trace "
+            "(no matching correlation id): in no step"
+        )
 
 
 def _attribute_cpu(tl: Timeline, att: Attribution, items: _Items, places: _Places) -> None:

@@ -15,6 +15,7 @@ Layer and phase: forward operators belong to the innermost module whose forward 
 operators to the module whose forward created the autograd node being evaluated (its sequence number,
 models.ranges.StepRanges.seq_map); operators outside any layer to the phase itself.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -26,9 +27,10 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from microbench.core import dtypes, ops
-from microbench.core.shapes import Case
 from microbench.core.ops import aten
+from microbench.core.shapes import Case
 from microbench.trace.classify import classify_operator
+
 
 @dataclass
 class OpRecord:

@@ -15,42 +15,49 @@ Writes into --out: decomposition.json (summary + layers), results.json / results
 the replay rows, one row type), roofline.png / .svg, and trace.json.gz (the profiler trace: open it in
 Perfetto or chrome://tracing). See docs/models.md for the definitions.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from microbench import models
-from microbench.core import dtypes, ops, thresholds
+from microbench.core import dtypes, ops, thresholds, vendor
 from microbench.core.conditions import Conditions
-from microbench.core import vendor
 from microbench.core.config import CaseSet, load_config
 from microbench.core.errors import InputError
 from microbench.core.ops.work import Work
 from microbench.core.results import LayerRow
 from microbench.core.stats import NoiseSettings, spreads_overlap, summarize
 from microbench.core.verdict import IMPOSSIBLE
-from microbench.roofline import registry
-from microbench.models import ModelError
 from microbench.decompose import allocator
 from microbench.decompose.attribution import attribute, load_trace
-from microbench.trace.classify import class_set
-from microbench.trace.classify import classify_cpu_impl
+from microbench.models import ModelError
+from microbench.roofline import registry
+from microbench.trace.classify import class_set, classify_cpu_impl
 from microbench.trace.gpu_time import step_ends
 
 SCHEMA = "dawnscope.decomposition/1"
-DECOMPOSE_FILES = ("decomposition.json", "results.json", "results.csv", "roofline.png", "roofline.svg",
-                   "trace.json.gz", "report.html")
+DECOMPOSE_FILES = (
+    "decomposition.json",
+    "results.json",
+    "results.csv",
+    "roofline.png",
+    "roofline.svg",
+    "trace.json.gz",
+    "report.html",
+)
 CPU_MATRIX_NOTE = (
     "CPU profile: time is operator self time, not kernel time. Whether a matrix unit ran a convolution or "
     "matmul (AMX tiles; the AVX-512 BF16/FP16/VNNI dot-product instructions, which kernel_rules.toml counts as "
     "this CPU's matrix units) is read from oneDNN's verbose log, matched to the operators by problem shape. "
     "GEMMs that MKL runs (fp32 matmul and linear layers) leave no such record: their matrix-unit use is "
-    "unknown, and fp32 AVX-512 FMA is a vector unit, not a matrix unit.")
+    "unknown, and fp32 AVX-512 FMA is a vector unit, not a matrix unit."
+)
 
 
 def _progress(cb: Callable[[str], None] | None, msg: str) -> None:
@@ -77,8 +84,9 @@ def cpu_matrix_evidence(records, onednn) -> dict[tuple[str, str], dict]:
     out: dict[tuple[str, str], dict] = {}
     for rec in records:
         for case in rec.cases:
-            e = out.setdefault((bucket_name(rec.layer, rec.phase), rec.phase or "step"),
-                               {"flops": Counter(), "impls": Counter()})
+            e = out.setdefault(
+                (bucket_name(rec.layer, rec.phase), rec.phase or "step"), {"flops": Counter(), "impls": Counter()}
+            )
             spec = ops.of(case)
             seen = impls.get(spec.problem_key(case))
             flops = spec.work(case).flops
@@ -104,8 +112,12 @@ def _step_error(what: str, e: BaseException, model_name: str, batch: int):
     """The one line for a training step that fails: an allocation failure names --batch (the argument to
     change), anything else --model."""
     if isinstance(e, MemoryError) or any(t in str(e).lower() for t in _OUT_OF_MEMORY):
-        return ModelError(None, f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
-                          key="--batch", value=batch)
+        return ModelError(
+            None,
+            f"{what}: out of memory at this batch ({_first_line(e)[:160]}); give a smaller one",
+            key="--batch",
+            value=batch,
+        )
     return ModelError(None, f"{what}: {_first_line(e)}", key="--model", value=model_name)
 
 
@@ -121,8 +133,10 @@ def _run_first_step(step, ranges_factory, notes: list[str]):
     step.ranges.remove()
     step.ranges = ranges_factory(backward_ranges=False)
     step.optimizer.zero_grad(set_to_none=True)
-    notes.append("the model modifies a module's output in place, which full backward hooks forbid: no backward "
-                 "layer ranges (NVTX); backward time is still attributed by autograd sequence numbers")
+    notes.append(
+        "the model modifies a module's output in place, which full backward hooks forbid: no backward "
+        "layer ranges (NVTX); backward time is still attributed by autograd sequence numbers"
+    )
     try:
         step()
     except (Exception, SystemExit) as e:  # noqa: BLE001
@@ -138,8 +152,11 @@ def _profile(step, device, n_warmup: int, n_active: int, trace_path: Path) -> No
     quiet_profiler()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_gpu else [])
     # One cycle (repeat=1), written when it completes: a second cycle would clear the first one's events.
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=n_warmup, active=n_active, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=0, warmup=n_warmup, active=n_active, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
+    ) as prof:
         step.sync_at_end = torch.cuda.synchronize if device.is_gpu else None  # inside the `step` range
         try:
             for _ in range(n_warmup + n_active):
@@ -158,7 +175,9 @@ class DecomposeOptions:
     batch: int | None = None  # None: the benchmark's batch (GPU) or its CPU batch (models/benchmarks.toml)
     dtype: str = "fp32"  # a training-step dtype of microbench.core.dtypes: fp32 (IEEE), bf16, fp16 (autocast)
     device: str = "auto"
-    out: object = None  # where the profiler's trace goes: a folder or an entered OutputDir (its staging); None: a temporary one
+    out: object = (
+        None  # where the profiler's trace goes: a folder or an entered OutputDir (its staging); None: a temporary one
+    )
     config: str | Path | None = None
     replay: bool = True  # replay the step's GEMMs and convolutions through the providers
     providers: tuple[str, ...] | None = None  # replay through these; None: `profile`'s, else all registered
@@ -273,15 +292,20 @@ def stage_load(d: Decomposition) -> None:
         d.steps[k] = defaults[k] if v is None else v
     d.workload = models.as_workload(d.model)
     if o.num_workers is not None and d.workload.make_loader is None:  # said before any work: nothing to set
-        raise ModelError(None, f"workload {d.workload.name!r} has no DataLoader: its inputs are made once, in memory",
-                         key="--num-workers", value=o.num_workers)
+        raise ModelError(
+            None,
+            f"workload {d.workload.name!r} has no DataLoader: its inputs are made once, in memory",
+            key="--num-workers",
+            value=o.num_workers,
+        )
     try:
         d.dev = devmod.detect(o.device)
     except (RuntimeError, ValueError) as e:
         raise ModelError(None, str(e), key="--device", value=o.device) from None
     facts = d.workload.facts
-    d.batch = o.batch or ((facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts
-                          else defaults["external_batch"])
+    d.batch = o.batch or (
+        (facts.reference_batch if d.dev.is_gpu else facts.cpu_batch) if facts else defaults["external_batch"]
+    )
     d.replay_providers = _replay_providers(d.cfg, o.providers, o.profile) if o.replay else ()
 
     d.conditions = Conditions(d.cfg.conditions, gpu_index=0 if d.dev.kind == "cuda" else None).start()
@@ -294,19 +318,23 @@ def stage_record(d: Decomposition) -> None:
     (FLOPs, bytes, cases; on a CPU, oneDNN's record of which implementation ran)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from microbench.decompose.oprecord import OpRecorder
     from microbench.roofline.evidence import onednn_records
     from microbench.roofline.timing import time_calls
-    from microbench.decompose.oprecord import OpRecorder
 
     if d.dev.is_gpu:  # set for the whole decomposition by run_decomposition
-        d.notes.append("vendor libraries as [step] of data/vendor_settings.toml: "
-                       + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items()))
+        d.notes.append(
+            "vendor libraries as [step] of data/vendor_settings.toml: "
+            + ", ".join(f"{k} = {v}" for k, v in d.vendor_step.items())
+        )
     if d.opts.dtype == "fp32":
         d.notes.append("fp32 is IEEE fp32: TF32 off for the whole step")
     if d.opts.dtype == "bf16" and not d.dev.is_gpu and not d.dev.native_bf16:
-        d.notes.append(f"bf16 autocast on {d.dev.name}, which has no bf16 instructions (AVX512-BF16 / AMX-BF16): "
-                       "PyTorch converts to fp32 and back around every operator, and the step runs slower than in "
-                       "fp32 (compare --dtype fp32)")
+        d.notes.append(
+            f"bf16 autocast on {d.dev.name}, which has no bf16 instructions (AVX512-BF16 / AMX-BF16): "
+            "PyTorch converts to fp32 and back around every operator, and the step runs slower than in "
+            "fp32 (compare --dtype fp32)"
+        )
     d.opts.progress("building the step")
     d.step = _build_step(d)
     d.opts.progress("first step")
@@ -340,8 +368,8 @@ def _loader_probe(d: Decomposition) -> dict | None:
     for each batch, and the step's operators leave the GIL to the loader's queue threads as they would (a spinning
     stand-in holds it). A batch arriving through the worker's queue and shared memory costs the main process
     0.6 - 2 ms on a 2-core CPU even when it is ready (docs/findings.md). None where there is nothing to probe."""
-    from microbench.roofline.timing import time_calls
     from microbench.models.loader import endless, with_workers
+    from microbench.roofline.timing import time_calls
 
     loader = d.step.loader
     if d.dev.is_gpu or loader is None or getattr(loader, "num_workers", 1) != 0 or d.step_timing is None:
@@ -370,8 +398,9 @@ def _build_step(d: Decomposition):
     from microbench.models.step import NoDataLoader, TrainingStep
 
     try:
-        return TrainingStep(d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d),
-                            num_workers=d.opts.num_workers)
+        return TrainingStep(
+            d.workload, d.batch, d.dev.torch_device, d.opts.dtype, _ranges(d), num_workers=d.opts.num_workers
+        )
     except InputError:
         raise
     except NoDataLoader as e:
@@ -391,7 +420,6 @@ def stage_profile(d: Decomposition) -> None:
 def stage_attribute(d: Decomposition) -> None:
     """Stage attribute: the trace's kernels (GPU) or operators (CPU) attributed to layers and phases."""
     from microbench.models.ranges import STEP_RANGE
-
 
     ranges = d.step.ranges
     d.timeline = load_trace(d.trace_path)
@@ -426,14 +454,16 @@ def stage_judge(d: Decomposition) -> None:
 
     d.opts.progress("ceilings")
     if d.opts.measure_ceilings:  # the cached ceilings of this machine, the same roofline and pytest-benchmark use
-        d.ceilings = machine_ceilings(d.dev, d.cfg, on_step=d.opts.on_progress,
-                                      busy_now=d.conditions.busy_now() if d.conditions else None)
+        d.ceilings = machine_ceilings(
+            d.dev, d.cfg, on_step=d.opts.on_progress, busy_now=d.conditions.busy_now() if d.conditions else None
+        )
     else:
         d.ceilings = build_ceilings(d.dev, d.cfg, measure_now=False)
     d.notes += d.ceilings.notes
     judge_layers(d)
-    d.summary.update(profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"],
-                                       d.cfg.noise.max_spread))
+    d.summary.update(
+        profiler_overhead(d.unprofiled, d.profiled_steps, d.summary["profiled_time_ms"], d.cfg.noise.max_spread)
+    )
     if flag := os_time_flag(d.unprofiled):
         d.summary["step_flags"].append(flag)
 
@@ -445,19 +475,27 @@ def os_time_flag(unprofiled) -> str | None:
     if not _in_os(unprofiled):
         return None
     faults = unprofiled.minor_faults_per_call or 0.0
-    head = (f"{unprofiled.sys_ms_per_call:.3g} ms of each {unprofiled.median_ms:.3g} ms step "
-            f"({unprofiled.sys_ms_per_call / unprofiled.median_ms:.0%}) is in the operating system, with {faults:,.0f} "
-            "page faults per step")
+    head = (
+        f"{unprofiled.sys_ms_per_call:.3g} ms of each {unprofiled.median_ms:.3g} ms step "
+        f"({unprofiled.sys_ms_per_call / unprofiled.median_ms:.0%}) is in the operating system, with {faults:,.0f} "
+        "page faults per step"
+    )
     if not _page_faulting(unprofiled):
         return head + ": not mostly page faults (system calls, a busy machine's scheduling)"
-    return head + (": memory freed in one step and faulted in again in the next (glibc malloc returns large buffers "
-                   "to the OS); what that costs the step is the allocator finding's measurement")
+    return head + (
+        ": memory freed in one step and faulted in again in the next (glibc malloc returns large buffers "
+        "to the OS); what that costs the step is the allocator finding's measurement"
+    )
 
 
 def _in_os(t) -> bool:
     """A CPU step timing whose system time is os_time_share of its median or more."""
-    return bool(t is not None and t.sys_ms_per_call and t.median_ms
-                and t.sys_ms_per_call / t.median_ms >= thresholds.value("os_time_share"))
+    return bool(
+        t is not None
+        and t.sys_ms_per_call
+        and t.median_ms
+        and t.sys_ms_per_call / t.median_ms >= thresholds.value("os_time_share")
+    )
 
 
 def _page_faulting(t) -> bool:
@@ -472,8 +510,17 @@ FAULTS_PER_SYS_MS = 100.0
 
 def judge_layers(d: Decomposition) -> None:
     """One entry and one row per (layer, phase) against `d.ceilings`, and the step's summary."""
-    d.layers, d.rows = _layers(d.workload, d.step.ranges, d.att, d.work, d.cpu_ev, d.dev, d.ceilings, d.opts.dtype,
-                               d.cfg.noise if d.cfg is not None else NoiseSettings())
+    d.layers, d.rows = _layers(
+        d.workload,
+        d.step.ranges,
+        d.att,
+        d.work,
+        d.cpu_ev,
+        d.dev,
+        d.ceilings,
+        d.opts.dtype,
+        d.cfg.noise if d.cfg is not None else NoiseSettings(),
+    )
     d.summary = step_summary(d)
     if not d.dev.is_gpu:
         d.notes.insert(0, CPU_MATRIX_NOTE)
@@ -482,8 +529,9 @@ def judge_layers(d: Decomposition) -> None:
 def stage_replay(d: Decomposition) -> None:
     """Stage replay: the step's GEMM and convolution cases through the providers, tagged with their layers."""
     if d.opts.replay:
-        d.replay_doc, d.replay_rows = _replay(d.workload.name, d.records, d.dev, d.cfg, d.ceilings,
-                                              d.replay_providers, d.opts.on_progress)
+        d.replay_doc, d.replay_rows = _replay(
+            d.workload.name, d.records, d.dev, d.cfg, d.ceilings, d.replay_providers, d.opts.on_progress
+        )
         _attach_replay(d.layers, d.replay_doc)
 
 
@@ -501,14 +549,21 @@ def stage_allocator(d: Decomposition) -> None:
     d.opts.progress(f"timing {n} steps with the allocator's thresholds fixed")
     fixed = allocator.probe(d.step, d.dev, d.cfg.timing.exactly(n), d.cfg.noise)
     if fixed is None:
-        d.summary["allocator_ms"] = {"not_run": "not glibc's malloc (no mallopt thresholds to fix): the allocator "
-                                                "probe did not run"}
+        d.summary["allocator_ms"] = {
+            "not_run": "not glibc's malloc (no mallopt thresholds to fix): the allocator probe did not run"
+        }
         return
-    d.summary["allocator_ms"] = {"default": d.unprofiled.as_dict(), "fixed": fixed.as_dict(),
-                                 "env": allocator.env_assignments(), "processes": 0}
-    d.notes.append("glibc malloc's thresholds were fixed in this process for the allocator probe, after every other "
-                   f"measurement ({allocator.env_assignments()}, through mallopt); they stay so in a process that "
-                   "called decompose_step")
+    d.summary["allocator_ms"] = {
+        "default": d.unprofiled.as_dict(),
+        "fixed": fixed.as_dict(),
+        "env": allocator.env_assignments(),
+        "processes": 0,
+    }
+    d.notes.append(
+        "glibc malloc's thresholds were fixed in this process for the allocator probe, after every other "
+        f"measurement ({allocator.env_assignments()}, through mallopt); they stay so in a process that "
+        "called decompose_step"
+    )
 
 
 def _allocator_children(d: Decomposition, n: int) -> dict:
@@ -518,9 +573,15 @@ def _allocator_children(d: Decomposition, n: int) -> dict:
         return {"not_run": "not glibc's malloc (no thresholds to fix): the allocator probe did not run"}
     k = allocator.processes()
     d.opts.progress(f"timing {n} steps in {2 * k} processes, {k} with the allocator's thresholds fixed")
-    spec = {"model": d.model, "batch": d.batch, "dtype": d.opts.dtype, "num_workers": d.opts.num_workers,
-            "threads": torch.get_num_threads(), "timed_steps": n,
-            "config": str(d.opts.config) if d.opts.config is not None else None}
+    spec = {
+        "model": d.model,
+        "batch": d.batch,
+        "dtype": d.opts.dtype,
+        "num_workers": d.opts.num_workers,
+        "threads": torch.get_num_threads(),
+        "timed_steps": n,
+        "config": str(d.opts.config) if d.opts.config is not None else None,
+    }
     timeout_s = allocator._data()["probe"]["start_s"] + 20 * (n + 4) * d.unprofiled.median_ms / 1e3
     out = allocator.child_probe(spec, k, timeout_s)
     if isinstance(out, str):
@@ -540,13 +601,23 @@ def _document(d: Decomposition) -> dict:
     w, step, facts = d.workload, d.step, d.workload.facts
     return {
         "schema": SCHEMA,
-        "model": {"name": w.name, "class": type(w.model).__name__,
-                  "parameters": sum(p.numel() for p in w.model.parameters()),
-                  "facts": facts.as_dict() if facts else None},
-        "run": {"batch": d.batch, "dtype": d.opts.dtype, "device": d.dev.torch_device,
-                "channels_last": w.uses_channels_last, "optimizer": type(step.optimizer).__name__,
-                "grad_scaler": step.scaler is not None, **d.steps, "backward_ranges": step.ranges.backward_ranges,
-                "loader_workers": getattr(step.loader, "num_workers", None)},
+        "model": {
+            "name": w.name,
+            "class": type(w.model).__name__,
+            "parameters": sum(p.numel() for p in w.model.parameters()),
+            "facts": facts.as_dict() if facts else None,
+        },
+        "run": {
+            "batch": d.batch,
+            "dtype": d.opts.dtype,
+            "device": d.dev.torch_device,
+            "channels_last": w.uses_channels_last,
+            "optimizer": type(step.optimizer).__name__,
+            "grad_scaler": step.scaler is not None,
+            **d.steps,
+            "backward_ranges": step.ranges.backward_ranges,
+            "loader_workers": getattr(step.loader, "num_workers", None),
+        },
         "hardware": devmod.fingerprint(d.dev),
         "software": devmod.software(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -559,8 +630,17 @@ def _document(d: Decomposition) -> dict:
     }
 
 
-STAGES = (stage_load, stage_record, stage_profile, stage_attribute, stage_count, stage_judge, stage_replay,
-          stage_allocator, stage_document)
+STAGES = (
+    stage_load,
+    stage_record,
+    stage_profile,
+    stage_attribute,
+    stage_count,
+    stage_judge,
+    stage_replay,
+    stage_allocator,
+    stage_document,
+)
 
 
 def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=None):
@@ -587,10 +667,24 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
         kind = ranges.types.get(name, "loss" if name == "(loss)" else "-")
         gemm_ms = sum(part.by_class[c] for c in class_set("gemm")) / 1e3 if b else 0.0
         tc, tc_ev, tc_split = _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms)
-        row = LayerRow(model=workload.name, layer=name, phase=phase, module=kind, dtype=layer_dtype,
-                       shape=w.cases[0].shape.label() if w.cases else "-", device=dev.name, flops=flops, bytes=w.bytes, tensor_cores=tc, tensor_core_evidence=tc_ev,
-                        params={"module": kind, "cases": sorted({c.label() for c in w.cases}),
-                                "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())}})
+        row = LayerRow(
+            model=workload.name,
+            layer=name,
+            phase=phase,
+            module=kind,
+            dtype=layer_dtype,
+            shape=w.cases[0].shape.label() if w.cases else "-",
+            device=dev.name,
+            flops=flops,
+            bytes=w.bytes,
+            tensor_cores=tc,
+            tensor_core_evidence=tc_ev,
+            params={
+                "module": kind,
+                "cases": sorted({c.label() for c in w.cases}),
+                "time_by_class_ms": {c: v / 1e3 for c, v in (part.by_class.items() if b else ())},
+            },
+        )
         if b and time_ms > 0 and flops > 0 and w.bytes > 0:
             judge(row, Work(flops, w.bytes), summarize([us / 1e3 for us in b.per_step_us], noise), ceilings)
         elif b and time_ms > 0:  # time but no arithmetic (copies, views, allocation): no roofline point
@@ -599,29 +693,70 @@ def _layers(workload, ranges, att, work, cpu_ev, dev, ceilings, dtype, noise=Non
         else:
             row.reason = "no profiled time" if not b else "no work counted"
         rows.append(row)
-        layers.append(_layer_entry(row, {
-            "time_ms": time_ms, "time_ms_per_step": [us / 1e3 for us in b.per_step_us] if b else [],
-            "pct_of_profiled": 100.0 * time_ms / total_ms if total_ms else None,
-            "matrix_flops": w.flops, "other_flops": w.other_flops,
-            "intensity": row.intensity if row.intensity is not None else (flops / w.bytes if w.bytes else None),
-            "tensor_core_time_ms": tc_split, "gemm_time_ms": gemm_ms,
-            "time_by_class_ms": {c: v / 1e3 for c, v in part.by_class.most_common()} if b else {},
-            "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],  # mean over the steps
-            "cases": [c.label() for c in w.cases],
-        }))
+        layers.append(
+            _layer_entry(
+                row,
+                {
+                    "time_ms": time_ms,
+                    "time_ms_per_step": [us / 1e3 for us in b.per_step_us] if b else [],
+                    "pct_of_profiled": 100.0 * time_ms / total_ms if total_ms else None,
+                    "matrix_flops": w.flops,
+                    "other_flops": w.other_flops,
+                    "intensity": row.intensity if row.intensity is not None else (flops / w.bytes if w.bytes else None),
+                    "tensor_core_time_ms": tc_split,
+                    "gemm_time_ms": gemm_ms,
+                    "time_by_class_ms": {c: v / 1e3 for c, v in part.by_class.most_common()} if b else {},
+                    "top": [[k, v / n / 1e3] for k, v in b.items.most_common(3)] if b else [],  # mean over the steps
+                    "cases": [c.label() for c in w.cases],
+                },
+            )
+        )
     return layers, rows
 
 
 # A layer's entry in the document: the LayerRow's own fields (the one source of them) under the names the document
 # has always used, in its order, and what only the document holds (per-step times, the class split, the top kernels).
-_ENTRY_FROM_ROW = {"name": "layer", "module": "module", "phase": "phase", "dtype": "dtype", "flops": "flops",
-                   "bytes": "bytes", "tflops": "tflops", "pct_of_ceiling": "pct_of_ceiling", "ceiling": "ceiling",
-                   "bound": "bound", "tensor_cores": "tensor_cores", "tensor_core_evidence": "tensor_core_evidence",
-                   "flags": "flags"}
-_ENTRY_ORDER = ("name", "module", "phase", "dtype", "time_ms", "time_ms_per_step", "pct_of_profiled", "flops",
-                "matrix_flops", "other_flops", "bytes", "intensity", "tflops", "pct_of_ceiling", "ceiling", "bound",
-                "tensor_cores", "tensor_core_evidence", "tensor_core_time_ms", "gemm_time_ms", "time_by_class_ms",
-                "top", "cases", "flags")
+_ENTRY_FROM_ROW = {
+    "name": "layer",
+    "module": "module",
+    "phase": "phase",
+    "dtype": "dtype",
+    "flops": "flops",
+    "bytes": "bytes",
+    "tflops": "tflops",
+    "pct_of_ceiling": "pct_of_ceiling",
+    "ceiling": "ceiling",
+    "bound": "bound",
+    "tensor_cores": "tensor_cores",
+    "tensor_core_evidence": "tensor_core_evidence",
+    "flags": "flags",
+}
+_ENTRY_ORDER = (
+    "name",
+    "module",
+    "phase",
+    "dtype",
+    "time_ms",
+    "time_ms_per_step",
+    "pct_of_profiled",
+    "flops",
+    "matrix_flops",
+    "other_flops",
+    "bytes",
+    "intensity",
+    "tflops",
+    "pct_of_ceiling",
+    "ceiling",
+    "bound",
+    "tensor_cores",
+    "tensor_core_evidence",
+    "tensor_core_time_ms",
+    "gemm_time_ms",
+    "time_by_class_ms",
+    "top",
+    "cases",
+    "flags",
+)
 
 
 def _layer_entry(row: LayerRow, extra: dict) -> dict:
@@ -641,49 +776,75 @@ def _layer_matrix_units(b, part, key, cpu_ev, dev, gemm_ms: float):
         no_share = g["no"] / 1e3 / gemm_ms
         verdict = "yes" if share >= 0.999 else ("no" if no_share >= 0.999 else "unknown")
         top = b.gemm_items.most_common(1)[0][0] if b.gemm_items else ""
-        return verdict, f"{share:.0%} of the layer's GEMM/conv kernel time in Tensor Core kernels by name " \
-                        f"(kernel_rules.toml); top GEMM/conv kernel {top[:80]!r}", split
+        return (
+            verdict,
+            f"{share:.0%} of the layer's GEMM/conv kernel time in Tensor Core kernels by name "
+            f"(kernel_rules.toml); top GEMM/conv kernel {top[:80]!r}",
+            split,
+        )
     ev = cpu_ev.get(key)
     if not ev or not sum(ev["flops"].values()):
-        return "unknown", "no oneDNN record for this layer's GEMM/conv operators (MKL or a reference path)", \
-            {"unknown": gemm_ms}
+        return (
+            "unknown",
+            "no oneDNN record for this layer's GEMM/conv operators (MKL or a reference path)",
+            {"unknown": gemm_ms},
+        )
     flops = ev["flops"]
     total = sum(flops.values())
     split = {k: gemm_ms * v / total for k, v in flops.items() if v > 0}
     verdict = max(flops, key=flops.get) if max(flops.values()) == total else "unknown"
     impls = ", ".join(f"{k}" for k in ev["impls"]) or "none"
-    return verdict, (f"oneDNN implementations {impls}; {flops['yes'] / total:.0%} of GEMM/conv FLOPs on matrix-unit "
-                     f"implementations, {flops['unknown'] / total:.0%} without a oneDNN record"), split
+    return (
+        verdict,
+        (
+            f"oneDNN implementations {impls}; {flops['yes'] / total:.0%} of GEMM/conv FLOPs on matrix-unit "
+            f"implementations, {flops['unknown'] / total:.0%} without a oneDNN record"
+        ),
+        split,
+    )
 
 
 def profiler_overhead(unprofiled, profiled, operator_ms: float, max_spread: float) -> dict:
     """How much the profiler slowed the step (profiled step wall time against the unprofiled one), how much of
     the profiled step its operators/kernels cover, and flags where they disagree beyond noise."""
     flags = []
-    out = {"profiled_step_ms": profiled.median_ms, "profiled_step_spread": profiled.as_dict(),
-           "profiler_overhead": None, "operator_coverage": operator_ms / profiled.median_ms if profiled.median_ms else None}
+    out = {
+        "profiled_step_ms": profiled.median_ms,
+        "profiled_step_spread": profiled.as_dict(),
+        "profiler_overhead": None,
+        "operator_coverage": operator_ms / profiled.median_ms if profiled.median_ms else None,
+    }
     if unprofiled is not None and unprofiled.median_ms > 0:
         over = profiled.median_ms / unprofiled.median_ms - 1
         out["profiler_overhead"] = over
         u, p = unprofiled.as_dict(), profiled.as_dict()
         if unprofiled.noisy or profiled.noisy:
             out["profiler_overhead"] = None  # no ratio from a number that is not trustworthy
-            flags.append("step times are noisy (" + "; ".join(unprofiled.noise + profiled.noise)
-                         + f"): no verdict on the profiler's overhead (it would read {over:+.0%})")
+            flags.append(
+                "step times are noisy ("
+                + "; ".join(unprofiled.noise + profiled.noise)
+                + f"): no verdict on the profiler's overhead (it would read {over:+.0%})"
+            )
         elif over < 0 and not spreads_overlap(u, p) and -over > max_spread:
             out["profiler_overhead"] = None  # a profiler never makes a step faster: kept out of the summary
-            flags.append(f"{IMPOSSIBLE}the profiled step ({profiled.median_ms:.4g} ms) is faster than the unprofiled "
-                         f"one ({unprofiled.median_ms:.4g} ms), {over:+.0%}: the unprofiled steps were slowed "
-                         "(a busy machine, first-call work, memory pressure); no profiler overhead is reported")
+            flags.append(
+                f"{IMPOSSIBLE}the profiled step ({profiled.median_ms:.4g} ms) is faster than the unprofiled "
+                f"one ({unprofiled.median_ms:.4g} ms), {over:+.0%}: the unprofiled steps were slowed "
+                "(a busy machine, first-call work, memory pressure); no profiler overhead is reported"
+            )
         elif not spreads_overlap(u, p) and abs(over) > max_spread:
-            flags.append(f"profiled and unprofiled step times disagree beyond noise: {profiled.median_ms:.4g} ms "
-                         f"profiled (p20-p80 {p['p20']:.4g}-{p['p80']:.4g}) against {unprofiled.median_ms:.4g} ms "
-                         f"unprofiled ({u['p20']:.4g}-{u['p80']:.4g}), {over:+.0%}")
+            flags.append(
+                f"profiled and unprofiled step times disagree beyond noise: {profiled.median_ms:.4g} ms "
+                f"profiled (p20-p80 {p['p20']:.4g}-{p['p80']:.4g}) against {unprofiled.median_ms:.4g} ms "
+                f"unprofiled ({u['p20']:.4g}-{u['p80']:.4g}), {over:+.0%}"
+            )
     cov = out["operator_coverage"]
     if cov is not None and cov < 0.5:
-        flags.append(f"the profiled operators/kernels cover only {cov:.0%} of the profiled step's wall time "
-                     f"({operator_ms:.4g} of {profiled.median_ms:.4g} ms): the rest is Python, launch overhead, "
-                     "waiting (a busy machine) or work outside any operator")
+        flags.append(
+            f"the profiled operators/kernels cover only {cov:.0%} of the profiled step's wall time "
+            f"({operator_ms:.4g} of {profiled.median_ms:.4g} ms): the rest is Python, launch overhead, "
+            "waiting (a busy machine) or work outside any operator"
+        )
     out["step_flags"] = flags
     return out
 
@@ -711,9 +872,9 @@ def step_summary(d: Decomposition) -> dict:
         "forward_flops": sum(r.flops for r in records if r.phase == "forward"),
         "backward_flops": sum(r.flops for r in records if r.phase == "backward"),
         "flop_convention": "GEMM, convolution (every variant, both backward directions) and attention FLOPs by "
-                           "microbench.core.ops.work (2 per multiply-add); normalization and element-wise work are in "
-                           "other_flops_per_step. flop_counter_flops: torch.utils.flop_counter's total, for "
-                           "reference only (it counts grouped-convolution backward as ungrouped)",
+        "microbench.core.ops.work (2 per multiply-add); normalization and element-wise work are in "
+        "other_flops_per_step. flop_counter_flops: torch.utils.flop_counter's total, for "
+        "reference only (it counts grouped-convolution backward as ungrouped)",
         "other_flops_per_step": sum(r.other_flops for r in records),
         "bytes_per_step": sum(r.bytes for r in records),
         "achieved_tflops": flops / (step_ms * 1e-3) / 1e12 if step_ms else None,
@@ -734,17 +895,20 @@ def _profiled_summary(att, rep: int, total_ms: float) -> dict:
         "profiled_time_ms_per_step": [us / 1e3 for us in att.total_per_step_us],
         "median_step": rep,
         "per_step_note": "layer times, classes and the profiled time are those of the median profiled step "
-                         "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
+        "(by its total); every step's are in time_ms_per_step / profiled_time_ms_per_step",
         "profiled_unit": att.unit,
         "profiled_time_definition": (
-            "sum of GPU kernel, memcpy and memset durations launched inside the step" if att.unit == "kernel" else
-            "sum of operator self CPU time inside the step (= summed duration of the outermost operators)"),
+            "sum of GPU kernel, memcpy and memset durations launched inside the step"
+            if att.unit == "kernel"
+            else "sum of operator self CPU time inside the step (= summed duration of the outermost operators)"
+        ),
         "profiled_steps": att.steps,
     }
 
 
 def _matrix_unit_summary(layers: list[dict], by_class: Counter, total_ms: float, gpu: bool) -> dict:
     """The Tensor Core / matrix-unit share of the profiled time, and what it means on this device."""
+
     def split(key: str) -> float:
         return sum(v for l in layers for k, v in (l["tensor_core_time_ms"] or {}).items() if k == key)
 
@@ -752,16 +916,22 @@ def _matrix_unit_summary(layers: list[dict], by_class: Counter, total_ms: float,
     gemm_total = sum(by_class[c] for c in class_set("gemm"))
     share = tc_yes / total_ms if total_ms else None
     if gpu:
-        note = "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
+        note = (
+            "kernel time in kernels whose names say Tensor Core / matrix core (kernel_rules.toml), over all kernel time"
+        )
     elif gemm_total and tc_yes == 0 and tc_unknown >= gemm_total * 0.999:
         share = None
         note = "unknown: no oneDNN record says which unit ran this step's GEMMs/convolutions (see notes)"
     else:
-        note = ("operator time of GEMM/conv operators whose oneDNN implementation uses a matrix unit "
-                "(AMX or AVX-512 dot products), split by FLOPs within each layer, over all operator time")
-    return {"tensor_core_time_share": share,
-            "tensor_core_unknown_share": (tc_unknown / total_ms) if total_ms and not gpu else None,
-            "tensor_core_note": note}
+        note = (
+            "operator time of GEMM/conv operators whose oneDNN implementation uses a matrix unit "
+            "(AMX or AVX-512 dot products), split by FLOPs within each layer, over all operator time"
+        )
+    return {
+        "tensor_core_time_share": share,
+        "tensor_core_unknown_share": (tc_unknown / total_ms) if total_ms and not gpu else None,
+        "tensor_core_note": note,
+    }
 
 
 def _what_if(layers: list[dict], by_class: Counter, ceilings, step_ms: float) -> dict:
@@ -795,8 +965,11 @@ def _backward_checks(att, ranges) -> dict:
     return {
         # The full backward hooks behind the NVTX backward ranges add autograd nodes of their own (identity
         # functions, no kernels): on a CPU their operators are in the profiled time. Reported, not removed.
-        "backward_hook_time_ms": sum(us for b in att.buckets.values() for name, us in b.items.items()
-                                     if "BackwardHookFunction" in name) / att.steps / 1e3,
+        "backward_hook_time_ms": sum(
+            us for b in att.buckets.values() for name, us in b.items.items() if "BackwardHookFunction" in name
+        )
+        / att.steps
+        / 1e3,
         "backward_by_sequence_share": seq / backward_us if backward_us else None,
         "backward_range_agreement": att.backward_agree_us / att.backward_hook_us if att.backward_hook_us else None,
         "interleaved_backward_ranges": ranges.interleaved_closes,
@@ -811,15 +984,21 @@ def _replay_providers(cfg, providers: list[str] | None, case_set_name: str | Non
     if providers:
         bad = [p for p in providers if p not in known]
         if bad:
-            raise ModelError(None, f"unknown provider (registered: {', '.join(known)})", key="--providers",
-                             value=bad[0])
+            raise ModelError(
+                None, f"unknown provider (registered: {', '.join(known)})", key="--providers", value=bad[0]
+            )
         return tuple(providers)
     if case_set_name:
         names = cfg.case_set(case_set_name).providers
         bad = [p for p in names if p not in known]
         if bad:
-            raise ModelError(None, f"profile {case_set_name!r} names provider {bad[0]!r}, which is not registered "
-                                   f"(registered: {', '.join(known)})", key="--profile", value=case_set_name)
+            raise ModelError(
+                None,
+                f"profile {case_set_name!r} names provider {bad[0]!r}, which is not registered "
+                f"(registered: {', '.join(known)})",
+                key="--profile",
+                value=case_set_name,
+            )
         return tuple(names)
     return tuple(known)
 
@@ -836,7 +1015,9 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         if r.skipped:
             skipped[r.skipped] += 1
     cases = tuple(occurrences)
-    case_set = CaseSet(f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases)
+    case_set = CaseSet(
+        f"model:{model_name}", f"GEMM and convolution cases of one {model_name} training step", names, cases
+    )
     unique_rows = []
     done = [0]
 
@@ -853,12 +1034,16 @@ def _replay(model_name, records, dev, cfg, ceilings, names, on_progress):
         case = by_case_key[(row.op, row.shape, row.dtype)]
         for layer, phase in occurrences[case]:
             tagged.append(replace(row, layer=layer, phase=phase, flags=list(row.flags), params=dict(row.params)))
-    doc = {"enabled": True, "providers": list(names), "cases": len(cases),
-           "occurrences": sum(len(v) for v in occurrences.values()),
-           "not_replayed": dict(skipped),
-           **({"stopped": stopped} if stopped else {}),
-           "rows": [r.as_dict() for r in unique_rows],
-           "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()}}
+    doc = {
+        "enabled": True,
+        "providers": list(names),
+        "cases": len(cases),
+        "occurrences": sum(len(v) for v in occurrences.values()),
+        "not_replayed": dict(skipped),
+        **({"stopped": stopped} if stopped else {}),
+        "rows": [r.as_dict() for r in unique_rows],
+        "case_layers": {f"{c.label()}": sorted({f"{l} [{p}]" for l, p in occ}) for c, occ in occurrences.items()},
+    }
     return doc, tagged
 
 

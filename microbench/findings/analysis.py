@@ -2,11 +2,13 @@
 `comm ddp`, the job view, `analyze_trace` and the notebook API open a trace through. The findings layer extends the
 trace analysis (microbench/trace/analysis.py), which knows nothing of findings: every figure the base computes is
 the same here, and `findings` and the document's `findings*` keys are added."""
+
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
 
+from microbench.core.documents import FindingsResult
 from microbench.findings.engine import findings_of, with_findings
 from microbench.trace import analysis
 from microbench.trace.timeline import Timeline
@@ -19,14 +21,23 @@ class TraceAnalysis(analysis.TraceAnalysis):
 
     TABLES = analysis.TraceAnalysis.TABLES + ("findings",)
 
-    def __init__(self, tl: Timeline, config=None, step_range: str | None = None, measured: dict | None = None,
-                 graph_capture: str | Path | None = None, path: str | Path | None = None, source: str | None = None,
-                 *, decomposition: dict | None = None):
+    def __init__(
+        self,
+        tl: Timeline,
+        config=None,
+        step_range: str | None = None,
+        measured: dict | None = None,
+        graph_capture: str | Path | None = None,
+        path: str | Path | None = None,
+        source: str | None = None,
+        *,
+        decomposition: dict | None = None,
+    ):
         super().__init__(tl, config, step_range, measured, graph_capture, path, source)
         self.decomposition = decomposition
 
     @cached_property
-    def findings(self) -> dict:
+    def findings(self) -> FindingsResult:
         """The findings in rank order, those not checked with why, those below the threshold, and the step time
         and unit (`per`) their savings are of (findings/engine.py)."""
         return findings_of(self, self.cfg, self.source, self.decomposition)

@@ -9,28 +9,37 @@ whose input the trace lacks (no steps, no launches, no shapes) is not made: it i
 
 The engine: every rule over the facts of one analysis, in rank order (facts.py, rules.py); the findings layer
 sits above the trace analysis and the prediction estimate, and extends the analysis (analysis.py)."""
+
 from __future__ import annotations
 
-
-
-from microbench.trace import gpu_time
+from microbench.core.documents import FindingsResult
 from microbench.findings.facts import CpuCommFacts, CpuFacts, WholeTraceFacts, gpu_facts, rules, threshold
-from microbench.findings.rules import not_checked_amp, RULES
+from microbench.findings.rules import RULES, not_checked_amp
+from microbench.trace import gpu_time
 
 
-def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = None) -> dict:
+def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = None) -> FindingsResult:
     """The findings of one analysis (module docstring): `findings` in rank order, `not_checked` (id, why), the step
     time the shares are of, and whether the savings are per step or for the whole trace. `source`: the chip the
     trace ran on where the trace does not name it. `cpu_doc`: a CPU decomposition's document, whose operators are
     the activities where the trace has no GPU activity (CpuFacts; the rules with a `cpu_why` are not checked)."""
     cpu = cpu_doc is not None and not len(ta.tl.activities)
     cpu_trace = not cpu and not len(ta.tl.activities) and gpu_time.has_cpu_collectives(ta.tl)
-    f = (CpuFacts(ta, cfg, source, cpu_doc) if cpu else CpuCommFacts(ta, cfg, source) if cpu_trace
-         else gpu_facts(ta, cfg, source))
+    f = (
+        CpuFacts(ta, cfg, source, cpu_doc)
+        if cpu
+        else CpuCommFacts(ta, cfg, source)
+        if cpu_trace
+        else gpu_facts(ta, cfg, source)
+    )
     made, not_checked, below = [], [], []
     if not len(ta.tl.activities) and not cpu and not cpu_trace:
-        return {"findings": [], "not_checked": [{"id": "all", "why": rules()["host_only"]["why"]}],
-                "step_time_us": 0.0, "per": f.per}
+        return {
+            "findings": [],
+            "not_checked": [{"id": "all", "why": rules()["host_only"]["why"]}],
+            "step_time_us": 0.0,
+            "per": f.per,
+        }
     if ta.tl.meta.get("counter_ranges"):
         why = rules()["counter_ranges"]["why"].format(n=ta.tl.meta["counter_ranges"])
         return {"findings": [], "not_checked": [{"id": "all", "why": why}], "step_time_us": 0.0, "per": f.per}
@@ -50,7 +59,11 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
             continue
         lacking = [n for n in rule.get("needs", []) if n in f.missing]
         if lacking:
-            why = not_checked_amp(f) if rid in ("amp", "tf32") and lacking == ["shapes"] else "; ".join(f.missing[n] for n in lacking)
+            why = (
+                not_checked_amp(f)
+                if rid in ("amp", "tf32") and lacking == ["shapes"]
+                else "; ".join(f.missing[n] for n in lacking)
+            )
             not_checked.append({"id": rid, "why": why})
             continue
         out = fn(f, rule)
@@ -62,9 +75,16 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
             below.append({k: out[k] for k in ("id", "saving_us", "what", "expected_why") if k in out})
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     made = [x | {"validation": validation_of(x["id"], "cpu" if cpu or cpu_trace else "gpu")} for x in made]
-    return {"findings": made[: int(threshold("max_findings"))], "not_checked": not_checked, "below": below,
-            "step_time_us": f.step_us, "step_time_what": f.step_time_what, "per": f.per,
-            "window": f.steps[0] if isinstance(f, WholeTraceFacts) else None, "validation": rules().get("validation")}
+    return {
+        "findings": made[: int(threshold("max_findings"))],
+        "not_checked": not_checked,
+        "below": below,
+        "step_time_us": f.step_us,
+        "step_time_what": f.step_time_what,
+        "per": f.per,
+        "window": f.steps[0] if isinstance(f, WholeTraceFacts) else None,
+        "validation": rules().get("validation"),
+    }
 
 
 def validation_of(rid: str, on: str) -> dict:
@@ -72,19 +92,31 @@ def validation_of(rid: str, on: str) -> dict:
     [validation.RID]): on the report's kind of device (`on`: cpu or gpu) and on the others, with where they are."""
     v = (rules().get("validation") or {}).get(rid) or {}
     tally = lambda d: {"held": int((v.get(d) or {}).get("held", 0)), "checks": int((v.get(d) or {}).get("checks", 0))}  # noqa: E731
-    return {"on": on, **tally(on), "elsewhere": {d: tally(d) for d in ("cpu", "gpu") if d != on and v.get(d)},
-            "where": v.get("where", "")}
+    return {
+        "on": on,
+        **tally(on),
+        "elsewhere": {d: tally(d) for d in ("cpu", "gpu") if d != on and v.get(d)},
+        "where": v.get("where", ""),
+    }
 
 
-def with_findings(doc: dict, result: dict) -> dict:
+def with_findings(doc: dict, result: FindingsResult) -> dict:
     """The trace document with the findings first (after its schema and file): `findings` in rank order,
     `findings_not_checked`, and the step time and unit (`per`) the savings and shares are of."""
     head = {k: doc[k] for k in ("schema", "file") if k in doc}
-    return head | {"findings": result["findings"], "findings_not_checked": result["not_checked"],
-                   "findings_below_threshold": result.get("below", []),
-                   "findings_min_saving_share": threshold("min_saving_share"),
-                   "findings_step_time_us": result["step_time_us"], "findings_per": result["per"],
-                   "findings_step_time_what": result.get("step_time_what", ""),
-                   # a trace without steps read as one: that step's breakdown (the reports' 'whole trace' row)
-                   **({"findings_window": result["window"]} if result.get("window") else {}),
-                   "findings_validation": result.get("validation")} | doc
+    return (
+        head
+        | {
+            "findings": result["findings"],
+            "findings_not_checked": result["not_checked"],
+            "findings_below_threshold": result.get("below", []),
+            "findings_min_saving_share": threshold("min_saving_share"),
+            "findings_step_time_us": result["step_time_us"],
+            "findings_per": result["per"],
+            "findings_step_time_what": result.get("step_time_what", ""),
+            # a trace without steps read as one: that step's breakdown (the reports' 'whole trace' row)
+            **({"findings_window": result["window"]} if result.get("window") else {}),
+            "findings_validation": result.get("validation"),
+        }
+        | doc
+    )

@@ -1,6 +1,7 @@
 """What the findings' rules read (docs/findings.md): the facts of one trace analysis, per kind of trace (a GPU
 trace with steps, one without steps read as one step, a CPU decomposition, a CPU trace of a collective job), the
 rules' data (data/findings.toml) and its thresholds."""
+
 from __future__ import annotations
 
 import re
@@ -12,22 +13,23 @@ from typing import ClassVar
 import numpy as np
 import tomllib
 
+from microbench.core.datasheet import find_entry
+from microbench.core.documents import Saving
 from microbench.core.dtypes import cpu_native_bf16
 from microbench.core.resources import data_file
-from microbench.core.datasheet import find_entry
 from microbench.predict.chips import Chip, assumptions
 from microbench.predict.document import VARIANTS
-from microbench.predict.from_trace import source_chip
-from microbench.predict.kernels import GROUP_OF_CLASS, MATRIX, ActivityWork, activity_work
 from microbench.predict.estimate import (
     Scenario,
     Variant,
     datasheet_roof_us,
     predict_activities,
     roofline_share,
-    unshaped_rows,
     unshaped_fp32,
+    unshaped_rows,
 )
+from microbench.predict.from_trace import source_chip
+from microbench.predict.kernels import GROUP_OF_CLASS, MATRIX, ActivityWork, activity_work
 from microbench.trace import gpu_time, graphs
 from microbench.trace.kineto import HOST_KEY
 from microbench.trace.timeline import KERNEL, NO_ID, TC_VALUES
@@ -35,14 +37,18 @@ from microbench.trace.timeline import KERNEL, NO_ID, TC_VALUES
 RULES_PATH = data_file("findings.toml")
 # The prediction's alternative assumptions (its one list, predict/document.py): the range of a dtype saving.
 ALTERNATIVES = VARIANTS
-NEEDS_WHY = {"steps": "no steps (no ProfilerStep# ranges; record with torch.profiler.schedule and prof.step(), or "
-                      "name the step ranges with --step-range)",
-             "launches": "no runtime launch calls in the trace (no cudaLaunchKernel / hipLaunchKernel events)",
-             "shapes": "no operator shapes (record with torch.profiler.profile(record_shapes=True))",
-             "cpu_ops": "no CPU operators in the trace"}
+NEEDS_WHY = {
+    "steps": "no steps (no ProfilerStep# ranges; record with torch.profiler.schedule and prof.step(), or "
+    "name the step ranges with --step-range)",
+    "launches": "no runtime launch calls in the trace (no cudaLaunchKernel / hipLaunchKernel events)",
+    "shapes": "no operator shapes (record with torch.profiler.profile(record_shapes=True))",
+    "cpu_ops": "no CPU operators in the trace",
+}
 
-NO_CHIP = ("the trace's device has no bench.toml datasheet entry (or names no device): no Tensor Core rate to "
-           "predict with (trace --source DEVICE names it)")
+NO_CHIP = (
+    "the trace's device has no bench.toml datasheet entry (or names no device): no Tensor Core rate to "
+    "predict with (trace --source DEVICE names it)"
+)
 
 
 @cache
@@ -54,7 +60,7 @@ def threshold(name: str) -> float:
     return float(rules()["thresholds"][name]["value"])
 
 
-def saving(low: float, expected: float, high: float) -> dict[str, float]:
+def saving(low: float, expected: float, high: float) -> Saving:
     """{low, expected, high}, ordered and never below zero."""
     lo, ex, hi = sorted((max(low, 0.0), max(expected, 0.0), max(high, 0.0)))
     return {"low": lo, "expected": ex, "high": hi}
@@ -117,8 +123,10 @@ class Facts:
         if not self.steps:
             out["steps"] = NEEDS_WHY["steps"]
         elif not any(st.get("kernel_count") for st in self.steps):
-            out["steps"] = (f"{steps_phrase(len(self.steps))} launched no GPU work (its kernels ran outside "
-                            "every step range): nothing of a step's GPU time to split")
+            out["steps"] = (
+                f"{steps_phrase(len(self.steps))} launched no GPU work (its kernels ran outside "
+                "every step range): nothing of a step's GPU time to split"
+            )
         if not len(tl.launches):
             out["launches"] = NEEDS_WHY["launches"]
         if not self.ta.work_model.calls:
@@ -151,8 +159,9 @@ class Facts:
         """The share of an unshaped GEMM-class kernel's time taken as math (the model's `unshaped_share`), and
         where it is from: the trace's own fp32 matrix kernels with FLOPs, else data/prediction.toml [unshaped]."""
         w = self.work
-        known = np.flatnonzero(np.isin(w.group, MATRIX) & (w.flops > 0)
-                               & np.array([p == "fp32" for p in w.precision], dtype=bool))
+        known = np.flatnonzero(
+            np.isin(w.group, MATRIX) & (w.flops > 0) & np.array([p == "fp32" for p in w.precision], dtype=bool)
+        )
         own = roofline_share(w, self.chip, known) if len(known) and self.chip is not None else None
         if own is not None:
             return own, f"the share the trace's {len(known):,} fp32 matrix kernels with FLOPs spend at their roofline"
@@ -188,7 +197,9 @@ class Facts:
     def longest_comm_us(self) -> float:
         """Each step's longest communication kernel, the steps' mean (else the trace's longest)."""
         comm = self.ta.tl.class_mask("comm")
-        return longest_per_step(self, comm) if self.steps else float(self.ta.tl.activities.dur_us[comm].max(initial=0.0))
+        return (
+            longest_per_step(self, comm) if self.steps else float(self.ta.tl.activities.dur_us[comm].max(initial=0.0))
+        )
 
     def comm_evidence(self) -> list[dict]:
         return top_kernels(self, np.flatnonzero(self.ta.tl.class_mask("comm")))
@@ -260,8 +271,10 @@ class WholeTraceFacts(Facts):
 
     @property
     def step_time_what(self) -> str:
-        return ("the whole trace read as one step (no steps: from its first kernel launch to the end of its last "
-                f"GPU activity, the '{gpu_time.WHOLE_TRACE}' row below)")
+        return (
+            "the whole trace read as one step (no steps: from its first kernel launch to the end of its last "
+            f"GPU activity, the '{gpu_time.WHOLE_TRACE}' row below)"
+        )
 
 
 def gpu_facts(ta, cfg=None, source: str | None = None) -> Facts:
@@ -351,8 +364,12 @@ class CpuFacts(Facts):
 
     @cached_property
     def rows(self) -> list[tuple[dict, str, float]]:
-        return [(layer, cls, ms) for layer in self.doc["layers"]
-                for cls, ms in (layer.get("time_by_class_ms") or {}).items() if ms > 0]
+        return [
+            (layer, cls, ms)
+            for layer in self.doc["layers"]
+            for cls, ms in (layer.get("time_by_class_ms") or {}).items()
+            if ms > 0
+        ]
 
     @cached_property
     def work(self):
@@ -370,8 +387,10 @@ class CpuCommFacts(Facts):
     the process group's threads as communication, the training thread's operators as computation), the step's
     wall time as its span."""
 
-    comm_layer: ClassVar[str] = ("gloo / nccl collective ranges on the CPU + the one breakdown over CPU intervals "
-                                 "(the training thread's operators as computation)")
+    comm_layer: ClassVar[str] = (
+        "gloo / nccl collective ranges on the CPU + the one breakdown over CPU intervals "
+        "(the training thread's operators as computation)"
+    )
     comm_unit: ClassVar[str] = "collective"
 
     @cached_property
@@ -388,8 +407,10 @@ class CpuCommFacts(Facts):
         if not len(self._windows):
             return []
         starts, ends, kinds, _ = self._intervals
-        return [gpu_time.of_intervals(starts, ends, kinds, window=(lo, hi)) | {"breakdown_span_us": hi - lo}
-                for lo, hi in zip(self._windows.ts_us.tolist(), self._windows.end_us.tolist())]
+        return [
+            gpu_time.of_intervals(starts, ends, kinds, window=(lo, hi)) | {"breakdown_span_us": hi - lo}
+            for lo, hi in zip(self._windows.ts_us.tolist(), self._windows.end_us.tolist())
+        ]
 
     @property
     def step_time_what(self) -> str:
@@ -418,9 +439,11 @@ class CpuCommFacts(Facts):
 
     def host_phrase(self, hideable: float) -> str:
         h = self.host
-        return (f"on this host ({h['cores']} cores, {h['local_ranks']} ranks, {h['intra_op_threads']} intra-op "
-                f"thread(s) each) the ranks' threads leave {hideable:.2g} of a core per rank idle for the "
-                "collectives' own CPU work, which hidden under computation takes its time from it")
+        return (
+            f"on this host ({h['cores']} cores, {h['local_ranks']} ranks, {h['intra_op_threads']} intra-op "
+            f"thread(s) each) the ranks' threads leave {hideable:.2g} of a core per rank idle for the "
+            "collectives' own CPU work, which hidden under computation takes its time from it"
+        )
 
     def comm_evidence(self) -> list[dict]:
         starts, ends, kinds, names = self._intervals
@@ -437,10 +460,20 @@ def cpu_work(rows: list[tuple[dict, str, float]]):
     matrix = np.isin(group, MATRIX)
     flops = np.array([float(layer.get("matrix_flops") or 0) if m else 0.0 for (layer, _, _), m in zip(rows, matrix)])
     precision = np.array([layer.get("dtype") if m else None for (layer, _, _), m in zip(rows, matrix)], dtype=object)
-    return ActivityWork([f"{layer['name']} {layer['phase']} ({c})" for layer, c, _ in rows],
-                      np.array([ms * 1e3 for _, _, ms in rows], dtype=float), group, np.array([c for _, c, _ in rows], dtype=object),
-                      flops, np.full(n, np.nan), precision, np.zeros(n, dtype=np.int64), precision.copy(),
-                      np.full(n, None, dtype=object), n, [])
+    return ActivityWork(
+        [f"{layer['name']} {layer['phase']} ({c})" for layer, c, _ in rows],
+        np.array([ms * 1e3 for _, _, ms in rows], dtype=float),
+        group,
+        np.array([c for _, c, _ in rows], dtype=object),
+        flops,
+        np.full(n, np.nan),
+        precision,
+        np.zeros(n, dtype=np.int64),
+        precision.copy(),
+        np.full(n, None, dtype=object),
+        n,
+        [],
+    )
 
 
 def cpu_chip(doc: dict):

@@ -2,52 +2,65 @@
 facts and returns the finding with its saving {low, expected, high}, a reason it could not be checked, or None.
 Savings come from the one prediction estimate on the same chip (microbench/predict/estimate.py) or from the trace's
 own intervals, never from a fixed percentage."""
+
 from __future__ import annotations
 
 import re
 
 import numpy as np
 
-from microbench.predict.kernels import MATRIX
+from microbench.core.documents import Finding, Saving
+from microbench.findings.facts import (
+    ALTERNATIVES,
+    NEEDS_WHY,
+    NO_CHIP,
+    CpuFacts,
+    Facts,
+    longest_per_step,
+    saving,
+    threshold,
+    top_kernels,
+)
 from microbench.predict.estimate import (
     Variant,
     placement,
     unshaped_rows,
 )
+from microbench.predict.kernels import MATRIX
 from microbench.trace import gpu_time
 from microbench.trace.timeline import KERNEL, MEMCPY, TC_VALUES
-from microbench.findings.facts import (
-    NEEDS_WHY,
-    longest_per_step,
-    top_kernels,
-    ALTERNATIVES,
-    CpuFacts,
-    Facts,
-    NO_CHIP,
-    saving,
-    threshold,
-)
 
 
 def _cpu_matrix_evidence(f: CpuFacts, rows: np.ndarray) -> dict:
     layers = [f.rows[r][0] for r in rows]
     top = sorted(((f.work.names[r], float(f.work.dur_us[r])) for r in rows), key=lambda kv: -kv[1])[:3]
     tc = [layer.get("tensor_cores") for layer in layers]
-    return {"layer": "oneDNN primitive records (the implementation: avx512_core is fp32 FMA, *_bf16 / amx the "
-                     "matrix units) + recorded operator shapes",
-            "kernels": [{"kernel": k, "time_us": t} for k, t in top], "ops": [],
-            "impls": sorted({e for layer in layers for e in [layer.get("tensor_core_evidence", "")] if e})[:3],
-            "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
+    return {
+        "layer": "oneDNN primitive records (the implementation: avx512_core is fp32 FMA, *_bf16 / amx the "
+        "matrix units) + recorded operator shapes",
+        "kernels": [{"kernel": k, "time_us": t} for k, t in top],
+        "ops": [],
+        "impls": sorted({e for layer in layers for e in [layer.get("tensor_core_evidence", "")] if e})[:3],
+        "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))},
+    }
 
 
-def _finding(rid: str, rule: dict, time_us: float, f: Facts, what: str, evidence: dict, save: dict,
-             **fmt) -> dict:
-    return {"id": rid, "what": what, "time_us": time_us, "share": time_us / f.step_us if f.step_us else None,
-            "evidence": evidence, "fix": rule["fix"].format(**fmt), "saving_us": save, "per": f.per,
-            "reason": rule["reason"].format(**fmt)}
+def _finding(rid: str, rule: dict, time_us: float, f: Facts, what: str, evidence: dict, save: Saving, **fmt) -> Finding:
+    return {
+        "id": rid,
+        "what": what,
+        "time_us": time_us,
+        "share": time_us / f.step_us if f.step_us else None,
+        "evidence": evidence,
+        "fix": rule["fix"].format(**fmt),
+        "saving_us": save,
+        "per": f.per,
+        "reason": rule["reason"].format(**fmt),
+    }
 
 
 # --- the dtype findings: the prediction model, same chip, Scenario(dtype) against Scenario() ---------------------
+
 
 def _rows_time_us(f: Facts, rows: np.ndarray) -> float:
     """The time per step (or trace) of the activities `rows`."""
@@ -66,6 +79,7 @@ def dtype_saving(f: Facts, dtype: str) -> dict[str, float]:
     the moves down and up (the prediction's own range rule, predict/document.py). On a CPU (CpuFacts.saved)
     the base scales the working matrix operators' slack and holds the other operators; halving those with their
     bytes is one more alternative."""
+
     def one(v: Variant, **kw) -> float:
         return f.per_step(f.saved(dtype, v, **kw)) * f.overlap
 
@@ -80,14 +94,19 @@ def _matrix_evidence(f: Facts, rows: np.ndarray) -> dict:
         return _cpu_matrix_evidence(f, rows)
     tl = f.ta.evidence
     tc = [TC_VALUES[v] for v in tl.activities.tensor_cores[rows]]
-    ops = [{"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
-           for e in (f.ta.eligibility.get("findings") or [])[:3]]
+    ops = [
+        {"op": e["op"], "reason": e["reason"], "time_us": e["time_us"] / max(len(f.steps), 1)}
+        for e in (f.ta.eligibility.get("findings") or [])[:3]
+    ]
     counted = any(p.get("evidence") == "counters" for p in (k["params"] for k in f.ta.kernels))
     shaped = not unshaped_rows(f.work)[rows].all()
-    return {"layer": ("hardware counters" if counted else "kernel-name rule")
-            + (" + recorded operator shapes" if shaped else " (no operator shapes: fp32 by the kernel names)"),
-            "kernels": top_kernels(f, rows), "ops": ops,
-            "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))}}
+    return {
+        "layer": ("hardware counters" if counted else "kernel-name rule")
+        + (" + recorded operator shapes" if shaped else " (no operator shapes: fp32 by the kernel names)"),
+        "kernels": top_kernels(f, rows),
+        "ops": ops,
+        "tensor_cores": {v: tc.count(v) for v in sorted(set(tc))},
+    }
 
 
 def _unmoved(f: Facts, rows: np.ndarray) -> str:
@@ -97,10 +116,16 @@ def _unmoved(f: Facts, rows: np.ndarray) -> str:
     unshaped = rows[unshaped_rows(f.work)[rows]]
     if len(unshaped):
         share, where = f.unshaped_share
-        which = "none of them has a" if len(unshaped) == len(rows) else f"{_rows_time_us(f, unshaped):,.0f} us of them have no"
-        out = (f"; {which} FLOP count (their operators' shapes give none): {share:.0%} of their time above the "
-               f"floor taken as math at their precision's rate (their operator's dtype, else fp32 by their names; "
-               f"{where}; none to all of it in the range)")
+        which = (
+            "none of them has a"
+            if len(unshaped) == len(rows)
+            else f"{_rows_time_us(f, unshaped):,.0f} us of them have no"
+        )
+        out = (
+            f"; {which} FLOP count (their operators' shapes give none): {share:.0%} of their time above the "
+            f"floor taken as math at their precision's rate (their operator's dtype, else fp32 by their names; "
+            f"{where}; none to all of it in the range)"
+        )
     why = placement(f.work, None, unshaped=True)[rows]
     left = rows[why != ""]
     if not len(left):
@@ -125,15 +150,28 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
     dtype = _amp_dtype(f)
     time_us = _rows_time_us(f, rows)
     tf32 = "" if cpu else _on_tf32(f, rows)
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'/ TF32 ' if tf32 else ''}GEMM / "
-            f"convolution {'operators' if cpu else 'kernels'}{tf32}: {dtype} autocast moves them to the {dtype} "
-            + ("matrix-instruction (oneDNN bf16) rate; the operators around them are held (from cache, computed in "
-               "fp32 after a conversion: half the bytes is not half the time on a CPU)" if cpu else
-               "Tensor Core rate and halves the activation bytes of the kernels around them")) + _unmoved(f, rows)
+    what = (
+        f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 {'/ TF32 ' if tf32 else ''}GEMM / "
+        f"convolution {'operators' if cpu else 'kernels'}{tf32}: {dtype} autocast moves them to the {dtype} "
+        + (
+            "matrix-instruction (oneDNN bf16) rate; the operators around them are held (from cache, computed in "
+            "fp32 after a conversion: half the bytes is not half the time on a CPU)"
+            if cpu
+            else "Tensor Core rate and halves the activation bytes of the kernels around them"
+        )
+    ) + _unmoved(f, rows)
     save = dtype_saving(f, dtype)
-    return _finding("amp", rule, time_us, f, what + _saving_split(f, rows, dtype, save["expected"]),
-                    _matrix_evidence(f, rows), save,
-                    dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype], device="cpu" if cpu else "cuda")
+    return _finding(
+        "amp",
+        rule,
+        time_us,
+        f,
+        what + _saving_split(f, rows, dtype, save["expected"]),
+        _matrix_evidence(f, rows),
+        save,
+        dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype],
+        device="cpu" if cpu else "cuda",
+    )
 
 
 def _on_tf32(f: Facts, rows: np.ndarray) -> str:
@@ -157,8 +195,10 @@ def _saving_split(f: Facts, rows: np.ndarray, dtype: str, expected_us: float) ->
     if around < 0.01 * max(expected_us, 1.0):
         return ""
     n = f.per_step(np.where(~mine & (saved > 0), 1.0, 0.0))  # per step, as the times are
-    return (f"; of the {expected_us:,.0f} us it saves, {on_rows:,.0f} us are on those kernels and {around:,.0f} us on "
-            f"{n:,.0f} other kernels per {f.per}, whose fp32 activations it halves")
+    return (
+        f"; of the {expected_us:,.0f} us it saves, {on_rows:,.0f} us are on those kernels and {around:,.0f} us on "
+        f"{n:,.0f} other kernels per {f.per}, whose fp32 activations it halves"
+    )
 
 
 def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
@@ -171,12 +211,15 @@ def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
     if not len(rows):
         return not_checked_amp(f) if "shapes" in f.missing else None
     time_us = _rows_time_us(f, rows)
-    what = (f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
-            "CUDA cores, on a chip with TF32 Tensor Cores") + _unmoved(f, rows)
+    what = (
+        f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
+        "CUDA cores, on a chip with TF32 Tensor Cores"
+    ) + _unmoved(f, rows)
     return _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))
 
 
 # --- the host-side findings: the per-step breakdown's idle split (timeline/gpu_time.host_breakdown) -------------
+
 
 def _idle(st: dict, *kinds: str) -> float:
     return sum(st["idle_by_host_us"][k] for k in kinds)
@@ -189,11 +232,15 @@ def _busy(st: dict) -> float:
 
 def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
     per = {k: f.mean(lambda st, k=k: st["idle_by_host_us"][k]) for k in gpu_time.HOST_CATEGORIES}
-    return {"layer": "host ranges: runtime calls, CPU operators, enumerate(DataLoader), synchronize (per-step "
-                     "breakdown_us / idle_by_host_us)",
-            "idle_by_host_us": per, "kinds": list(kinds),
-            "kernels_per_step": f.mean(lambda st: st["kernel_count"]), "launches_per_step": f.host_launches,
-            "graph_kernel_share": f.graph_kernel_share}
+    return {
+        "layer": "host ranges: runtime calls, CPU operators, enumerate(DataLoader), synchronize (per-step "
+        "breakdown_us / idle_by_host_us)",
+        "idle_by_host_us": per,
+        "kinds": list(kinds),
+        "kernels_per_step": f.mean(lambda st: st["kernel_count"]),
+        "launches_per_step": f.host_launches,
+        "graph_kernel_share": f.graph_kernel_share,
+    }
 
 
 def _host_waits(f: Facts) -> tuple[float, float, float] | None:
@@ -221,10 +268,20 @@ _IN_BREAKDOWN = " (the step breakdown below: all but its kernel, memcpy and mems
 def _host_parts(f: Facts) -> str:
     """The host-side idle by what the host did, traced back to the breakdown's columns: runtime and cpu_exec there
     include the time in a synchronize, which is the sync finding's and is left out here."""
-    parts = ", ".join(f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}" for k, label in (
-        ("runtime", "runtime calls"), ("cpu_ops", "CPU operators"), ("other", "nothing traced (Python, waits)")))
+    parts = ", ".join(
+        f"{label} {f.mean(lambda st, k=k: _idle(st, k)):,.0f}"
+        for k, label in (
+            ("runtime", "runtime calls"),
+            ("cpu_ops", "CPU operators"),
+            ("other", "nothing traced (Python, waits)"),
+        )
+    )
     sync = f.mean(lambda st: _idle(st, "sync"))
-    less = f": the breakdown's runtime and cpu_exec less their {sync:,.0f} us in a synchronize, and its other" if sync else ""
+    less = (
+        f": the breakdown's runtime and cpu_exec less their {sync:,.0f} us in a synchronize, and its other"
+        if sync
+        else ""
+    )
     return f" ({parts} us{less})"
 
 
@@ -234,14 +291,26 @@ def rule_host_bound(f: Facts, rule: dict) -> dict | None:
         return None  # short gaps per launch, launched one by one: launch_bound's
     idle_share, host, per_launch = waits
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
-    why = (f"{f.graph_kernel_share:.0%} of its kernels already replay from CUDA / HIP graphs" if _graphed(f)
-           else "far more than a launch takes")
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
-            f"it while the host works between launches{_host_parts(f)}, {per_launch:,.0f} us per launch ({why})")
+    why = (
+        f"{f.graph_kernel_share:.0%} of its kernels already replay from CUDA / HIP graphs"
+        if _graphed(f)
+        else "far more than a launch takes"
+    )
+    what = (
+        f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
+        f"it while the host works between launches{_host_parts(f)}, {per_launch:,.0f} us per launch ({why})"
+    )
     # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
     # host-side idle at most; at least nothing, where the work cannot move
-    return _finding("host_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
-                    saving(0.0, in_span, host))
+    return _finding(
+        "host_bound",
+        rule,
+        host,
+        f,
+        what,
+        _host_evidence(f, ("runtime", "cpu_ops", "other")),
+        saving(0.0, in_span, host),
+    )
 
 
 def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
@@ -252,10 +321,19 @@ def rule_launch_bound(f: Facts, rule: dict) -> dict | None:
     # a graph replay runs the kernels back to back: the gap left is at most the chip's launch floor per kernel
     in_span = f.mean(lambda st: min(st["idle_us"], _idle(st, "runtime", "cpu_ops", "other")))
     gaps = f.mean(lambda st: st["kernel_count"]) * f.floor_us
-    what = (f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
-            f"it while the host is between launches{_host_parts(f)}")
-    return _finding("launch_bound", rule, host, f, what, _host_evidence(f, ("runtime", "cpu_ops", "other")),
-                    saving(in_span - gaps, in_span, host))
+    what = (
+        f"the GPU is idle {idle_share:.1%} of the {f.step_us:,.0f} us {f.per}{_IN_BREAKDOWN}; {host:,.0f} us of "
+        f"it while the host is between launches{_host_parts(f)}"
+    )
+    return _finding(
+        "launch_bound",
+        rule,
+        host,
+        f,
+        what,
+        _host_evidence(f, ("runtime", "cpu_ops", "other")),
+        saving(in_span - gaps, in_span, host),
+    )
 
 
 def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
@@ -271,7 +349,9 @@ def rule_dataloader(f: Facts, rule: dict) -> dict | str | None:
     # them (expected, high); the trace records no host core count, and where the workers take the main process's
     # cores the loading stays on the step's path: low 0 (findings.toml [rules.dataloader] low_reason)
     low = 0.0
-    what = f"the GPU waits {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
+    what = (
+        f"the GPU waits {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in enumerate(DataLoader)"
+    )
     return _finding("dataloader", rule, wait, f, what, _host_evidence(f, ("dataloader",)), saving(low, wait, wait))
 
 
@@ -318,23 +398,38 @@ def _cpu_dataloader(f: CpuFacts, rule: dict, wait: float) -> dict | None:
     # probed, the share is of the step timed without the profiler, which the line says: the header's step is the
     # profiled one, and the profiler's cost falls mostly on the loader's many small operators
     of = f" of the {step:,.0f} us step timed without the profiler" if probed else ""
-    what = (f"the step spends {wait:,.0f} us ({wait / step:.1%}{of}) in enumerate(DataLoader) on its own cores; the "
-            f"rest of it keeps {used:.1f} of the {cores} cores busy"
-            + (f" ({threads} thread{'s' if threads > 1 else ''})" if threads != cores else ""))
+    what = (
+        f"the step spends {wait:,.0f} us ({wait / step:.1%}{of}) in enumerate(DataLoader) on its own cores; the "
+        f"rest of it keeps {used:.1f} of the {cores} cores busy"
+        + (f" ({threads} thread{'s' if threads > 1 else ''})" if threads != cores else "")
+    )
     if probed:
         what += f"; one worker would hand each batch over in {h['median'] * 1e3:,.0f} us (timed the same way)"
         # the probe's timings as the one judge saw them (core.stats.noise_reasons): unstable, the line says so
         noisy = sorted({r for t in f.doc["summary"]["loader_ms"].values() for r in t.get("noise") or ()})
         if noisy:
             what += "; noisy: " + "; ".join(noisy)
-    ev = {"layer": "the profiled steps' enumerate(DataLoader) ranges"
-                   + (" and decompose's loader probe (summary.loader_ms)" if probed else ""),
-          "dataloader_us": wait, "cores": cores, "torch_threads": threads, "cpu_busy_cores": busy,
-          "rest_busy_cores": used, "loader_ms": f.doc["summary"].get("loader_ms")}
+    ev = {
+        "layer": "the profiled steps' enumerate(DataLoader) ranges"
+        + (" and decompose's loader probe (summary.loader_ms)" if probed else ""),
+        "dataloader_us": wait,
+        "cores": cores,
+        "torch_threads": threads,
+        "cpu_busy_cores": busy,
+        "rest_busy_cores": used,
+        "loader_ms": f.doc["summary"].get("loader_ms"),
+    }
     fix = rule["cpu_fix"] + (f"; torch.set_num_threads({left})" if threads > left else "")
     low = saved(used, "p80", slow) if probed else 0.0
-    out = _finding("dataloader", rule | {"fix": fix}, wait, f, what, ev,
-                   saving(low, saved(used, "median"), saved(1.0, "p20", fast)))
+    out = _finding(
+        "dataloader",
+        rule | {"fix": fix},
+        wait,
+        f,
+        what,
+        ev,
+        saving(low, saved(used, "median"), saved(1.0, "p20", fast)),
+    )
     return out | {"share": wait / step}  # of the step it was timed in (unprofiled where probed)
 
 
@@ -342,12 +437,15 @@ def rule_sync(f: Facts, rule: dict) -> dict | None:
     wait = f.mean(lambda st: _idle(st, "sync"))
     if wait < threshold("sync_idle_share") * f.step_us:
         return None
-    what = (f"the GPU is idle {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in a synchronize "
-            "or .item()")
+    what = (
+        f"the GPU is idle {wait:,.0f} us per {f.per} ({wait / f.step_us:.1%}) while the host is in a synchronize "
+        "or .item()"
+    )
     return _finding("sync", rule, wait, f, what, _host_evidence(f, ("sync",)), saving(wait, wait, wait))
 
 
 # --- the GPU-side findings: intervals of the trace ------------------------------------------------------------
+
 
 def _gpu_time(f: Facts, key: str) -> float:
     """A figure of the one GPU time breakdown per step (the steps' mean), else of the whole trace."""
@@ -360,17 +458,27 @@ def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
         return None
     # it can hide under the computation not already hiding communication; the last bucket's all-reduce, after the
     # backward, cannot
-    expected = (f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
-                if f.steps else min(exposed, max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)))
+    expected = (
+        f.mean(lambda st: min(st["exposed_comm_us"], max(st["computation_us"] - st["overlapped_comm_us"], 0.0)))
+        if f.steps
+        else min(exposed, max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0))
+    )
     hideable = f.comm_hideable()
     if isinstance(hideable, str):
         return hideable
     free = max(_gpu_time(f, "computation_us") - _gpu_time(f, "overlapped_comm_us"), 0.0)
-    what = (f"{exposed:,.0f} us per {f.per} ({exposed / f.step_us:.1%}) of communication runs with no computation "
-            f"under it; {free:,.0f} us of computation runs with none under it, which is what could hide it")
+    what = (
+        f"{exposed:,.0f} us per {f.per} ({exposed / f.step_us:.1%}) of communication runs with no computation "
+        f"under it; {free:,.0f} us of computation runs with none under it, which is what could hide it"
+    )
     kernels = f.comm_evidence()
-    ev = {"layer": f.comm_layer, "kernels": kernels, "unit": f.comm_unit,
-          "exposed_comm_us": exposed, "overlapped_comm_us": _gpu_time(f, "overlapped_comm_us")}
+    ev = {
+        "layer": f.comm_layer,
+        "kernels": kernels,
+        "unit": f.comm_unit,
+        "exposed_comm_us": exposed,
+        "overlapped_comm_us": _gpu_time(f, "overlapped_comm_us"),
+    }
     fix = _comm_fix(rule, kernels[0]["kernel"] if kernels else "")
     if hideable is True:  # a GPU: the collectives run on their own stream, beside the computation
         save = saving(expected - f.longest_comm_us(), expected, exposed)
@@ -381,7 +489,9 @@ def rule_exposed_comm(f: Facts, rule: dict) -> dict | None:
     out = _finding("exposed_comm", rule | {"fix": fix}, exposed, f, what, ev, save)
     if hideable is not True and hideable < 1:  # said beside the range wherever it is shown: 0 us next to a large
         # exposed share reads right
-        out["expected_why"] = f"the ranks' threads leave {hideable:.2g} of a core per rank idle for the collectives' work"
+        out["expected_why"] = (
+            f"the ranks' threads leave {hideable:.2g} of a core per rank idle for the collectives' work"
+        )
     return out
 
 
@@ -432,8 +542,10 @@ def rule_allocator(f: Facts, rule: dict) -> dict | str | None:
     [rules.allocator])."""
     summary = f.doc["summary"]
     if (summary.get("step_time_spread") or {}).get("sys_ms_per_call") is None:
-        return ("a CPU run without its unprofiled steps' system time (--timed-steps 0, or no getrusage / "
-                "/proc schedstat here)")
+        return (
+            "a CPU run without its unprofiled steps' system time (--timed-steps 0, or no getrusage / "
+            "/proc schedstat here)"
+        )
     probe = summary.get("allocator_ms")
     if not probe:
         return None  # the step does not spend os_time_share of itself in the OS page-faulting (decompose/pipeline.py)
@@ -446,21 +558,40 @@ def rule_allocator(f: Facts, rule: dict) -> dict | str | None:
     faults = before.get("minor_faults_per_call", summary["step_time_spread"].get("minor_faults_per_call") or 0.0)
     k = probe.get("processes") or 0
     timed = f"timed in {k} fresh processes" if k else "timed without the profiler"
-    what = (f"{sys_us:,.0f} us of the {step:,.0f} us step {timed} ({sys_us / step:.1%}) is in the "
-            f"operating system, {faults:,.0f} page faults a step: the buffers each step frees "
-            f"go back to the OS and are faulted in again; with glibc's thresholds fixed the step took "
-            f"{after['median'] * 1e3:,.0f} us ({after.get('minor_faults_per_call', 0):,.0f} faults)")
-    what += (f" in {k} more" if k else
-             " (in the same process, after the defaults: a step that drifts over a run credits the fix with the drift)")
+    what = (
+        f"{sys_us:,.0f} us of the {step:,.0f} us step {timed} ({sys_us / step:.1%}) is in the "
+        f"operating system, {faults:,.0f} page faults a step: the buffers each step frees "
+        f"go back to the OS and are faulted in again; with glibc's thresholds fixed the step took "
+        f"{after['median'] * 1e3:,.0f} us ({after.get('minor_faults_per_call', 0):,.0f} faults)"
+    )
+    what += (
+        f" in {k} more"
+        if k
+        else " (in the same process, after the defaults: a step that drifts over a run credits the fix with the drift)"
+    )
     noisy = sorted(set(before.get("noise") or ()) | set(after.get("noise") or ()))
     if noisy:
         what += "; noisy: " + "; ".join(noisy)
-    ev = {"layer": "decompose's unprofiled steps (system time and page faults, getrusage) and the same steps with "
-                   "glibc's malloc thresholds fixed (summary.allocator_ms)"
-                   + (f", each in {k} separate processes" if k else ", in one process"), "allocator_ms": probe}
-    out = _finding("allocator", rule, sys_us, f, what, ev,
-                   saving((before["p20"] - after["p80"]) * 1e3, (before["median"] - after["median"]) * 1e3,
-                          (before["p80"] - after["p20"]) * 1e3), env=probe["env"])
+    ev = {
+        "layer": "decompose's unprofiled steps (system time and page faults, getrusage) and the same steps with "
+        "glibc's malloc thresholds fixed (summary.allocator_ms)"
+        + (f", each in {k} separate processes" if k else ", in one process"),
+        "allocator_ms": probe,
+    }
+    out = _finding(
+        "allocator",
+        rule,
+        sys_us,
+        f,
+        what,
+        ev,
+        saving(
+            (before["p20"] - after["p80"]) * 1e3,
+            (before["median"] - after["median"]) * 1e3,
+            (before["p80"] - after["p20"]) * 1e3,
+        ),
+        env=probe["env"],
+    )
     return out | {"share": sys_us / step}  # of the unprofiled step the probe timed
 
 
@@ -468,11 +599,25 @@ def not_checked_amp(f: Facts) -> str:
     """Why AMP could not be checked, with what the kernel names alone say (never a number the model did not make)."""
     s = f.ta.summary
     gemm = (s["share_by_class"] or {}).get("gemm") or 0.0
-    return (f"{NEEDS_WHY['shapes']}; the kernel-name rule alone puts {gemm:.1%} of kernel time in GEMM / convolution "
-            "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted") if gemm >= 0.001 else NEEDS_WHY["shapes"]
+    return (
+        (
+            f"{NEEDS_WHY['shapes']}; the kernel-name rule alone puts {gemm:.1%} of kernel time in GEMM / convolution "
+            "kernels without Tensor Cores, but without FLOPs the saving cannot be predicted"
+        )
+        if gemm >= 0.001
+        else NEEDS_WHY["shapes"]
+    )
 
 
-RULES = {"amp": rule_amp, "tf32": rule_tf32, "launch_bound": rule_launch_bound, "host_bound": rule_host_bound,
-         "dataloader": rule_dataloader,
-         "sync": rule_sync, "exposed_comm": rule_exposed_comm, "pageable_copy": rule_pageable_copy,
-         "channels_last": rule_channels_last, "allocator": rule_allocator}
+RULES = {
+    "amp": rule_amp,
+    "tf32": rule_tf32,
+    "launch_bound": rule_launch_bound,
+    "host_bound": rule_host_bound,
+    "dataloader": rule_dataloader,
+    "sync": rule_sync,
+    "exposed_comm": rule_exposed_comm,
+    "pageable_copy": rule_pageable_copy,
+    "channels_last": rule_channels_last,
+    "allocator": rule_allocator,
+}

@@ -1,4 +1,5 @@
 """`python -m microbench.inspect`, the same as `dawnscope inspect`."""
+
 import sys
 
 from microbench.inspect.cli import main

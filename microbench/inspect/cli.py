@@ -11,6 +11,7 @@ rest are inspected, and the exit code is 1. With --json the file is rewritten af
 target), so a run stopped part-way (Ctrl-C, a deadline) leaves what it inspected; failures are entries
 with `module`, `target` and `error` beside the records.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,17 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from microbench import kernels
-from microbench.core.args import Parser
-from microbench.core.args import Heartbeat
-from microbench.core.args import digits
+from microbench.core.args import Heartbeat, Parser, digits
 from microbench.core.config import load_config
 from microbench.core.errors import InputError, run_command
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, write_file
 from microbench.core.targets import NVIDIA_TARGETS, TARGETS
-from microbench.roofline.sass import StaticRecord, inspect_build
 from microbench.kernels.triton_configs import arch_family
 from microbench.report.cells import or_dash
+from microbench.roofline.sass import StaticRecord, inspect_build
 
 
 @dataclass
@@ -81,8 +80,9 @@ def _write_json(path: Path, result: Inspection) -> None:
     write_file(path, dumps(result.as_json()), "--json")
 
 
-def run(modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None,
-        progress=None) -> Inspection:
+def run(
+    modules=None, targets=TARGETS, kernel_filter: str | None = None, json_path: Path | None = None, progress=None
+) -> Inspection:
     result = Inspection()
     for name in modules or kernels.STATIC_MODULES:
         for target in targets:
@@ -107,9 +107,24 @@ def _table(recs: list[StaticRecord], width: int | None = None):
     from microbench.report.roofline_report import rich_table
 
     # MMA: matrix instructions (Tensor Core / MFMA), per K: of them per warp or wave and K step, cores: the verdict
-    cols = [(c, "right" if c in ("MMA", "per K", "FFMA", "smem B") else "left")
-            for c in ("kernel", "config", "target", "MMA", "per K", "kinds", "FFMA", "regs", "smem B", "occupancy",
-                      "spills", "cores", "note")]
+    cols = [
+        (c, "right" if c in ("MMA", "per K", "FFMA", "smem B") else "left")
+        for c in (
+            "kernel",
+            "config",
+            "target",
+            "MMA",
+            "per K",
+            "kinds",
+            "FFMA",
+            "regs",
+            "smem B",
+            "occupancy",
+            "spills",
+            "cores",
+            "note",
+        )
+    ]
     rows = []
     for r in recs:
         smem = r.dynamic_shared_bytes if r.dynamic_shared_bytes is not None else r.shared_bytes
@@ -119,14 +134,34 @@ def _table(recs: list[StaticRecord], width: int | None = None):
         unit = {"warps/SM": "w/SM", "waves/SIMD": "w/SIMD"}.get(r.occupancy_unit, r.occupancy_unit)
         # backend options and the group size: in the JSON
         config = " ".join(w for w in r.config.split() if "=" not in w and not (w[0] == "G" and digits(w[1:])))
-        rows.append(([r.kernel, config, r.target, str(r.matrix_instructions), _opt(r.matrix_per_k_step),
-                      " ".join(_short_kind(k) for k in r.matrix_instruction_kinds), str(r.ffma), regs, str(smem),
-                      f"{r.occupancy} {unit}" if r.occupancy is not None else "-",
-                      f"{r.stack_bytes} B ({r.spill_stores}st/{r.spill_loads}ld)" if r.spills else "none",
-                      r.matrix_cores, r.fallback or r.note],
-                     "red" if r.spills else "yellow" if r.matrix_cores == "fallback" else None))
-    return rich_table(cols, rows, title="static inspection (SASS / AMDGCN from ahead-of-time compilation; no GPU "
-                      "ran these)", width=width, drop_order=DROP_ORDER, kept_in="the --json file")
+        rows.append(
+            (
+                [
+                    r.kernel,
+                    config,
+                    r.target,
+                    str(r.matrix_instructions),
+                    _opt(r.matrix_per_k_step),
+                    " ".join(_short_kind(k) for k in r.matrix_instruction_kinds),
+                    str(r.ffma),
+                    regs,
+                    str(smem),
+                    f"{r.occupancy} {unit}" if r.occupancy is not None else "-",
+                    f"{r.stack_bytes} B ({r.spill_stores}st/{r.spill_loads}ld)" if r.spills else "none",
+                    r.matrix_cores,
+                    r.fallback or r.note,
+                ],
+                "red" if r.spills else "yellow" if r.matrix_cores == "fallback" else None,
+            )
+        )
+    return rich_table(
+        cols,
+        rows,
+        title="static inspection (SASS / AMDGCN from ahead-of-time compilation; no GPU ran these)",
+        width=width,
+        drop_order=DROP_ORDER,
+        kept_in="the --json file",
+    )
 
 
 def _opt(v) -> str:
@@ -140,22 +175,29 @@ def _short_kind(name: str) -> str:
 
 def build_parser() -> Parser:
     ap = Parser(prog="dawnscope inspect", description=__doc__)
-    ap.add_argument("--json", type=Path, metavar="OUT",
-                    help="write one record per (kernel, config, target) to this file")
+    ap.add_argument(
+        "--json", type=Path, metavar="OUT", help="write one record per (kernel, config, target) to this file"
+    )
     ap.add_argument("--target", choices=TARGETS, action="append", help="only this target (repeatable)")
     ap.add_argument("--kernel", help="only kernels whose name contains this")
-    ap.add_argument("--profile", help="instead: the Triton default configurations at this bench.toml profile's real "
-                                      "shapes (their argument specializations), as a GPU run compiles them")
-    ap.add_argument("--config", type=Path, default=None,
-                    help="bench.toml whose --profile is read; default: the project's")
+    ap.add_argument(
+        "--profile",
+        help="instead: the Triton default configurations at this bench.toml profile's real "
+        "shapes (their argument specializations), as a GPU run compiles them",
+    )
+    ap.add_argument(
+        "--config", type=Path, default=None, help="bench.toml whose --profile is read; default: the project's"
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Interrupted, the JSON holds every (module, target) finished so far (rewritten after each).
-    return run_command(lambda: profile_main(args) if args.profile else _run(args),
-                       on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None)
+    return run_command(
+        lambda: profile_main(args) if args.profile else _run(args),
+        on_interrupt=lambda: "interrupted; the JSON holds what was inspected before" if args.json else None,
+    )
 
 
 def _run(args) -> int:
@@ -164,9 +206,12 @@ def _run(args) -> int:
     if args.json:
         check_file(args.json, "--json")  # before minutes of compiling
     if args.kernel and not any(args.kernel in n for n in kernel_names()):
-        raise InputError(None, f"no kernel of ours has this in its name (ours: {', '.join(sorted(kernel_names()))})",
-                         key="--kernel", value=args.kernel)
-
+        raise InputError(
+            None,
+            f"no kernel of ours has this in its name (ours: {', '.join(sorted(kernel_names()))})",
+            key="--kernel",
+            value=args.kernel,
+        )
 
     def progress(name, target, result):
         beat.update(f"inspected {name} for {target}")
@@ -175,8 +220,9 @@ def _run(args) -> int:
                 print(f"inspect: {name} for {target} FAILED: {f['error']}", file=sys.stderr)
 
     with Heartbeat("inspect: compiling our kernels and reading their SASS") as beat:
-        result = run(targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json,
-                     progress=progress)
+        result = run(
+            targets=tuple(args.target or TARGETS), kernel_filter=args.kernel, json_path=args.json, progress=progress
+        )
     if not result.records and not result.failures:
         raise InputError(None, "no kernel of ours has this in its name", key="--kernel", value=args.kernel)
     console = wide_console()
@@ -206,9 +252,14 @@ def profile_main(args) -> int:
             print(f"{r['kernel']} [{r['config']}] {r['target']}: FAILED {r['error']}", file=sys.stderr)
         else:
             spec = " ".join(f"{k}:{_spec_word(v)}" for k, v in r["spec"] if k in ("M", "N", "K", "C", "P", "Q"))
-            print(f"{r['target']} {r['kernel']} [{r['config']}] {spec}: {r['registers']} registers, "
-                  + (f"SPILLS {r['spill_stores']} st / {r['spill_loads']} ld, stack {r['stack_bytes']}" if r["spills"]
-                     else "no spills"))
+            print(
+                f"{r['target']} {r['kernel']} [{r['config']}] {spec}: {r['registers']} registers, "
+                + (
+                    f"SPILLS {r['spill_stores']} st / {r['spill_loads']} ld, stack {r['stack_bytes']}"
+                    if r["spills"]
+                    else "no spills"
+                )
+            )
     if args.json:
         _write_json_rows(args.json, rows)
     return 1 if failed or any(r.get("spills") for r in rows) else 0

@@ -7,27 +7,20 @@ configuration with DAWNSCOPE_AUTOTUNE=0. Operands are allocated, never filled (t
 is what specializes a kernel). Our CUDA C++ kernels are not counted here: NVRTC builds one program per .cu
 file and architecture (two in all), whatever the profile.
 """
+
 from __future__ import annotations
 
-from contextlib import ExitStack
 import os
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 
 from microbench import kernels
-
 from microbench.core import dtypes
-
-
-
-
 from microbench.core.ops import conv2d, gemm
-
 from microbench.core.targets import dot_input_precision
 from microbench.roofline import registry
-
 from microbench.roofline.sass import inspect_build
 
 
@@ -71,8 +64,8 @@ def environ(name: str, value: str):
 
 def plan_cases(case_list, family: str, sms: int = 132) -> list:
     """The compiles of these cases on a GPU of `family` (with its `sms`), as recorded by the providers."""
-    from microbench.kernels import triton_runtime
     from microbench.core.cases import make_inputs
+    from microbench.kernels import triton_runtime
 
     kernels.load_all()
     with triton_runtime.planning(family, sms) as compiles, _unfilled_operands():
@@ -130,7 +123,6 @@ def inspect_one(plan, target: str) -> dict:
     args = {k: _aot_value(v) for k, v in spec}
     args.update(cfg.meta(persistent_param="PERSISTENT" in args))  # the configuration's own block sizes
     if target.startswith("gfx") and "INPUT_PRECISION" in args:  # gfx950 has no xf32: IEEE, as a run there does
-
         args["INPUT_PRECISION"] = dot_input_precision(target, args["INPUT_PRECISION"] == "tf32")
     dtype = next((v[1] for k, v in spec if v[0] in ("ptr", "desc")), "?").removeprefix("torch.")
     try:

@@ -1,4 +1,5 @@
 """`python -m microbench.predict`, the same as `dawnscope predict`."""
+
 import sys
 
 from microbench.predict.cli import main

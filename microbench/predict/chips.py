@@ -1,12 +1,14 @@
 """A chip as the prediction sees it: achievable compute per precision column, achievable memory bandwidth, SM /
 CU count and launch floor, each with where it came from (measured, published, datasheet x a default efficiency,
 default). Facts from bench.toml [devices.*]; assumptions from microbench/data/prediction.toml."""
+
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+
+import tomllib
 
 from microbench.core.resources import data_file
 
@@ -14,18 +16,18 @@ ASSUMPTIONS_PATH = data_file("prediction.toml")
 MATRIX_PRECISIONS = ("tf32", "fp16", "bf16", "fp8", "int8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def assumptions(path: str = str(ASSUMPTIONS_PATH)) -> dict:
     return tomllib.loads(Path(path).read_text())
 
 
 @dataclass(frozen=True)
 class Chip:
-    key: str                       # the bench.toml entry
+    key: str  # the bench.toml entry
     name: str
-    tflops: dict[str, float]       # achievable, by precision column
+    tflops: dict[str, float]  # achievable, by precision column
     peak_tflops: dict[str, float]  # datasheet
-    memory_tbs: float              # achievable
+    memory_tbs: float  # achievable
     peak_memory_tbs: float
     compute_units: int | None
     floor_us: float
@@ -40,9 +42,17 @@ class Chip:
         return table.get(precision or "")
 
     def as_dict(self) -> dict:
-        return {"key": self.key, "name": self.name, "tflops": self.tflops, "peak_tflops": self.peak_tflops,
-                "memory_tbs": self.memory_tbs, "peak_memory_tbs": self.peak_memory_tbs,
-                "compute_units": self.compute_units, "floor_us": self.floor_us, "sources": self.sources}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "tflops": self.tflops,
+            "peak_tflops": self.peak_tflops,
+            "memory_tbs": self.memory_tbs,
+            "peak_memory_tbs": self.peak_memory_tbs,
+            "compute_units": self.compute_units,
+            "floor_us": self.floor_us,
+            "sources": self.sources,
+        }
 
 
 def _rates(entry, measured: dict[str, float], d: dict) -> tuple[dict[str, float], dict[str, str]]:
@@ -61,8 +71,13 @@ def _rates(entry, measured: dict[str, float], d: dict) -> tuple[dict[str, float]
     return rates, src
 
 
-def chip(entry, measured: dict[str, float] | None = None, measured_memory_tbs: float | None = None,
-         floor_us: float | None = None, floor_source: str = "") -> Chip:
+def chip(
+    entry,
+    measured: dict[str, float] | None = None,
+    measured_memory_tbs: float | None = None,
+    floor_us: float | None = None,
+    floor_source: str = "",
+) -> Chip:
     """The chip of a bench.toml entry; `measured` (TFLOP/s by precision) and `measured_memory_tbs` override the
     published and default figures; `floor_us` overrides the entry's launch floor."""
     d = assumptions()["defaults"]
@@ -81,5 +96,6 @@ def chip(entry, measured: dict[str, float] | None = None, measured_memory_tbs: f
     else:
         floor, src["floor"] = d["kernel_floor_us"], "default (data/prediction.toml)"
     src["compute_units"] = "datasheet (bench.toml)" if entry.compute_units else "unknown: no wave quantization"
-    return Chip(entry.key, entry.name, rates, dict(entry.peaks_tflops), mem, peak_mem or mem, entry.compute_units,
-                floor, src)
+    return Chip(
+        entry.key, entry.name, rates, dict(entry.peaks_tflops), mem, peak_mem or mem, entry.compute_units, floor, src
+    )

@@ -20,6 +20,7 @@
   that share of its time above the floor is taken as its roofline time, at the precision's achievable rate.
 Idle time (CPU-side gaps) is held; busy time keeps the source's overlap (predicted busy = source busy x
 predicted kernel time / source kernel time)."""
+
 from __future__ import annotations
 
 import re
@@ -102,8 +103,12 @@ def _target_precision(w: ActivityWork, scenario: Scenario) -> tuple[np.ndarray, 
 @lru_cache(maxsize=1)
 def _autocast_rules() -> tuple[re.Pattern, re.Pattern, re.Pattern, frozenset]:
     a = assumptions()["autocast"]
-    return (re.compile(a["sixteen_bit"]), re.compile(a["float_type"]), re.compile(a["integer_type"]),
-            frozenset(a["not_halved_dtypes"]))
+    return (
+        re.compile(a["sixteen_bit"]),
+        re.compile(a["float_type"]),
+        re.compile(a["integer_type"]),
+        frozenset(a["not_halved_dtypes"]),
+    )
 
 
 def autocast_halves(w: ActivityWork) -> np.ndarray:
@@ -115,21 +120,31 @@ def autocast_halves(w: ActivityWork) -> np.ndarray:
             return False
         if op_dtype is not None:
             return op_dtype not in not_fp32
-        args = name[name.find("<"):] if "<" in name else ""  # the type arguments, where the name has them
+        args = name[name.find("<") :] if "<" in name else ""  # the type arguments, where the name has them
         return not (sixteen.search(args) or (ints.search(args) and not floats.search(args)))
 
     return np.array([one(n, g, d) for n, g, d in zip(w.names, w.group, w.op_dtype)], dtype=bool)
 
 
-def _matrix_times(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+def _matrix_times(
+    w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario, v: Variant
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the roofline time (us) on the source and on the target."""
     prec_t, byte_factor = _target_precision(w, scenario)
-    t_src = roofline_us(w.flops, w.bytes, _rates(src, w.precision, v.datasheet_compute),
-                        src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs,
-                        wave_factor(w.tiles, src.compute_units, not v.no_waves))
-    t_tgt = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, v.datasheet_compute),
-                        tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs,
-                        wave_factor(w.tiles, tgt.compute_units, not v.no_waves))
+    t_src = roofline_us(
+        w.flops,
+        w.bytes,
+        _rates(src, w.precision, v.datasheet_compute),
+        src.peak_memory_tbs if v.datasheet_memory else src.memory_tbs,
+        wave_factor(w.tiles, src.compute_units, not v.no_waves),
+    )
+    t_tgt = roofline_us(
+        w.flops,
+        w.bytes * byte_factor,
+        _rates(tgt, prec_t, v.datasheet_compute),
+        tgt.peak_memory_tbs if v.datasheet_memory else tgt.memory_tbs,
+        wave_factor(w.tiles, tgt.compute_units, not v.no_waves),
+    )
     return t_src, t_tgt
 
 
@@ -175,21 +190,30 @@ def placement(w: ActivityWork, fabrics: Fabrics | None, unshaped: bool = False) 
     placed, predict_activities' `unshaped_share`)."""
     why = np.full(len(w.dur_us), "", dtype=object)
     matrix = np.isin(w.group, MATRIX)
-    why[matrix & ((w.flops <= 0) | np.array([p is None for p in w.precision]))] = \
+    why[matrix & ((w.flops <= 0) | np.array([p is None for p in w.precision]))] = (
         "GEMM-class kernel without FLOPs (no modelled operator with shapes launched it)"
+    )
     if unshaped:
         why[unshaped_rows(w)] = ""
     why[w.group == "other"] = "no kernel rule knows it (class other)"
-    host = np.array([w.group[i] == "copies" and any(h in w.names[i] for h in HOST_COPY) for i in range(len(why))],
-                    dtype=bool)
+    host = np.array(
+        [w.group[i] == "copies" and any(h in w.names[i] for h in HOST_COPY) for i in range(len(why))], dtype=bool
+    )
     why[host] = "host copy: the host link is not modelled"
     if fabrics is None:
         why[w.group == "communication"] = "communication: give --fabric and --source-fabric to move it"
     return why
 
 
-def predict_activities(w: ActivityWork, src: Chip, tgt: Chip, scenario: Scenario = Scenario(), v: Variant = Variant(),
-                       fabrics: Fabrics | None = None, unshaped_share: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def predict_activities(
+    w: ActivityWork,
+    src: Chip,
+    tgt: Chip,
+    scenario: Scenario = Scenario(),
+    v: Variant = Variant(),
+    fabrics: Fabrics | None = None,
+    unshaped_share: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the predicted time (us) and why it was not placed ("" where it was). `unshaped_share`: the share
     of an unshaped_rows kernel's time above its floor taken as its roofline time (module docstring); None: such
     a kernel is not placed."""
@@ -237,6 +261,7 @@ def datasheet_roof_us(w: ActivityWork, tgt: Chip, scenario: Scenario = Scenario(
     operator's, at DRAM, and operands that fit in L2 beat that (the shared A100 trace runs a sqrt over 16.7 MB at
     2.2 TB/s, above the A100's 2.04)."""
     prec_t, byte_factor = _target_precision(w, scenario)
-    roof = roofline_us(w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, True), tgt.peak_memory_tbs,
-                       np.ones(len(w.dur_us)))
+    roof = roofline_us(
+        w.flops, w.bytes * byte_factor, _rates(tgt, prec_t, True), tgt.peak_memory_tbs, np.ones(len(w.dur_us))
+    )
     return np.where(np.isin(w.group, MATRIX) & (w.flops > 0), roof, np.nan)

@@ -1,6 +1,7 @@
 """Each GPU activity of a trace as the prediction needs it: its prediction group (one of GROUPS), its FLOPs, bytes and
 precision where the one work model (trace.opmetrics over core.ops.aten.trace_work, and trace_other_work for
 the memory-bound kernels) knows the operator that launched it, and its GEMM tile count for wave quantization."""
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,29 @@ from microbench.trace.timeline import KERNEL, Timeline
 
 # Prediction groups, in the order the report shows them; `idle` is added by the report (CPU-side gaps, held).
 GROUPS = ("gemm_conv", "attention", "elementwise", "normalization", "reduction", "copies", "communication", "other")
-GROUP_LABELS = {"gemm_conv": "GEMM / conv", "attention": "attention", "elementwise": "element-wise",
-                "normalization": "normalization", "reduction": "reduction", "copies": "copies",
-                "communication": "communication", "other": "other", "idle": "idle (CPU-side gaps, held)"}
+GROUP_LABELS = {
+    "gemm_conv": "GEMM / conv",
+    "attention": "attention",
+    "elementwise": "element-wise",
+    "normalization": "normalization",
+    "reduction": "reduction",
+    "copies": "copies",
+    "communication": "communication",
+    "other": "other",
+    "idle": "idle (CPU-side gaps, held)",
+}
 # The kernel-rule class (data/kernel_rules.toml) -> its prediction group; a class not listed is "other".
-GROUP_OF_CLASS = {"tc_gemm": "gemm_conv", "gemm": "gemm_conv", "elementwise": "elementwise", "norm": "normalization",
-                  "reduction": "reduction", "memcpy": "copies", "comm": "communication", "embedding": "elementwise",
-                  "other": "other"}
+GROUP_OF_CLASS = {
+    "tc_gemm": "gemm_conv",
+    "gemm": "gemm_conv",
+    "elementwise": "elementwise",
+    "norm": "normalization",
+    "reduction": "reduction",
+    "memcpy": "copies",
+    "comm": "communication",
+    "embedding": "elementwise",
+    "other": "other",
+}
 MATRIX = ("gemm_conv", "attention")
 MEMORY_BOUND = ("elementwise", "normalization", "reduction", "copies")
 
@@ -30,14 +47,14 @@ class ActivityWork:
 
     names: list[str]
     dur_us: np.ndarray
-    group: np.ndarray      # str per row (GROUPS)
-    cls: np.ndarray        # the kernel-rule class per row
-    flops: np.ndarray      # 0: none known (matrix kernels: their operator's; memory-bound ones: element-wise FLOPs)
-    bytes: np.ndarray      # NaN: none known
+    group: np.ndarray  # str per row (GROUPS)
+    cls: np.ndarray  # the kernel-rule class per row
+    flops: np.ndarray  # 0: none known (matrix kernels: their operator's; memory-bound ones: element-wise FLOPs)
+    bytes: np.ndarray  # NaN: none known
     precision: np.ndarray  # str or None per row
-    tiles: np.ndarray      # GEMM output tiles, 0: unknown
-    op_dtype: np.ndarray   # the launching op's operand dtype (fp32, bf16, ...) or None
-    op_label: np.ndarray   # the launching modelled op, `aten::linear M=141 N=512 K=512 bf16`, or None
+    tiles: np.ndarray  # GEMM output tiles, 0: unknown
+    op_dtype: np.ndarray  # the launching op's operand dtype (fp32, bf16, ...) or None
+    op_label: np.ndarray  # the launching modelled op, `aten::linear M=141 N=512 K=512 bf16`, or None
     modelled_ops: int
     notes: list[str]
 
@@ -90,5 +107,17 @@ def activity_work(tl: Timeline, peaks: dict[str, float], tile_m: int, tile_n: in
     other_flops, other_bytes = opmetrics.other_kernel_work(tl, work_model)
     memory = np.isin(group, MEMORY_BOUND) & np.isfinite(other_bytes)
     flops[memory], nbytes[memory] = other_flops[memory], other_bytes[memory]
-    return ActivityWork([tl.names[i] for i in k.name], np.asarray(k.dur_us, dtype=float), group, cls, flops, nbytes,
-                      precision, tiles, op_dtype, op_label, len(work_model.calls), list(work_model.notes))
+    return ActivityWork(
+        [tl.names[i] for i in k.name],
+        np.asarray(k.dur_us, dtype=float),
+        group,
+        cls,
+        flops,
+        nbytes,
+        precision,
+        tiles,
+        op_dtype,
+        op_label,
+        len(work_model.calls),
+        list(work_model.notes),
+    )

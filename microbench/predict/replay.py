@@ -7,16 +7,17 @@ are moved by the prediction model (predict.estimate.predict_activities, the trac
 measured ceilings as the target's achievable rates); on the trace's own chip a kernel keeps its time (the model's
 ratio is 1); where this machine has no datasheet entry they cannot be placed, and the total is left open
 (the replayed part and the rest at the trace's time are given apart)."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from microbench.core.datasheet import _measured, match_datasheet
 from microbench.core.errors import InputError
-from microbench.roofline.trace_cases import TraceCases
 from microbench.predict.chips import assumptions, chip
-from microbench.predict.kernels import activity_work
 from microbench.predict.estimate import predict_activities
+from microbench.predict.kernels import activity_work
+from microbench.roofline.trace_cases import TraceCases
 
 
 def best_times(rows: list[dict]) -> dict[tuple, tuple[str, float]]:
@@ -40,10 +41,19 @@ def _group_rows(tc: TraceCases, best: dict, same: bool) -> list[dict]:
         picks = [best.get((c.op, c.shape.label(), c.dtype)) for c in g.cases]
         ours_us = sum(p[1] for p in picks) * 1e3 if all(picks) else None
         ratio = ours_us / g.us_per_call if same and ours_us is not None and g.us_per_call > 0 else None
-        out.append({"group": g.label(), "operators": dict(g.operators), "calls": g.calls,
-                    "trace_us_per_call": g.us_per_call, "trace_us": g.kernel_time_us,
-                    "best": [p[0] if p else None for p in picks], "ours_us_per_call": ours_us,
-                    "ours_us": ours_us * g.calls if ours_us is not None else None, "ratio_vs_trace": ratio})
+        out.append(
+            {
+                "group": g.label(),
+                "operators": dict(g.operators),
+                "calls": g.calls,
+                "trace_us_per_call": g.us_per_call,
+                "trace_us": g.kernel_time_us,
+                "best": [p[0] if p else None for p in picks],
+                "ours_us_per_call": ours_us,
+                "ours_us": ours_us * g.calls if ours_us is not None else None,
+                "ratio_vs_trace": ratio,
+            }
+        )
     return out
 
 
@@ -61,8 +71,11 @@ def _rest_here(tc: TraceCases, same: bool, machine: str, cfg, ceilings: list) ->
         return trace_us, trace_us, "held at the trace's time (same chip: the prediction's ratio is 1)"
     tgt_entry, note = match_datasheet(machine, cfg.devices)
     if src_entry is None:
-        return None, trace_us, ("not placed: the trace's device has no datasheet entry, the prediction needs both "
-                                "chips")
+        return (
+            None,
+            trace_us,
+            ("not placed: the trace's device has no datasheet entry, the prediction needs both chips"),
+        )
     if tgt_entry is None:
         return None, trace_us, f"not placed: {note}; the prediction needs this machine's chip"
     try:
@@ -82,11 +95,22 @@ def summary(tc: TraceCases, rows: list[dict], machine: str, cfg, ceilings: list,
     replayed_trace = sum(g["trace_us"] for g in groups)
     timed = all(x is not None for x in replayed_here)
     total = sum(replayed_here) + rest_here if timed and rest_here is not None else None
-    return {"trace": tc.path, "trace_device": tc.device, "trace_datasheet": tc.datasheet_key, "machine": machine,
-            "compared": same, "comparison": why, "selection": tc.selection,
-            "trace_matrix_us": tc.matrix_time_us, "groups": groups,
-            "below_selection": [{"group": g.label(), "calls": g.calls, "trace_us": g.kernel_time_us} for g in tc.below],
-            "left_out": tc.left_out,
-            "replayed_trace_us": replayed_trace, "replayed_here_us": sum(replayed_here) if timed else None,
-            "rest_trace_us": rest_trace, "rest_here_us": rest_here, "rest_how": how,
-            "matrix_here_us": total}
+    return {
+        "trace": tc.path,
+        "trace_device": tc.device,
+        "trace_datasheet": tc.datasheet_key,
+        "machine": machine,
+        "compared": same,
+        "comparison": why,
+        "selection": tc.selection,
+        "trace_matrix_us": tc.matrix_time_us,
+        "groups": groups,
+        "below_selection": [{"group": g.label(), "calls": g.calls, "trace_us": g.kernel_time_us} for g in tc.below],
+        "left_out": tc.left_out,
+        "replayed_trace_us": replayed_trace,
+        "replayed_here_us": sum(replayed_here) if timed else None,
+        "rest_trace_us": rest_trace,
+        "rest_here_us": rest_here,
+        "rest_how": how,
+        "matrix_here_us": total,
+    }

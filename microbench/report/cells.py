@@ -1,6 +1,7 @@
 """A table cell: a number in its format, or a dash where there is none (the one rule every table of every
 command follows), and which columns a terminal table keeps at a width; a cheap module of its own (no rich), so
 that the trace report imports neither rich nor matplotlib."""
+
 from __future__ import annotations
 
 import unicodedata
@@ -23,15 +24,20 @@ def _cell_len(text: str) -> int:
 def table_width(columns, rows) -> int:
     """The characters roofline_report.rich_table's compact table takes (no padding, one space between columns and at each
     edge): each column as wide as its widest cell or header."""
-    widths = [max([_cell_len(name)] + [_cell_len(cells[j]) for cells, _ in rows]) for j, (name, _) in enumerate(columns)]
+    widths = [
+        max([_cell_len(name)] + [_cell_len(cells[j]) for cells, _ in rows]) for j, (name, _) in enumerate(columns)
+    ]
     return sum(widths) + len(columns) + 1
 
 
 def empty_columns(columns, rows) -> list[str]:
     """The columns with a dash (or nothing) in every row: they say nothing, so a narrow terminal drops them
     before any column with a value. A table without rows has none."""
-    return [name for j, (name, _) in enumerate(columns)
-            if rows and all(cells[j].strip() in EMPTY_CELLS for cells, _ in rows)]
+    return [
+        name
+        for j, (name, _) in enumerate(columns)
+        if rows and all(cells[j].strip() in EMPTY_CELLS for cells, _ in rows)
+    ]
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Fit:
 
 def _without(columns, rows, name: str):
     j = next(k for k, c in enumerate(columns) if c[0] == name)
-    return columns[:j] + columns[j + 1:], [(cells[:j] + cells[j + 1:], style) for cells, style in rows]
+    return columns[:j] + columns[j + 1 :], [(cells[:j] + cells[j + 1 :], style) for cells, style in rows]
 
 
 def fit_columns(columns, rows, width: int | None, drop_order) -> Fit:
@@ -79,8 +85,13 @@ def caption(head: str, parts, shown: set[str]) -> str:
     return head + (": " + "; ".join(said) if said else "")
 
 
-def kept_in(json: Path | str | None = None, html: Path | str | None = None, what: str = "report",
-            can_json: bool = True, can_html: bool = True) -> str:
+def kept_in(
+    json: Path | str | None = None,
+    html: Path | str | None = None,
+    what: str = "report",
+    can_json: bool = True,
+    can_html: bool = True,
+) -> str:
     """Where a column a narrow terminal left out is: the files the command wrote, by name, else the options
     that write them."""
     said = []
@@ -99,6 +110,7 @@ def _plural(n: int, word: str) -> str:
 class LeftOut:
     """The columns a report's narrow tables left out, said in one line under the report (not one line per
     table): the count, each table's columns, and where they are."""
+
     kept_in: str
     tables: dict[str, Fit] = field(default_factory=dict)
 
@@ -114,12 +126,15 @@ class LeftOut:
         if dropped:
             n = sum(len(c) for c in dropped.values())
             of = f"the {next(iter(dropped))} table" if len(dropped) == 1 else _plural(len(dropped), "table")
-            out.append(f"narrow terminal: {_plural(n, 'column')} of {of} left out ({_listing(dropped)}): in "
-                       f"{self.kept_in}")
+            out.append(
+                f"narrow terminal: {_plural(n, 'column')} of {of} left out ({_listing(dropped)}): in {self.kept_in}"
+            )
         if empty:
             n = sum(len(c) for c in empty.values())
-            out.append(f"{'' if dropped else 'narrow terminal: '}{_plural(n, 'column')} with no value in any row "
-                       f"left out{' first' if dropped else ''} ({_listing(empty)})")
+            out.append(
+                f"{'' if dropped else 'narrow terminal: '}{_plural(n, 'column')} with no value in any row "
+                f"left out{' first' if dropped else ''} ({_listing(empty)})"
+            )
         return "; ".join(out) or None
 
 

@@ -9,6 +9,7 @@ on a CPU the estimate) and the ratio to the baseline machine (baseline time / th
 fast). A case missing from some files is shown as missing there, never dropped. Files from different
 profiles, configurations or software versions are flagged.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,15 +21,16 @@ from microbench.core import ops
 from microbench.core.errors import InputError
 from microbench.core.files import exists, is_folder
 from microbench.core.fingerprint import read_benchmark_block
+from microbench.core.jsonio import load_json, number, text
+from microbench.core.results import SCHEMA as RESULTS_SCHEMA
+from microbench.core.results import STATUSES as RESULT_STATUSES
+from microbench.core.results import ResultRow, row_from_dict
+from microbench.core.verdict import trusted
 from microbench.report import html as H
 from microbench.report.cells import kept_in as kept_in_text
 from microbench.report.cells import or_dash as _f
 from microbench.report.figures import pyplot
 from microbench.report.html import fingerprint_text
-from microbench.core.jsonio import load_json, number, text
-from microbench.core.results import SCHEMA as RESULTS_SCHEMA, STATUSES as RESULT_STATUSES
-from microbench.core.results import ResultRow, row_from_dict
-from microbench.core.verdict import trusted
 
 SCHEMA = "dawnscope.compare/1"
 # Software whose version changes what a case measures.
@@ -60,8 +62,14 @@ def _version(v, path: Path, key: str):
 
 
 def _case_key(d: dict) -> tuple:
-    return (str(d.get("op") or ""), str(d.get("shape") or ""), str(d.get("dtype") or ""),
-            str(d.get("provider") or ""), d.get("layer") or None, d.get("phase") or None)
+    return (
+        str(d.get("op") or ""),
+        str(d.get("shape") or ""),
+        str(d.get("dtype") or ""),
+        str(d.get("provider") or ""),
+        d.get("layer") or None,
+        d.get("phase") or None,
+    )
 
 
 def _from_dawnscope(path: Path, doc: dict) -> Machine:
@@ -78,9 +86,16 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
         raise InputError(path, "expected an object", key="config", value=cfg)
     for k in ("name", "kind"):
         text(hw.get(k), path, f"hardware.{k}")
-    m = Machine(path, "dawnscope", str(hw.get("name") or "?"), fingerprint_text(hw, sw), hw.get("kind"),
-                text(cfg.get("profile"), path, "config.profile"), text(cfg.get("sha256"), path, "config.sha256"),
-                {k: _version(sw.get(k), path, f"software.{k}") for k in SOFTWARE_KEYS if k in sw})
+    m = Machine(
+        path,
+        "dawnscope",
+        str(hw.get("name") or "?"),
+        fingerprint_text(hw, sw),
+        hw.get("kind"),
+        text(cfg.get("profile"), path, "config.profile"),
+        text(cfg.get("sha256"), path, "config.sha256"),
+        {k: _version(sw.get(k), path, f"software.{k}") for k in SOFTWARE_KEYS if k in sw},
+    )
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
             raise InputError(path, "expected a result object", key=f"results[{i}]")
@@ -95,8 +110,9 @@ def _typed_row(path: Path, r: dict, where: str) -> ResultRow:
     try:
         return row_from_dict(r)
     except (TypeError, ValueError) as e:
-        raise InputError(path, f"not a result row of kind {r.get('kind') or r.get('source') or '?'}: {e}",
-                         key=where) from None
+        raise InputError(
+            path, f"not a result row of kind {r.get('kind') or r.get('source') or '?'}: {e}", key=where
+        ) from None
 
 
 def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
@@ -108,8 +124,9 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
         text(r.get(k), path, f"{where}.{k}")
     tm = r.get("time_ms") or {}
     if not isinstance(tm, dict):
-        raise InputError(path, "expected an object {median, p20, p80, cov, reps} or null", key=f"{where}.time_ms",
-                         value=tm)
+        raise InputError(
+            path, "expected an object {median, p20, p80, cov, reps} or null", key=f"{where}.time_ms", value=tm
+        )
     flags = r.get("flags") or []
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise InputError(path, "expected a list of strings", key=f"{where}.flags", value=flags)
@@ -118,14 +135,21 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
         raise InputError(path, f"expected one of {', '.join(RESULT_STATUSES)}", key=f"{where}.status", value=status)
     time_ms = number(tm.get("median"), path, f"{where}.time_ms.median")
     noise = tm.get("noise") or []
-    return {"status": status, "time_ms": time_ms or None, "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
-            "p20_ms": number(tm.get("p20"), path, f"{where}.time_ms.p20"),
-            "p80_ms": number(tm.get("p80"), path, f"{where}.time_ms.p80"),
-            "noisy": not trusted({"flags": flags}) or bool(noise),  # noisy or impossible: no ratio
-            **{k: number(r.get(k), path, f"{where}.{k}")
-               for k in ("tflops", "busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")},
-            "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"), "flags": flags,
-            "reason": text(r.get("reason"), path, f"{where}.reason") or ""}
+    return {
+        "status": status,
+        "time_ms": time_ms or None,
+        "cov": number(tm.get("cov"), path, f"{where}.time_ms.cov"),
+        "p20_ms": number(tm.get("p20"), path, f"{where}.time_ms.p20"),
+        "p80_ms": number(tm.get("p80"), path, f"{where}.time_ms.p80"),
+        "noisy": not trusted({"flags": flags}) or bool(noise),  # noisy or impossible: no ratio
+        **{
+            k: number(r.get(k), path, f"{where}.{k}")
+            for k in ("tflops", "busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")
+        },
+        "tensor_cores": text(r.get("tensor_cores"), path, f"{where}.tensor_cores"),
+        "flags": flags,
+        "reason": text(r.get("reason"), path, f"{where}.reason") or "",
+    }
 
 
 def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
@@ -135,8 +159,9 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
     benches = doc.get("benchmarks")
     if not isinstance(benches, list):
         raise InputError(path, "expected a list of benchmarks", key="benchmarks")
-    extras = [b.get("extra_info") if isinstance(b, dict) and isinstance(b.get("extra_info"), dict) else {}
-              for b in benches]
+    extras = [
+        b.get("extra_info") if isinstance(b, dict) and isinstance(b.get("extra_info"), dict) else {} for b in benches
+    ]
     device = next((e["device"] for e in extras if isinstance(e.get("device"), str)), None)
     cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
     # Our benchmark plugin (tests/conftest.py) writes the fingerprint block that read_benchmark_block reads.
@@ -148,15 +173,23 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         name = str(hw.get("name") or device or "?")
     else:
         cpu_name = cpu.get("brand_raw") or mi.get("processor") or "?"
-        fp = (f"{cpu_name} ({mi.get('machine', '?')}, {cpu.get('count', '?')} logical CPUs), "
-              f"{mi.get('system', '')} {mi.get('release', '')}; python {mi.get('python_version', '?')}; "
-              f"node {mi.get('node', '?')}" + (f"; device {device}" if device else ""))
+        fp = (
+            f"{cpu_name} ({mi.get('machine', '?')}, {cpu.get('count', '?')} logical CPUs), "
+            f"{mi.get('system', '')} {mi.get('release', '')}; python {mi.get('python_version', '?')}; "
+            f"node {mi.get('node', '?')}" + (f"; device {device}" if device else "")
+        )
         name = device or str(cpu_name)
     kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
-    m = Machine(path, "pytest-benchmark", name, fp, kind, text(block["profile"], path, f"{block['key']}.profile"),
-                text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
-                {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS
-                 if sw.get(k) is not None})
+    m = Machine(
+        path,
+        "pytest-benchmark",
+        name,
+        fp,
+        kind,
+        text(block["profile"], path, f"{block['key']}.profile"),
+        text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
+        {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS if sw.get(k) is not None},
+    )
     by_name = 0
     for i, (b, e) in enumerate(zip(benches, extras)):
         if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
@@ -164,8 +197,9 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         where = f"benchmarks[{i}]"
         median_s = number(b["stats"].get("median"), path, f"{where}.stats.median")
         if not median_s:
-            raise InputError(path, "missing, zero or not a number", key=f"{where}.stats.median",
-                             value=b["stats"].get("median"))
+            raise InputError(
+                path, "missing, zero or not a number", key=f"{where}.stats.median", value=b["stats"].get("median")
+            )
         if all(isinstance(e.get(k), str) for k in ("op", "shape", "dtype", "provider")):
             key = _case_key(e)
         else:  # no dawnscope extra_info: the test's own name is all that identifies the case
@@ -182,18 +216,27 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         q3 = number(b["stats"].get("q3"), path, f"{where}.stats.q3")
         flags = e.get("flags") if isinstance(e.get("flags"), list) else []
         flags = [f for f in flags if isinstance(f, str)]  # the judge's verdicts (tests/test_benchmarks.py)
-        cell = {"status": "ok", "time_ms": time_ms, "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
-                "p20_ms": q1 * 1e3 if q1 is not None else None, "p80_ms": q3 * 1e3 if q3 is not None else None,
-                "noisy": not trusted({"flags": flags}),
-                "tflops": tflops, **{k: number(e.get(k), path, f"{where}.extra_info.{k}")
-                                     for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet",
-                                               "pct_of_ceiling")},
-                "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
-                "flags": flags, "reason": ""}
+        cell = {
+            "status": "ok",
+            "time_ms": time_ms,
+            "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
+            "p20_ms": q1 * 1e3 if q1 is not None else None,
+            "p80_ms": q3 * 1e3 if q3 is not None else None,
+            "noisy": not trusted({"flags": flags}),
+            "tflops": tflops,
+            **{
+                k: number(e.get(k), path, f"{where}.extra_info.{k}")
+                for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")
+            },
+            "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
+            "flags": flags,
+            "reason": "",
+        }
         m.cells.setdefault(key, cell)
     if by_name:
-        m.notes.append(f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched "
-                       "by test name only")
+        m.notes.append(
+            f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched by test name only"
+        )
     return m
 
 
@@ -202,7 +245,9 @@ def resolve_results(path: str | Path) -> Path:
     path = Path(path)
     if is_folder(path):
         if not exists(path / "results.json"):
-            raise InputError(path, "a directory without results.json (give a results file or a roofline --out directory)")
+            raise InputError(
+                path, "a directory without results.json (give a results file or a roofline --out directory)"
+            )
         return path / "results.json"
     return path
 
@@ -215,8 +260,9 @@ def load_machine(path: str | Path) -> Machine:
     schema = doc.get("schema")
     if isinstance(schema, str) and schema.startswith("dawnscope.results/"):
         if schema != RESULTS_SCHEMA:
-            raise InputError(path, f"unsupported schema (this version reads {RESULTS_SCHEMA})", key="schema",
-                             value=schema)
+            raise InputError(
+                path, f"unsupported schema (this version reads {RESULTS_SCHEMA})", key="schema", value=schema
+            )
         return _from_dawnscope(path, doc)
     if "benchmarks" in doc and "machine_info" in doc:
         return _from_pytest_benchmark(path, doc)
@@ -224,8 +270,11 @@ def load_machine(path: str | Path) -> Machine:
         raise InputError(path, "a trace report (microbench.trace.cli --json), not a results file")
     if "traceEvents" in doc:
         raise InputError(path, "a profiler trace, not a results file (read it with dawnscope trace)")
-    raise InputError(path, f"not a results file: neither {RESULTS_SCHEMA} (key `schema`) nor pytest-benchmark "
-                           "JSON (keys `machine_info`, `benchmarks`)")
+    raise InputError(
+        path,
+        f"not a results file: neither {RESULTS_SCHEMA} (key `schema`) nor pytest-benchmark "
+        "JSON (keys `machine_info`, `benchmarks`)",
+    )
 
 
 def unique_labels(names: list[str]) -> list[str]:
@@ -277,8 +326,10 @@ def _flags(machines: list[Machine]) -> list[str]:
     elif len(known) == 1:
         shas = {m.config_sha256 for m in machines if m.profile and m.config_sha256}
         if len(shas) > 1:
-            flags.append(f"profile {known.pop()} comes from different configuration files (bench.toml sha256 "
-                         "differs): the cases may not be the same")
+            flags.append(
+                f"profile {known.pop()} comes from different configuration files (bench.toml sha256 "
+                "differs): the cases may not be the same"
+            )
     for key in SOFTWARE_KEYS:
         vals = {m.label: m.software.get(key) for m in machines if m.software.get(key) is not None}
         if len(set(vals.values())) > 1:
@@ -296,8 +347,11 @@ def _ratio(b: dict | None, c: dict) -> tuple[float | None, str | None]:
     ratio = b["time_ms"] / c["time_ms"]
     if not math.isfinite(ratio):
         return None, None
-    if None not in (b.get("p20_ms"), b.get("p80_ms"), c.get("p20_ms"), c.get("p80_ms")) and \
-            b["p20_ms"] <= c["p80_ms"] and c["p20_ms"] <= b["p80_ms"]:
+    if (
+        None not in (b.get("p20_ms"), b.get("p80_ms"), c.get("p20_ms"), c.get("p80_ms"))
+        and b["p20_ms"] <= c["p80_ms"]
+        and c["p20_ms"] <= b["p80_ms"]
+    ):
         return ratio, "same within noise"
     return ratio, None
 
@@ -325,14 +379,34 @@ def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
                 c = dict(c)
                 c["ratio_to_baseline"], c["verdict"] = _ratio(b, c)
             cells[m.label] = c
-        cases.append({"op": k[0], "shape": k[1], "dtype": k[2], "provider": k[3], "layer": k[4], "phase": k[5],
-                      "missing_in": [m.label for m in machines if cells[m.label] is None], "cells": cells})
+        cases.append(
+            {
+                "op": k[0],
+                "shape": k[1],
+                "dtype": k[2],
+                "provider": k[3],
+                "layer": k[4],
+                "phase": k[5],
+                "missing_in": [m.label for m in machines if cells[m.label] is None],
+                "cells": cells,
+            }
+        )
     return {
         "schema": SCHEMA,
         "baseline": base.label,
-        "machines": [{"label": m.label, "file": str(m.path), "format": m.kind, "fingerprint": m.fingerprint,
-                      "device_kind": m.hardware_kind, "profile": m.profile, "software": m.software,
-                      "cases": len(m.cells)} for m in machines],
+        "machines": [
+            {
+                "label": m.label,
+                "file": str(m.path),
+                "format": m.kind,
+                "fingerprint": m.fingerprint,
+                "device_kind": m.hardware_kind,
+                "profile": m.profile,
+                "software": m.software,
+                "cases": len(m.cells),
+            }
+            for m in machines
+        ],
         "flags": _flags(machines),
         "notes": [n for m in machines for n in m.notes],
         "cases": cases,
@@ -341,6 +415,7 @@ def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------
 # Rendering: one set of cells for the terminal and the HTML page.
+
 
 def table_cells(cmp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]], list[list[str]]]:
     """Columns, rows and per-cell CSS classes ("missing" where a machine lacks the case). The baseline
@@ -397,9 +472,11 @@ def _machine_cells(x: dict | None, bus: bool = False) -> tuple[list[str], list[s
     return [t, _f(x["tflops"], ".3g"), *bw, pct, vs], [""] * n
 
 
-COMPARE_LEGEND = ("time ms: median (p20-p80); ~ noisy, ! flagged. % meas/ds: % of the machine's measured / "
-                  "datasheet (CPU: estimated) compute ceiling. vs base: baseline time / this time (2.00x = twice as "
-                  "fast); same: same within noise (the p20-p80 spreads overlap); noise: a noisy row, no ratio")
+COMPARE_LEGEND = (
+    "time ms: median (p20-p80); ~ noisy, ! flagged. % meas/ds: % of the machine's measured / "
+    "datasheet (CPU: estimated) compute ceiling. vs base: baseline time / this time (2.00x = twice as "
+    "fast); same: same within noise (the p20-p80 spreads overlap); noise: a noisy row, no ratio"
+)
 
 
 def print_compare(cmp: dict, console=None, kept_in: str = kept_in_text(what="comparison")) -> None:
@@ -410,8 +487,10 @@ def print_compare(cmp: dict, console=None, kept_in: str = kept_in_text(what="com
     console = console or wide_console()  # piped: 120 columns (or COLUMNS); the least needed columns go first
     for i, m in enumerate(cmp["machines"]):
         base = " (baseline)" if m["label"] == cmp["baseline"] else ""
-        console.print(f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: {escape(m['fingerprint'])}  "
-                      f"[dim]{escape(m['file'])}, {m['format']}, profile {escape(m['profile'] or 'unknown')}[/]")
+        console.print(
+            f"[bold]{escape(f'[{i + 1}]')}[/] {escape(m['label'])}{base}: {escape(m['fingerprint'])}  "
+            f"[dim]{escape(m['file'])}, {m['format']}, profile {escape(m['profile'] or 'unknown')}[/]"
+        )
     for f in cmp["flags"]:
         console.print(f"[bold red]flag:[/] {escape(f)}")
     columns, rows, classes = table_cells(cmp)
@@ -420,8 +499,16 @@ def print_compare(cmp: dict, console=None, kept_in: str = kept_in_text(what="com
     if n > 2:  # many machines: the times and ratios matter most
         drop += [f"[{i + 1}] vs base" for i in range(n)]
     styled = [(cells, "red" if "missing" in cls else None) for (cells, _), cls in zip(rows, classes)]
-    console.print(rich_table(columns, styled, width=console.width, drop_order=drop,
-                             title=COMPARE_LEGEND, kept_in=f"the results files compared, {kept_in}"))
+    console.print(
+        rich_table(
+            columns,
+            styled,
+            width=console.width,
+            drop_order=drop,
+            title=COMPARE_LEGEND,
+            kept_in=f"the results files compared, {kept_in}",
+        )
+    )
     for n in cmp["notes"]:
         console.print(f"[yellow]note:[/] {escape(n)}")
 
@@ -450,13 +537,15 @@ def ratio_figure(cmp: dict):
                 ax.annotate(f"{r:.2f}x", (r, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6)
             else:
                 why = "missing" if label in c.get("missing_in", []) else (cell.get("verdict") or "no ratio")
-                ax.annotate(why, (1.0, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6,
-                            color="gray")
+                ax.annotate(
+                    why, (1.0, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6, color="gray"
+                )
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_yticks([i + 0.4 - h / 2 for i in range(len(cases))])
-    ax.set_yticklabels([f"{ops.short_op(c['op'])} {c['shape']} {c['dtype']} {c['provider']}"[:60] for c in cases],
-                       fontsize=6)
+    ax.set_yticklabels(
+        [f"{ops.short_op(c['op'])} {c['shape']} {c['dtype']} {c['provider']}"[:60] for c in cases], fontsize=6
+    )
     ax.invert_yaxis()
     ax.set_xlabel(f"baseline time / this time (baseline: {cmp['baseline']}; > 1: faster than the baseline)")
     ax.legend(fontsize=7, loc="lower right")
@@ -465,10 +554,12 @@ def ratio_figure(cmp: dict):
 
 
 def compare_html(cmp: dict) -> str:
-    items = "".join(f'<li><b>[{i + 1}] {H.esc(m["label"])}</b>{" (baseline)" if m["label"] == cmp["baseline"] else ""}'
-                    f': <span class="fp">{H.esc(m["fingerprint"])}</span><br>{H.esc(m["file"])}, {H.esc(m["format"])}, '
-                    f'profile {H.esc(m["profile"] or "unknown")}, {m["cases"]} cases</li>'
-                    for i, m in enumerate(cmp["machines"]))
+    items = "".join(
+        f"<li><b>[{i + 1}] {H.esc(m['label'])}</b>{' (baseline)' if m['label'] == cmp['baseline'] else ''}"
+        f': <span class="fp">{H.esc(m["fingerprint"])}</span><br>{H.esc(m["file"])}, {H.esc(m["format"])}, '
+        f"profile {H.esc(m['profile'] or 'unknown')}, {m['cases']} cases</li>"
+        for i, m in enumerate(cmp["machines"])
+    )
     parts = [f"<h2>machines</h2><ul>{items}</ul>"]
     if cmp["flags"]:
         parts.append("<h2>flags</h2>" + H.notes_html(cmp["flags"], "flag"))
@@ -479,9 +570,9 @@ def compare_html(cmp: dict) -> str:
             parts.append("<h2>ratio per case</h2>" + H.figure_img(fig, "ratio to the baseline per case"))
         finally:
             pyplot().close(fig)
-    parts.append(f"<h2>cases</h2><p>{H.esc(COMPARE_LEGEND)}</p>"
-                 + H.table(columns, rows, classes))
+    parts.append(f"<h2>cases</h2><p>{H.esc(COMPARE_LEGEND)}</p>" + H.table(columns, rows, classes))
     if cmp["notes"]:
         parts.append("<h2>notes</h2>" + H.notes_html(cmp["notes"]))
-    return H.page(f"dawnscope comparison: {len(cmp['machines'])} result files, baseline {cmp['baseline']}",
-                  "\n".join(parts))
+    return H.page(
+        f"dawnscope comparison: {len(cmp['machines'])} result files, baseline {cmp['baseline']}", "\n".join(parts)
+    )

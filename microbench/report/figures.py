@@ -1,6 +1,7 @@
 """The one door to matplotlib: pyplot on the Agg backend (files only, never a display), loaded when a plot is
 drawn. A plotting library that cannot load (a bad MPLBACKEND, a broken install or font cache) is a PlotError:
 the command says it in one line and the rows it measured stay (core.errors.run_command, core.outdir)."""
+
 from __future__ import annotations
 
 from microbench.core.errors import PlotError

@@ -1,10 +1,12 @@
 """The findings a trace (or decompose) report opens with, for the terminal and for HTML: the document's `findings`
 (microbench/findings/engine.py) drawn, nothing computed here. What is not checked is grouped by its reason:
 one line per reason, with the findings it stops."""
+
 from __future__ import annotations
 
 from microbench.core.kernel_names import distinct_labels
 from microbench.report.cells import fit_columns
+
 
 def saving_text(s: dict, per: str) -> str:
     return f"saves {s['expected']:,.0f} us per {per} (range {s['low']:,.0f} - {s['high']:,.0f})"
@@ -16,13 +18,18 @@ def evidence_text(ev: dict, per: str = "step") -> str:
     if ev.get("kernels"):
         k = ev["kernels"][0]
         more = f" and {len(ev['kernels']) - 1} more" if len(ev["kernels"]) > 1 else ""
-        bits.append(f"largest {ev.get('unit', 'kernel')} {distinct_labels([k['kernel']], 70)[0]} ({k['time_us']:,.0f} us){more}")
+        bits.append(
+            f"largest {ev.get('unit', 'kernel')} {distinct_labels([k['kernel']], 70)[0]} ({k['time_us']:,.0f} us){more}"
+        )
     if ev.get("ops"):
         bits.append("ops: " + ", ".join(f"{o['op']} ({o['reason']})" for o in ev["ops"][:2]))
     if "kernels_per_step" in ev:
         launches = ev.get("launches_per_step")
-        graphs = (f" from {launches:,.0f} launches ({ev.get('graph_kernel_share', 0.0):.0%} from graphs)"
-                  if launches is not None and round(launches) != round(ev["kernels_per_step"]) else "")
+        graphs = (
+            f" from {launches:,.0f} launches ({ev.get('graph_kernel_share', 0.0):.0%} from graphs)"
+            if launches is not None and round(launches) != round(ev["kernels_per_step"])
+            else ""
+        )
         bits.append(f"{ev['kernels_per_step']:,.0f} kernels per {per}{graphs}")
     return "; ".join(b for b in bits if b)
 
@@ -46,10 +53,13 @@ def headline(doc: dict) -> str:
         of = "a step" if doc.get("findings_per", "step") == "step" else "the GPU span"
         return f"no finding: no rule of data/findings.toml that this trace supports would save 2 % of {of}"
     what = doc.get("findings_step_time_what")
-    return (f"findings ({n}, ranked by the time the fix would save per {doc.get('findings_per', 'step')}; "
-            f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us"
-            + (f", {what}" if what else "") + "; ranges: the prediction's alternative assumptions or the trace's own "
-            "intervals)")
+    return (
+        f"findings ({n}, ranked by the time the fix would save per {doc.get('findings_per', 'step')}; "
+        f"{doc.get('findings_per', 'step')} time {doc.get('findings_step_time_us', 0.0):,.0f} us"
+        + (f", {what}" if what else "")
+        + "; ranges: the prediction's alternative assumptions or the trace's own "
+        "intervals)"
+    )
 
 
 def below_line(doc: dict) -> str | None:
@@ -59,15 +69,14 @@ def below_line(doc: dict) -> str | None:
         return None
     per = doc.get("findings_per", "step")
     share = doc.get("findings_min_saving_share", 0.02)
-    return (f"checked, under the {share:.0%} of the {per} a finding needs ({len(below)}): "
-            + ", ".join(f"{b['id']} {b['saving_us']['expected']:,.0f} us" + _up_to(b['saving_us'], b.get("expected_why"))
-                        for b in below))
+    return f"checked, under the {share:.0%} of the {per} a finding needs ({len(below)}): " + ", ".join(
+        f"{b['id']} {b['saving_us']['expected']:,.0f} us" + _up_to(b["saving_us"], b.get("expected_why")) for b in below
+    )
 
 
 def _up_to(s: dict, why: str | None = None) -> str:
     """The range's high side where it is above the expected, with the rule's reason for the gap where it gives one."""
     return f" (up to {s['high']:,.0f}" + (f": {why}" if why else "") + ")" if s["high"] > s["expected"] else ""
-
 
 
 DEVICE_WORDS = {"cpu": "a CPU", "gpu": "a GPU"}
@@ -77,11 +86,16 @@ def validation_line(finding: dict) -> str:
     """How often this finding's rule's range held on the checks in the docs, on the report's kind of device."""
     v = finding.get("validation") or {}
     on = DEVICE_WORDS.get(v.get("on"), "this device")
-    others = "; ".join(f"on {DEVICE_WORDS[d]} {t['held']} of {t['checks']} held" for d, t in (v.get("elsewhere") or {}).items())
+    others = "; ".join(
+        f"on {DEVICE_WORDS[d]} {t['held']} of {t['checks']} held" for d, t in (v.get("elsewhere") or {}).items()
+    )
     where = f" ({v['where']})" if v.get("where") else ""
     if v.get("checks"):
-        return (f"its range held the measured saving in {v['held']} of {v['checks']} checks on {on}"
-                + (f"; {others}" if others else "") + where)
+        return (
+            f"its range held the measured saving in {v['held']} of {v['checks']} checks on {on}"
+            + (f"; {others}" if others else "")
+            + where
+        )
     if others:
         return f"its range is not yet checked against a fix's measured saving on {on} ({others}){where}"
     return "its range is not yet checked against a fix's measured saving (docs/findings.md)"
@@ -124,16 +138,33 @@ def print_step_breakdown(console, doc: dict, kept_in: str, left=None) -> None:
     steps = breakdown_steps(doc)
     if not steps:
         return
-    cols = [("step", "left"), ("step us", "right")] + [(c, "right") for c in BREAKDOWN_COLUMNS] + \
-           [("idle in sync", "right")]
-    rows = [([st["name"], f"{st['breakdown_span_us']:,.1f}"] + [f"{st['breakdown_us'][c]:,.1f}" for c in BREAKDOWN_COLUMNS]
-             + [f"{st['idle_by_host_us']['sync']:,.1f}"], None) for st in steps]
+    cols = (
+        [("step", "left"), ("step us", "right")]
+        + [(c, "right") for c in BREAKDOWN_COLUMNS]
+        + [("idle in sync", "right")]
+    )
+    rows = [
+        (
+            [st["name"], f"{st['breakdown_span_us']:,.1f}"]
+            + [f"{st['breakdown_us'][c]:,.1f}" for c in BREAKDOWN_COLUMNS]
+            + [f"{st['idle_by_host_us']['sync']:,.1f}"],
+            None,
+        )
+        for st in steps
+    ]
     order = ("idle in sync", "memset", "memcpy")
     if left is not None:
         fit = left.add("step breakdown", fit_columns(cols, rows, console.width, order))
         cols, rows = fit.columns, fit.rows
-    console.print(rich_table(cols, rows, width=None if left is not None else console.width, kept_in=kept_in,
-                             drop_order=order,
-                             title="step time by what ran (us; each instant to the first active: GPU kernel, "
-                                   "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
-                                   "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)"))
+    console.print(
+        rich_table(
+            cols,
+            rows,
+            width=None if left is not None else console.width,
+            kept_in=kept_in,
+            drop_order=order,
+            title="step time by what ran (us; each instant to the first active: GPU kernel, "
+            "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
+            "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)",
+        )
+    )

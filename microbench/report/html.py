@@ -1,6 +1,7 @@
 """Self-contained HTML reports: one file with its tables and the roofline (a base64 PNG inside the page), no
 scripts, fonts, stylesheets or images from anywhere else, so it opens the same offline, attached to a mail
 or years later. Every string from a results file is escaped."""
+
 from __future__ import annotations
 
 import base64
@@ -30,12 +31,17 @@ def esc(v) -> str:
 
 
 def page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>{esc(title)}</title>\n'
-            f"<style>{_CSS}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>{esc(title)}</title>\n'
+        f"<style>{_CSS}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n"
+    )
 
 
-def table(columns: list[tuple[str, str]], rows: list[tuple[list[str], str | None]],
-          cell_classes: list[list[str]] | None = None) -> str:
+def table(
+    columns: list[tuple[str, str]],
+    rows: list[tuple[list[str], str | None]],
+    cell_classes: list[list[str]] | None = None,
+) -> str:
     """columns: (name, 'left'|'right'); rows: (cells, row style or None). Cells are text (escaped here)."""
     head = "".join(f"<th>{esc(c)}</th>" for c, _ in columns)
     body = []
@@ -83,10 +89,11 @@ def results_html(doc: dict, plot: bool = True) -> str:
     cfgb = doc.get("config", {})
     warn = busy_line(doc)
     parts = ([f'<p class="flag">warning: {esc(warn)}</p>'] if warn else []) + [
-             f'<p class="fp">{esc(fingerprint_text(hw, sw))}</p>',
-             f"<p>profile {esc(cfgb.get('profile', '?'))}, {len(doc.get('results', []))} rows; started "
-             f"{esc(doc.get('started', '?'))}, finished {esc(doc.get('finished', '?'))}"
-             f"{' (interrupted)' if doc.get('interrupted') else ''}</p>"]
+        f'<p class="fp">{esc(fingerprint_text(hw, sw))}</p>',
+        f"<p>profile {esc(cfgb.get('profile', '?'))}, {len(doc.get('results', []))} rows; started "
+        f"{esc(doc.get('started', '?'))}, finished {esc(doc.get('finished', '?'))}"
+        f"{' (interrupted)' if doc.get('interrupted') else ''}</p>",
+    ]
     if plot:
         import matplotlib.pyplot as plt
 
@@ -97,11 +104,32 @@ def results_html(doc: dict, plot: bool = True) -> str:
             plt.close(fig)
     columns, rows = results_cells(doc)
     parts.append("<h2>results</h2>" + table(columns, rows) + glossary_html([c for c, _ in columns]))
-    ceil_cols = [("name", "left"), ("kind", "left"), ("dtype", "left"), ("value", "right"), ("unit", "left"),
-                 ("source", "left"), ("note", "left"), ("noise", "left")]
-    ceil_rows = [([c["name"], c["kind"], c.get("dtype") or "-", f"{c['value']:.4g}", c["unit"], c["source"],
-                   c.get("note", ""), "; ".join(c.get("noise") or []) or "-"], "red" if c.get("noise") else None)
-                 for c in doc.get("ceilings", [])]
+    ceil_cols = [
+        ("name", "left"),
+        ("kind", "left"),
+        ("dtype", "left"),
+        ("value", "right"),
+        ("unit", "left"),
+        ("source", "left"),
+        ("note", "left"),
+        ("noise", "left"),
+    ]
+    ceil_rows = [
+        (
+            [
+                c["name"],
+                c["kind"],
+                c.get("dtype") or "-",
+                f"{c['value']:.4g}",
+                c["unit"],
+                c["source"],
+                c.get("note", ""),
+                "; ".join(c.get("noise") or []) or "-",
+            ],
+            "red" if c.get("noise") else None,
+        )
+        for c in doc.get("ceilings", [])
+    ]
     parts.append("<h2>ceilings</h2>" + table(ceil_cols, ceil_rows))
     if doc.get("replay"):
         parts.append(replay_html(doc))
@@ -116,9 +144,13 @@ def replay_html(doc: dict) -> str:
     """roofline --from-trace: the rows beside the trace's time, the best provider per case, the summary."""
     from microbench.report.roofline_report import replay_cells, replay_lines, replay_summary_cells
 
-    return ("<h2>side by side with the trace</h2>" + table(*replay_cells(doc))
-            + "<h2>per case: the best provider here</h2>" + table(*replay_summary_cells(doc["replay"]))
-            + notes_html(replay_lines(doc["replay"]), "fp"))
+    return (
+        "<h2>side by side with the trace</h2>"
+        + table(*replay_cells(doc))
+        + "<h2>per case: the best provider here</h2>"
+        + table(*replay_summary_cells(doc["replay"]))
+        + notes_html(replay_lines(doc["replay"]), "fp")
+    )
 
 
 def glossary_html(columns: list[str]) -> str:
@@ -131,18 +163,24 @@ def glossary_html(columns: list[str]) -> str:
 
 def conditions_html(cond: dict) -> str:
     """The machine's load before and during the run, the threads, and the verdict."""
+
     def load(w):
         w = w or {}
         la = w.get("loadavg")
         other = w.get("other_cores")
-        return (f"load average {', '.join(f'{v:.2f}' for v in la) if la else '?'}; other processes "
-                f"{'?' if other is None else f'{other:.2f}'} cores; steal {w.get('steal_share', '?')}"
-                + (f"; GPU {esc(w['gpu'])}" if w.get("gpu") else ""))
+        return (
+            f"load average {', '.join(f'{v:.2f}' for v in la) if la else '?'}; other processes "
+            f"{'?' if other is None else f'{other:.2f}'} cores; steal {w.get('steal_share', '?')}"
+            + (f"; GPU {esc(w['gpu'])}" if w.get("gpu") else "")
+        )
+
     th = cond.get("threads") or {}
     verdict = "busy: " + "; ".join(cond.get("reasons", [])) if cond.get("busy") else "quiet"
-    return (f"<p>before the run: {esc(load(cond.get('before')))}<br>during the run: {esc(load(cond.get('during')))}"
-            f"<br>threads: {esc(th.get('torch_threads', '?'))} of {esc(th.get('cores', '?'))} cores "
-            f"({esc(th.get('why', '?'))})<br>verdict: {esc(verdict)}</p>")
+    return (
+        f"<p>before the run: {esc(load(cond.get('before')))}<br>during the run: {esc(load(cond.get('during')))}"
+        f"<br>threads: {esc(th.get('torch_threads', '?'))} of {esc(th.get('cores', '?'))} cores "
+        f"({esc(th.get('why', '?'))})<br>verdict: {esc(verdict)}</p>"
+    )
 
 
 def write(path: str | Path, text: str) -> Path:

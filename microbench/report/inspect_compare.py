@@ -5,6 +5,7 @@ memory / LDS, matrix instructions per K step, occupancy, the matrix-core verdict
 Rows pair what is the same work on both: the default configuration of a (kernel, dtype) on each target (their
 tiles differ: each family has its own), and any tile (BM, BN, BK) that both targets built.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,12 @@ _TILE = re.compile(r"BM(\d+) BN(\d+) BK(\d+)")
 
 
 def is_inspect_doc(doc) -> bool:
-    return (isinstance(doc, list) and bool(doc) and all(isinstance(r, dict) for r in doc)
-            and any(_RECORD_KEYS <= set(r) for r in doc))
+    return (
+        isinstance(doc, list)
+        and bool(doc)
+        and all(isinstance(r, dict) for r in doc)
+        and any(_RECORD_KEYS <= set(r) for r in doc)
+    )
 
 
 def load_inspect_files(paths: list[Path]) -> list[dict] | None:
@@ -32,8 +37,11 @@ def load_inspect_files(paths: list[Path]) -> list[dict] | None:
         return None
     if len(ours) != len(docs):
         other = next(p for p, d in docs if not is_inspect_doc(d))
-        raise InputError(other, "not an inspect file (dawnscope inspect --json), and the other inputs "
-                                "are: compare inspect files with inspect files")
+        raise InputError(
+            other,
+            "not an inspect file (dawnscope inspect --json), and the other inputs "
+            "are: compare inspect files with inspect files",
+        )
     records = []
     for p, d in ours:
         for i, r in enumerate(d):
@@ -61,14 +69,25 @@ def _cell(r: dict) -> dict:
     smem = r.get("lds_bytes")
     if smem is None:
         smem = r.get("dynamic_shared_bytes") if r.get("dynamic_shared_bytes") is not None else r.get("shared_bytes")
-    regs = (f"v{r['vgprs']} a{r.get('agprs', 0)} s{r.get('sgprs', 0)}" if r.get("vgprs") is not None
-            else str(r.get("registers", "-")))
-    return {"config": r["config"], "registers": regs, "spills": bool(r.get("spills")), "stack_bytes": r.get("stack_bytes"),
-            "smem_bytes": smem, "matrix_per_k_step": r.get("matrix_per_k_step"),
-            "matrix_instructions": r.get("matrix_instructions", r.get("tensor_core_instructions")),
-            "kinds": r.get("matrix_instruction_kinds", []), "occupancy": r.get("occupancy"),
-            "occupancy_unit": r.get("occupancy_unit", ""), "matrix_cores": r.get("matrix_cores"),
-            "fallback": r.get("fallback")}
+    regs = (
+        f"v{r['vgprs']} a{r.get('agprs', 0)} s{r.get('sgprs', 0)}"
+        if r.get("vgprs") is not None
+        else str(r.get("registers", "-"))
+    )
+    return {
+        "config": r["config"],
+        "registers": regs,
+        "spills": bool(r.get("spills")),
+        "stack_bytes": r.get("stack_bytes"),
+        "smem_bytes": smem,
+        "matrix_per_k_step": r.get("matrix_per_k_step"),
+        "matrix_instructions": r.get("matrix_instructions", r.get("tensor_core_instructions")),
+        "kinds": r.get("matrix_instruction_kinds", []),
+        "occupancy": r.get("occupancy"),
+        "occupancy_unit": r.get("occupancy_unit", ""),
+        "matrix_cores": r.get("matrix_cores"),
+        "fallback": r.get("fallback"),
+    }
 
 
 def compare_inspect(records: list[dict], targets: tuple[str, ...] | None = None) -> dict:
@@ -80,8 +99,12 @@ def compare_inspect(records: list[dict], targets: tuple[str, ...] | None = None)
             targets = tuple(present)
     unknown = [t for t in targets if t not in present]
     if unknown:
-        raise InputError(None, f"no record for target {unknown[0]} (the files have: {', '.join(present)})",
-                         key="--target", value=unknown[0])
+        raise InputError(
+            None,
+            f"no record for target {unknown[0]} (the files have: {', '.join(present)})",
+            key="--target",
+            value=unknown[0],
+        )
     rows: dict[tuple, dict] = {}
     for r in records:
         if r["target"] not in targets or "(not " in r.get("note", ""):
@@ -91,12 +114,16 @@ def compare_inspect(records: list[dict], targets: tuple[str, ...] | None = None)
         for key in keys:
             row = rows.setdefault(key, {"kernel": key[0], "dtype": key[1], "pair": key[2], "cells": {}})
             row["cells"].setdefault(r["target"], _cell(r))
+
     def same_as_default(row) -> bool:  # a tile pair that is just the defaults again
         d = rows.get((row["kernel"], row["dtype"], "default"))
         return bool(d) and all((d["cells"].get(t) or {}).get("config") == c["config"] for t, c in row["cells"].items())
 
-    kept = [row for row in rows.values() if row["pair"] == "default"
-            or (len(row["cells"]) == len(targets) and not same_as_default(row))]
+    kept = [
+        row
+        for row in rows.values()
+        if row["pair"] == "default" or (len(row["cells"]) == len(targets) and not same_as_default(row))
+    ]
     for row in kept:
         row["cells"] = {t: row["cells"].get(t) for t in targets}
     kept.sort(key=lambda row: (row["kernel"], row["dtype"], row["pair"] != "default", row["pair"]))
@@ -123,8 +150,19 @@ def _short_config(config: str) -> str:
 
 def inspect_table_cells(cmp: dict) -> tuple[list[str], list[list[str]]]:
     """One line per target under each (kernel, dtype, pair): the targets of a pair read down, not across."""
-    cols = ["kernel", "dtype", "pair", "target", "config", "regs", "spills", "smem/LDS B", "MMA/K",
-            "occupancy", "matrix cores"]
+    cols = [
+        "kernel",
+        "dtype",
+        "pair",
+        "target",
+        "config",
+        "regs",
+        "spills",
+        "smem/LDS B",
+        "MMA/K",
+        "occupancy",
+        "matrix cores",
+    ]
     rows = []
     for row in cmp["rows"]:
         for i, t in enumerate(cmp["targets"]):
@@ -143,10 +181,17 @@ def print_inspect_compare(cmp: dict, console=None, kept_in: str = "the JSON (com
 
     cols, rows = inspect_table_cells(cmp)
     out = console or wide_console()
-    out.print(rich_table([(c, "left") for c in cols], [(r, None) for r in rows],
-                         title=f"one kernel, {len(cmp['targets'])} targets: {' vs '.join(cmp['targets'])} (static, "
-                               "compiled ahead of time; no GPU ran these)",
-                         width=out.width, drop_order=INSPECT_COMPARE_DROP_ORDER, kept_in=kept_in))
+    out.print(
+        rich_table(
+            [(c, "left") for c in cols],
+            [(r, None) for r in rows],
+            title=f"one kernel, {len(cmp['targets'])} targets: {' vs '.join(cmp['targets'])} (static, "
+            "compiled ahead of time; no GPU ran these)",
+            width=out.width,
+            drop_order=INSPECT_COMPARE_DROP_ORDER,
+            kept_in=kept_in,
+        )
+    )
     reasons = {(t, c["fallback"]) for row in cmp["rows"] for t, c in row["cells"].items() if c and c["fallback"]}
     for target, why in sorted(reasons):
         out.print(f"fallback on {target}: {why}")

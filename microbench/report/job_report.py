@@ -1,5 +1,6 @@
 """A whole job's report (the document of microbench/comm/job.py): the rank x step heat map as a
 figure, and the self-contained HTML page with it and the tables. Returns figures and text; the command writes."""
+
 from __future__ import annotations
 
 import textwrap
@@ -49,16 +50,53 @@ def _f(v, spec=".4g") -> str:
 
 def _tables(doc: dict) -> str:
     out = ["<h2>Per rank (GPU time over the whole trace; steps: the heat map)</h2>"]
-    cols = [("rank", "right"), ("file", "left"), ("median step ms", "right"), ("busy ms", "right"),
-            ("idle ms", "right"), ("exposed comm ms", "right"), ("straggler (times)", "right")]
-    rows = [([str(r["rank"]), r["file"], _f(r["median_step_us"] and r["median_step_us"] / 1e3),
-              _f(r["gpu_time"].get("busy_us", 0) / 1e3), _f(r["gpu_time"].get("idle_us", 0) / 1e3),
-              _f(r["exposed_comm_ms"]), str(r["times"])], None) for r in doc["ranks"]]
+    cols = [
+        ("rank", "right"),
+        ("file", "left"),
+        ("median step ms", "right"),
+        ("busy ms", "right"),
+        ("idle ms", "right"),
+        ("exposed comm ms", "right"),
+        ("straggler (times)", "right"),
+    ]
+    rows = [
+        (
+            [
+                str(r["rank"]),
+                r["file"],
+                _f(r["median_step_us"] and r["median_step_us"] / 1e3),
+                _f(r["gpu_time"].get("busy_us", 0) / 1e3),
+                _f(r["gpu_time"].get("idle_us", 0) / 1e3),
+                _f(r["exposed_comm_ms"]),
+                str(r["times"]),
+            ],
+            None,
+        )
+        for r in doc["ranks"]
+    ]
     out.append(H.table(cols, rows))
-    cols = [("op", "left"), ("group", "right"), ("time ms", "right"), ("busbw GB/s", "right"),
-            ("skew us", "right"), ("straggler", "right")]
-    rows = [([c["name"], str(c["group_size"]), _f(c["time_ms"]), _f(c["busbw_gbps"], ".3g"), _f(c["skew_us"], ".4g"),
-              str(c["straggler_rank"])], None) for c in doc["collectives"]]
+    cols = [
+        ("op", "left"),
+        ("group", "right"),
+        ("time ms", "right"),
+        ("busbw GB/s", "right"),
+        ("skew us", "right"),
+        ("straggler", "right"),
+    ]
+    rows = [
+        (
+            [
+                c["name"],
+                str(c["group_size"]),
+                _f(c["time_ms"]),
+                _f(c["busbw_gbps"], ".3g"),
+                _f(c["skew_us"], ".4g"),
+                str(c["straggler_rank"]),
+            ],
+            None,
+        )
+        for c in doc["collectives"]
+    ]
     out += ["<h2>Collectives matched across ranks</h2>", H.table(cols, rows)]
     return "\n".join(out)
 
@@ -69,14 +107,22 @@ def job_html(doc: dict, fig) -> str:
 
     findings = [f"straggler: rank {doc['straggler_rank']} (most start wait caused across matched collectives)"]
     if doc.get("missing_ranks"):
-        findings.insert(0, f"{doc['missing_ranks']} of {doc['world_size']} ranks have no trace here: the straggler, "
-                     "skews and outliers are among the ranks read only")
-    findings += [f"outlier: rank {o['rank']} {o['metric']} = {o['value']:.4g} (median {o['median']:.4g}; "
-                 f"{o['statistic']} = {o['z']:.1f} > {o['threshold']})" for o in doc["outliers"]]
+        findings.insert(
+            0,
+            f"{doc['missing_ranks']} of {doc['world_size']} ranks have no trace here: the straggler, "
+            "skews and outliers are among the ranks read only",
+        )
+    findings += [
+        f"outlier: rank {o['rank']} {o['metric']} = {o['value']:.4g} (median {o['median']:.4g}; "
+        f"{o['statistic']} = {o['z']:.1f} > {o['threshold']})"
+        for o in doc["outliers"]
+    ]
     if doc.get("slowest_step"):
         s = doc["slowest_step"]
-        findings.append(f"slowest step: {s['step']}, {s['time_ms']:.4g} ms on rank {s['slowest_rank']} "
-                        f"(median rank {s['median_rank_ms']:.4g} ms)")
+        findings.append(
+            f"slowest step: {s['step']}, {s['time_ms']:.4g} ms on rank {s['slowest_rank']} "
+            f"(median rank {s['median_rank_ms']:.4g} ms)"
+        )
     findings += [f"failed to read: {f['file']}: {f['reason']}" for f in doc.get("failed", [])]
     body = [H.notes_html(findings), "<h2>Step time per rank</h2>", H.figure_img(fig, "rank x step heat map")]
     plt.close(fig)

@@ -1,11 +1,12 @@
 """Reports from result rows: the terminal table (rich) and the roofline plot (matplotlib)."""
+
 from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 import re
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -60,26 +61,26 @@ GLOSSARY = {
     "#": "row number; the same number marks the row's point on the roofline plot",
     "op": "gemm, or a convolution direction: conv fwd, conv bwd_data (input gradient), conv bwd_weight",
     "shape": "gemm: MxNxK (batch x [..] when batched, A^T / B^T when stored transposed); conv: batch n, input "
-             "channels c, height x width, output channels k, filter, stride s, padding p, dilation d, groups g",
+    "channels c, height x width, output channels k, filter, stride s, padding p, dilation d, groups g",
     "dtype": "fp32 (IEEE, TF32 forbidden), tf32 (fp32 storage, TF32 math allowed), fp16, bf16, fp8_e4m3",
     "provider": "who computed it: torch (the vendor library: cuBLAS/cuDNN, hipBLASLt/MIOpen, MKL/oneDNN), "
-                "cupy_blas, our triton and cupy kernels",
+    "cupy_blas, our triton and cupy kernels",
     "status": "ok; noisy (timed, but its repeats disagree: see flags, no verdict drawn); ok ! (flagged); "
-              "untimed (correct, not timed here); skipped, wrong (failed the float64 check), failed",
+    "untimed (correct, not timed here); skipped, wrong (failed the float64 check), failed",
     "time ms (cov)": "median time of one call over the repeats, and the coefficient of variation (std / mean)",
     "TFLOP/s": "FLOPs of the case (2 per multiply-add) / median time",
     "% measured": "of the measured compute ceiling of this dtype (the best vendor GEMM the ceiling search found)",
     "% est.": "of the CPU's estimated compute peak (cores x clock x FLOPs per cycle of its widest vector unit): "
-              "an upper bound, not a datasheet value",
+    "an upper bound, not a datasheet value",
     "% datasheet": "of the datasheet compute peak of this dtype",
     "% roof": "of the measured roofline at the row's arithmetic intensity: min(compute ceiling, memory "
-              "bandwidth x intensity)",
+    "bandwidth x intensity)",
     "bound": "which roof limits the row at its intensity: compute or memory",
     "TC": "did Tensor Cores (CPU: matrix units such as AMX or AVX-512 BF16 dot products) do the work: yes, no, "
-          "unknown; the evidence (SASS, kernel name, oneDNN implementation) is in results.json",
+    "unknown; the evidence (SASS, kernel name, oneDNN implementation) is in results.json",
     "vs base": "speed against the baseline provider's row of the same case (baseline time / this time); same: "
-               "their p20-p80 spreads overlap; noise: either row is noisy; flagged: either row's number cannot be "
-               "right (its flag says why)",
+    "their p20-p80 spreads overlap; noise: either row is noisy; flagged: either row's number cannot be "
+    "right (its flag says why)",
 }
 
 
@@ -99,9 +100,22 @@ def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str
     rows = _dicts(doc["results"])
     ratios = baseline_ratios(rows)
     ds_label = "% est." if doc.get("hardware", {}).get("kind") == "cpu" else "% datasheet"
-    columns = [("#", "right"), ("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
-               ("status", "left"), ("time ms (cov)", "right"), ("TFLOP/s", "right"), ("% measured", "right"),
-               (ds_label, "right"), ("% roof", "right"), ("bound", "left"), ("TC", "left"), ("vs base", "right")]
+    columns = [
+        ("#", "right"),
+        ("op", "left"),
+        ("shape", "left"),
+        ("dtype", "left"),
+        ("provider", "left"),
+        ("status", "left"),
+        ("time ms (cov)", "right"),
+        ("TFLOP/s", "right"),
+        ("% measured", "right"),
+        (ds_label, "right"),
+        ("% roof", "right"),
+        ("bound", "left"),
+        ("TC", "left"),
+        ("vs base", "right"),
+    ]
     out = []
     for i, r in enumerate(rows):
         tm = r.get("time_ms") or {}
@@ -109,10 +123,27 @@ def results_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str
         if r["status"] == "ok" and _noisy(r):
             style = "yellow"
         timing = f"{tm['median']:.4g} ({tm['cov']:.0%})" if tm else "-"
-        out.append(([str(i + 1), ops.short_op(r["op"] or ""), r["shape"] or "", r["dtype"] or "", r["provider"] or "",
-                     _status(r), timing, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_of_measured"), ".0f"),
-                     _fmt(r.get("pct_of_datasheet"), ".0f"), _fmt(r.get("pct_of_ceiling"), ".0f"),
-                     r.get("bound") or "-", r.get("tensor_cores", "unknown"), ratios.get(i, "-")], style))
+        out.append(
+            (
+                [
+                    str(i + 1),
+                    ops.short_op(r["op"] or ""),
+                    r["shape"] or "",
+                    r["dtype"] or "",
+                    r["provider"] or "",
+                    _status(r),
+                    timing,
+                    _fmt(r.get("tflops"), ".3g"),
+                    _fmt(r.get("pct_of_measured"), ".0f"),
+                    _fmt(r.get("pct_of_datasheet"), ".0f"),
+                    _fmt(r.get("pct_of_ceiling"), ".0f"),
+                    r.get("bound") or "-",
+                    r.get("tensor_cores", "unknown"),
+                    ratios.get(i, "-"),
+                ],
+                style,
+            )
+        )
     return columns, out
 
 
@@ -124,7 +155,9 @@ def _table(columns, rows, title: str | None = None) -> Table:
     from rich import box
     from rich.markup import escape
 
-    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=0)  # the box puts one space between columns
+    t = Table(
+        title=title, header_style="bold", box=box.SIMPLE_HEAD, padding=0
+    )  # the box puts one space between columns
     for col, just in columns:
         t.add_column(escape(col), justify=just, no_wrap=True)
     for cells, style in rows:
@@ -136,8 +169,14 @@ def _natural_width(t: Table) -> int:
     return Console(width=100_000).measure(t).maximum
 
 
-def rich_table(columns, rows, title: str | None = None, width: int | None = None, drop_order=DROP_ORDER,
-               kept_in: str = "report.html and results.json"):
+def rich_table(
+    columns,
+    rows,
+    title: str | None = None,
+    width: int | None = None,
+    drop_order=DROP_ORDER,
+    kept_in: str = "report.html and results.json",
+):
     """A compact rich table (no vertical rules) of text cells. At `width`, the least important columns
     (drop_order) go first, so that op, shape, dtype and provider are never cut. The title is a wrapped
     line above the table (a title wider than the columns would make rich squeeze them). Returns the table,
@@ -165,12 +204,20 @@ def providers_that_cannot_run(doc: dict) -> dict[str, tuple[int, str]]:
     by: dict[str, list[dict]] = {}
     for r in _dicts(doc["results"]):
         by.setdefault(r.get("provider") or "", []).append(r)
-    return {p: (len(rs), rs[0].get("reason") or "skipped") for p, rs in by.items()
-            if p and len(rs) > 1 and all(r["status"] == "skipped" for r in rs)}
+    return {
+        p: (len(rs), rs[0].get("reason") or "skipped")
+        for p, rs in by.items()
+        if p and len(rs) > 1 and all(r["status"] == "skipped" for r in rs)
+    }
 
 
-def results_table(doc: dict, title: str | None = None, width: int | None = None, group_skipped: bool = False,
-                  kept_in: str = "report.html and results.json"):
+def results_table(
+    doc: dict,
+    title: str | None = None,
+    width: int | None = None,
+    group_skipped: bool = False,
+    kept_in: str = "report.html and results.json",
+):
     """The results table; with `group_skipped`, without the rows of providers_that_cannot_run (the caller says
     them in one line each). The row numbers stay those of the file and the plot."""
     columns, rows = results_cells(doc)
@@ -214,19 +261,36 @@ def busy_line(doc: dict) -> str | None:
 def print_report(doc: dict, console: Console | None = None) -> None:
     from rich.markup import escape
 
-
     console = console or wide_console()
-    if (warn := busy_line(doc)):
+    if warn := busy_line(doc):
         console.print(f"[bold red]warning:[/] {escape(warn)}")
-    console.print(results_table(doc, title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}",
-                                width=console.width, group_skipped=True))
+    console.print(
+        results_table(
+            doc,
+            title=f"dawnscope: {fingerprint_line(doc['hardware'], doc['software'])}",
+            width=console.width,
+            group_skipped=True,
+        )
+    )
     if gone := providers_that_cannot_run(doc):
-        console.print(f"[dim]not in the table: the {sum(n for n, _ in gone.values())} rows of "
-                      f"{', '.join(gone)}, which cannot run here (why: the lines below)[/]")
+        console.print(
+            f"[dim]not in the table: the {sum(n for n, _ in gone.values())} rows of "
+            f"{', '.join(gone)}, which cannot run here (why: the lines below)[/]"
+        )
     cols = [("name", "left"), ("value", "right"), ("unit", "left"), ("source", "left"), ("note", "left")]
-    crow = [([c["name"], f"{c['value']:.4g}", c["unit"], c["source"],
-              (c.get("note") or "") + ("; NOISY: " + "; ".join(c["noise"]) if c.get("noise") else "")],
-             "yellow" if c.get("noise") else None) for c in doc.get("ceilings", [])]
+    crow = [
+        (
+            [
+                c["name"],
+                f"{c['value']:.4g}",
+                c["unit"],
+                c["source"],
+                (c.get("note") or "") + ("; NOISY: " + "; ".join(c["noise"]) if c.get("noise") else ""),
+            ],
+            "yellow" if c.get("noise") else None,
+        )
+        for c in doc.get("ceilings", [])
+    ]
     ct = rich_table(cols, crow)
     ct.columns[-1].no_wrap = False  # the notes wrap; names and values do not
     console.print("[bold]ceilings[/]")
@@ -247,32 +311,72 @@ def replay_cells(doc: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str]
     """Side by side with the trace (roofline --from-trace): per timed row of a trace's case, our time per call,
     the trace's, and ours / trace where the trace ran on this chip ("ref" where it did not: the trace's time is
     shown for reference)."""
-    columns = [("#", "right"), ("op", "left"), ("shape", "left"), ("dtype", "left"), ("provider", "left"),
-               ("us/call here", "right"), ("trace us/call", "right"), ("here / trace", "right"), ("calls", "right"),
-               ("trace operators", "left")]
+    columns = [
+        ("#", "right"),
+        ("op", "left"),
+        ("shape", "left"),
+        ("dtype", "left"),
+        ("provider", "left"),
+        ("us/call here", "right"),
+        ("trace us/call", "right"),
+        ("here / trace", "right"),
+        ("calls", "right"),
+        ("trace operators", "left"),
+    ]
     out = []
     for i, r in enumerate(_dicts(doc["results"])):
         src = r.get("trace_source")
         if not src or r["status"] != "ok" or not r.get("time_ms"):
             continue
         ratio = src.get("ratio_vs_trace")
-        out.append(([str(i + 1), ops.short_op(r["op"] or ""), r["shape"] or "", r["dtype"] or "", r["provider"] or "",
-                     _us(src.get("ours_us_per_call")), _us(src.get("trace_us_per_call")),
-                     f"{ratio:.2f}x" if ratio is not None else "ref", str(src.get("calls")),
-                     ", ".join(f"{k} x{v}" for k, v in (src.get("operators") or {}).items())], None))
+        out.append(
+            (
+                [
+                    str(i + 1),
+                    ops.short_op(r["op"] or ""),
+                    r["shape"] or "",
+                    r["dtype"] or "",
+                    r["provider"] or "",
+                    _us(src.get("ours_us_per_call")),
+                    _us(src.get("trace_us_per_call")),
+                    f"{ratio:.2f}x" if ratio is not None else "ref",
+                    str(src.get("calls")),
+                    ", ".join(f"{k} x{v}" for k, v in (src.get("operators") or {}).items()),
+                ],
+                None,
+            )
+        )
     return columns, out
 
 
 def replay_summary_cells(rp: dict) -> tuple[list[tuple[str, str]], list[tuple[list[str], str | None]]]:
     """Per case group of the trace: the best provider here and the trace's calls of it, here and in the trace."""
-    columns = [("case", "left"), ("calls", "right"), ("best here", "left"), ("us/call here", "right"),
-               ("trace us/call", "right"), ("here / trace", "right"), ("total here us", "right"),
-               ("total trace us", "right")]
-    rows = [([g["group"], str(g["calls"]), " + ".join(b or "none correct" for b in g["best"]),
-              _us(g["ours_us_per_call"]), _us(g["trace_us_per_call"]),
-              f"{g['ratio_vs_trace']:.2f}x" if g.get("ratio_vs_trace") is not None else "ref",
-              _us(g["ours_us"]), _us(g["trace_us"])],
-             None if g["ours_us"] is not None else "dim") for g in rp["groups"]]
+    columns = [
+        ("case", "left"),
+        ("calls", "right"),
+        ("best here", "left"),
+        ("us/call here", "right"),
+        ("trace us/call", "right"),
+        ("here / trace", "right"),
+        ("total here us", "right"),
+        ("total trace us", "right"),
+    ]
+    rows = [
+        (
+            [
+                g["group"],
+                str(g["calls"]),
+                " + ".join(b or "none correct" for b in g["best"]),
+                _us(g["ours_us_per_call"]),
+                _us(g["trace_us_per_call"]),
+                f"{g['ratio_vs_trace']:.2f}x" if g.get("ratio_vs_trace") is not None else "ref",
+                _us(g["ours_us"]),
+                _us(g["trace_us"]),
+            ],
+            None if g["ours_us"] is not None else "dim",
+        )
+        for g in rp["groups"]
+    ]
     return columns, rows
 
 
@@ -280,22 +384,27 @@ def replay_lines(rp: dict) -> list[str]:
     """The summary's sentences: the comparison, the whole trace's matrix time with the best providers, what was
     left out."""
     dev = rp.get("trace_device") or "a device it does not name"
-    lines = [(f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; "
-              f"{rp['comparison']}")]
+    lines = [(f"trace {rp['trace']} ({dev}): {len(rp['groups'])} case group(s), {rp['selection']}; {rp['comparison']}")]
     here = rp.get("matrix_here_us")
-    total = (f"{here:,.1f} us here" if here is not None else "not placed here as a whole")
-    lines.append(f"the trace's matrix time {rp['trace_matrix_us']:,.1f} us; with the best provider here: {total} "
-                 f"(replayed cases {_us(rp.get('replayed_here_us'))} us here vs {_us(rp['replayed_trace_us'])} us in "
-                 f"the trace; the other matrix kernels {_us(rp.get('rest_here_us'))} us here vs "
-                 f"{_us(rp['rest_trace_us'])} us in the trace: {rp['rest_how']})")
+    total = f"{here:,.1f} us here" if here is not None else "not placed here as a whole"
+    lines.append(
+        f"the trace's matrix time {rp['trace_matrix_us']:,.1f} us; with the best provider here: {total} "
+        f"(replayed cases {_us(rp.get('replayed_here_us'))} us here vs {_us(rp['replayed_trace_us'])} us in "
+        f"the trace; the other matrix kernels {_us(rp.get('rest_here_us'))} us here vs "
+        f"{_us(rp['rest_trace_us'])} us in the trace: {rp['rest_how']})"
+    )
     if rp.get("below_selection"):
         b = rp["below_selection"]
-        lines.append(f"below the selection: {len(b)} case group(s), {sum(g['trace_us'] for g in b):,.1f} us "
-                     "in the trace (--top / --min-share to measure them)")
+        lines.append(
+            f"below the selection: {len(b)} case group(s), {sum(g['trace_us'] for g in b):,.1f} us "
+            "in the trace (--top / --min-share to measure them)"
+        )
     for lo in rp.get("left_out", []):
         calls = f"{lo['calls']} call(s), " if lo.get("calls") else ""
-        lines.append(f"left out: {lo['op']} {lo['shape']} {lo.get('dtype') or ''}: {calls}{lo['time_us']:,.1f} us "
-                     f"in the trace: {lo['why']}")
+        lines.append(
+            f"left out: {lo['op']} {lo['shape']} {lo.get('dtype') or ''}: {calls}{lo['time_us']:,.1f} us "
+            f"in the trace: {lo['why']}"
+        )
     return lines
 
 
@@ -388,8 +497,9 @@ PLOT_WIDTH_PT = 720.0  # the axes' width in the same figure
 POINT_LABEL_PT = 10.0  # points nearer than this share one label: "29,35,41" instead of three numbers on one spot
 
 
-def point_label_groups(points: list[tuple[float, float]], x_range: tuple[float, float],
-                       y_range: tuple[float, float]) -> list[list[int]]:
+def point_label_groups(
+    points: list[tuple[float, float]], x_range: tuple[float, float], y_range: tuple[float, float]
+) -> list[list[int]]:
     """Indices of the points grouped so that each group gets one label: on the log-log axes, a point within
     POINT_LABEL_PT of a group's first point joins that group (rows of one shape by several providers sit on
     one spot), so no two numbers are drawn on top of each other."""
@@ -421,37 +531,62 @@ def roofline_figure(doc: dict):
     ax.set_xscale("log")
     ax.set_yscale("log")
     mems, comps = _roofs(doc, rows)
-    ridges = [c["value"] * 1e12 / (m["value"] * 1e9) for c in comps
-              for m in [mems.get(c["source"]) or mems.get("measured")] if m and m["value"] > 0]
+    ridges = [
+        c["value"] * 1e12 / (m["value"] * 1e9)
+        for c in comps
+        for m in [mems.get(c["source"]) or mems.get("measured")]
+        if m and m["value"] > 0
+    ]
     x_hi = max([x_hi] + [4 * r for r in ridges])  # every roof visible past its ridge, none an orphaned label
     grid = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
     top = max([c["value"] for c in comps] + [r["tflops"] for r in rows] + [1e-3])
     for src, c in mems.items():
         ys = [c["value"] * 1e9 * x / 1e12 for x in grid]
-        ax.plot(grid, ys, color="black", ls=SOURCE_STYLES.get(src, "-."), lw=1.5,
-                label=f"memory {c['value']:.4g} GB/s ({src})")
+        ax.plot(
+            grid,
+            ys,
+            color="black",
+            ls=SOURCE_STYLES.get(src, "-."),
+            lw=1.5,
+            label=f"memory {c['value']:.4g} GB/s ({src})",
+        )
     styles, groups = _dashes(comps)
     for i, c in enumerate(comps):
         color = DTYPE_COLORS.get(c["dtype"], "gray")
         mem = mems.get(c["source"]) or mems.get("measured")
         x0 = max(c["value"] * 1e12 / (mem["value"] * 1e9) if mem else x_lo, x_lo)  # the ridge point
-        ax.plot([x0, x_hi], [c["value"]] * 2, color=color, ls=styles[i], lw=1.6,
-                label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})")
+        ax.plot(
+            [x0, x_hi],
+            [c["value"]] * 2,
+            color=color,
+            ls=styles[i],
+            lw=1.6,
+            label=f"{c['dtype']} {c['value']:.4g} TFLOP/s ({c['source']})",
+        )
     bottom = min([r["tflops"] for r in rows] + [top]) / 10
     lifts = label_lifts([comps[idx[0]]["value"] for idx in groups], bottom, top * 3)
     for idx, lift in zip(groups, lifts):  # one label per line: "fp32 / fp16 estimate", none on another
         c = comps[idx[0]]
-        ax.annotate(f"{' / '.join(comps[i]['dtype'] for i in idx)} {c['source']}", (x_hi, c["value"]),
-                    xytext=(-4, 2 + lift), textcoords="offset points", ha="right", va="bottom", fontsize=7,
-                    color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black")
+        ax.annotate(
+            f"{' / '.join(comps[i]['dtype'] for i in idx)} {c['source']}",
+            (x_hi, c["value"]),
+            xytext=(-4, 2 + lift),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color=DTYPE_COLORS.get(c["dtype"], "gray") if len(idx) == 1 else "black",
+        )
     _points(ax, numbered, (x_lo, x_hi), (bottom, top * 3))
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(bottom, top * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")
     hw = doc.get("hardware", {})
-    ax.set_title(f"roofline: {hw.get('name', '?')} ({hw.get('arch', '?')}), profile "
-                 f"{doc.get('config', {}).get('profile', '?')}; numbers: rows of the table")
+    ax.set_title(
+        f"roofline: {hw.get('name', '?')} ({hw.get('arch', '?')}), profile "
+        f"{doc.get('config', {}).get('profile', '?')}; numbers: rows of the table"
+    )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
@@ -460,18 +595,39 @@ def roofline_figure(doc: dict):
 
 def _points(ax, numbered: list[tuple[int, dict]], x_range, y_range) -> None:
     providers = sorted({r["provider"] for _, r in numbered})
-    for n, r in numbered:
+    for _n, r in numbered:
         m = PROVIDER_MARKERS[providers.index(r["provider"]) % len(PROVIDER_MARKERS)]
         color = DTYPE_COLORS.get(r["dtype"], "gray")
-        ax.scatter(r["intensity"], r["tflops"], marker=m, s=30, facecolors="none" if _noisy(r) else color,
-                   edgecolors=color if _noisy(r) else "black", linewidths=0.8, zorder=3)
+        ax.scatter(
+            r["intensity"],
+            r["tflops"],
+            marker=m,
+            s=30,
+            facecolors="none" if _noisy(r) else color,
+            edgecolors=color if _noisy(r) else "black",
+            linewidths=0.8,
+            zorder=3,
+        )
         if _above(r):
-            ax.scatter(r["intensity"], r["tflops"], marker="o", s=150, facecolors="none", edgecolors="red",
-                       linewidths=1.4, zorder=4)
+            ax.scatter(
+                r["intensity"],
+                r["tflops"],
+                marker="o",
+                s=150,
+                facecolors="none",
+                edgecolors="red",
+                linewidths=1.4,
+                zorder=4,
+            )
     for g in point_label_groups([(r["intensity"], r["tflops"]) for _, r in numbered], x_range, y_range):
         r = numbered[g[0]][1]
-        ax.annotate(",".join(str(numbered[i][0]) for i in g), (r["intensity"], r["tflops"]), xytext=(3, 3),
-                    textcoords="offset points", fontsize=6)
+        ax.annotate(
+            ",".join(str(numbered[i][0]) for i in g),
+            (r["intensity"], r["tflops"]),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=6,
+        )
     for p in providers:
         m = PROVIDER_MARKERS[providers.index(p) % len(PROVIDER_MARKERS)]
         ax.scatter([], [], marker=m, color="white", edgecolors="black", label=f"provider {p}")

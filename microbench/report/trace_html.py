@@ -3,6 +3,7 @@ the findings, the GPU summary, the step breakdown as a stacked bar chart, kernel
 verdict and evidence, the top operators with FLOPs, achieved TFLOP/s and % of peak, the operators' roofline,
 communication and overlap, and the integrity notes. Charts are inline SVG drawn by matplotlib (no script, no
 font, no image fetched from anywhere); every string from the trace is escaped. Laid out for 1280 px."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,15 @@ from microbench.report.html import esc, notes_html, page, table, write
 from microbench.report.trace_report import HOST_ONLY, host_only
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
-BREAKDOWN = (("kernel", "#4e79a7"), ("memcpy", "#f28e2b"), ("memset", "#e15759"), ("runtime", "#76b7b2"),
-             ("dataloader", "#59a14f"), ("cpu_exec", "#edc948"), ("other", "#bab0ac"))
+BREAKDOWN = (
+    ("kernel", "#4e79a7"),
+    ("memcpy", "#f28e2b"),
+    ("memset", "#e15759"),
+    ("runtime", "#76b7b2"),
+    ("dataloader", "#59a14f"),
+    ("cpu_exec", "#edc948"),
+    ("other", "#bab0ac"),
+)
 TOP = 20
 _CSS = """
 body { max-width: 1240px; } .finding { border-left: 4px solid #4e79a7; padding: 0.2em 0.8em; margin: 0.6em 0; }
@@ -40,7 +48,7 @@ def svg_of(fig) -> str:
     with pyplot().rc_context({"svg.fonttype": "none"}):  # text stays text: smaller, selectable
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
     return re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", text)
 
@@ -56,10 +64,12 @@ def _num(v, spec: str = ",.1f") -> str:
 def findings_html(doc: dict) -> str:
     parts = [f"<p><b>{esc(headline(doc))}</b></p>"]
     for i, f in enumerate(doc.get("findings") or [], 1):
-        parts.append(f'<div class="finding"><p><b>{i}. {esc(f["id"])}</b>: {esc(f["what"])}<br>'
-                     f'<span class="save">{esc(saving_text(f["saving_us"], f["per"]))}</span><br>'
-                     f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence'], f['per']))}<br>"
-                     f"checked: {esc(validation_line(f))}</p></div>")
+        parts.append(
+            f'<div class="finding"><p><b>{i}. {esc(f["id"])}</b>: {esc(f["what"])}<br>'
+            f'<span class="save">{esc(saving_text(f["saving_us"], f["per"]))}</span><br>'
+            f"fix: <code>{esc(f['fix'])}</code><br>evidence: {esc(evidence_text(f['evidence'], f['per']))}<br>"
+            f"checked: {esc(validation_line(f))}</p></div>"
+        )
     below = below_line(doc)
     return "".join(parts) + notes_html(([below] if below else []) + not_checked_lines(doc))
 
@@ -67,10 +77,16 @@ def findings_html(doc: dict) -> str:
 def summary_html(doc: dict) -> str:
     s, g = doc["summary"], doc["summary"].get("gpu_time") or {}
     dev = ", ".join(d.get("name") or f"device {d['id']}" for d in doc.get("devices") or []) or "unnamed device"
-    rows = [("device", dev), ("kernels", f"{s['kernel_count']:,}"), ("kernel time us", _num(s["kernel_time_us"])),
-            ("GPU span us", _num(g.get("gpu_span_us"))), ("GPU busy", _pct(s.get("gpu_busy_share"))),
-            ("idle us", _num(g.get("idle_us"))), ("Tensor Core share of kernel time", _pct(s["tensor_core_share"])),
-            ("MFU", _pct((doc.get("mfu") or {}).get("mfu")))]
+    rows = [
+        ("device", dev),
+        ("kernels", f"{s['kernel_count']:,}"),
+        ("kernel time us", _num(s["kernel_time_us"])),
+        ("GPU span us", _num(g.get("gpu_span_us"))),
+        ("GPU busy", _pct(s.get("gpu_busy_share"))),
+        ("idle us", _num(g.get("idle_us"))),
+        ("Tensor Core share of kernel time", _pct(s["tensor_core_share"])),
+        ("MFU", _pct((doc.get("mfu") or {}).get("mfu"))),
+    ]
     by = s.get("gpu_time_by_device") or {}
     if len(by) > 1:
         rows[3] = (f"GPU span us (summed over {len(by)} devices)", rows[3][1])
@@ -82,8 +98,20 @@ def summary_html(doc: dict) -> str:
 def _devices_html(by: dict) -> str:
     """Each device's own GPU time, where the trace has several (one process driving them): the summary adds them."""
     cols = [("device", "left")] + [(c, "right") for c in ("kernels", "GPU span us", "busy us", "idle us", "busy")]
-    rows = [([f"GPU {d}", f"{g['kernel_count']:,}", _num(g["gpu_span_us"]), _num(g["busy_us"]), _num(g["idle_us"]),
-              _pct(g["busy_us"] / g["gpu_span_us"] if g["gpu_span_us"] else None)], None) for d, g in by.items()]
+    rows = [
+        (
+            [
+                f"GPU {d}",
+                f"{g['kernel_count']:,}",
+                _num(g["gpu_span_us"]),
+                _num(g["busy_us"]),
+                _num(g["idle_us"]),
+                _pct(g["busy_us"] / g["gpu_span_us"] if g["gpu_span_us"] else None),
+            ],
+            None,
+        )
+        for d, g in by.items()
+    ]
     return table(cols, rows)
 
 
@@ -114,25 +142,62 @@ def steps_html(doc: dict) -> str:
         svg = svg_of(fig)
     finally:
         pyplot().close(fig)
-    cols = [("step", "left"), ("step us", "right")] + [(c, "right") for c, _ in BREAKDOWN] + \
-           [("idle: sync", "right"), ("idle: runtime", "right"), ("idle: dataloader", "right"),
-            ("idle: CPU ops", "right"), ("idle: other", "right")]
-    rows = [([st["name"], _num(st["breakdown_span_us"])] + [_num(st["breakdown_us"][c]) for c, _ in BREAKDOWN]
-             + [_num(st["idle_by_host_us"][c]) for c in ("sync", "runtime", "dataloader", "cpu_ops", "other")], None)
-            for st in steps]
+    cols = (
+        [("step", "left"), ("step us", "right")]
+        + [(c, "right") for c, _ in BREAKDOWN]
+        + [
+            ("idle: sync", "right"),
+            ("idle: runtime", "right"),
+            ("idle: dataloader", "right"),
+            ("idle: CPU ops", "right"),
+            ("idle: other", "right"),
+        ]
+    )
+    rows = [
+        (
+            [st["name"], _num(st["breakdown_span_us"])]
+            + [_num(st["breakdown_us"][c]) for c, _ in BREAKDOWN]
+            + [_num(st["idle_by_host_us"][c]) for c in ("sync", "runtime", "dataloader", "cpu_ops", "other")],
+            None,
+        )
+        for st in steps
+    ]
     return f'<figure class="chart">{svg}</figure>' + table(cols, rows)
 
 
 def kernels_html(doc: dict) -> str:
     s, labels = doc["summary"], doc.get("classes") or {}
-    by_class = table([("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right")],
-                     [([labels.get(c, c), str(s["count_by_class"][c]), _num(t), _pct(s["share_by_class"][c])], None)
-                      for c, t in s["time_by_class_us"].items()])
-    cols = [("kernel", "left"), ("class", "left"), ("Tensor Cores", "left"), ("evidence", "left"), ("calls", "right"),
-            ("time us", "right"), ("share", "right")]
-    rows = [([k["params"]["kernel"][:160], k["params"]["class"], k["tensor_cores"],
-              _evidence(k.get("tensor_core_evidence") or ""), str(k["params"]["calls"]), _num(k["params"]["kernel_time_us"]),
-              _pct(k["params"]["share"])], None) for k in doc["kernels"][:TOP]]
+    by_class = table(
+        [("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right")],
+        [
+            ([labels.get(c, c), str(s["count_by_class"][c]), _num(t), _pct(s["share_by_class"][c])], None)
+            for c, t in s["time_by_class_us"].items()
+        ],
+    )
+    cols = [
+        ("kernel", "left"),
+        ("class", "left"),
+        ("Tensor Cores", "left"),
+        ("evidence", "left"),
+        ("calls", "right"),
+        ("time us", "right"),
+        ("share", "right"),
+    ]
+    rows = [
+        (
+            [
+                k["params"]["kernel"][:160],
+                k["params"]["class"],
+                k["tensor_cores"],
+                _evidence(k.get("tensor_core_evidence") or ""),
+                str(k["params"]["calls"]),
+                _num(k["params"]["kernel_time_us"]),
+                _pct(k["params"]["share"]),
+            ],
+            None,
+        )
+        for k in doc["kernels"][:TOP]
+    ]
     return by_class + table(cols, rows)
 
 
@@ -145,12 +210,32 @@ def ops_html(doc: dict) -> str:
     ops = doc.get("ops") or []
     if not ops:
         return "<p>no operator with a work model (the trace has no recorded shapes)</p>"
-    cols = [("op", "left"), ("shape", "left"), ("dtype", "left"), ("calls", "right"), ("GFLOP", "right"),
-            ("time us", "right"), ("TFLOP/s", "right"), ("% of peak", "right")]
-    rows = [([o["op"], o["shape"], o["dtype"] or "?", str(o["calls"]),
-              _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
-              _num(o["kernel_time_us"] if o.get("kernels", 1) else None),  # no kernel launched: no time, not 0.0
-              _num(o["op_tflops"], ".3g"), _num(o["pct_of_datasheet"])], None) for o in ops[:TOP]]
+    cols = [
+        ("op", "left"),
+        ("shape", "left"),
+        ("dtype", "left"),
+        ("calls", "right"),
+        ("GFLOP", "right"),
+        ("time us", "right"),
+        ("TFLOP/s", "right"),
+        ("% of peak", "right"),
+    ]
+    rows = [
+        (
+            [
+                o["op"],
+                o["shape"],
+                o["dtype"] or "?",
+                str(o["calls"]),
+                _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
+                _num(o["kernel_time_us"] if o.get("kernels", 1) else None),  # no kernel launched: no time, not 0.0
+                _num(o["op_tflops"], ".3g"),
+                _num(o["pct_of_datasheet"]),
+            ],
+            None,
+        )
+        for o in ops[:TOP]
+    ]
     return table(cols, rows)
 
 
@@ -199,14 +284,28 @@ def roofline_html(doc: dict) -> str:
 
 def comm_html(doc: dict) -> str:
     s, g = doc["summary"], doc["summary"].get("gpu_time") or {}
-    rows = [("communication kernel time us", _num(s.get("comm_time_us"))),
-            ("share of kernel time", _pct(s.get("comm_share"))),
-            ("overlapped with computation us", _num(g.get("overlapped_comm_us"))),
-            ("exposed (nothing hides it) us", _num(s.get("exposed_comm_us"))),
-            ("exposed share of the GPU span", _pct(s.get("exposed_comm_share")))]
-    per = table([("step", "left"), ("comm us", "right"), ("overlapped us", "right"), ("exposed us", "right")],
-                [([st["name"], _num(st.get("comm_us")), _num(st.get("overlapped_comm_us")),
-                   _num(st.get("exposed_comm_us"))], None) for st in doc.get("steps") or []])
+    rows = [
+        ("communication kernel time us", _num(s.get("comm_time_us"))),
+        ("share of kernel time", _pct(s.get("comm_share"))),
+        ("overlapped with computation us", _num(g.get("overlapped_comm_us"))),
+        ("exposed (nothing hides it) us", _num(s.get("exposed_comm_us"))),
+        ("exposed share of the GPU span", _pct(s.get("exposed_comm_share"))),
+    ]
+    per = table(
+        [("step", "left"), ("comm us", "right"), ("overlapped us", "right"), ("exposed us", "right")],
+        [
+            (
+                [
+                    st["name"],
+                    _num(st.get("comm_us")),
+                    _num(st.get("overlapped_comm_us")),
+                    _num(st.get("exposed_comm_us")),
+                ],
+                None,
+            )
+            for st in doc.get("steps") or []
+        ],
+    )
     return table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows]) + per
 
 
@@ -220,9 +319,16 @@ def trace_page(doc: dict, title: str | None = None, job_lines: list[str] | None 
     if host_only(doc["summary"]):  # tables of zeros read as measurements: one line instead
         gpu = [("GPU summary", f"<p>{esc(HOST_ONLY.format(span_us=doc['summary']['wall_span_us']))}</p>")]
         kernels = comm = []
-    sections += [("findings", findings_html(doc)), *gpu, ("step breakdown", steps_html(doc)), *kernels,
-                 ("top operators", ops_html(doc)), ("roofline of the operators", roofline_html(doc)), *comm,
-                ("integrity notes", notes_html(doc.get("notes") or []) or "<p>none</p>")]
+    sections += [
+        ("findings", findings_html(doc)),
+        *gpu,
+        ("step breakdown", steps_html(doc)),
+        *kernels,
+        ("top operators", ops_html(doc)),
+        ("roofline of the operators", roofline_html(doc)),
+        *comm,
+        ("integrity notes", notes_html(doc.get("notes") or []) or "<p>none</p>"),
+    ]
     body = f"<style>{_CSS}</style>" + "\n".join(f"<h2>{esc(h)}</h2>\n{b}" for h, b in sections)
     return page(title or f"dawnscope trace: {doc.get('file', '?')}", body)
 
@@ -236,11 +342,17 @@ def decompose_page(doc: dict, results_doc: dict | None = None) -> str:
     with the decomposition's findings first; on a CPU, the CPU's page (its roofline from `results_doc`, the
     results.json document)."""
     t = doc.get("trace_analysis") or {}
-    tdoc = {"file": (doc.get("files") or {}).get("trace", "trace.json.gz"), "annotations": [], **t,
-            **{k: doc[k] for k in doc if k.startswith("findings")}}
+    tdoc = {
+        "file": (doc.get("files") or {}).get("trace", "trace.json.gz"),
+        "annotations": [],
+        **t,
+        **{k: doc[k] for k in doc if k.startswith("findings")},
+    }
     run = doc.get("run") or {}
-    title = (f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} {run.get('dtype', '')} on "
-             f"{run.get('device', '?')}")
+    title = (
+        f"dawnscope decompose: {doc['model']['name']}, batch {run.get('batch')} {run.get('dtype', '')} on "
+        f"{run.get('device', '?')}"
+    )
     if (doc.get("hardware") or {}).get("kind") == "cpu":
         return cpu_decompose_page(doc, tdoc, title, results_doc)
     return trace_page(tdoc, title)
@@ -252,11 +364,17 @@ def cpu_decompose_page(doc: dict, tdoc: dict, title: str, results_doc: dict | No
     decomposition's own: its summary, time by class, its roofline and layer table, and its notes and flags (the
     trace's GPU-side integrity notes do not apply)."""
     s = doc["summary"]
-    sections = [("findings", findings_html(tdoc)), ("CPU summary", _cpu_summary_html(doc)),
-                ("step breakdown", steps_html(tdoc)), ("time by class", _cpu_classes_html(s)),
-                ("layers, their FLOPs and the ceilings", _results_roofline_html(results_doc) + _cpu_layers_html(doc)),
-                ("notes and flags", notes_html(list(s.get("step_flags") or []) + list(doc.get("notes") or []))
-                 or "<p>none</p>")]
+    sections = [
+        ("findings", findings_html(tdoc)),
+        ("CPU summary", _cpu_summary_html(doc)),
+        ("step breakdown", steps_html(tdoc)),
+        ("time by class", _cpu_classes_html(s)),
+        ("layers, their FLOPs and the ceilings", _results_roofline_html(results_doc) + _cpu_layers_html(doc)),
+        (
+            "notes and flags",
+            notes_html(list(s.get("step_flags") or []) + list(doc.get("notes") or [])) or "<p>none</p>",
+        ),
+    ]
     body = f"<style>{_CSS}</style>" + "\n".join(f"<h2>{esc(h)}</h2>\n{b}" for h, b in sections)
     return page(title, body)
 
@@ -264,32 +382,62 @@ def cpu_decompose_page(doc: dict, tdoc: dict, title: str, results_doc: dict | No
 def _cpu_summary_html(doc: dict) -> str:
     s, hw = doc["summary"], doc.get("hardware") or {}
     threads = (hw.get("extra") or {}).get("torch_threads")
-    rows = [("device", f"{hw.get('name') or 'CPU'}, {hw.get('units', '?')} cores"
-                       + (f", {threads} torch thread(s)" if threads else "")),
-            ("step time ms (median, without the profiler)", _num(s.get("step_time_ms"), ",.2f")),
-            ("profiled step ms (with the profiler's cost)", _num(s.get("profiled_step_ms"), ",.2f")),
-            ("GFLOP per step", _num((s.get("flops_per_step") or 0) / 1e9, ",.3f")),
-            ("achieved TFLOP/s", _num(s.get("achieved_tflops"), ".3g")),
-            ("matrix-unit share of operator time", _pct(s.get("tensor_core_time_share"))),
-            ("GEMM/conv ms (at the ceilings)", f"{_num(s.get('gemm_time_ms'), ',.2f')} "
-                                               f"({_num(s.get('gemm_time_at_ceiling_ms'), ',.2f')})")]
+    rows = [
+        (
+            "device",
+            f"{hw.get('name') or 'CPU'}, {hw.get('units', '?')} cores"
+            + (f", {threads} torch thread(s)" if threads else ""),
+        ),
+        ("step time ms (median, without the profiler)", _num(s.get("step_time_ms"), ",.2f")),
+        ("profiled step ms (with the profiler's cost)", _num(s.get("profiled_step_ms"), ",.2f")),
+        ("GFLOP per step", _num((s.get("flops_per_step") or 0) / 1e9, ",.3f")),
+        ("achieved TFLOP/s", _num(s.get("achieved_tflops"), ".3g")),
+        ("matrix-unit share of operator time", _pct(s.get("tensor_core_time_share"))),
+        (
+            "GEMM/conv ms (at the ceilings)",
+            f"{_num(s.get('gemm_time_ms'), ',.2f')} ({_num(s.get('gemm_time_at_ceiling_ms'), ',.2f')})",
+        ),
+    ]
     return table([("quantity", "left"), ("value", "right")], [([k, v], None) for k, v in rows])
 
 
 def _cpu_classes_html(s: dict) -> str:
     by = s.get("time_by_class_ms") or {}
     share = s.get("share_by_class") or {}
-    return table([("class", "left"), ("ms per step", "right"), ("share", "right")],
-                 [([c, _num(ms, ",.2f"), _pct(share.get(c))], None) for c, ms in by.items()])
+    return table(
+        [("class", "left"), ("ms per step", "right"), ("share", "right")],
+        [([c, _num(ms, ",.2f"), _pct(share.get(c))], None) for c, ms in by.items()],
+    )
 
 
 def _cpu_layers_html(doc: dict) -> str:
     layers = sorted(doc.get("layers") or [], key=lambda x: -(x.get("time_ms") or 0.0))[:TOP]
-    cols = [("layer", "left"), ("phase", "left"), ("dtype", "left"), ("ms", "right"), ("GFLOP", "right"),
-            ("TFLOP/s", "right"), ("% of ceiling", "right"), ("matrix unit", "left")]
-    rows = [([x["name"], x["phase"], x.get("dtype") or "?", _num(x.get("time_ms"), ",.2f"),
-              _num((x.get("flops") or 0) / 1e9, ",.3f"), _num(x.get("tflops"), ".3g"), _num(x.get("pct_of_ceiling")),
-              x.get("tensor_cores") or "-"], None) for x in layers]
+    cols = [
+        ("layer", "left"),
+        ("phase", "left"),
+        ("dtype", "left"),
+        ("ms", "right"),
+        ("GFLOP", "right"),
+        ("TFLOP/s", "right"),
+        ("% of ceiling", "right"),
+        ("matrix unit", "left"),
+    ]
+    rows = [
+        (
+            [
+                x["name"],
+                x["phase"],
+                x.get("dtype") or "?",
+                _num(x.get("time_ms"), ",.2f"),
+                _num((x.get("flops") or 0) / 1e9, ",.3f"),
+                _num(x.get("tflops"), ".3g"),
+                _num(x.get("pct_of_ceiling")),
+                x.get("tensor_cores") or "-",
+            ],
+            None,
+        )
+        for x in layers
+    ]
     return table(cols, rows)
 
 

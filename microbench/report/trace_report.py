@@ -1,11 +1,12 @@
 """The terminal report of a trace analysis (microbench.trace): devices, kernel time by class, top kernels,
 steps and annotations."""
-from __future__ import annotations
-from microbench.core.kernel_names import distinct_labels
-from microbench.report.findings_report import print_step_breakdown
 
+from __future__ import annotations
+
+from microbench.core.kernel_names import distinct_labels
 from microbench.report.cells import KERNEL_WIDTH, LeftOut, caption, fit_columns, kept_in, or_dash
 from microbench.report.cells import or_dash as _num
+from microbench.report.findings_report import print_step_breakdown
 
 
 def _pct(v) -> str:
@@ -25,10 +26,13 @@ KERNEL_DROP_ORDER = ("counted GFLOP", "model GFLOP", "FLOP/B", "evidence", "call
 COUNTER_KERNEL_DROP_ORDER = ("calls", "class", "FLOP/B", "DRAM GB/s", "model GFLOP", "evidence", "counted GFLOP")
 # The evidence column's codes (below, from classify.py's rule ids SECTION[INDEX]): what each prefix means, said
 # once under the table for the prefixes it shows.
-EVIDENCE_CODES = {"kernel": "kernel[N] = rule N (from 0) of data/kernel_rules.toml's [[kernel]] name rules",
-                  "structure": "inferred: structure[N] = a [[structure]] rule, read in the name's structure",
-                  "launcher": "inferred: launcher[N] = a [[launcher]] rule, read in the launching operator's name",
-                  "counters": "counters = the hardware counters", "unknown": "unknown = no rule settles it"}
+EVIDENCE_CODES = {
+    "kernel": "kernel[N] = rule N (from 0) of data/kernel_rules.toml's [[kernel]] name rules",
+    "structure": "inferred: structure[N] = a [[structure]] rule, read in the name's structure",
+    "launcher": "inferred: launcher[N] = a [[launcher]] rule, read in the launching operator's name",
+    "counters": "counters = the hardware counters",
+    "unknown": "unknown = no rule settles it",
+}
 # The analysis' notes that make the headline's times something else (timeline/analysis.perf_notes words them; a
 # document gives notes no kind): said beside the headline, before the figures, not at the end.
 HEADLINE_CAVEATS = ("not kernel run times", "of this serialized timeline mean nothing")
@@ -51,7 +55,9 @@ def _print_table(console, left: LeftOut, name: str, cols, cells, drop_order, tit
     from microbench.report.roofline_report import rich_table
 
     fit = left.add(name, fit_columns(cols, cells, console.width, drop_order))
-    console.print(rich_table(fit.columns, fit.rows, title=title if isinstance(title, str) else caption(*title, fit.shown)))
+    console.print(
+        rich_table(fit.columns, fit.rows, title=title if isinstance(title, str) else caption(*title, fit.shown))
+    )
     return fit.shown
 
 
@@ -60,8 +66,16 @@ def _kernel_cells(doc: dict, top: int):
     throughput and intensity (the kernel's place on the roofline)."""
     counted = any("counted_flops" in k["params"] for k in doc["kernels"])
     dram = any(k.get("gbps") for k in doc["kernels"])
-    cols = [("kernel", "left"), ("class", "left"), ("TC", "left"), ("evidence", "left"), ("calls", "right"),
-            ("time us", "right"), ("share", "right"), ("TFLOP/s", "right")]
+    cols = [
+        ("kernel", "left"),
+        ("class", "left"),
+        ("TC", "left"),
+        ("evidence", "left"),
+        ("calls", "right"),
+        ("time us", "right"),
+        ("share", "right"),
+        ("TFLOP/s", "right"),
+    ]
     cols += [("DRAM GB/s", "right"), ("FLOP/B", "right")] if dram else []
     cols += [("model GFLOP", "right"), ("counted GFLOP", "right")] if counted else []
     rows = []
@@ -72,11 +86,23 @@ def _kernel_cells(doc: dict, top: int):
         if str(p.get("evidence", "")).endswith("(inferred)"):  # a structural verdict: labelled, never a rule's
             ev = "inferred: " + p["rule"].split(" + ")[-1].split(" ")[0]
         flops = [_num(None if p.get(f) is None else p[f] / 1e9, ",.3f") for f in ("model_flops", "counted_flops")]
-        rows.append(([label, p["class"], k["tensor_cores"], ev, str(p["calls"]),
-                      f"{p['kernel_time_us']:,.1f}", _pct(p["share"]),
-                      _num(p.get("achieved_tflops") or k.get("tflops"), ".3g"),
-                      *([_num(k.get("gbps"), ",.1f"), _num(k.get("intensity"), ".3g")] if dram else []),
-                      *(flops if counted else [])], None))
+        rows.append(
+            (
+                [
+                    label,
+                    p["class"],
+                    k["tensor_cores"],
+                    ev,
+                    str(p["calls"]),
+                    f"{p['kernel_time_us']:,.1f}",
+                    _pct(p["share"]),
+                    _num(p.get("achieved_tflops") or k.get("tflops"), ".3g"),
+                    *([_num(k.get("gbps"), ",.1f"), _num(k.get("intensity"), ".3g")] if dram else []),
+                    *(flops if counted else []),
+                ],
+                None,
+            )
+        )
     return cols, rows
 
 
@@ -120,7 +146,11 @@ def _print_devices(console, doc: dict) -> None:
         peaks = ""
         if ds.get("entry"):
             p = ds["peaks_tflops"]
-            peaks = f" | datasheet entry {ds['entry']} ({ds.get('name')}): " + ", ".join(f"{k} {v:g}" for k, v in p.items()) + " TFLOP/s"
+            peaks = (
+                f" | datasheet entry {ds['entry']} ({ds.get('name')}): "
+                + ", ".join(f"{k} {v:g}" for k, v in p.items())
+                + " TFLOP/s"
+            )
             if ds.get("memory_tbs"):
                 peaks += f", {ds['memory_tbs']:g} TB/s"
         console.print(f"device {d['id']}: {escape(d['name'] or '?')}{peaks}")
@@ -134,9 +164,11 @@ def _print_devices(console, doc: dict) -> None:
 
 # A trace with no GPU activity at all (a CPU run, or one recorded without ProfilerActivity.CUDA): its kernel and
 # GPU-time tables would be rows of zeros, which read as measurements.
-HOST_ONLY = ("no GPU activity: a trace of the host alone ({span_us:,.1f} us traced); its kernel and GPU time tables "
-             "are left out. The steps' time by what ran (below) is the host's; the CPU as a device, its operators "
-             "on its own roofline, is what `decompose` measures (docs/models.md)")
+HOST_ONLY = (
+    "no GPU activity: a trace of the host alone ({span_us:,.1f} us traced); its kernel and GPU time tables "
+    "are left out. The steps' time by what ran (below) is the host's; the CPU as a device, its operators "
+    "on its own roofline, is what `decompose` measures (docs/models.md)"
+)
 
 
 def host_only(s: dict) -> bool:
@@ -155,20 +187,36 @@ def _print_gpu_tables(console, left: LeftOut, doc: dict, top: int, caveats: list
         console.print(f"[bold yellow]warning:[/] {escape(n)}")
     labels = doc.get("classes", {})
     t = Table(title="kernel time by class", header_style="bold")
-    for c, j in (("class", "left"), ("kernels", "right"), ("time us", "right"), ("share", "right"),
-                 ("on Tensor Cores", "right")):
+    for c, j in (
+        ("class", "left"),
+        ("kernels", "right"),
+        ("time us", "right"),
+        ("share", "right"),
+        ("on Tensor Cores", "right"),
+    ):
         t.add_column(c, justify=j)
     on_tc = s.get("tensor_core_time_by_class_us") or {}  # the Tensor Core share, class by class: they add up to it
     for cls, tm in s["time_by_class_us"].items():
-        t.add_row(labels.get(cls, cls), str(s["count_by_class"][cls]), f"{tm:,.1f}", _pct(s["share_by_class"][cls]),
-                  _pct(on_tc[cls] / tm) if on_tc.get(cls) and tm else "-")
+        t.add_row(
+            labels.get(cls, cls),
+            str(s["count_by_class"][cls]),
+            f"{tm:,.1f}",
+            _pct(s["share_by_class"][cls]),
+            _pct(on_tc[cls] / tm) if on_tc.get(cls) and tm else "-",
+        )
     console.print(t)
     cols, cells = _kernel_cells(doc, top)
     counters = any("counted_flops" in k["params"] for k in doc["kernels"])
-    shown = _print_table(console, left, "top kernels", cols, cells,
-                         COUNTER_KERNEL_DROP_ORDER if counters else KERNEL_DROP_ORDER,
-                         f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has "
-                         "them, else the name rule, else inferred from the name's structure or the launching operator)")
+    shown = _print_table(
+        console,
+        left,
+        "top kernels",
+        cols,
+        cells,
+        COUNTER_KERNEL_DROP_ORDER if counters else KERNEL_DROP_ORDER,
+        f"top {min(top, len(doc['kernels']))} kernels (TC evidence: counters where the trace has "
+        "them, else the name rule, else inferred from the name's structure or the launching operator)",
+    )
     if "evidence" in shown and (legend := evidence_legend([c[cols.index(("evidence", "left"))] for c, _ in cells])):
         console.print(f"[dim]{escape(legend)}[/]")
     _print_steps(console, left, doc)
@@ -185,26 +233,50 @@ def headline(s: dict, ranges: bool = False) -> str:
         f"computation {_pct(s.get('computation_share'))}, copies {_pct(s.get('copy_share'))}, exposed communication "
         f"{_pct(s['exposed_comm_share'])} ({s['exposed_comm_us']:,.1f} us), idle {_pct(s.get('idle_share'))} "
         f"(busy {_pct(s['gpu_busy_share'])}: the first three); the traced span, CPU events included, is "
-        f"{s['wall_span_us']:,.1f} us")
+        f"{s['wall_span_us']:,.1f} us"
+    )
 
 
 def _print_annotations(console, left: LeftOut, doc: dict, top: int) -> None:
     """Time per user annotation: the name is the row's key, never cut; a narrow terminal drops figures first."""
-    cols = [(c, "left" if c == "annotation" else "right")
-            for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us")]
-    cells = [([_short(a["name"], 60), str(a["calls"]), f"{a['wall_us']:,.1f}", str(a["kernel_count"]),
-               f"{a['kernel_time_us']:,.1f}", _num(a.get("gpu_annotation_us"), ",.1f")], None)
-             for a in doc["annotations"][:top]]
-    _print_table(console, left, "annotations", cols, cells, ("GPU annotation us", "calls", "wall us", "kernels"),
-                 "user annotations (record_function ranges; kernels by launch time, any thread)"
-                 + _unreliable(doc, "annotations"))
+    cols = [
+        (c, "left" if c == "annotation" else "right")
+        for c in ("annotation", "calls", "wall us", "kernels", "kernel time us", "GPU annotation us")
+    ]
+    cells = [
+        (
+            [
+                _short(a["name"], 60),
+                str(a["calls"]),
+                f"{a['wall_us']:,.1f}",
+                str(a["kernel_count"]),
+                f"{a['kernel_time_us']:,.1f}",
+                _num(a.get("gpu_annotation_us"), ",.1f"),
+            ],
+            None,
+        )
+        for a in doc["annotations"][:top]
+    ]
+    _print_table(
+        console,
+        left,
+        "annotations",
+        cols,
+        cells,
+        ("GPU annotation us", "calls", "wall us", "kernels"),
+        "user annotations (record_function ranges; kernels by launch time, any thread)"
+        + _unreliable(doc, "annotations"),
+    )
 
 
 def _unreliable(doc: dict, figure: str) -> str:
     """A table title's mark where the integrity lines name its figures unreliable."""
     ig = doc.get("integrity") or {}
-    return f" [unreliable: {', '.join(m['what'] for m in ig.get('missing', []) if figure in m['unreliable'])} missing]" \
-        if figure in ig.get("unreliable", []) else ""
+    return (
+        f" [unreliable: {', '.join(m['what'] for m in ig.get('missing', []) if figure in m['unreliable'])} missing]"
+        if figure in ig.get("unreliable", [])
+        else ""
+    )
 
 
 def _print_integrity(console, ig: dict | None) -> None:
@@ -219,18 +291,33 @@ def _print_integrity(console, ig: dict | None) -> None:
     cov = ig.get("flop_coverage") or {}
     if cov.get("share") is not None:
         verdict = f"withheld (under {cov['threshold']:.0%})" if cov.get("withheld") else "shown"
-        console.print(f"[bold yellow]integrity:[/] the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time "
-                      f"({cov['covered_us']:,.1f} of {cov['matrix_kernel_time_us']:,.1f} us): MFU, achieved TFLOP/s "
-                      f"and per-op totals {verdict}")
+        console.print(
+            f"[bold yellow]integrity:[/] the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time "
+            f"({cov['covered_us']:,.1f} of {cov['matrix_kernel_time_us']:,.1f} us): MFU, achieved TFLOP/s "
+            f"and per-op totals {verdict}"
+        )
 
 
 def _print_steps(console, left: LeftOut, doc: dict) -> None:
     """Per step and over the whole trace: the GPU time breakdown (kernel intervals merged across streams) and
     MFU."""
     g, m = doc["summary"].get("gpu_time") or {}, doc.get("mfu") or {}
-    cols = [(c, "left" if c == "step" else "right") for c in (
-        "step", "CPU range", "kernels", "GPU span", "busy", "computation", "exposed comm", "exposed memcpy", "idle",
-        "TFLOP/s", "MFU")]
+    cols = [
+        (c, "left" if c == "step" else "right")
+        for c in (
+            "step",
+            "CPU range",
+            "kernels",
+            "GPU span",
+            "busy",
+            "computation",
+            "exposed comm",
+            "exposed memcpy",
+            "idle",
+            "TFLOP/s",
+            "MFU",
+        )
+    ]
     cells = []
     rows = [(st["name"], st["wall_us"], str(st["kernel_count"]), st) for st in doc["steps"]]
     out = doc.get("outside_steps") or {}
@@ -239,18 +326,51 @@ def _print_steps(console, left: LeftOut, doc: dict) -> None:
             rows.append((label, None, str(out[key]["kernel_count"]), out[key]))
     # the steps' CPU ranges, each instant once (overlapping steps, an integrity line, would add past the trace)
     cpu = out.get("steps_cpu_us", sum(st["wall_us"] for st in doc["steps"])) if doc["steps"] else None
-    rows.append(("whole trace", cpu, str(doc["summary"]["kernel_count"]), g | m
-                 | {"by_device": doc["summary"].get("gpu_time_by_device") or {}}))
+    rows.append(
+        (
+            "whole trace",
+            cpu,
+            str(doc["summary"]["kernel_count"]),
+            g | m | {"by_device": doc["summary"].get("gpu_time_by_device") or {}},
+        )
+    )
     for name, wall, n, st in _with_devices(rows):
-        cells.append(([name, _num(wall, ",.1f"), n, *(_num(st.get(f), ",.1f") for f in (
-            "gpu_span_us", "busy_us", "computation_us", "exposed_comm_us", "exposed_memcpy_us", "idle_us")),
-            _num(st.get("achieved_tflops"), ".3g"), _pct(st.get("mfu"))], None))
+        cells.append(
+            (
+                [
+                    name,
+                    _num(wall, ",.1f"),
+                    n,
+                    *(
+                        _num(st.get(f), ",.1f")
+                        for f in (
+                            "gpu_span_us",
+                            "busy_us",
+                            "computation_us",
+                            "exposed_comm_us",
+                            "exposed_memcpy_us",
+                            "idle_us",
+                        )
+                    ),
+                    _num(st.get("achieved_tflops"), ".3g"),
+                    _pct(st.get("mfu")),
+                ],
+                None,
+            )
+        )
     # the step's name never truncates: the least needed columns go first at a narrow width
-    _print_table(console, left, "steps", cols, cells, ("kernels", "exposed memcpy", "CPU range", "MFU"),
-                 "GPU time per step (us; each GPU activity in the one step that launched it; CPU range = the step's "
-                 "ProfilerStep range on the host, which the GPU can outlast ('step us' below runs to its last GPU "
-                 "activity, and MFU is over that window); busy = computation + exposed communication + exposed "
-                 "memcpy/memset; idle = span - busy" + _devices_summed(doc) + ")" + _unreliable(doc, "per-step values"))
+    _print_table(
+        console,
+        left,
+        "steps",
+        cols,
+        cells,
+        ("kernels", "exposed memcpy", "CPU range", "MFU"),
+        "GPU time per step (us; each GPU activity in the one step that launched it; CPU range = the step's "
+        "ProfilerStep range on the host, which the GPU can outlast ('step us' below runs to its last GPU "
+        "activity, and MFU is over that window); busy = computation + exposed communication + exposed "
+        "memcpy/memset; idle = span - busy" + _devices_summed(doc) + ")" + _unreliable(doc, "per-step values"),
+    )
 
 
 def _with_devices(rows: list[tuple]) -> list[tuple]:
@@ -272,9 +392,11 @@ def _devices_summed(doc: dict) -> str:
 
 
 # The operator table's title: each part with the columns it explains (cells.caption says a part only beside them).
-OPS_CAPTION = (("op TFLOP/s", "op TFLOP/s = FLOPs / all the op's kernels' time"),
-               ("kernel TFLOP/s", "kernel TFLOP/s = FLOPs / its math kernels' time"),
-               (("% datasheet", "% measured"), "{cols}: op TFLOP/s as % of the peak"))
+OPS_CAPTION = (
+    ("op TFLOP/s", "op TFLOP/s = FLOPs / all the op's kernels' time"),
+    ("kernel TFLOP/s", "kernel TFLOP/s = FLOPs / its math kernels' time"),
+    (("% datasheet", "% measured"), "{cols}: op TFLOP/s as % of the peak"),
+)
 
 
 def _op_times(o: dict) -> tuple[str, str]:
@@ -289,18 +411,50 @@ def _print_ops(console, left: LeftOut, doc: dict, top: int) -> None:
     from rich.markup import escape
 
     if doc.get("ops"):
-        cols = [(c, "left" if c in ("op", "shape", "dtype") else "right") for c in (
-            "op", "shape", "dtype", "calls", "GFLOP", "op us", "math us", "op TFLOP/s", "kernel TFLOP/s",
-            "% datasheet", "% measured")]
-        cells = [([o["op"], o["shape"], o["dtype"] or "?", str(o["calls"]),
-                   _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
-                   *_op_times(o), _num(o["op_tflops"], ".3g"), _num(o["kernel_tflops"], ".3g"),
-                   _num(o["pct_of_datasheet"], ".1f"), _num(o["pct_of_measured"], ".1f")], None)
-                 for o in doc["ops"][:top]]
+        cols = [
+            (c, "left" if c in ("op", "shape", "dtype") else "right")
+            for c in (
+                "op",
+                "shape",
+                "dtype",
+                "calls",
+                "GFLOP",
+                "op us",
+                "math us",
+                "op TFLOP/s",
+                "kernel TFLOP/s",
+                "% datasheet",
+                "% measured",
+            )
+        ]
+        cells = [
+            (
+                [
+                    o["op"],
+                    o["shape"],
+                    o["dtype"] or "?",
+                    str(o["calls"]),
+                    _num(None if o["flops"] is None else o["flops"] / 1e9, ",.3f"),
+                    *_op_times(o),
+                    _num(o["op_tflops"], ".3g"),
+                    _num(o["kernel_tflops"], ".3g"),
+                    _num(o["pct_of_datasheet"], ".1f"),
+                    _num(o["pct_of_measured"], ".1f"),
+                ],
+                None,
+            )
+            for o in doc["ops"][:top]
+        ]
         # op and shape are the row's key: a narrow terminal drops the least needed figures, never cuts them
-        _print_table(console, left, "operators", cols, cells,
-                     ("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet", "op us"),
-                     ("operators with a work model (recorded shapes)" + _unreliable(doc, "per-op totals"), OPS_CAPTION))
+        _print_table(
+            console,
+            left,
+            "operators",
+            cols,
+            cells,
+            ("% measured", "math us", "GFLOP", "calls", "op TFLOP/s", "% datasheet", "op us"),
+            ("operators with a work model (recorded shapes)" + _unreliable(doc, "per-op totals"), OPS_CAPTION),
+        )
     el = doc.get("eligibility") or {}
     if el.get("findings"):
         s = doc["summary"]
@@ -308,12 +462,16 @@ def _print_ops(console, left: LeftOut, doc: dict, top: int) -> None:
         # differ they do not read as one figure that contradicts itself
         by_op = s.get("eligible_unused_by_operator_share")
         other = f"; by launching operator, with or without shapes: {by_op:.1%}" if by_op else ""
-        console.print(f"[bold]Tensor Core eligible but not used:[/] {el['eligible_unused_us']:,.1f} us of kernel time "
-                      f"({_pct(s['kernel_time_us'] and el['eligible_unused_us'] / s['kernel_time_us'])}: the "
-                      f"operators with recorded shapes{other})")
+        console.print(
+            f"[bold]Tensor Core eligible but not used:[/] {el['eligible_unused_us']:,.1f} us of kernel time "
+            f"({_pct(s['kernel_time_us'] and el['eligible_unused_us'] / s['kernel_time_us'])}: the "
+            f"operators with recorded shapes{other})"
+        )
         for f in el["findings"][:top]:
-            console.print(f"  {f['time_us']:,.1f} us, {f['calls']} x {escape(f['op'])}: {escape(f['reason'])}; "
-                          f"remedy: {escape(f['remedy'])}")
+            console.print(
+                f"  {f['time_us']:,.1f} us, {f['calls']} x {escape(f['op'])}: {escape(f['reason'])}; "
+                f"remedy: {escape(f['remedy'])}"
+            )
 
 
 def _print_unknown(console, doc: dict) -> None:
@@ -322,10 +480,14 @@ def _print_unknown(console, doc: dict) -> None:
     u = doc.get("unknown_kernels")
     if not u:
         return
-    console.print(f"[bold yellow]{u['share']:.1%} of kernel time is in kernels whose Tensor Core use no rule "
-                  "settles; the largest:[/]")
+    console.print(
+        f"[bold yellow]{u['share']:.1%} of kernel time is in kernels whose Tensor Core use no rule "
+        "settles; the largest:[/]"
+    )
     for k in u["top"]:
-        console.print(f"  {k['kernel_time_us']:,.1f} us ({_pct(k['share'])}) {k['class']}: {escape(_short(k['kernel'], 110))}")
+        console.print(
+            f"  {k['kernel_time_us']:,.1f} us ({_pct(k['share'])}) {k['class']}: {escape(_short(k['kernel'], 110))}"
+        )
     console.print(f"  to recognise them: {escape(u['how_to_add_a_rule'])}")
 
 
@@ -339,9 +501,11 @@ def _print_graphs(console, doc: dict, top: int) -> None:
         return
     share = s["kernel_time_us"] and s["graph_kernel_time_us"] / s["kernel_time_us"]
     attributed = s.get("graph_attributed_share")
-    console.print(f"graph-launched kernels: {s['graph_kernel_count']} from {s['graph_launches']} graph launch(es), "
-                  f"{s['graph_kernel_time_us']:,.1f} us = {_pct(share)} of kernel time; attributed to the operator "
-                  f"that captured them: {'- (no --graph-capture)' if attributed is None else _pct(attributed)}")
+    console.print(
+        f"graph-launched kernels: {s['graph_kernel_count']} from {s['graph_launches']} graph launch(es), "
+        f"{s['graph_kernel_time_us']:,.1f} us = {_pct(share)} of kernel time; attributed to the operator "
+        f"that captured them: {'- (no --graph-capture)' if attributed is None else _pct(attributed)}"
+    )
     g = doc.get("graphs")
     if not g or not g["ops"]:
         return
@@ -350,6 +514,13 @@ def _print_graphs(console, doc: dict, top: int) -> None:
         t.add_column(c, justify="right" if c in ("calls", "kernels", "kernel time us", "TFLOP/s") else "left")
     for o in g["ops"][:top]:
         classes = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(o["classes"].items(), key=lambda kv: -kv[1]))
-        t.add_row(escape(_short(o["op"], 50)), escape(_short(str(o["input_dims"]), 40)), str(o["calls"]),
-                  str(o["kernels"]), f"{o['kernel_time_us']:,.1f}", _num(o.get("achieved_tflops"), ".3g"), classes)
+        t.add_row(
+            escape(_short(o["op"], 50)),
+            escape(_short(str(o["input_dims"]), 40)),
+            str(o["calls"]),
+            str(o["kernels"]),
+            f"{o['kernel_time_us']:,.1f}",
+            _num(o.get("achieved_tflops"), ".3g"),
+            classes,
+        )
     console.print(t)

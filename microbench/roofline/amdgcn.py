@@ -8,6 +8,7 @@ f16, fp32 without xf32, ...; `fallback` says why) or no.
 The listing's own accounting is read where LLVM writes it (the "; Kernel info" comments and the
 amdhsa.kernels metadata); instructions are counted from the text.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,10 @@ from microbench.roofline.aot import AotBuild, StaticRecord
 
 # v_mfma_f32_32x32x8_bf16, v_mfma_f32_16x16x32_fp8_fp8, v_mfma_scale_f32_32x32x64_f8f6f4, v_mfma_f32_32x32x4_2b_f32
 _MFMA = re.compile(r"^\s*((?:v_mfma|v_smfmac)_\w+)", re.MULTILINE)
-_MFMA_NAME = re.compile(r"v_(?:mfma|smfmac)_(?:scale_)?(?P<acc>[a-z0-9]+)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)"
-                        r"(?:_\d+b)?_?(?P<operand>[a-z0-9_]+)$")
+_MFMA_NAME = re.compile(
+    r"v_(?:mfma|smfmac)_(?:scale_)?(?P<acc>[a-z0-9]+)_(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)"
+    r"(?:_\d+b)?_?(?P<operand>[a-z0-9_]+)$"
+)
 _INFO = re.compile(r"^; (TotalNumSgprs|NumVgprs|NumAgprs|TotalNumVgprs|ScratchSize|Occupancy): (\d+)", re.MULTILINE)
 _LDS = re.compile(r"^; LDSByteSize: (\d+)", re.MULTILINE)
 _META = re.compile(r"^\s+\.(vgpr_spill_count|sgpr_spill_count|group_segment_fixed_size):\s+(\d+)", re.MULTILINE)
@@ -37,8 +40,12 @@ def mfma_kind(name: str) -> dict:
     m = _MFMA_NAME.match(name)
     if not m:
         return {"name": name, "operand": None, "shape": None, "precision": None}
-    return {"name": name, "operand": m["operand"], "shape": f"{m['m']}x{m['n']}x{m['k']}",
-            "precision": targets.mfma_precision(m["operand"])}
+    return {
+        "name": name,
+        "operand": m["operand"],
+        "shape": f"{m['m']}x{m['n']}x{m['k']}",
+        "precision": targets.mfma_precision(m["operand"]),
+    }
 
 
 def matrix_instructions(asm: str) -> Counter:
@@ -67,11 +74,17 @@ def resources(asm: str) -> dict:
     info = {k: int(v) for k, v in _INFO.findall(asm)}
     meta = {k: int(v) for k, v in _META.findall(asm)}
     lds = _LDS.search(asm)
-    return {"vgprs": info.get("NumVgprs", 0), "agprs": info.get("NumAgprs", 0),
-            "total_vgprs": info.get("TotalNumVgprs", info.get("NumVgprs", 0)), "sgprs": info.get("TotalNumSgprs", 0),
-            "scratch_bytes": info.get("ScratchSize", 0), "llvm_occupancy": info.get("Occupancy"),
-            "static_lds_bytes": int(lds.group(1)) if lds else meta.get("group_segment_fixed_size", 0),
-            "vgpr_spill_count": meta.get("vgpr_spill_count", 0), "sgpr_spill_count": meta.get("sgpr_spill_count", 0)}
+    return {
+        "vgprs": info.get("NumVgprs", 0),
+        "agprs": info.get("NumAgprs", 0),
+        "total_vgprs": info.get("TotalNumVgprs", info.get("NumVgprs", 0)),
+        "sgprs": info.get("TotalNumSgprs", 0),
+        "scratch_bytes": info.get("ScratchSize", 0),
+        "llvm_occupancy": info.get("Occupancy"),
+        "static_lds_bytes": int(lds.group(1)) if lds else meta.get("group_segment_fixed_size", 0),
+        "vgpr_spill_count": meta.get("vgpr_spill_count", 0),
+        "sgpr_spill_count": meta.get("sgpr_spill_count", 0),
+    }
 
 
 def verdict(kinds: list[dict], dtype: str, target: str) -> tuple[str, str | None]:
@@ -88,8 +101,9 @@ def verdict(kinds: list[dict], dtype: str, target: str) -> tuple[str, str | None
     t = targets.target(target) if targets.known(target) else {}
     if template is None:
         return "fallback", f"{dtype} computed by {names} ({', '.join(other)} precision)"
-    return "fallback", template.format(target=target, chip=t.get("chip", target), native=t.get("fp8_e4m3", "?"),
-                                       instructions=names)
+    return "fallback", template.format(
+        target=target, chip=t.get("chip", target), native=t.get("fp8_e4m3", "?"), instructions=names
+    )
 
 
 def inspect_amd_build(b: AotBuild) -> StaticRecord:
@@ -101,19 +115,44 @@ def inspect_amd_build(b: AotBuild) -> StaticRecord:
     lds = res["static_lds_bytes"] + (b.dynamic_shared_bytes or 0)
     known = targets.known(b.target)  # a GPU that ran it may be another gfx (gfx90a): no limits for it here
     waves = targets.amd_waves_per_simd(b.target, res["total_vgprs"]) if known else None
-    occupancy = (min(waves, targets.amd_lds_waves_per_simd(b.target, lds, b.num_warps))
-                 if known and b.num_warps else None)
+    occupancy = (
+        min(waves, targets.amd_lds_waves_per_simd(b.target, lds, b.num_warps)) if known and b.num_warps else None
+    )
     stores, loads = len(_SPILL_STORE.findall(asm)), len(_SPILL_LOAD.findall(asm))
     total = sum(counts.values())
     return StaticRecord(
-        kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default, wants_wgmma=False,
-        hmma=0, hgmma=0, qgmma=0, imma=0, ffma=sum(1 for _ in re.finditer(r"^\s*v_(?:fma|fmac|pk_fma)_f32\b", asm,
-                                                                       re.MULTILINE)),
-        registers=res["total_vgprs"], shared_bytes=res["static_lds_bytes"], dynamic_shared_bytes=b.dynamic_shared_bytes,
-        stack_bytes=res["scratch_bytes"], local_bytes=0,
-        spill_stores=stores, spill_loads=loads,
-        tensor_core_instructions=total, note=b.note, matrix_instructions=total,
-        matrix_instruction_kinds=[k["name"] for k in kinds], matrix_kinds=kinds,
-        matrix_per_k_step=per_k_step(asm), matrix_cores=matrix_cores, fallback=fallback, vgprs=res["vgprs"],
-        agprs=res["agprs"], sgprs=res["sgprs"], lds_bytes=lds, waves_per_simd=waves, occupancy=occupancy,
-        occupancy_unit="waves/SIMD", num_warps=b.num_warps)
+        kernel=b.kernel,
+        config=b.config,
+        target=b.target,
+        dtype=b.dtype,
+        default=b.default,
+        wants_wgmma=False,
+        hmma=0,
+        hgmma=0,
+        qgmma=0,
+        imma=0,
+        ffma=sum(1 for _ in re.finditer(r"^\s*v_(?:fma|fmac|pk_fma)_f32\b", asm, re.MULTILINE)),
+        registers=res["total_vgprs"],
+        shared_bytes=res["static_lds_bytes"],
+        dynamic_shared_bytes=b.dynamic_shared_bytes,
+        stack_bytes=res["scratch_bytes"],
+        local_bytes=0,
+        spill_stores=stores,
+        spill_loads=loads,
+        tensor_core_instructions=total,
+        note=b.note,
+        matrix_instructions=total,
+        matrix_instruction_kinds=[k["name"] for k in kinds],
+        matrix_kinds=kinds,
+        matrix_per_k_step=per_k_step(asm),
+        matrix_cores=matrix_cores,
+        fallback=fallback,
+        vgprs=res["vgprs"],
+        agprs=res["agprs"],
+        sgprs=res["sgprs"],
+        lds_bytes=lds,
+        waves_per_simd=waves,
+        occupancy=occupancy,
+        occupancy_unit="waves/SIMD",
+        num_warps=b.num_warps,
+    )

@@ -3,6 +3,7 @@ target (`AotBuild`), and the record read from its machine code (`StaticRecord`),
 AMD (roofline/amdgcn.py) alike. A module of its own so that both readers import it and neither imports the other
 for it; `sass.inspect_build` picks the reader by target.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -81,14 +82,20 @@ class StaticRecord:
         """One line of what the machine code shows: SASS counts (NVIDIA) or AMDGCN kinds and verdict (AMD)."""
         if self.target.startswith("gfx"):
             return self._amdgcn_line()
-        tc = ", ".join(f"{k.upper()} {getattr(self, k)}" for k in ("hmma", "hgmma", "qgmma", "imma") if getattr(self, k))
-        return (f"SASS {self.target} {self.kernel} [{self.config}]: {tc or 'no Tensor Core instructions'}, "
-                f"FFMA {self.ffma}, {self.registers} registers, {'spills' if self.spills else 'no spills'}")
+        tc = ", ".join(
+            f"{k.upper()} {getattr(self, k)}" for k in ("hmma", "hgmma", "qgmma", "imma") if getattr(self, k)
+        )
+        return (
+            f"SASS {self.target} {self.kernel} [{self.config}]: {tc or 'no Tensor Core instructions'}, "
+            f"FFMA {self.ffma}, {self.registers} registers, {'spills' if self.spills else 'no spills'}"
+        )
 
     def _amdgcn_line(self) -> str:
         kinds = ", ".join(f"{k['name']} x{k['count']}" for k in self.matrix_kinds) or "no matrix instructions"
         verdict = f"fallback: {self.fallback}" if self.fallback else f"matrix cores {self.matrix_cores}"
         spills = f"scratch {self.stack_bytes} B (spills)" if self.spills else "no scratch"
-        return (f"AMDGCN {self.target} {self.kernel} [{self.config}]: {kinds}; {verdict}; VGPR {self.vgprs} "
-                f"AGPR {self.agprs} SGPR {self.sgprs}, {self.waves_per_simd} waves/SIMD, LDS {self.lds_bytes} B, "
-                f"{spills}")
+        return (
+            f"AMDGCN {self.target} {self.kernel} [{self.config}]: {kinds}; {verdict}; VGPR {self.vgprs} "
+            f"AGPR {self.agprs} SGPR {self.sgprs}, {self.waves_per_simd} waves/SIMD, LDS {self.lds_bytes} B, "
+            f"{spills}"
+        )

@@ -1,5 +1,6 @@
 """Ceilings, both kinds: datasheet (or, on a CPU, an estimate from cores x clock x FLOPs/cycle) and measured
 (the best a vendor library reaches here). Every result is judged against them."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -8,22 +9,22 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
+from microbench.core import dtypes
+from microbench.core.cases import make_inputs
 from microbench.core.conditions import Conditions
 from microbench.core.config import Config
 from microbench.core.datasheet import match_datasheet
 from microbench.core.device import Device
-from microbench.core import dtypes
-from microbench.core.cases import make_inputs
-from microbench.core.shapes import Case, GemmShape
-from microbench.roofline import registry
-from microbench.core.stats import Timing
 from microbench.core.ops.work import gemm_work
+from microbench.core.shapes import Case, GemmShape
+from microbench.core.stats import Timing
+from microbench.roofline import registry
 from microbench.roofline.timing import time_calls
 
 COMPUTE, MEMORY = "compute", "memory"
@@ -56,14 +57,23 @@ class Ceiling:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Ceiling":
+    def from_dict(cls, d: dict) -> Ceiling:
         """A ceiling back from as_dict() (the cache file); KeyError/TypeError/ValueError on a malformed one."""
         spread = d.get("spread")
-        return cls(str(d["name"]), str(d["kind"]), d.get("dtype"), float(d["value"]), str(d["unit"]),
-                   str(d["source"]), str(d.get("note") or ""),
-                   (float(spread[0]), float(spread[1])) if spread else None,
-                   tuple(str(x) for x in d.get("noise") or ()), tuple(dict(x) for x in d.get("search") or ()),
-                   tuple(str(x) for x in d.get("busy") or ()), d.get("measured_at"))
+        return cls(
+            str(d["name"]),
+            str(d["kind"]),
+            d.get("dtype"),
+            float(d["value"]),
+            str(d["unit"]),
+            str(d["source"]),
+            str(d.get("note") or ""),
+            (float(spread[0]), float(spread[1])) if spread else None,
+            tuple(str(x) for x in d.get("noise") or ()),
+            tuple(dict(x) for x in d.get("search") or ()),
+            tuple(str(x) for x in d.get("busy") or ()),
+            d.get("measured_at"),
+        )
 
 
 @dataclass
@@ -73,8 +83,10 @@ class Ceilings:
     datasheet_entry: str | None = None
 
     def find(self, kind: str, source: str, dtype: str | None = None) -> Ceiling | None:
-        return next((c for c in self.items if c.kind == kind and c.source == source
-                     and (kind == MEMORY or c.dtype == dtype)), None)
+        return next(
+            (c for c in self.items if c.kind == kind and c.source == source and (kind == MEMORY or c.dtype == dtype)),
+            None,
+        )
 
     def compute(self, dtype: str, sources=("measured",)) -> Ceiling | None:
         return next((c for s in sources if (c := self.find(COMPUTE, s, dtype))), None)
@@ -103,10 +115,17 @@ def datasheet_ceilings(device: Device, cfg: Config) -> tuple[list[Ceiling], str 
     if entry is None:
         return [], None, note
     # Ceilings for the dtypes cases are measured in, each from its datasheet precision column.
-    out = [Ceiling(f"datasheet {d.name}", COMPUTE, d.name, entry.peaks_tflops[d.precision], "TFLOP/s", "datasheet",
-                   entry.name) for d in dtypes.TABLE if d.case and d.precision in entry.peaks_tflops]
+    out = [
+        Ceiling(
+            f"datasheet {d.name}", COMPUTE, d.name, entry.peaks_tflops[d.precision], "TFLOP/s", "datasheet", entry.name
+        )
+        for d in dtypes.TABLE
+        if d.case and d.precision in entry.peaks_tflops
+    ]
     if entry.memory_tbs is not None:
-        out.append(Ceiling("datasheet memory", MEMORY, None, entry.memory_tbs * 1000.0, "GB/s", "datasheet", entry.name))
+        out.append(
+            Ceiling("datasheet memory", MEMORY, None, entry.memory_tbs * 1000.0, "GB/s", "datasheet", entry.name)
+        )
     return out, entry.key, note
 
 
@@ -121,15 +140,31 @@ def cpu_estimate(device: Device, cfg: Config) -> tuple[list[Ceiling], str]:
     out = []
     for dt, per_cycle in tier.flops_per_cycle.items():
         tflops = device.units * device.clock_mhz * 1e6 * per_cycle / 1e12
-        out.append(Ceiling(f"estimate {dt}", COMPUTE, dt, tflops, "TFLOP/s", "estimate",
-                           f"{device.units} cores x {device.clock_mhz:.0f} MHz x {per_cycle:g} FLOP/cycle ({isa})"))
-    return out, (f"CPU compute ceilings are estimates ({device.units} cores x {device.clock_mhz:.0f} MHz x "
-                 f"FLOPs/cycle of tier {isa}), not datasheet values; no memory estimate")
+        out.append(
+            Ceiling(
+                f"estimate {dt}",
+                COMPUTE,
+                dt,
+                tflops,
+                "TFLOP/s",
+                "estimate",
+                f"{device.units} cores x {device.clock_mhz:.0f} MHz x {per_cycle:g} FLOP/cycle ({isa})",
+            )
+        )
+    return out, (
+        f"CPU compute ceilings are estimates ({device.units} cores x {device.clock_mhz:.0f} MHz x "
+        f"FLOPs/cycle of tier {isa}), not datasheet values; no memory estimate"
+    )
 
 
-def measured_ceilings(device: Device, cfg: Config, on_step: Callable[[str], None] | None = None,
-                      budget_s: float | None = None, shapes: tuple[Case, ...] = (),
-                      dtypes: tuple[str, ...] | None = None) -> tuple[list[Ceiling], list[str]]:
+def measured_ceilings(
+    device: Device,
+    cfg: Config,
+    on_step: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
+    shapes: tuple[Case, ...] = (),
+    dtypes: tuple[str, ...] | None = None,
+) -> tuple[list[Ceiling], list[str]]:
     """Per dtype, the best vendor GEMM throughput found by a bounded search over shapes (GemmSearch), and
     the best copy bandwidth over several sizes. `shapes`: the profile's cases, whose GEMM shapes join the
     search so that no row of the vendor library can beat the ceiling of its own shape. `dtypes`: only these
@@ -182,8 +217,10 @@ class GemmSearch:
             a, b = make_inputs(case, self.device.torch_device, seed=shape.m + shape.n + shape.k)
             t = time_calls(registry.bind(self.gemm, case, a, b), self.device, self.cfg.timing, self.cfg.noise)
         except (RuntimeError, MemoryError) as e:
-            self.notes.append(f"ceiling gemm {self.dt} {shape.label()} failed: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}")
+            self.notes.append(
+                f"ceiling gemm {self.dt} {shape.label()} failed: {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}"
+            )
             self.timed.setdefault(shape, [])
             return
         self.timed.setdefault(shape, []).append(t)
@@ -203,12 +240,14 @@ class GemmSearch:
             return None
         skipped = [s for s in start if s not in self.timed]
         if skipped:
-            self.notes.append(f"ceiling search {self.dt}: budget of {budget_s:g} s spent before "
-                              f"{len(skipped)} starting shape(s), e.g. {skipped[0].label()}")
-        for shape in ranked[:st.top]:  # the repeats are not cut by the budget: they make the ceiling robust
+            self.notes.append(
+                f"ceiling search {self.dt}: budget of {budget_s:g} s spent before "
+                f"{len(skipped)} starting shape(s), e.g. {skipped[0].label()}"
+            )
+        for shape in ranked[: st.top]:  # the repeats are not cut by the budget: they make the ceiling robust
             while len(self.timed[shape]) < st.repeats:
                 self.probe(shape)
-        return self._ceiling(ranked[:st.top])
+        return self._ceiling(ranked[: st.top])
 
     def _walk(self, sizes, deadline: float) -> None:
         """From the best shape, try its neighbours (one of m, n, k moved one step in `sizes`) while that helps."""
@@ -241,6 +280,7 @@ class GemmSearch:
 
     def _ceiling(self, top: list[GemmShape]) -> Ceiling:
         """The best median of medians among the repeated shapes, with the spread of that shape's repeats."""
+
         def score(s):
             return _tflops(s, self.dt, statistics.median(t.median_ms for t in self.timed[s]))
 
@@ -251,18 +291,33 @@ class GemmSearch:
         agree = max(medians) / min(medians) - 1
         if agree > self.cfg.noise.max_spread:
             noise += (f"its {len(ts)} repeated medians differ by {agree:.0%}",)
-        spread = (_tflops(shape, self.dt, statistics.median(t.p80_ms for t in ts)),
-                  _tflops(shape, self.dt, statistics.median(t.p20_ms for t in ts)))
-        search = tuple({"shape": s.label(), "tflops": self.best(s), "repeats": len(self.timed[s])}
-                       for s in sorted((s for s in self.timed if self.timed[s]), key=self.best, reverse=True))
-        return Ceiling(f"measured {self.dt}", COMPUTE, self.dt, score(shape), "TFLOP/s", "measured",
-                       f"{self.gemm.name} GEMM {shape.label()}: best median of {len(ts)} repeats among "
-                       f"{len(search)} shapes searched", spread, noise, search)
+        spread = (
+            _tflops(shape, self.dt, statistics.median(t.p80_ms for t in ts)),
+            _tflops(shape, self.dt, statistics.median(t.p20_ms for t in ts)),
+        )
+        search = tuple(
+            {"shape": s.label(), "tflops": self.best(s), "repeats": len(self.timed[s])}
+            for s in sorted((s for s in self.timed if self.timed[s]), key=self.best, reverse=True)
+        )
+        return Ceiling(
+            f"measured {self.dt}",
+            COMPUTE,
+            self.dt,
+            score(shape),
+            "TFLOP/s",
+            "measured",
+            f"{self.gemm.name} GEMM {shape.label()}: best median of {len(ts)} repeats among "
+            f"{len(search)} shapes searched",
+            spread,
+            noise,
+            search,
+        )
 
 
 def copy_ceiling(device: Device, cfg: Config, settings, on_step=None) -> Ceiling:
     """The best median bandwidth of a device copy over several sizes (bytes read + written), the best size
     repeated `settings.repeats` times."""
+
     def gbps(mb, ms):
         return 2 * mb * 2**20 / (ms * 1e-3) / 1e9
 
@@ -272,7 +327,7 @@ def copy_ceiling(device: Device, cfg: Config, settings, on_step=None) -> Ceiling
         src = torch.randn(mb * 2**20 // 4, device=device.torch_device)
         dst = torch.empty_like(src)
         t = time_calls(lambda: dst.copy_(src), device, cfg.timing, cfg.noise)
-        del src, dst
+        src = dst = None  # the buffers go before the next size is allocated
         return t
 
     first = {mb: time_copy(mb) for mb in settings.copy_mb}
@@ -285,14 +340,27 @@ def copy_ceiling(device: Device, cfg: Config, settings, on_step=None) -> Ceiling
         noise += (f"its {len(ts)} repeated medians differ by {max(medians) / min(medians) - 1:.0%}",)
     spread = (gbps(mb, statistics.median(t.p80_ms for t in ts)), gbps(mb, statistics.median(t.p20_ms for t in ts)))
     sizes = ", ".join(f"{k} MiB {gbps(k, t.median_ms):.4g}" for k, t in first.items())
-    return Ceiling("measured memory", MEMORY, None, gbps(mb, med), "GB/s", "measured",
-                   f"copy of {mb} MiB, bytes read + written, median of {len(ts)} repeats (sizes tried, GB/s: "
-                   f"{sizes})", spread, noise)
+    return Ceiling(
+        "measured memory",
+        MEMORY,
+        None,
+        gbps(mb, med),
+        "GB/s",
+        "measured",
+        f"copy of {mb} MiB, bytes read + written, median of {len(ts)} repeats (sizes tried, GB/s: {sizes})",
+        spread,
+        noise,
+    )
 
 
-def build_ceilings(device: Device, cfg: Config, measure_now: bool = True,
-                   on_step: Callable[[str], None] | None = None, budget_s: float | None = None,
-                   shapes: tuple[Case, ...] = ()) -> Ceilings:
+def build_ceilings(
+    device: Device,
+    cfg: Config,
+    measure_now: bool = True,
+    on_step: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
+    shapes: tuple[Case, ...] = (),
+) -> Ceilings:
     c = Ceilings()
     if device.kind == "cpu":
         items, note = cpu_estimate(device, cfg)
@@ -334,9 +402,12 @@ def cache_key(device: Device, cfg: Config) -> tuple[str, dict]:
     hw = fingerprint(device)
     sw = software()
     settings = cfg.ceilings.get(device.kind)
-    what = {"machine": {k: hw.get(k) for k in _MACHINE_KEYS},
-            "software": {k: sw.get(k) for k in ("torch", "torch_cuda", "torch_hip", "onednn")},
-            "search": asdict(settings) if settings else None, "timing": asdict(cfg.timing)}
+    what = {
+        "machine": {k: hw.get(k) for k in _MACHINE_KEYS},
+        "software": {k: sw.get(k) for k in ("torch", "torch_cuda", "torch_hip", "onednn")},
+        "search": asdict(settings) if settings else None,
+        "timing": asdict(cfg.timing),
+    }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], what
 
 
@@ -365,18 +436,30 @@ def read_cache(path: Path) -> CachedCeilings | None:
         doc = json.loads(path.read_text())
         if doc.get("schema") != CACHE_SCHEMA:
             return None
-        return CachedCeilings(path, [Ceiling.from_dict(c) for c in doc["items"]], [str(n) for n in doc["notes"]],
-                              float(doc["measured_at_s"]), dict(doc.get("conditions") or {}),
-                              [str(s) for s in doc.get("shapes") or []])
+        return CachedCeilings(
+            path,
+            [Ceiling.from_dict(c) for c in doc["items"]],
+            [str(n) for n in doc["notes"]],
+            float(doc["measured_at_s"]),
+            dict(doc.get("conditions") or {}),
+            [str(s) for s in doc.get("shapes") or []],
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
 
 
 def _write_cache(path: Path, entry: CachedCeilings, what: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"schema": CACHE_SCHEMA, "key": what, "measured_at_s": entry.measured_at_s,
-           "measured_at": _iso(entry.measured_at_s), "conditions": entry.conditions, "shapes": entry.shapes,
-           "items": [c.as_dict() for c in entry.items], "notes": entry.notes}
+    doc = {
+        "schema": CACHE_SCHEMA,
+        "key": what,
+        "measured_at_s": entry.measured_at_s,
+        "measured_at": _iso(entry.measured_at_s),
+        "conditions": entry.conditions,
+        "shapes": entry.shapes,
+        "items": [c.as_dict() for c in entry.items],
+        "notes": entry.notes,
+    }
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two commands at once: each replaces it whole
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     os.replace(tmp, path)
@@ -390,8 +473,9 @@ def _shape_labels(shapes: tuple[Case, ...]) -> list[str]:
     return sorted({f"{c.dtype} {c.shape.label()}" for c in shapes if c.op == "gemm"})
 
 
-def stale_reason(entry: CachedCeilings | None, shapes: list[str], max_age_h: float, busy_now: bool | None,
-                 now_s: float | None = None) -> str | None:
+def stale_reason(
+    entry: CachedCeilings | None, shapes: list[str], max_age_h: float, busy_now: bool | None, now_s: float | None = None
+) -> str | None:
     """Why the cached ceilings must be measured again (None: use them): none cached, older than max_age_h,
     measured busy while the machine is quiet now, or the profile's GEMM shapes were not in their search."""
     if entry is None:
@@ -407,9 +491,17 @@ def stale_reason(entry: CachedCeilings | None, shapes: list[str], max_age_h: flo
     return None
 
 
-def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], None] | None = None,
-                     budget_s: float | None = None, shapes: tuple[Case, ...] = (), busy_now: bool | None = None,
-                     refresh: bool = False, dtypes: tuple[str, ...] | None = None) -> Ceilings:
+def machine_ceilings(
+    device: Device,
+    cfg: Config,
+    *,
+    on_step: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
+    shapes: tuple[Case, ...] = (),
+    busy_now: bool | None = None,
+    refresh: bool = False,
+    dtypes: tuple[str, ...] | None = None,
+) -> Ceilings:
     """The one source of ceilings for roofline, decompose and pytest-benchmark: the datasheet (or CPU estimate)
     and the measured ceilings of build_ceilings' bounded search, taken from the cache of this machine
     (cache_dir()) unless stale_reason says to measure again. Measured ceilings carry the conditions they were
@@ -428,8 +520,10 @@ def machine_ceilings(device: Device, cfg: Config, *, on_step: Callable[[str], No
     if why is None:
         base.items += entry.items
         base.notes += entry.notes
-        base.notes.append(f"measured ceilings from the cache {path} (measured {_iso(entry.measured_at_s)}, "
-                          f"{entry.age_h():.1f} h ago, on a {'busy' if entry.busy else 'quiet'} machine)")
+        base.notes.append(
+            f"measured ceilings from the cache {path} (measured {_iso(entry.measured_at_s)}, "
+            f"{entry.age_h():.1f} h ago, on a {'busy' if entry.busy else 'quiet'} machine)"
+        )
         return base
     entry = _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels, searched)
     base.items += entry.items
@@ -447,8 +541,10 @@ def _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels, dtypes=
     busy = tuple(cond.get("reasons") or ()) if cond.get("busy") else ()
     items = [replace(c, busy=busy, measured_at=_iso(now)) for c in items]
     if busy:
-        notes.append("the measured ceilings were measured on a busy machine (" + "; ".join(busy) + "): rows are "
-                     "flagged against them; they are measured again when the machine is quiet")
+        notes.append(
+            "the measured ceilings were measured on a busy machine (" + "; ".join(busy) + "): rows are "
+            "flagged against them; they are measured again when the machine is quiet"
+        )
     entry = CachedCeilings(path, items, notes, now, cond, labels)
     try:
         _write_cache(path, entry, what=cache_key(device, cfg)[1])

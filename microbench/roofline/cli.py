@@ -6,6 +6,7 @@ plot in one file) into --out; rows are written as they are measured, so an inter
 what it measured. With --from-trace, the cases are a profiler trace's GEMMs and convolutions
 (microbench.roofline.trace_cases), each row beside the trace's own time (docs/replay.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,72 +17,124 @@ from dataclasses import asdict
 from pathlib import Path
 
 from microbench import kernels
-from microbench.core.archjson import to_arch
-from microbench.core.args import Parser
-from microbench.core.conditions import Conditions
-from microbench.core.args import number, positive_int
-from microbench.core.config import DEFAULT_CONFIG, load_config
-from microbench.core.errors import run_command, shown
-from microbench.core.jsonio import dumps
-from microbench.core.outdir import OutputDir, write_file
-from microbench.core.outdir import check_file
-from microbench.core.results import ResultsWriter, results_header
 from microbench.__main__ import run as run_command_named  # the door: never another command's module
-from microbench.report.html import results_html, write as write_html
-from microbench.core.errors import InputError
-from microbench.roofline.trace_cases import trace_cases
-from microbench.roofline.trace_cases import case_set_of
-from microbench.roofline.trace_cases import compare, same_device_reason
+from microbench.core.archjson import to_arch
+from microbench.core.args import Parser, number, positive_int
+from microbench.core.conditions import Conditions
+from microbench.core.config import DEFAULT_CONFIG, load_config
+from microbench.core.errors import InputError, run_command, shown
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import OutputDir, check_file, write_file
+from microbench.core.results import ResultsWriter, results_header
 from microbench.predict.replay import summary
+from microbench.report.html import results_html
+from microbench.report.html import write as write_html
+from microbench.roofline.trace_cases import case_set_of, compare, same_device_reason, trace_cases
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="dawnscope roofline",
         description="Measure GEMM and conv2d through the vendor libraries (and our Triton / CuPy kernels where "
-                    "they can run) on this machine, check every result against a float64 reference, time it, "
-                    "and place it on the roofline of measured and datasheet ceilings.",
+        "they can run) on this machine, check every result against a float64 reference, time it, "
+        "and place it on the roofline of measured and datasheet ceilings.",
         epilog="Exit codes: 0 done, 1 stopped early because a kernel lost the device context (the rows measured "
-               "before it are written, results.json's `stopped` names the case and provider), "
-               "2 bad input (config, profile, device, --out; another run writing into --out), "
-               "130 interrupted by Ctrl-C, 143 by SIGTERM (measured rows kept, marked interrupted).")
-    ap.add_argument("--profile", default="default",
-                    help="profile of bench.toml to run: quick (under a minute on a 2-core CPU), default, or full "
-                         "(adds the DeepBench training sizes); default: %(default)s")
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                    help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s")
-    ap.add_argument("--out", default="results", type=Path, metavar="DIR",
-                    help="directory for results.json, results.csv, roofline.png, roofline.svg, report.html; "
-                         "default: %(default)s")
-    ap.add_argument("--config", default=None, type=Path,
-                    help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}")
-    ap.add_argument("--plot", dest="no_plot", action="store_false", default=False,
-                    help="draw roofline.png / roofline.svg (the default)")
-    ap.add_argument("--no-plot", action="store_true",
-                    help="skip roofline.png / roofline.svg (and the plot in report.html)")
-    ap.add_argument("--json", default=None, type=Path, metavar="OUT",
-                    help="also write the results document (what results.json holds) here")
-    ap.add_argument("--arch-json", default=None, type=Path, metavar="OUT",
-                    help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
-                         "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it")
-    ap.add_argument("--from-trace", default=None, type=Path, metavar="TRACE",
-                    help="measure the GEMM, convolution and attention shapes a profiler trace (recorded with "
-                         "shapes) ran, instead of a profile's, through every provider here, beside the trace's own "
-                         "time (docs/replay.md)")
-    ap.add_argument("--top", default=None, type=positive_int, metavar="N",
-                    help="--from-trace: the N case groups with the most kernel time; default: those covering 90 %% "
-                         "of the trace's matrix-kernel time")
-    ap.add_argument("--min-share", default=None, type=number(float, 0, 100), metavar="PCT",
-                    help="--from-trace: leave out case groups under PCT %% of the trace's matrix-kernel time")
-    ap.add_argument("--model", default=None,
-                    help="decompose this model's training step instead (dawnscope decompose: --batch, "
-                         "--dtype and its other options apply)")
+        "before it are written, results.json's `stopped` names the case and provider), "
+        "2 bad input (config, profile, device, --out; another run writing into --out), "
+        "130 interrupted by Ctrl-C, 143 by SIGTERM (measured rows kept, marked interrupted).",
+    )
+    ap.add_argument(
+        "--profile",
+        default="default",
+        help="profile of bench.toml to run: quick (under a minute on a 2-core CPU), default, or full "
+        "(adds the DeepBench training sizes); default: %(default)s",
+    )
+    ap.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s",
+    )
+    ap.add_argument(
+        "--out",
+        default="results",
+        type=Path,
+        metavar="DIR",
+        help="directory for results.json, results.csv, roofline.png, roofline.svg, report.html; default: %(default)s",
+    )
+    ap.add_argument(
+        "--config",
+        default=None,
+        type=Path,
+        help=f"configuration file (profiles, tolerances, datasheet ceilings); default: {DEFAULT_CONFIG}",
+    )
+    ap.add_argument(
+        "--plot",
+        dest="no_plot",
+        action="store_false",
+        default=False,
+        help="draw roofline.png / roofline.svg (the default)",
+    )
+    ap.add_argument(
+        "--no-plot", action="store_true", help="skip roofline.png / roofline.svg (and the plot in report.html)"
+    )
+    ap.add_argument(
+        "--json",
+        default=None,
+        type=Path,
+        metavar="OUT",
+        help="also write the results document (what results.json holds) here",
+    )
+    ap.add_argument(
+        "--arch-json",
+        default=None,
+        type=Path,
+        metavar="OUT",
+        help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
+        "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it",
+    )
+    ap.add_argument(
+        "--from-trace",
+        default=None,
+        type=Path,
+        metavar="TRACE",
+        help="measure the GEMM, convolution and attention shapes a profiler trace (recorded with "
+        "shapes) ran, instead of a profile's, through every provider here, beside the trace's own "
+        "time (docs/replay.md)",
+    )
+    ap.add_argument(
+        "--top",
+        default=None,
+        type=positive_int,
+        metavar="N",
+        help="--from-trace: the N case groups with the most kernel time; default: those covering 90 %% "
+        "of the trace's matrix-kernel time",
+    )
+    ap.add_argument(
+        "--min-share",
+        default=None,
+        type=number(float, 0, 100),
+        metavar="PCT",
+        help="--from-trace: leave out case groups under PCT %% of the trace's matrix-kernel time",
+    )
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="decompose this model's training step instead (dawnscope decompose: --batch, "
+        "--dtype and its other options apply)",
+    )
     return ap
 
 
 def _config_block(case_set, cfg) -> dict:
-    return {"profile": case_set.name, "description": case_set.description, "providers": list(case_set.providers),
-            "timing": asdict(cfg.timing), "tolerance": cfg.tolerance, "cases": len(case_set.cases)}
+    return {
+        "profile": case_set.name,
+        "description": case_set.description,
+        "providers": list(case_set.providers),
+        "timing": asdict(cfg.timing),
+        "tolerance": cfg.tolerance,
+        "cases": len(case_set.cases),
+    }
 
 
 OWNS = ("results.json", "results.csv", "roofline.png", "roofline.svg", "report.html")
@@ -154,12 +207,17 @@ def _run(args, cfg, case_set, out, replay=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-
     conditions = Conditions(cfg.conditions, gpu_index=0 if dev.is_gpu else None).start()
     if dev.kind == "cpu":
         conditions.fit_threads()
-    header = results_header(devmod.fingerprint(dev), devmod.software(), cfg.path, _config_block(case_set, cfg),
-                            _dt.datetime.now(_dt.timezone.utc).isoformat(), conditions={"before": conditions.before})
+    header = results_header(
+        devmod.fingerprint(dev),
+        devmod.software(),
+        cfg.path,
+        _config_block(case_set, cfg),
+        _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        conditions={"before": conditions.before},
+    )
     writer = ResultsWriter(out.staging, header)
     stopped = None  # why the run ended early: a call lost the device context (roofline/runner.py)
     try:
@@ -194,9 +252,14 @@ def _run(args, cfg, case_set, out, replay=None) -> int:
     for line in lines:
         console.print(line)
     if interrupted:
-        console.print(f"[yellow]interrupted: kept {n_rows} measured rows"
-                      + (f"; the earlier run's files are in {out.final('previous')}[/]"
-                         if (out.final("previous")).is_dir() else "[/]"))
+        console.print(
+            f"[yellow]interrupted: kept {n_rows} measured rows"
+            + (
+                f"; the earlier run's files are in {out.final('previous')}[/]"
+                if (out.final("previous")).is_dir()
+                else "[/]"
+            )
+        )
         return out.exit_code()
     if stopped:
         console.print(f"[red]{stopped}[/]")
@@ -219,13 +282,15 @@ def _row_source(replay, dev, cfg):
         g = group_of.get((row.op, row.shape, row.dtype))
         if g is not None:
             row.trace_source = compare(replay.source(g), (row.time_ms or {}).get("median"), same, why)
+
     return attach
 
 
 def _replay_summary(writer, replay, dev, cfg) -> None:
     same, why = same_device_reason(replay, dev.name, cfg)
-    writer.set("replay", summary(replay, writer.doc["results"], dev.name, cfg, writer.doc.get("ceilings", []),
-                                 same, why))
+    writer.set(
+        "replay", summary(replay, writer.doc["results"], dev.name, cfg, writer.doc.get("ceilings", []), same, why)
+    )
 
 
 def _measure(writer, dev, cfg, case_set, console, busy_now: bool, attach=None) -> str | None:
@@ -236,8 +301,15 @@ def _measure(writer, dev, cfg, case_set, console, busy_now: bool, attach=None) -
 
     # A pipe or a file gets one line per case (a progress bar would print nothing until the end).
     lines = None if console.is_terminal else _ProgressLines(len(case_set.cases))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=lines is not None) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=lines is not None,
+    ) as progress:
         task = progress.add_task("measuring ceilings", total=len(case_set.cases))
 
         def on_step(msg):
@@ -245,9 +317,15 @@ def _measure(writer, dev, cfg, case_set, console, busy_now: bool, attach=None) -
             if lines:
                 lines.step(msg)
 
-        ceilings = machine_ceilings(dev, cfg, on_step=on_step, budget_s=case_set.ceiling_budget_s,
-                                    shapes=case_set.cases, busy_now=busy_now,
-                                    dtypes=tuple(sorted({c.dtype for c in case_set.cases})))  # only what it judges
+        ceilings = machine_ceilings(
+            dev,
+            cfg,
+            on_step=on_step,
+            budget_s=case_set.ceiling_budget_s,
+            shapes=case_set.cases,
+            busy_now=busy_now,
+            dtypes=tuple(sorted({c.dtype for c in case_set.cases})),
+        )  # only what it judges
         writer.set("ceilings", ceilings.as_list())
         writer.set("notes", ceilings.notes)
 

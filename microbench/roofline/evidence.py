@@ -5,6 +5,7 @@ with the shared kernel rules (evidence 3 of docs/design.md: the kernel name). CP
 verbose mode on and classify the implementation oneDNN reports (`brg_matmul:avx512_core_bf16`). Our own
 kernels bring stronger evidence (their SASS) through their provider's `evidence` hook instead.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -12,16 +13,16 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
+import tomllib
 import torch
 
-from microbench.trace.classify import classify_cpu_impl, classify_kernel
 from microbench.core.device import Device
-from microbench.roofline.registry import Evidence
-import tomllib
 from microbench.core.resources import data_file
+from microbench.roofline.registry import Evidence
+from microbench.trace.classify import classify_cpu_impl, classify_kernel
 
 
 def gpu_kernels(call: Callable[[], object]) -> dict[str, float]:
@@ -161,9 +162,15 @@ def _with_tf32_check(ev: Evidence, case, device: Device) -> Evidence:
     if device.kind != "rocm" or getattr(case, "dtype", None) != "tf32" or getattr(case, "op", None) != "gemm":
         return ev
     ran, err = tf32_ran(device.torch_device)
-    said = f"{ev.evidence}; tf32 probe: relative error {err:.2g} vs float64: {'TF32 (xf32)' if ran else 'IEEE fp32'} ran"
+    said = (
+        f"{ev.evidence}; tf32 probe: relative error {err:.2g} vs float64: {'TF32 (xf32)' if ran else 'IEEE fp32'} ran"
+    )
     if ran:
         return replace(ev, evidence=said)
     env = os.environ.get("HIPBLASLT_ALLOW_TF32")
-    return replace(ev, evidence=said, fallback="tf32 requested, IEEE fp32 ran (hipBLASLt: HIPBLASLT_ALLOW_TF32="
-                                               f"{env if env is not None else 'unset'}; gfx950 has no xf32)")
+    return replace(
+        ev,
+        evidence=said,
+        fallback="tf32 requested, IEEE fp32 ran (hipBLASLt: HIPBLASLT_ALLOW_TF32="
+        f"{env if env is not None else 'unset'}; gfx950 has no xf32)",
+    )

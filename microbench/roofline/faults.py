@@ -1,6 +1,7 @@
 """Device faults that end the process's GPU context: recognised from an exception's text, by the names and
 runtime texts of microbench/data/gpu_faults.toml (CUDA and HIP). After one, every later call into the device
 fails the same way, so a run that meets one stops (roofline/runner.py) instead of failing every later case."""
+
 from __future__ import annotations
 
 import functools

@@ -7,16 +7,16 @@ their words are in core.verdict:
   cannot be right: flagged `impossible` with the reason, and kept out of ratios and summaries;
 - a throughput above the measured roof beyond both spreads is flagged, never celebrated;
 - a percentage of a ceiling measured on a busy machine says so (`busy ceiling`) and draws no verdict."""
+
 from __future__ import annotations
 
+from microbench.core import thresholds
+from microbench.core.conditions import fitted_threads
+from microbench.core.ops.work import Work
 from microbench.core.results import ResultRow
 from microbench.core.stats import Timing
-from microbench.core.conditions import fitted_threads
 from microbench.core.verdict import BUSY_CEILING, BUSY_THREADS, IMPOSSIBLE, NOISY, is_noisy  # noqa: F401
-from microbench.core import thresholds
-from microbench.core.ops.work import Work
 from microbench.roofline.ceilings import COMPUTE, Ceiling, Ceilings
-
 
 
 def judge_timing(row: ResultRow, timing: Timing) -> ResultRow:
@@ -26,8 +26,10 @@ def judge_timing(row: ResultRow, timing: Timing) -> ResultRow:
     if timing.noise and not any(f.startswith(NOISY) for f in row.flags):
         row.flags.append(NOISY + "; ".join(timing.noise))
     if (fit := fitted_threads()) is not None and not any(f.startswith(BUSY_THREADS) for f in row.flags):
-        row.flags.append(f"{BUSY_THREADS}timed on {fit['threads']} of {fit['was']} CPU threads (the other work "
-                         "left no more cores free): not comparable with a quiet run's times")
+        row.flags.append(
+            f"{BUSY_THREADS}timed on {fit['threads']} of {fit['was']} CPU threads (the other work "
+            "left no more cores free): not comparable with a quiet run's times"
+        )
     return row
 
 
@@ -72,8 +74,10 @@ def _busy_ceiling(row: ResultRow, c: Ceiling) -> None:
     """A ceiling measured on a busy machine may be far too low: a percentage of it says so, once."""
     if any(f.startswith(BUSY_CEILING) for f in row.flags):
         return
-    row.flags.append(f"{BUSY_CEILING}the {c.name} ceiling ({c.value:.4g} {c.unit}) was measured on a busy machine "
-                     f"({c.busy[0]}): percentages of it may be far too high, no verdict drawn")
+    row.flags.append(
+        f"{BUSY_CEILING}the {c.name} ceiling ({c.value:.4g} {c.unit}) was measured on a busy machine "
+        f"({c.busy[0]}): percentages of it may be far too high, no verdict drawn"
+    )
 
 
 def _above_peak(row: ResultRow, work: Work, timing: Timing, peak: Ceiling) -> None:
@@ -86,10 +90,13 @@ def _above_peak(row: ResultRow, work: Work, timing: Timing, peak: Ceiling) -> No
     if row_low <= peak.value * (1 + thresholds.value("above_ceiling_slack")):
         return
     pct = 100.0 * row.tflops / peak.value
-    why = ("the time misses part of the work (attributed elsewhere, or not waited for), the work is over-counted"
-           + (", or the estimate's FLOPs per cycle are too low for this CPU" if peak.source == "estimate" else ""))
-    row.flags.append(f"{IMPOSSIBLE}{pct:.0f} % of the {peak.source} {row.dtype} peak ({peak.value:.4g} TFLOP/s), "
-                     f"{row_low / peak.value:.2f}x even at its slower repeats: {why}")
+    why = "the time misses part of the work (attributed elsewhere, or not waited for), the work is over-counted" + (
+        ", or the estimate's FLOPs per cycle are too low for this CPU" if peak.source == "estimate" else ""
+    )
+    row.flags.append(
+        f"{IMPOSSIBLE}{pct:.0f} % of the {peak.source} {row.dtype} peak ({peak.value:.4g} TFLOP/s), "
+        f"{row_low / peak.value:.2f}x even at its slower repeats: {why}"
+    )
 
 
 def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, roof: float, bound: str) -> None:
@@ -106,9 +113,12 @@ def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, 
         return
     pct = 100.0 * row.tflops / roof
     if row.is_baseline and row.flat().get("op") == "gemm":
-        why = ("the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
-               "or its timing of it was slowed")
+        why = (
+            "the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
+            "or its timing of it was slowed"
+        )
     else:
         why = "the ceiling's GEMM is not the library's fastest path for this op, the data stayed in cache, or a bug"
-    row.flags.append(f"above the measured {bound} roof ({pct:.0f} %, {row_low / roof_high:.2f}x beyond both "
-                     f"spreads): {why}")
+    row.flags.append(
+        f"above the measured {bound} roof ({pct:.0f} %, {row_low / roof_high:.2f}x beyond both spreads): {why}"
+    )

@@ -12,12 +12,13 @@ its own context, so two threads measuring at once never read each other's launch
 each get every launch made inside them. A launch made from a worker thread the provider starts itself is
 in that thread's context, not the caller's: report from the calling thread.
 """
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,9 @@ class KernelLaunch:
     detail: object = None  # the provider's own handle on what ran: Triton's CompiledKernel, a CUDA C++ build key
 
 
-_OPEN: contextvars.ContextVar[tuple[list[KernelLaunch], ...]] = contextvars.ContextVar("dawnscope_launch_records",
-                                                                                       default=())
+_OPEN: contextvars.ContextVar[tuple[list[KernelLaunch], ...]] = contextvars.ContextVar(
+    "dawnscope_launch_records", default=()
+)
 
 
 @contextlib.contextmanager

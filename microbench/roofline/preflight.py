@@ -4,6 +4,7 @@ measuring one's, and is named with the case it faulted on. The child calls each 
 seed-0 inputs and synchronizes (no reference, no timing); it reports each pair before and after on a pipe, so a
 child that dies outright (ROCm's "Memory access fault" aborts the process) still tells which call killed it.
 After a fault a fresh child continues with the next pair, so one faulting case costs only its own row."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from microbench.core.shapes import Case
-from microbench.roofline.faults import call_timeout_s, lost_context
 from microbench.roofline import registry
-
+from microbench.roofline.faults import call_timeout_s, lost_context
 
 
 @dataclass(frozen=True)

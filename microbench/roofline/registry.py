@@ -18,11 +18,13 @@ GPU"). `timed(device)` returns None when its time means something here, else why
 checked (the Triton interpreter). `evidence(case, device, call)` says whether it used Tensor Cores /
 matrix units and how we know (`call` runs the provider once on the case's operands, for profiling). A provider raises `Unsupported` for a case it does not handle (never a wrong result).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from microbench.core import ops
 
@@ -53,11 +55,11 @@ class Provider:
     fn: Callable
     baseline: bool
     library: str
-    enabled: Callable[["Device"], str | None]
-    timed: Callable[["Device"], str | None]
-    evidence: Callable[["Case", "Device", Callable], Evidence] | None
+    enabled: Callable[[Device], str | None]
+    timed: Callable[[Device], str | None]
+    evidence: Callable[[Case, Device, Callable], Evidence] | None
 
-    def unavailable_reason(self, device: "Device") -> str | None:
+    def unavailable_reason(self, device: Device) -> str | None:
         try:
             return self.enabled(device)
         except Exception as e:  # noqa: BLE001 - a broken capability check must not end the run
@@ -67,14 +69,20 @@ class Provider:
 _REGISTRY: dict[tuple[str, str], Provider] = {}
 
 
-def always(device: "Device") -> str | None:
+def always(device: Device) -> str | None:
     return None
 
 
-def provider(op: str, name: str, *, baseline: bool = False, library: str = "",
-             enabled: Callable[["Device"], str | None] = always,
-             timed: Callable[["Device"], str | None] = always,
-             evidence: Callable[["Case", "Device", Callable], Evidence] | None = None):
+def provider(
+    op: str,
+    name: str,
+    *,
+    baseline: bool = False,
+    library: str = "",
+    enabled: Callable[[Device], str | None] = always,
+    timed: Callable[[Device], str | None] = always,
+    evidence: Callable[[Case, Device, Callable], Evidence] | None = None,
+):
     if op not in OPS:
         raise ValueError(f"unknown op {op!r} (known: {', '.join(OPS)})")
 

@@ -1,31 +1,29 @@
 """The flow for each case: providers -> correctness -> timing -> work counting -> ceilings -> result row."""
+
 from __future__ import annotations
 
 import time
-
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import torch
 
-from microbench.roofline import registry
 from microbench.core import dtypes, vendor
 from microbench.core.cases import make_inputs, reference, rel_err
-from microbench.roofline.registry import bind
-from microbench.roofline.ceilings import Ceilings
-from microbench.core.config import Config, CaseSet
+from microbench.core.config import CaseSet, Config
 from microbench.core.device import Device
 from microbench.core.errors import ConfigError
-from microbench.roofline.registry import Evidence, Provider, Unsupported
-from microbench.core.results import KernelCaseRow, ResultRow
-from microbench.core.shapes import Case
 from microbench.core.ops import case_work
 from microbench.core.ops.work import Work
-from microbench.roofline.timing import time_calls
+from microbench.core.results import KernelCaseRow, ResultRow
+from microbench.core.shapes import Case
 from microbench.core.verdict import FALLBACK  # noqa: F401 - written on rows below
-from microbench.roofline.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
-from microbench.roofline import preflight
+from microbench.roofline import preflight, registry
+from microbench.roofline.ceilings import Ceilings
 from microbench.roofline.faults import isolated_providers, lost_context
+from microbench.roofline.judge import NOISY, is_noisy, judge  # noqa: F401 - the one judge
+from microbench.roofline.registry import Evidence, Provider, Unsupported, bind
+from microbench.roofline.timing import time_calls
 
 
 def _first_line(e: BaseException) -> str:
@@ -46,8 +44,10 @@ def too_slow(case: Case, work: Work, ceilings: Ceilings, limit_s: float) -> str 
         return None
     est_s = work.flops / (peak.value * 1e12)
     if est_s > limit_s:
-        return (f"estimated {est_s:.0f} s per call at the {peak.source} {case.dtype} ceiling "
-                f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit_s:g}")
+        return (
+            f"estimated {est_s:.0f} s per call at the {peak.source} {case.dtype} ceiling "
+            f"({peak.value * 1e3:.3g} GFLOP/s) > timing.max_case_seconds = {limit_s:g}"
+        )
     return None
 
 
@@ -81,13 +81,17 @@ class CaseRunner:
         if first_s <= self.limit_s:
             return None
         if not self.device.is_gpu:
-            return (f"not timed: its first call took {first_s:.3g} s > max_case_seconds = {self.limit_s:g}; its "
-                    "output was checked")
+            return (
+                f"not timed: its first call took {first_s:.3g} s > max_case_seconds = {self.limit_s:g}; its "
+                "output was checked"
+            )
         _, again_s = self._call_s(call)
         if again_s <= self.limit_s:
             return None
-        return (f"not timed: a call took {again_s:.3g} s (the first {first_s:.3g} s) > max_case_seconds = "
-                f"{self.limit_s:g}; its output was checked")
+        return (
+            f"not timed: a call took {again_s:.3g} s (the first {first_s:.3g} s) > max_case_seconds = "
+            f"{self.limit_s:g}; its output was checked"
+        )
 
     def _lost(self, row: KernelCaseRow, case: Case, p: Provider, e: BaseException, while_: str = "") -> bool:
         """A lost device context: the row says so and the runner stops (every later call would fail too)."""
@@ -95,16 +99,26 @@ class CaseRunner:
         if fault is None:
             return False
         row.status, row.reason = "failed", f"device context lost{while_}: {_first_line(e)}"
-        self.lost = (f"stopped: {case.label()} through {p.name} lost the device context ({fault}); every later "
-                     f"call in this process would fail, so no later case was run. The rows before it are kept; "
-                     f"run this provider apart (its own --profile, or leave it out) to measure the rest.")
+        self.lost = (
+            f"stopped: {case.label()} through {p.name} lost the device context ({fault}); every later "
+            f"call in this process would fail, so no later case was run. The rows before it are kept; "
+            f"run this provider apart (its own --profile, or leave it out) to measure the rest."
+        )
         return True
 
     def _row(self, case: Case, p: Provider, **kw) -> KernelCaseRow:
-        return KernelCaseRow(op=case.op, shape=case.shape.label(), dtype=case.dtype, provider=p.name,
-                         device=self.device.name, baseline=p.baseline, params=case.shape.as_dict(),
-                         tf32_allowed=(case.dtype == "tf32") if dtypes.get(case.dtype).torch_name == "float32" else None,
-                         tolerance=self.cfg.tolerance[case.dtype], **kw)
+        return KernelCaseRow(
+            op=case.op,
+            shape=case.shape.label(),
+            dtype=case.dtype,
+            provider=p.name,
+            device=self.device.name,
+            baseline=p.baseline,
+            params=case.shape.as_dict(),
+            tf32_allowed=(case.dtype == "tf32") if dtypes.get(case.dtype).torch_name == "float32" else None,
+            tolerance=self.cfg.tolerance[case.dtype],
+            **kw,
+        )
 
     def run(self, case: Case, providers: list[Provider]) -> Iterator[KernelCaseRow]:
         """One row per provider; the vendor libraries set up as every kernel-comparing command sets them
@@ -130,8 +144,13 @@ class CaseRunner:
                 yield row
                 continue
             if (case, p.name) in self.faulted:
-                row.status, row.reason = "failed", (f"lost the device context in its pre-flight process "
-                                                    f"({self.faulted[case, p.name]}); not run in this one")
+                row.status, row.reason = (
+                    "failed",
+                    (
+                        f"lost the device context in its pre-flight process "
+                        f"({self.faulted[case, p.name]}); not run in this one"
+                    ),
+                )
                 yield row
                 continue
             try:
@@ -171,8 +190,9 @@ class CaseRunner:
                     row.status, row.reason = "skipped", over
                     yield row
                     continue
-                calls = [call] + [bind(p, case, *make_inputs(case, dev, seed=i))
-                                  for i in range(1, self._input_sets(inputs))]
+                calls = [call] + [
+                    bind(p, case, *make_inputs(case, dev, seed=i)) for i in range(1, self._input_sets(inputs))
+                ]
                 judge(row, work, time_calls(calls, self.device, self.cfg.timing, self.cfg.noise), self.ceilings)
             except Exception as e:  # noqa: BLE001
                 row.status, row.reason = "failed", f"while timing: {_first_line(e)}"
@@ -195,8 +215,12 @@ def resolve_providers(case_set: CaseSet, cfg: Config) -> dict[str, list[Provider
     known = registry.names()
     for name in case_set.providers:
         if name not in known:
-            raise ConfigError(cfg.path, f"unknown provider (registered: {', '.join(known)})",
-                              key=f"profiles.{case_set.name}.providers", value=name)
+            raise ConfigError(
+                cfg.path,
+                f"unknown provider (registered: {', '.join(known)})",
+                key=f"profiles.{case_set.name}.providers",
+                value=name,
+            )
     out = {}
     for op in registry.OPS:
         by_name = {p.name: p for p in registry.for_op(op)}
@@ -204,11 +228,16 @@ def resolve_providers(case_set: CaseSet, cfg: Config) -> dict[str, list[Provider
     return out
 
 
-def preflight_pairs(cases, providers: dict[str, list[Provider]], runner: CaseRunner,
-                    isolate: tuple[str, ...]) -> list[preflight.Pair]:
+def preflight_pairs(
+    cases, providers: dict[str, list[Provider]], runner: CaseRunner, isolate: tuple[str, ...]
+) -> list[preflight.Pair]:
     """The (case, provider) calls of the isolated providers the run will make: available here, not too slow."""
-    usable = {p.name for ps in providers.values() for p in ps
-              if p.name in isolate and p.unavailable_reason(runner.device) is None}
+    usable = {
+        p.name
+        for ps in providers.values()
+        for p in ps
+        if p.name in isolate and p.unavailable_reason(runner.device) is None
+    }
     pairs = []
     for case in cases:
         if too_slow(case, case_work(case), runner.ceilings, runner.limit_s):
@@ -217,9 +246,15 @@ def preflight_pairs(cases, providers: dict[str, list[Provider]], runner: CaseRun
     return pairs
 
 
-def run_case_set(case_set: CaseSet, device: Device, cfg: Config, ceilings: Ceilings,
-                on_row: Callable[[ResultRow], None], on_case: Callable[[Case], None] | None = None,
-                isolate: tuple[str, ...] | None = None) -> str | None:
+def run_case_set(
+    case_set: CaseSet,
+    device: Device,
+    cfg: Config,
+    ceilings: Ceilings,
+    on_row: Callable[[ResultRow], None],
+    on_case: Callable[[Case], None] | None = None,
+    isolate: tuple[str, ...] | None = None,
+) -> str | None:
     """Every case through every provider, each row to `on_row` as it is made. On a GPU the providers no GPU
     has run yet (`isolate`, default: data/gpu_faults.toml) first run each case in a process of their own
     (roofline/preflight.py). Returns None, or the line that says why the run stopped early: a call that lost

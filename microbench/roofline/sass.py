@@ -9,6 +9,7 @@ The contract for kernels that can be inspected: a module in `kernels/` defines
 which compiles each of its configurations ahead of time for `target` (Triton: `triton.compile` with a
 `GPUTarget`; CUDA C++: NVRTC to PTX, then `assemble`). `dawnscope inspect` walks those modules.
 """
+
 from __future__ import annotations
 
 import os
@@ -85,8 +86,12 @@ def _ptxas(ptx: str, target: str) -> tuple[subprocess.CompletedProcess, bytes]:
     with tempfile.TemporaryDirectory() as d:
         src, out = Path(d) / "k.ptx", Path(d) / "k.cubin"
         src.write_text(ptx)
-        proc = subprocess.run([str(toolchain()["ptxas"]), f"-arch={ptxas_arch(target)}", "-v", "-o", str(out), str(src)],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [str(toolchain()["ptxas"]), f"-arch={ptxas_arch(target)}", "-v", "-o", str(out), str(src)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         return proc, (out.read_bytes() if proc.returncode == 0 else b"")
 
 
@@ -105,13 +110,17 @@ def assemble(ptx: str, target: str) -> tuple[bytes, str]:
     have, accepted = too_new.groups()
     lowered, cubin = _ptxas(lower_ptx_version(ptx, accepted), target)
     if lowered.returncode != 0:
-        raise ToolchainError(f"ptxas -arch={ptxas_arch(target)} refuses PTX .version {have} (it reads up to {accepted}), "
-                             f"and the PTX lowered to .version {accepted} uses what that ISA lacks:\n"
-                             f"{lowered.stderr.strip()}")
+        raise ToolchainError(
+            f"ptxas -arch={ptxas_arch(target)} refuses PTX .version {have} (it reads up to {accepted}), "
+            f"and the PTX lowered to .version {accepted} uses what that ISA lacks:\n"
+            f"{lowered.stderr.strip()}"
+        )
     return cubin, f"{PTX_LOWERED_NOTE.format(have=have, accepted=accepted)}\n{lowered.stderr}"
 
 
-PTX_LOWERED_NOTE = "PTX .version {have} lowered to {accepted}, the newest this ptxas reads (the code needs no newer ISA)"
+PTX_LOWERED_NOTE = (
+    "PTX .version {have} lowered to {accepted}, the newest this ptxas reads (the code needs no newer ISA)"
+)
 
 
 @lru_cache(maxsize=32)  # several AotBuilds may share one cubin (one kernel each): disassemble it once
@@ -139,8 +148,10 @@ _FUNCTION = re.compile(r"^\s*Function\s*:?\s*([^\s:]+):?\s*$", re.MULTILINE)
 @lru_cache(maxsize=32)
 def _sections(listing: str) -> dict[str, str]:
     marks = list(_FUNCTION.finditer(listing))
-    return {m.group(1): listing[m.start(): marks[i + 1].start() if i + 1 < len(marks) else len(listing)]
-            for i, m in enumerate(marks)}
+    return {
+        m.group(1): listing[m.start() : marks[i + 1].start() if i + 1 < len(marks) else len(listing)]
+        for i, m in enumerate(marks)
+    }
 
 
 def function_section(listing: str, function: str) -> str:
@@ -156,7 +167,9 @@ def opcode_counts(sass: str) -> Counter:
 
 
 # A Tensor Core opcode with its modifiers: HMMA.16816.F32.BF16, HGMMA.64x128x16.F32.BF16
-_TC_FULL = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:" + "|".join(TENSOR_OPCODES) + r")(?:\.[A-Za-z0-9_]+)*)")
+_TC_FULL = re.compile(
+    r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?((?:" + "|".join(TENSOR_OPCODES) + r")(?:\.[A-Za-z0-9_]+)*)"
+)
 _ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/")
 _BRA = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?BRA(?:\.[A-Z.]+)?\s+(?:`\(\S+\)|0x([0-9a-f]+))")
 
@@ -194,14 +207,36 @@ def inspect_build(b: AotBuild, dynamic_shared_bytes: int | None = None) -> Stati
     kinds = Counter(m.group(1) for m in _TC_FULL.finditer(sass))
     smem = max(shared, dynamic_shared_bytes or 0)
     occupancy = nvidia_warps_per_sm(b.target, reg, b.num_warps, smem) if b.num_warps and reg else None
-    matrix = dict(matrix_instructions=tc, matrix_instruction_kinds=sorted(kinds),
-                  matrix_kinds=[{"name": k, "count": n} for k, n in sorted(kinds.items())],
-                  matrix_per_k_step=tc_per_k_step(sass), matrix_cores="yes" if tc else "no",
-                  occupancy=occupancy, occupancy_unit="warps/SM", num_warps=b.num_warps)
-    return StaticRecord(kernel=b.kernel, config=b.config, target=b.target, dtype=b.dtype, default=b.default,
-                        wants_wgmma=b.wants_wgmma, hmma=ops["HMMA"], hgmma=ops["HGMMA"], qgmma=ops["QGMMA"],
-                        imma=ops["IMMA"] + ops["IGMMA"], ffma=ops["FFMA"], registers=reg, shared_bytes=shared,
-                        dynamic_shared_bytes=dynamic_shared_bytes, stack_bytes=stack, local_bytes=local,
-                        spill_stores=ops["STL"], spill_loads=ops["LDL"], tensor_core_instructions=tc,
-                        note=b.ptxas_log.splitlines()[0] if b.ptxas_log.startswith("PTX .version") else b.note,
-                        **matrix)
+    matrix = dict(
+        matrix_instructions=tc,
+        matrix_instruction_kinds=sorted(kinds),
+        matrix_kinds=[{"name": k, "count": n} for k, n in sorted(kinds.items())],
+        matrix_per_k_step=tc_per_k_step(sass),
+        matrix_cores="yes" if tc else "no",
+        occupancy=occupancy,
+        occupancy_unit="warps/SM",
+        num_warps=b.num_warps,
+    )
+    return StaticRecord(
+        kernel=b.kernel,
+        config=b.config,
+        target=b.target,
+        dtype=b.dtype,
+        default=b.default,
+        wants_wgmma=b.wants_wgmma,
+        hmma=ops["HMMA"],
+        hgmma=ops["HGMMA"],
+        qgmma=ops["QGMMA"],
+        imma=ops["IMMA"] + ops["IGMMA"],
+        ffma=ops["FFMA"],
+        registers=reg,
+        shared_bytes=shared,
+        dynamic_shared_bytes=dynamic_shared_bytes,
+        stack_bytes=stack,
+        local_bytes=local,
+        spill_stores=ops["STL"],
+        spill_loads=ops["LDL"],
+        tensor_core_instructions=tc,
+        note=b.ptxas_log.splitlines()[0] if b.ptxas_log.startswith("PTX .version") else b.note,
+        **matrix,
+    )

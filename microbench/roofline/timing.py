@@ -11,6 +11,7 @@ is timed again with a longer sleep, and a Timing whose batches still caught up s
 CPU: a monotonic clock (perf_counter_ns) around each call, rotating among input sets as well. Both return
 median, p20, p80 and the coefficient of variation.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,16 +22,16 @@ try:
     import resource
 except ImportError:  # not on Windows: no system time or page faults to report
     resource = None
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Callable, Sequence
 
 import torch
 
-from microbench.core.config import TimingSettings
-from microbench.core.device import Device
 from microbench.core.conditions import sched_tasks, threads_that_ran
-from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
+from microbench.core.config import TimingSettings
 from microbench.core.datasheet import amd_chips
+from microbench.core.device import Device
+from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 
 # An L2 flush buffer at least this large, and at least twice the reported L2 size.
 _MIN_FLUSH_BYTES = 256 * 2**20
@@ -103,8 +104,10 @@ class _Lead:
     def reason(self) -> str | None:
         if not self.caught_up:
             return None
-        return (f"host-bound: the GPU caught up with the host in {self.caught_up} of {self.batches} timing batches "
-                f"(host launch time may lie between the events)")
+        return (
+            f"host-bound: the GPU caught up with the host in {self.caught_up} of {self.batches} timing batches "
+            f"(host launch time may lie between the events)"
+        )
 
 
 def flush_bytes(device: Device) -> int:
@@ -114,8 +117,9 @@ def flush_bytes(device: Device) -> int:
     them and comes from microbench/data/amd_chips.toml by gcnArchName and CU count."""
     cache = device.l2_bytes or 0
     if device.kind == "rocm":
-        cache += max((c["infinity_cache_bytes"] for c in amd_chips() if c["arch"] == device.arch.split(":")[0]),
-                     default=0)
+        cache += max(
+            (c["infinity_cache_bytes"] for c in amd_chips() if c["arch"] == device.arch.split(":")[0]), default=0
+        )
     return max(_MIN_FLUSH_BYTES, 2 * cache)
 
 
@@ -156,7 +160,7 @@ class _Clock:
         """One batch behind its head start; timed again with a longer one where the GPU caught up."""
         self.lead.batches += 1
         for attempt in range(_RETRIES + 1):
-            times, caught_up = self._queue(fns, first, reps, scale=2.0 ** attempt)
+            times, caught_up = self._queue(fns, first, reps, scale=2.0**attempt)
             if not caught_up:
                 return times
         self.lead.caught_up += 1
@@ -198,8 +202,10 @@ def _rusage_per_call(before, after, reps: int) -> dict | None:
     """sys_ms_per_call and minor_faults_per_call over a window of `reps` calls (means: getrusage has totals)."""
     if before is None or after is None or reps <= 0:
         return None
-    return {"sys_ms_per_call": round((after[0] - before[0]) * 1e3 / reps, 3),
-            "minor_faults_per_call": round((after[1] - before[1]) / reps, 1)}
+    return {
+        "sys_ms_per_call": round((after[0] - before[0]) * 1e3 / reps, 3),
+        "minor_faults_per_call": round((after[1] - before[1]) / reps, 1),
+    }
 
 
 def _busy_cores(cpu_ns: int, window_ns: int, threads: int, noise: NoiseSettings) -> float | None:
@@ -214,9 +220,13 @@ def _busy_cores(cpu_ns: int, window_ns: int, threads: int, noise: NoiseSettings)
     return cpu_ns / window_ns
 
 
-def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], device: Device,
-            settings: TimingSettings, noise: NoiseSettings | None = None,
-            between: Callable[[], object] | None = None) -> Timing:
+def time_calls(
+    calls: Callable[[], object] | Sequence[Callable[[], object]],
+    device: Device,
+    settings: TimingSettings,
+    noise: NoiseSettings | None = None,
+    between: Callable[[], object] | None = None,
+) -> Timing:
     """Time `calls` (one callable, or several over different input sets, used in rotation). With `noise`,
     the Timing carries the judgement of its repeats' stability (core.stats.noise_reasons); the scheduler
     tick is a CPU matter, so a GPU's repeats are judged without it. `between` (a CPU only): an untimed call
@@ -258,7 +268,11 @@ def time_calls(calls: Callable[[], object] | Sequence[Callable[[], object]], dev
         extra = wait_reason(cpu_wait, noise) if noise is not None else None
         ran = threads_that_ran(before, after)
         busy = _busy_cores(cpu_ns, window_ns, ran, noise or NoiseSettings()) if between is None else None
-        t = replace(t, cpu_wait=round(cpu_wait, 4), noise=t.noise + ((extra,) if extra else ()),
-                    cpu_busy_cores=round(busy, 3) if busy is not None else None,
-                    **(usage or {}))
+        t = replace(
+            t,
+            cpu_wait=round(cpu_wait, 4),
+            noise=t.noise + ((extra,) if extra else ()),
+            cpu_busy_cores=round(busy, 3) if busy is not None else None,
+            **(usage or {}),
+        )
     return t

@@ -10,6 +10,7 @@ work model's for its operator is not replayed. Calls with the same cases are one
 however often it ran), ranked by the trace's kernel time. What cannot be replayed (no shapes, attention, 3-D
 convolution, a dtype without cases) is listed with its time, never guessed.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,14 +23,14 @@ from microbench.core import ops, thresholds
 from microbench.core.config import CaseSet
 from microbench.core.datasheet import match_datasheet
 from microbench.core.errors import InputError
-from microbench.core.ops.aten import trace_call
 from microbench.core.ops import case_work
+from microbench.core.ops.aten import trace_call
 from microbench.core.shapes import AttentionShape, Case
+from microbench.roofline import registry
 from microbench.trace import opmetrics
 from microbench.trace.analysis import device_entries, read_trace
 from microbench.trace.classify import class_set
 from microbench.trace.timeline import KERNEL, NO_ID, Timeline
-from microbench.roofline import registry
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,11 @@ def layout_notes(family: str, args: list) -> list[str]:
     layout)."""
     tensors = [a for a in args if isinstance(a, RecordedArg)]
     if family == "gemm":
-        return [f"operand {list(a.shape)} with strides {list(a.strides)}: measured packed"
-                for a in tensors if not _packed(a)]
+        return [
+            f"operand {list(a.shape)} with strides {list(a.strides)}: measured packed"
+            for a in tensors
+            if not _packed(a)
+        ]
     x = next((a for a in tensors if a.dim() == 4 and a.strides == contiguous_strides(a.shape)), None)
     return ["recorded NCHW (contiguous) operands: measured channels_last (NHWC, the conv2d spec's layout)"] if x else []
 
@@ -102,9 +106,9 @@ class TraceCases:
     selection, and what was left out with why."""
 
     path: str
-    device: str | None          # the trace's device name (deviceProperties), None where it names none
-    datasheet_key: str | None   # its bench.toml [devices] entry
-    matrix_time_us: float       # the kernel time of every matrix operator and GEMM-class kernel of the trace
+    device: str | None  # the trace's device name (deviceProperties), None where it names none
+    datasheet_key: str | None  # its bench.toml [devices] entry
+    matrix_time_us: float  # the kernel time of every matrix operator and GEMM-class kernel of the trace
     groups: list[CaseGroup]
     below: list[CaseGroup]
     left_out: list[dict]
@@ -119,12 +123,19 @@ class TraceCases:
 
     def source(self, g: CaseGroup) -> dict:
         """Where a row of the group's cases came from (the row's `trace_source`)."""
-        return {"trace": self.path, "operators": dict(g.operators), "calls": g.calls,
-                "trace_kernel_time_us": g.kernel_time_us, "trace_us_per_call": g.us_per_call,
-                "device": self.device, "group": g.label(), "group_cases": len(g.cases),
-                "share_pct": 100.0 * g.kernel_time_us / self.matrix_time_us if self.matrix_time_us else None,
-                **({} if g.strides_recorded else {"note": "no Input Strides recorded: row-major operands assumed"}),
-                **({"layout": sorted(g.layout)} if g.layout else {})}
+        return {
+            "trace": self.path,
+            "operators": dict(g.operators),
+            "calls": g.calls,
+            "trace_kernel_time_us": g.kernel_time_us,
+            "trace_us_per_call": g.us_per_call,
+            "device": self.device,
+            "group": g.label(),
+            "group_cases": len(g.cases),
+            "share_pct": 100.0 * g.kernel_time_us / self.matrix_time_us if self.matrix_time_us else None,
+            **({} if g.strides_recorded else {"note": "no Input Strides recorded: row-major operands assumed"}),
+            **({"layout": sorted(g.layout)} if g.layout else {}),
+        }
 
 
 def _arg(tl: Timeline, col: str, row: int):
@@ -142,8 +153,11 @@ def _inner(tl: Timeline, row: int, replayable: np.ndarray) -> np.ndarray:
     """The outermost replayable operators within call `row` on its thread (itself, where it is one)."""
     o = tl.cpu_ops
     end = o.ts_us[row] + o.dur_us[row]
-    inside = replayable[(o.thread[replayable] == o.thread[row]) & (o.ts_us[replayable] >= o.ts_us[row])
-                        & (o.ts_us[replayable] + o.dur_us[replayable] <= end)]
+    inside = replayable[
+        (o.thread[replayable] == o.thread[row])
+        & (o.ts_us[replayable] >= o.ts_us[row])
+        & (o.ts_us[replayable] + o.dur_us[replayable] <= end)
+    ]
     return opmetrics._outermost(tl, inside) if len(inside) else inside
 
 
@@ -151,8 +165,7 @@ def _cases_of(tl: Timeline, row: int, dtype: str) -> tuple[list[Case], str, bool
     """The cases of one replayable recorded call, why none, whether its strides were recorded, and its layout
     notes."""
     name = tl.names[tl.cpu_ops.name[row]]
-    call = trace_call(name, _arg(tl, "input_dims", row), _arg(tl, "input_types", row),
-                      _arg(tl, "concrete_inputs", row))
+    call = trace_call(name, _arg(tl, "input_dims", row), _arg(tl, "input_types", row), _arg(tl, "concrete_inputs", row))
     strides = _arg(tl, "input_strides", row)
     args = []
     for i, (shape, value) in enumerate(zip(call.shapes, call.values)):
@@ -211,15 +224,23 @@ def _call_cases(tl: Timeline, c, replayable, dtypes_known) -> tuple[tuple[Case, 
         return (), "; ".join(whys) or "no case", recorded, []
     flops = sum(case_work(k).flops for k in cases)
     if flops != c.work.flops:
-        return (), (f"its cases do {flops:,} FLOPs, the work model {c.work.flops:,} for {c.name}: not the same "
-                    "problem, not replayed"), recorded, []
+        return (
+            (),
+            (
+                f"its cases do {flops:,} FLOPs, the work model {c.work.flops:,} for {c.name}: not the same "
+                "problem, not replayed"
+            ),
+            recorded,
+            [],
+        )
     return tuple(cases), "", recorded, notes
 
 
 def _left(out: dict, c, why: str) -> None:
     key = (c.name, opmetrics.shape_label(c.work), c.work.dtype, why)
-    g = out.setdefault(key, {"op": c.name, "shape": key[1], "dtype": c.work.dtype, "why": why, "calls": 0,
-                             "time_us": 0.0})
+    g = out.setdefault(
+        key, {"op": c.name, "shape": key[1], "dtype": c.work.dtype, "why": why, "calls": 0, "time_us": 0.0}
+    )
     g["calls"] += 1
     g["time_us"] += c.kernel_time_us
 
@@ -273,8 +294,12 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     work_model = opmetrics.work_model(tl, peaks)
     if not work_model.calls:
         why = f" ({work_model.notes[0]})" if work_model.notes and "record_shapes" not in work_model.notes[0] else ""
-        raise InputError(path, f"no GEMM / convolution / attention operator with recorded shapes{why}: record with "
-                               "torch.profiler.profile(record_shapes=True)", key="Input Dims")
+        raise InputError(
+            path,
+            f"no GEMM / convolution / attention operator with recorded shapes{why}: record with "
+            "torch.profiler.profile(record_shapes=True)",
+            key="Input Dims",
+        )
     replayable = _replayable_rows(tl)
     groups: dict[tuple, CaseGroup] = {}
     left: dict[tuple, dict] = {}
@@ -293,16 +318,26 @@ def trace_cases(path: str | Path, cfg, top: int | None = None, min_share_pct: fl
     matrix, unowned_rows = _matrix_kernels(tl, work_model)
     unowned = float(tl.activities.dur_us[unowned_rows].sum())
     if unowned > 0:
-        left[("",)] = {"op": "GEMM-class kernels", "shape": "-", "dtype": None, "calls": None, "time_us": unowned,
-                       "why": "launched by no operator with recorded shapes"}
+        left[("",)] = {
+            "op": "GEMM-class kernels",
+            "shape": "-",
+            "dtype": None,
+            "calls": None,
+            "time_us": unowned,
+            "why": "launched by no operator with recorded shapes",
+        }
     if not groups:
-        raise InputError(path, "no GEMM or convolution operator with shapes that makes a case: "
-                               + next(iter(left.values()))["why"], key="Input Dims")
+        raise InputError(
+            path,
+            "no GEMM or convolution operator with shapes that makes a case: " + next(iter(left.values()))["why"],
+            key="Input Dims",
+        )
     ranked = sorted(groups.values(), key=lambda g: -g.kernel_time_us)
     total = float(tl.activities.dur_us[matrix].sum())
     chosen, below, how = _select(ranked, total, top, min_share_pct)
-    return TraceCases(str(path), name, key, total, chosen, below,
-                      sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix)
+    return TraceCases(
+        str(path), name, key, total, chosen, below, sorted(left.values(), key=lambda d: -d["time_us"]), how, tl, matrix
+    )
 
 
 def case_set_name(path: str | Path) -> str:
@@ -312,8 +347,12 @@ def case_set_name(path: str | Path) -> str:
 def case_set_of(tc: TraceCases) -> CaseSet:
     """A trace's cases as a profile through every registered provider (the caller has loaded them: kernels.load_all),
     for `dawnscope roofline --from-trace` and `pytest --benchmark-only` with DAWNSCOPE_TRACE alike."""
-    return CaseSet(case_set_name(tc.path), f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
-                   tuple(registry.names()), tc.cases)
+    return CaseSet(
+        case_set_name(tc.path),
+        f"the GEMM / convolution / attention cases of {tc.path} ({tc.selection})",
+        tuple(registry.names()),
+        tc.cases,
+    )
 
 
 def same_device_reason(tc: TraceCases, device_name: str, cfg) -> tuple[bool, str]:
@@ -325,8 +364,10 @@ def same_device_reason(tc: TraceCases, device_name: str, cfg) -> tuple[bool, str
         return False, f"the trace's device {tc.device!r} matches no datasheet entry: shown for reference"
     if mine is None or mine.key != tc.datasheet_key:
         here = f"{mine.key!r}" if mine else "no datasheet entry"
-        return False, (f"the trace ran on {tc.device} ({tc.datasheet_key!r}), this machine is {device_name} ({here}): "
-                       "another chip, its time shown for reference, not compared")
+        return False, (
+            f"the trace ran on {tc.device} ({tc.datasheet_key!r}), this machine is {device_name} ({here}): "
+            "another chip, its time shown for reference, not compared"
+        )
     return True, f"same chip ({tc.datasheet_key!r}): compared"
 
 
@@ -338,8 +379,9 @@ def compare(source: dict, median_ms: float | None, same: bool, why: str) -> dict
     if not same:
         out["not_compared"] = why
     elif source["group_cases"] > 1:
-        out["not_compared"] = (f"the trace's time is one operator's {source['group_cases']} cases together: "
-                               "compared in the summary")
+        out["not_compared"] = (
+            f"the trace's time is one operator's {source['group_cases']} cases together: compared in the summary"
+        )
     elif ours_us is not None and source["trace_us_per_call"] > 0:
         out["ratio_vs_trace"] = ours_us / source["trace_us_per_call"]
     return out

@@ -1,4 +1,5 @@
 """`python -m microbench.trace`, the same as `dawnscope trace`."""
+
 import sys
 
 from microbench.trace.cli import main

@@ -3,6 +3,7 @@ results (summary, kernels, steps, GPU time, counters as Tensor Core evidence, th
 eligibility, annotations, graphs) are each computed once from the timeline on first use, without changing it
 -> one JSON-ready document (schema dawnscope.trace/1; the terminal report is
 microbench/report/trace_report.py). Definitions: docs/traces.md."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,6 +16,7 @@ import numpy as np
 from microbench.core import thresholds
 from microbench.core.config import Config, load_config
 from microbench.core.datasheet import find_entry, match_datasheet
+from microbench.core.documents import TraceDocument
 from microbench.core.files import open_input
 from microbench.core.frames import Tables, unknown_table
 from microbench.core.results import TraceKernelRow
@@ -38,10 +40,12 @@ from microbench.trace.timeline import KERNEL, NO_ID, TC_VALUES, Timeline
 
 SCHEMA = "dawnscope.trace/1"
 TOP_UNKNOWN = 8
-HOW_TO_ADD_A_RULE = ("add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
-                     "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
-                     "the general rules it would otherwise fall into, and a test with the real name "
-                     "(tests/data/kernel_names.toml, read by tests/test_kernel_rules.py)")
+HOW_TO_ADD_A_RULE = (
+    "add a [[kernel]] rule to microbench/data/kernel_rules.toml (pattern: a regular expression "
+    "searched in the kernel name; class; tensor_cores yes/no/unknown; note: the evidence), before "
+    "the general rules it would otherwise fall into, and a test with the real name "
+    "(tests/data/kernel_names.toml, read by tests/test_kernel_rules.py)"
+)
 
 
 def detect_format(path: str | Path) -> str:
@@ -91,8 +95,9 @@ def is_profiler_trace(path: str | Path) -> bool:
 def read_trace(path: str | Path) -> Timeline:
     """The timeline of a trace file, whichever profiler wrote it: one reader per format fills the same
     Timeline (microbench/trace/timeline.py)."""
-    tl = {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read,
-          "kineto": kineto.read}[detect_format(path)](path)
+    tl = {"nsys": nsys.read, "ncu": ncu.read, "rocprofv3": rocprof.read, "kineto": kineto.read}[detect_format(path)](
+        path
+    )
     return launchers.by_launcher(tl)  # kernels no name rule settles, by the operator or range that launched them
 
 
@@ -104,13 +109,18 @@ def graph_section(tl: Timeline, graph_capture: str | Path | None) -> tuple[dict,
     keys = graphs.graph_summary(tl, gk, capture is not None)
     notes = list(gk.notes)
     if keys["graph_kernel_count"] and capture is None:
-        notes.append(f"{keys['graph_kernel_count']} kernels ({keys['graph_kernel_time_us']:,.1f} us) were launched "
-                     f"by {keys['graph_launches']} CUDA/HIP graph launch(es): counted one by one; give the trace of "
-                     "the graph's capture (--graph-capture) to attribute them to the operators that captured them")
+        notes.append(
+            f"{keys['graph_kernel_count']} kernels ({keys['graph_kernel_time_us']:,.1f} us) were launched "
+            f"by {keys['graph_launches']} CUDA/HIP graph launch(es): counted one by one; give the trace of "
+            "the graph's capture (--graph-capture) to attribute them to the operators that captured them"
+        )
     ops = None
     if capture is not None:
-        ops = {"capture_file": str(graph_capture), "graphs_captured": gk.captures,
-               "ops": graphs.graph_ops(tl, gk, capture)}
+        ops = {
+            "capture_file": str(graph_capture),
+            "graphs_captured": gk.captures,
+            "ops": graphs.graph_ops(tl, gk, capture),
+        }
     return keys, ops, notes
 
 
@@ -122,23 +132,44 @@ class TraceAnalysis(Tables):
     are the counters' where they settle the question and the kernel-name rule's elsewhere. The per-op model
     itself is built on the rule's verdicts: the counters' verdict needs its FLOPs."""
 
-    def __init__(self, tl: Timeline, config=None, step_range: str | None = None, measured: dict | None = None,
-                 graph_capture: str | Path | None = None, path: str | Path | None = None, source: str | None = None):
+    def __init__(
+        self,
+        tl: Timeline,
+        config=None,
+        step_range: str | None = None,
+        measured: dict | None = None,
+        graph_capture: str | Path | None = None,
+        path: str | Path | None = None,
+        source: str | None = None,
+    ):
         """`config`: a Config, a bench.toml path, or None for the project's bench.toml (its datasheet gives the
         devices their peaks, so MFU and the dtype findings can be made); the same meaning everywhere."""
-        self.tl, self.cfg, self.step_range = tl, config if isinstance(config, Config) else load_config(config), step_range
+        self.tl, self.cfg, self.step_range = (
+            tl,
+            config if isinstance(config, Config) else load_config(config),
+            step_range,
+        )
         self.measured, self.graph_capture = measured or {}, graph_capture
         self.path = str(path if path is not None else tl.source)
         self.source = source  # the chip the trace ran on, given by the user (--source): its datasheet entry
 
     @classmethod
-    def open(cls, path: str | Path, config=None, step_range: str | None = None, measured: dict | None = None,
-             graph_capture: str | Path | None = None, source: str | None = None):
+    def open(
+        cls,
+        path: str | Path,
+        config=None,
+        step_range: str | None = None,
+        measured: dict | None = None,
+        graph_capture: str | Path | None = None,
+        source: str | None = None,
+        **kw,
+    ):
         """The one way to open a trace, as `dawnscope trace` does: any format `read_trace` tells apart, with
         `config` as in __init__. `step_range`: the name of the ranges that are steps (default: ProfilerStep#N);
         `measured`: measured compute ceilings, TFLOP/s by datasheet column; `graph_capture`: the trace of the
-        capture of the CUDA/HIP graphs this trace replays; `source`: the chip it ran on where it does not say."""
-        return cls(read_trace(path), config, step_range, measured, graph_capture, path, source)
+        capture of the CUDA/HIP graphs this trace replays; `source`: the chip it ran on where it does not say; `kw`:
+        what a subclass's constructor adds (the findings layer's `decomposition`)."""
+        return cls(read_trace(path), config, step_range, measured, graph_capture, path, source, **kw)
 
     @cached_property
     def devices(self) -> list[dict]:
@@ -183,8 +214,9 @@ class TraceAnalysis(Tables):
         s = summary_of(self.evidence)
         layers = metrics.matrix_unit_evidence_time(self.evidence, self.counter_tensor_cores != NO_ID)
         s["tensor_core_evidence_us"] = layers
-        s["tensor_core_inferred_share"] = _share(sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED),
-                                                 s["kernel_time_us"])
+        s["tensor_core_inferred_share"] = _share(
+            sum(v.get("yes", 0.0) for k, v in layers.items() if k in INFERRED), s["kernel_time_us"]
+        )
         s["eligible_unused_us"] = self.eligibility["eligible_unused_us"]
         # without shapes (the TensorBoard plugin's measure): eligible operators' kernel time not on Tensor Cores
         s["eligible_unused_by_operator_share"] = self.eligibility["by_operator"]["unused_share"]
@@ -216,17 +248,24 @@ class TraceAnalysis(Tables):
 
     @cached_property
     def integrity(self) -> dict:
-        counts = {"kernel_count": metrics.kernel_time(self.tl)[0],
-                  "unattributed_kernels": metrics.unlaunched_kernels(self.tl)}
-        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices,
-                                      self.flop_coverage)
+        counts = {
+            "kernel_count": metrics.kernel_time(self.tl)[0],
+            "unattributed_kernels": metrics.unlaunched_kernels(self.tl),
+        }
+        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices, self.flop_coverage)
 
     @cached_property
     def mfu(self) -> dict:
         w = self._steps[0]
         lo, hi = gpu_time.plugin_windows(self.tl, w) if len(w) else ((), ())
-        m = opmetrics.mfu(self.evidence, self.work_model, self.peaks, w, gpu_time.breakdown(self.tl)["gpu_span_us"],
-                          spans_us=[b - a for a, b in zip(lo, hi)] if len(w) else None)
+        m = opmetrics.mfu(
+            self.evidence,
+            self.work_model,
+            self.peaks,
+            w,
+            gpu_time.breakdown(self.tl)["gpu_span_us"],
+            spans_us=[b - a for a, b in zip(lo, hi)] if len(w) else None,
+        )
         if self.measured and self.work_model.calls:
             at_meas, _, _ = opmetrics.time_at_peak_us(self.work_model.calls, self.measured)
             m["of_measured"] = at_meas / m["window_us"] if m["window_us"] else None
@@ -240,8 +279,10 @@ class TraceAnalysis(Tables):
 
     @property
     def steps(self) -> list[dict]:
-        return [st | {k: m[k] for k in ("model_flops", "achieved_tflops", "mfu")}
-                for st, m in zip(self._steps[1], self.mfu["steps"])]
+        return [
+            st | {k: m[k] for k in ("model_flops", "achieved_tflops", "mfu")}
+            for st, m in zip(self._steps[1], self.mfu["steps"])
+        ]
 
     @property
     def outside_steps(self) -> dict:
@@ -252,8 +293,18 @@ class TraceAnalysis(Tables):
         rows = opmetrics.op_rows(self.evidence, self.work_model, self.peaks, self.measured)
         if self.flop_coverage["withheld"]:
             for r in rows:
-                withhold(r, self.flop_coverage, ("op_tflops", "kernel_tflops", "pct_of_datasheet", "pct_of_measured",
-                                                 "kernel_pct_of_datasheet", "kernel_pct_of_measured"))
+                withhold(
+                    r,
+                    self.flop_coverage,
+                    (
+                        "op_tflops",
+                        "kernel_tflops",
+                        "pct_of_datasheet",
+                        "pct_of_measured",
+                        "kernel_pct_of_datasheet",
+                        "kernel_pct_of_measured",
+                    ),
+                )
         return rows
 
     @cached_property
@@ -275,16 +326,17 @@ class TraceAnalysis(Tables):
         notes += eligible_note(self.eligibility["by_operator"])
         return notes + self.graphs[2]
 
-    def document(self) -> dict:
+    def document(self) -> TraceDocument:
         """The whole report as a JSON-ready dict."""
         dist = self.tl.distributed
         return {
             "schema": SCHEMA,
             "file": self.path,
             "format": self.tl.format,
-            "trace": {k: self.tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in self.tl.meta}
-                     | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}}
-                        if dist else {}),
+            "trace": {
+                k: self.tl.meta[k] for k in ("schemaVersion", "traceName", "displayTimeUnit") if k in self.tl.meta
+            }
+            | ({"distributed": {k: dist[k] for k in ("backend", "rank", "world_size") if k in dist}} if dist else {}),
             "devices": self.devices,
             "integrity": self.integrity,
             "summary": self.summary,
@@ -312,8 +364,15 @@ class TraceAnalysis(Tables):
             raise unknown_table(name, self.TABLES, "a trace analysis")
         if name == "classes":
             s = self.summary
-            return [{"class": c, "count": s["count_by_class"][c], "time_us": s["time_by_class_us"][c],
-                     "share": s["share_by_class"][c]} for c in s["time_by_class_us"]]
+            return [
+                {
+                    "class": c,
+                    "count": s["count_by_class"][c],
+                    "time_us": s["time_by_class_us"][c],
+                    "share": s["share_by_class"][c],
+                }
+                for c in s["time_by_class_us"]
+            ]
         if name == "eligibility":
             return list(self.eligibility["findings"])
         return list(getattr(self, name))
@@ -327,8 +386,10 @@ def withhold(d: dict, cov: dict, keys: tuple[str, ...]) -> None:
     for k in keys:
         if k in d:
             d[k] = None
-    d["withheld"] = (f"the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time, under "
-                     f"{cov['threshold']:.0%} (flop_coverage_min, microbench/data/thresholds.toml)")
+    d["withheld"] = (
+        f"the model's FLOPs cover {cov['share']:.1%} of matrix-kernel time, under "
+        f"{cov['threshold']:.0%} (flop_coverage_min, microbench/data/thresholds.toml)"
+    )
 
 
 def _share(x: float, total: float):
@@ -360,7 +421,9 @@ def summary_of(tl: Timeline) -> dict:
         "exposed_comm_us": whole["exposed_comm_us"],
         "exposed_comm_share": _share(whole["exposed_comm_us"], span),
         "wall_span_us": tl.wall_span_us,
-        "kernel_span_us": float(acts.end_us[kernel_rows].max() - acts.ts_us[kernel_rows].min()) if len(kernel_rows) else 0.0,
+        "kernel_span_us": float(acts.end_us[kernel_rows].max() - acts.ts_us[kernel_rows].min())
+        if len(kernel_rows)
+        else 0.0,
         "gpu_span_us": span,
         "gpu_busy_us": whole["busy_us"],
         "gpu_busy_share": _share(whole["busy_us"], span),
@@ -384,16 +447,26 @@ def _datasheet(name: str, cfg) -> dict:
     entry, note = match_datasheet(name, cfg.devices)
     if entry is None:
         return {"entry": None, "note": note}
-    return {"entry": entry.key, "name": entry.name, "peaks_tflops": dict(entry.peaks_tflops),
-            "memory_tbs": entry.memory_tbs, "note": note}
+    return {
+        "entry": entry.key,
+        "name": entry.name,
+        "peaks_tflops": dict(entry.peaks_tflops),
+        "memory_tbs": entry.memory_tbs,
+        "note": note,
+    }
 
 
 def _given(source: str, cfg, name: str) -> dict:
     """The datasheet entry the user named (--source), for a device whatever the trace calls it."""
     entry = find_entry(source, cfg.devices, "--source")
     named = f"; the trace names it {name!r}" if name else "; the trace names no device"
-    return {"entry": entry.key, "name": entry.name, "peaks_tflops": dict(entry.peaks_tflops),
-            "memory_tbs": entry.memory_tbs, "note": f"given by --source {source}{named}"}
+    return {
+        "entry": entry.key,
+        "name": entry.name,
+        "peaks_tflops": dict(entry.peaks_tflops),
+        "memory_tbs": entry.memory_tbs,
+        "note": f"given by --source {source}{named}",
+    }
 
 
 def device_entries(tl: Timeline, cfg=None, source: str | None = None) -> list[dict]:
@@ -408,8 +481,10 @@ def device_entries(tl: Timeline, cfg=None, source: str | None = None) -> list[di
         entry = {"id": dev, "name": name or None, "kernels_ran_here": dev in used}
         if dev in mapped:
             entry["properties_of"] = mapped[dev]
-            entry["note"] = (f"the trace's kernels name device {dev}, its deviceProperties describe device "
-                             f"{mapped[dev]}: ROCm numbers devices by HSA agent, the CPUs first; taken to be the same")
+            entry["note"] = (
+                f"the trace's kernels name device {dev}, its deviceProperties describe device "
+                f"{mapped[dev]}: ROCm numbers devices by HSA agent, the CPUs first; taken to be the same"
+            )
         if "computeMajor" in p:
             entry["compute_capability"] = f"{p.get('computeMajor')}.{p.get('computeMinor')}"
         if p.get("gcnArchName"):
@@ -434,8 +509,10 @@ def _unnamed(dev: int, props: dict) -> str:
     if not props:
         return f"the trace names no device {dev} (no deviceProperties entry): no datasheet peaks"
     what = ", ".join(f"{k} {props[k]}" for k in ("computeMajor", "computeMinor", "numSms") if k in props)
-    return (f"device {dev}'s deviceProperties entry has no name ({what}): no datasheet entry is guessed from those; "
-            "no datasheet peaks (give --source DEVICE)")
+    return (
+        f"device {dev}'s deviceProperties entry has no name ({what}): no datasheet entry is guessed from those; "
+        "no datasheet peaks (give --source DEVICE)"
+    )
 
 
 def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict], dict[int, int]]:
@@ -458,17 +535,32 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
     rows = []
     for g in metrics.top_kernels(tl):
         c = tl.classes[g.cls]
-        evidence = ("kernel name matched no rule" if c.rule == "unknown" else
-                    f"{c.basis}: kernel name matched {c.rule}: {c.note}" if c.basis in INFERRED else
-                    f"kernel name matched {c.rule}: {c.note}")
-        row = TraceKernelRow(kernel=g.name, kernel_class=c.cls, calls=len(g.durations_us),
-                             device=dev_names.get(g.device, ""),
-                             time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
-                             tensor_cores=c.tensor_cores, tensor_core_evidence=evidence,
-                             params={"kernel": g.name, "class": c.cls, "rule": c.rule, "evidence": c.basis,
-                                     "device_index": g.device,
-                                     "calls": len(g.durations_us), "kernel_time_us": g.total_us,
-                                     "share": _share(g.total_us, kernel_time_us)})
+        evidence = (
+            "kernel name matched no rule"
+            if c.rule == "unknown"
+            else f"{c.basis}: kernel name matched {c.rule}: {c.note}"
+            if c.basis in INFERRED
+            else f"kernel name matched {c.rule}: {c.note}"
+        )
+        row = TraceKernelRow(
+            kernel=g.name,
+            kernel_class=c.cls,
+            calls=len(g.durations_us),
+            device=dev_names.get(g.device, ""),
+            time_ms=summarize((g.durations_us / 1000.0).tolist()).as_dict(),
+            tensor_cores=c.tensor_cores,
+            tensor_core_evidence=evidence,
+            params={
+                "kernel": g.name,
+                "class": c.cls,
+                "rule": c.rule,
+                "evidence": c.basis,
+                "device_index": g.device,
+                "calls": len(g.durations_us),
+                "kernel_time_us": g.total_us,
+                "share": _share(g.total_us, kernel_time_us),
+            },
+        )
         rows.append(row.as_dict())
     return rows
 
@@ -477,13 +569,17 @@ def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
     # kernels without a launch: an integrity line (trace/integrity.py), said before any figure
     if not s["kernel_count"]:
-        notes.append("no GPU kernel events (cat 'kernel'): was the trace recorded with "
-                     "torch.profiler.ProfilerActivity.CUDA on a GPU?")
+        notes.append(
+            "no GPU kernel events (cat 'kernel'): was the trace recorded with "
+            "torch.profiler.ProfilerActivity.CUDA on a GPU?"
+        )
     for what, n in tl.skipped.items():
         notes.append(f"skipped {n} {what}")
     if s["tensor_core_unknown_share"]:
-        notes.append(f"{s['tensor_core_unknown_share']:.1%} of kernel time is in kernels whose name does not tell "
-                     "whether Tensor Cores / matrix cores ran them (tensor_cores: unknown)")
+        notes.append(
+            f"{s['tensor_core_unknown_share']:.1%} of kernel time is in kernels whose name does not tell "
+            "whether Tensor Cores / matrix cores ran them (tensor_cores: unknown)"
+        )
     return notes
 
 
@@ -523,9 +619,14 @@ def counter_evidence(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, 
         summed = C.combine_calls(with_counters)
         cls = tl.classes[tl.activities.cls[rows[0]]]
         v = C.counter_verdict(summed, cls.cls, float(kernel_flops[rows].sum()) or None)
-        out[key] = {"counters": summed, "counted_flops": C.sass_flops(summed), "verdict": v,
-                    "contradiction": C.contradiction(cls.tensor_cores, v), "name_verdict": cls.tensor_cores,
-                    "rows": rows}
+        out[key] = {
+            "counters": summed,
+            "counted_flops": C.sass_flops(summed),
+            "verdict": v,
+            "contradiction": C.contradiction(cls.tensor_cores, v),
+            "name_verdict": cls.tensor_cores,
+            "rows": rows,
+        }
     return out
 
 
@@ -568,8 +669,9 @@ def _place_by_counters(row: dict, p: dict, flops: float | None) -> None:
     row["bytes"], row["gbps"] = nbytes, nbytes / seconds / 1e9
     if flops:
         row["flops"], row["tflops"], row["intensity"] = flops, flops / seconds / 1e12, flops / nbytes
-    p["roofline_from"] = ("the export's DRAM bytes and "
-                          + ("the model's FLOPs" if p.get("model_flops") else "its counted SASS FLOPs"))
+    p["roofline_from"] = "the export's DRAM bytes and " + (
+        "the model's FLOPs" if p.get("model_flops") else "its counted SASS FLOPs"
+    )
 
 
 def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
@@ -578,8 +680,16 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
     share = summary.get("tensor_core_unknown_share") or 0.0
     if share <= thresholds.value("unknown_share_limit"):
         return None
-    top = [{"kernel": k["params"]["kernel"], "class": k["params"]["class"], "kernel_time_us": k["params"]["kernel_time_us"],
-            "share": k["params"]["share"]} for k in kernels if k["tensor_cores"] == "unknown"][:TOP_UNKNOWN]
+    top = [
+        {
+            "kernel": k["params"]["kernel"],
+            "class": k["params"]["class"],
+            "kernel_time_us": k["params"]["kernel_time_us"],
+            "share": k["params"]["share"],
+        }
+        for k in kernels
+        if k["tensor_cores"] == "unknown"
+    ][:TOP_UNKNOWN]
     return {"share": share, "top": top, "how_to_add_a_rule": HOW_TO_ADD_A_RULE}
 
 
@@ -589,22 +699,32 @@ def eligible_note(by_op: dict) -> list[str]:
     if share <= thresholds.value("eligible_unused_note_share"):
         return []
     untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
-    return [(f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
-             f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
-             "(torch.autocast) or TF32 where the GPU has it")]
+    return [
+        (
+            f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
+            "(torch.autocast) or TF32 where the GPU has it"
+        )
+    ]
 
 
 def perf_notes(tl: Timeline, work_model: opmetrics.WorkModel, peaks: dict, dev: eligibility.Device) -> list[str]:
     notes = []
     if work_model.calls and not peaks:
-        notes.append("no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
-                     "ceiling with --ceiling or --ceilings)")
+        notes.append(
+            "no datasheet peaks for this device: MFU and % of peak are not computed (give a measured "
+            "ceiling with --ceiling or --ceilings)"
+        )
     if work_model.calls and dev.vendor is None:
         notes.append("the trace names no device: the Tensor Core eligibility check, which depends on it, is skipped")
     if tl.meta.get("counter_ranges"):
-        notes.append(f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "
-                     "hardware counters; their durations are the profiler's ranges, not kernel run times")
+        notes.append(
+            f"CUPTI range-profiler trace: {tl.meta['counter_ranges']} kernels replayed one at a time with "
+            "hardware counters; their durations are the profiler's ranges, not kernel run times"
+        )
     if tl.meta.get("serialized"):
-        notes.append(f"{tl.meta['serialized']}: kernel time is the sum of measured durations; spans and idle time "
-                     "of this serialized timeline mean nothing")
+        notes.append(
+            f"{tl.meta['serialized']}: kernel time is the sum of measured durations; spans and idle time "
+            "of this serialized timeline mean nothing"
+        )
     return notes

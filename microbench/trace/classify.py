@@ -1,11 +1,14 @@
 """Kernel and operator classification by rules kept as data (microbench/data/kernel_rules.toml)."""
+
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
+
+import tomllib
+
 from microbench.core.kernel_names import kernel_signature_name
 from microbench.core.resources import data_file
 
@@ -48,7 +51,7 @@ class Classification:
         return class_labels().get(self.cls, self.cls)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _data(path: str = str(RULES_PATH)) -> dict:
     return tomllib.loads(Path(path).read_text())
 
@@ -58,7 +61,7 @@ def class_set(name: str) -> tuple[str, ...]:
     return tuple(_data()["class_sets"][name])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[Rule, ...]]]:
     data = _data(path)
     classes = dict(data["classes"])
@@ -72,8 +75,18 @@ def _load(path: str = str(RULES_PATH)) -> tuple[dict[str, str], dict[str, tuple[
             applies = tuple(r.get("applies_to", ()))
             if cls not in classes or tc not in TENSOR_CORE_VALUES or not set(applies) <= set(classes):
                 raise ValueError(f"{path}: {section}[{i}]: bad class {cls!r}, tensor_cores {tc!r} or applies_to")
-            rules.append(Rule(section, i, re.compile(r["pattern"], re.IGNORECASE), cls, tc, r.get("note", ""),
-                              applies, tuple((k, float(v)) for k, v in r.get("dtypes", {}).items())))
+            rules.append(
+                Rule(
+                    section,
+                    i,
+                    re.compile(r["pattern"], re.IGNORECASE),
+                    cls,
+                    tc,
+                    r.get("note", ""),
+                    applies,
+                    tuple((k, float(v)) for k, v in r.get("dtypes", {}).items()),
+                )
+            )
         sections[section] = tuple(rules)
     return classes, sections
 
@@ -85,8 +98,13 @@ def class_labels() -> dict[str, str]:
 def _first(section: str, name: str) -> Classification:
     for rule in _load()[1][section]:
         if rule.pattern.search(name):
-            return Classification(rule.cls, rule.tensor_cores, f"{rule.rule_id} /{rule.pattern.pattern}/", rule.note,
-                                  "unknown" if rule.tensor_cores == "unknown" else "name rule")
+            return Classification(
+                rule.cls,
+                rule.tensor_cores,
+                f"{rule.rule_id} /{rule.pattern.pattern}/",
+                rule.note,
+                "unknown" if rule.tensor_cores == "unknown" else "name rule",
+            )
     return Classification("other", "unknown", "unknown", "no rule matched", "unknown")
 
 
@@ -97,8 +115,13 @@ def _structure(c: Classification, name: str) -> Classification:
         return c
     for rule in _load()[1]["structure"]:
         if c.cls in rule.applies_to and rule.pattern.search(name):
-            return Classification(c.cls, rule.tensor_cores, f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
-                                  f"inferred from the name's structure: {rule.note}", "structure (inferred)")
+            return Classification(
+                c.cls,
+                rule.tensor_cores,
+                f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
+                f"inferred from the name's structure: {rule.note}",
+                "structure (inferred)",
+            )
     return c
 
 
@@ -157,8 +180,9 @@ def _dtype_holds(rule: Rule, launcher: str, dtype: str | None, vendor: str | Non
 
 
 @lru_cache(maxsize=4096)
-def classify_by_launcher(c: Classification, launcher: str, dtype: str | None = None, vendor: str | None = None,
-                         cc: float | None = None) -> Classification | None:
+def classify_by_launcher(
+    c: Classification, launcher: str, dtype: str | None = None, vendor: str | None = None, cc: float | None = None
+) -> Classification | None:
     """Where a kernel's name leaves it unsettled (class `other`, or a GEMM of unknown unit): the first [[launcher]]
     rule for its class whose pattern is in the launching operator's or range's name and whose dtype condition
     holds; an inference, labelled `operator (inferred)`. None: the launcher says nothing."""
@@ -166,7 +190,11 @@ def classify_by_launcher(c: Classification, launcher: str, dtype: str | None = N
         if c.cls not in rule.applies_to or (rule.dtypes and c.tensor_cores != "unknown"):
             continue
         if rule.pattern.search(launcher) and _dtype_holds(rule, launcher, dtype, vendor, cc):
-            return Classification(rule.cls, rule.tensor_cores, f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
-                                  f"inferred from the launching operator {launcher!r}: {rule.note}",
-                                  "operator (inferred)")
+            return Classification(
+                rule.cls,
+                rule.tensor_cores,
+                f"{c.rule} + {rule.rule_id} /{rule.pattern.pattern}/",
+                f"inferred from the launching operator {launcher!r}: {rule.note}",
+                "operator (inferred)",
+            )
     return None

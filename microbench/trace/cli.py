@@ -1,5 +1,6 @@
 """dawnscope trace FILE [--json OUT]: what a profiler trace says about the GPU (see
 microbench.trace and docs/traces.md)."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,68 +8,100 @@ import sys
 from pathlib import Path
 
 from microbench.comm.engine import GLOB_CHARS
-from microbench.core.args import add_job_arguments
-from microbench.comm.report import check_json, print_ranks, write_job_files, write_json
-from microbench.core.args import positive_int
-from microbench.core.config import load_config
-from microbench.core.datasheet import ceilings_machine, check_ceilings_machine
-from microbench.core.files import exists, is_folder
-from microbench.core.datasheet import ceilings_from_args
-from microbench.core.jsonio import load_json
-from microbench.core.dtypes import PRECISIONS
-from microbench.core.args import Parser
-from microbench.core.errors import InputError, run_command, shown
-from microbench.core.jsonio import dumps
-from microbench.core.outdir import check_dir, check_file, print_written, write_file
-from microbench.report.cells import kept_in
-from microbench.report.trace_report import print_trace_report
-from microbench.findings.analysis import TraceAnalysis
 from microbench.comm.job import analyze_job
-from microbench.comm.report import job_lines
+from microbench.comm.report import check_json, job_lines, print_ranks, write_job_files, write_json
+from microbench.core.args import Parser, add_job_arguments, positive_int
+from microbench.core.config import load_config
+from microbench.core.datasheet import ceilings_from_args, ceilings_machine, check_ceilings_machine
+from microbench.core.dtypes import PRECISIONS
+from microbench.core.errors import InputError, run_command, shown
+from microbench.core.files import exists, is_folder
+from microbench.core.jsonio import dumps, load_json
+from microbench.core.outdir import check_dir, check_file, print_written, write_file
+from microbench.findings.analysis import TraceAnalysis
+from microbench.report.cells import kept_in
 from microbench.report.findings_report import print_findings
 from microbench.report.roofline_report import wide_console
 from microbench.report.trace_html import trace_page
+from microbench.report.trace_report import print_trace_report
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="dawnscope trace",
         description="Read a profiler trace and report kernel time by class, the Tensor Core / matrix-core share "
-                    "with the evidence for each kernel (hardware counters, else the kernel-name rule), "
-                    "communication and exposed communication, idle and busy GPU time per step, per-op FLOPs, "
-                    "achieved TFLOP/s and MFU (traces recorded with shapes), Tensor Core eligibility, the top "
-                    "kernels, and time per annotation and step. Formats, told apart by content: PyTorch profiler "
-                    "(Kineto) JSON (.json or .json.gz, NVIDIA or AMD; also CUPTI range-profiler mode), Nsight "
-                    "Systems SQLite (nsys export --type sqlite), Nsight Compute CSV (ncu --csv, long or --page raw).",
+        "with the evidence for each kernel (hardware counters, else the kernel-name rule), "
+        "communication and exposed communication, idle and busy GPU time per step, per-op FLOPs, "
+        "achieved TFLOP/s and MFU (traces recorded with shapes), Tensor Core eligibility, the top "
+        "kernels, and time per annotation and step. Formats, told apart by content: PyTorch profiler "
+        "(Kineto) JSON (.json or .json.gz, NVIDIA or AMD; also CUPTI range-profiler mode), Nsight "
+        "Systems SQLite (nsys export --type sqlite), Nsight Compute CSV (ncu --csv, long or --page raw).",
         epilog="Exit codes: 0 done, 2 bad input (empty, truncated, not a trace of a known format, a bad --ceiling; "
-               "an unusable --json path), 130 interrupted. "
-               "Definitions: docs/traces.md.")
-    ap.add_argument("file", nargs="+",
-                    help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an Nsight Systems SQLite "
-                         "export or an Nsight Compute CSV; several, a folder or a glob pattern of rank traces: the "
-                         "whole job (as `comm ranks`: each rank read in a worker, then combined)")
+        "an unusable --json path), 130 interrupted. "
+        "Definitions: docs/traces.md.",
+    )
+    ap.add_argument(
+        "file",
+        nargs="+",
+        help="a Kineto trace (export_chrome_trace / tensorboard_trace_handler), an Nsight Systems SQLite "
+        "export or an Nsight Compute CSV; several, a folder or a glob pattern of rank traces: the "
+        "whole job (as `comm ranks`: each rank read in a worker, then combined)",
+    )
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the report as JSON here")
-    ap.add_argument("--html", type=Path, default=None, metavar="OUT",
-                    help="also write the report as one self-contained HTML page here (findings, step breakdown, "
-                         "kernels, operators, roofline, communication, notes)")
-    ap.add_argument("--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s")
-    ap.add_argument("--config", type=Path, default=None,
-                    help="bench.toml with the datasheet table used to show the device's peaks; default: the "
-                         "project's bench.toml")
-    ap.add_argument("--step-range", dest="steps", default=None, metavar="NAME",
-                    help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N")
-    ap.add_argument("--ceiling", action="append", default=[], metavar="PREC=TFLOPS",
-                    help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: "
-                         + ", ".join(PRECISIONS) + ")")
-    ap.add_argument("--ceilings", type=Path, default=None, metavar="RESULTS",
-                    help="take the measured compute ceilings from a results.json of microbench.roofline.cli, or from a "
-                         "TraceLens GPU arch JSON (roofline --arch-json writes ours in that form)")
-    ap.add_argument("--graph-capture", type=Path, default=None, metavar="TRACE",
-                    help="the trace of the capture of the CUDA/HIP graphs this trace replays (as vLLM and SGLang "
-                         "record it): each replayed kernel is attributed to the operator that captured it")
-    ap.add_argument("--source", default=None, metavar="DEVICE",
-                    help="the chip the trace ran on, where the trace does not name it (a bench.toml [devices] key or "
-                         "name): its datasheet for every figure (MFU, %% of peak, the findings' predictions)")
+    ap.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="also write the report as one self-contained HTML page here (findings, step breakdown, "
+        "kernels, operators, roofline, communication, notes)",
+    )
+    ap.add_argument(
+        "--top", type=positive_int, default=15, help="kernels and annotations to list; default: %(default)s"
+    )
+    ap.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="bench.toml with the datasheet table used to show the device's peaks; default: the project's bench.toml",
+    )
+    ap.add_argument(
+        "--step-range",
+        dest="steps",
+        default=None,
+        metavar="NAME",
+        help="the name of the ranges (record_function or NVTX) that are steps; default: ProfilerStep#N",
+    )
+    ap.add_argument(
+        "--ceiling",
+        action="append",
+        default=[],
+        metavar="PREC=TFLOPS",
+        help="a measured compute ceiling, e.g. bf16=769 (repeatable; precisions: " + ", ".join(PRECISIONS) + ")",
+    )
+    ap.add_argument(
+        "--ceilings",
+        type=Path,
+        default=None,
+        metavar="RESULTS",
+        help="take the measured compute ceilings from a results.json of microbench.roofline.cli, or from a "
+        "TraceLens GPU arch JSON (roofline --arch-json writes ours in that form)",
+    )
+    ap.add_argument(
+        "--graph-capture",
+        type=Path,
+        default=None,
+        metavar="TRACE",
+        help="the trace of the capture of the CUDA/HIP graphs this trace replays (as vLLM and SGLang "
+        "record it): each replayed kernel is attributed to the operator that captured it",
+    )
+    ap.add_argument(
+        "--source",
+        default=None,
+        metavar="DEVICE",
+        help="the chip the trace ran on, where the trace does not name it (a bench.toml [devices] key or "
+        "name): its datasheet for every figure (MFU, %% of peak, the findings' predictions)",
+    )
     add_job_arguments(ap)
     return ap
 
@@ -92,8 +125,13 @@ def _run(args) -> int:
         return _run_job(args)
     args.file = Path(args.file[0])
     if args.out is not None:  # a job's folder: one trace would write nothing there, and say nothing
-        raise InputError(None, "is a job's folder (heatmap.png, job.html; several traces, a folder or a glob): one "
-                         "trace writes --json OUT and --html OUT", key="--out", value=str(args.out))
+        raise InputError(
+            None,
+            "is a job's folder (heatmap.png, job.html; several traces, a folder or a glob): one "
+            "trace writes --json OUT and --html OUT",
+            key="--out",
+            value=str(args.out),
+        )
     for opt, path in (("--json", args.json), ("--html", args.html)):
         if path:
             check_file(path, opt, inputs=[args.file, args.graph_capture, args.ceilings])
@@ -130,12 +168,16 @@ def _run_job(args) -> int:
     check_json(args.json)
     if args.out is not None:
         check_dir(args.out)
-    job = analyze_job(args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout,
-                      step_range=args.steps)
+    job = analyze_job(
+        args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout, step_range=args.steps
+    )
     ranks = job.get("ranks") or []
     rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
-    doc = (TraceAnalysis.open(rank["file"], load_config(args.config), args.steps, source=args.source).document()
-           if rank else None)
+    doc = (
+        TraceAnalysis.open(rank["file"], load_config(args.config), args.steps, source=args.source).document()
+        if rank
+        else None
+    )
     if doc is not None:
         job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
     write_json(args.json, job)
@@ -146,9 +188,11 @@ def _run_job(args) -> int:
         title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
         written.append(write_file(args.html, trace_page(doc, title, job_lines=job_lines(job)), "--html"))
     if doc is not None:
-        wide_console().print(f"[bold]rank {rank['rank']}"
-                             + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")
-                             + f"'s findings[/] ({shown(Path(rank['file']))}):")
+        wide_console().print(
+            f"[bold]rank {rank['rank']}"
+            + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")
+            + f"'s findings[/] ({shown(Path(rank['file']))}):"
+        )
         print_findings(wide_console(), doc)
     print_ranks(job)
     print_written(written)

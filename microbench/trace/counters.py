@@ -12,6 +12,7 @@ The verdict, `counter_verdict`:
   on the only other floating-point math pipe, the tensor pipe); between -> no verdict;
 - otherwise no verdict (the counters do not measure the question).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,12 @@ from microbench.trace.classify import class_set
 
 SASS_FLOP_METRIC = re.compile(r"^(?:smsp|sm)__sass_thread_inst_executed_op_([dfh])(add|mul|fma)_pred_on\.sum$")
 # Metrics of the tensor pipe alone. Not sm__pipe_shared_cycles_active: on Volta that pipe also runs fp16 math.
-TENSOR_PREFIXES = ("sm__pipe_tensor", "sm__inst_executed_pipe_tensor", "sm__ops_path_tensor",
-                   "smsp__inst_executed_pipe_tensor")
+TENSOR_PREFIXES = (
+    "sm__pipe_tensor",
+    "sm__inst_executed_pipe_tensor",
+    "sm__ops_path_tensor",
+    "smsp__inst_executed_pipe_tensor",
+)
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,17 @@ def counter_verdict(metrics: dict[str, float | None], cls: str, model_flops: flo
     if cls in class_set("gemm") and model_flops:
         share = flops / model_flops
         if share >= thresholds.value("fma_pipe_share_no"):
-            return CounterVerdict("no", f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.0%} of the "
-                                        "op's model FLOPs: the multiply-adds ran on the FMA pipes")
+            return CounterVerdict(
+                "no",
+                f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.0%} of the "
+                "op's model FLOPs: the multiply-adds ran on the FMA pipes",
+            )
         if share < thresholds.value("fma_pipe_share_yes"):
-            return CounterVerdict("yes", f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.1%} of "
-                                         "the op's model FLOPs: the multiply-adds ran on the tensor pipe")
+            return CounterVerdict(
+                "yes",
+                f"counters: SASS FP instructions count {flops:,.0f} FLOPs = {share:.1%} of "
+                "the op's model FLOPs: the multiply-adds ran on the tensor pipe",
+            )
     return CounterVerdict(None, f"counters: {flops:,.0f} FLOPs on the FMA/ALU pipes (the tensor pipe is not counted)")
 
 
@@ -74,8 +85,22 @@ def is_rate(metric: str) -> bool:
     """Percentages, averages and rates (sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,
     dram__bytes.sum.per_second, ncu's display "Memory Throughput"): averaged over calls, never added."""
     m = metric.lower()
-    return any(t in m for t in (".pct", "pct_of", ".avg", "per_second", ".ratio", "throughput", "frequency",
-                                "occupancy", "%", "rate", "per "))
+    return any(
+        t in m
+        for t in (
+            ".pct",
+            "pct_of",
+            ".avg",
+            "per_second",
+            ".ratio",
+            "throughput",
+            "frequency",
+            "occupancy",
+            "%",
+            "rate",
+            "per ",
+        )
+    )
 
 
 def combine_calls(calls: list[dict]) -> dict[str, float]:

@@ -1,25 +1,38 @@
 """Tensor Core eligibility, DLProf's check: a GEMM / convolution / attention operator whose kernels ran without
 Tensor Cores, why (the first rule of microbench/data/eligibility.toml that holds) and a one-line remedy."""
+
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+
+import tomllib
 
 from microbench.core.ops.aten import OpWork
 from microbench.core.resources import data_file
 
 RULES_PATH = data_file("eligibility.toml")
-CONDITION_KEYS = {"id", "dtypes", "families", "vendor", "min_cc", "below_cc", "autocast", "check", "multiple",
-                  "reason", "remedy"}
+CONDITION_KEYS = {
+    "id",
+    "dtypes",
+    "families",
+    "vendor",
+    "min_cc",
+    "below_cc",
+    "autocast",
+    "check",
+    "multiple",
+    "reason",
+    "remedy",
+}
 
 
 @dataclass(frozen=True)
 class Device:
     vendor: str | None  # "nvidia", "amd" or None
-    cc: float | None    # NVIDIA compute capability (AMD's computeMajor.Minor is a gfx number, not used)
+    cc: float | None  # NVIDIA compute capability (AMD's computeMajor.Minor is a gfx number, not used)
 
 
 @dataclass(frozen=True)
@@ -29,7 +42,7 @@ class Finding:
     remedy: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def rules(path: str = str(RULES_PATH)) -> tuple[dict, ...]:
     data = tomllib.loads(Path(path).read_text())
     for i, r in enumerate(data["rule"]):
@@ -53,7 +66,9 @@ def device_of(name: str | None, compute_capability: str | None) -> Device:
 
 def _misaligned(work: OpWork, multiple: int) -> tuple[str, int] | None:
     # K and N are model sizes one can pad; M is usually batch x sequence
-    keys = ("c", "k") if work.family in ("conv", "conv_bwd") else ("k", "n", "m") if work.family != "attention" else ("k",)
+    keys = (
+        ("c", "k") if work.family in ("conv", "conv_bwd") else ("k", "n", "m") if work.family != "attention" else ("k",)
+    )
     for key in keys:
         v = work.dims.get(key)
         if isinstance(v, int) and v % multiple:
@@ -66,12 +81,23 @@ def _channels_first(strides: list | None) -> bool:
     return bool(strides) and len(strides[0] or []) >= 3 and strides[0][1] > strides[0][-1] == 1
 
 
-def check(work: OpWork, kernel_tc: list[str], kernel_names: list[str], device: Device, autocast: bool = False,
-          input_strides: list | None = None) -> Finding | None:
+def check(
+    work: OpWork,
+    kernel_tc: list[str],
+    kernel_names: list[str],
+    device: Device,
+    autocast: bool = False,
+    input_strides: list | None = None,
+) -> Finding | None:
     """A Finding when every GEMM-class kernel of the op says tensor_cores "no" and a rule holds."""
     if not kernel_tc or any(tc != "no" for tc in kernel_tc):
         return None  # used Tensor Cores, or the evidence does not settle it
-    fill = {"family": work.family, "dtype": work.dtype, "cc": device.cc, "kernel": kernel_names[0][:60] if kernel_names else "?"}
+    fill = {
+        "family": work.family,
+        "dtype": work.dtype,
+        "cc": device.cc,
+        "kernel": kernel_names[0][:60] if kernel_names else "?",
+    }
     for r in rules():
         if "dtypes" in r and work.dtype not in r["dtypes"]:
             continue
@@ -96,7 +122,7 @@ def check(work: OpWork, kernel_tc: list[str], kernel_names: list[str], device: D
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _by_operator(path: str = str(RULES_PATH)) -> tuple[re.Pattern, frozenset[str], float]:
     t = tomllib.loads(Path(path).read_text())["by_operator"]
     return re.compile("|".join(f"(?:{p})" for p in t["operators"])), frozenset(t["dtypes"]), float(t["nvidia_min_cc"])

@@ -36,17 +36,28 @@ steps' busy, computation, ... sum exactly to the whole trace's minus what lies o
 idle never exceeds the whole trace's. A step's gpu_span_us is the time it owns: busy + idle (without overlap:
 its first activity's start to its last one's end).
 """
+
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
-
-from microbench.trace.metrics import union
-from microbench.trace.timeline import CATEGORIES, CPU_RANGE, EPS_US, GPU_RANGE, KERNEL, MEMCPY, MEMSET, Timeline, Windows
-import re
 import tomllib
+
 from microbench.core.resources import data_file
+from microbench.trace.metrics import union
+from microbench.trace.timeline import (
+    CATEGORIES,
+    CPU_RANGE,
+    EPS_US,
+    GPU_RANGE,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    Timeline,
+    Windows,
+)
 
 COMPUTE, COMM, MEMORY = 0, 1, 2
 KINDS = ("compute", "comm", "memory")
@@ -109,14 +120,27 @@ def cpu_intervals(tl: Timeline, main_thread: int) -> tuple[np.ndarray, np.ndarra
     for table, cpu in ((tl.ranges, tl.ranges.kind == CPU_RANGE), (tl.cpu_ops, np.ones(len(tl.cpu_ops), bool))):
         names = [tl.names[n] for n in table.name]
         is_comm = np.array([n.startswith(CPU_COLLECTIVE_PREFIXES) for n in names], dtype=bool) & cpu
-        is_compute = (np.array([n.startswith("aten::") for n in names], dtype=bool) & (table.thread == main_thread)
-                      & (table is tl.cpu_ops))
+        is_compute = (
+            np.array([n.startswith("aten::") for n in names], dtype=bool)
+            & (table.thread == main_thread)
+            & (table is tl.cpu_ops)
+        )
         for sel, kind in ((is_comm, COMM), (is_compute, COMPUTE)):
             rows = np.flatnonzero(sel)
-            parts.append((table.ts_us[rows], table.ts_us[rows] + table.dur_us[rows], np.full(len(rows), kind),
-                          [names[r] for r in rows]))
-    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]), [n for p in parts for n in p[3]])
+            parts.append(
+                (
+                    table.ts_us[rows],
+                    table.ts_us[rows] + table.dur_us[rows],
+                    np.full(len(rows), kind),
+                    [names[r] for r in rows],
+                )
+            )
+    return (
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
+        [n for p in parts for n in p[3]],
+    )
 
 
 def has_cpu_collectives(tl: Timeline) -> bool:
@@ -131,9 +155,16 @@ def _one_device(s: np.ndarray, e: np.ndarray, k: np.ndarray) -> dict[str, float]
     comm = covered(s[k == COMM], e[k == COMM])
     span = float(e.max() - s.min()) if len(s) else 0.0
     # |U(comm) - U(compute)| = |U(kernels)| - |U(compute)|
-    return {"gpu_span_us": span, "busy_us": busy, "computation_us": compute, "exposed_comm_us": kernels - compute,
-            "exposed_memcpy_us": busy - kernels, "idle_us": span - busy, "comm_us": comm,
-            "overlapped_comm_us": comm - (kernels - compute)}
+    return {
+        "gpu_span_us": span,
+        "busy_us": busy,
+        "computation_us": compute,
+        "exposed_comm_us": kernels - compute,
+        "exposed_memcpy_us": busy - kernels,
+        "idle_us": span - busy,
+        "comm_us": comm,
+        "overlapped_comm_us": comm - (kernels - compute),
+    }
 
 
 def _add(acc: dict, part: dict) -> None:
@@ -141,7 +172,9 @@ def _add(acc: dict, part: dict) -> None:
         acc[f] = acc.get(f, 0.0) + v
 
 
-def breakdown(tl: Timeline, rows: np.ndarray | None = None, window: tuple[float, float] | None = None) -> dict[str, float]:
+def breakdown(
+    tl: Timeline, rows: np.ndarray | None = None, window: tuple[float, float] | None = None
+) -> dict[str, float]:
     """The breakdown (module docstring) of the activities `rows` of `tl.activities` (default: all of them, the
     whole trace), summed over devices; with `window` (lo, hi) clipped to it (see `of_intervals`)."""
     k = tl.activities
@@ -159,8 +192,13 @@ def per_device(tl: Timeline) -> dict[str, dict[str, float]]:
     """The whole trace's breakdown of each device with GPU activity (keyed by the device id as text, as JSON
     keys are), with its kernel count."""
     k = tl.activities
-    return {str(d): {"kernel_count": int(((k.device == d) & (k.category == KERNEL)).sum()),
-                     **breakdown(tl, np.flatnonzero(k.device == d))} for d in np.unique(k.device)}
+    return {
+        str(d): {
+            "kernel_count": int(((k.device == d) & (k.category == KERNEL)).sum()),
+            **breakdown(tl, np.flatnonzero(k.device == d)),
+        }
+        for d in np.unique(k.device)
+    }
 
 
 @dataclass
@@ -291,9 +329,16 @@ def _owned(s: np.ndarray, e: np.ndarray, k: np.ndarray, owner: np.ndarray, n_own
 
 def _as_fields(row: np.ndarray) -> dict[str, float]:
     busy = float(row[:3].sum())
-    return {"gpu_span_us": busy + float(row[3]), "busy_us": busy, "computation_us": float(row[0]),
-            "exposed_comm_us": float(row[1]), "exposed_memcpy_us": float(row[2]), "idle_us": float(row[3]),
-            "comm_us": float(row[4]), "overlapped_comm_us": float(row[4] - row[1])}
+    return {
+        "gpu_span_us": busy + float(row[3]),
+        "busy_us": busy,
+        "computation_us": float(row[0]),
+        "exposed_comm_us": float(row[1]),
+        "exposed_memcpy_us": float(row[2]),
+        "idle_us": float(row[3]),
+        "comm_us": float(row[4]),
+        "overlapped_comm_us": float(row[4] - row[1]),
+    }
 
 
 def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
@@ -317,20 +362,32 @@ def per_step(tl: Timeline, windows: Windows) -> tuple[list[dict], dict]:
     kernel_counts = np.bincount(owner[is_kernel], minlength=n_steps + 2)
     kernel_time = np.bincount(owner[is_kernel], weights=k.dur_us[is_kernel], minlength=n_steps + 2)
     gpu_time = np.bincount(owner, weights=k.dur_us, minlength=n_steps + 2)
-    rows = [{"kernel_count": int(kernel_counts[j]), "kernel_time_us": float(kernel_time[j]),
-             "gpu_time_us": float(gpu_time[j]), **_as_fields(total[j])} for j in range(n_steps + 2)]
+    rows = [
+        {
+            "kernel_count": int(kernel_counts[j]),
+            "kernel_time_us": float(kernel_time[j]),
+            "gpu_time_us": float(gpu_time[j]),
+            **_as_fields(total[j]),
+        }
+        for j in range(n_steps + 2)
+    ]
     if several_devices(tl):  # the sums above add the devices' spans: each device's own, beside them
         per_dev = {d: np.bincount(owner[is_kernel & (k.device == d)], minlength=n_steps + 2) for d in parts}
         for j, row in enumerate(rows):
-            row["by_device"] = {str(d): {"kernel_count": int(per_dev[d][j]), **_as_fields(p[j])}
-                                for d, p in parts.items() if p[j, :4].any()}
-    outside = {"before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
-               "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
-               "between_steps_idle_us": float(total[n_steps + 2, 3]),
-               # the steps' CPU ranges, each instant once: their sum where steps overlap (integrity says so)
-               "steps_cpu_us": covered(windows.ts_us, windows.end_us) if n_steps else 0.0,
-               "placed_by_gpu_annotation": int(a.by_gpu_annotation.sum()),
-               "unlaunched_outside_steps": int((np.isnan(tl.launch_time()[0]) & (a.step < 0)).sum()) if n_steps else 0}
+            row["by_device"] = {
+                str(d): {"kernel_count": int(per_dev[d][j]), **_as_fields(p[j])}
+                for d, p in parts.items()
+                if p[j, :4].any()
+            }
+    outside = {
+        "before_first_step": rows[n_steps] | {"activities": int(counts[n_steps])},
+        "outside_steps": rows[n_steps + 1] | {"activities": int(counts[n_steps + 1])},
+        "between_steps_idle_us": float(total[n_steps + 2, 3]),
+        # the steps' CPU ranges, each instant once: their sum where steps overlap (integrity says so)
+        "steps_cpu_us": covered(windows.ts_us, windows.end_us) if n_steps else 0.0,
+        "placed_by_gpu_annotation": int(a.by_gpu_annotation.sum()),
+        "unlaunched_outside_steps": int((np.isnan(tl.launch_time()[0]) & (a.step < 0)).sum()) if n_steps else 0,
+    }
     return rows[:n_steps], outside
 
 
@@ -372,7 +429,11 @@ def window_breakdowns(tl: Timeline, w: Windows) -> tuple[Windows, list[dict], di
     """`per_step` and the host breakdown over windows `w`, each named and with its CPU duration (`wall_us`)."""
     steps, outside = per_step(tl, w)
     host = host_breakdown(tl, w)
-    return w, [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st, **host[j]} for j, st in enumerate(steps)], outside
+    return (
+        w,
+        [{"name": w.names[j], "wall_us": float(w.dur_us[j]), **st, **host[j]} for j, st in enumerate(steps)],
+        outside,
+    )
 
 
 # The step in the TensorBoard plugin's categories (docs/traces.md, "Where the host was"): each instant of the step
@@ -407,8 +468,13 @@ def host_intervals(tl: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     def iv(table, mask):
         return table.ts_us[mask], table.ts_us[mask] + table.dur_us[mask]
 
-    return {"sync_runtime": iv(la, sync_rt), "sync_ops": iv(ops, sync_op), "runtime": iv(la, ~sync_rt),
-            "dataloader": _cat(iv(ops, loader_op), iv(rg, loader_rg)), "cpu_ops": iv(ops, ~sync_op & ~loader_op)}
+    return {
+        "sync_runtime": iv(la, sync_rt),
+        "sync_ops": iv(ops, sync_op),
+        "runtime": iv(la, ~sync_rt),
+        "dataloader": _cat(iv(ops, loader_op), iv(rg, loader_rg)),
+        "cpu_ops": iv(ops, ~sync_op & ~loader_op),
+    }
 
 
 def _covering(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -477,17 +543,29 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
     sets = {n: _by_start(s, e) for n, (s, e) in sets.items()}  # sorted once, shared by the layers made of them
     gpu = [sets["kernel"], sets["memcpy"], sets["memset"]]
     plugin = [(c, [x]) for c, x in zip(("kernel", "memcpy", "memset"), gpu)] + [
-        ("runtime", [sets["sync_runtime"], sets["runtime"]]), ("dataloader", [sets["dataloader"]]),
-        ("cpu_exec", [sets["sync_ops"], sets["cpu_ops"]])]
-    idle_layers = [("busy", gpu), ("sync", [sets["sync_runtime"], sets["sync_ops"]]), ("runtime", [sets["runtime"]]),
-                   ("dataloader", [sets["dataloader"]]), ("cpu_ops", [sets["cpu_ops"]])]
+        ("runtime", [sets["sync_runtime"], sets["runtime"]]),
+        ("dataloader", [sets["dataloader"]]),
+        ("cpu_exec", [sets["sync_ops"], sets["cpu_ops"]]),
+    ]
+    idle_layers = [
+        ("busy", gpu),
+        ("sync", [sets["sync_runtime"], sets["sync_ops"]]),
+        ("runtime", [sets["runtime"]]),
+        ("dataloader", [sets["dataloader"]]),
+        ("cpu_ops", [sets["cpu_ops"]]),
+    ]
     out = []
     for lo, hi in zip(*plugin_windows(tl, windows)):
         parts = _split(lo, hi, plugin)
         idle = _split(lo, hi, idle_layers)
         idle.pop("busy")
-        out.append({"breakdown_span_us": float(hi - lo), "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
-                    "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES}})
+        out.append(
+            {
+                "breakdown_span_us": float(hi - lo),
+                "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
+                "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES},
+            }
+        )
     return out
 
 

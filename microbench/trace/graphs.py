@@ -11,6 +11,7 @@ frameworks capture); a kernel whose name does not line up stays unattributed. Th
 innermost CPU operator around the launch on its thread. Where the capture holds several graphs, each replay takes
 the one its kernels match best.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -22,8 +23,14 @@ from microbench.core.ops.aten import trace_work
 from microbench.trace.timeline import KERNEL, NO_ID, Timeline
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000")
-CAPTURE_BEGIN = ("cudaStreamBeginCapture", "cudaStreamBeginCapture_v10000", "hipStreamBeginCapture",
-                 "cuStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "hipStreamBeginCaptureToGraph")
+CAPTURE_BEGIN = (
+    "cudaStreamBeginCapture",
+    "cudaStreamBeginCapture_v10000",
+    "hipStreamBeginCapture",
+    "cuStreamBeginCapture",
+    "cudaStreamBeginCaptureToGraph",
+    "hipStreamBeginCaptureToGraph",
+)
 CAPTURE_END = ("cudaStreamEndCapture", "cudaStreamEndCapture_v10000", "hipStreamEndCapture", "cuStreamEndCapture")
 
 
@@ -84,8 +91,9 @@ def captured_graphs(cap: Timeline) -> list[list[CapturedLaunch]]:
             graphs.append(open_at.pop(th))
         elif th in open_at and la.kernel[r] != NO_ID:
             op = _innermost_op(cap, th, float(la.ts_us[r]))
-            open_at[th].append(CapturedLaunch(cap.names[la.kernel[r]], cap.names[cap.cpu_ops.name[op]]
-                                              if op != NO_ID else None, op))
+            open_at[th].append(
+                CapturedLaunch(cap.names[la.kernel[r]], cap.names[cap.cpu_ops.name[op]] if op != NO_ID else None, op)
+            )
     return graphs
 
 
@@ -118,8 +126,10 @@ def graph_kernels(tl: Timeline, capture: Timeline | None = None) -> GraphKernels
     graphs = captured_graphs(capture)
     out.captures = len(graphs)
     if not graphs:
-        out.notes.append(f"{capture.source}: no stream capture (BeginCapture .. EndCapture with kernel launches): "
-                         "graph kernels are not attributed to operators")
+        out.notes.append(
+            f"{capture.source}: no stream capture (BeginCapture .. EndCapture with kernel launches): "
+            "graph kernels are not attributed to operators"
+        )
         return out
     for rows in by_launch.values():
         rows.sort(key=lambda r: tl.activities.ts_us[r])
@@ -138,8 +148,12 @@ def graph_summary(tl: Timeline, gk: GraphKernels, with_capture: bool) -> dict:
     t = float(k.dur_us[gk.mask].sum())
     rows = np.fromiter(gk.captured, dtype=np.int64, count=len(gk.captured))
     attributed = float(k.dur_us[rows].sum()) if len(rows) else 0.0
-    return {"graph_launches": gk.launches, "graph_kernel_count": int(gk.mask.sum()), "graph_kernel_time_us": t,
-            "graph_attributed_share": (attributed / t if t > 0 else None) if with_capture else None}
+    return {
+        "graph_launches": gk.launches,
+        "graph_kernel_count": int(gk.mask.sum()),
+        "graph_kernel_time_us": t,
+        "graph_attributed_share": (attributed / t if t > 0 else None) if with_capture else None,
+    }
 
 
 def _arg(cap: Timeline, col: str, row: int):
@@ -157,8 +171,18 @@ def graph_ops(tl: Timeline, gk: GraphKernels, capture: Timeline) -> list[dict]:
     for r, c in gk.captured.items():
         dims = _arg(capture, "input_dims", c.op_row)
         key = (c.op or "(no operator)", repr(dims))
-        g = groups.setdefault(key, {"op": key[0], "input_dims": dims, "calls": 0, "kernels": 0,
-                                    "kernel_time_us": 0.0, "classes": {}, "flops": None})
+        g = groups.setdefault(
+            key,
+            {
+                "op": key[0],
+                "input_dims": dims,
+                "calls": 0,
+                "kernels": 0,
+                "kernel_time_us": 0.0,
+                "classes": {},
+                "flops": None,
+            },
+        )
         g["kernels"] += 1
         g["kernel_time_us"] += float(tl.activities.dur_us[r])
         cls = tl.classes[tl.activities.cls[r]].cls
@@ -166,8 +190,13 @@ def graph_ops(tl: Timeline, gk: GraphKernels, capture: Timeline) -> list[dict]:
         if (c.op_row, int(li[r])) not in seen:  # one call of the operator per replay
             seen.add((c.op_row, int(li[r])))
             g["calls"] += 1
-            work = trace_work(key[0], dims, _arg(capture, "input_types", c.op_row),
-                              _arg(capture, "concrete_inputs", c.op_row)) if c.op_row != NO_ID else None
+            work = (
+                trace_work(
+                    key[0], dims, _arg(capture, "input_types", c.op_row), _arg(capture, "concrete_inputs", c.op_row)
+                )
+                if c.op_row != NO_ID
+                else None
+            )
             if work is not None and work.flops:
                 g["flops"] = (g["flops"] or 0) + work.flops
     for g in groups.values():

@@ -3,6 +3,7 @@ GPU-side step annotations, device properties, events the reader skipped, device 
 knows) and which figures it makes unreliable; and whether the FLOPs behind MFU, achieved TFLOP/s and the per-op
 totals cover enough of the matrix-kernel time to show them (`flop_coverage_min`, microbench/data/thresholds.toml).
 Figures below that share are withheld, never guessed (docs/traces.md, "Integrity")."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,15 @@ from microbench.core import thresholds
 from microbench.trace.timeline import EPS_US, GPU_RANGE, Timeline
 
 # The figures an entry can name (the report's words for the document's keys).
-STEPS, ANNOTATIONS, OPS, MFU, ELIGIBILITY, PEAKS, ALL = ("per-step values", "annotations", "per-op totals", "MFU",
-                                                         "Tensor Core eligibility", "% of peak", "every figure")
+STEPS, ANNOTATIONS, OPS, MFU, ELIGIBILITY, PEAKS, ALL = (
+    "per-step values",
+    "annotations",
+    "per-op totals",
+    "MFU",
+    "Tensor Core eligibility",
+    "% of peak",
+    "every figure",
+)
 
 
 def _entry(what: str, detail: str, unreliable: list[str]) -> dict:
@@ -26,37 +34,61 @@ def _launches(tl: Timeline, s: dict, outside: dict, has_steps: bool) -> list[dic
     n = int(np.isnan(tl.launch_time()[0]).sum())
     if not n:
         return []
-    what = (f"{s['unattributed_kernels']} of {s['kernel_count']} kernels" + (
-        f" and {n - s['unattributed_kernels']} memcpy / memset" if n > s["unattributed_kernels"] else ""))
+    what = f"{s['unattributed_kernels']} of {s['kernel_count']} kernels" + (
+        f" and {n - s['unattributed_kernels']} memcpy / memset" if n > s["unattributed_kernels"] else ""
+    )
     placed = outside.get("placed_by_gpu_annotation", 0)
-    where = (f"; {placed} placed by the GPU-side step annotations, {outside.get('unlaunched_outside_steps', 0)} "
-             "outside the steps" if has_steps else "")
+    where = (
+        f"; {placed} placed by the GPU-side step annotations, {outside.get('unlaunched_outside_steps', 0)} "
+        "outside the steps"
+        if has_steps
+        else ""
+    )
     # placed by the step's GPU-side annotation, an activity is in the right step; outside them, in none
     steps_hurt = has_steps and outside.get("unlaunched_outside_steps", 0) > 0
-    return [_entry("launches", f"{what} have no launching runtime call in the trace{where}",
-                   ([STEPS] if steps_hurt else []) + [ANNOTATIONS, OPS, ELIGIBILITY])]
+    return [
+        _entry(
+            "launches",
+            f"{what} have no launching runtime call in the trace{where}",
+            ([STEPS] if steps_hurt else []) + [ANNOTATIONS, OPS, ELIGIBILITY],
+        )
+    ]
 
 
 def _operators(tl: Timeline) -> list[dict]:
     if not len(tl.cpu_ops):
         return [_entry("operators", "no CPU operators in the trace", [OPS, MFU, ELIGIBILITY])]
     if (tl.cpu_ops.input_dims == -1).all():
-        return [_entry("shapes", "no operator has Input Dims (recorded without record_shapes=True)",
-                       [OPS, MFU, ELIGIBILITY])]
+        return [
+            _entry(
+                "shapes", "no operator has Input Dims (recorded without record_shapes=True)", [OPS, MFU, ELIGIBILITY]
+            )
+        ]
     return []
 
 
 def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
     if not len(windows):
-        return [_entry("steps", "no ProfilerStep#N (or --step-range) ranges: whole-trace figures only; MFU over the "
-                                "GPU span", [STEPS])]
+        return [
+            _entry(
+                "steps",
+                "no ProfilerStep#N (or --step-range) ranges: whole-trace figures only; MFU over the GPU span",
+                [STEPS],
+            )
+        ]
     if (overlap := _overlapping_steps(windows)) is not None:
         return [overlap]
     gpu_steps = (tl.ranges.kind == GPU_RANGE) & np.isin(tl.ranges.name, [tl.names.find(n) for n in windows.names])
     if gpu_steps.any() or not np.isnan(tl.launch_time()[0]).any():
         return []  # only a kernel without a launch needs them
-    return [_entry("GPU-side step annotations", "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
-                                                "are outside the steps, whichever launched them", [STEPS])]
+    return [
+        _entry(
+            "GPU-side step annotations",
+            "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
+            "are outside the steps, whichever launched them",
+            [STEPS],
+        )
+    ]
 
 
 def _overlapping_steps(windows) -> dict | None:
@@ -75,11 +107,15 @@ def _overlapping_steps(windows) -> dict | None:
     if not pairs:
         return None
     j, h = pairs[0]
-    return _entry("disjoint steps", f"{len(pairs)} of {len(windows)} steps start inside an earlier step of their process "
-                                    f"({windows.names[j]} at {windows.ts_us[j]:,.1f} us, inside {windows.names[h]}, "
-                                    f"{windows.ts_us[h]:,.1f} - {windows.end_us[h]:,.1f} us): each GPU activity is in "
-                                    "the latest-starting step around its launch; the whole trace counts each instant "
-                                    "once", [STEPS])
+    return _entry(
+        "disjoint steps",
+        f"{len(pairs)} of {len(windows)} steps start inside an earlier step of their process "
+        f"({windows.names[j]} at {windows.ts_us[j]:,.1f} us, inside {windows.names[h]}, "
+        f"{windows.ts_us[h]:,.1f} - {windows.end_us[h]:,.1f} us): each GPU activity is in "
+        "the latest-starting step around its launch; the whole trace counts each instant "
+        "once",
+        [STEPS],
+    )
 
 
 def _devices(devices: list[dict]) -> list[dict]:
@@ -88,13 +124,26 @@ def _devices(devices: list[dict]) -> list[dict]:
         ds = d.get("datasheet") or {}
         if not d.get("name"):
             if ds.get("entry"):  # the user named the chip (--source): its peaks stand; the eligibility check needs
-                out.append(_entry("device properties", f"device {d['id']} is not named in the trace; its datasheet "
-                                  f"is {ds['note'].removeprefix('given by ')}", [ELIGIBILITY]))  # the trace's properties
+                out.append(
+                    _entry(
+                        "device properties",
+                        f"device {d['id']} is not named in the trace; its datasheet "
+                        f"is {ds['note'].removeprefix('given by ')}",
+                        [ELIGIBILITY],
+                    )
+                )  # the trace's properties
                 continue
-            out.append(_entry("device properties", ds.get("note") or f"device {d['id']} is not named in the trace",
-                              [MFU, PEAKS, ELIGIBILITY]))
+            out.append(
+                _entry(
+                    "device properties",
+                    ds.get("note") or f"device {d['id']} is not named in the trace",
+                    [MFU, PEAKS, ELIGIBILITY],
+                )
+            )
         elif "datasheet" in d and not ds.get("entry"):
-            out.append(_entry("device datasheet", ds.get("note") or f"no datasheet entry for {d['name']}", [MFU, PEAKS]))
+            out.append(
+                _entry("device datasheet", ds.get("note") or f"no datasheet entry for {d['name']}", [MFU, PEAKS])
+            )
     return out
 
 
@@ -108,21 +157,42 @@ def _events(tl: Timeline) -> list[dict]:
     log = tl.meta.get("profiler_log") or []
     lost = [f"{level}: {m}" for level, m in log if DROPPED.search(m)]
     if lost:
-        out.append(_entry("events the profiler dropped", "; ".join(lost[:3]) + (f" (and {len(lost) - 3} more)"
-                                                                                if len(lost) > 3 else ""), [ALL]))
+        out.append(
+            _entry(
+                "events the profiler dropped",
+                "; ".join(lost[:3]) + (f" (and {len(lost) - 3} more)" if len(lost) > 3 else ""),
+                [ALL],
+            )
+        )
     records = tl.meta.get("unread_records") or {}
     if records:  # rocprofv3 buffer kinds the reader does not read (roctx markers: the annotations)
         names = ", ".join(f"{k} ({n:,})" for k, n in sorted(records.items(), key=lambda kv: -kv[1]))
-        out.append(_entry("records not read", f"rocprofv3 records the reader leaves out: {names}",
-                          [ANNOTATIONS] if "marker_api" in records else []))
+        out.append(
+            _entry(
+                "records not read",
+                f"rocprofv3 records the reader leaves out: {names}",
+                [ANNOTATIONS] if "marker_api" in records else [],
+            )
+        )
     if len(log) > len(lost):
-        out.append(_entry("profiler log", f"{len(log) - len(lost)} other ERROR / WARNING messages in the trace, "
-                                          f"the first: {next(m for _, m in log if not DROPPED.search(m))[:160]}", []))
+        out.append(
+            _entry(
+                "profiler log",
+                f"{len(log) - len(lost)} other ERROR / WARNING messages in the trace, "
+                f"the first: {next(m for _, m in log if not DROPPED.search(m))[:160]}",
+                [],
+            )
+        )
     unread = tl.meta.get("unread_categories") or {}
     if unread:
         names = ", ".join(f"{c} ({n:,})" for c, n in sorted(unread.items(), key=lambda kv: -kv[1]))
-        out.append(_entry("device work in unknown categories", f"events in categories no reader knows: {names}; "
-                          "if they are device work, it is not in any figure", [ALL]))
+        out.append(
+            _entry(
+                "device work in unknown categories",
+                f"events in categories no reader knows: {names}; if they are device work, it is not in any figure",
+                [ALL],
+            )
+        )
     return out
 
 
@@ -137,8 +207,13 @@ def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[di
     """The `integrity` key of the trace document (`s`: kernel_count and unattributed_kernels of the summary):
     `missing` (what, detail, the figures it makes unreliable),
     `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
-    missing = (_launches(tl, s, outside, bool(len(windows))) + _operators(tl) + _steps(tl, windows, s)
-               + _devices(devices) + _events(tl))
+    missing = (
+        _launches(tl, s, outside, bool(len(windows)))
+        + _operators(tl)
+        + _steps(tl, windows, s)
+        + _devices(devices)
+        + _events(tl)
+    )
     unreliable = list(dict.fromkeys(u for m in missing for u in m["unreliable"]))
     withheld = ["mfu", "achieved_tflops", "per-op totals"] if cov["withheld"] else []
     return {"missing": missing, "unreliable": unreliable, "flop_coverage": cov, "withheld": withheld}

@@ -31,22 +31,32 @@ ResNet-50 sample, pytorch/kineto tb_plugin/samples/resnet50_num_workers_4; later
 Everything else (python_function, cuda_sync, counters) is left out; the device categories no rule knows are
 counted by name (`meta["unread_device_categories"]`).
 """
+
 from __future__ import annotations
 
 import re
-import tomllib
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
+import tomllib
 
 from microbench.core.errors import InputError
-from microbench.core.resources import data_file
 from microbench.core.jsonio import read_byte_chunks, read_bytes
-from microbench.trace.timeline import (CPU_RANGE, GPU_RANGE, KERNEL, MEMCPY, MEMSET, NO_ID, STEP_RE, Timeline,
-                                       TimelineBuilder)
+from microbench.core.resources import data_file
+from microbench.trace.timeline import (
+    CPU_RANGE,
+    GPU_RANGE,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NO_ID,
+    STEP_RE,
+    Timeline,
+    TimelineBuilder,
+)
 
 # Decompressed bytes read at a time: events are decoded a chunk at a time, so this bounds the memory.
 CHUNK_BYTES = 256 << 10
@@ -56,8 +66,17 @@ CUT_TRIES = 16
 # Events decoded per batch when the whole file is read at once.
 BATCH_EVENTS = 1_000
 HOST_KEY = "dawnscope_host"  # _Meta.dawnscope_host: the host facts a dawnscope run writes into its traces
-HEADER_KEYS = ("schemaVersion", "traceName", "displayTimeUnit", "baseTimeNanoseconds", "cuda_runtime_version",
-               "cuda_driver_version", "cupti_version", "roctracer_version", "hip_runtime_version")
+HEADER_KEYS = (
+    "schemaVersion",
+    "traceName",
+    "displayTimeUnit",
+    "baseTimeNanoseconds",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "cupti_version",
+    "roctracer_version",
+    "hip_runtime_version",
+)
 COPY_CATEGORIES = {"gpu_memcpy": MEMCPY, "memcpy": MEMCPY, "gpu_memset": MEMSET, "memset": MEMSET}
 # Host operators: `cpu_op` since PyTorch 1.10, `Operator` in the 2021 schema (lower-cased here).
 OPERATOR_CATEGORIES = ("cpu_op", "operator")
@@ -70,8 +89,18 @@ HOST_CATEGORIES = ("user_annotation", "cpu_op", "operator", "python_function", "
 # Complete events left out on purpose (host-side, or the profiler's own); any other category is counted by name,
 # so that device work in a category no reader knows (an MTIA trace's `mtia_ccp_events`, a future profiler's)
 # is named in the report, not silently missing (libkineto ActivityType.cpp lists the names).
-LEFT_OUT_CATEGORIES = ("python_function", "cuda_sync", "overhead", "cpu_instant_event", "trace", "python",
-                       "memory", "fwdbwd", "external_correlation", "")
+LEFT_OUT_CATEGORIES = (
+    "python_function",
+    "cuda_sync",
+    "overhead",
+    "cpu_instant_event",
+    "trace",
+    "python",
+    "memory",
+    "fwdbwd",
+    "external_correlation",
+    "",
+)
 # Events whose times the report cannot do without: a non-numeric ts/dur there is an error, elsewhere a skip.
 NEEDS_TIMES = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation")
 _NUM = (int, float)
@@ -84,8 +113,15 @@ PROFILER_RANGE = "cuda_profiler_range"
 MAX_TS_US = 1e17  # about 3,000 years from the clock's epoch
 MAX_DUR_US = 1e12  # 11.6 days for one event
 MAX_COUNTER = 1e18  # a hardware counter of one kernel (1e18 FLOPs: over 15 minutes at 1 PFLOP/s)
-ID_BOUNDS = {"pid": 2**63, "tid": 2**63, "args.device": 2**31, "args.stream": 2**63, "args.correlation": 2**63,
-             "args.External id": 2**63, "args.Sequence number": 2**63}
+ID_BOUNDS = {
+    "pid": 2**63,
+    "tid": 2**63,
+    "args.device": 2**31,
+    "args.stream": 2**63,
+    "args.correlation": 2**63,
+    "args.External id": 2**63,
+    "args.Sequence number": 2**63,
+}
 
 
 class Args(msgspec.Struct):
@@ -113,7 +149,7 @@ class Event(msgspec.Struct):
     pid: Any = None
     tid: Any = None
     id: Any = None  # a flow event's id: the correlation id
-    args: Union[Args, None, list, str, float, int, bool] = None
+    args: Args | None | list | str | float | int | bool = None
 
 
 class _Meta(msgspec.Struct):
@@ -140,7 +176,7 @@ class _Meta(msgspec.Struct):
 
 
 class _Header(_Meta):
-    traceEvents: Union[list[msgspec.Raw], None] = None  # noqa: N815 - the events as raw byte ranges
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the events as raw byte ranges
 
 
 class _Tail(_Meta):
@@ -186,8 +222,15 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _AT_BYTE = re.compile(r"^(.*) \(byte (\d+)\)$")
 _AT_PATH = re.compile(r"^Expected `(\w+)`, got `(\w+)` - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
 _AT_ANY = re.compile(r"^(.*) - at `\$(?:\.traceEvents)?\[(\d+)\](.*)`$")
-_JSON_TYPES = {"object": "an object", "array": "an array", "str": "a string", "int": "a number",
-               "float": "a number", "bool": "a boolean", "null": "null"}
+_JSON_TYPES = {
+    "object": "an object",
+    "array": "an array",
+    "str": "a string",
+    "int": "a number",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "null",
+}
 
 
 def read(path: str | Path) -> Timeline:
@@ -221,8 +264,8 @@ def _read_pieces(path: Path) -> Timeline:
             raise _Unsplit
     else:
         raise _Unsplit
-    head = _decode(bytes(buf[:m.start()]) + b'"traceEvents":[]}', _Header)
-    del buf[:m.end()]
+    head = _decode(bytes(buf[: m.start()]) + b'"traceEvents":[]}', _Header)
+    del buf[: m.end()]
     b = TimelineBuilder(str(path), "kineto")
     base = 0
     for chunk in chunks:
@@ -273,7 +316,7 @@ def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: i
         q = _LEADING_WS.match(buf, p + 1).end()
         if q < len(buf) and buf[q] == 0x2C:  # ","
             with memoryview(buf) as view:
-                text = b"".join((b"[", view[:p + 1], b"]"))
+                text = b"".join((b"[", view[: p + 1], b"]"))
             try:
                 events = _events_decoder(b, text).decode(text)
             except msgspec.ValidationError as e:  # an element that is not an event: a real error
@@ -284,7 +327,7 @@ def _add_complete_events(path: Path, b: TimelineBuilder, buf: bytearray, base: i
             _add_events(path, b, events, base, _raw_events(text, list[msgspec.Raw]))
             del text
             b.flush()
-            del buf[:q + 1]
+            del buf[: q + 1]
             return base + len(events)
         end = p
     if len(buf) > MAX_PIECE_BYTES:
@@ -303,7 +346,7 @@ def _read_whole(path: Path) -> Timeline:
     raws = head.traceEvents
     head.traceEvents = None
     for base in range(0, len(raws), BATCH_EVENTS):
-        batch = raws[base:base + BATCH_EVENTS]
+        batch = raws[base : base + BATCH_EVENTS]
         try:
             text = b"[" + b",".join(batch) + b"]"
             events = _events_decoder(b, text).decode(text)
@@ -326,17 +369,20 @@ def _header(path: Path, data: bytes) -> _Header:
     """The top-level object, with `traceEvents` as raw byte ranges; the checks that make the one-line
     errors specific (empty, not JSON, an array, no traceEvents)."""
     first = _LEADING_WS.match(data).end()  # not data.lstrip(): that copies a bytearray
-    start = data[first:first + 1]
+    start = data[first : first + 1]
     if not start:
         raise InputError(path, "empty file (only whitespace)")
     if start == b"[":
-        raise InputError(path, "a JSON array at the top level: not a PyTorch profiler (Kineto) trace, which is an "
-                               "object with a traceEvents array")
+        raise InputError(
+            path,
+            "a JSON array at the top level: not a PyTorch profiler (Kineto) trace, which is an "
+            "object with a traceEvents array",
+        )
     if start != b"{":
         if (known := known_file(data, path)) is not None:
             raise InputError(path, f"{known['what']}, not a trace this reads: {known['do']}")
         try:
-            shown = bytes(data[first:first + 4]).decode("utf-8")[:1]
+            shown = bytes(data[first : first + 4]).decode("utf-8")[:1]
         except UnicodeDecodeError:
             raise InputError(path, "not UTF-8 text: not a JSON file") from None
         raise InputError(path, f"not JSON: starts with {shown!r}, expected a Kineto trace object")
@@ -358,8 +404,9 @@ def _header(path: Path, data: bytes) -> _Header:
         except msgspec.DecodeError as e:  # the header pass skipped what this one reads (invalid UTF-8)
             raise _syntax_error(path, data, e) from None
         shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
-        raise InputError(path, "not a PyTorch profiler (Kineto) trace: no traceEvents array "
-                               f"(top-level keys: {shown or 'none'})")
+        raise InputError(
+            path, f"not a PyTorch profiler (Kineto) trace: no traceEvents array (top-level keys: {shown or 'none'})"
+        )
     return head
 
 
@@ -377,7 +424,7 @@ def known_file(data, path: Path | None = None) -> dict | None:
                 return sig
         elif "magic" in sig:
             at, magic = int(sig.get("offset", 0)), bytes.fromhex(sig["magic"])
-            if bytes(data[at:at + len(magic)]) == magic:
+            if bytes(data[at : at + len(magic)]) == magic:
                 return sig
         elif re.search(sig["text"], line):
             return sig
@@ -396,10 +443,13 @@ def _syntax_error(path: Path, data: bytes, e: msgspec.DecodeError) -> InputError
     where = f"line {line}" if line > 1 else f"byte {at:,}"  # a one-line file: its line says nothing
     if what.startswith("trailing characters"):
         return InputError(path, f"not valid JSON: extra data after the top-level object at {where}")
-    word = bytes(data[at:at + 9])
+    word = bytes(data[at : at + 9])
     if word.startswith((b"NaN", b"Infinity", b"-Infinity")):
-        return InputError(path, f"not valid JSON: {word.split(b',')[0].split(b'}')[0].decode()} at {where} (Python's "
-                                "json.dump writes NaN / Infinity unless allow_nan=False; JSON has no such number)")
+        return InputError(
+            path,
+            f"not valid JSON: {word.split(b',')[0].split(b'}')[0].decode()} at {where} (Python's "
+            "json.dump writes NaN / Infinity unless allow_nan=False; JSON has no such number)",
+        )
     return InputError(path, f"not valid JSON: {what} at {where}")
 
 
@@ -413,8 +463,9 @@ def _event_error(path: Path, e: msgspec.ValidationError, base: int) -> InputErro
         return InputError(path, f"traceEvents: {e}")
     want, got, i, where = m.groups()
     if not where and want == "object":
-        return InputError(path, f"traceEvents[{base + int(i)}] is not an event object "
-                                f"(found {_JSON_TYPES.get(got, got)})")
+        return InputError(
+            path, f"traceEvents[{base + int(i)}] is not an event object (found {_JSON_TYPES.get(got, got)})"
+        )
     return InputError(path, f"traceEvents[{base + int(i)}]{where}: expected {want}, found {got}")
 
 
@@ -428,14 +479,20 @@ def _keep_header(b: TimelineBuilder, head: _Header) -> None:
     b.meta.update({k: getattr(head, k) for k in HEADER_KEYS if getattr(head, k) is not None})
     if isinstance(head.dawnscope_host, dict):
         b.meta[HOST_KEY] = head.dawnscope_host
-    log = [(level, m) for level in ("ERROR", "WARNING") if isinstance(getattr(head, level), list)
-           for m in getattr(head, level) if isinstance(m, str)]
+    log = [
+        (level, m)
+        for level in ("ERROR", "WARNING")
+        if isinstance(getattr(head, level), list)
+        for m in getattr(head, level)
+        if isinstance(m, str)
+    ]
     if log:
         b.meta["profiler_log"] = log
 
 
-def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw,
-                       path: Path, index: int) -> None:
+def _add_counter_range(
+    b: TimelineBuilder, name: str, ts: float, dur: float, ev: Event, raw: msgspec.Raw, path: Path, index: int
+) -> None:
     """A CUPTI range-profiler range: one kernel, replayed alone, with hardware counters in its `args` (decoded
     here in full: the counter names vary with what was asked for). The range's duration is the profiler's,
     not the kernel's run time (a note in the report says so)."""
@@ -447,8 +504,11 @@ def _add_counter_range(b: TimelineBuilder, name: str, ts: float, dur: float, ev:
     counters = {k: v for k, v in args.items() if type(v) in _NUM}
     for k, v in counters.items():
         if not 0 <= v <= MAX_COUNTER:  # a count, finite: sums of 1e308 would be inf
-            raise InputError(path, f"traceEvents[{index}]: {PROFILER_RANGE} {name[:60]!r} has args.{k}={v!r}: "
-                                   f"expected a count from 0 to {MAX_COUNTER:g}")
+            raise InputError(
+                path,
+                f"traceEvents[{index}]: {PROFILER_RANGE} {name[:60]!r} has args.{k}={v!r}: "
+                f"expected a count from 0 to {MAX_COUNTER:g}",
+            )
     b.add_activity(name, ts, dur, _int(args.get("device"), 0), _int(ev.tid, 0), NO_ID, NO_ID, KERNEL)
     b.add_counters(counters)
     b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
@@ -466,12 +526,21 @@ def _int(v, default: int = NO_ID) -> int:
 
 def _float_id_error(path: Path, ev: Event, index: int) -> InputError:
     args = ev.args if type(ev.args) is Args else _NO_ARGS
-    for key, v in (("pid", ev.pid), ("tid", ev.tid), ("args.device", args.device), ("args.stream", args.stream),
-                   ("args.correlation", args.correlation), ("args.External id", args.external_id),
-                   ("args.Sequence number", args.seq)):
+    for key, v in (
+        ("pid", ev.pid),
+        ("tid", ev.tid),
+        ("args.device", args.device),
+        ("args.stream", args.stream),
+        ("args.correlation", args.correlation),
+        ("args.External id", args.external_id),
+        ("args.Sequence number", args.seq),
+    ):
         if type(v) is float:
-            return InputError(path, f"traceEvents[{index}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
-                                    f"{key}={v!r}: expected an integer id")
+            return InputError(
+                path,
+                f"traceEvents[{index}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
+                f"{key}={v!r}: expected an integer id",
+            )
     return InputError(path, f"traceEvents[{index}]: an id written as a number that is not an integer")
 
 
@@ -483,12 +552,21 @@ def _id_error(path: Path, events: list[Event], base: int) -> InputError:
     """The first event of a batch with an integer id too large for its column (ID_BOUNDS)."""
     for i, ev in enumerate(events):
         args = ev.args if type(ev.args) is Args else _NO_ARGS
-        for key, v in (("pid", ev.pid), ("tid", ev.tid), ("args.device", args.device), ("args.stream", args.stream),
-                       ("args.correlation", args.correlation), ("args.External id", args.external_id),
-                       ("args.Sequence number", args.seq)):
+        for key, v in (
+            ("pid", ev.pid),
+            ("tid", ev.tid),
+            ("args.device", args.device),
+            ("args.stream", args.stream),
+            ("args.correlation", args.correlation),
+            ("args.External id", args.external_id),
+            ("args.Sequence number", args.seq),
+        ):
             if ev.ph == "X" and type(v) is int and not -ID_BOUNDS[key] <= v < ID_BOUNDS[key]:
-                return InputError(path, f"traceEvents[{base + i}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
-                                        f"{key}={v!r}: too large for an id")
+                return InputError(
+                    path,
+                    f"traceEvents[{base + i}]: {_cat(ev) or 'event'} {str(ev.name)[:60]!r} has "
+                    f"{key}={v!r}: too large for an id",
+                )
     return InputError(path, f"traceEvents[{base}..{base + len(events) - 1}]: an id too large for an integer")
 
 
@@ -513,24 +591,32 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
                     if type(ev.id) is int and type(ev.ts) in _NUM:
                         b.add_flow(ev.ph == "s", ev.pid, ev.tid, ev.ts, ev.id)
                 elif ev.ph in ("B", "E"):  # another writer's durations: said, so that what is missing is known
-                    b.skip("begin / end ('B' / 'E') events: only complete ('X') events are read, as the PyTorch "
-                           "profiler writes them")
+                    b.skip(
+                        "begin / end ('B' / 'E') events: only complete ('X') events are read, as the PyTorch "
+                        "profiler writes them"
+                    )
                 continue
             cat = ev.cat.lower() if type(ev.cat) is str else ""
             ts, dur = ev.ts, ev.dur
             if type(ts) not in _NUM or type(dur) not in _NUM:
                 if cat in NEEDS_TIMES:
-                    raise InputError(path, f"traceEvents[{base + i}]: {cat} event {str(ev.name)[:60]!r} has ts={ts!r}, "
-                                           f"dur={dur!r}: expected numbers (microseconds)")
+                    raise InputError(
+                        path,
+                        f"traceEvents[{base + i}]: {cat} event {str(ev.name)[:60]!r} has ts={ts!r}, "
+                        f"dur={dur!r}: expected numbers (microseconds)",
+                    )
                 b.skip("complete events without numeric ts/dur")
                 continue
             if dur < 0:
                 b.skip("events with negative dur")
                 continue
             if not (dur <= MAX_DUR_US and -MAX_TS_US <= ts <= MAX_TS_US):  # also false for nan
-                raise InputError(path, f"traceEvents[{base + i}]: {cat or 'event'} {str(ev.name)[:60]!r} has ts={ts!r}, "
-                                       f"dur={dur!r}: expected finite microseconds, ts within +-{MAX_TS_US:g} and dur "
-                                       f"at most {MAX_DUR_US:g}")
+                raise InputError(
+                    path,
+                    f"traceEvents[{base + i}]: {cat or 'event'} {str(ev.name)[:60]!r} has ts={ts!r}, "
+                    f"dur={dur!r}: expected finite microseconds, ts within +-{MAX_TS_US:g} and dur "
+                    f"at most {MAX_DUR_US:g}",
+                )
             if type(ev.tid) in (dict, list):  # threads are keyed by (pid, tid): an object or array becomes a name
                 ev.tid = str(ev.tid)
             elif type(ev.tid) is float or type(ev.pid) is float:
@@ -552,8 +638,16 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
     elif cat == "kernel" or cat in COPY_CATEGORIES:
         device = _int(args.device, _int(ev.pid, 0))
         corr = _int(args.correlation)
-        b.add_activity(name, ts, dur, device, _int(args.stream, _int(ev.tid)), corr,
-                     _int(args.external_id, _int(args.external_id_2021)), COPY_CATEGORIES.get(cat, KERNEL))
+        b.add_activity(
+            name,
+            ts,
+            dur,
+            device,
+            _int(args.stream, _int(ev.tid)),
+            corr,
+            _int(args.external_id, _int(args.external_id_2021)),
+            COPY_CATEGORIES.get(cat, KERNEL),
+        )
         if corr == NO_ID:
             b.add_unlinked_activity(ev.pid, ev.tid, ts)
     elif cat in RUNTIME_CATEGORIES or cat.endswith(("_runtime", "_driver")):
@@ -569,20 +663,33 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
         pid = b.process(ev.pid)
         if STEP_RE.match(name) and not b.first_step(name, pid, ts):
             return
-        b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims),
-                    _arg(b, args.input_types))
+        b.add_range(
+            name, ts, dur, pid, b.thread(pid, ev.tid), CPU_RANGE, _arg(b, args.input_dims), _arg(b, args.input_types)
+        )
     elif cat == "gpu_user_annotation":
         pid = b.process(ev.pid)
         b.add_range(name, ts, dur, pid, b.thread(pid, ev.tid), GPU_RANGE)
     elif cat in OPERATOR_CATEGORIES:
         pid = b.process(ev.pid)
-        b.add_cpu_op(name, ts, dur, pid, b.thread(pid, ev.tid), _int(args.external_id), _int(args.seq),
-                     _arg(b, args.input_dims), _arg(b, args.input_types), _arg(b, args.concrete),
-                     _arg(b, args.input_strides))
+        b.add_cpu_op(
+            name,
+            ts,
+            dur,
+            pid,
+            b.thread(pid, ev.tid),
+            _int(args.external_id),
+            _int(args.seq),
+            _arg(b, args.input_dims),
+            _arg(b, args.input_types),
+            _arg(b, args.concrete),
+            _arg(b, args.input_strides),
+        )
     elif cat == "" and ev.cat is None:
         # no category at all: not the PyTorch profiler's (a Chrome trace of another tool: rocprof v1/v2's
         # results.json has none), said, so that a report of "0 kernels" is not taken for the GPU's
-        b.skip("complete events without a category (cat): a Chrome trace of another tool? this reads the PyTorch "
-               "profiler's categories (kernel, cpu_op, cuda_runtime, ...), rocprofv3 JSON and Nsight exports")
+        b.skip(
+            "complete events without a category (cat): a Chrome trace of another tool? this reads the PyTorch "
+            "profiler's categories (kernel, cpu_op, cuda_runtime, ...), rocprofv3 JSON and Nsight exports"
+        )
     elif cat not in LEFT_OUT_CATEGORIES:
         b.unread_category(str(ev.cat))

@@ -4,6 +4,7 @@ does not tell its unit, launched by an fp16 / bf16 / fp8 matrix operator on a ch
 ran on them (an inference, basis "operator (inferred)"). The decisions are classify.classify_by_launcher's; this
 module finds each candidate kernel's innermost launcher and returns the timeline with those kernels reclassified
 (every consumer of read_trace sees the same classes: communication time, exposed communication, the job view)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,14 +15,16 @@ from microbench.trace.classify import (
     classify_by_launcher,
     is_launcher,
 )
-from microbench.trace.timeline import CPU_RANGE, KERNEL, TC_VALUES, Timeline
 from microbench.trace.opmetrics import _innermost_owner, first_float_dtype
+from microbench.trace.timeline import CPU_RANGE, KERNEL, TC_VALUES, Timeline
 
 
 def _candidates(tl: Timeline) -> np.ndarray:
     """Kernel rows whose name leaves them unsettled: class `other`, or a GEMM with Tensor Core use unknown."""
     k = tl.activities
-    open_cls = [i for i, c in enumerate(tl.classes) if c.cls == "other" or (c.cls == "gemm" and c.tensor_cores == "unknown")]
+    open_cls = [
+        i for i, c in enumerate(tl.classes) if c.cls == "other" or (c.cls == "gemm" and c.tensor_cores == "unknown")
+    ]
     return np.flatnonzero((k.category == KERNEL) & np.isin(k.cls, open_cls))
 
 
@@ -68,8 +71,9 @@ def by_launcher(tl: Timeline) -> Timeline:
             if owner < 0:
                 continue
             name = str(tl.names[getattr(tl, table).name[owner]])
-            new = classify_by_launcher(tl.classes[cls[row]], name, first_float_dtype(tl, int(owner), table),
-                                       dev.vendor, dev.cc)
+            new = classify_by_launcher(
+                tl.classes[cls[row]], name, first_float_dtype(tl, int(owner), table), dev.vendor, dev.cc
+            )
             if new is not None:
                 cls[row], tc[row] = _intern(new, classes, index), TC_VALUES.index(new.tensor_cores)
                 break

@@ -1,14 +1,15 @@
 """Trace metrics: each one function over a Timeline (microbench/trace/timeline.py), used by the trace report
 (microbench/trace/analysis.py) and the step attribution (microbench/decompose/attribution.py) alike.
 Definitions: docs/traces.md. Times are microseconds."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from microbench.trace.timeline import CATEGORIES, GPU_RANGE, KERNEL, NO_ID, TC_VALUES, EPS_US, Timeline, Windows
 from microbench.trace.classify import class_set
+from microbench.trace.timeline import CATEGORIES, EPS_US, GPU_RANGE, KERNEL, NO_ID, TC_VALUES, Timeline, Windows
 
 
 def kernel_rows(tl: Timeline) -> np.ndarray:
@@ -62,7 +63,9 @@ def matrix_unit_evidence_time(tl: Timeline, counter_settled: np.ndarray | None =
     `counter_settled` marks the row, else its classification's basis: name rule, structure (inferred), ...),
     each split by verdict. Inferred time is this table's, never folded silently into a rule's."""
     rows = kernel_rows(tl)
-    basis = np.array([c.basis for c in tl.classes], dtype=object)[tl.activities.cls[rows]] if len(rows) else np.array([])
+    basis = (
+        np.array([c.basis for c in tl.classes], dtype=object)[tl.activities.cls[rows]] if len(rows) else np.array([])
+    )
     if counter_settled is not None and len(rows):
         basis = np.where(counter_settled[rows], "counters", basis)
     out: dict[str, dict[str, float]] = {}
@@ -82,8 +85,10 @@ def comm_time(tl: Timeline) -> float:
 def copy_time(tl: Timeline) -> dict[str, tuple[int, float]]:
     """memcpy / memset activities: (count, time) each."""
     k = tl.activities
-    return {CATEGORIES[c]: (int((k.category == c).sum()), float(k.dur_us[k.category == c].sum()))
-            for c in range(1, len(CATEGORIES))}
+    return {
+        CATEGORIES[c]: (int((k.category == c).sum()), float(k.dur_us[k.category == c].sum()))
+        for c in range(1, len(CATEGORIES))
+    }
 
 
 def devices_with_kernels(tl: Timeline) -> list[int]:
@@ -115,8 +120,8 @@ def intersection_length(a_s, a_e, b_s, b_e) -> float:
     lo = np.searchsorted(b_e, a_s, "right")
     hi = np.searchsorted(b_s, a_e, "left")
     for i in np.flatnonzero(hi > lo):
-        s = np.maximum(b_s[lo[i]:hi[i]], a_s[i])
-        e = np.minimum(b_e[lo[i]:hi[i]], a_e[i])
+        s = np.maximum(b_s[lo[i] : hi[i]], a_s[i])
+        e = np.minimum(b_e[lo[i] : hi[i]], a_e[i])
         total += float(np.clip(e - s, 0, None).sum())
     return total
 
@@ -178,16 +183,14 @@ def annotation_times(tl: Timeline) -> list[dict]:
     out: dict[str, dict] = {}
     for j, row in enumerate(cpu):  # trace order: ties in the sort below keep it
         name = tl.names[r.name[row]]
-        a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0,
-                                  "kernel_time_us": 0.0})
+        a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0, "kernel_time_us": 0.0})
         a["calls"] += 1
         a["wall_us"] += float(r.dur_us[row])
         a["kernel_count"] += int(tot.count[j])
         a["kernel_time_us"] += float(tot.time_us[j])
     for row in np.flatnonzero(r.kind == GPU_RANGE):
         name = tl.names[r.name[row]]
-        a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0,
-                                  "kernel_time_us": 0.0})
+        a = out.setdefault(name, {"name": name, "calls": 0, "wall_us": 0.0, "kernel_count": 0, "kernel_time_us": 0.0})
         a["gpu_annotation_us"] = a.get("gpu_annotation_us", 0.0) + float(r.dur_us[row])
     return sorted(out.values(), key=lambda a: (-a["kernel_time_us"], -a["wall_us"]))
 
@@ -215,8 +218,10 @@ def top_kernels(tl: Timeline) -> list[KernelGroup]:
     bounds = np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1]
     durs = np.split(k.dur_us[rows][np.argsort(inv, kind="stable")], bounds)
     groups = sorted(zip(first, durs), key=lambda x: x[0])
-    out = [KernelGroup(tl.names[k.name[rows[f]]], int(k.device[rows[f]]), int(k.cls[rows[f]]), d, float(d.sum()))
-           for f, d in groups]
+    out = [
+        KernelGroup(tl.names[k.name[rows[f]]], int(k.device[rows[f]]), int(k.cls[rows[f]]), d, float(d.sum()))
+        for f, d in groups
+    ]
     return sorted(out, key=lambda g: -g.total_us)
 
 

@@ -19,6 +19,7 @@ What is derived per kernel (names differ between architectures; see `ncu --query
   the ncu roofline's own count of non-tensor FLOPs);
 - `dram_bytes`: dram__bytes.sum, or read + write, or the Memory Workload Analysis throughput x duration.
 """
+
 from __future__ import annotations
 
 import csv
@@ -26,6 +27,7 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import tomllib
 
 from microbench.core.args import digits
@@ -35,12 +37,23 @@ from microbench.core.resources import data_file
 from microbench.trace.counters import sass_flops
 from microbench.trace.timeline import KERNEL, NO_ID, TimelineBuilder
 
-IDENTITY_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
-                    "Stream", "Block Size", "Grid Size", "Device", "CC")
+IDENTITY_COLUMNS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Kernel Time",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+)
 LONG_COLUMNS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
 _SI = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
-            "second": 1e9}
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 _CC = re.compile(r"\d{1,2}\.\d{1,2}")  # a compute capability as ncu writes it: 9.0, 10.0, 12.1
 MAX_DEVICE = 2**31 - 1
 MAX_VALUE = 1e30  # any metric value: beyond it (or inf, nan) the export is corrupt, and sums overflow
@@ -73,14 +86,20 @@ class NcuKernel:
 
     @property
     def tensor_pipe_pct(self) -> float | None:
-        vals = [v for k, (v, _) in self.metrics.items()
-                if k.startswith("sm__pipe_tensor") and ".pct_of_peak_sustained" in k and v is not None]
+        vals = [
+            v
+            for k, (v, _) in self.metrics.items()
+            if k.startswith("sm__pipe_tensor") and ".pct_of_peak_sustained" in k and v is not None
+        ]
         return max(vals) if vals else None
 
     @property
     def tensor_inst(self) -> float | None:
-        vals = [v for k, (v, _) in self.metrics.items()
-                if k.startswith("sm__inst_executed_pipe_tensor") and k.endswith(".sum") and v is not None]
+        vals = [
+            v
+            for k, (v, _) in self.metrics.items()
+            if k.startswith("sm__inst_executed_pipe_tensor") and k.endswith(".sum") and v is not None
+        ]
         return max(vals) if vals else None
 
     @property
@@ -103,8 +122,11 @@ class NcuKernel:
     def dram_bytes(self) -> float | None:
         if (b := self.value("dram__bytes.sum")) is not None:
             return _scaled(b, self.metrics["dram__bytes.sum"][1], {}, "bytes")
-        parts = [(k, self.metrics[k]) for k in ("dram__bytes_read.sum", "dram__bytes_write.sum")
-                 if k in self.metrics and self.metrics[k][0] is not None]
+        parts = [
+            (k, self.metrics[k])
+            for k in ("dram__bytes_read.sum", "dram__bytes_write.sum")
+            if k in self.metrics and self.metrics[k][0] is not None
+        ]
         if parts:
             return sum(_scaled(v, u, {}, "bytes") for _, (v, u) in parts)
         thr = self.metrics.get("Memory Workload Analysis/Memory Throughput")
@@ -116,11 +138,20 @@ class NcuKernel:
         """The numbers a timeline row carries (JSON-ready)."""
         dur = self.duration_ns
         flops, nbytes = self.sass_flops, self.dram_bytes
-        return {"id": self.id, "kernel": self.name, "device": self.device, "cc": self.cc, "duration_ns": dur,
-                "tensor_pipe_pct": self.tensor_pipe_pct, "tensor_inst": self.tensor_inst,
-                "tensor_ops_by_precision": self.tensor_ops_by_precision, "sass_flops": flops,
-                "achieved_sass_tflops": flops / dur * 1e-3 if flops is not None and dur else None,
-                "dram_bytes": nbytes, "achieved_dram_tbs": nbytes / dur * 1e-3 if nbytes is not None and dur else None}
+        return {
+            "id": self.id,
+            "kernel": self.name,
+            "device": self.device,
+            "cc": self.cc,
+            "duration_ns": dur,
+            "tensor_pipe_pct": self.tensor_pipe_pct,
+            "tensor_inst": self.tensor_inst,
+            "tensor_ops_by_precision": self.tensor_ops_by_precision,
+            "sass_flops": flops,
+            "achieved_sass_tflops": flops / dur * 1e-3 if flops is not None and dur else None,
+            "dram_bytes": nbytes,
+            "achieved_dram_tbs": nbytes / dur * 1e-3 if nbytes is not None and dur else None,
+        }
 
 
 def _scaled(value: float, unit: str, table: dict[str, float], kind: str) -> float:
@@ -181,16 +212,24 @@ def _kernel(cols: dict[str, int], row: list[str], path: Path, line: int) -> NcuK
         raise InputError(path, f"row {line}: Device = {dev!r}: expected a device number from 0 to {MAX_DEVICE:,}")
     if cc is not None and not _CC.fullmatch(cc):
         raise InputError(path, f"row {line}: CC = {cc!r}: expected a compute capability like 9.0")
-    return NcuKernel(kid, get("Kernel Name") or "", int(dev) if dev is not None else None, cc,
-                     get("Stream"), get("Block Size"), get("Grid Size"))
+    return NcuKernel(
+        kid,
+        get("Kernel Name") or "",
+        int(dev) if dev is not None else None,
+        cc,
+        get("Stream"),
+        get("Block Size"),
+        get("Grid Size"),
+    )
 
 
 def _value(text: str, path: Path, line: int, metric: str) -> float | None:
     """A metric's printed value, checked: finite and within MAX_VALUE in magnitude."""
     v = parse_number(text)
     if v is not None and not abs(v) <= MAX_VALUE:  # also false for nan
-        raise InputError(path, f"row {line}: {metric} = {text.strip()[:40]!r}: expected a finite number "
-                               f"within +-{MAX_VALUE:g}")
+        raise InputError(
+            path, f"row {line}: {metric} = {text.strip()[:40]!r}: expected a finite number within +-{MAX_VALUE:g}"
+        )
     return v
 
 
@@ -219,7 +258,7 @@ def read_ncu_csv(path: str | Path) -> list[NcuKernel]:
         return [kernels[i] for i in sorted(kernels)]
     units = rows[1] if len(rows) > 1 and rows[1][cols["ID"]] == "" else None
     metric_cols = [(i, c) for i, c in enumerate(header) if c not in IDENTITY_COLUMNS]
-    for n, row in enumerate(rows[2 if units else 1:], start=3 if units else 2):
+    for n, row in enumerate(rows[2 if units else 1 :], start=3 if units else 2):
         k = _kernel(cols, row, path, n)
         for i, c in metric_cols:
             if i < len(row):
@@ -241,17 +280,25 @@ def read(path: str | Path):
         except ValueError as e:
             raise InputError(path, f"kernel ID {k.id}: duration: {e}") from None
         if dur_ns is not None and not 0 <= dur_ns <= MAX_DURATION_NS:
-            raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): duration {dur_ns:g} ns: expected 0 to "
-                                   f"{MAX_DURATION_NS:g} ns")
+            raise InputError(
+                path, f"kernel ID {k.id} ({k.name[:60]}): duration {dur_ns:g} ns: expected 0 to {MAX_DURATION_NS:g} ns"
+            )
         if dur_ns is None:
-            raise InputError(path, f"kernel ID {k.id} ({k.name[:60]}): no duration (gpu__time_duration.sum or the "
-                                   "Speed Of Light section's Duration): profile with --section SpeedOfLight or "
-                                   "--metrics gpu__time_duration.sum")
+            raise InputError(
+                path,
+                f"kernel ID {k.id} ({k.name[:60]}): no duration (gpu__time_duration.sum or the "
+                "Speed Of Light section's Duration): profile with --section SpeedOfLight or "
+                "--metrics gpu__time_duration.sum",
+            )
         dev = k.device if k.device is not None else 0
         if k.cc and dev not in b.device_properties:
             major, _, minor = k.cc.partition(".")
-            b.device_properties[dev] = {"id": dev, "name": device_name(k.cc), "computeMajor": int(major),
-                                        "computeMinor": int(minor or 0)}
+            b.device_properties[dev] = {
+                "id": dev,
+                "name": device_name(k.cc),
+                "computeMajor": int(major),
+                "computeMinor": int(minor or 0),
+            }
         b.add_activity(k.name, t, dur_ns * 1e-3, dev, _stream(k.stream), NO_ID, NO_ID, KERNEL)
         b.add_counters(k.values() | _derived(k))
         b.cover(t, t + dur_ns * 1e-3)

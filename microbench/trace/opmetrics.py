@@ -20,6 +20,7 @@ DLProf's eligibility check (microbench/trace/eligibility.py). Definitions: docs/
   where there are no steps) = sum over its operators of FLOPs / peak, over the window: achieved model FLOP/s
   over peak, PaLM's definition, with mixed precisions weighted per operator. Above 100 % it is flagged.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,25 +29,24 @@ import numpy as np
 
 from microbench.core import thresholds
 from microbench.core.dtypes import PRECISION_OF
+from microbench.core.ops.aten import OpWork, dtype_of, modelled_ops, trace_other_work, trace_work
 from microbench.trace import eligibility
 from microbench.trace.classify import class_set, classify_operator
 from microbench.trace.timeline import KERNEL, NO_ID, TC_VALUES, Timeline, positions_by_key
-from microbench.core.ops.aten import OpWork, dtype_of, modelled_ops, trace_other_work, trace_work
 
 TOP_ELIGIBLE_OPS = 10  # operators listed behind the eligibility-without-shapes share
-
 
 
 @dataclass
 class OpCalls:
     """One modelled operator call at the outermost level, with its kernels."""
 
-    row: int               # row in tl.cpu_ops
+    row: int  # row in tl.cpu_ops
     name: str
     work: OpWork
-    kernels: np.ndarray    # kernel rows: every kernel the operator launched
+    kernels: np.ndarray  # kernel rows: every kernel the operator launched
     kernel_time_us: float  # their summed duration: the op's time on the GPU, copies and epilogues included
-    math_time_us: float    # the summed duration of its math kernels (GEMM-class, else all): the FLOPs' carriers
+    math_time_us: float  # the summed duration of its math kernels (GEMM-class, else all): the FLOPs' carriers
     precision: str | None  # the datasheet column its peak comes from
 
 
@@ -114,8 +114,10 @@ def work_model(tl: Timeline, peaks: dict[str, float] | None = None) -> WorkModel
     rows = np.flatnonzero(np.isin(ops.name, name_ids) & (ops.input_dims != NO_ID))
     if not len(rows):
         if np.isin(ops.name, name_ids).any():
-            notes.append("GEMM / convolution / attention operators without shapes: record with "
-                         "torch.profiler.profile(record_shapes=True) for FLOPs and MFU")
+            notes.append(
+                "GEMM / convolution / attention operators without shapes: record with "
+                "torch.profiler.profile(record_shapes=True) for FLOPs and MFU"
+            )
         return WorkModel([], kernel_flops, notes)
     tops = _outermost(tl, rows)
     owner = _kernel_owner(tl, tops)
@@ -130,8 +132,17 @@ def work_model(tl: Timeline, peaks: dict[str, float] | None = None) -> WorkModel
         t_carry = float(tl.activities.dur_us[carriers].sum())
         if work.flops and t_carry > 0:
             kernel_flops[carriers] += work.flops * tl.activities.dur_us[carriers] / t_carry
-        calls.append(OpCalls(int(r), name, work, mine, t, t_carry,
-                             _precision(work, tl.activities.tensor_cores[carriers], peaks or {})))
+        calls.append(
+            OpCalls(
+                int(r),
+                name,
+                work,
+                mine,
+                t,
+                t_carry,
+                _precision(work, tl.activities.tensor_cores[carriers], peaks or {}),
+            )
+        )
     unknown = sum(1 for c in calls if c.work.flops is None)
     if unknown:
         why = next(c.work.note for c in calls if c.work.flops is None)
@@ -181,8 +192,13 @@ def other_kernel_work(tl: Timeline, work_model: WorkModel) -> tuple[np.ndarray, 
     for r, at in positions_by_key(owner).items():
         mine = kernels[at]
         name = tl.names[tl.cpu_ops.name[r]]
-        work = trace_other_work(name, classify_operator(name).cls, _arg(tl, "input_dims", r),
-                                _arg(tl, "input_types", r), _arg(tl, "concrete_inputs", r))
+        work = trace_other_work(
+            name,
+            classify_operator(name).cls,
+            _arg(tl, "input_dims", r),
+            _arg(tl, "input_types", r),
+            _arg(tl, "concrete_inputs", r),
+        )
         t = tl.activities.dur_us[mine]
         if work is None or t.sum() <= 0:
             continue
@@ -217,11 +233,24 @@ def op_rows(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], measur
     groups: dict[tuple, dict] = {}
     for c in work_model.calls:
         key = (c.name, shape_label(c.work), c.work.dtype)
-        g = groups.setdefault(key, {"op": c.name, "family": c.work.family, "shape": key[1], "dtype": c.work.dtype,
-                                    "precision": c.precision, "calls": 0, "flops": 0, "bytes": 0,
-                                    "kernel_time_us": 0.0, "math_kernel_time_us": 0.0, "kernels": 0,
-                                    "tc_kernel_time_us": 0.0,
-                                    "note": c.work.note})
+        g = groups.setdefault(
+            key,
+            {
+                "op": c.name,
+                "family": c.work.family,
+                "shape": key[1],
+                "dtype": c.work.dtype,
+                "precision": c.precision,
+                "calls": 0,
+                "flops": 0,
+                "bytes": 0,
+                "kernel_time_us": 0.0,
+                "math_kernel_time_us": 0.0,
+                "kernels": 0,
+                "tc_kernel_time_us": 0.0,
+                "note": c.work.note,
+            },
+        )
         g["calls"] += 1
         g["flops"] = None if c.work.flops is None or g["flops"] is None else g["flops"] + c.work.flops
         g["bytes"] = None if c.work.bytes_moved is None or g["bytes"] is None else g["bytes"] + c.work.bytes_moved
@@ -248,10 +277,13 @@ def above_peak(rows: list[dict]) -> list[str]:
     more than `kernel_above_peak_slack` (microbench/data/thresholds.toml); their FLOP model or the attribution
     of kernels to them is wrong, and neither rate of theirs should be believed."""
     slack = thresholds.value("kernel_above_peak_slack")
-    return [f"{r['op']} {r['shape']} {r['dtype']}: its math kernels ran at {r['kernel_tflops']:.3g} TFLOP/s, "
-            f"{r['kernel_pct_of_datasheet']:.0f} % of the {r['precision']} datasheet peak: impossible (a wrong FLOP "
-            "model, or kernels that are not its own)"
-            for r in rows if (r.get("kernel_pct_of_datasheet") or 0) > 100 * (1 + slack)]
+    return [
+        f"{r['op']} {r['shape']} {r['dtype']}: its math kernels ran at {r['kernel_tflops']:.3g} TFLOP/s, "
+        f"{r['kernel_pct_of_datasheet']:.0f} % of the {r['precision']} datasheet peak: impossible (a wrong FLOP "
+        "model, or kernels that are not its own)"
+        for r in rows
+        if (r.get("kernel_pct_of_datasheet") or 0) > 100 * (1 + slack)
+    ]
 
 
 def time_at_peak_us(calls: list[OpCalls], peaks: dict[str, float]) -> tuple[float, int, list[str]]:
@@ -281,13 +313,21 @@ def _calls_by_window(tl: Timeline, calls: list, windows) -> dict[int, list[int]]
     starts = ts[order]
     out = {}
     for j in range(len(windows)):
-        at = order[np.searchsorted(starts, windows.ts_us[j], "left"):np.searchsorted(starts, windows.end_us[j], "right")]
+        at = order[
+            np.searchsorted(starts, windows.ts_us[j], "left") : np.searchsorted(starts, windows.end_us[j], "right")
+        ]
         out[j] = sorted(int(i) for i in at if pid[i] == windows.pid[j])
     return out
 
 
-def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=None, gpu_span_us: float | None = None,
-        spans_us=None) -> dict:
+def mfu(
+    tl: Timeline,
+    work_model: WorkModel,
+    peaks: dict[str, float],
+    windows=None,
+    gpu_span_us: float | None = None,
+    spans_us=None,
+) -> dict:
     """MFU of the whole trace and of each window (steps): see the module docstring. `spans_us`: each step's time
     from its start to its last GPU activity (the plugin window, gpu_time.plugin_windows), which a step whose CPU
     runs ahead of its GPU needs: over the CPU range alone its MFU read 3,706 %. Where given it is the step's time
@@ -301,19 +341,33 @@ def mfu(tl: Timeline, work_model: WorkModel, peaks: dict[str, float], windows=No
             at_peak, flops, _ = time_at_peak_us(mine, peaks)
             at_peak_in, flops_in = at_peak_in + at_peak, flops_in + flops
             wall = float(spans_us[j]) if spans_us is not None else float(windows.dur_us[j])
-            per_step.append({"name": windows.names[j], "model_flops": flops, "wall_us": wall,
-                             "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
-                             "mfu": at_peak / wall if wall > 0 and at_peak else None})
+            per_step.append(
+                {
+                    "name": windows.names[j],
+                    "model_flops": flops,
+                    "wall_us": wall,
+                    "achieved_tflops": flops / (wall * 1e6) if wall > 0 and flops else None,
+                    "mfu": at_peak / wall if wall > 0 and at_peak else None,
+                }
+            )
     at_peak, flops, missing = time_at_peak_us(work_model.calls, peaks)
     if per_step:  # the steps' operators over the steps' time: an operator outside every step is in neither
         at_peak, flops = at_peak_in, flops_in
     window = sum(s["wall_us"] for s in per_step) if per_step else gpu_span_us
-    basis = ("the steps' summed time, each to its last GPU activity" if per_step
-             else "the span of GPU activity (no steps in the trace)")
-    out = {"model_flops": flops, "window_us": window, "window": basis,
-           "achieved_tflops": flops / (window * 1e6) if window and flops else None,
-           "mfu": at_peak / window if window and at_peak else None,
-           "precisions_without_peak": missing, "steps": per_step}
+    basis = (
+        "the steps' summed time, each to its last GPU activity"
+        if per_step
+        else "the span of GPU activity (no steps in the trace)"
+    )
+    out = {
+        "model_flops": flops,
+        "window_us": window,
+        "window": basis,
+        "achieved_tflops": flops / (window * 1e6) if window and flops else None,
+        "mfu": at_peak / window if window and at_peak else None,
+        "precisions_without_peak": missing,
+        "steps": per_step,
+    }
     return out | {"impossible": mfu_above_peak(out)}
 
 
@@ -322,8 +376,11 @@ def mfu_above_peak(m: dict) -> list[str]:
     peaks or the window is wrong, and the figure is not to be believed."""
     limit = 1 + thresholds.value("kernel_above_peak_slack")
     rows = [("the trace", m.get("mfu"))] + [(st["name"], st.get("mfu")) for st in m.get("steps") or []]
-    return [f"{name}: MFU {v:.1%} is above 100 %: impossible (a wrong FLOP model or peak, or a window that misses "
-            "GPU time)" for name, v in rows if v is not None and v > limit]
+    return [
+        f"{name}: MFU {v:.1%} is above 100 %: impossible (a wrong FLOP model or peak, or a window that misses GPU time)"
+        for name, v in rows
+        if v is not None and v > limit
+    ]
 
 
 def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | None:
@@ -343,9 +400,15 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     with AMP / TF32, split into what ran on Tensor Cores and what did not (`unused`), with the operators behind it."""
     kernels = np.flatnonzero(tl.activities.category == KERNEL)
     total = float(tl.activities.dur_us[kernels].sum())
-    out = {"basis": "the launching operator's name and recorded dtype (TensorBoard plugin rule; no shapes needed)",
-           "eligible_time_us": 0.0, "unused_time_us": 0.0, "untyped_time_us": 0.0, "eligible_share": None,
-           "unused_share": None, "ops": []}
+    out = {
+        "basis": "the launching operator's name and recorded dtype (TensorBoard plugin rule; no shapes needed)",
+        "eligible_time_us": 0.0,
+        "unused_time_us": 0.0,
+        "untyped_time_us": 0.0,
+        "eligible_share": None,
+        "unused_share": None,
+        "ops": [],
+    }
     if not len(tl.cpu_ops) or not len(kernels) or total <= 0:
         return out
     owner = _innermost_owner(tl, np.arange(len(tl.cpu_ops)), kernels)
@@ -366,8 +429,10 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     out["unused_time_us"] = sum(t[1] for t in by_op.values())
     out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
     out["eligible_share"], out["unused_share"] = out["eligible_time_us"] / total, out["unused_time_us"] / total
-    out["ops"] = [{"op": n, "dtype": d, "time_us": t[0], "unused_time_us": t[1], "unused_share": t[1] / total}
-                  for (n, d), t in sorted(by_op.items(), key=lambda kv: -kv[1][1])][:TOP_ELIGIBLE_OPS]
+    out["ops"] = [
+        {"op": n, "dtype": d, "time_us": t[0], "unused_time_us": t[1], "unused_share": t[1] / total}
+        for (n, d), t in sorted(by_op.items(), key=lambda kv: -kv[1][1])
+    ][:TOP_ELIGIBLE_OPS]
     return out
 
 
@@ -387,10 +452,16 @@ def eligibility_findings(tl: Timeline, work_model: WorkModel, device: eligibilit
         f = eligibility.check(c.work, tc, names, device, autocast, _arg(tl, "input_strides", c.row))
         if f is None:
             continue
-        g = out.setdefault((f.rule, c.name, f.reason), {"rule": f.rule, "op": c.name, "reason": f.reason,
-                                                        "remedy": f.remedy, "calls": 0, "time_us": 0.0})
+        g = out.setdefault(
+            (f.rule, c.name, f.reason),
+            {"rule": f.rule, "op": c.name, "reason": f.reason, "remedy": f.remedy, "calls": 0, "time_us": 0.0},
+        )
         g["calls"] += 1
         g["time_us"] += c.kernel_time_us
     findings = sorted(out.values(), key=lambda g: -g["time_us"])
-    return {"eligible_unused_us": sum(g["time_us"] for g in findings), "autocast_in_trace": autocast,
-            "findings": findings, "by_operator": eligible_by_operator(tl, device)}
+    return {
+        "eligible_unused_us": sum(g["time_us"] for g in findings),
+        "autocast_in_trace": autocast,
+        "findings": findings,
+        "by_operator": eligible_by_operator(tl, device),
+    }

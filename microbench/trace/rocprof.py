@@ -16,6 +16,7 @@ TraceLens tests/rocprof/908_results.json.gz is the real one read in the tests). 
 - the other buffer kinds (HSA API, markers, scratch memory, page migration) are counted in `meta["unread_records"]`.
 Timestamps are nanoseconds on one clock; the timeline's are microseconds.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,12 @@ from microbench.trace.timeline import KERNEL, MEMCPY, NO_ID, Timeline, TimelineB
 
 TOOL_KEY = "rocprofiler-sdk-tool"
 GPU_AGENT = 2  # rocprofiler_agent_type_t: ROCPROFILER_AGENT_TYPE_GPU
-COPY_NAMES = {"MEMORY_COPY_HOST_TO_HOST": "Memcpy HtoH", "MEMORY_COPY_HOST_TO_DEVICE": "Memcpy HtoD",
-              "MEMORY_COPY_DEVICE_TO_HOST": "Memcpy DtoH", "MEMORY_COPY_DEVICE_TO_DEVICE": "Memcpy DtoD"}
+COPY_NAMES = {
+    "MEMORY_COPY_HOST_TO_HOST": "Memcpy HtoH",
+    "MEMORY_COPY_HOST_TO_DEVICE": "Memcpy HtoD",
+    "MEMORY_COPY_DEVICE_TO_HOST": "Memcpy DtoH",
+    "MEMORY_COPY_DEVICE_TO_DEVICE": "Memcpy DtoD",
+}
 READ_BUFFERS = ("kernel_dispatch", "memory_copy", "hip_api")
 NS_PER_US = 1000.0
 
@@ -130,8 +135,14 @@ def _devices(b: TimelineBuilder, proc: _Process) -> dict[int, int]:
         dev = a.gpu_index if a.gpu_index >= 0 else len(out)
         out[a.id.handle] = dev
         major, minor = divmod(a.gfx_target_version // 100, 100)
-        b.device_properties[dev] = {"id": dev, "name": a.product_name or a.name, "gcnArchName": a.name,
-                                    "computeMajor": major, "computeMinor": minor, "numSms": a.cu_count}
+        b.device_properties[dev] = {
+            "id": dev,
+            "name": a.product_name or a.name,
+            "gcnArchName": a.name,
+            "computeMajor": major,
+            "computeMinor": minor,
+            "numSms": a.cu_count,
+        }
     return out
 
 
@@ -160,15 +171,25 @@ def _add_process(path: Path, b: TimelineBuilder, proc: _Process) -> None:
         d = r.dispatch_info or _Dispatch()
         ts, dur = r.start_timestamp / NS_PER_US, _dur_us(b, r, "kernel_dispatch")
         b.cover(ts, ts + dur)
-        b.add_activity(names.get(d.kernel_id, f"kernel {d.kernel_id}"), ts, dur, devices.get(d.agent_id.handle, 0),
-                     r.stream_id.handle or d.queue_id.handle, r.correlation_id.internal, NO_ID, KERNEL)
+        b.add_activity(
+            names.get(d.kernel_id, f"kernel {d.kernel_id}"),
+            ts,
+            dur,
+            devices.get(d.agent_id.handle, 0),
+            r.stream_id.handle or d.queue_id.handle,
+            r.correlation_id.internal,
+            NO_ID,
+            KERNEL,
+        )
     copies = ops.get("MEMORY_COPY", [])
     for r in _records(path, proc, "memory_copy"):
         ts, dur = r.start_timestamp / NS_PER_US, _dur_us(b, r, "memory_copy")
         b.cover(ts, ts + dur)
         op = copies[r.operation] if 0 <= r.operation < len(copies) else str(r.operation)
         dev = devices.get(r.dst_agent_id.handle, devices.get(r.src_agent_id.handle, 0))
-        b.add_activity(COPY_NAMES.get(op, op), ts, dur, dev, r.stream_id.handle, r.correlation_id.internal, NO_ID, MEMCPY)
+        b.add_activity(
+            COPY_NAMES.get(op, op), ts, dur, dev, r.stream_id.handle, r.correlation_id.internal, NO_ID, MEMCPY
+        )
     hip = ops.get("HIP_RUNTIME_API", [])
     pid = b.process(proc.metadata.pid)
     for r in _records(path, proc, "hip_api"):

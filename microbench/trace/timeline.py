@@ -23,6 +23,7 @@ The rules every consumer shares (docs/traces.md):
 - windows: an activity belongs to a window (step, annotation) of a process when its launch started inside
   the window's CPU time, [ts, ts + dur + EPS_US], in that process, on any thread (`in_windows`).
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from microbench.trace.classify import Classification, classify_kernel
 from microbench.trace.classify import TENSOR_CORE_VALUES as TC_VALUES  # `activities.tensor_cores` indexes these
+from microbench.trace.classify import Classification, classify_kernel
 
 # Activity categories (the `category` column of `activities`).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
@@ -84,8 +85,12 @@ class Table:
 
     @classmethod
     def from_arrays(cls, cols: dict[str, array]):
-        return cls(**{k: np.frombuffer(a, dtype=a.typecode) if len(a) else np.empty(0, dtype=a.typecode)
-                      for k, a in cols.items()})
+        return cls(
+            **{
+                k: np.frombuffer(a, dtype=a.typecode) if len(a) else np.empty(0, dtype=a.typecode)
+                for k, a in cols.items()
+            }
+        )
 
     def take(self, mask_or_index):
         return type(self)(**{f.name: getattr(self, f.name)[mask_or_index] for f in fields(self)})
@@ -218,12 +223,12 @@ class Timeline:
         ids = [i for i, c in enumerate(self.classes) if c.cls == cls]
         return np.isin(self.activities.cls, ids)
 
-    def with_tensor_cores(self, tensor_cores: np.ndarray) -> "Timeline":
+    def with_tensor_cores(self, tensor_cores: np.ndarray) -> Timeline:
         """A view of this timeline whose activities carry other Tensor Core verdicts (hardware counters' where they
         settle it): every other column and table shared, this timeline unchanged."""
         return replace(self, activities=replace(self.activities, tensor_cores=tensor_cores))
 
-    def with_classes(self, classes: tuple, cls: np.ndarray, tensor_cores: np.ndarray) -> "Timeline":
+    def with_classes(self, classes: tuple, cls: np.ndarray, tensor_cores: np.ndarray) -> Timeline:
         """This timeline with other kernel classifications (trace/launchers.py: by the launching operator)."""
         return replace(self, classes=classes, activities=replace(self.activities, cls=cls, tensor_cores=tensor_cores))
 
@@ -285,8 +290,10 @@ class Timeline:
             notes.append(f"no {step_range!r} ranges: step windows are the profiler's ProfilerStep# ranges")
         empty = len(self._step_candidates(step_range)) - len(w)
         if empty:
-            notes.append(f"{empty} step range{'s' if empty > 1 else ''} of 0 us left out (no end time recorded): "
-                         + ("the other steps are the steps" if len(w) else "the trace is read as having no steps"))
+            notes.append(
+                f"{empty} step range{'s' if empty > 1 else ''} of 0 us left out (no end time recorded): "
+                + ("the other steps are the steps" if len(w) else "the trace is read as having no steps")
+            )
         if notes:
             w.note = "; ".join(notes)
         return w
@@ -310,8 +317,9 @@ class TimelineBuilder:
         self.threads = Names()
         self._processes = Names()
         self.arg_values = Names()  # keyed by the value's JSON text: equal values share an id
-        self.cols = {t: {k: array(code) for k, code in t.typecodes().items()}
-                     for t in (Activities, Launches, CpuOps, Ranges)}
+        self.cols = {
+            t: {k: array(code) for k, code in t.typecodes().items()} for t in (Activities, Launches, CpuOps, Ranges)
+        }
         self._rows: dict[type, list[tuple]] = {t: [] for t in self.cols}
         self.device_properties: dict[int, dict] = {}
         self.distributed: dict = {}
@@ -343,11 +351,13 @@ class TimelineBuilder:
 
     def add_unlinked_activity(self, pid, tid, ts: float) -> None:
         """The kernel row added last has no correlation id in its args: link it by the flow ending at it."""
-        self.unlinked_activities.append((len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1,
-                                      hash((str(pid), str(tid))), ts))
+        self.unlinked_activities.append(
+            (len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1, hash((str(pid), str(tid))), ts)
+        )
 
-    def add_unlinked_launch(self, raw_pid, raw_tid, name: str, ts: float, dur: float, pid: int, thread: int,
-                            kernel: str | None) -> None:
+    def add_unlinked_launch(
+        self, raw_pid, raw_tid, name: str, ts: float, dur: float, pid: int, thread: int, kernel: str | None
+    ) -> None:
         """A runtime call without a correlation id in its args: a launch if a flow starts at it."""
         self.unlinked_launches.append((hash((str(raw_pid), str(raw_tid))), name, ts, dur, pid, thread, kernel))
 
@@ -400,28 +410,74 @@ class TimelineBuilder:
 
     # The add_* methods keep a row as a tuple; `_flush` moves a table's rows into its arrays column by column
     # (array.extend over a column runs in C, and no object outlives a batch).
-    def add_activity(self, name: str, ts: float, dur: float, device: int, stream: int, correlation: int,
-                   external_id: int, category: int) -> None:
-        self._rows[Activities].append((self.names.id(name), ts, dur, device, stream, correlation, external_id,
-                                    category))
+    def add_activity(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        device: int,
+        stream: int,
+        correlation: int,
+        external_id: int,
+        category: int,
+    ) -> None:
+        self._rows[Activities].append(
+            (self.names.id(name), ts, dur, device, stream, correlation, external_id, category)
+        )
 
-    def add_launch(self, name: str, ts: float, dur: float, pid: int, thread: int, correlation: int,
-                   kernel: str | None = None) -> None:
-        self._rows[Launches].append((self.names.id(name), ts, dur, pid, thread, correlation,
-                                     NO_ID if kernel is None else self.names.id(kernel)))
+    def add_launch(
+        self, name: str, ts: float, dur: float, pid: int, thread: int, correlation: int, kernel: str | None = None
+    ) -> None:
+        self._rows[Launches].append(
+            (self.names.id(name), ts, dur, pid, thread, correlation, NO_ID if kernel is None else self.names.id(kernel))
+        )
 
-    def add_cpu_op(self, name: str, ts: float, dur: float, pid: int, thread: int, external_id: int, seq: int,
-                   input_dims: int, input_types: int, concrete_inputs: int = NO_ID, input_strides: int = NO_ID) -> None:
-        self._rows[CpuOps].append((self.names.id(name), ts, dur, pid, thread, external_id, seq, input_dims,
-                                   input_types, concrete_inputs, input_strides))
+    def add_cpu_op(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        pid: int,
+        thread: int,
+        external_id: int,
+        seq: int,
+        input_dims: int,
+        input_types: int,
+        concrete_inputs: int = NO_ID,
+        input_strides: int = NO_ID,
+    ) -> None:
+        self._rows[CpuOps].append(
+            (
+                self.names.id(name),
+                ts,
+                dur,
+                pid,
+                thread,
+                external_id,
+                seq,
+                input_dims,
+                input_types,
+                concrete_inputs,
+                input_strides,
+            )
+        )
 
     def add_counters(self, metrics: dict) -> None:
         """Hardware counters (metric name -> value) of the kernel row added last (Nsight Compute, CUPTI
         range profiler): the strongest Tensor Core evidence (microbench/trace/counters.py)."""
         self.counters[len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1] = metrics
 
-    def add_range(self, name: str, ts: float, dur: float, pid: int, thread: int, kind: int,
-                  input_dims: int = NO_ID, input_types: int = NO_ID) -> None:
+    def add_range(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        pid: int,
+        thread: int,
+        kind: int,
+        input_dims: int = NO_ID,
+        input_types: int = NO_ID,
+    ) -> None:
         self._rows[Ranges].append((self.names.id(name), ts, dur, pid, thread, kind, input_dims, input_types))
 
     def flush(self) -> None:
@@ -451,10 +507,20 @@ class TimelineBuilder:
         tc = np.array([TC_VALUES.index(cl.tensor_cores) for cl in classes], dtype=np.int8)
         activities.tensor_cores = tc[activities.cls] if len(activities) else np.empty(0, dtype=np.int8)
         return Timeline(
-            source=self.source, format=self.format, names=self.names, activities=activities,
-            launches=Launches.from_arrays(self.cols[Launches]), cpu_ops=CpuOps.from_arrays(self.cols[CpuOps]),
-            ranges=Ranges.from_arrays(self.cols[Ranges]), threads=self.threads,
-            arg_values=[decode_arg(k) for k in self.arg_values.strings], classes=tuple(classes),
-            device_properties=self.device_properties, distributed=self.distributed, meta=self.meta,
+            source=self.source,
+            format=self.format,
+            names=self.names,
+            activities=activities,
+            launches=Launches.from_arrays(self.cols[Launches]),
+            cpu_ops=CpuOps.from_arrays(self.cols[CpuOps]),
+            ranges=Ranges.from_arrays(self.cols[Ranges]),
+            threads=self.threads,
+            arg_values=[decode_arg(k) for k in self.arg_values.strings],
+            classes=tuple(classes),
+            device_properties=self.device_properties,
+            distributed=self.distributed,
+            meta=self.meta,
             span_us=(self.span_lo, self.span_hi) if self.span_hi >= self.span_lo else None,
-            skipped=dict(self.skipped), counters=self.counters)
+            skipped=dict(self.skipped),
+            counters=self.counters,
+        )

@@ -1,4 +1,5 @@
 """`python -m microbench.tta`, the same as `dawnscope tta`."""
+
 import sys
 
 from microbench.tta.cli import main

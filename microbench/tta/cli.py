@@ -12,80 +12,132 @@
 
 Rules, thresholds and models: microbench/data/tta.toml. See docs/tta.md.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from microbench.tta.leaderboard import build
-from microbench.tta.thresholds import check_range, study
-from microbench.core.jsonio import dumps
-from microbench.core.outdir import OutputDir, check_file, print_written, write_file
 from microbench.core.args import MAX_COUNT, Parser, number
 from microbench.core.errors import InputError, run_command
-
+from microbench.core.jsonio import dumps
+from microbench.core.outdir import OutputDir, check_file, print_written, write_file
+from microbench.tta.leaderboard import build
+from microbench.tta.thresholds import check_range, study
 
 TTA_FILES = ("results.json", "results.csv", "tta.json", "tta_accuracy.png")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(prog="dawnscope tta", description="Time-to-accuracy: leaderboards and our own runs.",
-                 epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. See docs/tta.md.")
+    ap = Parser(
+        prog="dawnscope tta",
+        description="Time-to-accuracy: leaderboards and our own runs.",
+        epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. See docs/tta.md.",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     lb = sub.add_parser("leaderboard", help="rank DAWNBench submissions and MLPerf result logs")
     lb.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files")
     lb.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the entries as a JSON list")
     lb.add_argument("--no-check", action="store_true", help="skip mlperf-logging's compliance check of each run")
     th = sub.add_parser("thresholds", help="time-to-accuracy and rank at every threshold of a range")
-    th.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files: DAWNBench TSVs, "
-                                                           "MLPerf result logs, tta.json of our runs")
+    th.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="DIR",
+        help="folders (searched recursively) or files: DAWNBench TSVs, MLPerf result logs, tta.json of our runs",
+    )
     th.add_argument("--task", default=None, help="only this task (CIFAR10, ImageNet, SQuAD, resnet, bert, ours:MODEL)")
     th.add_argument("--from", dest="lo", type=float, default=None, metavar="A", help="lowest threshold, percent")
     th.add_argument("--to", dest="hi", type=float, default=None, metavar="B", help="highest threshold, percent")
-    th.add_argument("--step", type=float, default=None, metavar="S", help="percentage points between thresholds; "
-                    "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)")
+    th.add_argument(
+        "--step",
+        type=float,
+        default=None,
+        metavar="S",
+        help="percentage points between thresholds; "
+        "default range: each task's own threshold -2 to +1 in steps of 0.25 (tta.toml)",
+    )
     th.add_argument("--json", type=Path, default=None, metavar="OUT", help="write rows, entries and tasks as JSON")
-    th.add_argument("--png", dest="plot", type=Path, default=None, metavar="OUT",
-                    help="draw time-to-accuracy against threshold into this PNG")
+    th.add_argument(
+        "--png",
+        dest="plot",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="draw time-to-accuracy against threshold into this PNG",
+    )
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
-    r.add_argument("--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)")
-    r.add_argument("--target-accuracy", dest="target", type=float, default=None,
-                   help="test top-1 accuracy to reach, in (0, 1]; default: the model's")
+    r.add_argument(
+        "--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)"
+    )
+    r.add_argument(
+        "--target-accuracy",
+        dest="target",
+        type=float,
+        default=None,
+        help="test top-1 accuracy to reach, in (0, 1]; default: the model's",
+    )
     r.add_argument("--seeds", type=number(int, 1, 1000), default=3, help="runs, seeds 0..N-1; default: %(default)s")
-    r.add_argument("--epochs", type=number(int, 1, MAX_COUNT), default=None, help="training budget of each run; default: the model's")
+    r.add_argument(
+        "--epochs",
+        type=number(int, 1, MAX_COUNT),
+        default=None,
+        help="training budget of each run; default: the model's",
+    )
     r.add_argument("--data", type=Path, default=None, help="CIFAR-10: the cifar-10-batches-bin folder (or its parent)")
-    r.add_argument("--recipe", default=None, metavar="tuned|standard",
-                   help="tuned (the time-to-accuracy schedule, bf16 where native), standard (a conventional "
-                        "schedule to convergence, fp32), or both as tuned,standard: then whether the tuned "
-                        "recipe's accuracy drop on the new test set exceeds the standard one's; default: the "
-                        "model's keys as they are")
-    r.add_argument("--new-test", type=Path, default=None, metavar="DIR",
-                   help="CIFAR-10: the folder of CIFAR-10.1 v6 (cifar10.1_v6_data.npy, cifar10.1_v6_labels.npy), "
-                        "the second test set; digits has its own stand-in")
+    r.add_argument(
+        "--recipe",
+        default=None,
+        metavar="tuned|standard",
+        help="tuned (the time-to-accuracy schedule, bf16 where native), standard (a conventional "
+        "schedule to convergence, fp32), or both as tuned,standard: then whether the tuned "
+        "recipe's accuracy drop on the new test set exceeds the standard one's; default: the "
+        "model's keys as they are",
+    )
+    r.add_argument(
+        "--new-test",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="CIFAR-10: the folder of CIFAR-10.1 v6 (cifar10.1_v6_data.npy, cifar10.1_v6_labels.npy), "
+        "the second test set; digits has its own stand-in",
+    )
     r.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: %(default)s")
-    r.add_argument("--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's")
+    r.add_argument(
+        "--threads", type=number(int, 1, 4096), default=None, help="torch CPU threads during the runs; default: torch's"
+    )
     r.add_argument("--include-eval", action="store_true", help="count the per-epoch evaluation in the time")
-    r.add_argument("--epoch-breakdown", dest="profile", action="store_true",
-                   help="decompose one epoch with the profiler: where its seconds went")
+    r.add_argument(
+        "--epoch-breakdown",
+        dest="profile",
+        action="store_true",
+        help="decompose one epoch with the profiler: where its seconds went",
+    )
     r.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder; default: results/tta-MODEL")
     r.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write tta.json's document here")
-    r.add_argument("--config", type=Path, default=None, help="bench.toml (its noise and conditions settings); "
-                   "default: the project's")
+    r.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="bench.toml (its noise and conditions settings); default: the project's",
+    )
     return ap
 
 
 def _leaderboard(args) -> int:
     from microbench.tta.report import print_leaderboard
 
-
     if args.json:
         check_file(args.json, "--json")
     board = build(args.dirs, check=not args.no_check)
     if not board.entries and not board.unreadable:
         # nothing to rank is a wrong folder, not an empty success (a script would take exit 0 as a leaderboard)
-        raise InputError(" ".join(map(str, args.dirs)), "no leaderboard input under it: no DAWNBench training TSV and "
-                         f"no MLPerf result log (:::MLLOG lines); {board.skipped} other file(s)")
+        raise InputError(
+            " ".join(map(str, args.dirs)),
+            "no leaderboard input under it: no DAWNBench training TSV and "
+            f"no MLPerf result log (:::MLLOG lines); {board.skipped} other file(s)",
+        )
     written = [write_file(args.json, dumps(board.as_list()), "--json")] if args.json else []  # before the terminal
     print_leaderboard(board)
     print_written(written)
@@ -109,15 +161,17 @@ def _thresholds(args) -> int:
 
 def _run(args) -> int:
     from microbench.report.roofline_report import wide_console
-
     from microbench.tta.datasets import load
     from microbench.tta.report import plot_accuracy, print_run
     from microbench.tta.run import check_device, check_options, check_recipes
 
     if args.json:
         check_file(args.json, "--json")
-    out = args.outdir = OutputDir(args.out or Path("results") / f"tta-{args.model}", TTA_FILES,  # before any work
-                                  on_interrupt="commit")  # the rows of finished seeds are kept
+    out = args.outdir = OutputDir(
+        args.out or Path("results") / f"tta-{args.model}",
+        TTA_FILES,  # before any work
+        on_interrupt="commit",
+    )  # the rows of finished seeds are kept
     spec = check_options(args.model, args.target, args.seeds, args.epochs, args.threads)
     recipes = check_recipes(spec, args.recipe.split(",") if args.recipe else ())
     check_device(args.device)  # `--device cuda` on a CPU: one line now, not under a started progress bar
@@ -149,22 +203,44 @@ def _train(args, recipes, epochs, ds, out, console) -> dict:
 
     from microbench.tta.run import run_tta
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         bar = progress.add_task("training", total=args.seeds * epochs)
 
         def on_epoch(run, rec):
-            progress.update(bar, advance=1, description=(
-                (f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: acc "
-                f"{rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
-                + (f", reached at epoch {run.epochs_to_target}" if run.epochs_to_target else "")))
-            progress.console.print((f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
-                                 f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)")
+            progress.update(
+                bar,
+                advance=1,
+                description=(
+                    (f"{run.recipe} " if run.recipe else "") + f"seed {run.seed} epoch {rec.epoch}: acc "
+                    f"{rec.accuracy:.4f}, {rec.elapsed_s:.2f} s"
+                    + (f", reached at epoch {run.epochs_to_target}" if run.epochs_to_target else "")
+                ),
+            )
+            progress.console.print(
+                (f"{run.recipe} " if run.recipe else "")
+                + f"seed {run.seed} epoch {rec.epoch}: test acc {rec.accuracy:.4f}, loss "
+                f"{rec.train_loss:.4f}, clock {rec.elapsed_s:.3f} s (data {rec.data_s:.3f} s)"
+            )
 
-        return run_tta(args.model, args.target, args.seeds, epochs=args.epochs, dataset=ds, device=args.device,
-                       out=out, include_eval=args.include_eval, threads=args.threads, profile=args.profile,
-                       recipes=recipes, new_test=args.new_test, on_epoch=on_epoch, config=args.config,
-                       on_progress=lambda m: progress.update(bar, description=f"profile: {m}"))
+        return run_tta(
+            args.model,
+            args.target,
+            args.seeds,
+            epochs=args.epochs,
+            dataset=ds,
+            device=args.device,
+            out=out,
+            include_eval=args.include_eval,
+            threads=args.threads,
+            profile=args.profile,
+            recipes=recipes,
+            new_test=args.new_test,
+            on_epoch=on_epoch,
+            config=args.config,
+            on_progress=lambda m: progress.update(bar, description=f"profile: {m}"),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     args.outdir = None
     if args.cmd != "run":
         return run_command(lambda: {"leaderboard": _leaderboard, "thresholds": _thresholds}[args.cmd](args))
-    return run_command(lambda: _run(args), on_interrupt=lambda: _interrupted(args.outdir)
-                       if args.outdir is not None else None)
+    return run_command(
+        lambda: _run(args), on_interrupt=lambda: _interrupted(args.outdir) if args.outdir is not None else None
+    )
 
 
 if __name__ == "__main__":

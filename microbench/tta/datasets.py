@@ -13,6 +13,7 @@
   the DAWNBench record entries' augmentation: a random 32x32 crop of the 4-pixel padded image and a random
   horizontal flip.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,7 +52,11 @@ class Dataset:
 # The digits stand-in for a new test set (module docstring): its share of the non-test images and its seeds.
 DIGITS_NEW_SHARE = 0.15
 DIGITS_NEW_SPLIT_SEED, DIGITS_NEW_WARP_SEED = 1, 2
-DIGITS_WARP = {"rotation_deg": 3.0, "scale": (0.97, 1.03), "shift_px": 0.15}  # drops of 6-12 points, as CIFAR-10.1's 4-10
+DIGITS_WARP = {
+    "rotation_deg": 3.0,
+    "scale": (0.97, 1.03),
+    "shift_px": 0.15,
+}  # drops of 6-12 points, as CIFAR-10.1's 4-10
 
 
 def digits() -> Dataset:
@@ -61,16 +66,26 @@ def digits() -> Dataset:
     d = load_digits()
     x = d.images.astype(np.float32)[:, None, :, :]
     x_tr, x_te, y_tr, y_te = train_test_split(x, d.target, test_size=0.2, random_state=0, stratify=d.target)
-    x_tr, x_nw, y_tr, y_nw = train_test_split(x_tr, y_tr, test_size=DIGITS_NEW_SHARE,
-                                              random_state=DIGITS_NEW_SPLIT_SEED, stratify=y_tr)
+    x_tr, x_nw, y_tr, y_nw = train_test_split(
+        x_tr, y_tr, test_size=DIGITS_NEW_SHARE, random_state=DIGITS_NEW_SPLIT_SEED, stratify=y_tr
+    )
     x_nw = warp_digits(x_nw, np.random.default_rng(DIGITS_NEW_WARP_SEED))
     xtr, (xte, xnw) = _normalise_all(torch.from_numpy(x_tr), torch.from_numpy(x_te), torch.from_numpy(x_nw))
-    return Dataset("digits", xtr, torch.from_numpy(y_tr).long(), xte, torch.from_numpy(y_te).long(), 10, False,
-                   "sklearn.datasets.load_digits (UCI ML hand-written digits, 8x8), 80/20 stratified split, seed 0; "
-                   f"{DIGITS_NEW_SHARE:.0%} of the rest held out as the new test set",
-                   xnw, torch.from_numpy(y_nw).long(),
-                   f"digits-shifted: a stand-in for CIFAR-10.1 ({len(y_nw)} held-out images, each redrawn by a "
-                   f"seeded random affine map: {DIGITS_WARP})")
+    return Dataset(
+        "digits",
+        xtr,
+        torch.from_numpy(y_tr).long(),
+        xte,
+        torch.from_numpy(y_te).long(),
+        10,
+        False,
+        "sklearn.datasets.load_digits (UCI ML hand-written digits, 8x8), 80/20 stratified split, seed 0; "
+        f"{DIGITS_NEW_SHARE:.0%} of the rest held out as the new test set",
+        xnw,
+        torch.from_numpy(y_nw).long(),
+        f"digits-shifted: a stand-in for CIFAR-10.1 ({len(y_nw)} held-out images, each redrawn by a "
+        f"seeded random affine map: {DIGITS_WARP})",
+    )
 
 
 def warp_digits(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -128,9 +143,19 @@ def cifar10(folder: str | Path, new_test: str | Path | None = None) -> Dataset:
     y_tr = torch.cat([p[1] for p in parts])
     extra = read_cifar101(Path(new_test)) if new_test is not None else None
     xtr, normalised = _normalise_all(x_tr, x_te.float() / 255, *([extra[0].float() / 255] if extra else []))
-    return Dataset("cifar10", xtr, y_tr, normalised[0], y_te, 10, True, f"CIFAR-10 binary version from {root}",
-                   normalised[1] if extra else None, extra[1] if extra else None,
-                   f"CIFAR-10.1 v6 from {new_test}" if extra else None)
+    return Dataset(
+        "cifar10",
+        xtr,
+        y_tr,
+        normalised[0],
+        y_te,
+        10,
+        True,
+        f"CIFAR-10 binary version from {root}",
+        normalised[1] if extra else None,
+        extra[1] if extra else None,
+        f"CIFAR-10.1 v6 from {new_test}" if extra else None,
+    )
 
 
 CIFAR101_FILES = ("cifar10.1_v6_data.npy", "cifar10.1_v6_labels.npy")
@@ -182,7 +207,7 @@ def batches(ds: Dataset, batch: int, gen: torch.Generator, device: torch.device)
     """One epoch of shuffled training batches (the last partial batch dropped, as the entries did)."""
     perm = torch.randperm(len(ds.y_train), generator=gen)
     for i in range(0, len(perm) - batch + 1, batch):
-        idx = perm[i:i + batch]
+        idx = perm[i : i + batch]
         x = ds.x_train[idx]
         if ds.augment:
             x = _augment(x, gen)

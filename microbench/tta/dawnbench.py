@@ -5,6 +5,7 @@ dawn-bench-entries; thresholds in microbench/data/tta.toml). The real files are 
 mark, CR LF line ends, columns in any order and any case, padded values. All of that is read; anything
 else is an Unreadable with the line and the value.
 """
+
 from __future__ import annotations
 
 import csv
@@ -12,11 +13,11 @@ import json
 import math
 from pathlib import Path
 
-from .entry import Entry, Unreadable
-from .rules import DawnTask, dawn_tasks
 from microbench.core.errors import InputError
 from microbench.core.files import exists, read_input
 
+from .entry import Entry, Unreadable
+from .rules import DawnTask, dawn_tasks
 
 # A submission's TSV or JSON: a few kilobytes; beyond these the file is no submission (or a device).
 MAX_FILE_BYTES = 16 << 20
@@ -68,8 +69,7 @@ def read_tsv(path: Path, metric: str) -> list[dict]:
             except ValueError:
                 rec[name] = math.nan
             if not 0 <= rec[name] <= MAX_VALUE:  # also false for nan
-                raise Unreadable(f"line {lineno}: column {name!r} = {v[:40]!r} is not a number from 0 to "
-                                 f"{MAX_VALUE:g}")
+                raise Unreadable(f"line {lineno}: column {name!r} = {v[:40]!r} is not a number from 0 to {MAX_VALUE:g}")
         out.append({"epoch": rec["epoch"], "hours": rec["hours"], "accuracy": rec[metric.lower()]})
     if not out:
         raise Unreadable("a header and no rows")
@@ -119,11 +119,22 @@ def read_submission(tsv: Path) -> Entry:
     if any(b["hours"] < a["hours"] for a, b in zip(rows, rows[1:])):
         notes.append("hours decrease somewhere: rows read in file order, as the leaderboard did")
     rate = _cost_per_hour(meta, notes)
-    e = Entry(source="dawnbench", task=task.name, file=str(tsv), tta_seconds=hit["hours"] * 3600 if hit else None,
-              epoch=hit["epoch"] if hit else None, accuracy=hit["accuracy"] if hit else None, metric=task.metric,
-              threshold=task.threshold, cost_usd=hit["hours"] * rate if hit and rate is not None else None,
-              hardware=_s(meta.get("hardware")), framework=_s(meta.get("framework")), model=_s(meta.get("model")),
-              author=_s(meta.get("author")), notes=notes)
+    e = Entry(
+        source="dawnbench",
+        task=task.name,
+        file=str(tsv),
+        tta_seconds=hit["hours"] * 3600 if hit else None,
+        epoch=hit["epoch"] if hit else None,
+        accuracy=hit["accuracy"] if hit else None,
+        metric=task.metric,
+        threshold=task.threshold,
+        cost_usd=hit["hours"] * rate if hit and rate is not None else None,
+        hardware=_s(meta.get("hardware")),
+        framework=_s(meta.get("framework")),
+        model=_s(meta.get("model")),
+        author=_s(meta.get("author")),
+        notes=notes,
+    )
     if hit is None:
         e.notes.append(f"never reaches {task.metric} >= {task.threshold:g} (best {max(r['accuracy'] for r in rows):g})")
     return e

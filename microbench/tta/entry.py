@@ -1,4 +1,5 @@
 """One leaderboard entry (a DAWNBench submission or an MLPerf result set) and one unreadable file."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

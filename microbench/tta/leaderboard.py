@@ -1,4 +1,5 @@
 """The time-to-accuracy leaderboard over folders of DAWNBench submissions and MLPerf result logs."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -6,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from microbench.core.errors import InputError
+from microbench.core.files import check_input, exists, is_folder, open_input
+
 from . import dawnbench, mlperf
 from .entry import Entry, Unreadable
-from microbench.core.files import check_input, exists, is_folder, open_input
 
 MLLOG_TOKEN = b":::MLLOG"
 
@@ -31,8 +33,18 @@ class Leaderboard:
     def as_list(self) -> list[dict]:
         """The --json document: every entry, then every unreadable file (task null, with its `error`)."""
         rows = [e.as_dict() for es in self.by_task().values() for e in es]
-        rows += [{"source": None, "task": None, "file": u["file"], "tta_seconds": None, "epoch": None,
-                  "cost_usd": None, "error": u["reason"]} for u in self.unreadable]
+        rows += [
+            {
+                "source": None,
+                "task": None,
+                "file": u["file"],
+                "tta_seconds": None,
+                "epoch": None,
+                "cost_usd": None,
+                "error": u["reason"],
+            }
+            for u in self.unreadable
+        ]
         return rows
 
 

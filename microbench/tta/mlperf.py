@@ -5,6 +5,7 @@ A folder of result_*.txt files is one submission of one benchmark; each file is 
 run_stop - run_start (the first of each, as mlperf-logging's result_summarizer reads them). mlperf-logging's
 parser already takes the untidy lines: rank prefixes before `:::MLLOG`, CR LF, a byte-order mark.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,10 +13,11 @@ import math
 import statistics
 from pathlib import Path
 
-from .entry import Entry, Unreadable
-from .rules import mlperf_drop_each_side, mlperf_ruleset, mlperf_runs_required, mlperf_usage
 from microbench.core.errors import InputError
 from microbench.core.files import read_input
+
+from .entry import Entry, Unreadable
+from .rules import mlperf_drop_each_side, mlperf_ruleset, mlperf_runs_required, mlperf_usage
 
 
 def olympic_score(minutes: list[float], aborted: int, drop_each_side: int) -> float | None:
@@ -24,7 +26,7 @@ def olympic_score(minutes: list[float], aborted: int, drop_each_side: int) -> fl
     if aborted > drop_each_side:
         return None
     s = sorted(minutes)
-    kept = s[drop_each_side:len(s) - (drop_each_side - aborted)]
+    kept = s[drop_each_side : len(s) - (drop_each_side - aborted)]
     return statistics.fmean(kept) if kept else None
 
 
@@ -58,7 +60,6 @@ TEXT_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "s
 def _parse(path: Path, ruleset: str) -> tuple[list, list]:
     """mlperf-logging's parse of one result file, its lines checked: (log lines, unparsable lines)."""
     from mlperf_logging.compliance_checker.mlp_parser import parse_file
-
 
     try:
         data = read_input(path, max_bytes=MAX_LOG_BYTES)  # a regular file, bounded
@@ -128,17 +129,28 @@ def read_run(path: Path, ruleset: str, check: bool = True) -> dict:
         if ll.key == "eval_accuracy":
             evals.append(ll)
     if "run_start" not in first:
-        raise Unreadable(f"no run_start among {len(loglines)} :::MLLOG lines" + (
-            f" ({len(errors)} unparsable)" if errors else ""))
+        raise Unreadable(
+            f"no run_start among {len(loglines)} :::MLLOG lines" + (f" ({len(errors)} unparsable)" if errors else "")
+        )
     stop = first.get("run_stop")
     status = str((stop.value.get("metadata") or {}).get("status", "?")) if stop else "no run_stop"
     last = evals[-1] if evals else None
-    run = {"file": str(path), "seconds": (stop.timestamp - first["run_start"].timestamp) / 1e3 if stop else None,
-           "status": status, "epoch": (last.value.get("metadata") or {}).get("epoch_num") if last else None,
-           "accuracy": last.value.get("value") if last else None, "parse_errors": len(errors),
-           "compliance": _compliance(path, ruleset) if check else "not checked"}
-    for k in ("submission_benchmark", "submission_org", "submission_platform", "submission_division",
-              "global_batch_size"):
+    run = {
+        "file": str(path),
+        "seconds": (stop.timestamp - first["run_start"].timestamp) / 1e3 if stop else None,
+        "status": status,
+        "epoch": (last.value.get("metadata") or {}).get("epoch_num") if last else None,
+        "accuracy": last.value.get("value") if last else None,
+        "parse_errors": len(errors),
+        "compliance": _compliance(path, ruleset) if check else "not checked",
+    }
+    for k in (
+        "submission_benchmark",
+        "submission_org",
+        "submission_platform",
+        "submission_division",
+        "global_batch_size",
+    ):
         run[k] = first[k].value.get("value") if k in first else None
     return run
 
@@ -160,8 +172,10 @@ def read_submission(folder: Path, files: list[Path], unreadable: list[dict], che
     drop = mlperf_drop_each_side(benchmark)
     score = olympic_score([r["seconds"] / 60 for r in ok], aborted, drop)
     need = mlperf_runs_required(ruleset, benchmark)
-    notes = [f"ruleset {ruleset}; score = mean after dropping the {drop} fastest and {drop} slowest "
-             f"(aborted runs count among the slowest)"]
+    notes = [
+        f"ruleset {ruleset}; score = mean after dropping the {drop} fastest and {drop} slowest "
+        f"(aborted runs count among the slowest)"
+    ]
     if need is None:
         notes.append(f"tta.toml gives no required number of runs for {benchmark} in {ruleset}")
     elif len(runs) != need:
@@ -176,10 +190,21 @@ def read_submission(folder: Path, files: list[Path], unreadable: list[dict], che
     times = [r["seconds"] for r in ok]
     epochs = [r["epoch"] for r in ok if isinstance(r["epoch"], (int, float))]
     accs = [r["accuracy"] for r in ok if isinstance(r["accuracy"], (int, float))]
-    return Entry(source="mlperf", task=benchmark, file=str(folder), tta_seconds=score * 60 if score is not None else None,
-                 epoch=statistics.median(epochs) if epochs else None,
-                 accuracy=statistics.fmean(accs) if accs else None, metric="eval_accuracy (mean of the runs' last)",
-                 threshold=None, hardware=runs[0]["submission_platform"], author=runs[0]["submission_org"],
-                 model=benchmark, runs=runs, score_minutes=score, runs_required=need,
-                 spread_cov=statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else None,
-                 notes=notes)
+    return Entry(
+        source="mlperf",
+        task=benchmark,
+        file=str(folder),
+        tta_seconds=score * 60 if score is not None else None,
+        epoch=statistics.median(epochs) if epochs else None,
+        accuracy=statistics.fmean(accs) if accs else None,
+        metric="eval_accuracy (mean of the runs' last)",
+        threshold=None,
+        hardware=runs[0]["submission_platform"],
+        author=runs[0]["submission_org"],
+        model=benchmark,
+        runs=runs,
+        score_minutes=score,
+        runs_required=need,
+        spread_cov=statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else None,
+        notes=notes,
+    )

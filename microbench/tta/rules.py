@@ -1,12 +1,13 @@
 """The rules of the leaderboards and the models of our own runs, read from microbench/data/tta.toml."""
+
 from __future__ import annotations
 
-from dataclasses import replace
 import re
-import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 from microbench.core.errors import ConfigError
 from microbench.core.resources import data_file
@@ -42,14 +43,17 @@ class TtaModel:
     recipe: str | None = None  # the recipe applied (tuned, standard), None: the model's keys as they are
     recipes: tuple[str, ...] = ()
 
-    def with_recipe(self, name: str | None) -> "TtaModel":
+    def with_recipe(self, name: str | None) -> TtaModel:
         """This model under a recipe of tta.toml (its keys override the model's)."""
         if name is None:
             return self
         over = _doc()["models"][self.name].get("recipes", {}).get(name)
         if over is None:
-            raise ConfigError(RULES_PATH, f"no recipe {name!r} for {self.name} (recipes: "
-                                          f"{', '.join(self.recipes) or 'none'})", key="--recipe")
+            raise ConfigError(
+                RULES_PATH,
+                f"no recipe {name!r} for {self.name} (recipes: {', '.join(self.recipes) or 'none'})",
+                key="--recipe",
+            )
         kw = {k: over[k] for k in ("epochs", "batch", "precision") if k in over}
         if "lr" in over:
             kw |= {"lr_epochs": tuple(over["lr"]["epochs"]), "lr_values": tuple(over["lr"]["values"])}
@@ -65,8 +69,10 @@ def _doc() -> dict:
 
 
 def dawn_tasks() -> dict[str, DawnTask]:
-    return {name: DawnTask(name, t["metric"], float(t["threshold"]), t.get("unit", "percent"))
-            for name, t in _doc()["dawnbench"]["tasks"].items()}
+    return {
+        name: DawnTask(name, t["metric"], float(t["threshold"]), t.get("unit", "percent"))
+        for name, t in _doc()["dawnbench"]["tasks"].items()
+    }
 
 
 def mlperf_target(ruleset: str, benchmark: str) -> float | None:
@@ -106,7 +112,19 @@ def mlperf_drop_each_side(benchmark: str) -> int:
 def tta_models() -> dict[str, TtaModel]:
     out = {}
     for name, m in _doc()["models"].items():
-        out[name] = TtaModel(name, m["model"], m["dataset"], float(m["target"]), int(m["epochs"]), int(m["batch"]),
-                             dict(m["optimizer"]), tuple(m["lr"]["epochs"]), tuple(m["lr"]["values"]), m["source"],
-                             m.get("precision", "fp32"), None, tuple(m.get("recipes", {})))
+        out[name] = TtaModel(
+            name,
+            m["model"],
+            m["dataset"],
+            float(m["target"]),
+            int(m["epochs"]),
+            int(m["batch"]),
+            dict(m["optimizer"]),
+            tuple(m["lr"]["epochs"]),
+            tuple(m["lr"]["values"]),
+            m["source"],
+            m.get("precision", "fp32"),
+            None,
+            tuple(m.get("recipes", {})),
+        )
     return out

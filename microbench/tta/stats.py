@@ -1,6 +1,7 @@
 """Statistics of repeated time-to-accuracy runs, as the DAWNBench analysis reported them (mean time,
 coefficient of variation, fraction of runs that reach the target) and as CIFAR-10 speed-run records are now
 judged (a one-sided one-sample t-test that the mean accuracy exceeds the target)."""
+
 from __future__ import annotations
 
 import math
@@ -61,15 +62,21 @@ class TtaSummary:
         return d
 
 
-def summarize_runs(tta_s: list[float | None], epochs: list[float | None], final_acc: list[float],
-                   target: float) -> TtaSummary:
+def summarize_runs(
+    tta_s: list[float | None], epochs: list[float | None], final_acc: list[float], target: float
+) -> TtaSummary:
     hit = [t for t in tta_s if t is not None]
     ep = [e for e in epochs if e is not None]
-    return TtaSummary(runs=len(tta_s), reached=len(hit), fraction_reached=len(hit) / len(tta_s) if tta_s else 0.0,
-                      mean_tta_s=statistics.fmean(hit) if hit else None,
-                      median_tta_s=statistics.median(hit) if hit else None, cov_tta=coefficient_of_variation(hit),
-                      mean_epochs_to_target=statistics.fmean(ep) if ep else None,
-                      accuracy=one_sided_ttest(final_acc, target))
+    return TtaSummary(
+        runs=len(tta_s),
+        reached=len(hit),
+        fraction_reached=len(hit) / len(tta_s) if tta_s else 0.0,
+        mean_tta_s=statistics.fmean(hit) if hit else None,
+        median_tta_s=statistics.median(hit) if hit else None,
+        cov_tta=coefficient_of_variation(hit),
+        mean_epochs_to_target=statistics.fmean(ep) if ep else None,
+        accuracy=one_sided_ttest(final_acc, target),
+    )
 
 
 def mean_ci95(values: list[float]) -> tuple[float, float | None, float | None]:
@@ -103,8 +110,9 @@ def generalization(runs) -> Generalization:
     """Over the seeds of one recipe (runs with `final_accuracy` and `new_test_accuracy`)."""
     pairs = [(r.final_accuracy, r.new_test_accuracy) for r in runs if r.new_test_accuracy is not None]
     drop, lo, hi = mean_ci95([a - b for a, b in pairs])
-    return Generalization(len(pairs), statistics.fmean(a for a, _ in pairs), statistics.fmean(b for _, b in pairs),
-                          drop, (lo, hi))
+    return Generalization(
+        len(pairs), statistics.fmean(a for a, _ in pairs), statistics.fmean(b for _, b in pairs), drop, (lo, hi)
+    )
 
 
 @dataclass(frozen=True)
@@ -124,8 +132,10 @@ class DropComparison:
 def compare_drops(tuned_runs: list[dict], standard_runs: list[dict]) -> DropComparison:
     from scipy.stats import ttest_ind
 
-    a, b = ([r["test_accuracy"] - r["new_test_accuracy"] for r in runs if r["new_test_accuracy"] is not None]
-            for runs in (tuned_runs, standard_runs))
+    a, b = (
+        [r["test_accuracy"] - r["new_test_accuracy"] for r in runs if r["new_test_accuracy"] is not None]
+        for runs in (tuned_runs, standard_runs)
+    )
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     if len(a) < 2 or len(b) < 2 or (statistics.pstdev(a) == 0 and statistics.pstdev(b) == 0):
         return DropComparison(ma, mb, ma - mb, None, None)

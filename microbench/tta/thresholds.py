@@ -7,6 +7,7 @@ reaches it; an MLPerf submission is scored over its runs by the MLPerf rule (mlp
 never reaches the threshold counting as an aborted one. Everything is in percent here (SQuAD's F1 and the
 fractions of MLPerf and of our runs are scaled by 100), so one range means the same on every task.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .dawnbench import read_text
 from microbench.core.errors import InputError
+
 from . import dawnbench, mlperf
+from .dawnbench import read_text
 from .entry import Unreadable
 from .leaderboard import input_files
 from .rules import mlperf_drop_each_side, mlperf_ruleset, mlperf_target, threshold_grid_defaults
@@ -66,8 +68,13 @@ class Study:
     skipped: int = 0
 
     def as_dict(self) -> dict:
-        return {"rows": self.rows, "entries": self.entries, "tasks": self.tasks, "unreadable": self.unreadable,
-                "skipped": self.skipped}
+        return {
+            "rows": self.rows,
+            "entries": self.entries,
+            "tasks": self.tasks,
+            "unreadable": self.unreadable,
+            "skipped": self.skipped,
+        }
 
 
 # ---- reading the curves -------------------------------------------------------------------------------------
@@ -91,8 +98,15 @@ def mlperf_curve(folder: Path, files: list[Path], unreadable: list[dict]) -> Cur
         return None
     benchmark = benchmark or folder.name
     target = mlperf_target(ruleset, benchmark)
-    return Curve("mlperf", benchmark, str(folder), folder.parent.name, None if target is None else target * 100,
-                 runs, mlperf_drop_each_side(benchmark))
+    return Curve(
+        "mlperf",
+        benchmark,
+        str(folder),
+        folder.parent.name,
+        None if target is None else target * 100,
+        runs,
+        mlperf_drop_each_side(benchmark),
+    )
 
 
 def our_curves(path: Path) -> list[Curve]:
@@ -119,8 +133,11 @@ def _run_curves(path: Path, doc: dict) -> list[Curve]:
     if not _finite(target):
         raise Unreadable(f"target = {target!r} is not a number")
     for r in doc.get("runs") or []:
-        run = [(float(e["elapsed_s"]), float(e["accuracy"]) * 100) for e in r.get("epochs") or []
-               if _finite(e.get("elapsed_s")) and _finite(e.get("accuracy"))]
+        run = [
+            (float(e["elapsed_s"]), float(e["accuracy"]) * 100)
+            for e in r.get("epochs") or []
+            if _finite(e.get("elapsed_s")) and _finite(e.get("accuracy"))
+        ]
         if run:
             recipe = doc.get("recipe")
             label = f"seed {r.get('seed')}" + (f" ({recipe})" if recipe else "")
@@ -137,12 +154,12 @@ def read_curves(roots: list[str | Path], study: Study) -> list[Curve]:
     found = input_files(roots)
     study.skipped = found.skipped
     for tsv in found.tsvs:
-        _guarded(study, tsv, lambda: curves.append(dawn_curve(tsv)))
+        _guarded(study, tsv, lambda tsv=tsv: curves.append(dawn_curve(tsv)))
     for folder, files in sorted(found.mllogs.items()):
         c = mlperf_curve(folder, files, study.unreadable)
         curves += [c] if c else []
     for doc in found.ours:
-        _guarded(study, doc, lambda: curves.extend(our_curves(doc)))
+        _guarded(study, doc, lambda doc=doc: curves.extend(our_curves(doc)))
     return curves
 
 
@@ -192,8 +209,9 @@ def ranks(times: list[float | None]) -> list[int | None]:
     return [None if t is None else 1 + sum(1 for o in times if o is not None and o < t) for t in times]
 
 
-def study(roots: list[str | Path], task: str | None = None,
-          user_range: tuple[float, float, float] | None = None) -> Study:
+def study(
+    roots: list[str | Path], task: str | None = None, user_range: tuple[float, float, float] | None = None
+) -> Study:
     """Every curve under `roots` (only `task`'s, matched ignoring case, when given), at every threshold of
     `user_range` (percent: from, to, step) or of each task's default range around its own threshold."""
     out = Study()
@@ -201,8 +219,11 @@ def study(roots: list[str | Path], task: str | None = None,
     if task is not None:
         curves = [c for c in curves if c.task.lower() == task.lower()]
         if not curves:
-            raise InputError("--task", f"{task!r}: no entry of that task (tasks here: "
-                                       f"{', '.join(sorted({c.task for c in read_curves(roots, Study())})) or 'none'})")
+            raise InputError(
+                "--task",
+                f"{task!r}: no entry of that task (tasks here: "
+                f"{', '.join(sorted({c.task for c in read_curves(roots, Study())})) or 'none'})",
+            )
     groups: dict[tuple[str, str], list[Curve]] = defaultdict(list)
     for c in curves:
         groups[(c.source, c.task)].append(c)
@@ -213,27 +234,54 @@ def study(roots: list[str | Path], task: str | None = None,
     return out
 
 
-def _study_task(out: Study, source: str, task: str, official: float | None, group: list[Curve],
-                thresholds: list[float]) -> None:
+def _study_task(
+    out: Study, source: str, task: str, official: float | None, group: list[Curve], thresholds: list[float]
+) -> None:
     at_official = ranks([c.tta_s(official) for c in group]) if official is not None else [None] * len(group)
     table = {t: [c.tta_s(t) for c in group] for t in thresholds}
     rank_table = {t: ranks(times) for t, times in table.items()}
     for i, c in enumerate(group):
         for t in thresholds:
-            out.rows.append({"source": source, "task": task, "file": c.file, "entry": c.label, "threshold": t,
-                             "tta_seconds": table[t][i], "rank": rank_table[t][i]})
+            out.rows.append(
+                {
+                    "source": source,
+                    "task": task,
+                    "file": c.file,
+                    "entry": c.label,
+                    "threshold": t,
+                    "tta_seconds": table[t][i],
+                    "rank": rank_table[t][i],
+                }
+            )
         stops = next((t for t in thresholds if table[t][i] is None), None)
         seen = [rank_table[t][i] for t in thresholds if rank_table[t][i] is not None]
-        out.entries.append({"source": source, "task": task, "file": c.file, "entry": c.label, "runs": len(c.runs),
-                            "official_threshold": official,
-                            "tta_seconds_at_official": c.tta_s(official) if official is not None else None,
-                            "rank_at_official": at_official[i], "best_rank": min(seen, default=None),
-                            "worst_rank": max(seen, default=None), "max_accuracy": c.max_pct,
-                            "stops_reaching_at": stops})
-    out.tasks.append({"source": source, "task": task, "official_threshold": official, "entries": len(group),
-                      "thresholds": thresholds,
-                      "reaching": [sum(x is not None for x in table[t]) for t in thresholds],
-                      "rank_changes": [_changed(rank_table[t], at_official) for t in thresholds]})
+        out.entries.append(
+            {
+                "source": source,
+                "task": task,
+                "file": c.file,
+                "entry": c.label,
+                "runs": len(c.runs),
+                "official_threshold": official,
+                "tta_seconds_at_official": c.tta_s(official) if official is not None else None,
+                "rank_at_official": at_official[i],
+                "best_rank": min(seen, default=None),
+                "worst_rank": max(seen, default=None),
+                "max_accuracy": c.max_pct,
+                "stops_reaching_at": stops,
+            }
+        )
+    out.tasks.append(
+        {
+            "source": source,
+            "task": task,
+            "official_threshold": official,
+            "entries": len(group),
+            "thresholds": thresholds,
+            "reaching": [sum(x is not None for x in table[t]) for t in thresholds],
+            "rank_changes": [_changed(rank_table[t], at_official) for t in thresholds],
+        }
+    )
 
 
 def _changed(now: list[int | None], official: list[int | None]) -> int | None:

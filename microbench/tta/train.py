@@ -7,13 +7,14 @@ everything training does: batch assembly, augmentation, copies to the device, fo
 Evaluation after each epoch is excluded (the clock stops for it) unless `include_eval`; either way the
 document says which. Building the model and loading the data set into memory are not counted.
 """
+
 from __future__ import annotations
 
 import importlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -49,9 +50,16 @@ class SeedRun:
         return self.epochs[-1].accuracy if self.epochs else math.nan
 
     def as_dict(self) -> dict:
-        return {"seed": self.seed, "recipe": self.recipe, "tta_s": self.tta_s, "epochs_to_target": self.epochs_to_target,
-                "final_accuracy": self.final_accuracy, "test_accuracy": self.final_accuracy,
-                "new_test_accuracy": self.new_test_accuracy, "epochs": [asdict(e) for e in self.epochs]}
+        return {
+            "seed": self.seed,
+            "recipe": self.recipe,
+            "tta_s": self.tta_s,
+            "epochs_to_target": self.epochs_to_target,
+            "final_accuracy": self.final_accuracy,
+            "test_accuracy": self.final_accuracy,
+            "new_test_accuracy": self.new_test_accuracy,
+            "epochs": [asdict(e) for e in self.epochs],
+        }
 
 
 def build_model(spec: TtaModel, num_classes: int) -> nn.Module:
@@ -77,8 +85,8 @@ def evaluate(model: nn.Module, ds: Dataset, device: torch.device, batch: int = 1
     model.eval()
     correct = 0
     for i in range(0, len(y), batch):
-        out = model(x[i:i + batch].to(device))
-        correct += int((out.argmax(1).cpu() == y[i:i + batch]).sum())
+        out = model(x[i : i + batch].to(device))
+        correct += int((out.argmax(1).cpu() == y[i : i + batch]).sum())
     model.train()
     return correct / len(y)
 
@@ -112,8 +120,16 @@ def train_epoch(model, opt, spec: TtaModel, ds: Dataset, epoch: int, gen, device
     return float(torch.stack(losses).mean()) if losses else math.nan, data_s, step
 
 
-def train_seed(spec: TtaModel, ds: Dataset, seed: int, device: torch.device, target: float, epochs: int,
-               include_eval: bool = False, on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None) -> SeedRun:
+def train_seed(
+    spec: TtaModel,
+    ds: Dataset,
+    seed: int,
+    device: torch.device,
+    target: float,
+    epochs: int,
+    include_eval: bool = False,
+    on_epoch: Callable[[SeedRun, EpochRecord], None] | None = None,
+) -> SeedRun:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = build_model(spec, ds.num_classes).to(device).train()

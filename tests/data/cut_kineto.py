@@ -5,6 +5,7 @@ and annotations around the calls (same thread), the GPU annotations holding the 
 
     python tests/data/cut_kineto.py SRC OUT N STEP...
 """
+
 from __future__ import annotations
 
 import gzip
@@ -32,8 +33,14 @@ def _runtime_by_correlation(ev: list[dict]) -> dict:
 
 def _activities(ev: list[dict], rt: dict, step: dict, n: int) -> list[dict]:
     lo, hi = step["ts"], step["ts"] + step["dur"]
-    picked = [e for e in ev if e.get("ph") == "X" and _cat(e) in DEVICE
-              and (r := rt.get((e.get("args") or {}).get("correlation"))) is not None and lo <= r["ts"] <= hi]
+    picked = [
+        e
+        for e in ev
+        if e.get("ph") == "X"
+        and _cat(e) in DEVICE
+        and (r := rt.get((e.get("args") or {}).get("correlation"))) is not None
+        and lo <= r["ts"] <= hi
+    ]
     return sorted(picked, key=lambda e: e["ts"])[:n]
 
 
@@ -60,14 +67,16 @@ def cut(doc: dict, n: int, steps_wanted: list[str]) -> dict:
     out = {k: v for k, v in doc.items() if k != "traceEvents"}
     if "deviceProperties" in out:
         used = {a["args"].get("device") for a in device}
-        out["deviceProperties"] = [p for p in out["deviceProperties"] if p.get("id") in used] or out["deviceProperties"][:1]
+        out["deviceProperties"] = [p for p in out["deviceProperties"] if p.get("id") in used] or out[
+            "deviceProperties"
+        ][:1]
     out["traceEvents"] = [e for e in ev if id(e) in keep]
     return out
 
 
 def main(argv: list[str]) -> None:
     src, dst, n, steps = argv[0], argv[1], int(argv[2]), argv[3:]
-    with (gzip.open(src) if src.endswith(".gz") else open(src, "rb")) as f:
+    with gzip.open(src) if src.endswith(".gz") else open(src, "rb") as f:
         doc = json.load(f)
     out = cut(doc, n, steps)
     with open(dst, "w") as f:

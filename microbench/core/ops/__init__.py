@@ -5,6 +5,7 @@ shape dataclass in microbench.core.shapes (with a `family` class attribute); its
 microbench.core.ops.work (a case's work: `case_work` below). Config, cases, the registry, the runner, the
 step recorder and the reports ask the spec.
 """
+
 from __future__ import annotations
 
 from microbench.core.ops import attention, conv2d, gemm

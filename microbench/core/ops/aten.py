@@ -13,27 +13,29 @@ and compute from it, so the two can only disagree where their inputs do (a trace
 not know a convolution's stride). Which operator is which family, and where its arguments sit:
 microbench/data/op_models.toml. The formulas: microbench/core/ops/work.py (conventions in its docstring).
 """
+
 from __future__ import annotations
 
 import ast
 import math
-import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 from microbench.core import dtypes
 from microbench.core.ops.work import attention_work, conv_work, gemm_work, norm_work
-from microbench.core.shapes import GemmShape
 from microbench.core.resources import data_file
+from microbench.core.shapes import GemmShape
 
 MODELS_PATH = data_file("op_models.toml")
 GEMM_FAMILIES = ("mm", "bmm", "matmul", "linear")
 # Ops that return a tensor sharing its operand's storage without an alias annotation in their schema.
-NO_TRAFFIC = frozenset({"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like",
-                        "aten::empty_strided", "aten::detach"})
+NO_TRAFFIC = frozenset(
+    {"aten::_unsafe_view", "aten::lift_fresh", "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::detach"}
+)
 # Gathers read only the rows they return, not the whole table they index (an embedding lookup).
 GATHER_OPS = frozenset({"aten::embedding", "aten::index_select", "aten::gather", "aten::index"})
 
@@ -42,11 +44,11 @@ GATHER_OPS = frozenset({"aten::embedding", "aten::index_select", "aten::gather",
 class OpWork:
     """The work of one operator call."""
 
-    family: str            # mm, bmm, matmul, linear, conv, conv_bwd, attention (op_models.toml)
-    dtype: str | None      # of the first matrix operand (fp32, bf16, ...); None when unknown (no types recorded)
-    flops: int | None      # None: the arguments do not determine it (`note` says why)
+    family: str  # mm, bmm, matmul, linear, conv, conv_bwd, attention (op_models.toml)
+    dtype: str | None  # of the first matrix operand (fp32, bf16, ...); None when unknown (no types recorded)
+    flops: int | None  # None: the arguments do not determine it (`note` says why)
     bytes_moved: int | None  # None: unknown dtype, or flops unknown
-    dims: dict             # the GEMM view: m, n, k (and batch), or conv n, c, k, groups (eligibility checks)
+    dims: dict  # the GEMM view: m, n, k (and batch), or conv n, c, k, groups (eligibility checks)
     note: str = ""
 
 
@@ -55,9 +57,9 @@ class Call:
     """An operator call, argument by argument in schema order (either entry point's input, normalised)."""
 
     name: str
-    shapes: tuple   # per argument: a tensor's shape as a list of ints, else None
-    dtypes: tuple   # per argument: a tensor's dtype (our name), else None
-    values: tuple   # per argument: a non-tensor's value (int, float, bool, list, str), else None
+    shapes: tuple  # per argument: a tensor's shape as a list of ints, else None
+    dtypes: tuple  # per argument: a tensor's dtype (our name), else None
+    values: tuple  # per argument: a non-tensor's value (int, float, bool, list, str), else None
 
     def shape(self, i: int) -> list[int]:
         s = self.shapes[i] if i < len(self.shapes) else None
@@ -69,7 +71,7 @@ class Call:
         return None if i is None or i >= len(self.values) else self.values[i]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _models(path: str = str(MODELS_PATH)) -> tuple[dict, dict, dict, dict]:
     """(operators with a matrix model, type -> dtype, type -> bytes per element, the other tables)."""
     data = tomllib.loads(Path(path).read_text())
@@ -104,8 +106,9 @@ def element_bytes(type_name: str | None) -> int | None:
 
 
 # ---- the two entry points ----------------------------------------------------------------------------------
-def trace_work(name: str, input_dims: list | None, input_types: list | None,
-               concrete_inputs: list | None = None) -> OpWork | None:
+def trace_work(
+    name: str, input_dims: list | None, input_types: list | None, concrete_inputs: list | None = None
+) -> OpWork | None:
     """The work of a recorded operator call, from a trace's `Input Dims`, `Input type` and `Concrete Inputs`
     (each a list with one entry per schema argument, as the PyTorch profiler writes them with
     record_shapes=True; `concrete_inputs` may be None: older PyTorch, and then a convolution's FLOPs are
@@ -152,8 +155,9 @@ def live_work(schema, args, kwargs: dict | None = None) -> OpWork | None:
     return _work(Call(schema.name, tuple(shapes), tuple(kinds), tuple(values)), args)
 
 
-def other_work(op: str, cls: str, inputs: list, outputs: list, dtype: str | None, view: bool,
-               has_matrix_flops: bool) -> tuple[int, int]:
+def other_work(
+    op: str, cls: str, inputs: list, outputs: list, dtype: str | None, view: bool, has_matrix_flops: bool
+) -> tuple[int, int]:
     """(FLOPs, bytes) of a live call of an operator without a matrix model: `cls` its class of
     kernel_rules.toml (norm, elementwise, reduction, ...), `inputs` / `outputs` its tensors, `view` whether it
     returns an alias of an operand. Normalization: microbench.core.ops.work's formula; gathers read the rows
@@ -219,8 +223,9 @@ def recorded_tensor(shape, type_name: str) -> RecordedTensor | None:
     return None if size is None else RecordedTensor(tuple(shape), size, floating, type_name)
 
 
-def trace_other_work(name: str, cls: str, input_dims: list | None, input_types: list | None,
-                     concrete_inputs: list | None = None) -> tuple[int, int] | None:
+def trace_other_work(
+    name: str, cls: str, input_dims: list | None, input_types: list | None, concrete_inputs: list | None = None
+) -> tuple[int, int] | None:
     """(FLOPs, bytes) of a recorded ATen call of an operator without a matrix model, by other_work's rules; `cls`
     is the operator's class (trace.classify.classify_operator), as the live path has it. A trace records no
     outputs, so they are inferred (op_models.toml [trace_outputs]): an in-place op (name ending in `_`) writes its
@@ -270,8 +275,11 @@ def _trace_outputs(name: str, cls: str, tensors: list, concrete_inputs) -> tuple
     if name == "aten::index_select":
         src, index = tensors[:2]
         dim = int(_concrete(concrete_inputs, 1)) % len(src.shape)
-        return tensors, [RecordedTensor(src.shape[:dim] + (index.numel(),) + src.shape[dim + 1:], src.itemsize,
-                                        src.floating, src.type_name)]
+        return tensors, [
+            RecordedTensor(
+                src.shape[:dim] + (index.numel(),) + src.shape[dim + 1 :], src.itemsize, src.floating, src.type_name
+            )
+        ]
     if name in GATHER_OPS:
         raise ValueError("the gathered rows are not recorded")
     if name in rules["cast_dtype_argument"]:
@@ -304,8 +312,9 @@ def _reduced(src: RecordedTensor, dims) -> RecordedTensor:
     if not isinstance(dims, list) or not dims:
         return RecordedTensor((), src.itemsize, src.floating, src.type_name)
     gone = {d % len(src.shape) for d in dims}
-    return RecordedTensor(tuple(x for i, x in enumerate(src.shape) if i not in gone), src.itemsize, src.floating,
-                          src.type_name)
+    return RecordedTensor(
+        tuple(x for i, x in enumerate(src.shape) if i not in gone), src.itemsize, src.floating, src.type_name
+    )
 
 
 def _nbytes(t) -> int:
@@ -406,12 +415,20 @@ def _conv(spec: dict, call: Call, dtype) -> OpWork:
     chan = {"n": x[0], "c": x[1], "k": k_out, "groups": groups}
     stride, pad, dil = (call.value(spec.get(f"{p}_arg")) for p in ("stride", "padding", "dilation"))
     if stride is None or pad is None or dil is None:
-        return OpWork("conv", dtype, None, None, chan, "no Concrete Inputs (stride, padding, dilation): the output "
-                      "size is unknown; record with a recent PyTorch")
+        return OpWork(
+            "conv",
+            dtype,
+            None,
+            None,
+            chan,
+            "no Concrete Inputs (stride, padding, dilation): the output size is unknown; record with a recent PyTorch",
+        )
     nd = len(x) - 2
     out_pad = _per_dim(call.value(spec.get("output_padding_arg")) or 0, nd)
-    out = [_conv_out(s, r, st, p, d, transposed, op) for s, r, st, p, d, op in
-           zip(x[2:], w[2:], _per_dim(stride, nd), _per_dim(pad, nd), _per_dim(dil, nd), out_pad)]
+    out = [
+        _conv_out(s, r, st, p, d, transposed, op)
+        for s, r, st, p, d, op in zip(x[2:], w[2:], _per_dim(stride, nd), _per_dim(pad, nd), _per_dim(dil, nd), out_pad)
+    ]
     work = conv_work(x, w, [x[0], k_out, *out], _known(dtype), transposed=transposed)
     return OpWork("conv", dtype, work.flops, _bytes_of(work, dtype), chan)
 
@@ -425,8 +442,9 @@ def _conv_bwd(spec: dict, call: Call, dtype) -> OpWork:
     directions = sum(1 for m in (mask[:2] if isinstance(mask, (list, tuple)) else (True, True)) if m)
     work = conv_work(x, w, g, _known(dtype), transposed=transposed, directions=directions)
     groups = (call.value(spec.get("groups_arg")) or 1) if transposed else x[1] // w[1]
-    return OpWork("conv_bwd", dtype, work.flops, _bytes_of(work, dtype),
-                  {"n": x[0], "c": x[1], "k": g[1], "groups": groups})
+    return OpWork(
+        "conv_bwd", dtype, work.flops, _bytes_of(work, dtype), {"n": x[0], "c": x[1], "k": g[1], "groups": groups}
+    )
 
 
 def _truthy(v) -> bool:
@@ -444,5 +462,10 @@ def _attention(spec: dict, call: Call, dtype) -> OpWork:
         (b, h, lq, d), lk, dv = q, k[2], v[3]
     causal = _truthy(call.value(spec.get("causal_arg")))
     work = attention_work(b * h, lq, lk, d, dv, _known(dtype), "bwd" if spec.get("backward") else "fwd", causal)
-    return OpWork("attention", dtype, work.flops, _bytes_of(work, dtype),
-                  {"batch": b * h, "m": lq, "n": lk, "k": d, "dv": dv, "causal": causal})
+    return OpWork(
+        "attention",
+        dtype,
+        work.flops,
+        _bytes_of(work, dtype),
+        {"batch": b * h, "m": lq, "n": lk, "k": d, "dv": dv, "causal": causal},
+    )

@@ -2,6 +2,7 @@
 independent problems. Operands: `a` = Q [BH, Lq, D]; `b` = K and V stacked [2, BH, Lk, D] (the spec interface
 has two operands). The cases come from traces (roofline --from-trace: an attention operator's shape, by the work
 model of core.ops.aten) or a profile's `[[profiles.X.attention]]` tables."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,10 @@ class AttentionSpec(OpSpec):
 
     def parse_shape(self, rd, t: dict, where: str) -> AttentionShape:
         rd.keys(t, where, self.shape_keys, self.required_keys)
-        return AttentionShape(**{k: rd.num(t, k, where, integer=True) for k in sorted(self.required_keys)},
-                              causal=rd.flag(t, "causal", where, False))
+        return AttentionShape(
+            **{k: rd.num(t, k, where, integer=True) for k in sorted(self.required_keys)},
+            causal=rd.flag(t, "causal", where, False),
+        )
 
     def data_row(self, row: list) -> dict:
         raise ValueError("attention has no data files")

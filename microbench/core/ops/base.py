@@ -7,13 +7,14 @@ are cases of it, and the problem descriptors oneDNN prints for it.
 
 Tensor methods import torch when called: the config loader reads specs and must not pay for torch.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from microbench.core.dtypes import storage_dtype
-from microbench.core.shapes import Case
 from microbench.core.ops.work import Work
+from microbench.core.shapes import Case
 
 
 def random_operand(shape, dtype: str, device, gen):

@@ -1,17 +1,24 @@
 """2-D convolution in three directions (forward, backward-data, backward-weight), NHWC operands."""
+
 from __future__ import annotations
 
 import re
 
 from microbench.core.ops import aten
 from microbench.core.ops.base import OpSpec, random_operand
-from microbench.core.shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape
 from microbench.core.ops.work import Work, conv2d_work
+from microbench.core.shapes import CONV_DIRECTIONS, CONV_OPS, Case, ConvShape
 
-_ONEDNN_PROBLEM = re.compile(r"(?:g(\d+))?mb(\d+)_ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)dh(\d+)ph(\d+)"
-                             r"_iw(\d+)ow\d+kw(\d+)sw(\d+)dw(\d+)pw(\d+)")
-_ONEDNN_DIRECTION = {"forward_training": "fwd", "forward_inference": "fwd", "backward_data": "bwd_data",
-                     "backward_weights": "bwd_weight"}
+_ONEDNN_PROBLEM = re.compile(
+    r"(?:g(\d+))?mb(\d+)_ic(\d+)oc(\d+)_ih(\d+)oh\d+kh(\d+)sh(\d+)dh(\d+)ph(\d+)"
+    r"_iw(\d+)ow\d+kw(\d+)sw(\d+)dw(\d+)pw(\d+)"
+)
+_ONEDNN_DIRECTION = {
+    "forward_training": "fwd",
+    "forward_inference": "fwd",
+    "backward_data": "bwd_data",
+    "backward_weights": "bwd_weight",
+}
 
 
 def tensor_shapes(s: ConvShape) -> tuple[tuple, tuple, tuple]:
@@ -41,17 +48,23 @@ class Conv2dSpec(OpSpec):
     required_keys = frozenset({"n", "c", "h", "w", "k", "r", "s"})
     group_keys = frozenset({"directions"})
     data_row_fields = "w h c n k filter_w filter_h pad_w pad_h stride_w stride_h (DeepBench conv)"
-    signature = ("fn(a, b, *, shape: ConvShape, direction: str, allow_tf32: bool) -> out\n"
-                 "            fwd: (x, w) -> y;  bwd_data: (dy, w) -> dx;  bwd_weight: (x, dy) -> dw   (NHWC tensors)")
+    signature = (
+        "fn(a, b, *, shape: ConvShape, direction: str, allow_tf32: bool) -> out\n"
+        "            fwd: (x, w) -> y;  bwd_data: (dy, w) -> dx;  bwd_weight: (x, dy) -> dw   (NHWC tensors)"
+    )
     aten_ops = aten.replayed_ops("conv2d")  # microbench/data/op_models.toml `replay`
     onednn_kind = "convolution"
 
     def parse_shape(self, rd, t: dict, where: str) -> ConvShape:
         rd.keys(t, where, self.shape_keys, self.required_keys)
         dims = {d: rd.num(t, d, where, integer=True) for d in ("n", "c", "h", "w", "k", "r", "s")}
-        shape = ConvShape(**dims, stride=rd.dim_pair(t, "stride", where, 1, 1), pad=rd.dim_pair(t, "pad", where, 0, 0),
-                          dilation=rd.dim_pair(t, "dilation", where, 1, 1),
-                          groups=rd.num(t, "groups", where, default=1, integer=True))
+        shape = ConvShape(
+            **dims,
+            stride=rd.dim_pair(t, "stride", where, 1, 1),
+            pad=rd.dim_pair(t, "pad", where, 0, 0),
+            dilation=rd.dim_pair(t, "dilation", where, 1, 1),
+            groups=rd.num(t, "groups", where, default=1, integer=True),
+        )
         if shape.c % shape.groups or shape.k % shape.groups:
             rd.fail(f"{where}.groups", shape.groups, f"must divide c={shape.c} and k={shape.k}")
         if shape.p <= 0 or shape.q <= 0:
@@ -76,11 +89,14 @@ class Conv2dSpec(OpSpec):
         import torch
 
         x_shape, w_shape, y_shape = tensor_shapes(case.shape)
-        first, second = {"fwd": (x_shape, w_shape), "bwd_data": (y_shape, w_shape),
-                         "bwd_weight": (x_shape, y_shape)}[case.direction]
+        first, second = {"fwd": (x_shape, w_shape), "bwd_data": (y_shape, w_shape), "bwd_weight": (x_shape, y_shape)}[
+            case.direction
+        ]
         cl = torch.channels_last
-        return (random_operand(first, case.dtype, device, gen).contiguous(memory_format=cl),
-                random_operand(second, case.dtype, device, gen).contiguous(memory_format=cl))
+        return (
+            random_operand(first, case.dtype, device, gen).contiguous(memory_format=cl),
+            random_operand(second, case.dtype, device, gen).contiguous(memory_format=cl),
+        )
 
     def compute(self, case: Case, a, b):
         return convolution(case.direction, a, b, case.shape)
@@ -104,8 +120,19 @@ class Conv2dSpec(OpSpec):
         if x.dim() != 4:
             return [], f"{x.dim() - 2}-D convolution: only conv2d is replayed"
         (n, c, h, w_), (k, _, r, s) = tuple(x.shape), tuple(w.shape)
-        shape = ConvShape(n=n, c=c, h=h, w=w_, k=k, r=r, s=s, stride=tuple(stride), pad=tuple(padding),
-                          dilation=tuple(dilation), groups=groups)
+        shape = ConvShape(
+            n=n,
+            c=c,
+            h=h,
+            w=w_,
+            k=k,
+            r=r,
+            s=s,
+            stride=tuple(stride),
+            pad=tuple(padding),
+            dilation=tuple(dilation),
+            groups=groups,
+        )
         return [Case(CONV_OPS[d], shape, dtype) for d in directions], ""
 
     def problem_key(self, case: Case) -> tuple:
@@ -119,8 +146,24 @@ class Conv2dSpec(OpSpec):
             return None
         g, mb, ic, oc, ih, kh, sh, dh, ph, iw, kw, sw, dw, pw = m.groups()
         # oneDNN counts dilation from 0 (dh0 = dense); PyTorch from 1.
-        return ("conv", direction, int(g or 1), int(mb), int(ic), int(oc), int(ih), int(iw), int(kh), int(kw),
-                int(sh), int(sw), int(ph), int(pw), int(dh) + 1, int(dw) + 1)
+        return (
+            "conv",
+            direction,
+            int(g or 1),
+            int(mb),
+            int(ic),
+            int(oc),
+            int(ih),
+            int(iw),
+            int(kh),
+            int(kw),
+            int(sh),
+            int(sw),
+            int(ph),
+            int(pw),
+            int(dh) + 1,
+            int(dw) + 1,
+        )
 
     def short_op(self, op: str) -> str:
         return op.replace("conv2d_", "conv ")

@@ -1,4 +1,5 @@
 """GEMM, batched or not, either operand transposed: C[B?, M, N] = op(A)[B?, M, K] @ op(B)[B?, K, N]."""
+
 from __future__ import annotations
 
 from microbench.core.ops import aten
@@ -28,9 +29,13 @@ class GemmSpec(OpSpec):
     def parse_shape(self, rd, t: dict, where: str) -> GemmShape:
         rd.keys(t, where, self.shape_keys, self.required_keys)
         return GemmShape(
-            m=rd.num(t, "m", where, integer=True), n=rd.num(t, "n", where, integer=True),
-            k=rd.num(t, "k", where, integer=True), batch=rd.num(t, "batch", where, default=1, integer=True),
-            trans_a=rd.flag(t, "trans_a", where, False), trans_b=rd.flag(t, "trans_b", where, False))
+            m=rd.num(t, "m", where, integer=True),
+            n=rd.num(t, "n", where, integer=True),
+            k=rd.num(t, "k", where, integer=True),
+            batch=rd.num(t, "batch", where, default=1, integer=True),
+            trans_a=rd.flag(t, "trans_a", where, False),
+            trans_b=rd.flag(t, "trans_b", where, False),
+        )
 
     def data_row(self, row: list) -> dict:
         if len(row) != 5:  # DeepBench: [m, n, k, a_transposed, b_transposed]
@@ -61,8 +66,14 @@ class GemmSpec(OpSpec):
         ia, ib = aten.operands(op)
         a, b = args[ia], args[ib]
         batch = a.shape[0] if a.dim() == 3 else 1
-        shape = GemmShape(m=a.shape[-2], n=b.shape[-1], k=a.shape[-1], batch=batch,
-                          trans_a=layout_transposed(a), trans_b=layout_transposed(b))
+        shape = GemmShape(
+            m=a.shape[-2],
+            n=b.shape[-1],
+            k=a.shape[-1],
+            batch=batch,
+            trans_a=layout_transposed(a),
+            trans_b=layout_transposed(b),
+        )
         return [Case(self.family, shape, dtype)], ""
 
     def problem_key(self, case: Case) -> tuple:

@@ -21,6 +21,7 @@ written once, as if caches were perfect, so achieved GB/s is a lower bound on re
   writes y, backward reads x and dy and writes dx (per-channel parameters are noise and are counted too).
 - Element-wise: `flops_per_element` times the element count; each input read once, each output written once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,14 +81,26 @@ def conv_work(x_shape, w_shape, y_shape, dtype: str, transposed: bool = False, d
     return Work(2 * macs * directions, e * directions * (_prod(x_shape) + _prod(w_shape) + _prod(y_shape)))
 
 
-def attention_work(batch_heads: int, q_len: int, kv_len: int, head_dim: int, value_dim: int, dtype: str,
-                   direction: str = "fwd", causal: bool = False) -> Work:
+def attention_work(
+    batch_heads: int,
+    q_len: int,
+    kv_len: int,
+    head_dim: int,
+    value_dim: int,
+    dtype: str,
+    direction: str = "fwd",
+    causal: bool = False,
+) -> Work:
     """Scaled dot-product attention of `batch_heads` (batch x query heads) independent problems."""
     fwd = 2 * batch_heads * q_len * kv_len * (head_dim + value_dim)
     if causal:
         fwd //= 2
-    q, k, v, o = (batch_heads * q_len * head_dim, batch_heads * kv_len * head_dim,
-                  batch_heads * kv_len * value_dim, batch_heads * q_len * value_dim)
+    q, k, v, o = (
+        batch_heads * q_len * head_dim,
+        batch_heads * kv_len * head_dim,
+        batch_heads * kv_len * value_dim,
+        batch_heads * q_len * value_dim,
+    )
     e = _elt(dtype)
     if direction == "fwd":
         return Work(fwd, e * (q + k + v + o))  # read Q, K, V; write O
