@@ -12,6 +12,8 @@ A factory is called with no arguments and returns a `models.step.Workload`, or a
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -72,6 +74,15 @@ def names() -> list[str]:
     return [k for k in _table() if k != "decompose"]
 
 
+def _search_the_current_directory() -> None:
+    """A user's `mymodel:make` is found in the folder they run from, under every entry point: `python -m` puts
+    that folder on sys.path, the console script (`dawnscope decompose`) and a notebook's API call may not. Appended,
+    so that it never shadows an installed package."""
+    here = os.getcwd()
+    if not any(os.path.abspath(p or os.curdir) == here for p in sys.path):
+        sys.path.append(here)
+
+
 def load(spec: str):
     """A table name or `package.module:factory` -> a Workload."""
     if ":" not in spec:
@@ -80,6 +91,7 @@ def load(spec: str):
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise ModelError(None, "expected package.module:factory", key="--model", value=spec)
+    _search_the_current_directory()
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as e:

@@ -303,7 +303,12 @@ def _bad_results(tmp: Path, good: Path) -> dict[str, tuple[Path, str]]:
         "truncated gzip": (gzip.compress(text.encode())[:200], "truncated gzip"),
         "not json": (b"op,shape,dtype\ngemm,1x1x1,fp32\n", "not valid JSON"),
         "wrong schema": (json.dumps({"rows": []}).encode(), "not a results file"),
-        "a trace": (json.dumps({"traceEvents": []}).encode(), "a profiler trace, and the first input is not"),
+        "a trace": (
+            json.dumps(
+                {"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}}]}
+            ).encode(),
+            "a profiler trace, and the first input is not",
+        ),
         "schema v2": (json.dumps(v2).encode(), "unsupported schema"),
         "no hardware": (json.dumps(no_hw).encode(), "hardware"),
         "row without op": (json.dumps(bad_row).encode(), "results[0].op"),

@@ -1047,3 +1047,22 @@ def test_compare_of_two_traces_is_the_comparison_of_their_trace_reports(tmp_path
     machines = lambda doc: [{k: m[k] for k in ("tensor_core_share", "mfu")} for m in doc["machines"]]  # noqa: E731
     assert machines(a) == machines(b)
     assert all(m["mfu"] is not None for m in machines(a))  # bench.toml's datasheet: H100 and MI300X peaks
+
+
+def test_the_amp_rule_reads_each_distinct_kernel_once(config):
+    """The findings' prediction work is linear in distinct kernels, not in kernels x scenarios: on the V100 DDP
+    rank (4,350 kernels, 79 distinct names) the autocast name rules ran 146,280 times (352,991 regex searches)
+    before they were cached per distinct (name, group, dtype). Counted, not timed."""
+    from microbench.findings.analysis import TraceAnalysis
+    from microbench.predict import estimate
+
+    estimate.autocast_halves_of.cache_clear()
+    ta = TraceAnalysis.open(TRACES / "v100_resnet_ddp_rank0.json.gz", config)
+    assert ta.findings["findings"] or ta.findings["not_checked"]
+    w = FX.Facts(ta, config).work
+    distinct = len(set(zip(w.names, w.group, w.op_dtype)))
+    assert 0 < estimate.autocast_halves_of.cache_info().misses <= distinct < len(w.names)
+    again = estimate.autocast_halves_of.cache_info().misses
+    second = TraceAnalysis.open(TRACES / "v100_resnet_ddp_rank0.json.gz", config).findings
+    assert second["findings"] == ta.findings["findings"]
+    assert estimate.autocast_halves_of.cache_info().misses == again  # a second trace of the same kernels: none

@@ -307,3 +307,19 @@ def test_a_step_can_take_its_batches_from_more_workers():
     wl.make_loader = lambda batch: [(torch.zeros(batch, 1, 8, 8), torch.zeros(batch, dtype=torch.long))]
     with pytest.raises(ValueError, match="not a torch DataLoader"):
         TrainingStep(wl, 4, "cpu", num_workers=1)
+
+
+def test_a_users_module_is_found_in_the_current_directory(tmp_path, monkeypatch):
+    """`dawnscope decompose --model mymodel:make` in the folder holding mymodel.py (the console script does not put
+    that folder on sys.path as `python -m` does; was: "cannot import 'mymodel'")."""
+    import sys
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "ext_model.py").read_text()
+    (tmp_path / "dawnscope_user_model.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "dawnscope_user_model", raising=False)
+    workload = models.load("dawnscope_user_model:make")
+    assert isinstance(workload, Workload)
+    assert sys.path[-1] == str(tmp_path)  # appended: it shadows no installed package

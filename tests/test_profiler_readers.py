@@ -263,3 +263,28 @@ def test_counters_of_several_calls_sum_counts_and_average_rates():
         "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 40,
         "gpu__time_duration.sum": 12.0,
     }
+
+
+def test_ncu_csv_captured_with_the_applications_own_output(tmp_path):
+    """`ncu --csv ./app > out.csv`: the application's stdout sits between ncu's `==PROF==` lines and the header
+    (was refused as 'not JSON: starts with =')."""
+    from microbench.trace.analysis import detect_format
+
+    app_log = "".join(f"epoch 0 step {i}: loss 0.{i:03d}\n" for i in range(300))  # longer than the sniffed head
+    captured = tmp_path / "out.csv"
+    captured.write_text(
+        "==PROF== Connected to process 6153 (/usr/bin/python3.11)\n"
+        + app_log
+        + '==PROF== Profiling "copy_blocked": 0%....50%....100% - 8 passes\n'
+        + "==PROF== Disconnected from process 6153\n"
+        + NCU.read_text()
+    )
+    assert detect_format(captured) == "ncu"
+    assert read_ncu_csv(captured) == read_ncu_csv(NCU)
+
+
+def test_ncu_lines_without_a_header_are_named_in_one_line(tmp_path):
+    bad = tmp_path / "out.csv"
+    bad.write_text("==PROF== Connected to process 1\nhello\n==PROF== Disconnected from process 1\n")
+    with pytest.raises(InputError, match="no header line"):
+        read_ncu_csv(bad)

@@ -368,6 +368,9 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[Path, str]]:
         ),
         "bad json inside": (b'{"traceEvents": [{"ph": "X",, }]}', "not valid JSON"),
         "trailing garbage": (b'{"traceEvents": []} {"x": 1}', "extra data"),
+        # a report of zeros would read as measured (was: exit 0, every table empty)
+        "no events": (b'{"traceEvents": []}', "traceEvents is empty"),
+        "no events, gzip": (gzip.compress(b'{"traceEvents": [], "schemaVersion": 1}'), "traceEvents is empty"),
     }
     out = {}
     for i, (label, (data, expect)) in enumerate(cases.items()):

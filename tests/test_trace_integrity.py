@@ -136,3 +136,30 @@ def test_steps_that_overlap_are_said_and_counted_once(cfg, tmp_path):
     apart = [_step(1, 0, 100), _step(2, 100, 100), _step(1, 50, 100, pid=2)]  # back to back; another process
     doc = analyze(_write(tmp_path, {"traceEvents": apart}), cfg)
     assert "disjoint steps" not in _missing(doc) and doc["outside_steps"]["steps_cpu_us"] == 200
+
+
+def test_a_kernel_name_over_the_cap_is_read_on_its_head_and_said(tmp_path, cfg, monkeypatch):
+    """A hostile 70 MB kernel name ran the name rules over all of it (minutes); names over thresholds.toml's
+    kernel_name_cap_chars are classified on their first that many characters, and integrity says so. Counted:
+    the rules never see more than the cap."""
+    from microbench.core import thresholds
+    from microbench.trace import classify
+
+    cap = int(thresholds.value("kernel_name_cap_chars"))
+    doc = json.loads(H100.read_text())
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    long_name = "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel"
+    kernel["name"] = long_name + "<" + "x" * (3 * cap) + ">"
+    seen = []
+    real = classify.kernel_signature_name
+    monkeypatch.setattr(classify, "kernel_signature_name", lambda n: seen.append(len(n)) or real(n))
+    classify.classify_kernel.cache_clear()
+    out = analyze(_write(tmp_path, doc), cfg)
+    classify.classify_kernel.cache_clear()
+    assert seen and max(seen) <= cap
+    entry = _missing(out)["whole kernel names"]
+    assert (
+        f"longer than {cap:,} characters" in entry["detail"] and f"{3 * cap + len(long_name) + 2:,}" in entry["detail"]
+    )
+    row = next(k for k in out["kernels"] if k["kernel"].startswith("sm80_xmma_gemm"))
+    assert row["tensor_cores"] == "yes"  # the head settles it

@@ -112,18 +112,22 @@ def _autocast_rules() -> tuple[re.Pattern, re.Pattern, re.Pattern, frozenset]:
 
 
 def autocast_halves(w: ActivityWork) -> np.ndarray:
-    """Per row: whether autocast would halve a non-matrix kernel's bytes (data/prediction.toml [autocast])."""
+    """Per row: whether autocast would halve a non-matrix kernel's bytes (data/prediction.toml [autocast]). The
+    name rules run once per distinct (name, group, dtype) in a run (`autocast_halves_of`, cached), not per kernel
+    and scenario: a V100 DDP trace's 4,350 kernels times the findings' scenarios made 896,238 regex searches."""
+    return np.array([autocast_halves_of(n, g, d) for n, g, d in zip(w.names, w.group, w.op_dtype)], dtype=bool)
+
+
+@lru_cache(maxsize=1 << 16)
+def autocast_halves_of(name: str, group: str, op_dtype: str | None) -> bool:
+    """One kernel's answer to `autocast_halves`."""
     sixteen, floats, ints, not_fp32 = _autocast_rules()
-
-    def one(name: str, group: str, op_dtype) -> bool:
-        if group == "communication" or (group == "copies" and any(h in name for h in HOST_COPY)):
-            return False
-        if op_dtype is not None:
-            return op_dtype not in not_fp32
-        args = name[name.find("<") :] if "<" in name else ""  # the type arguments, where the name has them
-        return not (sixteen.search(args) or (ints.search(args) and not floats.search(args)))
-
-    return np.array([one(n, g, d) for n, g, d in zip(w.names, w.group, w.op_dtype)], dtype=bool)
+    if group == "communication" or (group == "copies" and any(h in name for h in HOST_COPY)):
+        return False
+    if op_dtype is not None:
+        return op_dtype not in not_fp32
+    args = name[name.find("<") :] if "<" in name else ""  # the type arguments, where the name has them
+    return not (sixteen.search(args) or (ints.search(args) and not floats.search(args)))
 
 
 def _matrix_times(

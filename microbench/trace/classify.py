@@ -9,6 +9,7 @@ from pathlib import Path
 
 import tomllib
 
+from microbench.core import thresholds
 from microbench.core.kernel_names import kernel_signature_name
 from microbench.core.resources import data_file
 
@@ -125,12 +126,18 @@ def _structure(c: Classification, name: str) -> Classification:
     return c
 
 
+@lru_cache(maxsize=1)
+def name_cap_chars() -> int:
+    return int(thresholds.value("kernel_name_cap_chars"))
+
+
 @lru_cache(maxsize=65536)
 def classify_kernel(name: str) -> Classification:
     """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use. The rules
     see the name without its parameter list (`kernel_signature_name`). A name rule's verdict first; where it
-    leaves Tensor Core use unknown, the name's structure ([[structure]] rules, an inference: `basis`)."""
-    sig = kernel_signature_name(name)
+    leaves Tensor Core use unknown, the name's structure ([[structure]] rules, an inference: `basis`). A name
+    longer than thresholds.toml's kernel_name_cap_chars is read on its first that many characters."""
+    sig = kernel_signature_name(name[: name_cap_chars()])
     c = _first("kernel", sig)
     return _structure(c, sig) if c.tensor_cores == "unknown" else c
 

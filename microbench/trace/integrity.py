@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.trace.classify import name_cap_chars
 from microbench.trace.timeline import EPS_US, GPU_RANGE, Timeline
 
 # The figures an entry can name (the report's words for the document's keys).
@@ -152,8 +153,23 @@ def _devices(devices: list[dict]) -> list[dict]:
 DROPPED = re.compile(r"dropped|terminating tracing|buffer (count|overflow|full)", re.IGNORECASE)
 
 
+def _long_names(tl: Timeline) -> list[dict]:
+    """Kernel names over the cap the rules read (classify.name_cap_chars): classified on their head."""
+    cap = name_cap_chars()
+    used = set(tl.activities.name.tolist())
+    long = [len(tl.names[i]) for i in used if len(tl.names[i]) > cap]
+    if not long:
+        return []
+    detail = (
+        f"{len(long)} kernel name(s) longer than {cap:,} characters (the longest {max(long):,}) were classified on "
+        f"their first {cap:,}"
+    )
+    return [_entry("whole kernel names", detail, [])]
+
+
 def _events(tl: Timeline) -> list[dict]:
     out = [_entry("events", f"the reader skipped {n} {what}", [ALL]) for what, n in tl.skipped.items()]
+    out += _long_names(tl)
     log = tl.meta.get("profiler_log") or []
     lost = [f"{level}: {m}" for level, m in log if DROPPED.search(m)]
     if lost:

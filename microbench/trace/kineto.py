@@ -244,6 +244,12 @@ def read(path: str | Path) -> Timeline:
         return _read_whole(path)
 
 
+EMPTY_EVENTS = (
+    "traceEvents is empty: the profiler recorded nothing (was the trace exported before its schedule's active "
+    "steps, or before prof.step() was called?)"
+)
+
+
 class _Unsplit(Exception):
     """The piecewise reading met a file it does not cut (or a broken one): the whole-file reading handles any
     valid trace and words every error (line numbers, truncation, the top-level keys)."""
@@ -276,6 +282,8 @@ def _read_pieces(path: Path) -> Timeline:
     tail = _decode(text, _Tail)
     if _events_decoder(b, text) is _EXACT_EVENTS:  # the events exact; the header keys after them plain (no Decimal)
         tail.traceEvents = _decode(text, _TailEvents, exact=True).traceEvents
+    if not base and not tail.traceEvents:
+        raise InputError(path, EMPTY_EVENTS)
     _add_events(path, b, tail.traceEvents, base, _raw_events(text, _TailRaw))
     for k in _Meta.__struct_fields__:  # keys after the array complete those before it
         if getattr(tail, k) is not None:
@@ -407,6 +415,8 @@ def _header(path: Path, data: bytes) -> _Header:
         raise InputError(
             path, f"not a PyTorch profiler (Kineto) trace: no traceEvents array (top-level keys: {shown or 'none'})"
         )
+    if not head.traceEvents:  # a report of zeros would read as measured
+        raise InputError(path, EMPTY_EVENTS)
     return head
 
 

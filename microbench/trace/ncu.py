@@ -181,8 +181,14 @@ def parse_number(text: str) -> float | None:
 
 
 def looks_like_ncu_csv(head: str) -> bool:
-    """True when the text (the start of a file) is an `ncu --csv` export."""
-    for line in head.splitlines():
+    """True when the text (the start of a file) is an `ncu --csv` export: its header first, or ncu's own `==PROF==`
+    lines first. `ncu --csv ./app > out.csv` writes the application's stdout between ncu's lines and before the
+    header (a training script's log can be longer than the head read here): where ncu's lines open the file, the
+    reader looks for the header in the whole file and names its absence."""
+    lines = head.splitlines()
+    if lines and lines[0].startswith("==PROF=="):
+        return True
+    for line in lines:
         if line.startswith("=="):
             continue
         return line.startswith('"ID",') and '"Kernel Name"' in line
