@@ -163,3 +163,28 @@ def test_a_kernel_name_over_the_cap_is_read_on_its_head_and_said(tmp_path, cfg, 
     )
     row = next(k for k in out["kernels"] if k["kernel"].startswith("sm80_xmma_gemm"))
     assert row["tensor_cores"] == "yes"  # the head settles it
+
+
+def test_launches_without_kernel_records_are_lost_device_activity_not_the_host_alone(tmp_path, cfg, capsys):
+    """A Kineto trace whose launches are there and whose kernels are not (CUPTI's buffers not flushed): was called
+    'recorded without ProfilerActivity.CUDA?' and 'a trace of the host alone', with the CPU advice."""
+    from microbench.trace import cli as trace_cli
+
+    from .conftest import analyze_with_findings
+
+    doc = json.loads(H100.read_text())
+    launches = sum(
+        1 for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    )
+    device = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in device]
+    path = _write(tmp_path, doc)
+    out = analyze_with_findings(path, cfg)
+    lost = _missing(out)["device activity"]
+    assert lost["detail"].startswith(f"{launches:,} launch calls, 0 kernel records") and lost["unreliable"]
+    assert not any("ProfilerActivity.CUDA" in n for n in out["notes"])
+    (why,) = out["findings_not_checked"]
+    assert "device activity was lost" in why["why"] and "decompose" not in why["why"]
+    assert trace_cli.main([str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "host alone" not in text and "no GPU activity recorded" in text

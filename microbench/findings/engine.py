@@ -15,7 +15,14 @@ from __future__ import annotations
 from microbench.core.documents import FindingsResult
 from microbench.findings.facts import CpuCommFacts, CpuFacts, WholeTraceFacts, gpu_facts, rules, threshold
 from microbench.findings.rules import RULES, not_checked_amp
-from microbench.trace import gpu_time
+from microbench.trace import gpu_time, integrity
+
+
+def _no_gpu_activity_why(ta) -> str:
+    """Why no finding is checked on a trace without GPU activity: its device records were lost, or it is the
+    host's alone."""
+    lost = integrity.lost_device_launches(ta.tl)
+    return rules()["lost_device"]["why"].format(n=lost) if lost else rules()["host_only"]["why"]
 
 
 def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = None) -> FindingsResult:
@@ -36,7 +43,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
     if not len(ta.tl.activities) and not cpu and not cpu_trace:
         return {
             "findings": [],
-            "not_checked": [{"id": "all", "why": rules()["host_only"]["why"]}],
+            "not_checked": [{"id": "all", "why": _no_gpu_activity_why(ta)}],
             "step_time_us": 0.0,
             "per": f.per,
         }

@@ -22,7 +22,7 @@ from microbench.report.findings_report import (
     validation_line,
 )
 from microbench.report.html import esc, notes_html, page, table, write
-from microbench.report.trace_report import HOST_ONLY, host_only
+from microbench.report.trace_report import host_only, no_gpu_activity_line
 
 # The plugin's categories, in its order and colours close to its own (tb_plugin's overview chart).
 BREAKDOWN = (
@@ -317,7 +317,7 @@ def trace_page(doc: dict, title: str | None = None, job_lines: list[str] | None 
     kernels = [("kernels by class, Tensor Cores and evidence", kernels_html(doc))]
     comm = [("communication and overlap", comm_html(doc))]
     if host_only(doc["summary"]):  # tables of zeros read as measurements: one line instead
-        gpu = [("GPU summary", f"<p>{esc(HOST_ONLY.format(span_us=doc['summary']['wall_span_us']))}</p>")]
+        gpu = [("GPU summary", f"<p>{esc(no_gpu_activity_line(doc))}</p>")]
         kernels = comm = []
     sections += [
         ("findings", findings_html(doc)),

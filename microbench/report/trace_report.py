@@ -120,7 +120,7 @@ def print_trace_report(doc: dict, top: int = 15, console=None, kept_in: str = KE
     caveats = headline_caveats(doc)
     left = LeftOut(kept_in)
     if host_only(s):
-        console.print(escape(HOST_ONLY.format(span_us=s["wall_span_us"])))
+        console.print(escape(no_gpu_activity_line(doc)))
     else:
         _print_gpu_tables(console, left, doc, top, caveats)
     print_step_breakdown(console, doc, kept_in, left)
@@ -169,6 +169,15 @@ HOST_ONLY = (
     "are left out. The steps' time by what ran (below) is the host's; the CPU as a device, its operators "
     "on its own roofline, is what `decompose` measures (docs/models.md)"
 )
+
+
+def no_gpu_activity_line(doc: dict) -> str:
+    """The one line that stands for the GPU tables of a trace without GPU activity: its device records lost
+    (integrity's `device activity` entry), or a trace of the host alone."""
+    lost = next((m for m in (doc.get("integrity") or {}).get("missing", []) if m["what"] == "device activity"), None)
+    if lost:
+        return f"no GPU activity recorded: {lost['detail']}; its kernel and GPU time tables are left out"
+    return HOST_ONLY.format(span_us=doc["summary"]["wall_span_us"])
 
 
 def host_only(s: dict) -> bool:

@@ -568,7 +568,9 @@ def kernel_table(tl: Timeline, dev_names: dict[int, str], kernel_time_us: float)
 def notes_of(tl: Timeline, s: dict) -> list[str]:
     notes = []
     # kernels without a launch: an integrity line (trace/integrity.py), said before any figure
-    if not s["kernel_count"]:
+    if lost := integrity.lost_device_launches(tl):
+        notes.append(integrity.LOST_DEVICE.format(n=lost))
+    elif not s["kernel_count"]:
         notes.append(
             "no GPU kernel events (cat 'kernel'): was the trace recorded with "
             "torch.profiler.ProfilerActivity.CUDA on a GPU?"

@@ -153,6 +153,24 @@ def _devices(devices: list[dict]) -> list[dict]:
 DROPPED = re.compile(r"dropped|terminating tracing|buffer (count|overflow|full)", re.IGNORECASE)
 
 
+def lost_device_launches(tl: Timeline) -> int:
+    """Runtime calls that launched device work (cudaLaunchKernel, hipMemcpyAsync, ...: the launches with a
+    correlation id) in a trace that holds no GPU activity at all: the device's records were lost, this is not a
+    trace of the host alone. 0 where the trace has GPU activity or no launches."""
+    return 0 if len(tl.activities) else len(tl.launches)
+
+
+LOST_DEVICE = (
+    "{n:,} launch calls, 0 kernel records: the device activity was lost (CUPTI buffers not flushed? the profiler "
+    "stopped or the trace was exported before the GPU work finished); every GPU figure is missing"
+)
+
+
+def _lost(tl: Timeline) -> list[dict]:
+    n = lost_device_launches(tl)
+    return [_entry("device activity", LOST_DEVICE.format(n=n), [ALL])] if n else []
+
+
 def _long_names(tl: Timeline) -> list[dict]:
     """Kernel names over the cap the rules read (classify.name_cap_chars): classified on their head."""
     cap = name_cap_chars()
@@ -224,7 +242,8 @@ def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[di
     `missing` (what, detail, the figures it makes unreliable),
     `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
     missing = (
-        _launches(tl, s, outside, bool(len(windows)))
+        _lost(tl)
+        + _launches(tl, s, outside, bool(len(windows)))
         + _operators(tl)
         + _steps(tl, windows, s)
         + _devices(devices)
