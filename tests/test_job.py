@@ -12,7 +12,7 @@ import pytest
 from microbench.comm import job
 from microbench.core.errors import InputError
 
-from .conftest import load_script
+from .conftest import TRACES, load_script, needs_traces
 
 RANKS, STRAGGLER = 4, 2
 
@@ -231,3 +231,24 @@ def test_a_long_jobs_table_lists_the_most_frequent_stragglers_only():
     assert [r["rank"] for r in report._ranks_to_show(doc)] == [0, 7, 8, 9, 50, 99]
     del doc["straggler_rank"], doc["slowest_step"]  # a job without matched collectives or steps
     assert [r["rank"] for r in report._ranks_to_show(doc)] == [0, 7, 8, 9, 50, 99]
+
+
+@needs_traces
+def test_group_size_from_record_param_comms_without_distributed_info(tmp_path):
+    """Without distributedInfo, each collective's process group comes from the `Group size` PyTorch records on its
+    record_param_comms (was: group size 1 and no world size). The A100 TorchRec ranks with distributedInfo
+    removed and their group's size (128) written where PyTorch 2.1+ writes it give the report the original gives."""
+    stripped = []
+    for r in (0, 1):
+        doc = json.loads(gzip.decompress((TRACES / f"a100_torchrec_rank{r}.json.gz").read_bytes()))
+        assert doc.pop("distributedInfo")["world_size"] == 128
+        for e in doc["traceEvents"]:
+            if e.get("name") == "record_param_comms":
+                e.setdefault("args", {})["Group size"] = 128
+        stripped.append(tmp_path / f"rank{r}.json")
+        stripped[-1].write_text(json.dumps(doc))
+    original = job.analyze_job([TRACES / f"a100_torchrec_rank{r}.json.gz" for r in (0, 1)], workers=0)
+    recorded = job.analyze_job(stripped, workers=0)
+    assert recorded["world_size"] == original["world_size"] == 128
+    group = lambda d: sorted({c["group_size"] for c in d["collectives"]})  # noqa: E731
+    assert group(recorded) == group(original) == [64, 128]

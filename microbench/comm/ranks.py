@@ -122,7 +122,21 @@ def _group_size(tl: Timeline, row: int, world: int | None) -> int:
         ):
             if math.prod(od[0]) % max(math.prod(od[1]), 1) == 0 and math.prod(od[1]) == math.prod(dims[0]):
                 return math.prod(od[0]) // math.prod(od[1])
-    return world or 1
+    recorded = _recorded_group_size(tl, row)
+    return recorded or world or 1
+
+
+def _recorded_group_size(tl: Timeline, row: int) -> int:
+    """The `Group size` PyTorch records on the collective's record_param_comms (2.1 and later) around this range,
+    or on the one it follows on its thread: the process group's size where distributedInfo says nothing."""
+    r, ops = tl.ranges, tl.cpu_ops
+    ts = r.ts_us[row]
+    mine = np.flatnonzero((ops.thread == r.thread[row]) & (ops.group_size > 0) & (ops.ts_us <= ts + r.dur_us[row]))
+    if not len(mine):
+        return 0
+    around = mine[(ops.ts_us[mine] <= ts) & (ts <= ops.ts_us[mine] + ops.dur_us[mine])]
+    pick = around[-1] if len(around) else mine[np.argmax(ops.ts_us[mine])]
+    return int(ops.group_size[pick])
 
 
 def _annotations(tl: Timeline) -> np.ndarray:
@@ -213,6 +227,9 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     tl = read_trace(path)
     info = tl.distributed or {}
     rank, world = _rank_and_world(info, path, fallback_rank)
+    if world is None and len(tl.cpu_ops) and tl.cpu_ops.group_size.max() > 0:
+        world = int(tl.cpu_ops.group_size.max())  # no distributedInfo: the largest process group recorded
+        rank = rank if rank < world else fallback_rank
     s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
     origin = tl.meta.get("ts_origin_us", 0)  # the reader's times are relative to it; ranks meet on the clock's

@@ -138,6 +138,7 @@ class Args(msgspec.Struct):
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
     input_strides: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Strides")
+    group_size: Any = msgspec.field(default=None, name="Group size")  # a collective's record_param_comms
 
 
 class Event(msgspec.Struct):
@@ -693,6 +694,7 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
             _arg(b, args.input_types),
             _arg(b, args.concrete),
             _arg(b, args.input_strides),
+            args.group_size if type(args.group_size) is int and args.group_size > 0 else 0,
         )
     elif cat == "" and ev.cat is None:
         # no category at all: not the PyTorch profiler's (a Chrome trace of another tool: rocprof v1/v2's

@@ -156,6 +156,8 @@ class CpuOps(Table):
     input_types: np.ndarray = _col("i")
     concrete_inputs: np.ndarray = _col("i")  # `Concrete Inputs` (stride, padding, is_causal, ...), NO_ID: none
     input_strides: np.ndarray = _col("i")  # `Input Strides` (memory layout), NO_ID: none
+    # `Group size` of a collective's record_param_comms (PyTorch 2.1 and later): its process group's ranks, 0: none
+    group_size: np.ndarray = _col("i")
 
 
 @dataclass
@@ -445,6 +447,7 @@ class TimelineBuilder:
         input_types: int,
         concrete_inputs: int = NO_ID,
         input_strides: int = NO_ID,
+        group_size: int = 0,
     ) -> None:
         self._rows[CpuOps].append(
             (
@@ -459,6 +462,7 @@ class TimelineBuilder:
                 input_types,
                 concrete_inputs,
                 input_strides,
+                group_size,
             )
         )
 
