@@ -177,6 +177,15 @@ def test_outliers_statistic():
     assert job.outliers({0: 1.0, 1: 5.0}, "busy_us") == []  # too few ranks to call one an outlier
 
 
+def test_an_outlier_needs_a_minimum_effect_beside_its_z_score():
+    """Ranks that agree to 0.1 % and one 3.8 % slower: a z-score far above 3.5, an effect within one rank's own
+    step-to-step spread (data/job.toml min_relative_effect); 8 % slower is named."""
+    steady = {r: 100.0 + 0.1 * (r % 2) for r in range(8)}
+    assert job.outliers(steady | {8: 103.8}, "median_step_us") == []
+    (found,) = job.outliers(steady | {8: 108.0}, "median_step_us")
+    assert found["rank"] == 8 and found["relative_effect"] >= found["min_relative_effect"]
+
+
 def test_interrupt_is_130(job_dir, capsys, monkeypatch):
     from microbench.comm import cli as comm
 

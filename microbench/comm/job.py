@@ -66,7 +66,8 @@ def check_one_job(ranks: list[RankSummary]) -> None:
 
 
 def outliers(values: dict[int, float], metric: str) -> list[dict]:
-    """Ranks whose value is an outlier by the modified z-score (data/job.toml, [outliers])."""
+    """Ranks whose value is an outlier by the modified z-score and by at least a minimum share of the median
+    (data/job.toml, [outliers]: the z-score alone names a rank a few percent off when the others agree closely)."""
     cfg = job_settings()["outliers"]
     if len(values) < cfg["min_ranks"]:
         return []
@@ -83,7 +84,8 @@ def outliers(values: dict[int, float], metric: str) -> list[dict]:
     out = []
     for rank, x in values.items():
         z = (x - med) / scale
-        if abs(z) > cfg["modified_z"]:
+        effect = abs(x - med) / abs(med) if med else float("inf")
+        if abs(z) > cfg["modified_z"] and effect >= cfg["min_relative_effect"]:
             out.append(
                 {
                     "rank": rank,
@@ -93,6 +95,8 @@ def outliers(values: dict[int, float], metric: str) -> list[dict]:
                     "z": z,
                     "statistic": stat,
                     "threshold": cfg["modified_z"],
+                    "relative_effect": effect,
+                    "min_relative_effect": cfg["min_relative_effect"],
                 }
             )
     return sorted(out, key=lambda o: -abs(o["z"]))
