@@ -318,3 +318,44 @@ def test_ncu_export_names_its_device_and_places_kernels_by_its_dram_throughput(s
     (k,) = doc["kernels"]
     # Memory Workload Analysis: Memory Throughput 196,456,177,859.63 byte/s over the kernel's duration
     assert k["gbps"] == pytest.approx(196.456, rel=1e-3) and k["params"]["roofline_from"].startswith("the export's")
+
+
+def test_a_row_above_a_noisy_measured_roof_is_flagged_not_shown_as_ok():
+    """A measured roof whose repeats disagree gives no verdict, but a row at twice it is never shown unflagged
+    (rows at 154 - 229 % of a cached ceiling were printed with no flag)."""
+    from dataclasses import replace
+
+    noisy = Ceilings([replace(c, noise=("its repeats' CoV 12 % > 5 %",)) for c in _ceilings(1.0).items])
+    row = judge(_case_row(), WORK, summarize(STEADY, ST), noisy)  # 2 TFLOP/s against a 1 TFLOP/s roof
+    assert row.pct_of_ceiling == pytest.approx(200, rel=0.02)
+    assert any("whose own repeats disagree" in f for f in row.flags)
+    steady = judge(_case_row(), Work(500_000_000, 3_000_000), summarize(STEADY, ST), noisy)  # 0.5 TFLOP/s: below
+    assert not any("roof" in f for f in steady.flags)
+
+
+def test_the_cache_key_holds_the_thread_count_and_a_noisy_entry_is_not_called_quiet(
+    fake_search, monkeypatch, tmp_path, cfg
+):
+    """Ceilings measured with 1 thread are another cache entry than those a 2-thread run needs; an entry whose
+    ceilings are noisy is not said to be from 'a quiet machine' alone."""
+    import torch
+
+    from microbench.core.device import cpu_device
+
+    _quiet_look(monkeypatch, busy=False)
+    dev = cpu_device()
+    before = torch.get_num_threads()
+    try:
+        keys = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            keys.append(C.cache_key(dev, cfg))
+            C.machine_ceilings(dev, cfg, busy_now=False)
+        assert keys[0][0] != keys[1][0] and (keys[0][1]["threads"], keys[1][1]["threads"]) == (1, 2)
+        assert len(fake_search) == 2  # the 1-thread entry did not serve the 2-thread run
+    finally:
+        torch.set_num_threads(before)
+    entry = C.read_cache(next(C.cache_dir().glob("ceilings-*.json")))
+    assert entry.conditions_phrase == "on a quiet machine"
+    entry.items = [Ceiling("measured fp32", COMPUTE, "fp32", 0.3, "TFLOP/s", "measured", noise=("CoV 12 %",))]
+    assert entry.conditions_phrase == "on a quiet machine, but the repeats of 1 of them disagree (noisy)"

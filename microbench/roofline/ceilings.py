@@ -395,8 +395,8 @@ def cache_dir() -> Path:
 
 
 def cache_key(device: Device, cfg: Config) -> tuple[str, dict]:
-    """(key, what it hashes): the machine, the torch build and the search's settings. Another machine, another
-    torch or another search is another cache entry."""
+    """(key, what it hashes): the machine, the threads torch runs with and the cores this process may use, the
+    torch and oneDNN builds and the search's settings. Any of them changed is another cache entry."""
     from microbench.core.device import fingerprint, software
 
     hw = fingerprint(device)
@@ -404,11 +404,19 @@ def cache_key(device: Device, cfg: Config) -> tuple[str, dict]:
     settings = cfg.ceilings.get(device.kind)
     what = {
         "machine": {k: hw.get(k) for k in _MACHINE_KEYS},
+        # a CPU's ceilings scale with the threads that run them and the cores they may run on: a 1-thread entry
+        # used by a 2-thread run put its rows at 154 - 229 % of their "ceiling"
+        "threads": _threads(),
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "software": {k: sw.get(k) for k in ("torch", "torch_cuda", "torch_hip", "onednn")},
         "search": asdict(settings) if settings else None,
         "timing": asdict(cfg.timing),
     }
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16], what
+
+
+def _threads() -> int:
+    return torch.get_num_threads()
 
 
 @dataclass
@@ -425,6 +433,16 @@ class CachedCeilings:
     @property
     def busy(self) -> bool:
         return bool((self.conditions or {}).get("busy"))
+
+    @property
+    def conditions_phrase(self) -> str:
+        """How they were measured, as the notes say it: a quiet machine only where it was and their repeats agree."""
+        if self.busy:
+            return "on a busy machine"
+        noisy = [c.name for c in self.items if c.noise]
+        if noisy:
+            return f"on a quiet machine, but the repeats of {len(noisy)} of them disagree (noisy)"
+        return "on a quiet machine"
 
     def age_h(self, now_s: float | None = None) -> float:
         return ((now_s if now_s is not None else time.time()) - self.measured_at_s) / 3600.0
@@ -522,7 +540,7 @@ def machine_ceilings(
         base.notes += entry.notes
         base.notes.append(
             f"measured ceilings from the cache {path} (measured {_iso(entry.measured_at_s)}, "
-            f"{entry.age_h():.1f} h ago, on a {'busy' if entry.busy else 'quiet'} machine)"
+            f"{entry.age_h():.1f} h ago, {entry.conditions_phrase})"
         )
         return base
     entry = _measure_entry(device, cfg, path, on_step, budget_s, shapes, labels, searched)

@@ -102,16 +102,22 @@ def _above_peak(row: ResultRow, work: Work, timing: Timing, peak: Ceiling) -> No
 def _above_roof(row: ResultRow, work: Work, timing: Timing, ceilings: Ceilings, roof: float, bound: str) -> None:
     """Flag a row above its measured roof beyond noise: even at its slowest usual repeat (p80 time) it beats
     the roof at the ceiling's fastest usual repeat (p20 time), by more than `above_ceiling_slack`
-    (microbench/data/thresholds.toml). A noisy
-    ceiling gives no verdict (the ceilings table and a note say it is noisy)."""
+    (microbench/data/thresholds.toml). A noisy ceiling gives no verdict, but a row above it is flagged as above an
+    unsteady roof (the ceilings table and a note say it is noisy)."""
     c = ceilings.compute(row.dtype) if bound == COMPUTE else ceilings.memory()
-    if c is None or c.noise:
+    if c is None:
         return
     row_low = work.flops / (timing.p80_ms * 1e-3) / 1e12
     roof_high = roof * c.high / c.value
     if row_low <= roof_high * (1 + thresholds.value("above_ceiling_slack")):
         return
     pct = 100.0 * row.tflops / roof
+    if c.noise:  # no verdict from a roof whose own repeats disagree, but a row above it is never shown as ok
+        row.flags.append(
+            f"above the measured {bound} roof ({pct:.0f} %), whose own repeats disagree ({c.noise[0]}): the roof is "
+            "too unsteady to judge by; measure the ceilings again on a quiet machine"
+        )
+        return
     if row.is_baseline and row.flat().get("op") == "gemm":
         why = (
             "the ceiling comes from the same library's GEMM: the search did not time this shape (budget), "
