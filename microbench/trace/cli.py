@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from microbench.comm.engine import GLOB_CHARS
+from microbench.comm.engine import GLOB_CHARS, find_traces
 from microbench.comm.job import analyze_job
 from microbench.comm.report import check_json, job_lines, print_ranks, write_job_files, write_json
 from microbench.core.args import Parser, add_job_arguments, positive_int
@@ -24,6 +24,7 @@ from microbench.report.findings_report import print_findings
 from microbench.report.roofline_report import wide_console
 from microbench.report.trace_html import trace_page
 from microbench.report.trace_report import print_trace_report
+from microbench.trace.folder import cycles as folder_cycles
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,7 +118,35 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(lambda: _run(args))
 
 
+def _one_process_folder(args) -> None:
+    """A folder of one process's profiling cycles (tensorboard_trace_handler): its newest cycle is the trace read,
+    the others named; one trace in a folder is that trace. A folder of several processes stays a job."""
+    if len(args.file) != 1 or not is_folder(Path(args.file[0])):
+        return
+    folder = Path(args.file[0])
+    paths = find_traces([folder])
+    found = folder_cycles(paths)
+    if len(paths) == 1:
+        args.file = [str(paths[0])]
+    elif found.one_process:
+        ((worker, files),) = found.workers.items()
+        args.file = [str(files[-1])]
+        rest = ", ".join(p.name for p in reversed(files[:-1]))
+        print(
+            f"note: {shown(folder)} holds {len(files)} profiling cycles of one process ({worker}): the newest, "
+            f"{files[-1].name}, is read; the others ({rest}): give one file to read it",
+            file=sys.stderr,
+        )
+    elif found.workers and found.others:
+        raise InputError(
+            folder,
+            f"holds the profiler's traces of {len(found.workers)} process(es) and {len(found.others)} other trace "
+            f"file(s) ({', '.join(p.name for p in found.others[:3])}): give one trace, or a folder of one job's ranks",
+        )
+
+
 def _run(args) -> int:
+    _one_process_folder(args)
     if is_job(args.file):
         args.traces = args.file
         if args.html:
