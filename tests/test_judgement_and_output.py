@@ -117,7 +117,7 @@ def test_noisy_row_gets_no_verdict():
 
 def test_noisy_ceiling_gives_no_verdict_but_a_row_above_it_is_flagged():
     """No 'beyond both spreads' verdict from a roof whose repeats disagree; the row above it is still flagged
-    (issue 48: rows above their ceiling were shown unflagged)."""
+    (rows above their ceiling were shown unflagged)."""
     r = judge(_row(), WORK, summarize([1.0, 1.0, 1.01, 1.0, 0.99], ST), _ceilings(noise=("bimodal",)))
     assert len(r.flags) == 1 and "whose own repeats disagree (bimodal)" in r.flags[0]
     assert "beyond both spreads" not in r.flags[0]

@@ -139,13 +139,12 @@ def test_steps_that_overlap_are_said_and_counted_once(cfg, tmp_path):
 
 
 def test_a_kernel_name_over_the_cap_is_read_on_its_head_and_said(tmp_path, cfg, monkeypatch):
-    """A hostile 70 MB kernel name ran the name rules over all of it (minutes); names over thresholds.toml's
-    kernel_name_cap_chars are classified on their first that many characters, and integrity says so. Counted:
+    """A hostile 70 MB kernel name ran the name rules over all of it (minutes); names over kernel_rules.toml's
+    name_cap_chars are classified on their first that many characters, and integrity says so. Counted:
     the rules never see more than the cap."""
-    from microbench.core import thresholds
     from microbench.trace import classify
 
-    cap = int(thresholds.value("kernel_name_cap_chars"))
+    cap = classify.name_cap_chars()
     doc = json.loads(H100.read_text())
     kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
     long_name = "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1_tensor16x8x16_kernel"

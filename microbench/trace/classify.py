@@ -9,7 +9,6 @@ from pathlib import Path
 
 import tomllib
 
-from microbench.core import thresholds
 from microbench.core.kernel_names import kernel_signature_name
 from microbench.core.resources import data_file
 
@@ -128,7 +127,8 @@ def _structure(c: Classification, name: str) -> Classification:
 
 @lru_cache(maxsize=1)
 def name_cap_chars() -> int:
-    return int(thresholds.value("kernel_name_cap_chars"))
+    """kernel_rules.toml's name_cap_chars: the characters of a kernel name the rules read."""
+    return int(_data()["name_cap_chars"])
 
 
 @lru_cache(maxsize=65536)
@@ -136,7 +136,7 @@ def classify_kernel(name: str) -> Classification:
     """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use. The rules
     see the name without its parameter list (`kernel_signature_name`). A name rule's verdict first; where it
     leaves Tensor Core use unknown, the name's structure ([[structure]] rules, an inference: `basis`). A name
-    longer than thresholds.toml's kernel_name_cap_chars is read on its first that many characters."""
+    longer than kernel_rules.toml's name_cap_chars is read on its first that many characters."""
     sig = kernel_signature_name(name[: name_cap_chars()])
     c = _first("kernel", sig)
     return _structure(c, sig) if c.tensor_cores == "unknown" else c
