@@ -32,6 +32,8 @@ class Finding(_FindingKeys, total=False):
 
     expected_why: str
     validation: dict[str, Any]
+    acts_on_us: float  # the time of every activity the saving comes from, where more than time_us (amp, tf32)
+    saving_cut: str  # the range was cut at the time the fix acts on, or at the step
 
 
 class NotChecked(TypedDict):

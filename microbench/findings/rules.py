@@ -161,7 +161,7 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
         )
     ) + _unmoved(f, rows)
     save = dtype_saving(f, dtype)
-    return _finding(
+    return _acting(f, rows, dtype) | _finding(
         "amp",
         rule,
         time_us,
@@ -172,6 +172,15 @@ def rule_amp(f: Facts, rule: dict) -> dict | str | None:
         dtype={"bf16": "bfloat16", "fp16": "float16"}[dtype],
         device="cpu" if cpu else "cuda",
     )
+
+
+def _acting(f: Facts, rows: np.ndarray, dtype: str) -> dict:
+    """`acts_on_us`: the time per step (or trace) of every activity the dtype saving comes from, the matrix
+    kernels `rows` and those whose fp32 activations the new dtype halves: what the saving is bounded by
+    (findings/engine.py bounded), more than the matrix time the finding quotes."""
+    saved = f.saved(dtype, Variant())
+    acting = np.isin(np.arange(len(saved)), rows) | (saved > 0)
+    return {"acts_on_us": f.per_step(np.where(acting, f.work.dur_us, 0.0))}
 
 
 def _on_tf32(f: Facts, rows: np.ndarray) -> str:
@@ -215,7 +224,8 @@ def rule_tf32(f: Facts, rule: dict) -> dict | str | None:
         f"{time_us:,.0f} us per {f.per} ({time_us / f.step_us:.1%} of it) in fp32 GEMM / convolution kernels on "
         "CUDA cores, on a chip with TF32 Tensor Cores"
     ) + _unmoved(f, rows)
-    return _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))
+    found = _finding("tf32", rule, time_us, f, what, _matrix_evidence(f, rows), dtype_saving(f, "tf32"))
+    return _acting(f, rows, "tf32") | found
 
 
 # --- the host-side findings: the per-step breakdown's idle split (timeline/gpu_time.host_breakdown) -------------
