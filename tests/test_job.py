@@ -261,3 +261,22 @@ def test_group_size_from_record_param_comms_without_distributed_info(tmp_path):
     assert recorded["world_size"] == original["world_size"] == 128
     group = lambda d: sorted({c["group_size"] for c in d["collectives"]})  # noqa: E731
     assert group(recorded) == group(original) == [64, 128]
+
+
+@needs_traces
+def test_trace_of_a_job_reads_each_rank_once(tmp_path, monkeypatch, capsys):
+    """`dawnscope trace rank0 rank1`: the straggler's findings come from the reader that read it for the job view
+    (findings/job.py); its file was read a second time for them. Counted by the Kineto reader's calls."""
+    from microbench.trace import cli as trace_cli
+    from microbench.trace import kineto
+
+    reads = []
+    real = kineto.read
+    monkeypatch.setattr(kineto, "read", lambda path: reads.append(str(path)) or real(path))
+    ranks = [str(TRACES / f"a100_torchrec_rank{r}.json.gz") for r in (0, 1)]
+    out = tmp_path / "job.json"
+    assert trace_cli.main([*ranks, "--readers", "0", "--json", str(out)]) == 0
+    assert sorted(reads) == sorted(ranks)  # once each
+    doc = json.loads(out.read_text())
+    assert doc["findings_rank"] in (0, 1) and "findings" in doc and "findings_not_checked" in doc
+    assert "findings" in capsys.readouterr().out

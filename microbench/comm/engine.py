@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -87,10 +88,14 @@ def find_traces(specs: list[str | Path]) -> list[Path]:
     return [p for p in out if not (p.resolve() in seen or seen.add(p.resolve()))]
 
 
-def summarize_or_fail(path: Path, fallback_rank: int, step_range: str | None) -> RankSummary | Failed:
-    """One rank in a worker; every failure becomes its reason (bad input in one line, or the exception)."""
+def summarize_or_fail(
+    path: Path, fallback_rank: int, step_range: str | None, reader: Callable | None = None
+) -> RankSummary | Failed:
+    """One rank in a worker, by `reader` (path, fallback_rank, step_range) -> RankSummary (default: the summary
+    alone, comm/ranks.py summarize_rank); every failure becomes its reason (bad input in one line, or the
+    exception)."""
     try:
-        return summarize_rank(path, fallback_rank, step_range)
+        return (reader or summarize_rank)(path, fallback_rank, step_range)
     except InputError as e:
         return Failed(Path(path), e.line())
     except Exception as e:  # noqa: BLE001 - whatever breaks one rank is that rank's reason; the others go on
@@ -122,31 +127,33 @@ def run_ranks(
     scheduler: str | None = None,
     timeout_s: float = 60.0,
     step_range: str | None = None,
+    reader: Callable | None = None,
 ) -> EngineRun:
     """Every rank's summary (or failure), in the order of `paths`. `workers`: processes of the local pool
-    (default: the CPUs); `scheduler`: a Dask scheduler address, which replaces the pool."""
+    (default: the CPUs); `scheduler`: a Dask scheduler address, which replaces the pool; `reader`: a module-level
+    function (picklable) that reads one rank into its RankSummary, where the caller wants more from the same read."""
     address = dask_address(scheduler)
     t0 = time.perf_counter()
     if address:
-        results, n = _dask(paths, address, timeout_s, step_range)
+        results, n = _dask(paths, address, timeout_s, step_range, reader)
         return EngineRun("dask", n, time.perf_counter() - t0, results, address)
     _quit_if_a_reader_reruns_main()
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     if workers == 0 or (main_file and not os.path.isfile(main_file)):  # `python -` : a reader cannot re-run it
-        results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
+        results = [summarize_or_fail(p, i, step_range, reader) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     n = min(workers or os.cpu_count() or 1, len(paths))
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        results = _pool(paths, n, step_range)
+        results = _pool(paths, n, step_range, reader)
     except BrokenProcessPool:  # the readers died starting (see _quit_if_a_reader_reruns_main): read them here
         print(
             "note: the reader processes could not start (a script that builds a Job at its top level, without "
             '`if __name__ == "__main__":`): the ranks are read in this process',
             file=sys.stderr,
         )
-        results = [summarize_or_fail(p, i, step_range) for i, p in enumerate(paths)]
+        results = [summarize_or_fail(p, i, step_range, reader) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     return EngineRun("processes", n, time.perf_counter() - t0, results)
 
@@ -161,7 +168,7 @@ def _quit_if_a_reader_reruns_main() -> None:
         raise SystemExit(1)
 
 
-def _pool(paths: list[Path], n: int, step_range: str | None) -> list:
+def _pool(paths: list[Path], n: int, step_range: str | None, reader: Callable | None) -> list:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -171,13 +178,17 @@ def _pool(paths: list[Path], n: int, step_range: str | None) -> list:
     # ranks a chunk, 256 ranks on 2 workers ended 0.6 s apart)
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupt) as ex:
         try:
-            return list(ex.map(summarize_or_fail, paths, range(len(paths)), repeat(step_range), chunksize=1))
+            return list(
+                ex.map(summarize_or_fail, paths, range(len(paths)), repeat(step_range), repeat(reader), chunksize=1)
+            )
         except BaseException:
             ex.shutdown(wait=False, cancel_futures=True)
             raise
 
 
-def _dask(paths: list[Path], address: str, timeout_s: float, step_range: str | None) -> tuple[list, int]:
+def _dask(
+    paths: list[Path], address: str, timeout_s: float, step_range: str | None, reader: Callable | None = None
+) -> tuple[list, int]:
     try:
         from distributed import Client
     except ImportError:
@@ -199,7 +210,12 @@ def _dask(paths: list[Path], address: str, timeout_s: float, step_range: str | N
     with client:
         n = len(client.scheduler_info().get("workers", {}))
         futures = client.map(
-            summarize_or_fail, [str(p) for p in paths], range(len(paths)), step_range=step_range, pure=False
+            summarize_or_fail,
+            [str(p) for p in paths],
+            range(len(paths)),
+            step_range=step_range,
+            reader=reader,
+            pure=False,
         )
         try:
             results = client.gather(futures)

@@ -7,6 +7,7 @@ Definitions: docs/comm.md, "A whole job"."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
@@ -263,6 +264,19 @@ def analyze_job(
     step_range: str | None = None,
 ) -> dict:
     """The report of a job from its rank traces: files, folders or glob patterns."""
+    return job_with_reports(specs, workers, scheduler, timeout_s, step_range)[0]
+
+
+def job_with_reports(
+    specs: list,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    timeout_s: float = 60.0,
+    step_range: str | None = None,
+    reader: Callable | None = None,
+) -> tuple[dict, dict[int, dict]]:
+    """The job's report, and what `reader` (engine.run_ranks) made of each rank while reading it, by rank: each
+    rank is read once, whatever the caller wants of it beside the summary."""
     paths = find_traces(specs)
     if len(paths) < 2:
         raise InputError(
@@ -270,7 +284,7 @@ def analyze_job(
             "give the traces of at least two ranks of one job",
             key=None if paths else "traces",
         )
-    run = run_ranks(paths, workers, scheduler, timeout_s, step_range)
+    run = run_ranks(paths, workers, scheduler, timeout_s, step_range, reader)
     ok = [r for r in run.results if isinstance(r, RankSummary)]
     failed = [r for r in run.results if isinstance(r, Failed)]
     if len(ok) < 2:
@@ -287,7 +301,7 @@ def analyze_job(
         )
     doc = combine(ok, failed)
     doc["engine"] = engine_section(run)
-    return doc
+    return doc, {r.rank: r.report for r in ok if r.report is not None}
 
 
 class Job(Tables):

@@ -79,6 +79,9 @@ class RankSummary:
     cpu_s: float = 0.0  # CPU seconds of it (on a shared machine the steadier figure)
     worker: str = ""  # host:pid of the worker that did it
     worker_peak_rss_bytes: int = 0  # that worker's peak resident memory after this rank
+    # what the caller's reader made of the same timeline while it was read (the trace command: this rank's trace
+    # document, or its findings keys), so that no rank is read twice; None from the plain reader
+    report: dict | None = None
 
     @property
     def exposed_comm_us(self) -> float:
@@ -224,7 +227,13 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
     """One rank's trace -> its summary. Runs in a worker: the timeline lives and dies here."""
     t0, c0 = time.perf_counter(), time.process_time()
     path = Path(path)
-    tl = read_trace(path)
+    return summarize_timeline(read_trace(path), path, fallback_rank, step_range, t0, c0)
+
+
+def summarize_timeline(
+    tl: Timeline, path: Path, fallback_rank: int, step_range: str | None, t0: float, c0: float
+) -> RankSummary:
+    """A rank's timeline, read at wall time t0 and CPU time c0 (perf_counter, process_time) -> its summary."""
     info = tl.distributed or {}
     rank, world = _rank_and_world(info, path, fallback_rank)
     if world is None and len(tl.cpu_ops) and tl.cpu_ops.group_size.max() > 0:

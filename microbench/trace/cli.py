@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from microbench.comm.engine import GLOB_CHARS, find_traces
-from microbench.comm.job import analyze_job
+from microbench.comm.job import job_with_reports
 from microbench.comm.report import check_json, job_lines, print_ranks, write_job_files, write_json
 from microbench.core.args import Parser, add_job_arguments, positive_int
 from microbench.core.config import load_config
@@ -19,6 +20,7 @@ from microbench.core.files import exists, is_folder
 from microbench.core.jsonio import dumps, load_json
 from microbench.core.outdir import check_dir, check_file, print_written, write_file
 from microbench.findings.analysis import TraceAnalysis
+from microbench.findings.job import rank_with_report
 from microbench.report.cells import kept_in
 from microbench.report.findings_report import print_findings
 from microbench.report.roofline_report import wide_console
@@ -191,22 +193,19 @@ def _check_step_range(args, doc: dict) -> None:
 
 
 def _run_job(args) -> int:
-    """A job's traces: the report opens with the findings of its straggler rank (else its first), whose trace is read
-    again whole for them, then the job's cross-rank tables; --json holds both (`findings`, `findings_rank`), --html
-    is that rank's trace page with the job's cross-rank lines above it."""
+    """A job's traces: the report opens with the findings of its straggler rank (else its first), made by the reader
+    while it read that rank (each rank is read once: findings/job.py), then the job's cross-rank tables; --json
+    holds both (`findings`, `findings_rank`), --html is that rank's trace page with the job's cross-rank lines
+    above it."""
     check_json(args.json)
     if args.out is not None:
         check_dir(args.out)
-    job = analyze_job(
-        args.traces, workers=args.workers, scheduler=args.scheduler, timeout_s=args.timeout, step_range=args.steps
-    )
+    load_config(args.config)  # bad input said here, once; each reader reads it (None: its own project's)
+    reader = partial(rank_with_report, config=args.config, source=args.source, whole=bool(args.html))
+    job, reports = job_with_reports(args.traces, args.workers, args.scheduler, args.timeout, args.steps, reader)
     ranks = job.get("ranks") or []
     rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
-    doc = (
-        TraceAnalysis.open(rank["file"], load_config(args.config), args.steps, source=args.source).document()
-        if rank
-        else None
-    )
+    doc = reports.get(rank["rank"]) if rank else None
     if doc is not None:
         job = {"findings_rank": rank["rank"]} | {k: v for k, v in doc.items() if k.startswith("findings")} | job
     write_json(args.json, job)

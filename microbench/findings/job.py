@@ -1,0 +1,33 @@
+"""A job's ranks read once each for the trace command: each rank's summary (comm/ranks.py) and, from the same
+timeline, its trace document with findings (findings/analysis.py), so that the report can open with the straggler's
+findings without reading the straggler's file a second time. Runs in the job's reader processes (engine.run_ranks):
+module-level functions only, so that they pickle."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from microbench.comm.ranks import RankSummary, summarize_timeline
+from microbench.findings.analysis import TraceAnalysis
+from microbench.trace.analysis import read_trace
+
+
+def rank_with_report(
+    path: str | Path,
+    fallback_rank: int,
+    step_range: str | None,
+    *,
+    config: str | Path | None = None,
+    source: str | None = None,
+    whole: bool = False,
+) -> RankSummary:
+    """One rank read once: its summary, with `report` its trace document's findings keys (`whole`: the whole
+    document, for an HTML page; a document per rank is more to send back than the findings)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    path = Path(path)
+    tl = read_trace(path)
+    summary = summarize_timeline(tl, path, fallback_rank, step_range, t0, c0)
+    doc = TraceAnalysis(tl, config, step_range, path=path, source=source).document()
+    summary.report = doc if whole else {k: v for k, v in doc.items() if k.startswith("findings") or k == "file"}
+    return summary
