@@ -136,3 +136,42 @@ def test_the_plugins_own_sample_gives_its_68_percent():
     assert e["unused_share"] == pytest.approx(0.68, abs=0.03)
     assert a.summary["eligible_unused_by_operator_share"] == e["unused_share"]
     assert e["untyped_time_us"] == 0  # the sample records Input type
+
+
+def _fp16_trace(tmp_path: Path, kernel: str, types: tuple[str, str] = ("c10::Half", "c10::Half")) -> Path:
+    """One convolution (fp16 unless `types` say otherwise) on a given kernel, on a V100."""
+    ev = [
+        _op("aten::cudnn_convolution", 10, 10, 1, list(types)),
+        *_launch_and_kernel(kernel, 10, 100, 1),
+    ]
+    ev += [_op("aten::add", 70, 10, 4, ["float", "float"])]
+    ev += _launch_and_kernel(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", 70, 20, 4
+    )
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": ev,
+        "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0}],
+    }
+    p = tmp_path / "fp16.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_an_fp16_operator_on_a_cuda_core_kernel_gets_the_librarys_remedy_not_amp(tmp_path):
+    """An operator already in fp16 whose kernel ran without Tensor Cores: the remedy is the library's algorithm
+    choice (cuDNN benchmark mode, channels_last, MIOpen's find-db), never 'enable AMP' (was: AMP whatever the dtype)."""
+    a = TraceAnalysis.open(_fp16_trace(tmp_path, "volta_fp16_sgemm_fp16_128x64_nn"), load_config())
+    e = a.eligibility["by_operator"]
+    assert e["unused_time_us"] == e["unused_16bit_time_us"] == 100.0
+    (note,) = [n for n in a.notes if "could run on Tensor Cores" in n]
+    assert "cudnn.benchmark" in note and "AMP" not in note
+
+
+def test_a_kernel_whose_tensor_core_use_is_unknown_is_not_counted_unused(tmp_path):
+    """`unknown` is not `unused`: an fp32 convolution on a kernel no rule settles (a V100 has no TF32, so the
+    launching operator settles nothing either) is said apart, not counted as a Tensor Core left idle."""
+    a = TraceAnalysis.open(_fp16_trace(tmp_path, "my_company_conv_kernel_v3", ("float", "float")), load_config())
+    e = a.eligibility["by_operator"]
+    assert e["unused_time_us"] == 0.0 and e["unknown_time_us"] == 100.0
+    assert not [n for n in a.notes if "could run on Tensor Cores" in n]

@@ -696,17 +696,34 @@ def unknown_kernels(kernels: list[dict], summary: dict) -> dict | None:
 
 
 def eligible_note(by_op: dict) -> list[str]:
-    """The TensorBoard plugin's recommendation, from eligibility without shapes (opmetrics.eligible_by_operator)."""
+    """The TensorBoard plugin's recommendation, from eligibility without shapes (opmetrics.eligible_by_operator),
+    with the remedy that fits what ran: fp32 operators -> AMP / TF32; operators already in fp16 / bf16 on kernels
+    without Tensor Cores -> the library's algorithm choice, never AMP. Kernels whose Tensor Core use no evidence
+    settles are not counted as unused (they are said apart)."""
     share = by_op.get("unused_share") or 0.0
     if share <= thresholds.value("eligible_unused_note_share"):
         return []
+    unused = by_op.get("unused_time_us") or 0.0
+    sixteen = by_op.get("unused_16bit_time_us") or 0.0
     untyped = " (operators without a recorded dtype counted as eligible)" if by_op.get("untyped_time_us") else ""
-    return [
-        (
-            f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
-            f"(convolution, matmul, linear, attention) and ran without them{untyped}: enable AMP "
-            "(torch.autocast) or TF32 where the GPU has it"
+    remedies = []
+    if unused - sixteen > 0:
+        remedies.append(
+            f"{(unused - sixteen) / unused:.0%} of it under fp32 operators: enable AMP (torch.autocast) or TF32 where the GPU has it"
         )
+    if sixteen > 0:
+        remedies.append(
+            f"{sixteen / unused:.0%} under operators already in fp16 / bf16: the library chose kernels without "
+            "Tensor Cores; try cuDNN's benchmark mode (torch.backends.cudnn.benchmark = True), channels_last "
+            "(NHWC), or on ROCm MIOpen's find-db (MIOPEN_FIND_MODE) and NHWC"
+        )
+    unknown = by_op.get("unknown_time_us") or 0.0
+    unsettled = (
+        f"; {unknown:,.0f} us more ran on kernels whose Tensor Core use is unknown, not counted" if unknown else ""
+    )
+    return [
+        f"kernels with {share:.1%} of kernel time are launched by operators that could run on Tensor Cores "
+        f"(convolution, matmul, linear, attention) and ran without them{untyped}: " + "; ".join(remedies) + unsettled
     ]
 
 

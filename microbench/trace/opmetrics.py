@@ -394,10 +394,16 @@ def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | N
     return None
 
 
+# Operators already in a 16-bit type: AMP cannot move them; a non-Tensor-Core kernel under them is the library's choice
+SIXTEEN_BIT = frozenset({"fp16", "bf16"})
+
+
 def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     """Eligibility without shapes, the TensorBoard plugin's measure (eligibility.toml [by_operator]): the kernel
     time whose innermost launching operator is of a Tensor Core family in a dtype the chip takes or could take
-    with AMP / TF32, split into what ran on Tensor Cores and what did not (`unused`), with the operators behind it."""
+    with AMP / TF32, split into what ran on Tensor Cores, what the evidence says did not (`unused`) and what no
+    evidence settles (`unknown`: not counted as unused), with the operators behind it and the unused time of
+    operators already in a 16-bit type (`unused_16bit_time_us`: their remedy is the library's algorithm, not AMP)."""
     kernels = np.flatnonzero(tl.activities.category == KERNEL)
     total = float(tl.activities.dur_us[kernels].sum())
     out = {
@@ -405,6 +411,8 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
         "eligible_time_us": 0.0,
         "unused_time_us": 0.0,
         "untyped_time_us": 0.0,
+        "unknown_time_us": 0.0,
+        "unused_16bit_time_us": 0.0,
         "eligible_share": None,
         "unused_share": None,
         "ops": [],
@@ -412,7 +420,7 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     if not len(tl.cpu_ops) or not len(kernels) or total <= 0:
         return out
     owner = _innermost_owner(tl, np.arange(len(tl.cpu_ops)), kernels)
-    yes = TC_VALUES.index("yes")
+    no, unknown = TC_VALUES.index("no"), TC_VALUES.index("unknown")
     by_op: dict[tuple[str, str | None], list[float]] = {}
     for r, at in positions_by_key(owner).items():
         name = tl.names[tl.cpu_ops.name[r]]
@@ -422,15 +430,26 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
         if not eligibility.dtype_could_use_matrix_units(dtype, device):
             continue
         mine = kernels[at]
-        t = by_op.setdefault((name, dtype), [0.0, 0.0])
-        t[0] += float(tl.activities.dur_us[mine].sum())
-        t[1] += float(tl.activities.dur_us[mine][tl.activities.tensor_cores[mine] != yes].sum())
+        t = by_op.setdefault((name, dtype), [0.0, 0.0, 0.0])
+        dur, tc = tl.activities.dur_us[mine], tl.activities.tensor_cores[mine]
+        t[0] += float(dur.sum())
+        t[1] += float(dur[tc == no].sum())
+        t[2] += float(dur[tc == unknown].sum())
     out["eligible_time_us"] = sum(t[0] for t in by_op.values())
     out["unused_time_us"] = sum(t[1] for t in by_op.values())
+    out["unknown_time_us"] = sum(t[2] for t in by_op.values())
     out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
+    out["unused_16bit_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d in SIXTEEN_BIT)
     out["eligible_share"], out["unused_share"] = out["eligible_time_us"] / total, out["unused_time_us"] / total
     out["ops"] = [
-        {"op": n, "dtype": d, "time_us": t[0], "unused_time_us": t[1], "unused_share": t[1] / total}
+        {
+            "op": n,
+            "dtype": d,
+            "time_us": t[0],
+            "unused_time_us": t[1],
+            "unknown_time_us": t[2],
+            "unused_share": t[1] / total,
+        }
         for (n, d), t in sorted(by_op.items(), key=lambda kv: -kv[1][1])
     ][:TOP_ELIGIBLE_OPS]
     return out
