@@ -166,3 +166,16 @@ def test_reports_render_in_headless_chromium(roofline_out, tmp_path):
     assert_self_contained(page.read_text())
     assert "torch versions differ" in page.read_text()
     assert_not_blank(screenshot(page, tmp_path))
+
+
+def test_no_roofline_says_why_from_what_the_trace_has(cfg):
+    """'no roofline (record shapes)' was printed for a trace that recorded shapes: the reason now comes from the
+    trace (no operators, no shapes, or shapes whose operators have no FLOP count)."""
+    from microbench.report.trace_html import roofline_html
+
+    from .conftest import DATA, SLICE, analyze
+
+    with_shapes = roofline_html(analyze(SLICE, cfg))
+    assert "record_shapes" not in with_shapes and "shapes were recorded" in with_shapes
+    without = roofline_html(analyze(DATA / "v100_resnet_ddp_2023schema_slice.json", cfg))
+    assert "recorded without record_shapes=True" in without

@@ -271,10 +271,26 @@ def roofline_figure(doc: dict, ops: list[dict]):
     return fig
 
 
+def _no_roofline_why(doc: dict) -> str:
+    """Why no operator can be drawn, from what the trace has: never 'record shapes' to a trace that recorded them."""
+    missing = {m["what"]: m["detail"] for m in (doc.get("integrity") or {}).get("missing", [])}
+    for what in ("operators", "shapes", "device activity"):
+        if what in missing:
+            return missing[what]
+    if not (doc.get("summary") or {}).get("kernel_count"):
+        return "no GPU kernel time to divide the operators' FLOPs by"
+    if any(o.get("flops") for o in doc.get("ops") or []):
+        return "the operators with FLOPs have no kernel time of their own, or their rates are withheld (FLOP coverage)"
+    return (
+        "shapes were recorded, but no operator's FLOPs could be counted from them (a GEMM, convolution or attention "
+        "whose arguments are all recorded)"
+    )
+
+
 def roofline_html(doc: dict) -> str:
     ops = [o for o in doc.get("ops") or [] if o.get("flops") and o.get("bytes") and o.get("op_tflops")]
     if not ops:
-        return "<p>no operator with FLOPs, bytes and time: no roofline (record shapes)</p>"
+        return f"<p>no operator with FLOPs, bytes and time: no roofline ({esc(_no_roofline_why(doc))})</p>"
     fig = roofline_figure(doc, ops[:60])
     try:
         return f'<figure class="chart">{svg_of(fig)}</figure>'
