@@ -131,53 +131,23 @@ def _conv_fwd_kernel(
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
 
 
+# fmt: off
+# The arguments grouped as the launch passes them, each group's meaning beside it (one a line would part the
+# comments from the arguments they explain).
 @triton.jit
 def _conv_bwd_data_kernel(
-    dy_ptr,
-    w_ptr,
-    dx_ptr,
-    N,
-    C,
-    H,
-    W,
-    K,
-    P,
-    Q,
-    HI,
-    WI,
-    PHASE_H,
-    PHASE_W,
-    str_h,
-    str_w,  # this phase's input pixels: h = PHASE_H + str_h * i, i < HI
-    R0,
-    S0,
-    RSTEP,
-    SSTEP,
-    NR,
-    NS,  # its taps: r = R0 + RSTEP * jr, jr < NR
-    BASE_H,
-    BASE_W,
-    DSTEP_H,
-    DSTEP_W,  # and their output pixels: p = i + BASE_H - DSTEP_H * jr
-    dy_sn,
-    dy_sk,
-    dy_sh,
-    dy_sw,
-    w_sk,
-    w_sc,
-    w_sr,
-    w_ss,
-    dx_sn,
-    dx_sc,
-    dx_sh,
-    dx_sw,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+    dy_ptr, w_ptr, dx_ptr,
+    N, C, H, W, K, P, Q,
+    HI, WI, PHASE_H, PHASE_W, str_h, str_w,  # this phase's input pixels: h = PHASE_H + str_h * i, i < HI
+    R0, S0, RSTEP, SSTEP, NR, NS,  # its taps: r = R0 + RSTEP * jr, jr < NR
+    BASE_H, BASE_W, DSTEP_H, DSTEP_W,  # and their output pixels: p = i + BASE_H - DSTEP_H * jr
+    dy_sn, dy_sk, dy_sh, dy_sw,
+    w_sk, w_sc, w_sr, w_ss,
+    dx_sn, dx_sc, dx_sh, dx_sw,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
+    # fmt: on
     M = N * HI * WI
     _, off_m, off_n = grouped_tile(tl.program_id(0), M, C, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = off_m + tl.arange(0, BLOCK_M)  # input pixels (n, i, j) of this phase

@@ -14,7 +14,7 @@ def _blocks(text: str) -> list[list[str]]:
 def test_ci_runs_the_readme_test_commands():
     readme = (REPO / "README.md").read_text()
     blocks = _blocks(readme)
-    main_job = next(b for b in blocks if any("dawnscope roofline" in ln for ln in b))
+    main_job = next(b for b in blocks if any("microbench.roofline" in ln for ln in b))
     tests = next(b for b in blocks if any("pytest" in ln for ln in b) and b is not main_job)
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     # every line but the venv's (CI puts its fresh environment elsewhere)

@@ -67,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         "2 bad input or a failed rank (one line).",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
+    _collectives_parser(sub)
+    _ddp_parser(sub)
+    _ranks_parser(sub)
+    _scale_parser(sub)
+    return ap
+
+
+def _collectives_parser(sub) -> None:
+    """`comm collectives`: its world and the sizes, repeats and files of the benchmark."""
     c = sub.add_parser("collectives", help="benchmark collectives (time, algbw, busbw, wrong)")
     _add_world(c)
     c.add_argument("--ops", default="allreduce,allgather,reducescatter,broadcast,alltoall")
@@ -89,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bench.toml (its noise and conditions settings); default: the project's",
     )
     c.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write results.json's document here")
+
+
+def _ddp_parser(sub) -> None:
+    """`comm ddp`: its world, the model and steps, where the rank traces are kept."""
     d = sub.add_parser("ddp", help="a DDP training step split into compute and communication")
     _add_world(d)
     d.add_argument("--model", default="resnet9")
@@ -109,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--config", type=Path, default=None, help="bench.toml (its conditions settings); default: the project's"
     )
+
+
+def _ranks_parser(sub) -> None:
+    """`comm ranks`: a job's rank traces and the options of reading them."""
     r = sub.add_parser("ranks", help="a whole job: the traces of its ranks (files, a folder or a glob pattern)")
     r.add_argument("traces", nargs="+", help="rank traces: files, folders of them, or glob patterns ('run/*.json.gz')")
     r.add_argument("--json", type=Path, default=None, metavar="OUT")
@@ -120,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the name of the step ranges; default: ProfilerStep#N",
     )
     add_job_arguments(r)
+
+
+def _scale_parser(sub) -> None:
+    """`comm scale`: the scaling model's inputs."""
     s = sub.add_parser("scale", help="predict step time, comm_share and speed-up per worker count")
     s.add_argument("--model", default=None, help="one of our models: its gradient bytes (and CPU step time)")
     s.add_argument("--workers", default="1,2,4,8,16,32,64,128")
@@ -142,7 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--algorithm", choices=("ring", "tree"), default="ring")
     s.add_argument("--paper", action="store_true", help="print the two reproduced figures of the paper")
     s.add_argument("--json", type=Path, default=None, metavar="OUT")
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:

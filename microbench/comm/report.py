@@ -386,11 +386,17 @@ def _ranks_to_show(doc: dict) -> list[dict]:
 
 
 def print_ranks(doc: dict) -> None:
-    from rich.table import Table
+    """A job's report: the collectives matched across ranks, the ranks worth a look, the job's lines."""
+    con = _console()
+    _print_collectives(con, doc)
+    _print_rank_table(con, doc)
+    for line in job_lines(doc):
+        con.print(line)
 
+
+def _print_collectives(con, doc: dict) -> None:
     from microbench.report.roofline_report import rich_table
 
-    con = _console()
     cols = [
         (c, "left" if c == "op" else "right")
         for c in ("op", "bytes", "group", "time ms", "algbw GB/s", "busbw GB/s", "skew us", "end skew ms", "straggler")
@@ -425,6 +431,11 @@ def print_ranks(doc: dict) -> None:
             title="collective calls matched across ranks (time: the fastest rank's kernel)",
         )
     )
+
+
+def _print_rank_table(con, doc: dict) -> None:
+    from rich.table import Table
+
     t = Table(
         title="per rank (exposed: communication kernels not overlapped by computation; busy / idle over "
         "the rank's GPU span)",
@@ -463,8 +474,6 @@ def print_ranks(doc: dict) -> None:
             _f(r["wait_caused_ms"], ".3g"),
         )
     con.print(t)
-    for line in job_lines(doc):
-        con.print(line)
 
 
 def run_scale(args) -> int:

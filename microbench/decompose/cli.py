@@ -33,6 +33,15 @@ def build_parser(prog: str = "dawnscope decompose") -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 2 bad input (also: --out unusable, or another run writing into it), 130 "
         "interrupted (143 by SIGTERM; --out left as it was). Models: see docs/models.md.",
     )
+    _workload_arguments(ap)
+    _file_arguments(ap)
+    _run_arguments(ap)
+    _report_arguments(ap)
+    return ap
+
+
+def _workload_arguments(ap) -> None:
+    """What is decomposed: the model, its batch and dtype, the device."""
     ap.add_argument(
         "--model",
         required=True,
@@ -56,6 +65,10 @@ def build_parser(prog: str = "dawnscope decompose") -> argparse.ArgumentParser:
         choices=["auto", "cpu", "cuda"],
         help="auto: the GPU if PyTorch sees one (CUDA or ROCm), else the CPU; default: %(default)s",
     )
+
+
+def _file_arguments(ap) -> None:
+    """Where it is written and which configuration it reads."""
     ap.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="output directory; default: results/decompose-MODEL"
     )
@@ -67,6 +80,10 @@ def build_parser(prog: str = "dawnscope decompose") -> argparse.ArgumentParser:
         metavar="OUT",
         help="also write the decomposition document (what decomposition.json holds) here",
     )
+
+
+def _run_arguments(ap) -> None:
+    """How the step is run, timed and replayed."""
     ap.add_argument(
         "--providers",
         default=None,
@@ -95,6 +112,10 @@ def build_parser(prog: str = "dawnscope decompose") -> argparse.ArgumentParser:
         default=None,
         help="steps timed without the profiler; 0: take the step time from the profiled steps",
     )
+
+
+def _report_arguments(ap) -> None:
+    """What the terminal and the files show."""
     ap.add_argument(
         "--top", type=positive_int, default=30, help="layers shown in the terminal table; default: %(default)s"
     )
@@ -114,7 +135,6 @@ def build_parser(prog: str = "dawnscope decompose") -> argparse.ArgumentParser:
         help="also write the report page here (the same page as report.html in --out: findings, step "
         "breakdown, kernels or operators, roofline, notes)",
     )
-    return ap
 
 
 def main(argv: list[str] | None = None, prog: str = "dawnscope decompose") -> int:

@@ -153,6 +153,8 @@ def _dawnscope_cell(path: Path, r: dict, where: str) -> dict:
 
 
 def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
+    """A pytest-benchmark JSON as one machine: its fingerprint (ours where our plugin wrote it, else the machine_info
+    pytest-benchmark keeps) and one cell per benchmark."""
     mi = doc.get("machine_info")
     if not isinstance(mi, dict):
         raise InputError(path, "missing or malformed `machine_info`", key="machine_info")
@@ -163,8 +165,28 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         b.get("extra_info") if isinstance(b, dict) and isinstance(b.get("extra_info"), dict) else {} for b in benches
     ]
     device = next((e["device"] for e in extras if isinstance(e.get("device"), str)), None)
+    m = _benchmark_machine(path, mi, device)
+    by_name = 0
+    for i, (b, e) in enumerate(zip(benches, extras)):
+        if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
+            raise InputError(path, "expected a benchmark object with `stats`", key=f"benchmarks[{i}]")
+        if all(isinstance(e.get(k), str) for k in ("op", "shape", "dtype", "provider")):
+            key = _case_key(e)
+        else:  # no dawnscope extra_info: the test's own name is all that identifies the case
+            by_name += 1
+            key = ("benchmark", str(b.get("fullname") or b.get("name") or f"#{i}"), "", "", None, None)
+        m.cells.setdefault(key, _benchmark_cell(path, f"benchmarks[{i}]", b["stats"], e))
+    if by_name:
+        m.notes.append(
+            f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched by test name only"
+        )
+    return m
+
+
+def _benchmark_machine(path: Path, mi: dict, device: str | None) -> Machine:
+    """The machine of a pytest-benchmark file: the fingerprint block our plugin (tests/conftest.py) writes, read
+    by read_benchmark_block, else pytest-benchmark's own machine_info."""
     cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
-    # Our benchmark plugin (tests/conftest.py) writes the fingerprint block that read_benchmark_block reads.
     block = read_benchmark_block(mi)
     hw, sw = block["hardware"], block["software"]
     sw.setdefault("python", mi.get("python_version"))
@@ -180,7 +202,7 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         )
         name = device or str(cpu_name)
     kind = (hw or {}).get("kind") or ("cpu" if device in (None, "cpu") or str(device).startswith("cpu") else None)
-    m = Machine(
+    return Machine(
         path,
         "pytest-benchmark",
         name,
@@ -190,54 +212,41 @@ def _from_pytest_benchmark(path: Path, doc: dict) -> Machine:
         text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
         {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS if sw.get(k) is not None},
     )
-    by_name = 0
-    for i, (b, e) in enumerate(zip(benches, extras)):
-        if not isinstance(b, dict) or not isinstance(b.get("stats"), dict):
-            raise InputError(path, "expected a benchmark object with `stats`", key=f"benchmarks[{i}]")
-        where = f"benchmarks[{i}]"
-        median_s = number(b["stats"].get("median"), path, f"{where}.stats.median")
-        if not median_s:
-            raise InputError(
-                path, "missing, zero or not a number", key=f"{where}.stats.median", value=b["stats"].get("median")
-            )
-        if all(isinstance(e.get(k), str) for k in ("op", "shape", "dtype", "provider")):
-            key = _case_key(e)
-        else:  # no dawnscope extra_info: the test's own name is all that identifies the case
-            by_name += 1
-            key = ("benchmark", str(b.get("fullname") or b.get("name") or f"#{i}"), "", "", None, None)
-        time_ms = median_s * 1e3
-        flops = number(e.get("flops"), path, f"{where}.extra_info.flops")
-        tflops = number(e.get("tflops"), path, f"{where}.extra_info.tflops")
-        if tflops is None and flops and time_ms > 0:
-            tflops = flops / (time_ms * 1e-3) / 1e12
-        mean_s = number(b["stats"].get("mean"), path, f"{where}.stats.mean")
-        sd_s = number(b["stats"].get("stddev"), path, f"{where}.stats.stddev")
-        q1 = number(b["stats"].get("q1"), path, f"{where}.stats.q1")  # quartiles: pytest-benchmark's spread
-        q3 = number(b["stats"].get("q3"), path, f"{where}.stats.q3")
-        flags = e.get("flags") if isinstance(e.get("flags"), list) else []
-        flags = [f for f in flags if isinstance(f, str)]  # the judge's verdicts (tests/test_benchmarks.py)
-        cell = {
-            "status": "ok",
-            "time_ms": time_ms,
-            "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
-            "p20_ms": q1 * 1e3 if q1 is not None else None,
-            "p80_ms": q3 * 1e3 if q3 is not None else None,
-            "noisy": not trusted({"flags": flags}),
-            "tflops": tflops,
-            **{
-                k: number(e.get(k), path, f"{where}.extra_info.{k}")
-                for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")
-            },
-            "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
-            "flags": flags,
-            "reason": "",
-        }
-        m.cells.setdefault(key, cell)
-    if by_name:
-        m.notes.append(
-            f"{path.name}: {by_name} benchmark(s) without extra_info op/shape/dtype/provider: matched by test name only"
-        )
-    return m
+
+
+def _benchmark_cell(path: Path, where: str, stats: dict, e: dict) -> dict:
+    """One benchmark's cell: its median time and spread from pytest-benchmark's stats, the rest from the
+    extra_info our plugin writes (throughput, ceilings, the judge's flags)."""
+    median_s = number(stats.get("median"), path, f"{where}.stats.median")
+    if not median_s:
+        raise InputError(path, "missing, zero or not a number", key=f"{where}.stats.median", value=stats.get("median"))
+    time_ms = median_s * 1e3
+    flops = number(e.get("flops"), path, f"{where}.extra_info.flops")
+    tflops = number(e.get("tflops"), path, f"{where}.extra_info.tflops")
+    if tflops is None and flops and time_ms > 0:
+        tflops = flops / (time_ms * 1e-3) / 1e12
+    mean_s = number(stats.get("mean"), path, f"{where}.stats.mean")
+    sd_s = number(stats.get("stddev"), path, f"{where}.stats.stddev")
+    q1 = number(stats.get("q1"), path, f"{where}.stats.q1")  # quartiles: pytest-benchmark's spread
+    q3 = number(stats.get("q3"), path, f"{where}.stats.q3")
+    flags = e.get("flags") if isinstance(e.get("flags"), list) else []
+    flags = [f for f in flags if isinstance(f, str)]  # the judge's verdicts (tests/test_benchmarks.py)
+    return {
+        "status": "ok",
+        "time_ms": time_ms,
+        "cov": sd_s / mean_s if mean_s and sd_s is not None else None,
+        "p20_ms": q1 * 1e3 if q1 is not None else None,
+        "p80_ms": q3 * 1e3 if q3 is not None else None,
+        "noisy": not trusted({"flags": flags}),
+        "tflops": tflops,
+        **{
+            k: number(e.get(k), path, f"{where}.extra_info.{k}")
+            for k in ("busbw_gbps", "pct_of_measured", "pct_of_datasheet", "pct_of_ceiling")
+        },
+        "tensor_cores": text(e.get("tensor_cores"), path, f"{where}.extra_info.tensor_cores"),
+        "flags": flags,
+        "reason": "",
+    }
 
 
 def resolve_results(path: str | Path) -> Path:

@@ -70,19 +70,25 @@ def layer_cells(layers: list[dict], unit: str) -> tuple[list[tuple[str, str]], l
 def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
     """The per-layer table (largest first), the step summary and the replay table."""
     from rich.markup import escape
-    from rich.table import Table
 
-    from microbench.report.roofline_report import (
-        busy_line,
-        providers_that_cannot_run,
-        results_table,
-        rich_table,
-        wide_console,
-    )
+    from microbench.report.roofline_report import busy_line, wide_console
 
     console = console or wide_console()
     if warn := busy_line(doc):
         console.print(f"[bold red]warning:[/] {escape(warn)}")
+    _print_layers(console, doc, top)
+    _print_step_summary(console, doc["summary"], doc)
+    _print_replay(console, doc)
+    for note in doc["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _print_layers(console, doc: dict, top: int) -> None:
+    """The `top` layer rows, most time first, and the flags' reasons once each."""
+    from rich.markup import escape
+
+    from microbench.report.roofline_report import rich_table
+
     s = doc["summary"]
     run = doc["run"]
     layers = sorted(doc["layers"], key=lambda l: -l["time_ms"])
@@ -105,6 +111,13 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
         console.print(
             f"[bold red]flag[/] ({len(rows)} layer row{'s' if len(rows) > 1 else ''}: {escape(names)}): {escape(text)}"
         )
+
+
+def _print_step_summary(console, s: dict, doc: dict) -> None:
+    """The step summary table (`s`: the document's summary), the step's flags and its time by class."""
+    from rich.markup import escape
+    from rich.table import Table
+
     summary = Table(title="step summary", show_header=False)
     summary.add_column("what")
     summary.add_column("value", justify="right")
@@ -177,6 +190,14 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
         "time by class: "
         + ", ".join(f"{c} {v:.3g} ms ({s['share_by_class'].get(c, 0):.0%})" for c, v in s["time_by_class_ms"].items())
     )
+
+
+def _print_replay(console, doc: dict) -> None:
+    """The replay of the step's GEMM / convolution cases through the providers, where it ran."""
+    from rich.markup import escape
+
+    from microbench.report.roofline_report import providers_that_cannot_run, results_table
+
     rep = doc.get("replay") or {}
     if rep.get("enabled") and rep["rows"]:
         rows = {"results": rep["rows"], "hardware": doc["hardware"]}
@@ -196,5 +217,3 @@ def print_decomposition(doc: dict, console=None, top: int = 30) -> None:
                 + "; ".join(f"{escape(p)} ({n} rows): {escape(why)}" for p, (n, why) in gone.items())
                 + "[/]"
             )
-    for note in doc["notes"]:
-        console.print(f"[yellow]note:[/] {note}")

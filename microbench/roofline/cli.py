@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
         "2 bad input (config, profile, device, --out; another run writing into --out), "
         "130 interrupted by Ctrl-C, 143 by SIGTERM (measured rows kept, marked interrupted).",
     )
+    _run_arguments(ap)
+    _file_arguments(ap)
+    _trace_arguments(ap)
+    return ap
+
+
+def _run_arguments(ap) -> None:
+    """What is measured, where, into which folder, with which configuration."""
     ap.add_argument(
         "--profile",
         default="default",
@@ -78,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--no-plot", action="store_true", help="skip roofline.png / roofline.svg (and the plot in report.html)"
     )
+
+
+def _file_arguments(ap) -> None:
+    """The documents written beside the output folder."""
     ap.add_argument(
         "--json",
         default=None,
@@ -93,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the measured ceilings as a TraceLens GPU arch JSON (name, mem_bw_gbps, memory_gb, "
         "max_achievable_tflops); `trace --ceilings` and `predict --ceilings` read it",
     )
+
+
+def _trace_arguments(ap) -> None:
+    """Another source of cases: a trace's shapes, or a model's step (decompose)."""
     ap.add_argument(
         "--from-trace",
         default=None,
@@ -123,7 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="decompose this model's training step instead (dawnscope decompose: --batch, "
         "--dtype and its other options apply)",
     )
-    return ap
 
 
 def _config_block(case_set, cfg) -> dict:

@@ -36,10 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 2 bad input, 130 interrupted. See docs/tta.md.",
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
+    _leaderboard_parser(sub)
+    _thresholds_parser(sub)
+    _run_parser(sub)
+    return ap
+
+
+def _leaderboard_parser(sub) -> None:
+    """`tta leaderboard`: submissions and result logs to rank."""
     lb = sub.add_parser("leaderboard", help="rank DAWNBench submissions and MLPerf result logs")
     lb.add_argument("dirs", nargs="+", metavar="DIR", help="folders (searched recursively) or files")
     lb.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the entries as a JSON list")
     lb.add_argument("--no-check", action="store_true", help="skip mlperf-logging's compliance check of each run")
+
+
+def _thresholds_parser(sub) -> None:
+    """`tta thresholds`: the range of thresholds and where the table and the plot go."""
     th = sub.add_parser("thresholds", help="time-to-accuracy and rank at every threshold of a range")
     th.add_argument(
         "dirs",
@@ -67,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OUT",
         help="draw time-to-accuracy against threshold into this PNG",
     )
+
+
+def _run_parser(sub) -> None:
+    """`tta run`: the model, target, seeds, data and recipe of our own runs."""
     r = sub.add_parser("run", help="train to a target accuracy over seeds")
     r.add_argument(
         "--model", required=True, help="a model of microbench/data/tta.toml (digits, resnet9, resnet18_cifar)"
@@ -122,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="bench.toml (its noise and conditions settings); default: the project's",
     )
-    return ap
 
 
 def _leaderboard(args) -> int:
