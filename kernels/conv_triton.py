@@ -219,11 +219,11 @@ def _conv_bwd_weight_kernel(
     dy_sk,
     dy_sh,
     dy_sw,
-    dw_sz,
+    dw_sz,  # between the partial sums of a split reduction
     dw_sk,
     dw_sc,
     dw_sr,
-    dw_ss,  # dw_sz: between the partial sums of a split reduction
+    dw_ss,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,

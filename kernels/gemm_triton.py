@@ -223,8 +223,8 @@ def _gemm_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     PERSISTENT: tl.constexpr,
-    A_COL_MAJOR: tl.constexpr,
-    B_COL_MAJOR: tl.constexpr,  # descriptors over the stored (transposed) matrix
+    A_COL_MAJOR: tl.constexpr,  # A and B: descriptors over the stored (transposed) matrix
+    B_COL_MAJOR: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from microbench.comm.ranks import RankSummary, summarize_timeline
 from microbench.findings.analysis import TraceAnalysis
+from microbench.findings.engine import with_findings
 from microbench.trace.analysis import read_trace
 
 
@@ -28,6 +29,7 @@ def rank_with_report(
     path = Path(path)
     tl = read_trace(path)
     summary = summarize_timeline(tl, path, fallback_rank, step_range, t0, c0)
-    doc = TraceAnalysis(tl, config, step_range, path=path, source=source).document()
-    summary.report = doc if whole else {k: v for k, v in doc.items() if k.startswith("findings") or k == "file"}
+    ta = TraceAnalysis(tl, config, step_range, path=path, source=source)
+    # the findings alone need no kernel, operator or step tables: the whole document only for a page
+    summary.report = ta.document() if whole else with_findings({"file": str(path)}, ta.findings)
     return summary

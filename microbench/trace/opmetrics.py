@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from microbench.core import thresholds
+from microbench.core import dtypes, thresholds
 from microbench.core.dtypes import PRECISION_OF
 from microbench.core.ops.aten import OpWork, dtype_of, modelled_ops, trace_other_work, trace_work
 from microbench.trace import eligibility
@@ -394,8 +394,11 @@ def first_float_dtype(tl: Timeline, row: int, table: str = "cpu_ops") -> str | N
     return None
 
 
-# Operators already in a 16-bit type: AMP cannot move them; a non-Tensor-Core kernel under them is the library's choice
-SIXTEEN_BIT = frozenset({"fp16", "bf16"})
+def _already_16bit(dtype: str | None) -> bool:
+    """An operator already in a 16-bit type the matrix units take (core/dtypes.py: fp16, bf16): AMP cannot move it;
+    a kernel without Tensor Cores under it is the library's choice."""
+    known = dtype is not None and dtype in dtypes.BY_NAME
+    return known and dtypes.get(dtype).bytes == 2 and dtypes.get(dtype).matrix_units
 
 
 def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
@@ -439,7 +442,7 @@ def eligible_by_operator(tl: Timeline, device: eligibility.Device) -> dict:
     out["unused_time_us"] = sum(t[1] for t in by_op.values())
     out["unknown_time_us"] = sum(t[2] for t in by_op.values())
     out["untyped_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d is None)
-    out["unused_16bit_time_us"] = sum(t[1] for (_, d), t in by_op.items() if d in SIXTEEN_BIT)
+    out["unused_16bit_time_us"] = sum(t[1] for (_, d), t in by_op.items() if _already_16bit(d))
     out["eligible_share"], out["unused_share"] = out["eligible_time_us"] / total, out["unused_time_us"] / total
     out["ops"] = [
         {
