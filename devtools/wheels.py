@@ -104,36 +104,42 @@ def _extras(req: str) -> frozenset[str]:
     return frozenset(Requirement(req).extras)
 
 
-def pip_download(req: str, dest: Path, image: dict) -> Path:
-    """One wheel, for the image's Python and platforms, without its dependencies (they are chosen here)."""
-    before = set(dest.glob("*.whl"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        image["python"],
-        "--implementation",
-        image["implementation"],
-        *[a for p in image["platforms"] for a in ("--platform", p)],
-        "-d",
-        str(dest),
-        req,
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    new = sorted(set(dest.glob("*.whl")) - before)
-    if r.returncode != 0 or len(new) != 1:
-        tail = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
-        raise WheelError(f"pip download {req!r} for CPython {image['python']}: {tail}")
-    return new[0]
+def pip_resolve(requirements: list[str], dest: Path, image: dict) -> list[Path]:
+    """Every lacking requirement with its dependencies, chosen by pip's own resolver in one `pip download`, for the
+    image's Python and platforms: a consistent set (one requirement at a time took dask 2026.11, whose
+    `distributed==2026.11` the registry did not have yet, where the resolver falls back to a dask whose
+    distributed exists). Returns the wheels of the names the image lacks; the others are left out."""
+    with tempfile.TemporaryDirectory(prefix="gpu-wheels-resolve-") as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--python-version",
+            image["python"],
+            "--implementation",
+            image["implementation"],
+            *[a for p in image["platforms"] for a in ("--platform", p)],
+            "-d",
+            tmp,
+            *requirements,
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+            raise WheelError(f"pip download {' '.join(requirements)} for CPython {image['python']}: {tail}")
+        keep = [w for w in Path(tmp).glob("*.whl") if not image_has(image, w.name.split("-", 1)[0])]
+        return sorted(Path(shutil.copy2(w, dest)) for w in keep)
 
 
-def build(dest: Path, image: dict, requirements: list[str], download=pip_download) -> list[Path]:
-    """Download the lacking requirements and, recursively, theirs; one version of each name."""
+def build(dest: Path, image: dict, requirements: list[str], download=None) -> list[Path]:
+    """The lacking requirements and theirs, one version of each name: pip's resolver over all of them at once
+    (`pip_resolve`), or, with a `download` of one requirement at a time (the tests' fake registry), recursively."""
+    if download is None:
+        todo = lacking(requirements, image)
+        return pip_resolve(todo, dest, image) if todo else []
     todo = lacking(requirements, image)
     chosen: dict[str, Path] = {}
     while todo:
@@ -147,7 +153,7 @@ def build(dest: Path, image: dict, requirements: list[str], download=pip_downloa
 
 
 def write_wheels(
-    dest: Path, image: dict | None = None, requirements: list[str] | None = None, download=pip_download
+    dest: Path, image: dict | None = None, requirements: list[str] | None = None, download=None
 ) -> list[Path]:
     """Build the set in a temporary folder, check its size, then replace `dest` with it."""
     image = load_image() if image is None else image
