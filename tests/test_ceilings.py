@@ -7,8 +7,15 @@ import dataclasses
 import pytest
 
 from microbench.core.config import load_config
-from microbench.core.device import cpu_device
-from microbench.roofline.ceilings import Ceiling, Ceilings, build_ceilings, cpu_estimate, match_datasheet
+from microbench.core.device import Device, cpu_device
+from microbench.roofline.ceilings import (
+    Ceiling,
+    Ceilings,
+    build_ceilings,
+    cpu_estimate,
+    datasheet_ceilings,
+    match_datasheet,
+)
 
 
 @pytest.mark.parametrize(
@@ -31,9 +38,8 @@ def test_datasheet_match(cfg, name, key):
 @pytest.mark.parametrize(
     "name, word",
     [
-        ("NVIDIA A100-SXM4-40GB", "unknown device"),  # other memory: other bandwidth; not guessed
-        ("NVIDIA GeForce RTX 4090", "unknown device"),
-        ("NVIDIA H20", "unknown device"),  # no public datasheet: no entry
+        ("NVIDIA A10G", "unknown device"),  # AWS's part: no public datasheet, no entry
+        ("NVIDIA GeForce RTX 4070", "unknown device"),
     ],
 )
 def test_datasheet_unknown_falls_back(cfg, name, word):
@@ -42,9 +48,26 @@ def test_datasheet_unknown_falls_back(cfg, name, word):
 
 
 def test_datasheet_ambiguous(cfg):
-    twin = dataclasses.replace(cfg.devices[0], key="twin")
+    # two entries the name matches with other peaks: none is guessed
+    twin = dataclasses.replace(cfg.devices[0], key="twin", peaks_tflops={**cfg.devices[0].peaks_tflops, "fp16": 1.0})
     entry, note = match_datasheet("Tesla V100-SXM2-16GB", cfg.devices + (twin,))
     assert entry is None and note.startswith("ambiguous device") and "twin" in note
+
+
+def test_datasheet_twins_with_the_same_peaks_give_the_chip(cfg):
+    # the same compute peaks, another memory bandwidth: the chip's compute, the bandwidth said unknown
+    twin = dataclasses.replace(cfg.devices[0], key="twin", memory_tbs=0.5)
+    entry, note = match_datasheet("Tesla V100-SXM2-16GB", cfg.devices + (twin,))
+    assert entry is not None and entry.level == "chip" and entry.memory_tbs is None
+    assert entry.peaks_tflops == cfg.devices[0].peaks_tflops
+    assert "compute peaks of GV100" in note and "memory bandwidth of this SKU unknown" in note
+
+
+def test_live_device_properties_settle_the_sku(cfg):
+    dev = Device("cuda", "cuda:0", "NVIDIA A100-SXM-80GB", "sm_80", 108, 85_198_045_184, None)
+    items, key, note = datasheet_ceilings(dev, cfg)
+    assert key == "chip:ga100" and "compute peaks of GA100" in note
+    assert not [c for c in items if c.kind == "memory"]  # the SKU's bandwidth is not guessed
 
 
 def test_cpu_estimate_uses_first_matching_tier(cfg):

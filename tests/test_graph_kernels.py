@@ -111,10 +111,11 @@ def test_real_vllm_mi300_pair(shared_dir):
     mm = next(o for o in ops if o["op"] == "aten::addmm" and o["input_dims"][1:3] == [[32, 2880], [2880, 5120]])
     assert mm["calls"] == 24 and mm["flops"] == 24 * 2 * 32 * 2880 * 5120
     assert mm["achieved_tflops"] == pytest.approx(mm["flops"] / (mm["kernel_time_us"] * 1e6))
-    # its deviceProperties entries have empty names: said as such, with what they do say, and no entry guessed
+    # its deviceProperties entries have empty names: the properties (9.4 = gfx94x, 304 CUs, 192 GB) are an MI300X's
+    # and no other entry's (the MI325X has 256 GB, the MI300A 228 CUs), and the note says it was found by them
     (dev,) = doc["devices"]
-    assert dev["name"] is None and dev["datasheet"]["entry"] is None
-    assert "has no name (computeMajor 9, computeMinor 4, numSms 304)" in dev["datasheet"]["note"]
+    assert dev["name"] is None and dev["datasheet"]["entry"] == "mi300x"
+    assert "by properties alone (cc 9.4, 304 SMs, 192.0 GiB" in dev["datasheet"]["note"]
 
 
 def test_bad_capture_path_one_line(tmp_path, capsys):

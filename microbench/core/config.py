@@ -7,6 +7,7 @@ turns it into one line and exit code 2. Nothing here imports torch, so a bad con
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -89,6 +90,15 @@ class DatasheetDevice:
     compute_units: int | None = None
     kernel_floor_us: float | None = None
     aliases: tuple[str, ...] = ()  # short names that mean this entry where several entries match them (`A100`)
+    # What the chip is, beside what it is called (core.datasheet.match_datasheet): its die (`GA100`), NVIDIA's
+    # compute capability (`8.0`) or AMD's gfx target (`gfx942`), and the memory sizes it ships with (GB, as
+    # sold). Where the name settles nothing, these settle the chip; `source` names the public document.
+    chip: str | None = None
+    cc: str | None = None
+    arch: str | None = None
+    memory_gb: tuple[float, ...] = ()
+    source: str | None = None
+    level: str = "sku"  # "chip": made from several entries whose compute peaks agree (memory may be unknown)
 
 
 @dataclass(frozen=True)
@@ -342,7 +352,15 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
         rd.keys(
             t,
             where,
-            {"name", "match", "exclude", "memory_tbs", *DATASHEET_PRECISIONS, *_DEVICE_SHAPE_KEYS},
+            {
+                "name",
+                "match",
+                "exclude",
+                "memory_tbs",
+                *DATASHEET_PRECISIONS,
+                *_DEVICE_SHAPE_KEYS,
+                *_DEVICE_IDENTITY_KEYS,
+            },
             {"name", "match"},
         )
         match = rd.strings(t, "match", where)
@@ -359,12 +377,14 @@ def _devices(rd: _Reader, raw: dict) -> tuple[DatasheetDevice, ...]:
                 peaks,
                 mem,
                 **_device_shape(rd, t, where),
+                **_device_identity(rd, t, where),
             )
         )
     return tuple(devs)
 
 
 _DEVICE_SHAPE_KEYS = ("achievable", "achievable_memory_tbs", "compute_units", "kernel_floor_us", "aliases")
+_DEVICE_IDENTITY_KEYS = ("chip", "cc", "arch", "memory_gb", "source")
 
 
 def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
@@ -382,6 +402,25 @@ def _device_shape(rd: _Reader, t: dict, where: str) -> dict:
         "kernel_floor_us": float(rd.num(t, "kernel_floor_us", where, maximum=1e6)) if "kernel_floor_us" in t else None,
         "aliases": tuple(a.upper() for a in rd.strings(t, "aliases", where, default=[])),
     }
+
+
+def _device_identity(rd: _Reader, t: dict, where: str) -> dict:
+    """The optional identity of a [devices.*] entry: die, compute capability or gfx target, memory sizes."""
+    out: dict = {}
+    for key in ("chip", "cc", "arch", "source"):
+        if key in t:
+            if not isinstance(t[key], str) or not t[key].strip():
+                rd.fail(f"{where}.{key}", t[key], "expected a non-empty string")
+            out[key] = t[key].strip()
+    if "cc" in out and not re.fullmatch(r"\d+\.\d+", out["cc"]):
+        rd.fail(f"{where}.cc", out["cc"], "expected a compute capability MAJOR.MINOR (8.0)")
+    if "arch" in out and not re.fullmatch(r"gfx[0-9a-f]+", out["arch"]):
+        rd.fail(f"{where}.arch", out["arch"], "expected a gfx target (gfx942)")
+    sizes = t.get("memory_gb", [])
+    if not isinstance(sizes, list) or not all(isinstance(m, (int, float)) and 0 < m < 1e5 for m in sizes):
+        rd.fail(f"{where}.memory_gb", sizes, "expected a list of memory sizes in GB ([40, 80])")
+    out["memory_gb"] = tuple(float(m) for m in sizes)
+    return out
 
 
 def load_config(path: str | Path | None = None) -> Config:

@@ -31,6 +31,7 @@ from microbench.predict.estimate import (
 from microbench.predict.from_trace import source_chip
 from microbench.predict.kernels import GROUP_OF_CLASS, MATRIX, ActivityWork, activity_work
 from microbench.trace import gpu_time, graphs
+from microbench.trace.analysis import datasheet_entry
 from microbench.trace.kineto import HOST_KEY
 from microbench.trace.timeline import KERNEL, NO_ID, TC_VALUES
 
@@ -140,10 +141,9 @@ class Facts:
         """The trace's chip's bench.toml entry (None: no datasheet entry matched its name): `source` where given."""
         if self.source is not None and self.cfg is not None:
             return find_entry(self.source, self.cfg.devices, "--source")
-        key = next((d["datasheet"]["entry"] for d in self.ta.devices if (d.get("datasheet") or {}).get("entry")), None)
-        if key is None or self.cfg is None:
+        if self.cfg is None:
             return None
-        return next((d for d in self.cfg.devices if d.key == key), None)
+        return datasheet_entry(self.ta.tl, self.cfg)  # by name and properties: an SKU or a chip's shared peaks
 
     @cached_property
     def work(self):

@@ -154,7 +154,8 @@ def _print_devices(console, doc: dict) -> None:
             if ds.get("memory_tbs"):
                 peaks += f", {ds['memory_tbs']:g} TB/s"
         console.print(f"device {d['id']}: {escape(d['name'] or '?')}{peaks}")
-        if ds.get("note") and not ds.get("entry") and ds["note"] not in said:  # once, not once per device
+        # a device without an entry, or with a chip's peaks only (which SKU unsettled): once, not once per device
+        if ds.get("note") and (not ds.get("entry") or ds.get("level") == "chip") and ds["note"] not in said:
             said.add(ds["note"])
             console.print(f"  [yellow]note:[/] {escape(ds['note'])}")
     dist = doc["trace"].get("distributed")

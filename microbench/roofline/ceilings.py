@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 
 from microbench.core import dtypes
+from microbench.core.args import digits
 from microbench.core.cases import make_inputs
 from microbench.core.conditions import Conditions
 from microbench.core.config import Config
-from microbench.core.datasheet import match_datasheet
+from microbench.core.datasheet import DeviceFacts, match_datasheet
 from microbench.core.device import Device
 from microbench.core.ops.work import gemm_work
 from microbench.core.shapes import Case, GemmShape
@@ -110,8 +111,24 @@ class Ceilings:
         return [c.as_dict() for c in self.items]
 
 
+def device_facts(device: Device) -> DeviceFacts:
+    """What a live device tells the datasheet match beside its name: sm_80 -> cc 8.0, gfx942, units, memory."""
+    if device.kind == "cpu":
+        return DeviceFacts(device.name)
+    nvidia = device.arch.startswith("sm_")
+    sm = device.arch[3:]
+    return DeviceFacts(
+        device.name,
+        "nvidia" if nvidia else "amd",
+        f"{sm[:-1]}.{sm[-1]}" if nvidia and digits(sm) and len(sm) >= 2 else None,
+        None if nvidia else device.arch.split(":")[0],
+        device.units or None,
+        device.memory_bytes or None,
+    )
+
+
 def datasheet_ceilings(device: Device, cfg: Config) -> tuple[list[Ceiling], str | None, str]:
-    entry, note = match_datasheet(device.name, cfg.devices)
+    entry, note = match_datasheet(device.name, cfg.devices, device_facts(device))
     if entry is None:
         return [], None, note
     # Ceilings for the dtypes cases are measured in, each from its datasheet precision column.

@@ -29,7 +29,7 @@ import torch
 
 from microbench.core.conditions import sched_tasks, threads_that_ran
 from microbench.core.config import TimingSettings
-from microbench.core.datasheet import amd_chips
+from microbench.core.datasheet import infinity_cache_bytes
 from microbench.core.device import Device
 from microbench.core.stats import NoiseSettings, Timing, summarize, wait_reason
 
@@ -114,12 +114,10 @@ def flush_bytes(device: Device) -> int:
     """The L2 flush buffer for `device`: twice every cache in front of its memory, at least _MIN_FLUSH_BYTES.
     The device's properties give the L2 (hipDeviceProp_t.l2CacheSize, cudaDeviceProp.l2CacheSize); an AMD
     chip's Infinity Cache (256 MB on MI300X, larger than the old fixed 256 MiB minimum's margin) is not among
-    them and comes from microbench/data/amd_chips.toml by gcnArchName and CU count."""
+    them and comes from microbench/data/amd_chips.toml by gcnArchName."""
     cache = device.l2_bytes or 0
     if device.kind == "rocm":
-        cache += max(
-            (c["infinity_cache_bytes"] for c in amd_chips() if c["arch"] == device.arch.split(":")[0]), default=0
-        )
+        cache += infinity_cache_bytes(device.arch)
     return max(_MIN_FLUSH_BYTES, 2 * cache)
 
 

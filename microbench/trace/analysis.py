@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from microbench.core import thresholds
-from microbench.core.config import Config, load_config
-from microbench.core.datasheet import find_entry, match_datasheet
+from microbench.core.config import Config, DatasheetDevice, load_config
+from microbench.core.datasheet import facts_from_properties, find_entry, match_datasheet
 from microbench.core.documents import TraceDocument
 from microbench.core.files import open_input
 from microbench.core.frames import Tables, unknown_table
@@ -443,13 +443,16 @@ def summary_of(tl: Timeline) -> dict:
     }
 
 
-def _datasheet(name: str, cfg) -> dict:
-    entry, note = match_datasheet(name, cfg.devices)
+def _datasheet(props: dict, cfg) -> dict:
+    """The datasheet entry of a device by its name and the properties the trace records (core.datasheet):
+    an SKU, or a chip whose compute peaks its candidates share (`level` "chip", memory bandwidth maybe unknown)."""
+    entry, note = match_datasheet(str(props.get("name") or ""), cfg.devices, facts_from_properties(props))
     if entry is None:
         return {"entry": None, "note": note}
     return {
         "entry": entry.key,
         "name": entry.name,
+        "level": entry.level,
         "peaks_tflops": dict(entry.peaks_tflops),
         "memory_tbs": entry.memory_tbs,
         "note": note,
@@ -494,25 +497,31 @@ def device_entries(tl: Timeline, cfg=None, source: str | None = None) -> list[di
                 entry[dst] = p[src]
         if source is not None and cfg is not None:
             entry["datasheet"] = _given(source, cfg, name)
-        elif name and cfg is not None:
-            entry["datasheet"] = _datasheet(name, cfg)
-        elif not name:
-            entry["datasheet"] = {"entry": None, "note": _unnamed(dev, p)}
+        elif p and cfg is not None:
+            entry["datasheet"] = _datasheet(p, cfg)
+        elif not p:
+            entry["datasheet"] = {"entry": None, "note": _unnamed(dev)}
         out.append(entry)
     return out
 
 
-def _unnamed(dev: int, props: dict) -> str:
-    """Why a device has no datasheet peaks: no deviceProperties entry at all, or one with an empty name (ROCm
-    traces: compute capability and CU count are there, but one architecture and CU count can be several chips,
-    MI300X and MI325X both 9.4 with 304 CUs, so no entry is guessed from them)."""
-    if not props:
-        return f"the trace names no device {dev} (no deviceProperties entry): no datasheet peaks"
-    what = ", ".join(f"{k} {props[k]}" for k in ("computeMajor", "computeMinor", "numSms") if k in props)
-    return (
-        f"device {dev}'s deviceProperties entry has no name ({what}): no datasheet entry is guessed from those; "
-        "no datasheet peaks (give --source DEVICE)"
-    )
+def datasheet_entry(tl: Timeline, cfg) -> DatasheetDevice | None:
+    """The datasheet entry (an SKU, or a chip's shared peaks) of the first device the kernels ran on that has
+    one: the object device_entries reports by key, for those that need its figures (the findings' chip)."""
+    used = metrics.devices_with_kernels(tl)
+    props, _ = _properties_by_device(tl, used)
+    for dev in used or sorted(tl.device_properties)[:1]:
+        p = props.get(dev)
+        if p:
+            entry, _ = match_datasheet(str(p.get("name") or ""), cfg.devices, facts_from_properties(p))
+            if entry is not None:
+                return entry
+    return None
+
+
+def _unnamed(dev: int) -> str:
+    """Why a device has no datasheet peaks when the trace describes it not at all."""
+    return f"the trace names no device {dev} (no deviceProperties entry): no datasheet peaks (give --source DEVICE)"
 
 
 def _properties_by_device(tl: Timeline, used: list[int]) -> tuple[dict[int, dict], dict[int, int]]:
