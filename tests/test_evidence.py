@@ -102,11 +102,18 @@ def test_onednn_avx10_names(impl, tc):
 
 
 def test_a_structural_verdict_says_it_is_inferred():
-    """cuBLAS's FFMA GEMM (a public H100 export): settled by the name's structure, and the evidence says so."""
+    """triton_kernels' MXFP4 matmul (the MI300 vLLM decode trace): no library grammar reads it, the FP8 / FP4
+    element type in its name settles it, and the evidence says it is inferred."""
+    ev = from_kernel_names({"_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1": 10.0})
+    assert ev.tensor_cores == "yes" and "inferred from its structure" in ev.evidence and "structure[2]" in ev.evidence
+
+
+def test_a_grammar_verdict_names_what_the_name_says():
+    """cuBLAS's FFMA GEMM (a public H100 export): the xmma grammar reads its instruction word."""
     ev = from_kernel_names(
         {
             "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_"
             "aligna4_alignc4_execute_kernel__5x_cublas": 10.0
         }
     )
-    assert ev.tensor_cores == "no" and "inferred from its structure" in ev.evidence and "structure[0]" in ev.evidence
+    assert ev.tensor_cores == "no" and "xmma" in ev.evidence and "ffma" in ev.evidence

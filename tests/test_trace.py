@@ -112,7 +112,9 @@ def test_tensor_core_attribution_on_real_traces(cfg):
     assert [k["shape"] for k in tc] == [k["shape"] for k in tc if "xmma" in k["shape"] and "tf32" in k["shape"]]
     assert len(tc) == 1
     assert alex["summary"]["tensor_core_share"] == pytest.approx(tc[0]["params"]["kernel_time_us"] / 10_692, abs=1e-4)
-    assert all(k["tensor_core_evidence"].startswith("kernel name matched kernel[") for k in tc)
+    # read by the xmma naming grammar: the instruction shape tensor16x8x8 and the tf32 operands
+    assert all(k["tensor_core_evidence"].startswith("kernel name matched grammar [xmma") for k in tc)
+    assert all("tensor" in k["tensor_core_evidence"] and "tf32" in k["tensor_core_evidence"] for k in tc)
 
     v100 = analyzed("v100_resnet_ddp_rank0.json.gz", cfg)[0]
     assert v100["summary"]["tensor_core_share"] == 0.0  # fp32 on V100: no tensor-core kernels
@@ -274,7 +276,7 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
                 "cpu_exec": 5,
                 "other": 410,
             },
-            "idle_by_host_us": {"sync": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5, "other": 410},
+            "idle_by_host_us": {"sync": 0, "setup": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5, "other": 410},
         }
     ]
     out = doc["outside_steps"]

@@ -11,6 +11,7 @@ import tomllib
 
 from microbench.core.kernel_names import kernel_signature_name
 from microbench.core.resources import data_file
+from microbench.trace import kernel_grammar
 
 RULES_PATH = data_file("kernel_rules.toml")
 TENSOR_CORE_VALUES = ("yes", "no", "unknown")
@@ -134,10 +135,19 @@ def name_cap_chars() -> int:
 @lru_cache(maxsize=65536)
 def classify_kernel(name: str) -> Classification:
     """A GPU kernel name (or Kineto activity name: Memcpy/Memset) -> class and Tensor Core use. The rules
-    see the name without its parameter list (`kernel_signature_name`). A name rule's verdict first; where it
+    see the name without its parameter list (`kernel_signature_name`). The library's naming grammar first
+    (kernel_grammar: what the name says of op, arch, instruction class, types), where it settles the verdict; then
+    a name rule's verdict; where it
     leaves Tensor Core use unknown, the name's structure ([[structure]] rules, an inference: `basis`). A name
     longer than kernel_rules.toml's name_cap_chars is read on its first that many characters."""
     sig = kernel_signature_name(name[: name_cap_chars()])
+    parsed = kernel_grammar.parse(sig)
+    if parsed is not None and parsed.tensor_cores != "unknown":
+        said = ", ".join(
+            f"{k} {v}" for k, v in (("op", parsed.op), ("built for sm", parsed.arch), ("instruction", parsed.instr),
+                                    ("MMA shape", parsed.shape), ("types", parsed.types)) if v
+        )  # fmt: skip
+        return Classification(parsed.cls, parsed.tensor_cores, f"grammar [{parsed.family}]", f"{parsed.why} ({said})")
     c = _first("kernel", sig)
     return _structure(c, sig) if c.tensor_cores == "unknown" else c
 
