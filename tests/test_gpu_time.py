@@ -314,3 +314,89 @@ def test_positions_by_key_is_each_keys_positions(keys):
     assert set(got) == {int(k) for k in keys if k >= 0}
     for k, at in got.items():
         assert at.tolist() == [i for i, x in enumerate(keys) if x == k]
+
+
+def _setup_trace(tmp_path, host_range: str) -> object:
+    """One step [0, 1000): a kernel [0, 100), then the host inside `host_range` [150, 850) with no operator and
+    no launch (an NVTX range of an Nsight export, a record_function range), then a kernel [900, 1000)."""
+    events = [
+        {**_step(1, 0), "dur": 1000},
+        _launch(1, 0),
+        _gpu("kernel", GEMM, 0, 100, 7, 1),
+        {"ph": "X", "cat": "user_annotation", "name": host_range, "pid": 1, "tid": 1, "ts": 150, "dur": 700},
+        _launch(2, 890),
+        _gpu("kernel", GEMM, 900, 100, 7, 2),
+    ]
+    path = tmp_path / "setup.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return kineto.read(path)
+
+
+@pytest.mark.parametrize(
+    "host_range",
+    [
+        "FusionKernelRuntime::compileFusionParallel",  # nvFuser's JIT compilation (a public nvFuser Nsight export)
+        "executor_utils::NVRTC",
+        "MPI_Init",  # an MPI program's NVTX range (a public Nsight export)
+    ],
+)
+def test_one_off_setup_is_its_own_idle_kind(tmp_path, host_range):
+    tl = _setup_trace(tmp_path, host_range)
+    (st,) = gpu_time.step_breakdowns(tl)[1]
+    idle = st["idle_by_host_us"]
+    # the rest of the idle: [100, 150) and [850, 900) less the 1 us launch call at 890 (runtime)
+    assert idle["setup"] == pytest.approx(700) and idle["other"] == pytest.approx(99) and idle["runtime"] == 1
+
+
+def test_a_range_that_is_no_setup_stays_with_the_untraced_host_time(tmp_path):
+    (st,) = gpu_time.step_breakdowns(_setup_trace(tmp_path, "forward"))[1]
+    assert st["idle_by_host_us"]["setup"] == 0.0 and st["idle_by_host_us"]["other"] == pytest.approx(799)
+
+
+def test_no_pytorch_fix_for_a_trace_without_pytorch_operators(tmp_path):
+    """The host waits 800 us of a 1,000 us step between two launches inside a plain range and no PyTorch operator
+    is in the trace (a C / MPI program under Nsight Systems): host_bound, with no DataLoader or torch.profiler
+    advice."""
+    from .conftest import analyze_with_findings
+
+    _setup_trace(tmp_path, "forward")
+    doc = analyze_with_findings(tmp_path / "setup.json")
+    (found,) = [f for f in doc["findings"] if f["id"] == "host_bound"]
+    assert "DataLoader" not in found["fix"] and "torch" not in found["fix"] and "nsys" in found["fix"]
+
+
+def test_one_off_setup_is_never_a_host_saving(tmp_path):
+    from .conftest import analyze_with_findings
+
+    def host_savings(host_range: str) -> list[float]:
+        _setup_trace(tmp_path, host_range)
+        doc = analyze_with_findings(tmp_path / "setup.json")
+        return [f["saving_us"]["high"] for f in doc["findings"] if f["id"] in ("host_bound", "launch_bound")]
+
+    # the same 800 us of host time: a per-step saving when it is the host's own work, none when it is compilation
+    assert max(host_savings("forward")) >= 799
+    assert all(high <= 100 + 1e-6 for high in host_savings("FusionKernelRuntime::compileFusionParallel"))
+
+
+def test_a_file_of_several_ranks_says_so_in_integrity(tmp_path):
+    """Two processes (a TraceFusion-style merge of two ranks), each with its ProfilerSteps and its GPU: the integrity
+    section names the processes; one process with one GPU says nothing of the kind."""
+    from .conftest import analyze
+
+    def rank(pid: int, dev: int, corr: int) -> list[dict]:
+        return [
+            {**_step(1, 0), "pid": pid, "dur": 500},
+            {**_launch(corr, 10), "pid": pid},
+            {
+                **_gpu("kernel", GEMM, 20, 100, 7, corr),
+                "pid": 100 + dev,
+                "args": {"device": dev, "stream": 7, "correlation": corr},
+            },
+        ]
+
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({"traceEvents": rank(1, 0, 1) + rank(2, 1, 2)}))
+    found = [m for m in analyze(path)["integrity"]["missing"] if m["what"] == "several processes in one file"]
+    assert len(found) == 1 and "2 processes (pids 1, 2)" in found[0]["detail"] and "2 devices" in found[0]["detail"]
+    path.write_text(json.dumps({"traceEvents": rank(1, 0, 1)}))
+    assert not [m for m in analyze(path)["integrity"]["missing"] if m["what"] == "several processes in one file"]

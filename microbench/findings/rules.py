@@ -247,6 +247,7 @@ def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
         "breakdown_us / idle_by_host_us)",
         "idle_by_host_us": per,
         "kinds": list(kinds),
+        "one_off_setup_us": per["setup"],
         "kernels_per_step": f.mean(lambda st: st["kernel_count"]),
         "launches_per_step": f.host_launches,
         "graph_kernel_share": f.graph_kernel_share,
@@ -287,12 +288,19 @@ def _host_parts(f: Facts) -> str:
         )
     )
     sync = f.mean(lambda st: _idle(st, "sync"))
+    setup = f.mean(lambda st: _idle(st, "setup"))
+    once = (
+        f"; {setup:,.0f} us more is one-off set-up (JIT compilation, module loading, MPI_Init: the data/findings.toml "
+        "[host] setup names), not counted here: profile after warm-up"
+        if setup
+        else ""
+    )
     less = (
         f": the breakdown's runtime and cpu_exec less their {sync:,.0f} us in a synchronize, and its other"
         if sync
         else ""
     )
-    return f" ({parts} us{less})"
+    return f" ({parts} us{less}{once})"
 
 
 def rule_host_bound(f: Facts, rule: dict) -> dict | None:
@@ -312,7 +320,7 @@ def rule_host_bound(f: Facts, rule: dict) -> dict | None:
     )
     # moved off the step, the host's work leaves the GPU's own span idle-free at best (expected), all the step's
     # host-side idle at most; at least nothing, where the work cannot move
-    return _finding(
+    found = _finding(
         "host_bound",
         rule,
         host,
@@ -321,6 +329,16 @@ def rule_host_bound(f: Facts, rule: dict) -> dict | None:
         _host_evidence(f, ("runtime", "cpu_ops", "other")),
         saving(0.0, in_span, host),
     )
+    if not _has_pytorch_ops(f):  # an MPI or CUDA C program: no DataLoader, no torch.profiler to point to
+        found["fix"] = rule["fix_without_pytorch"]
+    return found
+
+
+def _has_pytorch_ops(f: Facts) -> bool:
+    """Whether the trace records PyTorch operators (aten:: / torch CPU operators): the PyTorch fixes apply."""
+    tl = f.ta.tl
+    ops = tl.cpu_ops
+    return bool(len(ops)) and any(isinstance(n, str) and n.startswith(("aten::", "torch")) for n in tl.names.strings)
 
 
 def rule_launch_bound(f: Facts, rule: dict) -> dict | None:

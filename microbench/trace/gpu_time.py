@@ -441,7 +441,7 @@ def window_breakdowns(tl: Timeline, w: Windows) -> tuple[Windows, list[dict], di
 # time, split by what the host was doing.
 PLUGIN_CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
 # The same idle split with synchronization apart (a synchronize is a runtime call, `.item()` a CPU operator).
-HOST_CATEGORIES = ("sync", "runtime", "dataloader", "cpu_ops", "other")
+HOST_CATEGORIES = ("sync", "setup", "runtime", "dataloader", "cpu_ops", "other")
 
 
 def _host_rules() -> dict:
@@ -456,14 +456,18 @@ def _name_mask(tl: Timeline, ids: np.ndarray, rule) -> np.ndarray:
 
 def host_intervals(tl: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The host's intervals (start, end in us) per kind: `sync_runtime` (runtime calls that block the host),
-    `sync_ops` (`.item()`), `runtime` (every other runtime / driver call), `dataloader` (enumerate(DataLoader)
-    operators or CPU ranges), `cpu_ops` (every other CPU operator). Rules: data/findings.toml [host]."""
+    `sync_ops` (`.item()`), `setup` (one-off set-up: JIT compilation, module loading, MPI_Init, in operators,
+    CPU ranges such as NVTX, or runtime calls), `runtime` (every other runtime / driver call), `dataloader`
+    (enumerate(DataLoader) operators or CPU ranges), `cpu_ops` (every other CPU operator). Rules:
+    data/findings.toml [host]."""
     rules = _host_rules()
     la, ops, rg = tl.launches, tl.cpu_ops, tl.ranges
     sync_rt = _name_mask(tl, la.name, rules["sync_runtime"])
     sync_op = _name_mask(tl, ops.name, rules["sync_ops"])
     loader_op = _name_mask(tl, ops.name, rules["dataloader"])
     loader_rg = _name_mask(tl, rg.name, rules["dataloader"]) & (rg.kind == CPU_RANGE)
+    setup = [_name_mask(tl, t.name, rules["setup"]) for t in (la, ops, rg)]
+    setup[2] &= rg.kind == CPU_RANGE
 
     def iv(table, mask):
         return table.ts_us[mask], table.ts_us[mask] + table.dur_us[mask]
@@ -471,6 +475,7 @@ def host_intervals(tl: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {
         "sync_runtime": iv(la, sync_rt),
         "sync_ops": iv(ops, sync_op),
+        "setup": _cat(iv(la, setup[0]), iv(ops, setup[1]), iv(rg, setup[2])),
         "runtime": iv(la, ~sync_rt),
         "dataloader": _cat(iv(ops, loader_op), iv(rg, loader_rg)),
         "cpu_ops": iv(ops, ~sync_op & ~loader_op),
@@ -550,6 +555,7 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
     idle_layers = [
         ("busy", gpu),
         ("sync", [sets["sync_runtime"], sets["sync_ops"]]),
+        ("setup", [sets["setup"]]),  # one-off: before the per-step kinds, so no host finding counts it
         ("runtime", [sets["runtime"]]),
         ("dataloader", [sets["dataloader"]]),
         ("cpu_ops", [sets["cpu_ops"]]),

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from microbench.core import thresholds
+from microbench.trace import metrics
 from microbench.trace.classify import name_cap_chars
 from microbench.trace.timeline import EPS_US, GPU_RANGE, Timeline
 
@@ -88,6 +89,25 @@ def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
             "no gpu_user_annotation ProfilerStep#N: the kernels without a launch "
             "are outside the steps, whichever launched them",
             [STEPS],
+        )
+    ]
+
+
+def _processes(tl: Timeline, windows) -> list[dict]:
+    """Several processes with their own steps in one file, each with its own device (a TraceLens TraceFusion
+    merge of ranks, a cat of rank traces): the steps interleave, and a step's figures mix the ranks."""
+    pids = sorted({int(p) for p in windows.pid}) if len(windows) else []
+    devices = metrics.devices_with_kernels(tl)
+    if len(pids) < 2 or len(devices) < 2:
+        return []
+    return [
+        _entry(
+            "several processes in one file",
+            f"{len(pids)} processes (pids {', '.join(map(str, pids[:8]))}{' ...' if len(pids) > 8 else ''}) each "
+            f"record their own steps, and kernels ran on {len(devices)} devices: a merged file of ranks? Its steps "
+            "interleave, so per-step figures mix the ranks; read each rank's own trace, or the folder of them as a "
+            "job (`dawnscope trace RUN_DIR/`, `comm ranks`)",
+            ["steps", "MFU", "findings"],
         )
     ]
 
@@ -246,6 +266,7 @@ def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[di
         + _launches(tl, s, outside, bool(len(windows)))
         + _operators(tl)
         + _steps(tl, windows, s)
+        + _processes(tl, windows)
         + _devices(devices)
         + _events(tl)
     )
