@@ -363,6 +363,9 @@ def test_no_pytorch_fix_for_a_trace_without_pytorch_operators(tmp_path):
     doc = analyze_with_findings(tmp_path / "setup.json")
     (found,) = [f for f in doc["findings"] if f["id"] == "host_bound"]
     assert "DataLoader" not in found["fix"] and "torch" not in found["fix"] and "nsys" in found["fix"]
+    # the finding names the range that holds the idle time: [150, 850) is all idle
+    assert "700 us of it inside the range 'forward'" in found["what"]
+    assert found["evidence"]["idle_in_ranges_us"] == {"forward": 700.0}
 
 
 def test_one_off_setup_is_never_a_host_saving(tmp_path):

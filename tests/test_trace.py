@@ -277,6 +277,8 @@ def test_amd_trace_matrix_cores_rccl_and_exposed_comm(cfg):
                 "other": 410,
             },
             "idle_by_host_us": {"sync": 0, "setup": 0, "runtime": 15, "dataloader": 0, "cpu_ops": 5, "other": 410},
+            # '## forward ##' [10, 310): the GPU is idle in it until the first kernel at 100
+            "idle_in_ranges_us": {"## forward ##": 90},
         }
     ]
     out = doc["outside_steps"]

@@ -248,6 +248,10 @@ def _host_evidence(f: Facts, kinds: tuple[str, ...]) -> dict:
         "idle_by_host_us": per,
         "kinds": list(kinds),
         "one_off_setup_us": per["setup"],
+        "idle_in_ranges_us": {
+            n: f.mean(lambda st, n=n: (st.get("idle_in_ranges_us") or {}).get(n, 0.0))
+            for n in {n for st in f.steps for n in (st.get("idle_in_ranges_us") or {})}
+        },
         "kernels_per_step": f.mean(lambda st: st["kernel_count"]),
         "launches_per_step": f.host_launches,
         "graph_kernel_share": f.graph_kernel_share,
@@ -300,7 +304,23 @@ def _host_parts(f: Facts) -> str:
         if sync
         else ""
     )
-    return f" ({parts} us{less}{once})"
+    return f" ({parts} us{less}{once}){_holding_range(f)}"
+
+
+def _holding_range(f: Facts) -> str:
+    """The user range (NVTX, record_function) that holds the most GPU idle time per step, where one holds a
+    quarter of the step's idle or more: it names the host work to look at first."""
+    totals: dict[str, float] = {}
+    for st in f.steps:
+        for name, us in (st.get("idle_in_ranges_us") or {}).items():
+            totals[name] = totals.get(name, 0.0) + us / len(f.steps)
+    idle = f.mean(lambda st: st["idle_us"]) if f.steps else 0.0
+    if not totals or not idle:
+        return ""
+    name, us = max(totals.items(), key=lambda kv: kv[1])
+    if us < 0.25 * idle:
+        return ""
+    return f"; {us:,.0f} us of it inside the range {name[:80]!r}"
 
 
 def rule_host_bound(f: Facts, rule: dict) -> dict | None:

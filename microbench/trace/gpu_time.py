@@ -55,6 +55,7 @@ from microbench.trace.timeline import (
     KERNEL,
     MEMCPY,
     MEMSET,
+    STEP_RE,
     Timeline,
     Windows,
 )
@@ -552,6 +553,7 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
         ("dataloader", [sets["dataloader"]]),
         ("cpu_exec", [sets["sync_ops"], sets["cpu_ops"]]),
     ]
+    user = _user_ranges(tl)
     idle_layers = [
         ("busy", gpu),
         ("sync", [sets["sync_runtime"], sets["sync_ops"]]),
@@ -570,9 +572,46 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
                 "breakdown_span_us": float(hi - lo),
                 "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
                 "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES},
+                "idle_in_ranges_us": _idle_in_ranges(tl, lo, hi, gpu, user),
             }
         )
     return out
+
+
+def _user_ranges(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CPU ranges a user or library put there (record_function, NVTX), not the steps: start, end, name id."""
+    rg = tl.ranges
+    steps = np.array([isinstance(x, str) and bool(STEP_RE.match(x)) for x in tl.names.strings], dtype=bool)
+    keep = (rg.kind == CPU_RANGE) & ~(steps[rg.name] if len(rg.name) else np.zeros(0, dtype=bool))
+    return rg.ts_us[keep], rg.ts_us[keep] + rg.dur_us[keep], rg.name[keep]
+
+
+def _idle_in_ranges(tl: Timeline, lo: float, hi: float, gpu: list, user, top: int = 3) -> dict[str, float]:
+    """The GPU idle time of [lo, hi] inside each user range (NVTX, record_function), the `top` most: a range
+    holding idle time names the host work behind it. A range inside another counts for both (nesting)."""
+    rs, re_, names = user
+    inside = (rs < hi) & (re_ > lo)
+    if not inside.any():
+        return {}
+    bs = np.concatenate([_in_window(lo, hi, *g)[0] for g in gpu])
+    be = np.concatenate([_in_window(lo, hi, *g)[1] for g in gpu])
+    us, ue = union(bs, be)
+    cum = np.concatenate([[0.0], np.cumsum(ue - us)])
+
+    def idle_upto(x: np.ndarray) -> np.ndarray:  # idle time in [lo, x]
+        if not len(us):
+            return x - lo
+        i = np.searchsorted(us, x, side="right")
+        busy = cum[np.maximum(i - 1, 0)] + np.where(i > 0, np.clip(x - us[np.maximum(i - 1, 0)], 0, None), 0.0)
+        busy = np.minimum(busy, cum[i])
+        return (x - lo) - busy
+
+    x0, x1 = np.clip(rs[inside], lo, hi), np.clip(re_[inside], lo, hi)
+    held = idle_upto(x1) - idle_upto(x0)
+    ids, inv = np.unique(names[inside], return_inverse=True)
+    sums = np.bincount(inv, weights=held, minlength=len(ids))
+    order = np.argsort(-sums, kind="stable")[:top]
+    return {str(tl.names[int(ids[j])]): float(sums[j]) for j in order if sums[j] > 0}
 
 
 def _cat(*pairs) -> tuple[np.ndarray, np.ndarray]:
