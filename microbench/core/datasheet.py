@@ -219,12 +219,16 @@ def _chip_level(cands: list[DatasheetDevice], name: str, how: str) -> tuple[Data
     return entry, f"compute peaks of {chip} ({keys} {how}: {share}){bandwidth}"
 
 
+def nvidia_architecture(cc: str) -> str:
+    """The architecture of an NVIDIA compute capability (microbench/data/compute_capabilities.toml: `8.6` ->
+    `Ampere`), never a product (one capability is several); "" where the table does not know it."""
+    table = tomllib.loads(data_file("compute_capabilities.toml").read_text())["cc"]
+    return table.get(cc, "").split(" (")[0]
+
+
 def _unknown(name: str, facts: DeviceFacts) -> str:
     what = facts.described()
-    arch = ""
-    if facts.cc and facts.vendor != "amd":
-        table = tomllib.loads(data_file("compute_capabilities.toml").read_text())["cc"]
-        arch = table.get(facts.cc, "").split(" (")[0]
+    arch = nvidia_architecture(facts.cc) if facts.cc and facts.vendor != "amd" else ""
     props = f" ({', '.join(x for x in (arch, what) if x)})" if (arch or what) else ""
     return f"unknown device {name!r}{props}: no datasheet entry fits; measured ceilings only"
 

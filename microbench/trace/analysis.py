@@ -446,7 +446,7 @@ def summary_of(tl: Timeline) -> dict:
 def _datasheet(props: dict, cfg) -> dict:
     """The datasheet entry of a device by its name and the properties the trace records (core.datasheet):
     an SKU, or a chip whose compute peaks its candidates share (`level` "chip", memory bandwidth maybe unknown)."""
-    entry, note = match_datasheet(str(props.get("name") or ""), cfg.devices, facts_from_properties(props))
+    entry, note = _match(props, cfg)
     if entry is None:
         return {"entry": None, "note": note}
     return {
@@ -512,11 +512,14 @@ def datasheet_entry(tl: Timeline, cfg) -> DatasheetDevice | None:
     props, _ = _properties_by_device(tl, used)
     for dev in used or sorted(tl.device_properties)[:1]:
         p = props.get(dev)
-        if p:
-            entry, _ = match_datasheet(str(p.get("name") or ""), cfg.devices, facts_from_properties(p))
-            if entry is not None:
-                return entry
+        if p and (entry := _match(p, cfg)[0]) is not None:
+            return entry
     return None
+
+
+def _match(props: dict, cfg) -> tuple[DatasheetDevice | None, str]:
+    """A deviceProperties entry's datasheet entry and note: the one call both the report and the findings make."""
+    return match_datasheet(str(props.get("name") or ""), cfg.devices, facts_from_properties(props))
 
 
 def _unnamed(dev: int) -> str:

@@ -28,12 +28,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
-
 from microbench.core.args import digits
+from microbench.core.datasheet import nvidia_architecture
 from microbench.core.errors import InputError
 from microbench.core.files import read_input
-from microbench.core.resources import data_file
 from microbench.trace.counters import sass_flops
 from microbench.trace.timeline import KERNEL, NO_ID, TimelineBuilder
 
@@ -317,8 +315,7 @@ def device_name(cc: str) -> str:
     """The device an export names only by its compute capability: its architecture (microbench/data/
     compute_capabilities.toml), never one product, so that no datasheet peak is picked from it."""
 
-    table = tomllib.loads(data_file("compute_capabilities.toml").read_text())["cc"]
-    arch = table.get(cc, "").split(" (")[0]  # the architecture only: product names would pick a datasheet entry
+    arch = nvidia_architecture(cc)  # the architecture only: product names would pick a datasheet entry
     return f"NVIDIA {arch + ' ' if arch else ''}GPU, compute capability {cc} (the export's CC column)"
 
 
