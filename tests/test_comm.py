@@ -337,9 +337,15 @@ def test_rank_pair(shared_dir):
 
 
 def test_ranks_needs_two():
+    """One trace of one process is no job; a file that is not there says so."""
     from microbench.comm.job import analyze_job as analyze
+    from microbench.core.errors import InputError
 
-    with pytest.raises(Exception, match="at least two"):
+    from .conftest import TRACES
+
+    with pytest.raises(InputError, match=r"at least two ranks of one job \(this file holds one process's steps\)"):
+        analyze([TRACES / "a100_torchrec_rank0.json.gz"])
+    with pytest.raises(InputError, match="x.json: cannot read"):
         analyze(["x.json"])
 
 

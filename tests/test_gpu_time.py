@@ -382,8 +382,8 @@ def test_one_off_setup_is_never_a_host_saving(tmp_path):
 
 
 def test_a_file_of_several_ranks_says_so_in_integrity(tmp_path):
-    """Two processes (a TraceFusion-style merge of two ranks), each with its ProfilerSteps and its GPU: the integrity
-    section names the processes; one process with one GPU says nothing of the kind."""
+    """Two processes (a TraceFusion-style merge of two ranks), each with its ProfilerSteps and the kernels it launched:
+    the integrity section names the processes; one process says nothing of the kind."""
     from .conftest import analyze
 
     def rank(pid: int, dev: int, corr: int) -> list[dict]:
@@ -400,6 +400,7 @@ def test_a_file_of_several_ranks_says_so_in_integrity(tmp_path):
     path = tmp_path / "merged.json"
     path.write_text(json.dumps({"traceEvents": rank(1, 0, 1) + rank(2, 1, 2)}))
     found = [m for m in analyze(path)["integrity"]["missing"] if m["what"] == "several processes in one file"]
-    assert len(found) == 1 and "2 processes (pids 1, 2)" in found[0]["detail"] and "2 devices" in found[0]["detail"]
+    assert len(found) == 1 and "2 processes (pids 1, 2)" in found[0]["detail"]
+    assert "read each process as a rank" in found[0]["detail"]
     path.write_text(json.dumps({"traceEvents": rank(1, 0, 1)}))
     assert not [m for m in analyze(path)["integrity"]["missing"] if m["what"] == "several processes in one file"]

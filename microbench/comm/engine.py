@@ -92,10 +92,15 @@ def summarize_or_fail(
     path: Path, fallback_rank: int, step_range: str | None, reader: Callable | None = None
 ) -> RankSummary | Failed:
     """One rank in a worker, by `reader` (path, fallback_rank, step_range) -> RankSummary (default: the summary
-    alone, comm/ranks.py summarize_rank); every failure becomes its reason (bad input in one line, or the
-    exception)."""
+    alone, comm/ranks.py summarize_rank); a failure becomes its reason (or_failed)."""
+    return or_failed(path, reader or summarize_rank, path, fallback_rank, step_range)
+
+
+def or_failed(path: Path, read: Callable, *args) -> RankSummary | Failed:
+    """`read(*args)`, the summary of one rank of the trace at `path`; every failure becomes its reason (bad input in
+    one line, or the exception)."""
     try:
-        return (reader or summarize_rank)(path, fallback_rank, step_range)
+        return read(*args)
     except InputError as e:
         return Failed(Path(path), e.line())
     except Exception as e:  # noqa: BLE001 - whatever breaks one rank is that rank's reason; the others go on

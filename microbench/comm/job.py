@@ -7,15 +7,19 @@ Definitions: docs/comm.md, "A whole job"."""
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
 from microbench.core.errors import InputError
 from microbench.core.frames import Tables, unknown_table
+from microbench.trace import processes
+from microbench.trace.analysis import read_trace
+from microbench.trace.timeline import Timeline
 
-from .engine import EngineRun, Failed, find_traces, job_settings, run_ranks
-from .ranks import RankSummary, collective_record, match
+from .engine import EngineRun, Failed, find_traces, job_settings, or_failed, run_ranks
+from .ranks import RankSummary, collective_record, match, summarize_timeline
 
 SCHEMA = "dawnscope.comm.ranks/2"
 MAX_NAMED = 3  # files named per group in an error line
@@ -154,6 +158,7 @@ def _rank_entry(r: RankSummary, matched: set[int], strag: dict) -> dict:
     return {
         "rank": r.rank,
         "file": str(r.path),
+        "process": r.process,
         "world_size": r.world_size,
         "calls": len(r.calls),
         "calls_with_kernel": sum(c.kernel_ts is not None for c in r.calls),
@@ -278,13 +283,39 @@ def job_with_reports(
     """The job's report, and what `reader` (engine.run_ranks) made of each rank while reading it, by rank: each
     rank is read once, whatever the caller wants of it beside the summary."""
     paths = find_traces(specs)
+    if len(paths) == 1:  # a file of several ranks' processes is a job of its own
+        found = job_of_processes(read_trace(paths[0]), paths[0], step_range)
+        if found is not None:
+            return found
     if len(paths) < 2:
         raise InputError(
             paths[0] if paths else None,
-            "give the traces of at least two ranks of one job",
+            "give the traces of at least two ranks of one job"
+            + (" (this file holds one process's steps)" if paths else ""),
             key=None if paths else "traces",
         )
-    run = run_ranks(paths, workers, scheduler, timeout_s, step_range, reader)
+    return _job_of(run_ranks(paths, workers, scheduler, timeout_s, step_range, reader), paths)
+
+
+def job_of_processes(
+    tl: Timeline, path: Path, step_range: str | None = None, reader: Callable | None = None
+) -> tuple[dict, dict[int, dict]] | None:
+    """A file whose processes are ranks (trace/processes.py: a merged file of ranks) as a job: each process's
+    timeline read as that rank's trace, here (the file is read once), by `reader` (timeline, path, fallback_rank,
+    step_range) -> RankSummary (default: the summary alone); the job's report and the readers' reports as
+    job_with_reports returns them. None where the file is one process's."""
+    t0 = time.perf_counter()
+    parts = processes.split(tl, step_range)
+    if not parts:
+        return None
+    read = reader or summarize_timeline
+    results = [or_failed(path, read, part, Path(path), i, step_range) for i, (_, part) in enumerate(parts)]
+    doc, reports = _job_of(EngineRun("inline", 1, time.perf_counter() - t0, results), [Path(path)] * len(parts))
+    doc["processes_in_one_file"] = {"file": str(path), "pids": [p for p, _ in parts]}
+    return doc, reports
+
+
+def _job_of(run: EngineRun, paths: list[Path]) -> tuple[dict, dict[int, dict]]:
     ok = [r for r in run.results if isinstance(r, RankSummary)]
     failed = [r for r in run.results if isinstance(r, Failed)]
     if len(ok) < 2:

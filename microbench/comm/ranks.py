@@ -46,7 +46,7 @@ class Call:
     op: str
     name: str
     bytes: int | None
-    group_size: int
+    group_size: int | None  # None: neither the trace's distributedInfo nor the call records it
     cpu_ts: float
     kernel_ts: float | None = None
     kernel_end: float | None = None
@@ -79,6 +79,7 @@ class RankSummary:
     cpu_s: float = 0.0  # CPU seconds of it (on a shared machine the steadier figure)
     worker: str = ""  # host:pid of the worker that did it
     worker_peak_rss_bytes: int = 0  # that worker's peak resident memory after this rank
+    process: int | None = None  # the rank's process in a file of several (trace/processes.py), else None
     # what the caller's reader made of the same timeline while it was read (the trace command: this rank's trace
     # document, or its findings keys), so that no rank is read twice; None from the plain reader
     report: dict | None = None
@@ -106,8 +107,9 @@ def _message(tl: Timeline, row: int, path: Path) -> int | None:
     return math.prod(dims[0]) * size if size else None
 
 
-def _group_size(tl: Timeline, row: int, world: int | None) -> int:
-    """All-gather: output / input elements of the enclosing c10d op; otherwise the world size."""
+def _group_size(tl: Timeline, row: int, world: int | None) -> int | None:
+    """All-gather: output / input elements of the enclosing c10d op; otherwise the recorded group size, else the
+    world size; None where the trace says neither (a merged file of ranks keeps no distributedInfo)."""
     r, ops = tl.ranges, tl.cpu_ops
     dims = tl.arg_values[r.input_dims[row]] if r.input_dims[row] != NO_ID else [[]]
     ts = r.ts_us[row]
@@ -126,7 +128,7 @@ def _group_size(tl: Timeline, row: int, world: int | None) -> int:
             if math.prod(od[0]) % max(math.prod(od[1]), 1) == 0 and math.prod(od[1]) == math.prod(dims[0]):
                 return math.prod(od[0]) // math.prod(od[1])
     recorded = _recorded_group_size(tl, row)
-    return recorded or world or 1
+    return recorded or world or None
 
 
 def _recorded_group_size(tl: Timeline, row: int) -> int:
@@ -179,7 +181,7 @@ def calls_of(tl: Timeline, rank: int, world: int | None, path: Path) -> tuple[li
         op = canonical_op(name)
         nbytes = _message(tl, int(a), path)
         group = _group_size(tl, int(a), world)
-        if op == "allgather" and nbytes is not None:
+        if op == "allgather" and nbytes is not None and group:
             nbytes *= group  # nccl-tests counts the gathered output
         calls[int(a)] = Call(rank, op, name, nbytes, group, float(tl.ranges.ts_us[a]))
     comm_rows = np.flatnonzero(tl.class_mask("comm") & (tl.activities.category == KERNEL))
@@ -231,15 +233,24 @@ def summarize_rank(path: str | Path, fallback_rank: int, step_range: str | None 
 
 
 def summarize_timeline(
-    tl: Timeline, path: Path, fallback_rank: int, step_range: str | None, t0: float, c0: float
+    tl: Timeline,
+    path: Path,
+    fallback_rank: int,
+    step_range: str | None,
+    t0: float | None = None,
+    c0: float | None = None,
 ) -> RankSummary:
-    """A rank's timeline, read at wall time t0 and CPU time c0 (perf_counter, process_time) -> its summary."""
+    """A rank's timeline, read at wall time t0 and CPU time c0 (perf_counter, process_time; default: now, for a
+    rank cut from a file already read) -> its summary."""
+    t0 = time.perf_counter() if t0 is None else t0
+    c0 = time.process_time() if c0 is None else c0
     info = tl.distributed or {}
     rank, world = _rank_and_world(info, path, fallback_rank)
     if world is None and len(tl.cpu_ops) and tl.cpu_ops.group_size.max() > 0:
         world = int(tl.cpu_ops.group_size.max())  # no distributedInfo: the largest process group recorded
         rank = rank if rank < world else fallback_rank
     s = RankSummary(path, rank, world, info.get("backend"), path.stat().st_size, _trace_bytes(path))
+    s.process = tl.meta.get("process")
     s.calls, s.unlinked_kernels = calls_of(tl, rank, world, path)
     origin = tl.meta.get("ts_origin_us", 0)  # the reader's times are relative to it; ranks meet on the clock's
     for c in s.calls:
@@ -295,7 +306,7 @@ def collective_record(group: list[Call]) -> dict:
     op, nbytes, n = group[0].op, group[0].bytes, group[0].group_size
     t_s = fastest.kernel_us / 1e6
     alg = nbytes / t_s / 1e9 if nbytes and t_s > 0 else None
-    factor = bus_factor(op, n) if op in BUS_OPS else None
+    factor = bus_factor(op, n) if op in BUS_OPS and n else None
     skew_us = max(starts.values()) - min(starts.values())
     return {
         "op": op,

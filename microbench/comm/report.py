@@ -409,7 +409,7 @@ def _print_collectives(con, doc: dict) -> None:
                 [
                     c["name"],
                     "/".join(map(str, sizes[:4])),
-                    str(c["group_size"]),
+                    "?" if c["group_size"] is None else str(c["group_size"]),
                     _f(c["time_ms"], ".4g"),
                     _f(c["algbw_gbps"]),
                     _f(c["busbw_gbps"]),

@@ -87,7 +87,7 @@ def _tables(doc: dict) -> str:
         (
             [
                 c["name"],
-                str(c["group_size"]),
+                "?" if c["group_size"] is None else str(c["group_size"]),
                 _f(c["time_ms"]),
                 _f(c["busbw_gbps"], ".3g"),
                 _f(c["skew_us"], ".4g"),

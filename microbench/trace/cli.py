@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from microbench.comm.engine import GLOB_CHARS, find_traces
-from microbench.comm.job import job_with_reports
+from microbench.comm.job import job_of_processes, job_with_reports
 from microbench.comm.report import check_json, job_lines, print_ranks, write_job_files, write_json
 from microbench.core.args import Parser, add_job_arguments, positive_int
 from microbench.core.config import load_config
@@ -20,12 +20,13 @@ from microbench.core.files import exists, is_folder
 from microbench.core.jsonio import dumps, load_json
 from microbench.core.outdir import check_dir, check_file, print_written, write_file
 from microbench.findings.analysis import TraceAnalysis
-from microbench.findings.job import rank_with_report
+from microbench.findings.job import rank_with_report, timeline_with_report
 from microbench.report.cells import kept_in
 from microbench.report.findings_report import print_findings
 from microbench.report.roofline_report import wide_console
 from microbench.report.trace_html import trace_page
 from microbench.report.trace_report import print_trace_report
+from microbench.trace.analysis import read_trace
 from microbench.trace.folder import cycles as folder_cycles
 
 
@@ -155,6 +156,24 @@ def _run(args) -> int:
             check_file(args.html, "--html", inputs=args.file)
         return _run_job(args)
     args.file = Path(args.file[0])
+    for opt, path in (("--json", args.json), ("--html", args.html)):
+        if path:
+            check_file(path, opt, inputs=[args.file, args.graph_capture, args.ceilings])
+    cfg = load_config(args.config)
+    measured = ceilings_from_args(args.ceiling, args.ceilings)
+    tl = read_trace(args.file)
+    # a file of several ranks' processes (a merged file of ranks) is a job: each process read as its rank
+    reader = partial(timeline_with_report, config=args.config, source=args.source, whole=bool(args.html))
+    found = job_of_processes(tl, args.file, args.steps, reader)
+    if found is not None:
+        print(
+            f"note: {shown(args.file)} holds {len(found[0]['ranks'])} processes with their own steps and kernels: "
+            "each is read as a rank of one job",
+            file=sys.stderr,
+        )
+        if args.out is not None:
+            check_dir(args.out)
+        return _print_job(args, *found)
     if args.out is not None:  # a job's folder: one trace would write nothing there, and say nothing
         raise InputError(
             None,
@@ -163,12 +182,7 @@ def _run(args) -> int:
             key="--out",
             value=str(args.out),
         )
-    for opt, path in (("--json", args.json), ("--html", args.html)):
-        if path:
-            check_file(path, opt, inputs=[args.file, args.graph_capture, args.ceilings])
-    measured = ceilings_from_args(args.ceiling, args.ceilings)
-    cfg = load_config(args.config)
-    doc = TraceAnalysis.open(args.file, cfg, args.steps, measured, args.graph_capture, args.source).document()
+    doc = TraceAnalysis(tl, cfg, args.steps, measured, args.graph_capture, args.file, args.source).document()
     _check_step_range(args, doc)
     if args.ceilings:  # the file's machine must be the trace's (checked once the trace has named its device)
         for dev in doc.get("devices") or [{"name": "an unnamed device"}]:
@@ -202,7 +216,12 @@ def _run_job(args) -> int:
         check_dir(args.out)
     load_config(args.config)  # bad input said here, once; each reader reads it (None: its own project's)
     reader = partial(rank_with_report, config=args.config, source=args.source, whole=bool(args.html))
-    job, reports = job_with_reports(args.traces, args.workers, args.scheduler, args.timeout, args.steps, reader)
+    return _print_job(
+        args, *job_with_reports(args.traces, args.workers, args.scheduler, args.timeout, args.steps, reader)
+    )
+
+
+def _print_job(args, job: dict, reports: dict[int, dict]) -> int:
     ranks = job.get("ranks") or []
     rank = next((r for r in ranks if r["rank"] == job.get("straggler_rank")), ranks[0] if ranks else None)
     doc = reports.get(rank["rank"]) if rank else None
@@ -216,10 +235,11 @@ def _run_job(args) -> int:
         title = f"dawnscope job of {len(ranks)} rank trace(s): rank {rank['rank']}'s page"
         written.append(write_file(args.html, trace_page(doc, title, job_lines=job_lines(job)), "--html"))
     if doc is not None:
+        process = f", process {rank['process']}" if rank.get("process") is not None else ""
         wide_console().print(
             f"[bold]rank {rank['rank']}"
             + (" (the straggler)" if rank["rank"] == job.get("straggler_rank") else "")
-            + f"'s findings[/] ({shown(Path(rank['file']))}):"
+            + f"'s findings[/] ({shown(Path(rank['file']))}{process}):"
         )
         print_findings(wide_console(), doc)
     print_ranks(job)

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from microbench.core import thresholds
-from microbench.trace import metrics
+from microbench.trace import processes
 from microbench.trace.classify import name_cap_chars
 from microbench.trace.timeline import EPS_US, GPU_RANGE, Timeline
 
@@ -94,19 +94,19 @@ def _steps(tl: Timeline, windows, s: dict) -> list[dict]:
 
 
 def _processes(tl: Timeline, windows) -> list[dict]:
-    """Several processes with their own steps in one file, each with its own device (a TraceLens TraceFusion
-    merge of ranks, a cat of rank traces): the steps interleave, and a step's figures mix the ranks."""
-    pids = sorted({int(p) for p in windows.pid}) if len(windows) else []
-    devices = metrics.devices_with_kernels(tl)
-    if len(pids) < 2 or len(devices) < 2:
+    """Several processes with their own steps and kernels in one file (a TraceLens TraceFusion merge of ranks, a
+    cat of rank traces, an Nsight Systems capture of a whole job): the steps interleave, and a step's figures
+    mix the ranks (trace/processes.py)."""
+    pids = processes.ranks_in(tl, windows)
+    if not pids:
         return []
     return [
         _entry(
             "several processes in one file",
             f"{len(pids)} processes (pids {', '.join(map(str, pids[:8]))}{' ...' if len(pids) > 8 else ''}) each "
-            f"record their own steps, and kernels ran on {len(devices)} devices: a merged file of ranks? Its steps "
-            "interleave, so per-step figures mix the ranks; read each rank's own trace, or the folder of them as a "
-            "job (`dawnscope trace RUN_DIR/`, `comm ranks`)",
+            "record their own steps and launch their own kernels: a merged file of ranks? Its steps interleave, so "
+            "the whole file's per-step figures mix the ranks; `dawnscope trace` and `comm ranks` read each process "
+            "as a rank of one job",
             ["steps", "MFU", "findings"],
         )
     ]

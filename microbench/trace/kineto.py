@@ -658,6 +658,7 @@ def _add_one(path: Path, b: TimelineBuilder, ev: Event, cat: str, raw, index: in
             corr,
             _int(args.external_id, _int(args.external_id_2021)),
             COPY_CATEGORIES.get(cat, KERNEL),
+            b.process(ev.pid),
         )
         if corr == NO_ID:
             b.add_unlinked_activity(ev.pid, ev.tid, ts)

@@ -122,6 +122,9 @@ class Activities(Table):
     correlation: np.ndarray = _col("q")  # NO_ID: none
     external_id: np.ndarray = _col("q")  # the framework op's External id (Kineto), NO_ID: none
     category: np.ndarray = _col("b")  # KERNEL, MEMCPY, MEMSET
+    # the process key of the activity's own track (Kineto: the GPU's pid, offset per rank in a merged file of
+    # ranks), NO_ID where the reader has none: what ties a GPU-side annotation to its rank (trace/processes.py)
+    pid: np.ndarray = _col("q")
     cls: np.ndarray = _col("h")  # index into Timeline.classes
     tensor_cores: np.ndarray = _col("b")  # index into TC_VALUES
 
@@ -422,9 +425,10 @@ class TimelineBuilder:
         correlation: int,
         external_id: int,
         category: int,
+        pid: int = NO_ID,
     ) -> None:
         self._rows[Activities].append(
-            (self.names.id(name), ts, dur, device, stream, correlation, external_id, category)
+            (self.names.id(name), ts, dur, device, stream, correlation, external_id, category, pid)
         )
 
     def add_launch(
