@@ -321,6 +321,7 @@ class TraceAnalysis(Tables):
         if self._steps[0].note:
             notes.append(self._steps[0].note)
         notes += perf_notes(self.tl, self.work_model, self.peaks, device_of(self.devices))
+        notes += pm_sampling_notes(self.tl, self.counters)
         notes += [f"counters contradict the kernel name: {c}" for c in self._kernel_rows[1]]
         notes += opmetrics.above_peak(self.ops) + self.mfu.get("impossible", [])
         notes += eligible_note(self.eligibility["by_operator"])
@@ -597,6 +598,28 @@ def notes_of(tl: Timeline, s: dict) -> list[str]:
     return notes
 
 
+def pm_sampling_notes(tl: Timeline, counted: dict) -> list[str]:
+    """What the trace's CUPTI PM samples told (counters.pm_sample_counters): how many, and for how many kernels
+    they settle the Tensor Core verdict, or why none."""
+    if not tl.pm_samples:
+        return []
+    metrics = {m for per in tl.pm_samples.values() for m in per}
+    samples = sum(len(t) for per in tl.pm_samples.values() for t, _ in per.values())
+    head = (
+        f"CUPTI PM sampling: {samples:,} values of {len(metrics)} metric(s) on device(s) "
+        f"{', '.join(map(str, sorted(tl.pm_samples)))}"
+    )
+    if not any(m.startswith(C.TENSOR_PREFIXES) for m in metrics):
+        return [
+            f"{head}; none measures the tensor pipe ({', '.join(p + '*' for p in C.TENSOR_PREFIXES)}): no Tensor Core verdict from them"
+        ]
+    sampled = [k for k, c in counted.items() if c["counters"].get(C.PM_SAMPLES)]
+    return [
+        f"{head}; {len(sampled)} kernel(s) ran alone on their device through at least one sample: their Tensor Core "
+        "verdict is the samples' (a sample shared by two kernels, or cut by a kernel's start or end, measures none)"
+    ]
+
+
 def datasheet_peaks(devices: list[dict]) -> dict[str, float]:
     """The datasheet peaks (TFLOP/s by column) of the first device with a datasheet entry."""
     for d in devices:
@@ -626,8 +649,10 @@ def counter_evidence(tl: Timeline, kernel_flops: np.ndarray) -> dict[tuple[str, 
     shows: counters, counted FLOPs, verdict, the name's verdict it contradicts, and the kernel's rows. The
     timeline is not changed (TraceAnalysis.counter_tensor_cores is the column of these verdicts)."""
     out = {}
+    # the counters of a kernel replayed alone (ncu, the range profiler) first; else what PM sampling saw of it
+    per_row = C.pm_sample_counters(tl) | tl.counters
     for key, rows in by_kernel(tl).items():
-        with_counters = [tl.counters[r] for r in rows if r in tl.counters]
+        with_counters = [per_row[r] for r in rows if r in per_row]
         if not with_counters:
             continue
         summed = C.combine_calls(with_counters)

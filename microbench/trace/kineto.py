@@ -24,11 +24,13 @@ ResNet-50 sample, pytorch/kineto tb_plugin/samples/resnet50_num_workers_4; later
 - `user_annotation` -> CPU ranges; `gpu_user_annotation` -> GPU ranges; `cpu_op` / `operator` -> CPU operators
   (with `Input Dims`, `Input type`, `Concrete Inputs`, `Input Strides` where recorded);
 - `cuda_profiler_range` (CUPTI range-profiler mode) -> a kernel with the hardware counters of its `args`;
+- counter events (`ph: C`) of category `hardware_counters` on a `GPU N Counters` track (CUPTI PM sampling) ->
+  `Timeline.pm_samples`, a value per metric per sample;
 - flow events (`ph` s / f; `cat` `ac2g` since 2022, `async` named `launch` before): their id is the correlation
   id; they are counted (`meta["flow_events"]`) and link a launch and a kernel only where an event's `args`
   has no `correlation` (the flow's start binds the runtime call at its ts and thread, its end the kernel at
   its ts and stream; `meta["linked_by_flows"]`).
-Everything else (python_function, cuda_sync, counters) is left out; the device categories no rule knows are
+Everything else (python_function, cuda_sync, other counters) is left out; the device categories no rule knows are
 counted by name (`meta["unread_device_categories"]`).
 """
 
@@ -112,6 +114,11 @@ PROFILER_RANGE = "cuda_profiler_range"
 # _add_events; ids where a column refuses one (_id_error), which costs nothing while they fit.
 MAX_TS_US = 1e17  # about 3,000 years from the clock's epoch
 MAX_DUR_US = 1e12  # 11.6 days for one event
+# CUPTI PM sampling (libkineto CuptiPMSamplingProfiler, August 2026): output_json.cpp handleCounterEvent writes
+# each sample's value of each metric as a counter event {"ph": "C", "cat": "hardware_counters", "name": METRIC,
+# "pid": "GPU <device> Counters", "ts": the sample's start, "args": {"": VALUE}}
+PM_SAMPLING_CATEGORY = "hardware_counters"
+PM_SAMPLING_TRACK = re.compile(r"^GPU (\d+) Counters$")
 MAX_COUNTER = 1e18  # a hardware counter of one kernel (1e18 FLOPs: over 15 minutes at 1 PFLOP/s)
 ID_BOUNDS = {
     "pid": 2**63,
@@ -139,6 +146,7 @@ class Args(msgspec.Struct):
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
     input_strides: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Strides")
     group_size: Any = msgspec.field(default=None, name="Group size")  # a collective's record_param_comms
+    sample: Any = msgspec.field(default=None, name="")  # a PM-sampling counter event's value
 
 
 class Event(msgspec.Struct):
@@ -525,6 +533,22 @@ def _add_counter_range(
     b.meta["counter_ranges"] = b.meta.get("counter_ranges", 0) + 1
 
 
+def _add_pm_sample(path: Path, b: TimelineBuilder, ev: Event, index: int) -> None:
+    """One PM-sampling counter event (PM_SAMPLING_TRACK): its metric's value over the sample starting at ts."""
+    track = PM_SAMPLING_TRACK.match(ev.pid) if type(ev.pid) is str else None
+    value = ev.args.sample if type(ev.args) is Args else None
+    if track is None or type(ev.name) is not str or type(ev.ts) not in _NUM:
+        b.skip("hardware_counters events not on a 'GPU N Counters' track with a metric name and ts")
+        return
+    if type(value) not in _NUM or not 0 <= value <= MAX_COUNTER:
+        raise InputError(
+            path,
+            f'traceEvents[{index}]: PM-sampling counter {ev.name[:60]!r} has args.""={value!r}: expected a '
+            f"value from 0 to {MAX_COUNTER:g}",
+        )
+    b.add_pm_sample(int(track[1]), ev.name, float(ev.ts), float(value))
+
+
 class _FloatId(Exception):
     """An id written as a float (1e30, 7.5): refused as an integer beyond ID_BOUNDS is, never read as absent."""
 
@@ -601,6 +625,8 @@ def _add_events(path: Path, b: TimelineBuilder, events: list[Event], base: int, 
                     b.meta["flow_events"] = b.meta.get("flow_events", 0) + 1
                     if type(ev.id) is int and type(ev.ts) in _NUM:
                         b.add_flow(ev.ph == "s", ev.pid, ev.tid, ev.ts, ev.id)
+                elif ev.ph == "C" and _cat(ev) == PM_SAMPLING_CATEGORY:
+                    _add_pm_sample(path, b, ev, base + i)
                 elif ev.ph in ("B", "E"):  # another writer's durations: said, so that what is missing is known
                     b.skip(
                         "begin / end ('B' / 'E') events: only complete ('X') events are read, as the PyTorch "

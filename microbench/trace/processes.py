@@ -96,6 +96,7 @@ def split(tl: Timeline, step_range: str | None = None) -> list[tuple[int, Timeli
             distributed=distributed,
             meta=tl.meta | {"process": p, "processes_in_file": len(pids)},
             counters={new_row[r]: c for r, c in tl.counters.items() if r in new_row},
+            pm_samples={d: v for d, v in tl.pm_samples.items() if d in devices},
         )
         parts.append((p, replace(part, span_us=_span(part))))
     return parts

@@ -212,6 +212,9 @@ class Timeline:
     span_us: tuple[float, float] | None = None  # earliest start, latest end of all recorded activity
     skipped: dict[str, int] = field(default_factory=dict)  # what the reader left out, and how many
     counters: dict[int, dict] = field(default_factory=dict)  # kernel row -> hardware counters (ncu, CUPTI ranges)
+    # CUPTI PM sampling (Kineto's `hardware_counters` counter events): device -> metric -> (sample starts in us,
+    # values), sorted by start; attributed to the kernels they measured by trace/counters.py pm_sample_counters
+    pm_samples: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
     def name(self, i: int) -> str:
         return self.names[i]
@@ -332,6 +335,7 @@ class TimelineBuilder:
         self.span_lo, self.span_hi = float("inf"), float("-inf")
         self.skipped: dict[str, int] = {}
         self.counters: dict[int, dict] = {}
+        self.pm_samples: dict[int, dict[str, tuple[array, array]]] = {}
         self._steps_seen: set = set()
         # flow events (start or end, the (pid, tid) key of their thread or stream, ts, id) and the activities and
         # runtime calls whose own args carry no correlation id, linked through them at build()
@@ -475,6 +479,21 @@ class TimelineBuilder:
         range profiler): the strongest Tensor Core evidence (microbench/trace/counters.py)."""
         self.counters[len(self.cols[Activities]["name"]) + len(self._rows[Activities]) - 1] = metrics
 
+    def add_pm_sample(self, device: int, metric: str, ts: float, value: float) -> None:
+        """One CUPTI PM-sampling value: `metric` on `device` over the sample that starts at `ts`."""
+        times, values = self.pm_samples.setdefault(device, {}).setdefault(metric, (array("d"), array("d")))
+        times.append(ts)
+        values.append(value)
+
+    def _pm_sample_columns(self) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        out: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        for device, metrics in self.pm_samples.items():
+            for metric, (times, values) in metrics.items():
+                t, v = np.frombuffer(times, dtype="d"), np.frombuffer(values, dtype="d")
+                order = np.argsort(t, kind="stable")
+                out.setdefault(device, {})[metric] = (t[order], v[order])
+        return out
+
     def add_range(
         self,
         name: str,
@@ -531,4 +550,5 @@ class TimelineBuilder:
             span_us=(self.span_lo, self.span_hi) if self.span_hi >= self.span_lo else None,
             skipped=dict(self.skipped),
             counters=self.counters,
+            pm_samples=self._pm_sample_columns(),
         )
