@@ -404,3 +404,20 @@ def test_a_file_of_several_ranks_says_so_in_integrity(tmp_path):
     assert "read each process as a rank" in found[0]["detail"]
     path.write_text(json.dumps({"traceEvents": rank(1, 0, 1)}))
     assert not [m for m in analyze(path)["integrity"]["missing"] if m["what"] == "several processes in one file"]
+
+
+def test_set_up_inside_the_steps_is_an_integrity_line_and_no_range_s_idle(tmp_path):
+    """700 us of nvFuser compilation in a 1,000 us step: the integrity section says the steps are warm-up (per-step
+    values unreliable: profile after it), and the compilation's range is not named as holding the host's idle."""
+    from .conftest import analyze
+
+    _setup_trace(tmp_path, "FusionKernelRuntime::compileFusionParallel")
+    doc = analyze(tmp_path / "setup.json")
+    (line,) = [m for m in doc["integrity"]["missing"] if m["what"] == "steady-state steps"]
+    assert line["detail"].startswith("700 us (70%) of the steps' 1,000 us is one-off set-up")
+    assert "profile after warm-up" in line["detail"] and line["unreliable"] == ["per-step values"]
+    assert doc["steps"][0]["idle_in_ranges_us"] == {}
+    _setup_trace(tmp_path, "forward")  # the same host time in the user's own range: a per-step cause, no such line
+    doc = analyze(tmp_path / "setup.json")
+    assert not [m for m in doc["integrity"]["missing"] if m["what"] == "steady-state steps"]
+    assert doc["steps"][0]["idle_in_ranges_us"] == {"forward": pytest.approx(700)}

@@ -252,7 +252,8 @@ class TraceAnalysis(Tables):
             "kernel_count": metrics.kernel_time(self.tl)[0],
             "unattributed_kernels": metrics.unlaunched_kernels(self.tl),
         }
-        return integrity.integrity_of(self.tl, counts, self._steps[0], self._steps[2], self.devices, self.flop_coverage)
+        windows, steps, outside = self._steps
+        return integrity.integrity_of(self.tl, counts, windows, outside, self.devices, self.flop_coverage, steps)
 
     @cached_property
     def mfu(self) -> dict:

@@ -572,7 +572,8 @@ def host_breakdown(tl: Timeline, windows: Windows) -> list[dict]:
                 "breakdown_span_us": float(hi - lo),
                 "breakdown_us": {c: parts.get(c, 0.0) for c in PLUGIN_CATEGORIES},
                 "idle_by_host_us": {c: idle.get(c, 0.0) for c in HOST_CATEGORIES},
-                "idle_in_ranges_us": _idle_in_ranges(tl, lo, hi, gpu, user),
+                # the idle the host findings count: one-off set-up is no range's per-step idle
+                "idle_in_ranges_us": _idle_in_ranges(tl, lo, hi, gpu + [sets["setup"]], user),
             }
         )
     return out
@@ -587,8 +588,9 @@ def _user_ranges(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _idle_in_ranges(tl: Timeline, lo: float, hi: float, gpu: list, user, top: int = 3) -> dict[str, float]:
-    """The GPU idle time of [lo, hi] inside each user range (NVTX, record_function), the `top` most: a range
-    holding idle time names the host work behind it. A range inside another counts for both (nesting)."""
+    """The GPU idle time of [lo, hi] (outside the intervals of `gpu`: the GPU's activity and the one-off set-up)
+    inside each user range (NVTX, record_function), the `top` most: a range holding idle time names the host work
+    behind it. A range inside another counts for both (nesting)."""
     rs, re_, names = user
     inside = (rs < hi) & (re_ > lo)
     if not inside.any():

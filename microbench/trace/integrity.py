@@ -257,8 +257,32 @@ def coverage(cov: dict) -> dict:
     return cov | {"threshold": least, "withheld": share is not None and share < least}
 
 
-def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[dict], cov: dict) -> dict:
-    """The `integrity` key of the trace document (`s`: kernel_count and unattributed_kernels of the summary):
+def _setup_in_steps(steps: list[dict]) -> list[dict]:
+    """One-off set-up inside the steps (gpu_time's idle kind `setup`), at least thresholds setup_in_steps_share of
+    their wall time: the steps are warm-up, not the steady state."""
+    wall = sum(st.get("wall_us") or 0.0 for st in steps)
+    setup = [(st["name"], st["idle_by_host_us"]["setup"]) for st in steps if st.get("idle_by_host_us", {}).get("setup")]
+    total = sum(us for _, us in setup)
+    if not wall or total < thresholds.value("setup_in_steps_share") * wall:
+        return []
+    worst = max(setup, key=lambda x: x[1])
+    return [
+        _entry(
+            "steady-state steps",
+            f"{total:,.0f} us ({total / wall:.0%}) of the steps' {wall:,.0f} us is one-off set-up while the GPU "
+            f"idles (JIT compilation, module loading, MPI_Init, cudnnFind, warm-up ranges; most in {worst[0]}: "
+            f"{worst[1]:,.0f} us): profile after warm-up (torch.profiler.schedule's wait / warmup; Nsight Systems' "
+            "--capture-range=cudaProfilerApi or --delay); no finding counts it as a per-step saving",
+            [STEPS],
+        )
+    ]
+
+
+def integrity_of(
+    tl: Timeline, s: dict, windows, outside: dict, devices: list[dict], cov: dict, steps: list[dict] = ()
+) -> dict:
+    """The `integrity` key of the trace document (`s`: kernel_count and unattributed_kernels of the summary;
+    `steps`: gpu_time's per-step breakdowns):
     `missing` (what, detail, the figures it makes unreliable),
     `unreliable` (those figures, once each), `flop_coverage` (module docstring) and `withheld`."""
     missing = (
@@ -267,6 +291,7 @@ def integrity_of(tl: Timeline, s: dict, windows, outside: dict, devices: list[di
         + _operators(tl)
         + _steps(tl, windows, s)
         + _processes(tl, windows)
+        + _setup_in_steps(list(steps))
         + _devices(devices)
         + _events(tl)
     )
