@@ -16,10 +16,6 @@ from microbench.core.resources import data_file
 
 GRAMMARS_PATH = data_file("kernel_grammars.toml")
 MATRIX_OPS = ("gemm", "conv", "attention", "gemv")
-# element types only Tensor Cores / matrix cores multiply in a matrix kernel of sm_70+ (xmma's f16f16, nvjet's h)
-_TC_TYPES = re.compile(r"tf32|bf16|f16|e4m3|e5m2|i8|s8")
-_NVJET_TC_LETTERS = set("thbeqi")
-NO_TENSOR_CORE_BELOW_SM = 70  # Volta (sm_70) brought the first Tensor Cores
 
 
 @dataclass(frozen=True)
@@ -54,6 +50,11 @@ class Parsed:
 @cache
 def _data() -> dict:
     return tomllib.loads(GRAMMARS_PATH.read_text())
+
+
+@cache
+def _tensor_core_types() -> re.Pattern:
+    return re.compile(_data()["tensor_core"]["types"])
 
 
 @cache
@@ -135,10 +136,10 @@ def verdict(
 ) -> tuple[str, str]:
     """Tensor Core use from what the name says: the op first, then the architecture it was built for, the
     instruction word, the MMA shape, the element types; else unknown."""
-    words = _data()["instr_words"]
+    words, tc = _data()["instr_words"], _data()["tensor_core"]
     if op not in MATRIX_OPS:
         return "no", f"{op} kernel, no matrix math"
-    if arch is not None and arch < NO_TENSOR_CORE_BELOW_SM:
+    if arch is not None and arch < tc["first_sm"]:
         return "no", f"built for sm_{arch}, which has no Tensor Cores"
     if instr and instr in words:
         return words[instr], f"instruction class {instr!r}"
@@ -152,6 +153,6 @@ def verdict(
         return g.no_instr, "no matrix-instruction word in the name: the vector ALUs"
     if g.types_settle and types:
         t = types.lower()
-        if _TC_TYPES.search(t) or (len(t) <= 5 and set(t) & _NVJET_TC_LETTERS and "f" not in t):
+        if _tensor_core_types().search(t) or (len(t) <= 5 and set(t) & set(tc["nvjet_letters"]) and "f" not in t):
             return "yes", f"element types {types}: Tensor Core operands"
     return "unknown", "the name does not say"
