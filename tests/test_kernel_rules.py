@@ -264,6 +264,8 @@ def test_rules_on_nsys_kernel_names():
         ),
         # AMD: Triton attention (vLLM), HIP paged attention with MFMA, CK XDL (MFMA) GEMMs, Tensile vector-FMA GEMMs
         ("kernel_unified_attention_2d", "tc_gemm", "yes"),
+        ("sage_fwd", "tc_gemm", "yes"),  # aiter's Triton SageAttention (a TraceLens xDiT Flux.1 MI300X profile)
+        ("sage_fwd_mxfp4", "tc_gemm", "yes"),
         ("_ZN5aiter33paged_attention_ll4mi_QKV_mfma16_kernelI13__hip_bfloat16EEvv", "tc_gemm", "yes"),
         ("paged_attention_ll4mi_reduce_kernel", "reduction", "no"),
         (
