@@ -15,6 +15,7 @@ COMMANDS = {
     "roofline": "microbench.roofline.cli",
     "trace": "microbench.trace.cli",
     "compare": "microbench.compare.cli",
+    "gate": "microbench.gate.cli",
     "decompose": "microbench.decompose.cli",
     "comm": "microbench.comm.cli",
     "predict": "microbench.predict.cli",

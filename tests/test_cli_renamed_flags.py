@@ -104,6 +104,7 @@ def _leaf_parsers():
 
     from microbench.__main__ import COMMANDS
     from microbench.compare import cli as compare
+    from microbench.gate import cli as gate
     from microbench.inspect import cli as inspect
     from microbench.predict import cli as predict
 
@@ -111,6 +112,7 @@ def _leaf_parsers():
         "roofline": roofline,
         "trace": trace,
         "compare": compare,
+        "gate": gate,
         "decompose": decompose,
         "comm": comm,
         "predict": predict,
@@ -131,7 +133,7 @@ def test_one_meaning_per_flag_across_the_commands():
     """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
-    assert len(parsers) == 13  # 6 commands, and the subcommands of comm (4) and tta (3)
+    assert len(parsers) == 14  # 7 commands, and the subcommands of comm (4) and tta (3)
     reads_bench_toml = (
         "roofline",
         "trace",

@@ -204,7 +204,7 @@ def test_ctrl_c_in_trace_and_compare(command, monkeypatch, capsys):
         raise KeyboardInterrupt
 
     if command == "trace":
-        monkeypatch.setattr(trace_cmd.TraceAnalysis, "open", ctrl_c)
+        monkeypatch.setattr(trace_cmd, "read_trace", ctrl_c)  # Ctrl-C while the trace is read
         code = trace_cmd.main([str(SLICE)])
     else:
         monkeypatch.setattr(compare_cmd, "compare", ctrl_c)

@@ -28,6 +28,7 @@ LEVELS = {
     "microbench.predict": 6,
     "microbench.findings": 7,
     "microbench.compare": 8,
+    "microbench.gate": 8,
     "microbench": 9,  # the commands' modules, the public API (api.py, __init__.py), the door (__main__.py)
 }
 COMMAND_MODULES = ("cli", "__main__")

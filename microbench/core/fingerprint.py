@@ -87,5 +87,6 @@ def read_benchmark_block(machine_info: dict) -> dict:
         "software": dict(sw) if isinstance(sw, dict) else {},
         "profile": block.get("profile"),
         "config_sha256": block.get("config_sha256"),
+        "conditions": block.get("conditions") if isinstance(block.get("conditions"), dict) else {},
         "key": key,
     }

@@ -50,6 +50,7 @@ class Machine:
     cells: dict = field(default_factory=dict)  # case key -> cell dict
     notes: list = field(default_factory=list)
     label: str = ""
+    conditions: dict = field(default_factory=dict)  # the run's machine conditions (core/conditions.py), if recorded
 
 
 def _version(v, path: Path, key: str):
@@ -95,6 +96,7 @@ def _from_dawnscope(path: Path, doc: dict) -> Machine:
         text(cfg.get("profile"), path, "config.profile"),
         text(cfg.get("sha256"), path, "config.sha256"),
         {k: _version(sw.get(k), path, f"software.{k}") for k in SOFTWARE_KEYS if k in sw},
+        conditions=doc.get("conditions") if isinstance(doc.get("conditions"), dict) else {},
     )
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
@@ -211,6 +213,7 @@ def _benchmark_machine(path: Path, mi: dict, device: str | None) -> Machine:
         text(block["profile"], path, f"{block['key']}.profile"),
         text(block["config_sha256"], path, f"{block['key']}.config_sha256"),
         {k: _version(sw.get(k), path, f"{block['key']}.software.{k}") for k in SOFTWARE_KEYS if sw.get(k) is not None},
+        conditions=block["conditions"],
     )
 
 
@@ -326,24 +329,37 @@ def _pick_baseline(machines: list[Machine], want: str | None) -> Machine:
     raise InputError(None, f"{what} (inputs: {labels})", key="--baseline", value=want)
 
 
-def _flags(machines: list[Machine]) -> list[str]:
-    flags = []
-    profiles = {m.label: m.profile for m in machines}
+def differences(machines: list[Machine]) -> list[dict]:
+    """What makes the inputs' cases measure different things: another profile, another configuration file of one
+    profile, other software versions. Each {what: profile / config / software, key, detail}."""
+    out = []
+    label = {id(m): m.label or str(m.path) for m in machines}  # before compare_machines labels them
+    profiles = {label[id(m)]: m.profile for m in machines}
     known = {p for p in profiles.values() if p}
     if len(known) > 1:
-        flags.append("different profiles: " + ", ".join(f"{k}: {v or 'unknown'}" for k, v in profiles.items()))
+        detail = "different profiles: " + ", ".join(f"{k}: {v or 'unknown'}" for k, v in profiles.items())
+        out.append({"what": "profile", "key": "profile", "detail": detail})
     elif len(known) == 1:
         shas = {m.config_sha256 for m in machines if m.profile and m.config_sha256}
         if len(shas) > 1:
-            flags.append(
-                f"profile {known.pop()} comes from different configuration files (bench.toml sha256 "
-                "differs): the cases may not be the same"
+            out.append(
+                {
+                    "what": "config",
+                    "key": "config.sha256",
+                    "detail": f"profile {known.pop()} comes from different configuration files (bench.toml sha256 "
+                    "differs): the cases may not be the same",
+                }
             )
     for key in SOFTWARE_KEYS:
-        vals = {m.label: m.software.get(key) for m in machines if m.software.get(key) is not None}
+        vals = {label[id(m)]: m.software.get(key) for m in machines if m.software.get(key) is not None}
         if len(set(vals.values())) > 1:
-            flags.append(f"{key} versions differ: " + ", ".join(f"{k}: {v}" for k, v in vals.items()))
-    return flags
+            detail = f"{key} versions differ: " + ", ".join(f"{k}: {v}" for k, v in vals.items())
+            out.append({"what": "software", "key": key, "detail": detail})
+    return out
+
+
+def _flags(machines: list[Machine]) -> list[str]:
+    return [d["detail"] for d in differences(machines)]
 
 
 def _ratio(b: dict | None, c: dict) -> tuple[float | None, str | None]:
@@ -368,7 +384,12 @@ def _ratio(b: dict | None, c: dict) -> tuple[float | None, str | None]:
 def compare(paths: list[str | Path], baseline: str | None = None) -> dict:
     if not paths:
         raise InputError(None, "give at least one results file")
-    machines = [load_machine(p) for p in paths]
+    return compare_machines([load_machine(p) for p in paths], baseline)
+
+
+def compare_machines(machines: list[Machine], baseline: str | None = None) -> dict:
+    """The comparison of results already loaded (load_machine): per case, each machine's cell with its ratio to the
+    baseline and the noise verdict (_ratio)."""
     _label(machines)
     base = _pick_baseline(machines, baseline)
     keys: list[tuple] = []
