@@ -16,6 +16,7 @@ COMMANDS = {
     "trace": "microbench.trace.cli",
     "compare": "microbench.compare.cli",
     "gate": "microbench.gate.cli",
+    "mcp": "microbench.mcp.cli",
     "decompose": "microbench.decompose.cli",
     "comm": "microbench.comm.cli",
     "predict": "microbench.predict.cli",

@@ -106,6 +106,7 @@ def _leaf_parsers():
     from microbench.compare import cli as compare
     from microbench.gate import cli as gate
     from microbench.inspect import cli as inspect
+    from microbench.mcp import cli as mcp
     from microbench.predict import cli as predict
 
     builds = {
@@ -113,6 +114,7 @@ def _leaf_parsers():
         "trace": trace,
         "compare": compare,
         "gate": gate,
+        "mcp": mcp,
         "decompose": decompose,
         "comm": comm,
         "predict": predict,
@@ -133,7 +135,7 @@ def test_one_meaning_per_flag_across_the_commands():
     """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
-    assert len(parsers) == 14  # 7 commands, and the subcommands of comm (4) and tta (3)
+    assert len(parsers) == 15  # 8 commands, and the subcommands of comm (4) and tta (3)
     reads_bench_toml = (
         "roofline",
         "trace",
@@ -146,7 +148,8 @@ def test_one_meaning_per_flag_across_the_commands():
     )
     assert all("--config" in parsers[p] for p in reads_bench_toml)
     for prog, opts in parsers.items():
-        assert "--json" in opts and opts["--json"].metavar == "OUT", prog
+        # every command writes its document with --json OUT; the agent server answers over stdio and writes nothing
+        assert ("--json" in opts and opts["--json"].metavar == "OUT") or prog == "mcp", prog
         for flag, metavar in (("--out", "DIR"), ("--html", "OUT"), ("--png", "OUT"), ("--step-range", "NAME")):
             if flag in opts:
                 assert opts[flag].metavar == metavar, (prog, flag)

@@ -207,7 +207,7 @@ def test_ctrl_c_in_trace_and_compare(command, monkeypatch, capsys):
         monkeypatch.setattr(trace_cmd, "read_trace", ctrl_c)  # Ctrl-C while the trace is read
         code = trace_cmd.main([str(SLICE)])
     else:
-        monkeypatch.setattr(compare_cmd, "compare", ctrl_c)
+        monkeypatch.setattr(compare_cmd, "comparison", ctrl_c)
         code = compare_cmd.main([str(DOC_RESULTS)])
     assert code == 130
     assert one_error_line(capsys) == "interrupted"
@@ -255,7 +255,7 @@ def test_bad_output_paths(case, tmp_path, tiny_config, monkeypatch, capsys):
         monkeypatch.setattr(trace_cmd.TraceAnalysis, "open", no_work)
         code = trace_cmd.main([str(SLICE), opt, str(target)])
     elif command == "compare":
-        monkeypatch.setattr(compare_cmd, "compare", no_work)
+        monkeypatch.setattr(compare_cmd, "comparison", no_work)
         code = compare_cmd.main([str(DOC_RESULTS), opt, str(target)])
     else:
         monkeypatch.setattr(inspect_cmd, "records", no_work)

@@ -29,7 +29,8 @@ LEVELS = {
     "microbench.findings": 7,
     "microbench.compare": 8,
     "microbench.gate": 8,
-    "microbench": 9,  # the commands' modules, the public API (api.py, __init__.py), the door (__main__.py)
+    "microbench.mcp": 9,  # the agent server: the analyses of the commands below, answered over MCP
+    "microbench": 10,  # the commands' modules, the public API (api.py, __init__.py), the door (__main__.py)
 }
 COMMAND_MODULES = ("cli", "__main__")
 MODELS_MAY_IMPORT = ("microbench.core",)
@@ -272,6 +273,7 @@ def test_the_cycle_check_sees_a_cycle_inside_a_package(tmp_path):
 # runtime dependency (devtools only). hypothesis and pytest: test-only. Our own module is lazy when it imports one
 # of these at module level (the closure below), so `python -m microbench.trace` never loads torch.
 LAZY_THIRD_PARTY = {
+    "mcp",
     "torch",
     "triton",
     "cupy",

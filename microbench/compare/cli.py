@@ -7,16 +7,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from microbench.compare.files import analyzed_traces, comparison
 from microbench.core.args import Parser
 from microbench.core.errors import InputError, run_command, shown
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, print_written, write_file
-from microbench.findings.analysis import TraceAnalysis
 from microbench.report import inspect_compare as I
 from microbench.report import trace_compare as T
 from microbench.report.cells import kept_in
-from microbench.report.compare import compare, compare_html, print_compare, resolve_results
-from microbench.trace.analysis import is_profiler_trace
+from microbench.report.compare import compare_html, print_compare, resolve_results
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,11 +70,11 @@ def _run(args) -> int:
             check_file(path, opt)
 
     paths = [resolve_results(p) for p in args.results]  # a results directory: its results.json
-    analyzed = _analyzed_traces(paths)
+    analyzed = analyzed_traces(paths)
     if not analyzed and _inspect_files(args, paths):
         return 0
-    traces = T.load_trace_reports(paths, analyzed)
-    cmp = T.compare_traces(traces, args.baseline) if traces else compare(paths, args.baseline)
+    kind, cmp = comparison(paths, args.baseline, analyzed)
+    traces = kind == "traces"
     # the files first, then the terminal: a reader that goes away (`| head`) cannot cost the files
     render = (T.trace_compare_html if traces else compare_html) if args.html else None
     written = [write_file(args.html, render(cmp), "--html")] if render else []
@@ -84,12 +83,6 @@ def _run(args) -> int:
     (T.print_trace_compare if traces else print_compare)(cmp, kept_in=kept_in(args.json, args.html, what="comparison"))
     print_written(written)
     return 0
-
-
-def _analyzed_traces(paths: list[Path]) -> dict[Path, dict]:
-    """The inputs that are profiler traces, each analysed as `trace FILE --json` would (its report), so that two
-    traces compare as their two reports do."""
-    return {p: TraceAnalysis.open(p).document() for p in paths if is_profiler_trace(p)}
 
 
 def _inspect_files(args, paths) -> bool:

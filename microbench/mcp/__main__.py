@@ -1,0 +1,7 @@
+"""`python -m microbench.mcp`, the same as `dawnscope mcp`."""
+
+import sys
+
+from microbench.mcp.cli import main
+
+sys.exit(main())
