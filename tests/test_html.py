@@ -179,3 +179,16 @@ def test_no_roofline_says_why_from_what_the_trace_has(cfg):
     assert "record_shapes" not in with_shapes and "shapes were recorded" in with_shapes
     without = roofline_html(analyze(DATA / "v100_resnet_ddp_2023schema_slice.json", cfg))
     assert "recorded without record_shapes=True" in without
+
+
+def test_a_cpu_only_trace_s_host_time_is_not_called_gpu_idle(cfg):
+    """A CPU process's trace (HTA's cpu_only rank): its CPU operators' time sat under `idle: CPU ops`; with no GPU
+    activity in the trace the host's columns are its own work. A GPU trace keeps `idle: ...`, one-off set-up included."""
+    from microbench.report.trace_html import steps_html
+
+    from .conftest import TRACES, analyze_with_findings
+
+    cpu = steps_html(analyze_with_findings(TRACES / "hta_cpu_only_rank34.json.gz", cfg))
+    assert "host: CPU ops" in cpu and "idle: CPU ops" not in cpu
+    gpu = steps_html(analyze_with_findings(TRACES / "h100_bert_small.json.gz", cfg))
+    assert "idle: CPU ops" in gpu and "idle: one-off set-up" in gpu and "host: " not in gpu

@@ -165,6 +165,11 @@ def print_step_breakdown(console, doc: dict, kept_in: str, left=None) -> None:
             drop_order=order,
             title="step time by what ran (us; each instant to the first active: GPU kernel, "
             "memcpy, memset, then the host's runtime calls, data loading, CPU operators, "
-            "other: the TensorBoard plugin's categories; runtime ... other are GPU idle time)",
+            "other: the TensorBoard plugin's categories; "
+            + (
+                "runtime ... other are GPU idle time)"
+                if (doc.get("summary") or {}).get("gpu_span_us")
+                else "no GPU activity in the trace: runtime ... other are the host's own time)"
+            ),
         )
     )

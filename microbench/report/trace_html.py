@@ -133,6 +133,10 @@ def breakdown_figure(steps: list[dict]):
     return fig
 
 
+# the host's kinds (the keys of a step's idle_by_host_us, in gpu_time.HOST_CATEGORIES' order) in the table's words
+HOST_KIND_LABELS = {"setup": "one-off set-up", "cpu_ops": "CPU ops"}
+
+
 def steps_html(doc: dict) -> str:
     steps = breakdown_steps(doc)
     if not steps:
@@ -142,22 +146,20 @@ def steps_html(doc: dict) -> str:
         svg = svg_of(fig)
     finally:
         pyplot().close(fig)
+    # while no GPU activity is in the trace (a CPU run), the host's time is the work itself, not the GPU's idle time
+    gpu = bool((doc.get("summary") or {}).get("gpu_span_us"))
+    head = "idle: " if gpu else "host: "
+    kinds = list(steps[0]["idle_by_host_us"])
     cols = (
         [("step", "left"), ("step us", "right")]
         + [(c, "right") for c, _ in BREAKDOWN]
-        + [
-            ("idle: sync", "right"),
-            ("idle: runtime", "right"),
-            ("idle: dataloader", "right"),
-            ("idle: CPU ops", "right"),
-            ("idle: other", "right"),
-        ]
+        + [(head + HOST_KIND_LABELS.get(k, k), "right") for k in kinds]
     )
     rows = [
         (
             [st["name"], _num(st["breakdown_span_us"])]
             + [_num(st["breakdown_us"][c]) for c, _ in BREAKDOWN]
-            + [_num(st["idle_by_host_us"][c]) for c in ("sync", "runtime", "dataloader", "cpu_ops", "other")],
+            + [_num(st["idle_by_host_us"].get(k, 0.0)) for k in kinds],
             None,
         )
         for st in steps
