@@ -17,13 +17,17 @@ COMMANDS = {
     "compare": "microbench.compare.cli",
     "gate": "microbench.gate.cli",
     "mcp": "microbench.mcp.cli",
+    "help": "microbench.help.cli",
     "decompose": "microbench.decompose.cli",
     "comm": "microbench.comm.cli",
     "predict": "microbench.predict.cli",
     "inspect": "microbench.inspect.cli",
     "tta": "microbench.tta.cli",
 }
-USAGE = "usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; dawnscope --version)"
+USAGE = (
+    "usage: dawnscope {" + ",".join(COMMANDS) + "} ...   (dawnscope COMMAND --help for each; dawnscope help for the "
+    "documents the messages name; dawnscope --version)"
+)
 
 
 def version() -> str:

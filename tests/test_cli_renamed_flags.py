@@ -105,6 +105,7 @@ def _leaf_parsers():
     from microbench.__main__ import COMMANDS
     from microbench.compare import cli as compare
     from microbench.gate import cli as gate
+    from microbench.help import cli as help_
     from microbench.inspect import cli as inspect
     from microbench.mcp import cli as mcp
     from microbench.predict import cli as predict
@@ -115,6 +116,7 @@ def _leaf_parsers():
         "compare": compare,
         "gate": gate,
         "mcp": mcp,
+        "help": help_,
         "decompose": decompose,
         "comm": comm,
         "predict": predict,
@@ -135,7 +137,7 @@ def test_one_meaning_per_flag_across_the_commands():
     """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
-    assert len(parsers) == 15  # 8 commands, and the subcommands of comm (4) and tta (3)
+    assert len(parsers) == 16  # 9 commands, and the subcommands of comm (4) and tta (3)
     reads_bench_toml = (
         "roofline",
         "trace",
@@ -148,8 +150,9 @@ def test_one_meaning_per_flag_across_the_commands():
     )
     assert all("--config" in parsers[p] for p in reads_bench_toml)
     for prog, opts in parsers.items():
-        # every command writes its document with --json OUT; the agent server answers over stdio and writes nothing
-        assert ("--json" in opts and opts["--json"].metavar == "OUT") or prog == "mcp", prog
+        # every command writes its document with --json OUT; the agent server answers over stdio and writes nothing,
+        # and help prints the documents
+        assert ("--json" in opts and opts["--json"].metavar == "OUT") or prog in ("mcp", "help"), prog
         for flag, metavar in (("--out", "DIR"), ("--html", "OUT"), ("--png", "OUT"), ("--step-range", "NAME")):
             if flag in opts:
                 assert opts[flag].metavar == metavar, (prog, flag)

@@ -17,6 +17,7 @@ from .conftest import REPO
 LEVELS = {
     "microbench.core": 0,
     "microbench.report": 1,
+    "microbench.help": 1,  # the documents: core only
     "microbench.trace": 2,
     "microbench.roofline": 3,
     "microbench.models": 3,  # imports only the core (checked below)

@@ -20,3 +20,9 @@ def default_config() -> Path:
     """The bench.toml a command reads without --config: the installed package's copy, else the checkout's."""
     shipped = PACKAGE / "bench.toml"
     return shipped if shipped.is_file() else PACKAGE.parent / "bench.toml"
+
+
+def docs_dir() -> Path:
+    """The documents (docs/*.md): the installed package's copy (setup.py), else the checkout's docs/."""
+    shipped = PACKAGE / "docs"
+    return shipped if shipped.is_dir() else PACKAGE.parent / "docs"
