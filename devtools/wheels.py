@@ -47,11 +47,14 @@ def image_has(image: dict, name: str, installed=None) -> bool:
 
 
 def runtime_requirements(pyproject: Path = PYPROJECT) -> list[str]:
-    """What the device check needs on the image: the commands' dependencies and the `test` extra's (it runs the
-    test suite there; Dask, pytest-benchmark and hypothesis are in that extra, not in the commands')."""
+    """What the device check needs on the image: the commands' dependencies, the `bench` extra's (it measures) and
+    the `test` extra's (it runs the test suite there; Dask, pytest-benchmark and hypothesis are in that extra)."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    test = project.get("optional-dependencies", {}).get("test", [])
-    return list(project["dependencies"]) + [r for r in test if r not in project["dependencies"]]
+    extras = project.get("optional-dependencies", {})
+    out = list(project["dependencies"])
+    for extra in ("bench", "test"):
+        out += [r for r in extras.get(extra, []) if r not in out]
+    return out
 
 
 def requirement_name(req: str) -> str:

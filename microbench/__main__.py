@@ -10,6 +10,8 @@ from pathlib import Path
 
 import tomllib
 
+from microbench.core.errors import missing_extra
+
 # command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
 COMMANDS = {
     "roofline": "microbench.roofline.cli",
@@ -54,10 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(command, rest)
 
 
-def run(command: str, argv: list[str], **kw) -> int:
+def run(command: str, argv: list[str] | None, **kw) -> int:
     """One command's main(argv): how a command hands its arguments to another (`roofline --model` to
-    decompose) without importing the other's module."""
-    return importlib.import_module(COMMANDS[command]).main(argv, **kw)
+    decompose) without importing the other's module. A command whose module needs an optional package that is not
+    installed says which extra brings it (one line, exit 2)."""
+    try:
+        module = importlib.import_module(COMMANDS[command])
+    except ModuleNotFoundError as e:
+        line = missing_extra(e)
+        if line is None:
+            raise
+        print(f"error: dawnscope {command}: {line}", file=sys.stderr)
+        return 2
+    return module.main(argv, **kw)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+import tomllib
+
+from microbench.core.resources import data_file
+
 # Control characters (C0, DEL, C1) in a file name or value would break the one-line rule (a newline) or drive the
 # terminal (an escape sequence): shown as escapes instead.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -123,12 +127,24 @@ def error_line(e: InputError) -> str:
     return e.line() if e.path else e.line().replace("<input>: ", "", 1)  # an option, not a file
 
 
+def missing_extra(e: ModuleNotFoundError) -> str | None:
+    """The line for an optional package that is not installed (data/extras.toml: which extra brings it), None for
+    any other missing module (a bug: its traceback is shown)."""
+    name = (e.name or "").split(".")[0]
+    extra = tomllib.loads(data_file("extras.toml").read_text())["modules"].get(name)
+    if extra is None:
+        return None
+    torch_first = " (your PyTorch build first: CUDA, ROCm or CPU)" if extra == "bench" else ""
+    return f"this needs {name}, which the `{extra}` extra installs: pip install 'dawnscope[{extra}]'{torch_first}"
+
+
 def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] | None = None) -> int:
     """The one runner of every command, with its one-line endings (docs/failures.md):
     - bad input (InputError): `error: LINE`, exit 2;
     - Ctrl-C or SIGTERM, from the first line of the body on: `interrupted`, exit 130 / 143. A command that
       commits partial output gives `on_interrupt`, called first (its returned line replaces `interrupted`);
     - stdout's reader going away (`| head`): no line, exit 141 (the files come before the report);
+    - an optional package the command needs and that is not installed: `error: ...`, naming the extra, exit 2;
     - the machine failing the command (a full disk, an I/O error: OSError) or a failing plot backend
       (`PlotError`): `error: LINE`, exit 1 (exit 2 where the OSError says the path given is wrong). A run that measured rows keeps them (core.outdir moves them to
       `incomplete-...`); nothing else is caught, so a bug still shows its traceback."""
@@ -148,6 +164,12 @@ def run_command(body: Callable[[], int], on_interrupt: Callable[[], str | None] 
             return caught.exit_code()
         except BrokenPipeError:
             return _reader_gone()
+        except ModuleNotFoundError as e:  # an optional package the command needs (data/extras.toml)
+            line = missing_extra(e)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            return 2
         except (OSError, PlotError) as e:
             where = f"{shown(e.filename)}: " if getattr(e, "filename", None) else ""
             print(f"error: {where}{shown(getattr(e, 'strerror', None) or e)}", file=sys.stderr)

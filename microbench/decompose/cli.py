@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None, prog: str = "dawnscope decompose") -> in
 
 
 def _main(args, out: Path) -> int:
+    import torch  # noqa: F401 - the `bench` extra, said in one line (run_command) before --out is made
 
     if args.json:
         check_file(args.json, "--json")

@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args) -> int:
+    import torch  # noqa: F401 - the `bench` extra, said in one line (run_command) before --out is made
+
     out = OutputDir(args.out, OWNS)  # checks --out before any work
 
     for path, flag in ((args.arch_json, "--arch-json"), (args.json, "--json")):

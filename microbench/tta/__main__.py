@@ -2,6 +2,6 @@
 
 import sys
 
-from microbench.tta.cli import main
+from microbench.__main__ import run
 
-sys.exit(main())
+sys.exit(run("tta", None))
