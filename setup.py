@@ -18,7 +18,7 @@ class BuildPy(build_py):
             target = Path(self.build_lib) / "microbench" / "bench.toml"
             target.parent.mkdir(parents=True, exist_ok=True)
             self.copy_file(str(Path(__file__).parent / "bench.toml"), str(target))
-            # the documents the messages name (docs/NAME.md), for `dawnscope help NAME` from an install
+            # the documents the messages name (docs/<name>.md), for `dawnscope help NAME` from an install
             docs = Path(self.build_lib) / "microbench" / "docs"
             docs.mkdir(parents=True, exist_ok=True)
             for md in sorted((Path(__file__).parent / "docs").glob("*.md")):

@@ -15,6 +15,7 @@ from microbench.core.errors import missing_extra
 # command -> module; the module's main(argv) does the work (argument parsing and calls into one library)
 COMMANDS = {
     "roofline": "microbench.roofline.cli",
+    "bench": "microbench.bench.cli",
     "trace": "microbench.trace.cli",
     "compare": "microbench.compare.cli",
     "gate": "microbench.gate.cli",

@@ -1,7 +1,8 @@
 """Shared test set-up.
 
 - Plain `pytest` runs every benchmark test once, as a correctness smoke test (pytest-benchmark's
-  --benchmark-disable); `pytest --benchmark-only` (or --benchmark-enable) times them for real.
+  --benchmark-disable); `pytest --benchmark-only` (or --benchmark-enable) times them for real (the plugin:
+  microbench/bench/plugin.py, which `dawnscope bench` loads too).
 - Tests marked `gpu` are skipped, visibly, where PyTorch sees no CUDA or ROCm device.
 - No test writes into the checkout: Hypothesis keeps its example database and constants cache under the
   system's temporary folder, not in `.hypothesis/` of the working directory.
@@ -18,14 +19,15 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-CACHE_ENV = "DAWNSCOPE_CACHE_DIR"  # microbench.roofline.ceilings.CACHE_ENV (not imported here: torch-free start)
+# The benchmark suite's plugin (microbench/bench/plugin.py): a plain run times no benchmark and keeps its own ceilings
+# cache; `--benchmark-only` times them, with the machine's fingerprint and conditions.
+pytest_plugins = ["microbench.bench.plugin"]
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -119,32 +121,7 @@ def needs_shared(folder: str):
     )
 
 
-def pytest_configure(config):
-    from microbench import kernels
-
-    kernels.load_all()  # the providers register on import; commands do the same (the core never imports kernels/)
-    # Runs before pytest-benchmark's own (trylast) pytest_configure reads the options.
-    opt = config.option
-    timing = hasattr(opt, "benchmark_disable") and (opt.benchmark_only or opt.benchmark_enable)
-    if hasattr(opt, "benchmark_disable") and not timing:
-        opt.benchmark_disable = True
-    if not timing and not os.environ.get(CACHE_ENV):
-        # The test suite never reads or writes the user's cached ceilings (nor the checkout): a folder of its
-        # own, inherited by the commands tests start. `pytest --benchmark-only` shares the user's cache with
-        # `python -m microbench.roofline`: one source of ceilings.
-        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dawnscope-test-cache-")
-        config._dawnscope_cache = os.environ[CACHE_ENV]
-
-
-def pytest_unconfigure(config):
-    # the suite's own ceilings cache goes with the session (one folder a run was left in /tmp, hundreds by now)
-    folder = getattr(config, "_dawnscope_cache", None)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def pytest_collection_modifyitems(config, items):
-    _deselect_non_benchmarks(config, items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a GPU: PyTorch sees no CUDA or ROCm device here")
@@ -207,81 +184,3 @@ def tiny_config(tmp_path, cfg) -> Path:
     p = tmp_path / "bench.toml"
     p.write_text(TINY_PROFILE + "\n[tolerance]\n" + tol + "\n")
     return p
-
-
-def pytest_benchmark_update_machine_info(config, machine_info):
-    """Every pytest-benchmark JSON carries the dawnscope fingerprint block (the device it measured, the
-    software, the profile and configuration) that `python -m microbench.compare` reads back."""
-    from microbench.core import device, fingerprint
-    from microbench.core.config import DEFAULT_CONFIG
-
-    profile, config_path, device_request = fingerprint.benchmark_selection()
-    dev = device.detect(device_request)
-    machine_info[fingerprint.BENCHMARK_KEY] = fingerprint.benchmark_block(
-        device.fingerprint(dev), device.software(), profile, config_path or DEFAULT_CONFIG
-    )
-    if (doc := _conditions_doc(config)) is not None:
-        machine_info[fingerprint.BENCHMARK_KEY]["conditions"] = doc
-
-
-def pytest_sessionstart(session):
-    """`pytest --benchmark-only`: look at the machine before the benchmarks, as the commands do; on a busy CPU
-    run the ops on the threads the other work leaves free (core.conditions.Conditions.fit_threads)."""
-    opt = session.config.option
-    if getattr(opt, "benchmark_disable", True):
-        return
-    from microbench.core.conditions import Conditions
-    from microbench.core.config import load_config
-    from microbench.core.fingerprint import benchmark_selection
-
-    _, config_path, device_request = benchmark_selection()
-    try:
-        settings = load_config(config_path).conditions
-    except Exception:  # noqa: BLE001 - a bad config is reported by the benchmarks' own collection
-        settings = None
-    look = Conditions(settings).start()
-    if device_request == "cpu" or not torch.cuda.is_available():
-        look.fit_threads()
-    session.config.dawnscope_conditions = look
-
-
-def _conditions_doc(config) -> dict | None:
-    """The session's conditions, looked at once when first asked (machine_info, then the summary line)."""
-    look = getattr(config, "dawnscope_conditions", None)
-    if look is None:
-        return None
-    if getattr(config, "dawnscope_conditions_doc", None) is None:
-        config.dawnscope_conditions_doc = look.stop()
-    return config.dawnscope_conditions_doc
-
-
-def _deselect_non_benchmarks(config, items) -> None:
-    """`--benchmark-only`: the tests that are not benchmarks are deselected (one line in the summary), not
-    skipped one by one (a line each)."""
-    if not getattr(config.option, "benchmark_only", False):
-        return
-    keep = [i for i in items if "benchmark" in getattr(i, "fixturenames", ())]
-    dropped = [i for i in items if "benchmark" not in getattr(i, "fixturenames", ())]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
-
-
-@pytest.hookimpl(trylast=True)  # after pytest-benchmark's own table
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """A benchmark session ends with our columns of each benchmark (TFLOP/s, % of ceiling, Tensor Cores, flags)
-    and the conditions it ran under (the busy warning when busy)."""
-    from microbench.core.conditions import busy_advice, conditions_line
-
-    doc = _conditions_doc(config)
-    if doc is None:
-        return
-    session = getattr(config, "_benchmarksession", None)
-    infos = [b.extra_info for b in getattr(session, "benchmarks", []) or [] if getattr(b, "extra_info", None)]
-    if infos:
-        from microbench.report.benchmark_table import render
-
-        terminalreporter.write(render(infos, terminalreporter._tw.fullwidth))
-    terminalreporter.write_line(
-        ("warning: " + busy_advice(doc)) if doc.get("busy") else conditions_line(doc), red=bool(doc.get("busy"))
-    )

@@ -103,6 +103,7 @@ def _leaf_parsers():
     import argparse
 
     from microbench.__main__ import COMMANDS
+    from microbench.bench import cli as bench
     from microbench.compare import cli as compare
     from microbench.gate import cli as gate
     from microbench.help import cli as help_
@@ -112,6 +113,7 @@ def _leaf_parsers():
 
     builds = {
         "roofline": roofline,
+        "bench": bench,
         "trace": trace,
         "compare": compare,
         "gate": gate,
@@ -137,7 +139,7 @@ def test_one_meaning_per_flag_across_the_commands():
     """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
-    assert len(parsers) == 16  # 9 commands, and the subcommands of comm (4) and tta (3)
+    assert len(parsers) == 17  # 10 commands, and the subcommands of comm (4) and tta (3)
     reads_bench_toml = (
         "roofline",
         "trace",

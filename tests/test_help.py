@@ -1,4 +1,4 @@
-"""`dawnscope help`: the documents the messages name (`docs/NAME.md`) from the installed package. Was: every
+"""`dawnscope help`: the documents the messages name (`docs/<name>.md`) from the installed package. Was: every
 message pointed at docs/*.md, which an installed package did not have."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from .conftest import REPO
 
 
 def test_every_document_a_message_names_is_there(capsys):
-    """Each `docs/NAME.md` that the package's code names is a topic of `dawnscope help`, by that very path."""
+    """Each `docs/<name>.md` that the package's code names is a topic of `dawnscope help`, by that very path."""
     named = set()
     for py in (REPO / "microbench").rglob("*.py"):
-        if py.parent.name != "help":  # its own docstrings write the pattern, docs/NAME.md
+        if py.parent.name != "help":  # its own docstrings write the pattern, docs/<name>.md
             named |= set(re.findall(r"docs/([A-Za-z_-]+)\.md", py.read_text()))
     assert len(named) >= 10
     for name in sorted(named):

@@ -1,5 +1,5 @@
 """The documents: docs/*.md of the checkout, shipped in the wheel as microbench/docs/*.md (setup.py). Every message
-that points at documentation names a `docs/NAME.md`; `dawnscope help NAME` (or the path as the message gives it)
+that points at documentation names a `docs/<name>.md`; `dawnscope help NAME` (or the path as the message gives it)
 prints it, so the pointer works for a user who has only the installed package."""
 
 from __future__ import annotations
