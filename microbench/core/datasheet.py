@@ -233,20 +233,35 @@ def _unknown(name: str, facts: DeviceFacts) -> str:
     return f"unknown device {name!r}{props}: no datasheet entry fits; measured ceilings only"
 
 
+# The measured ceilings' cache of this machine (microbench/roofline/ceilings.py writes it): a --ceilings file too, read
+# by the one rule of every command that reads measured ceilings (_measured: none its run judged noisy or busy).
+CACHE_SCHEMA = "dawnscope.ceilings-cache/1"
+
+
+def _ceilings_list(doc) -> list | None:
+    """The measured ceilings of a results.json (`ceilings`) or of the ceilings cache (`items`), else None."""
+    if not isinstance(doc, dict):
+        return None
+    items = doc.get("items") if doc.get("schema") == CACHE_SCHEMA else doc.get("ceilings")
+    return items if isinstance(items, list) else None
+
+
 def ceilings_file(
     path: Path, device_name: str | None = None, devices: tuple[DatasheetDevice, ...] = ()
 ) -> tuple[dict[str, float], float | None]:
-    """Measured ceilings from a file: a results.json of microbench.roofline.cli (its measured `ceilings`) or a
-    TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision column and memory TB/s (or None).
-    With `device_name`, the file must be of that machine (check_ceilings_machine). A results.json ceiling its
-    own run judged noisy is not used. Anything else is one line naming the file."""
+    """Measured ceilings from a file: a results.json of microbench.roofline.cli (its measured `ceilings`), the
+    measured ceilings' cache of a machine (~/.cache/dawnscope/ceilings-*.json, which `roofline`, `decompose` and
+    `pytest --benchmark-only` read), or a TraceLens GPU arch JSON (core.archjson). Returns TFLOP/s by precision
+    column and memory TB/s (or None). With `device_name`, the file must be of that machine
+    (check_ceilings_machine). A ceiling its own run judged noisy, or measured on a busy machine, is not used.
+    Anything else is one line naming the file."""
     doc = load_json(path)
-    ceilings = doc.get("ceilings") if isinstance(doc, dict) else None
-    if not is_arch_json(doc) and not isinstance(ceilings, list):
+    ceilings = _ceilings_list(doc)
+    if not is_arch_json(doc) and ceilings is None:
         raise InputError(
             path,
-            "neither a results.json of microbench.roofline.cli (no `ceilings` list) nor a TraceLens "
-            "GPU arch JSON (no `max_achievable_tflops`)",
+            "neither a results.json of microbench.roofline.cli (no `ceilings` list), the measured ceilings' cache "
+            f"({CACHE_SCHEMA}) nor a TraceLens GPU arch JSON (no `max_achievable_tflops`)",
             key="ceilings",
         )
     parsed = read_arch(doc, path) if is_arch_json(doc) else _measured(path, ceilings)
@@ -268,7 +283,7 @@ def _measured(path: Path, ceilings: list) -> tuple[dict[str, float], float | Non
             and c["value"] > 0
         ):
             continue
-        if c.get("noise") or c.get("flags"):  # its own run said the number cannot be trusted
+        if c.get("noise") or c.get("flags") or c.get("busy"):  # its own run said the number cannot be trusted
             noisy += 1
         elif c.get("kind") == "compute" and c.get("dtype") in PRECISION_OF:
             out[PRECISION_OF[c["dtype"]]] = float(c["value"])
@@ -278,16 +293,24 @@ def _measured(path: Path, ceilings: list) -> tuple[dict[str, float], float | Non
         raise InputError(
             path,
             "no measured compute ceiling in its `ceilings`"
-            + (f" that its run did not judge noisy ({noisy} noisy: measure again on a quiet machine)" if noisy else ""),
+            + (
+                f" that its run did not judge noisy or busy ({noisy} noisy or busy: measure again on a quiet machine)"
+                if noisy
+                else ""
+            ),
             key="ceilings",
         )
     return out, memory_tbs
 
 
 def ceilings_machine(doc) -> str | None:
-    """The machine a ceilings file was measured on: results.json's hardware name, an arch JSON's name."""
+    """The machine a ceilings file was measured on: results.json's hardware name, the cache's key machine, an arch
+    JSON's name."""
     if not isinstance(doc, dict):
         return None
+    if doc.get("schema") == CACHE_SCHEMA:
+        key = doc.get("key") if isinstance(doc.get("key"), dict) else {}
+        doc = {"hardware": key.get("machine")}
     name = (doc.get("hardware") or {}).get("name") if isinstance(doc.get("hardware"), dict) else doc.get("name")
     return name if isinstance(name, str) and name.strip() else None
 

@@ -20,7 +20,7 @@ from microbench.core.args import digits
 from microbench.core.cases import make_inputs
 from microbench.core.conditions import Conditions
 from microbench.core.config import Config
-from microbench.core.datasheet import DeviceFacts, match_datasheet
+from microbench.core.datasheet import CACHE_SCHEMA, DeviceFacts, match_datasheet
 from microbench.core.device import Device
 from microbench.core.ops.work import gemm_work
 from microbench.core.shapes import Case, GemmShape
@@ -396,7 +396,7 @@ def build_ceilings(
 
 
 # ---- one source: the measured ceilings cached per machine ---------------------------------------------------
-CACHE_SCHEMA = "dawnscope.ceilings-cache/1"
+# CACHE_SCHEMA (core.datasheet): `trace --ceilings` and `predict --ceilings` read the same file
 CACHE_ENV = "DAWNSCOPE_CACHE_DIR"
 # What identifies a machine for its ceilings: not the clock (a CPU's current MHz moves) nor the memory in use.
 _MACHINE_KEYS = ("kind", "name", "arch", "units", "isa_flags", "host_cpu", "memory_gib")
