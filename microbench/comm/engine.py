@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -142,9 +143,7 @@ def run_ranks(
     if address:
         results, n = _dask(paths, address, timeout_s, step_range, reader)
         return EngineRun("dask", n, time.perf_counter() - t0, results, address)
-    _quit_if_a_reader_reruns_main()
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-    if workers == 0 or (main_file and not os.path.isfile(main_file)):  # `python -` : a reader cannot re-run it
+    if workers == 0:
         results = [summarize_or_fail(p, i, step_range, reader) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     n = min(workers or os.cpu_count() or 1, len(paths))
@@ -152,25 +151,11 @@ def run_ranks(
 
     try:
         results = _pool(paths, n, step_range, reader)
-    except BrokenProcessPool:  # the readers died starting (see _quit_if_a_reader_reruns_main): read them here
-        print(
-            "note: the reader processes could not start (a script that builds a Job at its top level, without "
-            '`if __name__ == "__main__":`): the ranks are read in this process',
-            file=sys.stderr,
-        )
+    except BrokenProcessPool:  # the readers died starting (a machine out of memory or processes): read them here
+        print("note: the reader processes could not start: the ranks are read in this process", file=sys.stderr)
         results = [summarize_or_fail(p, i, step_range, reader) for i, p in enumerate(paths)]
         return EngineRun("inline", 1, time.perf_counter() - t0, results)
     return EngineRun("processes", n, time.perf_counter() - t0, results)
-
-
-def _quit_if_a_reader_reruns_main() -> None:
-    """A spawned reader first runs the caller's __main__ script again; where that script builds a Job at its
-    top level, the reader would start readers of its own (multiprocessing refuses, with a traceback per
-    reader). The reader ends there, quietly; the caller reads the ranks itself (run_ranks)."""
-    import multiprocessing
-
-    if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a spawned child imports main
-        raise SystemExit(1)
 
 
 def _pool(paths: list[Path], n: int, step_range: str | None, reader: Callable | None) -> list:
@@ -181,7 +166,10 @@ def _pool(paths: list[Path], n: int, step_range: str | None, reader: Callable | 
     # or thread of this process. One rank per task: ranks take 40 ms to seconds each, against well under a
     # millisecond to hand one over, and a larger chunk leaves one worker finishing its last chunk alone (with 16
     # ranks a chunk, 256 ranks on 2 workers ended 0.6 s apart)
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupt) as ex:
+    with (
+        _main_not_rerun(),
+        ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupt) as ex,
+    ):
         try:
             return list(
                 ex.map(summarize_or_fail, paths, range(len(paths)), repeat(step_range), repeat(reader), chunksize=1)
@@ -189,6 +177,25 @@ def _pool(paths: list[Path], n: int, step_range: str | None, reader: Callable | 
         except BaseException:
             ex.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+@contextmanager
+def _main_not_rerun():
+    """While the readers start: the caller's __main__ without the file or spec that a spawned process re-runs it
+    from (multiprocessing.spawn.get_preparation_data reads them), so a reader never executes the user's script
+    (its prints, its training, its own Job): a reader needs only microbench's module-level functions."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def _dask(
