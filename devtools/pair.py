@@ -1,5 +1,6 @@
 """What a fix really saved, for the checks of docs/findings.md: the training steps of two workloads (before and after
-the fix) timed in one process, in alternating blocks of steps, so that both see the same machine.
+the fix) timed in one process, in alternating blocks of steps, so that both see the same machine (the measurement:
+microbench/verify/pair.py, which `dawnscope verify` runs; this is its command line, with DDP pairs over it).
 
 One `decompose` run per setting measured each step in its own process, and on our 2-core machines the runs fall
 into speed modes (a configuration's step 12 - 14 ms in one run, 17 - 23 ms in the next): paired differences of
@@ -26,108 +27,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
-from microbench import models
 from microbench.comm import world
-from microbench.core.config import TimingSettings
 from microbench.core.errors import InputError
+from microbench.verify.pair import Setting, measure_pair
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One side of the pair as asked for: a workload (a decompose --model spec) and what is set around it."""
+def _ddp_wrap(model, setting: Setting):
+    from torch.nn.parallel import DistributedDataParallel
 
-    spec: str
-    dtype: str = "fp32"
-    workers: int | None = None  # its DataLoader's workers (None: the workload's own)
-    threads: int | None = None  # intra-op threads (None: what its factory set)
-    bucket_mb: float | None = None  # in a DDP pair: the DDP bucket cap (None: DDP's own)
-
-
-@dataclass
-class Side:
-    """One setting of the pair, built: its training step and the thread count its factory chose."""
-
-    setting: Setting
-    step: object  # models.step.TrainingStep
-    threads: int
-
-
-def _side(s: Setting, batch: int, device, ddp: bool = False) -> Side:
-    import torch
-
-    from microbench.models.step import TrainingStep
-
-    default = torch.get_num_threads()
-    workload = models.as_workload(s.spec)
-    threads = s.threads or torch.get_num_threads()  # asked for, else what the factory set
-    torch.set_num_threads(default)  # the next factory starts where this one did
-    step = TrainingStep(workload, batch, device.torch_device, s.dtype, num_workers=s.workers)
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel
-
-        step.model = DistributedDataParallel(step.model, bucket_cap_mb=s.bucket_mb)
-    return Side(s, step, threads)
-
-
-def _block_ms(side: Side, steps: int, device) -> float:
-    """The median of `steps` steps of one side, on its own thread count (roofline.timing: the first call untimed)."""
-    import torch
-
-    from microbench.roofline.timing import time_calls
-
-    torch.set_num_threads(side.threads)
-    return time_calls(side.step, device, TimingSettings().exactly(steps)).median_ms
-
-
-def measure_pair(
-    before: Setting, after: Setting, batch: int, blocks: int = 40, steps: int = 5, device=None, ddp: bool = False
-) -> dict:
-    """The blocks' median step times of both sides and the saving per step: the median of the paired differences
-    (before - after) with their quartiles, and the difference of the two sides' medians."""
-    import torch
-
-    from microbench.core.device import cpu_device
-
-    device = device or cpu_device()
-    threads = torch.get_num_threads()
-    try:
-        sides = [_side(before, batch, device, ddp), _side(after, batch, device, ddp)]
-        times: list[list[float]] = [[], []]
-        for i in range(blocks):
-            order = (0, 1) if i % 2 == 0 else (1, 0)  # neither side always second
-            for j in order:
-                times[j].append(_block_ms(sides[j], steps, device))
-    finally:
-        torch.set_num_threads(threads)  # the caller's, whatever the factories set
-    diffs = sorted(b - a for b, a in zip(*times))
-    q1, _, q3 = statistics.quantiles(diffs, n=4, method="inclusive")
-    return {
-        "before": _side_doc(sides[0], times[0], ddp),
-        "after": _side_doc(sides[1], times[1], ddp),
-        "batch": batch,
-        "blocks": blocks,
-        "steps_per_block": steps,
-        "saving_us": {
-            "median": statistics.median(diffs) * 1e3,
-            "q1": q1 * 1e3,
-            "q3": q3 * 1e3,
-            "of_medians": (statistics.median(times[0]) - statistics.median(times[1])) * 1e3,
-        },
-    }
-
-
-def _side_doc(side: Side, block_ms: list[float], ddp: bool) -> dict:
-    s = side.setting
-    doc = {
-        "model": s.spec,
-        "dtype": s.dtype,
-        "threads": side.threads,
-        "loader_workers": getattr(side.step.loader, "num_workers", None),
-        "block_ms": block_ms,
-    }
-    return doc | ({"ddp_bucket_cap_mb": s.bucket_mb if s.bucket_mb is not None else "DDP's default"} if ddp else {})
+    return DistributedDataParallel(model, bucket_cap_mb=setting.bucket_mb)
 
 
 def _ddp_rank(info, a) -> dict | None:
@@ -201,9 +110,13 @@ def _bad(a) -> bool:
 def _one(a, ddp: bool = False) -> dict:
     if a.nproc > 1 and not ddp:
         return world.run_local(_ddp_rank, (a,), a.nproc, "gloo", timeout_s=600.0)[0]
-    before = Setting(a.before, a.dtype_before, a.workers_before, a.threads_before, a.bucket_mb_before)
-    after = Setting(a.after, a.dtype_after, a.workers_after, a.threads_after, a.bucket_mb_after)
-    return measure_pair(before, after, a.batch, a.blocks, a.steps, ddp=ddp)
+    before = Setting(a.before, a.dtype_before, a.workers_before, a.threads_before, bucket_mb=a.bucket_mb_before)
+    after = Setting(a.after, a.dtype_after, a.workers_after, a.threads_after, bucket_mb=a.bucket_mb_after)
+    doc = measure_pair(before, after, a.batch, a.blocks, a.steps, wrap=_ddp_wrap if ddp else None)
+    if ddp:
+        for side, s in (("before", before), ("after", after)):
+            doc[side]["ddp_bucket_cap_mb"] = s.bucket_mb if s.bucket_mb is not None else "DDP's default"
+    return doc
 
 
 def _processes(argv: list[str], k: int) -> dict:

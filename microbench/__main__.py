@@ -19,6 +19,7 @@ COMMANDS = {
     "trace": "microbench.trace.cli",
     "compare": "microbench.compare.cli",
     "gate": "microbench.gate.cli",
+    "verify": "microbench.verify.cli",
     "mcp": "microbench.mcp.cli",
     "help": "microbench.help.cli",
     "decompose": "microbench.decompose.cli",

@@ -18,7 +18,7 @@ from microbench.core.results import ResultRow, ResultsWriter, results_header
 from microbench.core.shapes import Case
 from microbench.decompose.pipeline import DECOMPOSE_FILES, DecomposeOptions, run_decomposition
 from microbench.findings.analysis import TraceAnalysis  # the trace analysis with its findings
-from microbench.findings.engine import with_findings
+from microbench.findings.decomposition import with_decomposition_findings
 from microbench.report.trace_html import decompose_page
 from microbench.roofline import registry
 
@@ -60,28 +60,14 @@ def decompose_step(model, options=None, **kw) -> dict:
     opts = replace(options or DecomposeOptions(), **kw)
     if opts.out is None:
         d = run_decomposition(model, opts)
-        return _with_findings(d)
+        return with_decomposition_findings(d)
     if not isinstance(opts.out, OutputDir):
         with OutputDir(opts.out, DECOMPOSE_FILES) as out_dir:
             return decompose_step(model, replace(opts, out=out_dir))
     d = run_decomposition(model, opts)
-    d.doc = _with_findings(d)
+    d.doc = with_decomposition_findings(d)
     d.doc["files"] = write_decomposition(d.doc, d.rows + d.replay_rows, opts.out, d.cfg.path, opts.plot)
     return d.doc
-
-
-def _with_findings(d) -> dict:
-    """The decomposition with the findings of its own profiler trace first (findings/engine.py), and the
-    trace's analysis for the report page (`trace`)."""
-    from microbench.models.ranges import STEP_RANGE
-
-    ta = TraceAnalysis(d.timeline, d.cfg, STEP_RANGE, path=d.trace_path, decomposition=None if d.dev.is_gpu else d.doc)
-    tdoc = ta.document()
-    doc = with_findings(d.doc, ta.findings)
-    doc["trace_analysis"] = {
-        k: tdoc[k] for k in ("summary", "devices", "kernels", "ops", "steps", "notes", "classes", "mfu")
-    }
-    return doc
 
 
 def write_decomposition(doc: dict, rows: list, out, config_file, plot: bool) -> dict:

@@ -110,6 +110,7 @@ def _leaf_parsers():
     from microbench.inspect import cli as inspect
     from microbench.mcp import cli as mcp
     from microbench.predict import cli as predict
+    from microbench.verify import cli as verify
 
     builds = {
         "roofline": roofline,
@@ -117,6 +118,7 @@ def _leaf_parsers():
         "trace": trace,
         "compare": compare,
         "gate": gate,
+        "verify": verify,
         "mcp": mcp,
         "help": help_,
         "decompose": decompose,
@@ -139,7 +141,7 @@ def test_one_meaning_per_flag_across_the_commands():
     """`--json OUT` on every command; `--out DIR`, `--html OUT`, `--png OUT` where they are; `--steps` a count,
     `--step-range` a name; no old spelling left as a flag of its command's parser."""
     parsers = _leaf_parsers()
-    assert len(parsers) == 17  # 10 commands, and the subcommands of comm (4) and tta (3)
+    assert len(parsers) == 18  # 11 commands, and the subcommands of comm (4) and tta (3)
     reads_bench_toml = (
         "roofline",
         "trace",

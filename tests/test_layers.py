@@ -31,6 +31,7 @@ LEVELS = {
     "microbench.findings": 7,
     "microbench.compare": 8,
     "microbench.gate": 8,
+    "microbench.verify": 8,  # findings checked against their fixes' measured savings
     "microbench.mcp": 9,  # the agent server: the analyses of the commands below, answered over MCP
     "microbench": 10,  # the commands' modules, the public API (api.py, __init__.py), the door (__main__.py)
 }

@@ -1,0 +1,7 @@
+"""`python -m microbench.verify`, the same as `dawnscope verify`."""
+
+import sys
+
+from microbench.__main__ import run
+
+sys.exit(run("verify", None))

@@ -1,0 +1,62 @@
+"""Which fix `verify` applies for a finding, and how (data/verify.toml): the "after" setting of the pair, or why the
+fix is not applied to this model on this device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cache
+
+import tomllib
+
+from microbench.core.resources import data_file
+
+from .pair import Setting
+
+
+@dataclass(frozen=True)
+class Plan:
+    finding: str
+    fix: str
+    after: Setting | None  # None: not applied
+    why_not: str | None = None
+
+
+@cache
+def _data() -> dict:
+    return tomllib.loads(data_file("verify.toml").read_text())
+
+
+def best_16bit(device) -> str:
+    """The chip's best 16-bit type for autocast: bf16 where the device computes it (every CPU torch runs bf16;
+    a GPU from Ampere / CDNA2 on), else fp16."""
+    if device.kind == "cpu":
+        return "bf16"
+    import torch
+
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def plan(finding_id: str, base: Setting, device) -> Plan:
+    """The fix for one finding on this device: the pair's "after" setting, or why none."""
+    data = _data()
+    entry = data["fixes"].get(finding_id)
+    kind = "cuda" if device.is_gpu else "cpu"
+    if entry is None:
+        why = data["unapplied"].get(finding_id, "no fix verify knows how to apply for this finding")
+        return Plan(finding_id, "-", None, why)
+    if kind not in entry["devices"]:
+        return Plan(finding_id, entry["fix"], None, f"{entry.get('elsewhere', 'not on this device')} ({kind})")
+    change = entry["change"]
+    if change == "dtype16":
+        after = replace(base, dtype=best_16bit(device))
+    elif change == "tf32":
+        after = replace(base, dtype="tf32")
+    elif change == "channels_last":
+        after = replace(base, channels_last=True)
+    elif change == "loader_workers":
+        after = replace(base, workers=int(entry["workers"]))
+    else:  # a data file naming a change this code does not know: said, not guessed
+        return Plan(finding_id, entry["fix"], None, f"data/verify.toml: unknown change {change!r}")
+    if after == base:
+        return Plan(finding_id, entry["fix"], None, "the model already runs with this fix")
+    return Plan(finding_id, entry["fix"], after)

@@ -1,0 +1,166 @@
+"""`dawnscope verify`: the findings of a model's step checked against what their fixes really save.
+
+The model's step is decomposed (decompose.pipeline) and its findings made (findings.decomposition), as `decompose`
+does. For each finding whose fix verify can apply to this model on this device (fixes.py, data/verify.toml), the
+step is timed before and after the fix in alternating blocks, in `processes` fresh processes (pair.py); so is the
+step against itself (A/A): the saving a null fix shows, the measurement's noise. Per finding (a check):
+
+- `predicted`: the finding's saving_us {low, expected, high};
+- `measured_us`: the median over the processes of each one's saving (the median of its paired block differences),
+  with the lowest and highest process (one process: its paired differences' quartiles);
+- `aa_spread_us`: the largest saving an A/A process showed, either sign (one process: the larger quartile);
+- `held`: the measured median within [low, high];
+- `decidable`: whether the measurement could tell: every process's saving, moved by the A/A spread either way, stays
+  on the same side of each edge of the range, and on the same side as the median (processes that disagree, or an
+  A/A spread as wide as the margin, cannot tell).
+
+A fix not applied is listed with its reason. The document: schema dawnscope.verify/1 (docs/findings.md,
+"Checked by verify")."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from microbench import kernels
+from microbench.core import device as devmod
+from microbench.core.conditions import Conditions
+from microbench.core.config import load_config
+from microbench.core.errors import InputError
+from microbench.decompose.pipeline import DecomposeOptions, run_decomposition
+from microbench.findings.decomposition import with_decomposition_findings
+
+from .fixes import Plan, plan
+from .pair import Setting, run_in_process
+
+SCHEMA = "dawnscope.verify/1"
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    batch: int | None = None  # None: the model's own (decompose's default)
+    dtype: str = "fp32"
+    device: str = "cpu"
+    fixes: tuple[str, ...] | None = None  # the findings to check by id; None: every finding that has a fix
+    processes: int = 3
+    blocks: int = 12
+    steps: int = 3
+    config: str | None = None
+
+
+def decidable(low: float, high: float, measured: float, spread: float) -> bool:
+    """The verdict (measured within [low, high]) is the same for every value within `spread` of the measured one."""
+    lo, hi = measured - spread, measured + spread
+    return (low <= lo and hi <= high) or hi < low or lo > high
+
+
+def _measured(runs: list[dict]) -> dict:
+    each = [r["saving_us"]["median"] for r in runs]
+    if len(runs) == 1:
+        s = runs[0]["saving_us"]
+        return {"median": s["median"], "low": s["q1"], "high": s["q3"], "processes": each}
+    return {"median": statistics.median(each), "low": min(each), "high": max(each), "processes": each}
+
+
+def _aa_spread(runs: list[dict]) -> float:
+    if len(runs) == 1:
+        s = runs[0]["saving_us"]
+        return max(abs(s["q1"]), abs(s["q3"]))
+    return max(abs(r["saving_us"]["median"]) for r in runs)
+
+
+def could_tell(low: float, high: float, median: float, processes: list[float], spread: float) -> bool:
+    """Every process's saving, and the median, within `spread` of a verdict that does not change (decidable), and
+    all of them the same verdict."""
+    values = [median, *processes]
+    verdicts = {low <= v <= high for v in values}
+    return len(verdicts) == 1 and all(decidable(low, high, v, spread) for v in values)
+
+
+def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict:
+    """One finding against its fix's measured saving (module docstring)."""
+    s = finding["saving_us"]
+    m = _measured(runs)
+    processes = m["processes"] if len(runs) > 1 else [m["low"], m["high"]]
+    return {
+        "finding": finding["id"],
+        "fix": p.fix,
+        "after": {k: v for k, v in p.after.__dict__.items() if v is not None and k != "spec"},
+        "predicted": {k: s[k] for k in ("low", "expected", "high")},
+        "measured_us": m,
+        "aa_spread_us": aa_spread_us,
+        "held": s["low"] <= m["median"] <= s["high"],
+        "decidable": could_tell(s["low"], s["high"], m["median"], processes, aa_spread_us),
+    }
+
+
+def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict:
+    """The checks of a model's findings (module docstring). `spec`: a model name or `module:factory`."""
+    opts = opts or VerifyOptions()
+    if opts.processes < 1 or opts.blocks < 2 or opts.steps < 1:
+        raise InputError(None, "expected --processes and --steps at least 1, --blocks at least 2", key="verify")
+    cfg = load_config(opts.config)
+    kernels.load_all()  # the providers the ceilings are measured with register on import
+    progress("decomposing the step and making its findings")
+    d = run_decomposition(
+        spec,
+        DecomposeOptions(
+            batch=opts.batch, dtype=opts.dtype, device=opts.device, config=opts.config, replay=False, plot=False
+        ),
+    )
+    doc = with_decomposition_findings(d)
+    findings = doc.get("findings", []) + doc.get("findings_below_threshold", [])
+    if opts.fixes is not None:
+        known = {f["id"] for f in findings} | {f["id"] for f in doc.get("findings_not_checked", [])}
+        unknown = [f for f in opts.fixes if f not in known]
+        if unknown:
+            raise InputError(
+                None, f"no such finding ({', '.join(sorted(known)) or 'none'})", key="--fixes", value=",".join(unknown)
+            )
+        findings = [f for f in findings if f["id"] in opts.fixes]
+    dev = d.dev
+    batch = doc.get("batch") or opts.batch
+    base = Setting(spec, opts.dtype)
+    plans = [(f, plan(f["id"], base, dev)) for f in findings]
+    look = Conditions(cfg.conditions).start()
+    checks, not_applied, aa_runs = [], [], []
+    applicable = [(f, p) for f, p in plans if p.after is not None]
+    if applicable:
+        progress(f"A/A: the step against itself, {opts.processes} process(es)")
+        aa_runs = [_pair(base, base, batch, opts, dev) for _ in range(opts.processes)]
+    aa = _aa_spread(aa_runs) if aa_runs else None
+    for f, p in plans:
+        if p.after is None:
+            not_applied.append({"finding": f["id"], "fix": p.fix, "why": p.why_not})
+            continue
+        progress(f"{f['id']}: {p.fix}, {opts.processes} process(es)")
+        runs = [_pair(base, p.after, batch, opts, dev) for _ in range(opts.processes)]
+        checks.append(check(f, p, runs, aa))
+    for f in doc.get("findings_not_checked", []):
+        if opts.fixes is None or f["id"] in opts.fixes:
+            not_applied.append(
+                {"finding": f["id"], "fix": "-", "why": f"the finding itself was not checked: {f['why']}"}
+            )
+    decided = [c for c in checks if c["decidable"]]
+    return {
+        "schema": SCHEMA,
+        "model": spec,
+        "batch": batch,
+        "dtype": opts.dtype,
+        "device": dev.name,
+        "fingerprint": devmod.fingerprint(dev),
+        "software": devmod.software(),
+        "step_time_us": doc.get("findings_step_time_us"),
+        "step_time_what": doc.get("findings_step_time_what"),
+        "method": {"processes": opts.processes, "blocks": opts.blocks, "steps_per_block": opts.steps},
+        "aa": {"spread_us": aa, "processes": [r["saving_us"] for r in aa_runs]},
+        "checks": checks,
+        "not_applied": not_applied,
+        "held": sum(c["held"] for c in decided),
+        "decidable": len(decided),
+        "conditions": look.stop(),
+    }
+
+
+def _pair(before: Setting, after: Setting, batch, opts: VerifyOptions, dev) -> dict:
+    return run_in_process(before, after, batch, opts.blocks, opts.steps, "cuda" if dev.is_gpu else "cpu")
