@@ -4,6 +4,8 @@ fixes not applied and why."""
 
 from __future__ import annotations
 
+from microbench.report.html import fingerprint_text
+
 COLUMNS = [
     ("finding", "left"),
     ("fix", "left"),
@@ -54,3 +56,33 @@ def print_verify(doc: dict, console=None, kept_in: str = "verify --json OUT") ->
     for n in doc["not_applied"]:
         console.print(f"[yellow]not applied:[/] {escape(n['finding'])}: {escape(n['why'])}")
     console.print(f"{doc['held']} of {doc['decidable']} decidable checks held ({len(doc['checks'])} checked)")
+
+
+TABLE_BEGIN = "<!-- verify-table: generated from docs/verify/*.json by scripts/verify-table; do not edit -->"
+TABLE_END = "<!-- /verify-table -->"
+
+
+def markdown_table(docs: list[dict]) -> str:
+    """The checks of several `verify --json` documents as the markdown table docs/findings.md carries, with the
+    totals: what scripts/verify-table writes between TABLE_BEGIN and TABLE_END."""
+    lines = [
+        "| workload | batch | finding | fix | predicted us (low - expected - high) | measured us (processes) | A/A us | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    held = decided = checked = 0
+    for doc in docs:
+        for c in doc["checks"]:
+            p, m = c["predicted"], c["measured_us"]
+            procs = ", ".join(f"{x:,.0f}" for x in m.get("processes") or [m["low"], m["high"]])
+            lines.append(
+                f"| `{doc['model']}` | {doc['batch']} | {c['finding']} | {c['fix']} | {p['low']:,.0f} - "
+                f"{p['expected']:,.0f} - {p['high']:,.0f} | {m['median']:,.0f} ({procs}) | {c['aa_spread_us']:,.0f} | "
+                f"{_verdict(c)} |"
+            )
+            checked += 1
+            decided += c["decidable"]
+            held += c["held"] and c["decidable"]
+    machines = sorted({fingerprint_text(doc["fingerprint"], doc["software"]) for doc in docs})
+    lines.append("")
+    lines.append(f"{held} of {decided} decidable checks held ({checked} checked); measured on {'; '.join(machines)}.")
+    return "\n".join(lines)
