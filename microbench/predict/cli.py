@@ -66,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE",
-        help="the target's measured ceilings: a results.json of microbench.roofline.cli or a TraceLens GPU "
-        "arch JSON (override the published figures)",
+        help="the target's measured ceilings: a results.json of microbench.roofline.cli, the measured ceilings' "
+        "cache of that machine (~/.cache/dawnscope/ceilings-*.json) or a TraceLens GPU arch JSON (override the "
+        "published figures)",
     )
     ap.add_argument("--source", default=None, metavar="DEVICE", help="the trace's chip, when its name is missing")
     ap.add_argument(

@@ -87,9 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--ceilings",
         type=Path,
         default=None,
-        metavar="RESULTS",
-        help="take the measured compute ceilings from a results.json of microbench.roofline.cli, or from a "
-        "TraceLens GPU arch JSON (roofline --arch-json writes ours in that form)",
+        metavar="FILE",
+        help="take the measured compute ceilings from a results.json of microbench.roofline.cli, the measured "
+        "ceilings' cache of the trace's machine (~/.cache/dawnscope/ceilings-*.json), or a TraceLens GPU arch JSON "
+        "(roofline --arch-json writes ours in that form); none measured busy or noisy is used",
     )
     ap.add_argument(
         "--graph-capture",
