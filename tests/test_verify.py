@@ -54,11 +54,13 @@ def test_verify_a_model_s_amp_finding(tmp_path, capsys):
     from microbench.verify.cli import main
 
     out = tmp_path / "verify.json"
-    argv = ["--model", "tests.findings_models:matmul_mlp", "--batch", "64", "--fixes", "amp", "--processes", "2",
+    # no --batch: the model's own, as decompose chooses it (the pair processes were given None once)
+    argv = ["--model", "tests.findings_models:matmul_mlp", "--fixes", "amp", "--processes", "2",
             "--blocks", "4", "--steps", "2", "--json", str(out)]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "dawnscope.verify/1" and doc["device"] and doc["conditions"]
+    assert isinstance(doc["batch"], int) and doc["batch"] > 0
     (c,) = doc["checks"]
     assert c["finding"] == "amp" and c["after"] == {"dtype": "bf16"}
     assert set(c) >= {"finding", "fix", "predicted", "measured_us", "aa_spread_us", "held", "decidable"}

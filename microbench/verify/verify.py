@@ -119,7 +119,7 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
             )
         findings = [f for f in findings if f["id"] in opts.fixes]
     dev = d.dev
-    batch = doc.get("batch") or opts.batch
+    batch = d.batch  # the model's own where --batch is not given (decompose chose it)
     base = Setting(spec, opts.dtype)
     plans = [(f, plan(f["id"], base, dev)) for f in findings]
     look = Conditions(cfg.conditions).start()
