@@ -9,6 +9,8 @@ from functools import cached_property
 from pathlib import Path
 
 from microbench.core.documents import FindingsResult
+from microbench.core.errors import InputError
+from microbench.core.jsonio import load_json
 from microbench.findings.engine import findings_of, with_findings
 from microbench.trace import analysis
 from microbench.trace.timeline import Timeline
@@ -50,3 +52,15 @@ class TraceAnalysis(analysis.TraceAnalysis):
         if name == "findings":
             return list(self.findings["findings"])
         return super().table(name)
+
+
+TRACE_SCHEMA_PREFIX = "dawnscope.trace/"
+
+
+def trace_report(path: str | Path) -> dict:
+    """A trace's report as `dawnscope trace --json` writes it: the trace analysed, or a report given as the file,
+    read as it is; anything else is one line naming the file (what `gate` and the agent server open)."""
+    doc = TraceAnalysis.open(path).document() if analysis.is_profiler_trace(path) else load_json(path)
+    if not (isinstance(doc, dict) and str(doc.get("schema", "")).startswith(TRACE_SCHEMA_PREFIX)):
+        raise InputError(path, "not a profiler trace or a trace report (dawnscope trace --json)")
+    return doc

@@ -25,14 +25,13 @@ from microbench.core import thresholds
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json
 from microbench.core.verdict import is_impossible
-from microbench.findings.analysis import TraceAnalysis
+from microbench.findings.analysis import TRACE_SCHEMA_PREFIX, trace_report
 from microbench.report.compare import Machine, compare_machines, differences, load_machine, resolve_results
 from microbench.trace.analysis import is_profiler_trace
 
 SCHEMA = "dawnscope.gate/1"
 EXIT = {"pass": 0, "regression": 1, "incomparable": 2}
 REGRESSIONS = ("slower", "failed", "lost Tensor Cores")
-TRACE_SCHEMA_PREFIX = "dawnscope.trace/"
 
 
 @dataclass
@@ -179,15 +178,12 @@ def _case_row(name: str, family: str, b: dict, c: dict, limits: Limits) -> dict:
 
 
 def _trace_document(path: Path, cache: dict | None = None) -> dict:
-    """A trace's report as `trace --json` writes it: the file itself where it is one, else the trace analysed."""
-    if cache is not None and path in cache:
-        return cache[path]
-    doc = TraceAnalysis.open(path).document() if is_profiler_trace(path) else load_json(path)
-    if not (isinstance(doc, dict) and str(doc.get("schema", "")).startswith(TRACE_SCHEMA_PREFIX)):
-        raise InputError(path, "not a profiler trace or a trace report (dawnscope trace --json)")
-    if cache is not None:
-        cache[path] = doc
-    return doc
+    """The trace's report (findings.analysis.trace_report), once per path of one gate."""
+    if cache is None:
+        return trace_report(path)
+    if path not in cache:
+        cache[path] = trace_report(path)
+    return cache[path]
 
 
 def _devices(doc: dict) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from microbench.compare.files import comparison
 from microbench.core.errors import InputError
 from microbench.core.jsonio import load_json
-from microbench.findings.analysis import TraceAnalysis
+from microbench.findings.analysis import trace_report
 from microbench.gate.gate import Limits, gate
 from microbench.report.compare import resolve_results
 from microbench.trace.analysis import is_profiler_trace
@@ -27,7 +27,6 @@ MAX_OPEN = 8  # trace documents kept in memory (a report is tens of kB to a few 
 MAX_PAGE = 200  # rows per page of a table
 TRACE_TABLES = ("kernels", "ops", "steps", "annotations", "findings", "devices")
 RESULTS_SCHEMA_PREFIX = "dawnscope.results/"
-TRACE_SCHEMA_PREFIX = "dawnscope.trace/"
 
 
 class Answers:
@@ -58,9 +57,7 @@ class Answers:
         if key in self._docs:
             self._docs.move_to_end(key)
             return self._docs[key]
-        doc = TraceAnalysis.open(p).document() if is_profiler_trace(p) else load_json(p)
-        if not (isinstance(doc, dict) and str(doc.get("schema", "")).startswith(TRACE_SCHEMA_PREFIX)):
-            raise InputError(given, "not a profiler trace or a trace report (dawnscope trace --json)")
+        doc = trace_report(p)
         self._docs[key] = doc
         while len(self._docs) > MAX_OPEN:
             self._docs.popitem(last=False)
