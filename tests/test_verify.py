@@ -39,14 +39,28 @@ def test_processes_that_disagree_cannot_tell():
 
 def test_the_fix_of_each_finding_on_a_cpu():
     base, cpu = Setting("tests.findings_models:matmul_mlp"), cpu_device()
-    assert plan("amp", base, cpu).after.dtype == "bf16"
-    assert plan("channels_last", base, cpu).after.channels_last is True
-    assert plan("dataloader", base, cpu).after.workers == 2
-    tf32 = plan("tf32", base, cpu)
+    assert plan({"id": "amp"}, base, cpu).after.dtype == "bf16"
+    assert plan({"id": "channels_last"}, base, cpu).after.channels_last is True
+    # a finding that does not state its fix's settings: data/verify.toml's workers, the threads left as they are
+    generic = plan({"id": "dataloader"}, base, cpu).after
+    assert (generic.workers, generic.threads) == (2, None)
+    tf32 = plan({"id": "tf32"}, base, cpu)
     assert tf32.after is None and tf32.why_not == "TF32 is a GPU Tensor Core format (cpu)"
-    assert plan("sync", base, cpu).why_not.startswith("removing a host synchronization")
-    already = plan("amp", Setting(base.spec, "bf16"), cpu)
+    assert plan({"id": "sync"}, base, cpu).why_not.startswith("removing a host synchronization")
+    already = plan({"id": "amp"}, Setting(base.spec, "bf16"), cpu)
     assert already.after is None and already.why_not == "the model already runs with this fix"
+
+
+def test_the_dataloader_fix_verify_applies_is_the_one_the_finding_printed():
+    """Two workers were applied where the CPU finding said one worker (and, beside a step on every core, one thread
+    fewer): the first three dataloader checks measured another fix than the one printed."""
+    base, cpu = Setting("tests.findings_models:digits_loader"), cpu_device()
+    finding = {"id": "dataloader", "fix": "DataLoader(num_workers=1, persistent_workers=True); torch.set_num_threads(1)",
+               "fix_setting": {"workers": 1, "threads": 1}}  # fmt: skip
+    after = plan(finding, base, cpu).after
+    assert (after.workers, after.threads) == (1, 1)
+    one_thread = plan(finding | {"fix_setting": {"workers": 1, "threads": None}}, base, cpu).after
+    assert (one_thread.workers, one_thread.threads) == (1, None)
 
 
 @pytest.mark.slow
@@ -56,7 +70,7 @@ def test_verify_a_model_s_amp_finding(tmp_path, capsys):
     out = tmp_path / "verify.json"
     # no --batch: the model's own, as decompose chooses it (the pair processes were given None once)
     argv = ["--model", "tests.findings_models:matmul_mlp", "--fixes", "amp", "--processes", "2",
-            "--blocks", "4", "--steps", "2", "--json", str(out)]  # fmt: skip
+            "--blocks", "4", "--steps", "2", "--json", str(out), "--html", str(tmp_path / "verify.html")]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "dawnscope.verify/1" and doc["device"] and doc["conditions"]
@@ -70,6 +84,7 @@ def test_verify_a_model_s_amp_finding(tmp_path, capsys):
     assert c["held"] == (p["low"] <= m["median"] <= p["high"])
     assert doc["decidable"] == int(c["decidable"]) and doc["held"] == int(c["held"] and c["decidable"])
     assert "decidable checks held" in capsys.readouterr().out
+    assert "<svg" in (tmp_path / "verify.html").read_text()
 
 
 def test_the_findings_table_is_generated_from_the_kept_verify_files():
@@ -83,3 +98,122 @@ def test_the_findings_table_is_generated_from_the_kept_verify_files():
     assert kept, "no verify --json file kept in docs/verify"
     section = (REPO / "docs" / "findings.md").read_text().split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
     assert section.strip() == load_script("verify-table").table().strip()
+
+
+def test_the_shipped_ranges_are_derived_from_the_kept_checks_by_the_documented_method():
+    """data/calibration.toml's derived part is scripts/derive-ranges' output over docs/verify/*.json: no band is
+    written by hand, and each one names the files it was drawn from, none of them a held-out workload's."""
+    import tomllib
+
+    from microbench.verify.calibrate import held_out
+
+    from .conftest import REPO, load_script
+
+    script = load_script("derive-ranges")
+    data = tomllib.loads(script.DATA.read_text())
+    assert script.rewrite(script.DATA.read_text(), script.derive(script.kept(), data)) == script.DATA.read_text()
+    models = {name: doc["model"] for name, doc in script.kept()}
+    for kinds in data.get("derived", {}).values():
+        for e in kinds.values():
+            assert e["below"] <= 0 <= e["above"] and e["checks"] >= 1
+            assert all(not held_out(models[n], data) for n in e["from"]), e["from"]
+    assert (REPO / "docs" / "verify").is_dir()
+
+
+def _doc(model: str, checks: list[dict], kind: str = "cpu") -> dict:
+    return {"model": model, "batch": 8, "step_time_us": 1e6, "fingerprint": {"kind": kind}, "checks": checks}
+
+
+def _check(finding: str, expected: float, median: float, noise: float = 0.0, time_us: float | None = None) -> dict:
+    return {
+        "finding": finding,
+        "predicted": {"low": expected * 0.8, "expected": expected, "high": expected * 1.1},
+        "time_us": time_us,
+        "measured_us": {"median": median, "low": median, "high": median, "processes": [median, median]},
+        "aa_spread_us": noise,
+    }
+
+
+DATA = {
+    "method": {"held_out": ["kb."]},
+    "scales": {"amp": "expected", "dataloader": "time"},
+}
+
+
+def test_a_band_is_the_furthest_informative_misses_of_the_workloads_not_held_out():
+    """Step 3: q = (measured - expected) / scale over informative checks (noise under the scale); a held-out
+    workload's and a noisy check's misses are not used; a rule without a scale is not derived."""
+    from microbench.verify.calibrate import derive
+
+    docs = [
+        ("a.json", _doc("m1", [_check("amp", 1000.0, 500.0), _check("dataloader", 0.0, -1500.0, 100.0, 3000.0)])),
+        ("b.json", _doc("m2", [_check("amp", 2000.0, 2400.0, noise=100.0), _check("sync", 10.0, 1.0)])),
+        ("c.json", _doc("m3", [_check("amp", 1000.0, 5000.0, noise=1500.0)])),  # noisier than its saving
+        ("d.json", _doc("kb.x", [_check("amp", 1000.0, 9000.0)])),  # held out
+    ]
+    got = derive(docs, DATA)
+    assert got["amp"]["cpu"] == {"below": -0.5, "above": 0.2, "checks": 2, "workloads": 2, "from": ["a.json", "b.json"]}
+    assert got["dataloader"]["cpu"] | {"from": None} == {
+        "below": -0.5, "above": 0.0, "checks": 1, "workloads": 1, "from": None
+    }  # fmt: skip
+    assert "sync" not in got
+
+
+def test_a_finding_s_range_is_widened_to_the_band_never_narrowed_and_floored_by_its_rule():
+    from microbench.findings.calibration import widened
+
+    data = DATA | {"derived": {"amp": {"cpu": {"below": -0.5, "above": 0.2, "checks": 2, "workloads": 2}},
+                               "dataloader": {"cpu": {"below": -0.5, "above": 0.0, "checks": 1, "workloads": 1}}}}  # fmt: skip
+    rng, how = widened("amp", "cpu", {"low": 800.0, "expected": 1000.0, "high": 1100.0}, None, data)
+    assert rng == {"low": 500.0, "expected": 1000.0, "high": 1200.0} and how["checks"] == 2
+    wide = {"low": 100.0, "expected": 1000.0, "high": 3000.0}
+    assert widened("amp", "cpu", wide, None, data)[0] == wide  # the model's wider range is kept
+    assert widened("amp", "gpu", wide, None, data) == (wide, None)  # no checks on a GPU: the model's range
+    # amp never costs (floor 0); the CPU dataloader rule may (findings.toml may_slow_on): its band goes below 0
+    assert widened("amp", "cpu", {"low": 10.0, "expected": 100.0, "high": 100.0}, None, data | {
+        "derived": {"amp": {"cpu": {"below": -3.0, "above": 0.0, "checks": 1, "workloads": 1}}}})[0]["low"] == 0.0  # fmt: skip
+    loader, _ = widened("dataloader", "cpu", {"low": 0.0, "expected": 200.0, "high": 600.0}, 2000.0, data)
+    assert loader == {"low": -800.0, "expected": 200.0, "high": 600.0}
+
+
+def test_kept_checks_are_judged_against_the_range_their_finding_has_now():
+    """A held-out check is judged against the band derived from the others: the summary counts both sets apart,
+    and the median width of the ranges over their expected saving."""
+    from microbench.verify.calibrate import derive, judged, summary
+
+    docs = [
+        ("a.json", _doc("m1", [_check("amp", 1000.0, 500.0)])),
+        ("d.json", _doc("kb.x", [_check("amp", 1000.0, 600.0, noise=10.0)])),
+    ]
+    data = DATA | {"derived": derive(docs, DATA)}
+    rows = judged(docs, data)
+    assert [r["range"] for r in rows] == [{"low": 500.0, "expected": 1000.0, "high": 1100.0}] * 2
+    # the derivation's own check sits on the edge drawn through it (in-sample); the held-out one is inside, clear of
+    # the edges by more than its noise
+    assert [(r["held_out"], r["held"], r["decidable"]) for r in rows] == [(False, True, True), (True, True, True)]
+    s = summary(rows)
+    assert s["held_out"] == {"checks": 1, "workloads": 1, "decidable": 1, "held": 1}
+    assert s["derivation"] == {"checks": 1, "workloads": 1, "decidable": 1, "held": 1}
+    assert s["median_width_over_expected"] == pytest.approx(0.6)
+
+
+def test_the_html_page_draws_every_check_and_says_what_was_widened(tmp_path):
+    """verify --html: one self-contained page (no address, no script) with every check's row, its verdict, the
+    model's own range where calibration widened it, and the fixes not applied."""
+    from microbench.report.verify_html import verify_page
+
+    from .conftest import REPO
+
+    doc = json.loads((REPO / "docs" / "verify" / "small_cifar_loader_one_thread.json").read_text())
+    doc["model"] = "pkg.<model>:make"  # escaped, as every string of the document
+    c = doc["checks"][0]
+    c["predicted_model"] = dict(c["predicted"])
+    c["predicted"] = c["predicted"] | {"low": 0.0}
+    page = verify_page(doc)
+    assert "pkg.&lt;model&gt;:make" in page and "<model>" not in page
+    assert page.count("<svg") == 1 and "<script" not in page and "http" not in page.replace("http-equiv", "")
+    for check in doc["checks"]:
+        assert f"<td>{check['finding']}</td>" in page
+    assert f"* {c['finding']}: the model&#x27;s own range" in page and page.count("own range") == 1
+    assert "Not applied" in page and "channels_last" in page
+    assert f"{doc['held']} of {doc['decidable']} decidable checks held" in page

@@ -13,6 +13,7 @@ sits above the trace analysis and the prediction estimate, and extends the analy
 from __future__ import annotations
 
 from microbench.core.documents import Finding, FindingsResult
+from microbench.findings.calibration import calibrated
 from microbench.findings.facts import CpuCommFacts, CpuFacts, WholeTraceFacts, gpu_facts, rules, threshold
 from microbench.findings.rules import RULES, not_checked_amp
 from microbench.trace import gpu_time, integrity
@@ -57,6 +58,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         if cpu_trace
         else gpu_facts(ta, cfg, source)
     )
+    kind = "cpu" if cpu or cpu_trace else "gpu"
     made, not_checked, below = [], [], []
     if not len(ta.tl.activities) and not cpu and not cpu_trace:
         return {
@@ -92,16 +94,31 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
             not_checked.append({"id": rid, "why": why})
             continue
         out = fn(f, rule)
-        if isinstance(out, dict):
-            out = bounded(out, f.step_us)
+        if isinstance(out, dict):  # widened by what verify measured of the rule (calibration.py), then cut
+            out = bounded(calibrated(out, kind), f.step_us)
         if isinstance(out, str):
             not_checked.append({"id": rid, "why": out})
         elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
             made.append(out)
         elif out is not None:  # checked, and the fix would save too little: said, so that a flag is not left open
-            below.append({k: out[k] for k in ("id", "saving_us", "what", "expected_why") if k in out})
+            below.append(
+                {
+                    k: out[k]
+                    for k in (
+                        "id",
+                        "saving_us",
+                        "saving_model_us",
+                        "what",
+                        "expected_why",
+                        "time_us",
+                        "acts_on_us",
+                        "fix_setting",
+                    )
+                    if k in out
+                }
+            )
     made.sort(key=lambda x: -x["saving_us"]["expected"])
-    made = [x | {"validation": validation_of(x["id"], "cpu" if cpu or cpu_trace else "gpu")} for x in made]
+    made = [x | {"validation": validation_of(x["id"], kind)} for x in made]
     return {
         "findings": made[: int(threshold("max_findings"))],
         "not_checked": not_checked,

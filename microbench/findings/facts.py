@@ -61,10 +61,19 @@ def threshold(name: str) -> float:
     return float(rules()["thresholds"][name]["value"])
 
 
-def saving(low: float, expected: float, high: float) -> Saving:
-    """{low, expected, high}, ordered and never below zero."""
-    lo, ex, hi = sorted((max(low, 0.0), max(expected, 0.0), max(high, 0.0)))
+def saving(low: float, expected: float, high: float, floor: float | None = 0.0) -> Saving:
+    """{low, expected, high}, ordered and never below `floor`: zero, where a fix removes time and cannot add any;
+    None where the rule models what the fix costs too (floor_of, findings.toml `may_slow_on`: DataLoader workers on the step's
+    own cores), so that a predicted slowdown is shown as one, not as a saving of 0."""
+    clip = (lambda x: x) if floor is None else (lambda x: max(x, floor))  # noqa: E731
+    lo, ex, hi = sorted((clip(low), clip(expected), clip(high)))
     return {"low": lo, "expected": ex, "high": hi}
+
+
+def floor_of(rid: str, kind: str) -> float | None:
+    """A saving's floor for `rid` on a kind of device (cpu, gpu): 0, or None where the rule models what its fix
+    costs there (findings.toml `may_slow_on`)."""
+    return None if kind in (rules()["rules"].get(rid) or {}).get("may_slow_on", ()) else 0.0
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""dawnscope verify --model SPEC [--batch N] [--dtype D] [--device D] [--fixes ID,...] [--json OUT]: a model's
+"""dawnscope verify --model SPEC [--batch N] [--dtype D] [--device D] [--fixes ID,...] [--json OUT] [--html OUT]: a model's
 findings checked against what their fixes really save (the library: microbench.verify.verify; docs/findings.md)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from microbench.core.errors import run_command
 from microbench.core.jsonio import dumps
 from microbench.core.outdir import check_file, print_written, write_file
 from microbench.report.roofline_report import wide_console
+from microbench.report.verify_html import verify_page
 from microbench.report.verify_report import print_verify
 from microbench.verify.verify import VerifyOptions, verify
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=positive_int, default=3, help="timed steps per block (default 3)")
     ap.add_argument("--config", type=Path, default=None, help="bench.toml")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the checks as JSON")
+    ap.add_argument("--html", type=Path, default=None, metavar="OUT", help="write the checks as one HTML page")
     return ap
 
 
@@ -48,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     import torch  # noqa: F401 - the `bench` extra, said in one line (run_command) before any work
 
-    if args.json:
-        check_file(args.json, "--json")
+    for path, flag in ((args.json, "--json"), (args.html, "--html")):
+        if path:
+            check_file(path, flag)
     fixes = tuple(f.strip() for f in args.fixes.split(",") if f.strip()) if args.fixes else None
     opts = VerifyOptions(
         args.batch, args.dtype, args.device, fixes, args.processes, args.blocks, args.steps, args.config
     )
     doc = verify(args.model, opts, progress=lambda msg: print(f"verify: {msg}", file=sys.stderr, flush=True))
     written = [write_file(args.json, dumps(doc), "--json")] if args.json else []
+    if args.html:
+        written.append(write_file(args.html, verify_page(doc), "--html"))
     print_verify(doc, wide_console(), kept_in=f"the --json file {args.json}" if args.json else "verify --json OUT")
     print_written(written)
     return 0

@@ -36,8 +36,12 @@ def best_16bit(device) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def plan(finding_id: str, base: Setting, device) -> Plan:
-    """The fix for one finding on this device: the pair's "after" setting, or why none."""
+def plan(finding: dict, base: Setting, device) -> Plan:
+    """The fix for one finding on this device: the pair's "after" setting, or why none. Where the finding states its
+    fix as settings (`fix_setting`: the CPU dataloader rule's one worker, and the threads it leaves the
+    step), those are applied, so that the check measures the fix the finding printed."""
+    finding_id = finding["id"]
+    own = finding.get("fix_setting") or {}
     data = _data()
     entry = data["fixes"].get(finding_id)
     kind = "cuda" if device.is_gpu else "cpu"
@@ -54,7 +58,7 @@ def plan(finding_id: str, base: Setting, device) -> Plan:
     elif change == "channels_last":
         after = replace(base, channels_last=True)
     elif change == "loader_workers":
-        after = replace(base, workers=int(entry["workers"]))
+        after = replace(base, workers=int(own.get("workers") or entry["workers"]), threads=own.get("threads"))
     else:  # a data file naming a change this code does not know: said, not guessed
         return Plan(finding_id, entry["fix"], None, f"data/verify.toml: unknown change {change!r}")
     if after == base:

@@ -70,11 +70,20 @@ def _aa_spread(runs: list[dict]) -> float:
     return max(abs(r["saving_us"]["median"]) for r in runs)
 
 
+def noise(processes: list[float], aa_spread: float) -> float:
+    """A check's noise: the larger of the A/A spread and half the processes' spread (module docstring)."""
+    return max(aa_spread, (max(processes) - min(processes)) / 2 if processes else 0.0)
+
+
+def noise_us(c: dict) -> float:
+    """The noise of a check as `check` made it (one process: its paired differences' quartiles)."""
+    m = c["measured_us"]
+    return noise(m.get("processes") if len(m.get("processes") or ()) > 1 else [m["low"], m["high"]], c["aa_spread_us"])
+
+
 def could_tell(low: float, high: float, median: float, processes: list[float], aa_spread: float) -> bool:
-    """The verdict on the median holds within its noise: the larger of the A/A spread and half the processes'
-    spread (module docstring)."""
-    noise = max(aa_spread, (max(processes) - min(processes)) / 2 if processes else 0.0)
-    return decidable(low, high, median, noise)
+    """The verdict on the median holds within its noise (module docstring)."""
+    return decidable(low, high, median, noise(processes, aa_spread))
 
 
 def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict:
@@ -87,6 +96,10 @@ def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict
         "fix": p.fix,
         "after": {k: v for k, v in p.after.__dict__.items() if v is not None and k != "spec"},
         "predicted": {k: s[k] for k in ("low", "expected", "high")},
+        # the model's own range where calibration widened it (findings/calibration.py): what a derivation reads
+        **({"predicted_model": finding["saving_model_us"]} if "saving_model_us" in finding else {}),
+        # the time the finding acts on: the scale calibration/derive.py measures a rule's misses in
+        "time_us": finding.get("acts_on_us", finding.get("time_us")),
         "measured_us": m,
         "aa_spread_us": aa_spread_us,
         "held": s["low"] <= m["median"] <= s["high"],
@@ -121,7 +134,7 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
     dev = d.dev
     batch = d.batch  # the model's own where --batch is not given (decompose chose it)
     base = Setting(spec, opts.dtype)
-    plans = [(f, plan(f["id"], base, dev)) for f in findings]
+    plans = [(f, plan(f, base, dev)) for f in findings]
     look = Conditions(cfg.conditions).start()
     checks, not_applied, aa_runs = [], [], []
     applicable = [(f, p) for f, p in plans if p.after is not None]
