@@ -22,6 +22,10 @@ def test_every_finding_of_every_shipped_trace_holds_its_bounds(path: Path, cfg):
     for f in doc["findings"] + doc["findings_below_threshold"]:
         s = f["saving_us"]
         assert 0 <= s["low"] <= s["expected"] <= s["high"], (f["id"], s)
+        model = f.get("saving_model_us")
+        if model:  # calibration widens the model's range, never narrows it (findings/calibration.py)
+            assert s["low"] <= model["low"], (f["id"], s, model)
+            assert s["high"] >= model["high"] or "saving_cut" in f, (f["id"], s, model)  # unless cut, and said
         if step:
             assert s["high"] <= step * (1 + 1e-9), (f["id"], s, step)
         acts_on = f.get("acts_on_us", f.get("time_us"))

@@ -13,7 +13,7 @@ sits above the trace analysis and the prediction estimate, and extends the analy
 from __future__ import annotations
 
 from microbench.core.documents import Finding, FindingsResult
-from microbench.findings.calibration import calibrated
+from microbench.findings.calibration import calibrated, calibration
 from microbench.findings.facts import CpuCommFacts, CpuFacts, WholeTraceFacts, gpu_facts, rules, threshold
 from microbench.findings.rules import RULES, not_checked_amp
 from microbench.trace import gpu_time, integrity
@@ -136,11 +136,25 @@ def validation_of(rid: str, on: str) -> dict:
     [validation.RID]): on the report's kind of device (`on`: cpu or gpu) and on the others, with where they are."""
     v = (rules().get("validation") or {}).get(rid) or {}
     tally = lambda d: {"held": int((v.get(d) or {}).get("held", 0)), "checks": int((v.get(d) or {}).get("checks", 0))}  # noqa: E731
+    verified = ((calibration().get("derived") or {}).get(rid) or {}).get(on) or {}
     return {
         "on": on,
         **tally(on),
         "elsewhere": {d: tally(d) for d in ("cpu", "gpu") if d != on and v.get(d)},
         "where": v.get("where", ""),
+        # dawnscope verify's kept checks of the rule on this kind of device: those its range was derived from, and
+        # the held-out ones judged against it (data/calibration.toml)
+        **(
+            {
+                "verify": {
+                    "derived_from": verified["checks"],
+                    "held_out_decidable": verified.get("held_out_decidable", 0),
+                    "held_out_held": verified.get("held_out_held", 0),
+                }
+            }
+            if verified
+            else {}
+        ),
     }
 
 

@@ -90,11 +90,19 @@ def validation_line(finding: dict) -> str:
         f"on {DEVICE_WORDS[d]} {t['held']} of {t['checks']} held" for d, t in (v.get("elsewhere") or {}).items()
     )
     where = f" ({v['where']})" if v.get("where") else ""
+    ver = v.get("verify")
+    verified = (
+        f"; dawnscope verify: the range derived from {ver['derived_from']} checks, then held {ver['held_out_held']} "
+        f"of {ver['held_out_decidable']} decidable checks on workloads kept out (docs/findings.md, Calibration)"
+        if ver
+        else ""
+    )
     if v.get("checks"):
         return (
             f"its range held the measured saving in {v['held']} of {v['checks']} checks on {on}"
             + (f"; {others}" if others else "")
             + where
+            + verified
         )
     if others:
         return f"its range is not yet checked against a fix's measured saving on {on} ({others}){where}"

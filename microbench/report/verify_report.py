@@ -80,10 +80,13 @@ def _rng(r: dict) -> str:
 
 
 def _tally(t: dict) -> str:
-    share = f" ({t['held'] / t['decidable']:.0%})" if t["decidable"] else ""
+    def pct(held: int, of: int) -> str:
+        return f" ({held / of:.0%})" if of else ""
+
     return (
         f"{t['checks']} checks on {t['workloads']} workloads, {t['decidable']} decidable, {t['held']} of them "
-        f"held{share}"
+        f"held{pct(t['held'], t['decidable'])} (under the model's own ranges: {t['model_held']} of "
+        f"{t['model_decidable']} decidable{pct(t['model_held'], t['model_decidable'])})"
     )
 
 

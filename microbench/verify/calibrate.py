@@ -58,6 +58,20 @@ def derive(docs: list[tuple[str, dict]], data: dict) -> dict:
     return out
 
 
+def with_held_out_tally(docs: list[tuple[str, dict]], data: dict, derived: dict) -> dict:
+    """`derived` with each entry's out-of-sample record: the held-out checks of its rule and kind judged against
+    the ranges it derives (`held_out_checks`, `held_out_decidable`, `held_out_held`), which a finding quotes."""
+    rows = [r for r in judged(docs, data | {"derived": derived}) if r["held_out"]]
+    out = {rid: {kind: dict(e) for kind, e in kinds.items()} for rid, kinds in derived.items()}
+    for rid, kinds in out.items():
+        for kind, e in kinds.items():
+            mine = [r for r in rows if r["finding"] == rid and r["kind"] == kind]
+            e["held_out_checks"] = len(mine)
+            e["held_out_decidable"] = sum(r["decidable"] for r in mine)
+            e["held_out_held"] = sum(r["decidable"] and r["held"] for r in mine)
+    return out
+
+
 def render(derived: dict) -> str:
     """The derived tables as TOML, to follow the mark."""
     lines = [DERIVED_MARK]
@@ -73,6 +87,7 @@ def render(derived: dict) -> str:
                 f"workloads = {e['workloads']}",
                 f"from = [{files}]",
             ]
+            lines += [f"{k} = {e[k]}" for k in ("held_out_checks", "held_out_decidable", "held_out_held") if k in e]
     return "\n".join(lines) + "\n"
 
 
@@ -85,12 +100,14 @@ def rewrite(text: str, derived: dict) -> str:
 
 
 def judged(docs: list[tuple[str, dict]], data: dict) -> list[dict]:
-    """Every check of `docs` with `range` (its finding's range now), `held`, `decidable` under it, `held_out`, and
-    the document's model, batch and file name."""
+    """Every check of `docs` with `range` (its finding's range now), `held`, `decidable` under it, the same under
+    the model's own range (`model_held`, `model_decidable`), `held_out`, and the document's model, batch and file
+    name."""
     rows = []
     for name, doc in docs:
         for c in doc["checks"]:
-            rng, how = widened(c["finding"], _kind(doc), _model_range(c), c.get("time_us"), data)
+            model = _model_range(c)
+            rng, how = widened(c["finding"], _kind(doc), model, c.get("time_us"), data)
             rng = bounded({"saving_us": rng, "time_us": c.get("time_us"), "per": "step"}, doc.get("step_time_us"))[
                 "saving_us"
             ]
@@ -102,10 +119,14 @@ def judged(docs: list[tuple[str, dict]], data: dict) -> list[dict]:
                     "model": doc["model"],
                     "batch": doc["batch"],
                     "file": name,
+                    "kind": _kind(doc),
                     "range": rng,
-                    "widened": how is not None and rng != _model_range(c),
+                    "widened": how is not None and rng != model,
                     "held": rng["low"] <= m["median"] <= rng["high"],
                     "decidable": could_tell(rng["low"], rng["high"], m["median"], procs, c["aa_spread_us"]),
+                    # the same verdict under the model's own range, to show what the widening bought
+                    "model_held": model["low"] <= m["median"] <= model["high"],
+                    "model_decidable": could_tell(model["low"], model["high"], m["median"], procs, c["aa_spread_us"]),
                     "held_out": held_out(doc["model"], data),
                 }
             )
@@ -118,11 +139,14 @@ def summary(rows: list[dict]) -> dict:
 
     def tally(rs: list[dict]) -> dict:
         decided = [r for r in rs if r["decidable"]]
+        by_model = [r for r in rs if r["model_decidable"]]
         return {
             "checks": len(rs),
             "workloads": len({r["model"] for r in rs}),
             "decidable": len(decided),
             "held": sum(r["held"] for r in decided),
+            "model_decidable": len(by_model),
+            "model_held": sum(r["model_held"] for r in by_model),
         }
 
     widths = [

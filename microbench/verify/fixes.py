@@ -61,6 +61,8 @@ def plan(finding: dict, base: Setting, device) -> Plan:
         after = replace(base, workers=int(own.get("workers") or entry["workers"]), threads=own.get("threads"))
     else:  # a data file naming a change this code does not know: said, not guessed
         return Plan(finding_id, entry["fix"], None, f"data/verify.toml: unknown change {change!r}")
+    # the finding's own words where it states its settings (a finding under the threshold may not carry them)
+    fix = (finding.get("fix") if own else None) or entry["fix"]
     if after == base:
-        return Plan(finding_id, entry["fix"], None, "the model already runs with this fix")
-    return Plan(finding_id, entry["fix"], after)
+        return Plan(finding_id, fix, None, "the model already runs with this fix")
+    return Plan(finding_id, fix, after)
