@@ -241,3 +241,26 @@ def test_the_html_page_draws_every_check_and_says_what_was_widened(tmp_path):
     assert f"* {c['finding']}: the model&#x27;s own range" in page and page.count("own range") == 1
     assert "Not applied" in page and "channels_last" in page
     assert f"{doc['held']} of {doc['decidable']} decidable checks held" in page
+
+
+def test_a_fix_that_acts_from_a_process_start_is_timed_in_pairs_of_fresh_processes(monkeypatch):
+    """glibc's malloc thresholds are read at start-up: the allocator fix cannot alternate with its absence in one
+    process. Each pair is two fresh processes of the same setting, one with the fix in its environment, the order
+    turned every pair; the saving is the difference of their median steps."""
+    from microbench.decompose import allocator
+    from microbench.verify import pair
+
+    calls = []
+
+    def fake(before, after, batch, blocks, steps, device="cpu", env=None, timeout_s=0.0):
+        calls.append(dict(env or {}))
+        ms = 10.0 if env else 12.0  # the fix saves 2 ms a step
+        return {"before": {"block_ms": [ms, ms + 1]}, "after": {"block_ms": [ms, ms - 1]}}
+
+    monkeypatch.setattr(pair, "run_in_process", fake)
+    s, fix = Setting("tests.findings_models:matmul_mlp"), {"MALLOC_TOP_PAD_": "1"}
+    runs = pair.process_pairs(s, fix, 8, 2, 1, "cpu", 3)
+    assert calls == [{}, fix, fix, {}, {}, fix]
+    assert [r["saving_us"]["median"] for r in runs] == [pytest.approx(2000.0)] * 3
+    p = plan({"id": "allocator"}, s, cpu_device())
+    assert p.after == s and p.env == allocator.fixed_env() and set(p.env) >= {"MALLOC_MMAP_THRESHOLD_"}

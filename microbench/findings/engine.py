@@ -44,6 +44,20 @@ def bounded(finding: Finding, step_us: float) -> Finding:
     return finding | {"saving_us": cut, "saving_cut": f"the range's high end ({s['high']:,.0f} us) cut to {what}"}
 
 
+# what a finding under the threshold keeps: enough to say it, and for verify to check it (its fix and what it acts on)
+BELOW_KEYS = (
+    "id",
+    "saving_us",
+    "saving_model_us",
+    "what",
+    "expected_why",
+    "time_us",
+    "acts_on_us",
+    "fix",
+    "fix_setting",
+)
+
+
 def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = None) -> FindingsResult:
     """The findings of one analysis (module docstring): `findings` in rank order, `not_checked` (id, why), the step
     time the shares are of, and whether the savings are per step or for the whole trace. `source`: the chip the
@@ -101,22 +115,7 @@ def findings_of(ta, cfg=None, source: str | None = None, cpu_doc: dict | None = 
         elif out is not None and out["saving_us"]["expected"] >= threshold("min_saving_share") * f.step_us:
             made.append(out)
         elif out is not None:  # checked, and the fix would save too little: said, so that a flag is not left open
-            below.append(
-                {
-                    k: out[k]
-                    for k in (
-                        "id",
-                        "saving_us",
-                        "saving_model_us",
-                        "what",
-                        "expected_why",
-                        "time_us",
-                        "acts_on_us",
-                        "fix_setting",
-                    )
-                    if k in out
-                }
-            )
+            below.append({k: out[k] for k in BELOW_KEYS if k in out})
     made.sort(key=lambda x: -x["saving_us"]["expected"])
     made = [x | {"validation": validation_of(x["id"], kind)} for x in made]
     return {

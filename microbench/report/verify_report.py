@@ -26,7 +26,7 @@ def check_cells(c: dict) -> list[str]:
     p, m = c["predicted"], c["measured_us"]
     return [
         c["finding"],
-        c["fix"],
+        c["fix"] + (f" (timed in {c['measured_by']})" if c.get("measured_by") else ""),
         f"{p['low']:,.0f} - {p['expected']:,.0f} - {p['high']:,.0f}" + (" *" if c.get("predicted_model") else ""),
         f"{m['median']:,.0f}",
         f"{m['low']:,.0f} - {m['high']:,.0f}",

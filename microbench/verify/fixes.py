@@ -9,6 +9,7 @@ from functools import cache
 import tomllib
 
 from microbench.core.resources import data_file
+from microbench.decompose import allocator
 
 from .pair import Setting
 
@@ -19,6 +20,9 @@ class Plan:
     fix: str
     after: Setting | None  # None: not applied
     why_not: str | None = None
+    # the "after" process's added environment, where the fix acts from a process's start: timed in pairs of fresh
+    # processes (pair.process_pairs), the setting itself unchanged
+    env: dict[str, str] | None = None
 
 
 @cache
@@ -34,6 +38,13 @@ def best_16bit(device) -> str:
     import torch
 
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def _env(name: str) -> dict[str, str]:
+    """The environment a process-start fix sets (data/verify.toml `env`)."""
+    if name == "allocator":
+        return allocator.fixed_env()
+    raise ValueError(f"data/verify.toml: unknown env {name!r}")
 
 
 def plan(finding: dict, base: Setting, device) -> Plan:
@@ -57,6 +68,8 @@ def plan(finding: dict, base: Setting, device) -> Plan:
         after = replace(base, dtype="tf32")
     elif change == "channels_last":
         after = replace(base, channels_last=True)
+    elif change == "process_env":
+        return Plan(finding_id, entry["fix"], base, env=_env(entry["env"]))
     elif change == "loader_workers":
         after = replace(base, workers=int(own.get("workers") or entry["workers"]), threads=own.get("threads"))
     else:  # a data file naming a change this code does not know: said, not guessed

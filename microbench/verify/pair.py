@@ -153,6 +153,33 @@ def run_in_process(
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def process_pairs(
+    s: Setting,
+    env_after: dict[str, str],
+    batch: int,
+    blocks: int,
+    steps: int,
+    device: str,
+    pairs: int,
+    env_before: dict[str, str] | None = None,
+) -> list[dict]:
+    """A fix that acts from a process's start (glibc's malloc thresholds, read at start-up) cannot alternate with
+    its absence in one process: each pair is two fresh processes of the same setting, one started with `env_before`
+    and one with `env_after`, in the order before, after / after, before, ... (a drift from process to process falls
+    on both alike). A process's step time is the median of all its blocks; the pair's saving, in the shape
+    measure_pair gives, the difference of the two (no quartiles: one difference)."""
+    out = []
+    for i in range(pairs):
+        order = (0, 1) if i % 2 == 0 else (1, 0)
+        ms = [0.0, 0.0]
+        for j in order:
+            doc = run_in_process(s, s, batch, blocks, steps, device, (env_before or {}, env_after)[j])
+            ms[j] = statistics.median(doc["before"]["block_ms"] + doc["after"]["block_ms"])
+        d = (ms[0] - ms[1]) * 1e3
+        out.append({"saving_us": {"median": d, "q1": d, "q3": d}, "before_ms": ms[0], "after_ms": ms[1]})
+    return out
+
+
 def _child() -> int:
     """The process run_in_process starts: the spec on stdin, the result as the last line of stdout."""
     from microbench.core import device as devmod

@@ -15,7 +15,9 @@ step against itself (A/A): the saving a null fix shows, the measurement's noise.
   own processes (one process: half its paired differences' quartile range), since processes of one build run at
   speeds of their own and a fix's saving differs between them by more than a null fix's does.
 
-A fix not applied is listed with its reason. The document: schema dawnscope.verify/1 (docs/findings.md,
+A fix that acts from a process's start (glibc's malloc thresholds, read from the environment at start-up) is timed
+in pairs of fresh processes instead (pair.process_pairs; `measured_by`), against its own null fix, pairs of
+processes of the same setting (`aa_process_pairs`). A fix not applied is listed with its reason. The document: schema dawnscope.verify/1 (docs/findings.md,
 "Checked by verify")."""
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from microbench.decompose.pipeline import DecomposeOptions, run_decomposition
 from microbench.findings.decomposition import with_decomposition_findings
 
 from .fixes import Plan, plan
-from .pair import Setting, run_in_process
+from .pair import Setting, process_pairs, run_in_process
 
 SCHEMA = "dawnscope.verify/1"
 
@@ -94,7 +96,8 @@ def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict
     return {
         "finding": finding["id"],
         "fix": p.fix,
-        "after": {k: v for k, v in p.after.__dict__.items() if v is not None and k != "spec"},
+        "after": {k: v for k, v in p.after.__dict__.items() if v is not None and k != "spec"}
+        | ({"env": p.env} if p.env else {}),
         "predicted": {k: s[k] for k in ("low", "expected", "high")},
         # the model's own range where calibration widened it (findings/calibration.py): what a derivation reads
         **({"predicted_model": finding["saving_model_us"]} if "saving_model_us" in finding else {}),
@@ -136,15 +139,24 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
     base = Setting(spec, opts.dtype)
     plans = [(f, plan(f, base, dev)) for f in findings]
     look = Conditions(cfg.conditions).start()
-    checks, not_applied, aa_runs = [], [], []
+    checks, not_applied, aa_runs, aa_process_runs = [], [], [], []
     applicable = [(f, p) for f, p in plans if p.after is not None]
-    if applicable:
+    if any(p.env is None for _, p in applicable):
         progress(f"A/A: the step against itself, {opts.processes} process(es)")
         aa_runs = [_pair(base, base, batch, opts, dev) for _ in range(opts.processes)]
+    if any(p.env is not None for _, p in applicable):  # its own null fix: pairs of processes of the same setting
+        progress(f"A/A: pairs of fresh processes of the same setting, {opts.processes} pair(s)")
+        aa_process_runs = process_pairs(base, {}, batch, opts.blocks, opts.steps, _kind(dev), opts.processes)
     aa = _aa_spread(aa_runs) if aa_runs else None
+    aa_processes = _aa_spread(aa_process_runs) if aa_process_runs else None
     for f, p in plans:
         if p.after is None:
             not_applied.append({"finding": f["id"], "fix": p.fix, "why": p.why_not})
+            continue
+        if p.env is not None:
+            progress(f"{f['id']}: {p.fix}, {opts.processes} pair(s) of fresh processes")
+            runs = process_pairs(base, p.env, batch, opts.blocks, opts.steps, _kind(dev), opts.processes)
+            checks.append(check(f, p, runs, aa_processes) | {"measured_by": "process pairs"})
             continue
         progress(f"{f['id']}: {p.fix}, {opts.processes} process(es)")
         runs = [_pair(base, p.after, batch, opts, dev) for _ in range(opts.processes)]
@@ -167,6 +179,8 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
         "step_time_what": doc.get("findings_step_time_what"),
         "method": {"processes": opts.processes, "blocks": opts.blocks, "steps_per_block": opts.steps},
         "aa": {"spread_us": aa, "processes": [r["saving_us"] for r in aa_runs]},
+        # the null fix of the process-pair checks (their aa_spread_us), where there is one
+        **({"aa_process_pairs": {"spread_us": aa_processes, "pairs": aa_process_runs}} if aa_process_runs else {}),
         "checks": checks,
         "not_applied": not_applied,
         "held": sum(c["held"] for c in decided),
@@ -175,5 +189,9 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
     }
 
 
+def _kind(dev) -> str:
+    return "cuda" if dev.is_gpu else "cpu"
+
+
 def _pair(before: Setting, after: Setting, batch, opts: VerifyOptions, dev) -> dict:
-    return run_in_process(before, after, batch, opts.blocks, opts.steps, "cuda" if dev.is_gpu else "cpu")
+    return run_in_process(before, after, batch, opts.blocks, opts.steps, _kind(dev))
