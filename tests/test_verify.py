@@ -243,6 +243,14 @@ def test_the_html_page_draws_every_check_and_says_what_was_widened(tmp_path):
     assert f"{doc['held']} of {doc['decidable']} decidable checks held" in page
 
 
+def test_one_setting_is_timed_alone_in_a_child_process():
+    """The child of a process pair builds and times one step (blocks of steps), nothing beside it."""
+    from microbench.verify.pair import run_in_process
+
+    doc = run_in_process(Setting("tests.findings_models:matmul_mlp"), None, 4, 2, 1, "cpu")
+    assert len(doc["before"]["block_ms"]) == 2 and "after" not in doc and all(t > 0 for t in doc["before"]["block_ms"])
+
+
 def test_a_fix_that_acts_from_a_process_start_is_timed_in_pairs_of_fresh_processes(monkeypatch):
     """glibc's malloc thresholds are read at start-up: the allocator fix cannot alternate with its absence in one
     process. Each pair is two fresh processes of the same setting, one with the fix in its environment, the order
@@ -253,9 +261,10 @@ def test_a_fix_that_acts_from_a_process_start_is_timed_in_pairs_of_fresh_process
     calls = []
 
     def fake(before, after, batch, blocks, steps, device="cpu", env=None, timeout_s=0.0):
+        assert after is None  # one step built in each process: a second would share the heap the fix changes
         calls.append(dict(env or {}))
         ms = 10.0 if env else 12.0  # the fix saves 2 ms a step
-        return {"before": {"block_ms": [ms, ms + 1]}, "after": {"block_ms": [ms, ms - 1]}}
+        return {"before": {"block_ms": [ms, ms + 1, ms - 1]}}
 
     monkeypatch.setattr(pair, "run_in_process", fake)
     s, fix = Setting("tests.findings_models:matmul_mlp"), {"MALLOC_TOP_PAD_": "1"}

@@ -125,9 +125,26 @@ def side_doc(side: Side, block_ms: list[float]) -> dict:
     }
 
 
+def measure_one(s: Setting, batch: int, blocks: int, steps: int, device=None) -> dict:
+    """One setting's blocks' median step times, the only step built in the process (process_pairs: a second step
+    alternating in the same process would share its heap, the very thing a malloc fix changes)."""
+    import torch
+
+    from microbench.core.device import cpu_device
+
+    device = device or cpu_device()
+    threads = torch.get_num_threads()
+    try:
+        side = build_side(s, batch, device)
+        block_ms = [_block_ms(side, steps, device) for _ in range(blocks)]
+    finally:
+        torch.set_num_threads(threads)
+    return {"before": side_doc(side, block_ms), "batch": batch, "blocks": blocks, "steps_per_block": steps}
+
+
 def run_in_process(
     before: Setting,
-    after: Setting,
+    after: Setting | None,
     batch: int,
     blocks: int,
     steps: int,
@@ -135,8 +152,15 @@ def run_in_process(
     env: dict[str, str] | None = None,
     timeout_s: float = 1800.0,
 ) -> dict:
-    """measure_pair in a fresh process (`env` added to its environment), its result; a failure is one line."""
-    spec = {"before": asdict(before), "after": asdict(after), "batch": batch, "blocks": blocks, "steps": steps}
+    """measure_pair in a fresh process (`env` added to its environment), its result; `after` None: measure_one of
+    `before` alone. A failure is one line."""
+    spec = {
+        "before": asdict(before),
+        "after": after and asdict(after),
+        "batch": batch,
+        "blocks": blocks,
+        "steps": steps,
+    }
     spec["device"] = device
     done = subprocess.run(
         [sys.executable, "-m", "microbench.verify.pair"],
@@ -166,15 +190,16 @@ def process_pairs(
     """A fix that acts from a process's start (glibc's malloc thresholds, read at start-up) cannot alternate with
     its absence in one process: each pair is two fresh processes of the same setting, one started with `env_before`
     and one with `env_after`, in the order before, after / after, before, ... (a drift from process to process falls
-    on both alike). A process's step time is the median of all its blocks; the pair's saving, in the shape
-    measure_pair gives, the difference of the two (no quartiles: one difference)."""
+    on both alike). Each process builds the one step it times (measure_one); its step time is the median of its
+    blocks; the pair's saving, in the shape measure_pair gives, the difference of the two (no quartiles: one
+    difference)."""
     out = []
     for i in range(pairs):
         order = (0, 1) if i % 2 == 0 else (1, 0)
         ms = [0.0, 0.0]
         for j in order:
-            doc = run_in_process(s, s, batch, blocks, steps, device, (env_before or {}, env_after)[j])
-            ms[j] = statistics.median(doc["before"]["block_ms"] + doc["after"]["block_ms"])
+            doc = run_in_process(s, None, batch, blocks, steps, device, (env_before or {}, env_after)[j])
+            ms[j] = statistics.median(doc["before"]["block_ms"])
         d = (ms[0] - ms[1]) * 1e3
         out.append({"saving_us": {"median": d, "q1": d, "q3": d}, "before_ms": ms[0], "after_ms": ms[1]})
     return out
@@ -186,9 +211,11 @@ def _child() -> int:
 
     spec = json.loads(sys.stdin.read())
     dev = devmod.detect(spec["device"])
-    doc = measure_pair(
-        Setting(**spec["before"]), Setting(**spec["after"]), spec["batch"], spec["blocks"], spec["steps"], dev
-    )
+    before = Setting(**spec["before"])
+    if spec["after"] is None:
+        doc = measure_one(before, spec["batch"], spec["blocks"], spec["steps"], dev)
+    else:
+        doc = measure_pair(before, Setting(**spec["after"]), spec["batch"], spec["blocks"], spec["steps"], dev)
     print(json.dumps(doc))
     return 0
 
