@@ -273,3 +273,16 @@ def test_a_fix_that_acts_from_a_process_start_is_timed_in_pairs_of_fresh_process
     assert [r["saving_us"]["median"] for r in runs] == [pytest.approx(2000.0)] * 3
     p = plan({"id": "allocator"}, s, cpu_device())
     assert p.after == s and p.env == allocator.fixed_env() and set(p.env) >= {"MALLOC_MMAP_THRESHOLD_"}
+
+
+def test_a_rule_name_verify_does_not_know_is_refused_before_any_measurement(monkeypatch):
+    from microbench.core.errors import InputError
+    from microbench.verify import verify as V
+
+    def never(*a, **k):
+        raise AssertionError("decomposed before the --fixes were checked")
+
+    monkeypatch.setattr(V, "run_decomposition", never)
+    with pytest.raises(InputError) as e:
+        V.verify("tests.findings_models:matmul_mlp", V.VerifyOptions(fixes=("alocator",)))
+    assert "no such rule" in str(e.value) and "alocator" in str(e.value) and "allocator" in str(e.value)

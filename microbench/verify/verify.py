@@ -32,6 +32,7 @@ from microbench.core.config import load_config
 from microbench.core.errors import InputError
 from microbench.decompose.pipeline import DecomposeOptions, run_decomposition
 from microbench.findings.decomposition import with_decomposition_findings
+from microbench.findings.facts import rules
 
 from .fixes import Plan, plan
 from .pair import Setting, process_pairs, run_in_process
@@ -117,6 +118,12 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
         raise InputError(None, "expected --processes and --steps at least 1, --blocks at least 2", key="verify")
     cfg = load_config(opts.config)
     kernels.load_all()  # the providers the ceilings are measured with register on import
+    if opts.fixes is not None:  # a typo is said before minutes of measurement, not after
+        unknown = [f for f in opts.fixes if f not in rules()["rules"]]
+        if unknown:
+            raise InputError(
+                None, f"no such rule ({', '.join(sorted(rules()['rules']))})", key="--fixes", value=",".join(unknown)
+            )
     progress("decomposing the step and making its findings")
     d = run_decomposition(
         spec,
@@ -126,20 +133,22 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
     )
     doc = with_decomposition_findings(d)
     findings = doc.get("findings", []) + doc.get("findings_below_threshold", [])
+    unmade = []
     if opts.fixes is not None:
         known = {f["id"] for f in findings} | {f["id"] for f in doc.get("findings_not_checked", [])}
-        unknown = [f for f in opts.fixes if f not in known]
-        if unknown:
-            raise InputError(
-                None, f"no such finding ({', '.join(sorted(known)) or 'none'})", key="--fixes", value=",".join(unknown)
-            )
+        # a rule asked for that found nothing on this run (its own condition not met): said, not an error
+        unmade = [
+            {"finding": rid, "fix": "-", "why": "the rule found nothing to fix in this step on this run"}
+            for rid in opts.fixes
+            if rid not in known
+        ]
         findings = [f for f in findings if f["id"] in opts.fixes]
     dev = d.dev
     batch = d.batch  # the model's own where --batch is not given (decompose chose it)
     base = Setting(spec, opts.dtype)
     plans = [(f, plan(f, base, dev)) for f in findings]
     look = Conditions(cfg.conditions).start()
-    checks, not_applied, aa_runs, aa_process_runs = [], [], [], []
+    checks, not_applied, aa_runs, aa_process_runs = [], list(unmade), [], []
     applicable = [(f, p) for f, p in plans if p.after is not None]
     if any(p.env is None for _, p in applicable):
         progress(f"A/A: the step against itself, {opts.processes} process(es)")
