@@ -96,17 +96,18 @@ def endless(loader) -> Callable[[], object]:
     return next_batch
 
 
-def with_workers(loader, num_workers: int) -> DataLoader | None:
+def with_workers(loader, num_workers: int, pin_memory: bool | None = None) -> DataLoader | None:
     """A copy of `loader` that makes the same batches in `num_workers` persistent worker processes (0: in the
     calling process), for the CPU dataloader finding's fix: the hand-off probe of decompose (decompose/pipeline.py) and
     `decompose --num-workers`; None where `loader` is not a torch DataLoader (a user's own iterable: nothing to
-    copy)."""
+    copy). `pin_memory`: the copy's (None: the loader's own; True: batches in page-locked memory, the pageable_copy
+    finding's fix on a GPU)."""
     if not isinstance(loader, DataLoader):
         return None
     common = {
         "collate_fn": loader.collate_fn,
         "num_workers": num_workers,
-        "pin_memory": loader.pin_memory,
+        "pin_memory": loader.pin_memory if pin_memory is None else pin_memory,
         "worker_init_fn": loader.worker_init_fn,
         **worker_settings(num_workers),
     }

@@ -122,14 +122,15 @@ class NoDataLoader(ValueError):
     """Workers asked for (TrainingStep(num_workers=...)) of a workload that loads from no torch DataLoader."""
 
 
-def _with_workers(workload: Workload, loader, num_workers: int):
-    """`loader` with `num_workers` workers (the dataloader finding's fix), or ValueError naming why it cannot be."""
+def _with_workers(workload: Workload, loader, num_workers: int, pin_memory: bool | None = None):
+    """`loader` with `num_workers` workers (the dataloader finding's fix) and `pin_memory` (None: its own), or
+    ValueError naming why it cannot be."""
     if loader is None:
         raise NoDataLoader(
             f"workload {workload.name!r} has no DataLoader: its inputs are made once, in memory "
             "(a workload takes its batches from a loader through make_loader: models/loader.py)"
         )
-    copy = with_workers(loader, num_workers)
+    copy = with_workers(loader, num_workers, pin_memory)
     if copy is None:
         raise NoDataLoader(
             f"workload {workload.name!r} loads from a {type(loader).__name__}, not a torch DataLoader: "
@@ -155,6 +156,7 @@ class TrainingStep:
         dtype: str = "fp32",
         ranges: StepRanges | None = None,
         num_workers: int | None = None,
+        pin_memory: bool | None = None,
     ):
         if dtype not in STEP_DTYPES:
             raise ValueError(f"unknown dtype {dtype!r} (use {', '.join(STEP_DTYPES)})")
@@ -168,8 +170,9 @@ class TrainingStep:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.train()
         self.loader = workload.make_loader(batch) if workload.make_loader is not None else None
-        if num_workers is not None:
-            self.loader = _with_workers(workload, self.loader, num_workers)
+        if num_workers is not None or pin_memory is not None:  # the loader's own workers where only pinning changes
+            workers = num_workers if num_workers is not None else getattr(self.loader, "num_workers", 0)
+            self.loader = _with_workers(workload, self.loader, workers, pin_memory)
         self._next = endless(self.loader) if self.loader is not None else None
         if self.loader is None:
             self._use(*workload.make_inputs(batch, self.device))

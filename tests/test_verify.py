@@ -202,22 +202,8 @@ def test_kept_checks_are_judged_against_the_range_their_finding_has_now():
     assert [(r["held_out"], r["held"], r["decidable"]) for r in rows] == [(False, True, True), (True, True, True)]
     s = summary(rows)
     # under the model's own range (800 - 1,100) both missed: what the widening bought is counted apart
-    assert s["held_out"] == {
-        "checks": 1,
-        "workloads": 1,
-        "decidable": 1,
-        "held": 1,
-        "model_decidable": 1,
-        "model_held": 0,
-    }
-    assert s["derivation"] == {
-        "checks": 1,
-        "workloads": 1,
-        "decidable": 1,
-        "held": 1,
-        "model_decidable": 1,
-        "model_held": 0,
-    }
+    one = {"checks": 1, "workloads": 1, "decidable": 1, "held": 1, "model_decidable": 1, "model_held": 0}
+    assert s["held_out"] == one and s["derivation"] == one
     assert s["median_width_over_expected"] == pytest.approx(0.6)
 
 
@@ -286,3 +272,86 @@ def test_a_rule_name_verify_does_not_know_is_refused_before_any_measurement(monk
     with pytest.raises(InputError) as e:
         V.verify("tests.findings_models:matmul_mlp", V.VerifyOptions(fixes=("alocator",)))
     assert "no such rule" in str(e.value) and "alocator" in str(e.value) and "allocator" in str(e.value)
+
+
+class _Gpu:
+    """What plan() reads of a device: a GPU, for the fixes a CPU cannot run (their plans are what a CPU can test)."""
+
+    kind, is_gpu, name = "cuda", True, "a GPU"
+
+
+def test_the_gpu_fixes_verify_applies_where_a_gpu_is_lent():
+    """launch_bound: torch.compile(mode='reduce-overhead') (CUDA graphs); pageable_copy and dataloader: pinned
+    batches; on a CPU the launch-bound fix is said not to apply, with why."""
+    base = Setting("tests.findings_models:digits_loader")
+    assert plan({"id": "launch_bound"}, base, _Gpu()).after.compile_mode == "reduce-overhead"
+    assert plan({"id": "pageable_copy"}, base, _Gpu()).after.pin_memory is True
+    loader = plan({"id": "dataloader"}, base, _Gpu()).after
+    assert (loader.workers, loader.pin_memory) == (2, True)
+    assert plan({"id": "dataloader"}, base, cpu_device()).after.pin_memory is None  # nothing to pin for on a CPU
+    on_cpu = plan({"id": "launch_bound"}, base, cpu_device())
+    assert on_cpu.after is None and on_cpu.why_not.startswith("CUDA graphs replay a GPU's launches")
+
+
+def test_a_compiled_side_is_warmed_before_its_blocks(monkeypatch):
+    """The compiled model replaces the step's, and COMPILE_WARM_STEPS untimed steps compile it and record its
+    graphs before any block is timed (torch.compile recorded here: a CPU compile is not what is checked)."""
+    import torch
+
+    from microbench.verify import pair
+
+    modes, calls = [], []
+
+    def fake_compile(model, mode=None):
+        modes.append(mode)
+
+        def compiled(*args):
+            calls.append(1)
+            return model(*args)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    side = pair.build_side(Setting("tests.findings_models:matmul_mlp", compile_mode="reduce-overhead"), 4, cpu_device())
+    assert modes == ["reduce-overhead"] and len(calls) == pair.COMPILE_WARM_STEPS
+    assert side.step.model.__name__ == "compiled"  # the step runs the compiled model
+
+
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator:UserWarning")
+def test_pinning_a_loader_copies_it_with_its_own_workers():
+    from microbench.models.step import TrainingStep
+
+    from .findings_models import digits_loader
+
+    step = TrainingStep(digits_loader(), 4, "cpu", pin_memory=True)
+    assert step.loader.pin_memory is True and step.loader.num_workers == 0
+
+
+def test_a_fix_that_fails_to_apply_is_said_and_the_other_checks_are_kept(monkeypatch):
+    """A pair process that fails (here the channels_last side) costs that check only, with the one line why."""
+    from microbench.core.errors import InputError
+    from microbench.verify import verify as V
+
+    doc = {
+        "findings": [
+            {"id": "amp", "saving_us": {"low": 1.0, "expected": 2.0, "high": 3.0}, "fix": "autocast"},
+            {"id": "channels_last", "saving_us": {"low": 1.0, "expected": 2.0, "high": 3.0}, "fix": "NHWC"},
+        ],
+        "findings_step_time_us": 10.0,
+    }
+
+    class D:
+        dev, batch = cpu_device(), 4
+
+    def pair_(before, after, batch, opts, dev):
+        if after.channels_last:
+            raise InputError(None, "a pair process failed: no 4-D input", key="verify")
+        return {"saving_us": {"median": 2.0, "q1": 1.5, "q3": 2.5}}
+
+    monkeypatch.setattr(V, "run_decomposition", lambda *a, **k: D())
+    monkeypatch.setattr(V, "with_decomposition_findings", lambda d: doc)
+    monkeypatch.setattr(V, "_pair", pair_)
+    out = V.verify("tests.findings_models:matmul_mlp", V.VerifyOptions(processes=1, blocks=2, steps=1), progress=str)
+    assert [c["finding"] for c in out["checks"]] == ["amp"]
+    (failed,) = [n for n in out["not_applied"] if n["finding"] == "channels_last"]
+    assert failed["why"].startswith("applying it failed: ") and "no 4-D input" in failed["why"]

@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = Parser(
         prog="dawnscope verify",
         description="Decompose a model's training step, make its findings, apply each finding's fix that can be "
-        "applied here (autocast, TF32, channels_last, DataLoader workers) and time the step before and after in "
+        "applied here (autocast, TF32, channels_last, DataLoader workers and pinning, torch.compile with CUDA graphs, "
+        "glibc's malloc thresholds) and time the step before and after in "
         "alternating blocks in separate processes, with the step against itself (A/A) for the noise: per finding "
         "the predicted saving range, the measured saving, and whether it held. Needs the bench extra.",
         epilog="Exit codes: 0 done (whatever held), 2 bad input, 130 interrupted.",

@@ -68,10 +68,19 @@ def plan(finding: dict, base: Setting, device) -> Plan:
         after = replace(base, dtype="tf32")
     elif change == "channels_last":
         after = replace(base, channels_last=True)
+    elif change == "compile":
+        after = replace(base, compile_mode=entry["mode"])
     elif change == "process_env":
         return Plan(finding_id, entry["fix"], base, env=_env(entry["env"]))
-    elif change == "loader_workers":
-        after = replace(base, workers=int(own.get("workers") or entry["workers"]), threads=own.get("threads"))
+    elif change == "loader_workers":  # pinned on a GPU, as the finding's fix says (pin_memory=True)
+        after = replace(
+            base,
+            workers=int(own.get("workers") or entry["workers"]),
+            threads=own.get("threads"),
+            pin_memory=True if device.is_gpu else None,
+        )
+    elif change == "pin_memory":
+        after = replace(base, pin_memory=True)
     else:  # a data file naming a change this code does not know: said, not guessed
         return Plan(finding_id, entry["fix"], None, f"data/verify.toml: unknown change {change!r}")
     # the finding's own words where it states its settings (a finding under the threshold may not carry them)

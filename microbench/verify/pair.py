@@ -34,9 +34,13 @@ class Setting:
     spec: str
     dtype: str = "fp32"  # fp32 (IEEE, TF32 off), tf32, bf16 / fp16 (autocast)
     workers: int | None = None  # its DataLoader's workers (None: the workload's own)
+    pin_memory: bool | None = None  # its DataLoader's batches in page-locked memory (None: the workload's own)
     threads: int | None = None  # intra-op threads (None: what its factory set)
     channels_last: bool | None = None  # NHWC (None: the workload's own)
     bucket_mb: float | None = None  # in a DDP pair (devtools.pair): the DDP bucket cap (None: DDP's own)
+    compile_mode: str | None = (
+        None  # torch.compile(model, mode=...) (None: eager): "reduce-overhead" replays CUDA graphs
+    )
 
 
 @dataclass
@@ -60,10 +64,20 @@ def build_side(s: Setting, batch: int, device, wrap=None) -> Side:
         workload = replace(workload, channels_last=s.channels_last)
     threads = s.threads or torch.get_num_threads()  # asked for, else what the factory set
     torch.set_num_threads(default)  # the next factory starts where this one did
-    step = TrainingStep(workload, batch, device.torch_device, s.dtype, num_workers=s.workers)
+    step = TrainingStep(workload, batch, device.torch_device, s.dtype, num_workers=s.workers, pin_memory=s.pin_memory)
     if wrap is not None:
         step.model = wrap(step.model, s)
+    if s.compile_mode is not None:
+        step.model = torch.compile(step.model, mode=s.compile_mode)
+        # compiled on the first calls, its CUDA graphs recorded on the next ones: none of that is the fix's saving
+        for _ in range(COMPILE_WARM_STEPS):
+            step()
     return Side(s, step, threads)
+
+
+# untimed steps of a compiled side before its blocks: Dynamo compiles on the first call, and reduce-overhead records
+# its CUDA graphs after a warm-up call of its own (cudagraph trees), so the third call is the first replay
+COMPILE_WARM_STEPS = 3
 
 
 def _block_ms(side: Side, steps: int, device) -> float:

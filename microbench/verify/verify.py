@@ -118,12 +118,7 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
         raise InputError(None, "expected --processes and --steps at least 1, --blocks at least 2", key="verify")
     cfg = load_config(opts.config)
     kernels.load_all()  # the providers the ceilings are measured with register on import
-    if opts.fixes is not None:  # a typo is said before minutes of measurement, not after
-        unknown = [f for f in opts.fixes if f not in rules()["rules"]]
-        if unknown:
-            raise InputError(
-                None, f"no such rule ({', '.join(sorted(rules()['rules']))})", key="--fixes", value=",".join(unknown)
-            )
+    _known_rules(opts.fixes)
     progress("decomposing the step and making its findings")
     d = run_decomposition(
         spec,
@@ -133,15 +128,8 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
     )
     doc = with_decomposition_findings(d)
     findings = doc.get("findings", []) + doc.get("findings_below_threshold", [])
-    unmade = []
+    unmade = _unmade(opts.fixes, findings, doc)
     if opts.fixes is not None:
-        known = {f["id"] for f in findings} | {f["id"] for f in doc.get("findings_not_checked", [])}
-        # a rule asked for that found nothing on this run (its own condition not met): said, not an error
-        unmade = [
-            {"finding": rid, "fix": "-", "why": "the rule found nothing to fix in this step on this run"}
-            for rid in opts.fixes
-            if rid not in known
-        ]
         findings = [f for f in findings if f["id"] in opts.fixes]
     dev = d.dev
     batch = d.batch  # the model's own where --batch is not given (decompose chose it)
@@ -162,14 +150,10 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
         if p.after is None:
             not_applied.append({"finding": f["id"], "fix": p.fix, "why": p.why_not})
             continue
-        if p.env is not None:
-            progress(f"{f['id']}: {p.fix}, {opts.processes} pair(s) of fresh processes")
-            runs = process_pairs(base, p.env, batch, opts.blocks, opts.steps, _kind(dev), opts.processes)
-            checks.append(check(f, p, runs, aa_processes) | {"measured_by": "process pairs"})
-            continue
-        progress(f"{f['id']}: {p.fix}, {opts.processes} process(es)")
-        runs = [_pair(base, p.after, batch, opts, dev) for _ in range(opts.processes)]
-        checks.append(check(f, p, runs, aa))
+        try:  # a fix that fails to apply to this model is said, and the other checks are kept
+            checks.append(_checked(f, p, base, batch, opts, dev, aa, aa_processes, progress))
+        except InputError as e:
+            not_applied.append({"finding": f["id"], "fix": p.fix, "why": f"applying it failed: {e}"})
     for f in doc.get("findings_not_checked", []):
         if opts.fixes is None or f["id"] in opts.fixes:
             not_applied.append(
@@ -196,6 +180,32 @@ def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict
         "decidable": len(decided),
         "conditions": look.stop(),
     }
+
+
+def _known_rules(fixes: tuple[str, ...] | None) -> None:
+    """--fixes names rules (findings.toml): a typo is said before minutes of measurement, not after."""
+    unknown = [f for f in fixes or () if f not in rules()["rules"]]
+    if unknown:
+        names = ", ".join(sorted(rules()["rules"]))
+        raise InputError(None, f"no such rule ({names})", key="--fixes", value=",".join(unknown))
+
+
+def _unmade(fixes: tuple[str, ...] | None, findings: list[dict], doc: dict) -> list[dict]:
+    """The rules asked for that found nothing on this run (their own condition not met): said, not an error."""
+    known = {f["id"] for f in findings} | {f["id"] for f in doc.get("findings_not_checked", [])}
+    why = "the rule found nothing to fix in this step on this run"
+    return [{"finding": rid, "fix": "-", "why": why} for rid in fixes or () if rid not in known]
+
+
+def _checked(f: dict, p: Plan, base: Setting, batch, opts: VerifyOptions, dev, aa, aa_processes, progress) -> dict:
+    """One finding's check: its fix timed in alternating blocks, or in pairs of fresh processes (p.env)."""
+    if p.env is not None:
+        progress(f"{f['id']}: {p.fix}, {opts.processes} pair(s) of fresh processes")
+        runs = process_pairs(base, p.env, batch, opts.blocks, opts.steps, _kind(dev), opts.processes)
+        return check(f, p, runs, aa_processes) | {"measured_by": "process pairs"}
+    progress(f"{f['id']}: {p.fix}, {opts.processes} process(es)")
+    runs = [_pair(base, p.after, batch, opts, dev) for _ in range(opts.processes)]
+    return check(f, p, runs, aa)
 
 
 def _kind(dev) -> str:
