@@ -915,6 +915,15 @@ def test_each_finding_says_how_often_its_own_rules_range_held_on_its_kind_of_dev
     assert validation_line({"validation": c}).startswith(
         f"its range held the measured saving in {c['held']} of {c['checks']} checks on a CPU"
     )
+    # a rule with a derived range quotes verify's record: the checks it was drawn from, the held-out ones after
+    a = F.validation_of("amp", "cpu")
+    ver = a["verify"]
+    assert ver["derived_from"] >= 1 and 0 <= ver["held_out_held"] <= ver["held_out_decidable"]
+    assert validation_line({"validation": a}).endswith(
+        f"dawnscope verify: the range derived from {ver['derived_from']} checks, then held {ver['held_out_held']} of "
+        f"{ver['held_out_decidable']} decidable checks on workloads kept out (docs/findings.md, Calibration)"
+    )
+    assert "verify" not in F.validation_of("amp", "gpu")  # no GPU checks: nothing to quote
     assert validation_line({"validation": F.validation_of("sync", "gpu")}) == (
         "its range is not yet checked against a fix's measured saving (docs/findings.md)"
     )

@@ -105,8 +105,8 @@ def validation_line(finding: dict) -> str:
             + verified
         )
     if others:
-        return f"its range is not yet checked against a fix's measured saving on {on} ({others}){where}"
-    return "its range is not yet checked against a fix's measured saving (docs/findings.md)"
+        return f"its range is not yet checked against a fix's measured saving on {on} ({others}){where}" + verified
+    return "its range is not yet checked against a fix's measured saving (docs/findings.md)" + verified
 
 
 def print_findings(console, doc: dict) -> None:
