@@ -10,14 +10,21 @@ are made of (report/verify_report.markdown_table)."""
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 
 import tomllib
 
 from microbench.findings.calibration import DERIVED_MARK, device_kind, scale_of, widened
 from microbench.findings.engine import bounded
 
-from .verify import could_tell, noise_us
+from .verify import judge, noise_us
+
+
+def kept_checks(folder: Path) -> list[tuple[str, dict]]:
+    """The `verify --json` files kept in `folder` (docs/verify/), as (file name, document), in name order."""
+    return [(p.name, json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
 
 
 def held_out(model: str, data: dict) -> bool:
@@ -111,8 +118,7 @@ def judged(docs: list[tuple[str, dict]], data: dict) -> list[dict]:
             rng = bounded({"saving_us": rng, "time_us": c.get("time_us"), "per": "step"}, doc.get("step_time_us"))[
                 "saving_us"
             ]
-            m = c["measured_us"]
-            procs = m["processes"] if len(m.get("processes") or ()) > 1 else [m["low"], m["high"]]
+            by_model = judge(model, c)  # the same verdict under the model's own range: what the widening bought
             rows.append(
                 c
                 | {
@@ -122,11 +128,9 @@ def judged(docs: list[tuple[str, dict]], data: dict) -> list[dict]:
                     "kind": _kind(doc),
                     "range": rng,
                     "widened": how is not None and rng != model,
-                    "held": rng["low"] <= m["median"] <= rng["high"],
-                    "decidable": could_tell(rng["low"], rng["high"], m["median"], procs, c["aa_spread_us"]),
-                    # the same verdict under the model's own range, to show what the widening bought
-                    "model_held": model["low"] <= m["median"] <= model["high"],
-                    "model_decidable": could_tell(model["low"], model["high"], m["median"], procs, c["aa_spread_us"]),
+                    **judge(rng, c),
+                    "model_held": by_model["held"],
+                    "model_decidable": by_model["decidable"],
                     "held_out": held_out(doc["model"], data),
                 }
             )

@@ -78,10 +78,24 @@ def noise(processes: list[float], aa_spread: float) -> float:
     return max(aa_spread, (max(processes) - min(processes)) / 2 if processes else 0.0)
 
 
+def _spread(m: dict) -> list[float]:
+    """What a check's processes' spread is read from: the processes' savings, or one process's quartiles."""
+    return m["processes"] if len(m.get("processes") or ()) > 1 else [m["low"], m["high"]]
+
+
 def noise_us(c: dict) -> float:
-    """The noise of a check as `check` made it (one process: its paired differences' quartiles)."""
-    m = c["measured_us"]
-    return noise(m.get("processes") if len(m.get("processes") or ()) > 1 else [m["low"], m["high"]], c["aa_spread_us"])
+    """The noise of a check (`measured_us`, `aa_spread_us`) as `check` made it."""
+    return noise(_spread(c["measured_us"]), c["aa_spread_us"])
+
+
+def judge(rng: dict, c: dict) -> dict:
+    """`held` (the check's measured median within `rng`'s low - high) and `decidable` (that verdict within its
+    noise): the one verdict, of a check as measured and of a kept check against a range derived since."""
+    median = c["measured_us"]["median"]
+    return {
+        "held": rng["low"] <= median <= rng["high"],
+        "decidable": decidable(rng["low"], rng["high"], median, noise_us(c)),
+    }
 
 
 def could_tell(low: float, high: float, median: float, processes: list[float], aa_spread: float) -> bool:
@@ -93,8 +107,7 @@ def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict
     """One finding against its fix's measured saving (module docstring)."""
     s = finding["saving_us"]
     m = _measured(runs)
-    processes = m["processes"] if len(runs) > 1 else [m["low"], m["high"]]
-    return {
+    out = {
         "finding": finding["id"],
         "fix": p.fix,
         "after": {k: v for k, v in p.after.__dict__.items() if v is not None and k != "spec"}
@@ -106,9 +119,8 @@ def check(finding: dict, p: Plan, runs: list[dict], aa_spread_us: float) -> dict
         "time_us": finding.get("acts_on_us", finding.get("time_us")),
         "measured_us": m,
         "aa_spread_us": aa_spread_us,
-        "held": s["low"] <= m["median"] <= s["high"],
-        "decidable": could_tell(s["low"], s["high"], m["median"], processes, aa_spread_us),
     }
+    return out | judge(s, out)
 
 
 def verify(spec: str, opts: VerifyOptions | None = None, progress=print) -> dict:
